@@ -1,0 +1,61 @@
+/* rdzv: one error space for the whole project.
+ *
+ * Every function returns int: 0 on success, a negative value on failure.
+ * System failures are -errno, unchanged (e.g. -ECONNREFUSED). Conditions of
+ * rdzv itself use the reserved block -1000 .. -1999 below. A value is never
+ * reused for another meaning; new codes are appended. */
+#ifndef RDZV_ERROR_H
+#define RDZV_ERROR_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(name, value, message) */
+#define RDZV_ERRNO_MAP(X)                                                     \
+  X(EPROTO, -1000, "malformed frame or message")                             \
+  X(EPROTO_VERSION, -1001, "protocol version not supported")                 \
+  X(EJOB_MISMATCH, -1002, "job id does not match this connection's job")     \
+  X(ENEEDMORE, -1003, "need more bytes to decode a frame")                   \
+  X(EFRAME_TOO_BIG, -1004, "frame larger than the configured limit")         \
+  X(EKEY_TOO_LONG, -1005, "key longer than the configured limit")            \
+  X(EVALUE_TOO_BIG, -1006, "value larger than the configured limit")         \
+  X(ETOO_MANY_REQUESTS, -1007, "too many outstanding requests on a connection") \
+  X(ETOO_MANY_CONNECTIONS, -1008, "server is at its connection limit")      \
+  X(EDEADLINE, -1009, "deadline passed")                                     \
+  X(ENOKEY, -1010, "key not found")                                          \
+  X(EWRITE_ONCE, -1011, "write-once key already holds another value")       \
+  X(ECAS_FAILED, -1012, "compare-and-set: current value differs")           \
+  X(ENOTCONN, -1013, "not connected")                                        \
+  X(ECANCELED, -1014, "request canceled")                                    \
+  X(EWOULDBLOCK_CB, -1015, "blocking call made from inside a callback")     \
+  X(ENOT_NUMBER, -1016, "value is not a decimal int64")                      \
+  X(ECOUNT_MISMATCH, -1017, "collective member count differs between members") \
+  X(ECONN_CLOSED, -1018, "peer closed the connection")                       \
+  X(EHELLO, -1019, "first frame was not a valid hello")                      \
+  X(EBAD_ROLE, -1020, "operation not allowed for this peer role")           \
+  X(EBAD_ADDR, -1021, "address not understood")                              \
+  X(EJOB_ID_MISSING, -1022, "job id missing or empty")                       \
+  X(ESTALE_GENERATION, -1023, "request from an older generation")           \
+  X(EABORTED, -1024, "aborted")                                              \
+  X(ENOMEM, -1025, "out of memory")
+
+enum rdzv_status {
+  RDZV_OK = 0,
+#define RDZV_ERR_ENUM_(name, val, msg) RDZV_##name = (val),
+  RDZV_ERRNO_MAP(RDZV_ERR_ENUM_)
+#undef RDZV_ERR_ENUM_
+};
+
+/* Returns a static, human-readable message for any status: an rdzv code,
+ * a negated errno, or 0. Never NULL. Thread-safe. */
+const char *rdzv_strerror(int status);
+
+/* Returns the symbolic name ("RDZV_EDEADLINE", "ECONNREFUSED", "OK") of a
+ * status, or "UNKNOWN". Static storage, never NULL. Thread-safe. */
+const char *rdzv_err_name(int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RDZV_ERROR_H */

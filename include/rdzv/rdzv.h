@@ -1,0 +1,20 @@
+/* rdzv: the umbrella header.
+ *
+ * Ownership rules, the same for every rdzv function, without exception:
+ *  1. Pointer arguments are borrowed for the duration of the call. The
+ *     library copies anything it keeps.
+ *  2. Anything returned through an out-parameter belongs to the caller and
+ *     is released with the matching rdzv_*_free or rdzv_*_destroy.
+ *  3. Pointers passed into a callback are valid only until it returns.
+ *  4. An object is never freed inside its own callback.
+ *  5. A function that takes ownership says so in its name (_take).
+ *
+ * Errors: one space, see rdzv/error.h. */
+#ifndef RDZV_RDZV_H
+#define RDZV_RDZV_H
+
+#include "rdzv/error.h"
+#include "rdzv/client.h"
+#include "rdzv/store.h"
+
+#endif /* RDZV_RDZV_H */

@@ -1,0 +1,130 @@
+/* rdzv store operations: blocking calls with deadlines.
+ *
+ * Each call drives the client's poll-driven core (rdzv/client.h) until its
+ * reply arrives or timeout_s seconds pass; timeout_s <= 0 means "one
+ * attempt, no waiting" for nothing but an already-connected handle, so pass
+ * a real deadline. Keys are NUL-terminated strings (1 .. server's
+ * max key bytes, 4096 by default); values are byte strings (server's max
+ * value bytes, 16 MiB by default). Keys live in the job's namespace given
+ * to rdzv_client_create.
+ *
+ * Every call returns 0 or a negative status. Besides those listed, each
+ * may return: RDZV_EDEADLINE (timeout_s passed; rdzv_client_last_error
+ * says what was missing), RDZV_ECONN_CLOSED (connection lost while the
+ * request was in flight; it may or may not have been applied),
+ * RDZV_EPROTO_VERSION / RDZV_EJOB_MISMATCH / RDZV_EHELLO (server refused
+ * the hello), RDZV_EKEY_TOO_LONG / RDZV_EVALUE_TOO_BIG (over a limit; the
+ * server closes the connection), RDZV_EWOULDBLOCK_CB (called from inside a
+ * callback of this handle), -EINVAL (NULL or empty argument),
+ * RDZV_ENOMEM. */
+#ifndef RDZV_STORE_H
+#define RDZV_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv/client.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A value returned to the caller: data is malloc'd, owned by the caller,
+ * NUL-terminated for convenience (the NUL is not counted in len). member is
+ * the contributor id for gather results, 0 otherwise. */
+struct rdzv_value {
+  uint64_t member;
+  void *data;
+  size_t len;
+};
+
+/* Frees an array of n values returned by this library and their data.
+ * NULL is a no-op. */
+void rdzv_values_free(struct rdzv_value *vals, size_t n);
+
+/* Frees memory returned by this library (values, JSON text). NULL is a
+ * no-op. */
+void rdzv_free(void *p);
+
+/* Sets key to val[0..len). flags: 0, or RDZV_STORE_WRITE_ONCE to make the
+ * key immutable; write-once keys are cached by every node on the way.
+ * Setting a write-once key again with the same bytes succeeds; with other
+ * bytes returns RDZV_EWRITE_ONCE. */
+int rdzv_store_set(rdzv_client_t *c, const char *key, const void *val,
+                   size_t len, unsigned flags, double timeout_s);
+
+/* Reads key. On success *val (malloc'd, NUL-terminated, caller frees with
+ * rdzv_free) and *len are set. Returns RDZV_ENOKEY if the key is absent
+ * (does not wait; see rdzv_store_wait). */
+int rdzv_store_get(rdzv_client_t *c, const char *key, void **val,
+                   size_t *len, double timeout_s);
+
+/* Waits until all nkeys keys exist (1 .. 65536 keys). On RDZV_EDEADLINE
+ * rdzv_client_last_error lists the keys still missing. */
+int rdzv_store_wait(rdzv_client_t *c, const char *const *keys, size_t nkeys,
+                    double timeout_s);
+
+/* Atomically adds delta to the int64 counter at key (a missing key counts
+ * as 0; the value is stored as decimal text, as in PyTorch's TCPStore).
+ * *out (may be NULL) receives the value right after this add. Returns
+ * RDZV_ENOT_NUMBER if the key holds something else. */
+int rdzv_store_add(rdzv_client_t *c, const char *key, int64_t delta,
+                   int64_t *out, double timeout_s);
+
+/* Compare-and-set: if key's value equals expected (an empty expected value
+ * matches a missing key), set it to desired. *cur/*cur_len (may be NULL;
+ * caller frees with rdzv_free) receive the value after the call. Returns 0
+ * when swapped, RDZV_ECAS_FAILED when not. */
+int rdzv_store_cas(rdzv_client_t *c, const char *key, const void *expected,
+                   size_t expected_len, const void *desired,
+                   size_t desired_len, void **cur, size_t *cur_len,
+                   double timeout_s);
+
+/* Deletes key. *deleted (may be NULL) is 1 if it existed, else 0. */
+int rdzv_store_delete(rdzv_client_t *c, const char *key, int *deleted,
+                      double timeout_s);
+
+/* Reads nkeys keys at once. On success *vals is an array of nkeys values
+ * in key order (free with rdzv_values_free(*vals, nkeys)). Returns
+ * RDZV_ENOKEY if any is missing (last_error names them). */
+int rdzv_store_mget(rdzv_client_t *c, const char *const *keys, size_t nkeys,
+                    struct rdzv_value **vals, double timeout_s);
+
+/* Sets n keys at once (vals[i].data/len; member ignored). flags as for
+ * rdzv_store_set. */
+int rdzv_store_mset(rdzv_client_t *c, const char *const *keys,
+                    const struct rdzv_value *vals, size_t n, unsigned flags,
+                    double timeout_s);
+
+/* Appends val[0..len) to key's value, creating the key if missing. */
+int rdzv_store_append(rdzv_client_t *c, const char *key, const void *val,
+                      size_t len, double timeout_s);
+
+/* Number of keys in the job's namespace, in *out. */
+int rdzv_store_num_keys(rdzv_client_t *c, int64_t *out, double timeout_s);
+
+/* Barrier named name over count members: returns once count distinct
+ * member ids (0 .. count-1 by convention: ranks) have called it with the
+ * same name. A name completes once; reuse after completion returns at
+ * once, so name each barrier (e.g. "epoch/3"). Returns
+ * RDZV_ECOUNT_MISMATCH if members disagree on count. */
+int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
+                       uint64_t count, double timeout_s);
+
+/* Gather named name: each of count members gives data[0..len); every
+ * member receives all contributions in member-id order: *out is an array
+ * of count values with .member set (free with rdzv_values_free(*out,
+ * count)). Completion and reuse as for rdzv_store_barrier. */
+int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
+                      uint64_t count, const void *data, size_t len,
+                      struct rdzv_value **out, double timeout_s);
+
+/* Statistics of the server this handle is connected to: *json is one JSON
+ * object (malloc'd, NUL-terminated; free with rdzv_free). Its shape is
+ * documented in README.md ("stats"). */
+int rdzv_store_stats(rdzv_client_t *c, char **json, double timeout_s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RDZV_STORE_H */

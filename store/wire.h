@@ -1,0 +1,205 @@
+/* rdzv native wire protocol: a pure codec (bytes in, structs out).
+ *
+ * Nothing here touches a socket, a clock or a global. Encoding appends to a
+ * caller-owned growable buffer (struct rdzv_buf); decoding never allocates:
+ * the decoded message points into the caller's input bytes.
+ *
+ * Frame (all integers little-endian, fixed width):
+ *
+ *   offset size field
+ *   0      4    magic      0x565A4452 ("RDZV" as bytes 52 44 5A 56)
+ *   4      1    version    RDZV_WIRE_VERSION
+ *   5      1    type       enum rdzv_msg_type
+ *   6      2    flags      RDZV_F_*
+ *   8      4    req_id     chosen by the requester, echoed in the reply
+ *   12     4    body_len   bytes that follow; checked against a limit
+ *   16     ...  body
+ *
+ * Body (the same layout for every type; each type uses the fields it needs,
+ * see enum rdzv_msg_type):
+ *
+ *   i32 status                 0 in requests; the result in replies
+ *   i64 a                      type-specific number
+ *   i64 b                      type-specific number
+ *   u32 nkeys, then nkeys x { u32 len, len bytes }
+ *   u32 nvals, then nvals x { u32 len, len bytes }
+ *
+ * The body must be consumed exactly: trailing bytes are RDZV_EPROTO. No
+ * struct is ever sent as raw memory. */
+#ifndef RDZV_STORE_WIRE_H
+#define RDZV_STORE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RDZV_WIRE_MAGIC 0x565A4452u
+#define RDZV_WIRE_VERSION 1u
+#define RDZV_WIRE_HEADER_BYTES 16u
+/* Smallest body: status + a + b + nkeys + nvals. */
+#define RDZV_WIRE_MIN_BODY_BYTES 28u
+
+/* Frame flags. */
+#define RDZV_F_REPLY 0x0001u       /* this frame answers req_id */
+#define RDZV_F_WRITE_ONCE 0x0002u  /* set/mset: the key(s) are write-once */
+#define RDZV_F_SUPERSEDED 0x0004u  /* collective reply: a newer request of
+                                      the same peer carries the result */
+
+/* Message types. "keys"/"vals" name the body's two item lists.
+ * Requests and replies share a type; replies carry RDZV_F_REPLY. */
+enum rdzv_msg_type {
+  /* keys[0] = job id, keys[1] = peer name (for logs), a = role
+   * (enum rdzv_peer_role). Reply: status. Must be the first frame. */
+  RDZV_MSG_HELLO = 1,
+  /* keys[0], vals[0]; flag WRITE_ONCE. Reply: status. */
+  RDZV_MSG_SET = 2,
+  /* keys[0]. Reply: vals[0]; a bit 0 = key is write-once; or ENOKEY. */
+  RDZV_MSG_GET = 3,
+  /* keys[0..n), a = timeout in milliseconds (relative; clocks of hosts
+   * differ). Reply: OK with vals = values of the keys (may be empty when
+   * the replier is a node), a bit i = key i is write-once (i < 63); or
+   * EDEADLINE with keys = the keys still missing. */
+  RDZV_MSG_WAIT = 4,
+  /* keys[0], a = delta. Reply: a = value after this add. */
+  RDZV_MSG_ADD = 5,
+  /* keys[0], vals[0] = expected, vals[1] = desired. An empty expected
+   * value matches a missing key. Reply: vals[0] = current value after the
+   * call; status OK when swapped, ECAS_FAILED otherwise. */
+  RDZV_MSG_CAS = 6,
+  /* keys[0]. Reply: a = 1 if a key was deleted, else 0. */
+  RDZV_MSG_DELETE = 7,
+  /* keys[0..n). Reply: vals[0..n); or ENOKEY with keys = missing keys. */
+  RDZV_MSG_MGET = 8,
+  /* keys[0..n), vals[0..n); flag WRITE_ONCE. Reply: status. */
+  RDZV_MSG_MSET = 9,
+  /* keys[0], vals[0]: appended to the key, created if missing. */
+  RDZV_MSG_APPEND = 10,
+  /* no fields. Reply: a = number of keys in the job's namespace. */
+  RDZV_MSG_NKEYS = 11,
+  /* keys[0] = collective name, b = member count. vals = contributions,
+   * each { u64 member id (LE), data bytes } (barrier: no data). A rank
+   * sends one; a node sends what its subtree gathered. Reply (when all
+   * b members contributed): OK, a = b, and for GATHER vals = every
+   * contribution in member-id order. */
+  RDZV_MSG_BARRIER = 12,
+  RDZV_MSG_GATHER = 13,
+  /* no fields. Reply: vals[0] = the replier's statistics, one JSON
+   * object. */
+  RDZV_MSG_STATS = 14,
+  /* Reply-only: the peer broke a rule; status says which, keys[0] may
+   * hold a message. The connection is closed after it. */
+  RDZV_MSG_ERROR = 15,
+};
+#define RDZV_MSG_TYPE_MAX 15
+
+enum rdzv_peer_role {
+  RDZV_ROLE_CLIENT = 0, /* a rank or an operator tool */
+  RDZV_ROLE_NODE = 1,   /* a child node agent */
+};
+
+/* A borrowed byte string. */
+struct rdzv_slice {
+  const uint8_t *p;
+  uint32_t n;
+};
+
+/* A list of byte strings. For encoding set either v (an array of n slices)
+ * or raw/raw_len (the already-encoded list body: n x {u32 len, bytes},
+ * e.g. taken from a decoded message to forward it unchanged). Decoding
+ * sets raw/raw_len and leaves v NULL; read items with rdzv_items_next. */
+struct rdzv_items {
+  uint32_t n;
+  const struct rdzv_slice *v;
+  const uint8_t *raw;
+  size_t raw_len;
+};
+
+struct rdzv_msg {
+  uint8_t type;   /* enum rdzv_msg_type */
+  uint16_t flags; /* RDZV_F_* */
+  uint32_t req_id;
+  int32_t status;
+  int64_t a;
+  int64_t b;
+  struct rdzv_items keys;
+  struct rdzv_items vals;
+};
+
+/* Growable output buffer, owned by the caller. Zero-initialize it; free the
+ * memory with rdzv_buf_free. */
+struct rdzv_buf {
+  uint8_t *data;
+  size_t len;
+  size_t cap;
+};
+
+/* Ensures room for `more` bytes beyond len. Returns 0 or RDZV_ENOMEM. */
+int rdzv_buf_reserve(struct rdzv_buf *b, size_t more);
+/* Appends n bytes. Returns 0 or RDZV_ENOMEM. */
+int rdzv_buf_append(struct rdzv_buf *b, const void *p, size_t n);
+/* Drops the first n bytes (n <= len), keeping the rest. */
+void rdzv_buf_consume(struct rdzv_buf *b, size_t n);
+/* Frees the memory and zeroes the struct. NULL-safe. */
+void rdzv_buf_free(struct rdzv_buf *b);
+
+/* Appends one encoded frame of msg to out. Returns 0, RDZV_ENOMEM, or
+ * RDZV_EFRAME_TOO_BIG if the body would not fit in the u32 length. */
+int rdzv_msg_encode(const struct rdzv_msg *msg, struct rdzv_buf *out);
+
+/* Decodes the frame at the start of p[0..n).
+ * Returns:
+ *   0                    *out is filled (pointing into p), *used = frame
+ *                        size in bytes;
+ *   RDZV_ENEEDMORE       p holds a valid prefix of a frame; read more;
+ *   RDZV_EPROTO          bad magic, unknown type, bad lengths, trailing
+ *                        bytes in the body;
+ *   RDZV_EPROTO_VERSION  the version byte differs from RDZV_WIRE_VERSION;
+ *   RDZV_EFRAME_TOO_BIG  body_len > max_body (reported as soon as the
+ *                        16-byte header has arrived, before the body).
+ * Never reads outside p[0..n). On error *out and *used are unspecified. */
+int rdzv_msg_decode(const uint8_t *p, size_t n, size_t max_body,
+                    struct rdzv_msg *out, size_t *used);
+
+/* Iterates a decoded (raw) or encoding (v) item list. *pos starts at 0 and
+ * is advanced; returns 1 and fills *out while items remain, 0 at the end.
+ * The list must come from rdzv_msg_decode or be well formed. */
+int rdzv_items_next(const struct rdzv_items *it, size_t *pos,
+                    struct rdzv_slice *out);
+
+/* Returns item i (0-based) of the list in *out: O(i) for raw lists.
+ * Returns 0, or RDZV_EPROTO if i >= it->n. */
+int rdzv_items_get(const struct rdzv_items *it, uint32_t i,
+                   struct rdzv_slice *out);
+
+/* Limits a server applies to a decoded request. */
+struct rdzv_wire_limits {
+  uint32_t max_key_bytes;
+  uint32_t max_value_bytes;
+};
+
+/* Checks that a decoded request has the shape its type requires (numbers
+ * of keys and values, non-empty keys, contribution sizes) and that keys
+ * and values are within limits. Pure.
+ * Returns 0, RDZV_EPROTO (wrong shape, reply flag set on a request),
+ * RDZV_EKEY_TOO_LONG or RDZV_EVALUE_TOO_BIG. */
+int rdzv_msg_validate_request(const struct rdzv_msg *msg,
+                              const struct rdzv_wire_limits *lim);
+
+/* Lower-case operation name of a type ("set", "wait", ...), or "unknown".
+ * Used for statistics and logs. */
+const char *rdzv_msg_type_name(int type);
+
+/* Little-endian helpers for contribution ids (u64 at the start of a
+ * BARRIER/GATHER item). */
+uint64_t rdzv_load_u64le(const uint8_t *p);
+void rdzv_store_u64le(uint8_t *p, uint64_t v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RDZV_STORE_WIRE_H */
