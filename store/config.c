@@ -1,0 +1,184 @@
+/* rdzvd options: the one place where configuration is read. */
+#include "store/config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum opt_kind { OPT_STR, OPT_U32, OPT_ROLE };
+
+struct opt {
+  const char *name;
+  const char *env;
+  const char *def;
+  enum opt_kind kind;
+  size_t off;
+  size_t size;
+  const char *help;
+};
+
+#define STR_OPT(n, e, d, field, h)                                  \
+  { n, e, d, OPT_STR, offsetof(struct rdzv_daemon_config, field),  \
+    sizeof(((struct rdzv_daemon_config *)0)->field), h }
+#define U32_OPT(n, e, d, field, h)                                  \
+  { n, e, d, OPT_U32, offsetof(struct rdzv_daemon_config, field), 4, h }
+
+static const struct opt opts[] = {
+  { "role", "RDZVD_ROLE", "root", OPT_ROLE,
+    offsetof(struct rdzv_daemon_config, role), 4,
+    "root (holds the truth) or node (agent with one parent)" },
+  STR_OPT("listen", "RDZVD_LISTEN", "127.0.0.1:0", listen,
+          "TCP HOST:PORT for ranks and child nodes; port 0 = kernel's choice"),
+  STR_OPT("unix", "RDZVD_UNIX", "", unix_path,
+          "Unix socket path for local ranks (empty: none)"),
+  STR_OPT("parent", "RDZVD_PARENT", "", parent,
+          "node: parent address (HOST:PORT or unix:PATH)"),
+  STR_OPT("port-file", "RDZVD_PORT_FILE", "", port_file,
+          "write the bound TCP port here once listening"),
+  STR_OPT("name", "RDZVD_NAME", "", name, "name in logs (default host:pid)"),
+  U32_OPT("max-key-bytes", "RDZVD_MAX_KEY_BYTES", "4096", max_key_bytes,
+          "longest key, bytes"),
+  U32_OPT("max-value-bytes", "RDZVD_MAX_VALUE_BYTES", "16777216",
+          max_value_bytes, "largest value, bytes"),
+  U32_OPT("max-frame-bytes", "RDZVD_MAX_FRAME_BYTES", "67108864",
+          max_frame_bytes, "largest frame body, bytes"),
+  U32_OPT("max-outstanding", "RDZVD_MAX_OUTSTANDING", "65536",
+          max_outstanding, "outstanding requests per connection"),
+  U32_OPT("max-connections", "RDZVD_MAX_CONNECTIONS", "16384",
+          max_connections, "open connections"),
+  U32_OPT("backlog", "RDZVD_BACKLOG", "4096", backlog, "listen backlog"),
+  U32_OPT("flush-ms", "RDZVD_FLUSH_MS", "2", flush_ms,
+          "node: forward combined adds/collectives after this quiet time"),
+  U32_OPT("flush-max-ms", "RDZVD_FLUSH_MAX_MS", "20", flush_max_ms,
+          "node: never hold a combined contribution longer than this"),
+  U32_OPT("hello-timeout-ms", "RDZVD_HELLO_TIMEOUT_MS", "10000",
+          hello_timeout_ms, "drop a connection that sends no hello"),
+  U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
+          "0 errors, 1 info, 2 debug"),
+};
+#define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+static int set_opt(struct rdzv_daemon_config *cfg, const struct opt *o,
+                   const char *v, char *err, size_t errlen) {
+  char *base = (char *)cfg + o->off;
+  if (o->kind == OPT_STR) {
+    size_t n = strlen(v);
+    if (n >= o->size) {
+      snprintf(err, errlen, "--%s: longer than %zu bytes", o->name,
+               o->size - 1);
+      return -EINVAL;
+    }
+    memcpy(base, v, n + 1);
+    return 0;
+  }
+  if (o->kind == OPT_ROLE) {
+    enum rdzv_daemon_role r;
+    if (strcmp(v, "root") == 0) {
+      r = RDZV_DAEMON_ROOT;
+    } else if (strcmp(v, "node") == 0) {
+      r = RDZV_DAEMON_NODE;
+    } else {
+      snprintf(err, errlen, "--role: '%s' is neither root nor node", v);
+      return -EINVAL;
+    }
+    memcpy(base, &r, sizeof(r));
+    return 0;
+  }
+  char *end = NULL;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x > UINT32_MAX ||
+      v[0] == '-') {
+    snprintf(err, errlen, "--%s: '%s' is not a number in 0..%u", o->name, v,
+             UINT32_MAX);
+    return -EINVAL;
+  }
+  uint32_t u = (uint32_t)x;
+  memcpy(base, &u, sizeof(u));
+  return 0;
+}
+
+static const struct opt *find_opt(const char *name, size_t len) {
+  for (size_t i = 0; i < NOPTS; i++)
+    if (strlen(opts[i].name) == len && strncmp(opts[i].name, name, len) == 0)
+      return &opts[i];
+  return NULL;
+}
+
+void rdzv_config_usage(FILE *out) {
+  fprintf(out, "usage: rdzvd [--option value]...\n\n");
+  for (size_t i = 0; i < NOPTS; i++)
+    fprintf(out, "  --%-18s %-24s default %-12s %s\n", opts[i].name,
+            opts[i].env, opts[i].def[0] ? opts[i].def : "\"\"", opts[i].help);
+}
+
+static int parse_argv(struct rdzv_daemon_config *cfg, int argc, char **argv,
+                      FILE *out, char *err, size_t errlen) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      rdzv_config_usage(out);
+      return 1;
+    }
+    if (strncmp(a, "--", 2) != 0) {
+      snprintf(err, errlen, "unexpected argument '%s' (see --help)", a);
+      return -EINVAL;
+    }
+    const char *name = a + 2;
+    const char *eq = strchr(name, '=');
+    size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+    const struct opt *o = find_opt(name, nlen);
+    if (o == NULL) {
+      snprintf(err, errlen, "unknown option '%s' (see --help)", a);
+      return -EINVAL;
+    }
+    const char *v = eq ? eq + 1 : NULL;
+    if (v == NULL) {
+      if (i + 1 >= argc) {
+        snprintf(err, errlen, "--%s needs a value", o->name);
+        return -EINVAL;
+      }
+      v = argv[++i];
+    }
+    int rc = set_opt(cfg, o, v, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
+int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
+                      FILE *out, char *err, size_t errlen) {
+  memset(cfg, 0, sizeof(*cfg));
+  for (size_t i = 0; i < NOPTS; i++) {
+    int rc = set_opt(cfg, &opts[i], opts[i].def, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  for (size_t i = 0; i < NOPTS; i++) {
+    const char *v = getenv(opts[i].env);
+    if (v == NULL)
+      continue;
+    int rc = set_opt(cfg, &opts[i], v, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  int rc = parse_argv(cfg, argc, argv, out, err, errlen);
+  if (rc != 0)
+    return rc;
+  if (cfg->role == RDZV_DAEMON_NODE && cfg->parent[0] == '\0') {
+    snprintf(err, errlen, "--role node needs --parent ADDR");
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_ROOT && cfg->parent[0] != '\0') {
+    snprintf(err, errlen, "--role root takes no --parent");
+    return -EINVAL;
+  }
+  if (cfg->max_frame_bytes < 64 || cfg->max_key_bytes == 0) {
+    snprintf(err, errlen, "--max-frame-bytes must be >= 64 and "
+                          "--max-key-bytes >= 1");
+    return -EINVAL;
+  }
+  return 0;
+}

@@ -1,0 +1,42 @@
+/* rdzvd configuration: one table of options (name, environment variable,
+ * default, help), read in one place. */
+#ifndef RDZV_STORE_CONFIG_H
+#define RDZV_STORE_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+enum rdzv_daemon_role {
+  RDZV_DAEMON_ROOT = 0,
+  RDZV_DAEMON_NODE = 1,
+};
+
+struct rdzv_daemon_config {
+  enum rdzv_daemon_role role;
+  char listen[256];    /* "HOST:PORT" for TCP (ranks and child nodes) */
+  char unix_path[256]; /* Unix socket for local ranks, "" for none */
+  char parent[256];    /* node: the parent's address (rdzv client syntax) */
+  char port_file[256]; /* after bind, the TCP port is written here */
+  char name[128];      /* this daemon's name in logs and stats */
+  uint32_t max_key_bytes;
+  uint32_t max_value_bytes;
+  uint32_t max_frame_bytes;
+  uint32_t max_outstanding;
+  uint32_t max_connections;
+  uint32_t backlog;
+  uint32_t flush_ms;       /* collective/add combining quiet interval */
+  uint32_t flush_max_ms;   /* ... and the longest a contribution is held */
+  uint32_t hello_timeout_ms;
+  uint32_t log_level;      /* 0 errors, 1 info, 2 debug */
+};
+
+/* Fills *cfg from defaults, then the environment (RDZVD_* variables), then
+ * argv (--name=value or --name value). Returns 0, 1 when --help was
+ * printed to out, or -EINVAL with a message in err[0..errlen). */
+int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
+                      FILE *out, char *err, size_t errlen);
+
+/* Prints the option table (name, env var, default, help) to out. */
+void rdzv_config_usage(FILE *out);
+
+#endif /* RDZV_STORE_CONFIG_H */

@@ -1,0 +1,41 @@
+/* A key table: binary keys to byte values with a write-once flag. The
+ * root keeps one per job (the truth); a node keeps one per job as its cache
+ * of write-once keys. uthash underneath. */
+#ifndef RDZV_STORE_KVS_H
+#define RDZV_STORE_KVS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uthash.h>
+
+struct kv_entry {
+  UT_hash_handle hh;
+  uint8_t *key;
+  uint32_t klen;
+  uint8_t *val;
+  uint32_t vlen;
+  bool write_once;
+};
+
+struct kv_table {
+  struct kv_entry *head;
+  uint64_t count;
+};
+
+struct kv_entry *rdzv__kv_find(struct kv_table *t, const uint8_t *k,
+                               uint32_t klen);
+/* Sets k to v. A write-once key may be set again only with equal bytes.
+ * Returns 0, RDZV_EWRITE_ONCE or RDZV_ENOMEM. *out (may be NULL) gets the
+ * entry. */
+int rdzv__kv_set(struct kv_table *t, const uint8_t *k, uint32_t klen,
+                 const uint8_t *v, uint32_t vlen, bool write_once,
+                 struct kv_entry **out);
+/* Appends v to k's value (creating it). Returns 0, RDZV_EWRITE_ONCE,
+ * RDZV_ENOMEM. */
+int rdzv__kv_append(struct kv_table *t, const uint8_t *k, uint32_t klen,
+                    const uint8_t *v, uint32_t vlen, struct kv_entry **out);
+/* Returns 1 if k existed and was removed, else 0. */
+int rdzv__kv_delete(struct kv_table *t, const uint8_t *k, uint32_t klen);
+void rdzv__kv_clear(struct kv_table *t);
+
+#endif /* RDZV_STORE_KVS_H */

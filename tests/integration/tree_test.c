@@ -1,0 +1,287 @@
+/* Integration test with real processes: a root, 4 nodes under it and 16
+ * nodes under those (fan-out 4, two levels of nodes), and 1,000 clients in
+ * 4 rdzv-swarm processes on the 16 leaf nodes' Unix sockets. Checks what
+ * the store promises: one key set once reaches every waiter while the root
+ * sees at most fan-out waits; 1,000 combined adds give exactly 1..1,000;
+ * barrier and gather complete with O(fan-out) messages at the root. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "rdzv/rdzv.h"
+
+#define FANOUT 4
+#define NL1 FANOUT
+#define NL2 (FANOUT * FANOUT)
+#define NCLIENTS 1000
+#define NSWARMS 4
+#define RDZVD "tools/rdzvd"
+#define SWARM "tools/rdzv-swarm"
+
+struct tree {
+  char dir[64];
+  struct proc root, l1[NL1], l2[NL2];
+  char root_addr[64];
+  char l1_addr[NL1][64];
+  char leaf_addrs[NL2 * 96];
+  int fds_before;
+};
+
+static struct tree T;
+
+static int start_daemon(struct proc *p, const char *name, const char *parent,
+                        char *addr_out) {
+  char port_file[128], unix_path[128], pf_arg[160], un_arg[160];
+  snprintf(port_file, sizeof(port_file), "%s/%s.port", T.dir, name);
+  snprintf(unix_path, sizeof(unix_path), "%s/%s.sock", T.dir, name);
+  snprintf(pf_arg, sizeof(pf_arg), "--port-file=%s", port_file);
+  snprintf(un_arg, sizeof(un_arg), "--unix=%s", unix_path);
+  char parent_arg[96], name_arg[64];
+  snprintf(parent_arg, sizeof(parent_arg), "--parent=%s", parent ? parent : "");
+  snprintf(name_arg, sizeof(name_arg), "--name=%s", name);
+  char *argv[] = {RDZVD, parent ? "--role=node" : "--role=root",
+                  "--listen=127.0.0.1:0", pf_arg, un_arg, name_arg,
+                  "--flush-ms=5", "--flush-max-ms=50", "--log-level=0",
+                  "--hello-timeout-ms=500", parent ? parent_arg : NULL, NULL};
+  if (proc_start(p, argv, 0) < 0)
+    return -1;
+  int port = wait_port_file(port_file, 30);
+  if (port < 0)
+    return -1;
+  snprintf(addr_out, 64, "127.0.0.1:%d", port);
+  return 0;
+}
+
+static int setup_tree(void **state) {
+  (void)state;
+  T.fds_before = count_open_fds();
+  snprintf(T.dir, sizeof(T.dir), "/tmp/rdzv-tree-XXXXXX");
+  if (mkdtemp(T.dir) == NULL)
+    return -1;
+  if (start_daemon(&T.root, "root", NULL, T.root_addr) < 0)
+    return -1;
+  for (int i = 0; i < NL1; i++) {
+    char name[16];
+    snprintf(name, sizeof(name), "n1-%d", i);
+    if (start_daemon(&T.l1[i], name, T.root_addr, T.l1_addr[i]) < 0)
+      return -1;
+  }
+  size_t off = 0;
+  for (int i = 0; i < NL2; i++) {
+    char name[16], addr[64];
+    snprintf(name, sizeof(name), "n2-%d", i);
+    if (start_daemon(&T.l2[i], name, T.l1_addr[i / FANOUT], addr) < 0)
+      return -1;
+    off += (size_t)snprintf(T.leaf_addrs + off, sizeof(T.leaf_addrs) - off,
+                            "%sunix:%s/%s.sock", i ? "," : "", T.dir, name);
+  }
+  return 0;
+}
+
+static int teardown_tree(void **state) {
+  (void)state;
+  int bad = 0;
+  /* Every daemon must stop cleanly on SIGTERM: exit status 0 (under ASan,
+   * a leak makes it non-zero). */
+  for (int i = 0; i < NL2; i++)
+    bad |= proc_stop(&T.l2[i]) != 0;
+  for (int i = 0; i < NL1; i++)
+    bad |= proc_stop(&T.l1[i]) != 0;
+  bad |= proc_stop(&T.root) != 0;
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", T.dir);
+  bad |= system(cmd) != 0;
+  bad |= count_open_fds() != T.fds_before;
+  return bad ? -1 : 0;
+}
+
+struct swarms {
+  struct proc p[NSWARMS];
+};
+
+/* Starts NSWARMS swarms of NCLIENTS/NSWARMS clients each (members
+ * 0..NCLIENTS-1 in all, spread over the 16 leaf nodes). */
+static void start_swarms(struct swarms *sw, const char *scenario,
+                         const char *arg, const char *count) {
+  char nper[24];
+  snprintf(nper, sizeof(nper), "%d", NCLIENTS / NSWARMS);
+  for (int i = 0; i < NSWARMS; i++) {
+    char base[24];
+    snprintf(base, sizeof(base), "%d", i * (NCLIENTS / NSWARMS));
+    char *argv[] = {SWARM, "--addrs", T.leaf_addrs, "--job", "tree-job",
+                    "--clients", nper, "--member-base", base,
+                    "--timeout", "120", (char *)scenario, (char *)arg,
+                    (char *)count, NULL};
+    assert_int_equal(proc_start(&sw->p[i], argv, 1), 0);
+  }
+}
+
+/* Returns the swarms' concatenated stdout; asserts they all exited 0. */
+static char *finish_swarms(struct swarms *sw) {
+  size_t cap = 1 << 16, len = 0;
+  char *all = calloc(1, cap);
+  assert_non_null(all);
+  for (int i = 0; i < NSWARMS; i++) {
+    char *out = proc_read_all(&sw->p[i]);
+    assert_non_null(out);
+    size_t n = strlen(out);
+    while (len + n + 1 > cap) {
+      cap *= 2;
+      all = realloc(all, cap);
+      assert_non_null(all);
+    }
+    memcpy(all + len, out, n + 1);
+    len += n;
+    free(out);
+    assert_int_equal(proc_wait(&sw->p[i]), 0);
+  }
+  return all;
+}
+
+static char *run_swarms(const char *scenario, const char *arg,
+                        const char *count) {
+  struct swarms sw;
+  start_swarms(&sw, scenario, arg, count);
+  return finish_swarms(&sw);
+}
+
+/* Counts lines of out equal to line. */
+static int count_lines(const char *out, const char *line) {
+  int n = 0;
+  size_t ll = strlen(line);
+  for (const char *p = out; (p = strstr(p, line)) != NULL; p += ll)
+    if ((p == out || p[-1] == '\n') && (p[ll] == '\n' || p[ll] == '\0'))
+      n++;
+  return n;
+}
+
+static int64_t leaf_sum(const char *path) {
+  int64_t sum = 0;
+  for (int i = 0; i < NL2; i++) {
+    char addr[128];
+    snprintf(addr, sizeof(addr), "unix:%s/n2-%d.sock", T.dir, i);
+    int64_t v = stats_at(addr, path);
+    if (v < 0)
+      return -1;
+    sum += v;
+  }
+  return sum;
+}
+
+static rdzv_client_t *connect_to(const char *addr) {
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = addr;
+  o.job_id = "tree-job";
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  return c;
+}
+
+/* 1,000 clients wait on one key; one client sets it later. */
+static void test_wait_one_key(void **state) {
+  (void)state;
+  int64_t root_waits = stats_at(T.root_addr, "ops.wait.received");
+  int64_t leaf_waits = leaf_sum("ops.wait.received");
+  struct swarms sw;
+  start_swarms(&sw, "wait", "the/key", NULL);
+  /* Set the key only once every wait has reached its leaf node. */
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  while (leaf_sum("ops.wait.received") - leaf_waits < NCLIENTS)
+    nanosleep(&ts, NULL);
+  rdzv_client_t *c = connect_to(T.l1_addr[2]);
+  assert_int_equal(rdzv_store_set(c, "the/key", "v", 1, 0, 30), 0);
+  rdzv_client_destroy(c);
+  char *out = finish_swarms(&sw);
+  char line[32];
+  snprintf(line, sizeof(line), "wait ok %d", NCLIENTS / NSWARMS);
+  assert_int_equal(count_lines(out, line), NSWARMS);
+  free(out);
+  int64_t got = stats_at(T.root_addr, "ops.wait.received") - root_waits;
+  printf("root received %" PRId64 " waits for %d waiting clients\n", got,
+         NCLIENTS);
+  assert_true(got >= 1 && got <= FANOUT);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* 1,000 clients add 1 to one counter through the tree. */
+static void test_add_combined(void **state) {
+  (void)state;
+  int64_t root_adds = stats_at(T.root_addr, "ops.add.received");
+  char *out = run_swarms("add", "the/counter", NULL);
+  int64_t vals[NCLIENTS + 1];
+  int n = 0;
+  for (char *save = NULL, *l = strtok_r(out, "\n", &save); l != NULL;
+       l = strtok_r(NULL, "\n", &save)) {
+    if (strncmp(l, "connected", 9) == 0)
+      continue;
+    assert_true(n < NCLIENTS);
+    vals[n++] = strtoll(l, NULL, 10);
+  }
+  free(out);
+  assert_int_equal(n, NCLIENTS);
+  qsort(vals, (size_t)n, sizeof(vals[0]), cmp_i64);
+  for (int i = 0; i < n; i++)
+    assert_int_equal(vals[i], i + 1); /* exactly 1..1000, once each */
+  rdzv_client_t *c = connect_to(T.root_addr);
+  void *v = NULL;
+  size_t len = 0;
+  assert_int_equal(rdzv_store_get(c, "the/counter", &v, &len, 30), 0);
+  assert_string_equal((char *)v, "1000");
+  rdzv_free(v);
+  rdzv_client_destroy(c);
+  int64_t got = stats_at(T.root_addr, "ops.add.received") - root_adds;
+  printf("root received %" PRId64 " adds for %d adding clients\n", got,
+         NCLIENTS);
+  assert_true(got >= 1 && got <= 8 * FANOUT);
+}
+
+static void run_collective(const char *kind, const char *name) {
+  char path[64], count[16], line[32];
+  snprintf(path, sizeof(path), "ops.%s.received", kind);
+  snprintf(count, sizeof(count), "%d", NCLIENTS);
+  int64_t before = stats_at(T.root_addr, path);
+  char *out = run_swarms(kind, name, count);
+  snprintf(line, sizeof(line), "%s ok %d", kind, NCLIENTS / NSWARMS);
+  assert_int_equal(count_lines(out, line), NSWARMS);
+  free(out);
+  int64_t got = stats_at(T.root_addr, path) - before;
+  printf("root received %" PRId64 " %s messages for %d members\n", got, kind,
+         NCLIENTS);
+  assert_true(got >= 1 && got <= 8 * FANOUT);
+}
+
+static void test_barrier(void **state) {
+  (void)state;
+  run_collective("barrier", "the/barrier");
+}
+
+/* Each swarm client checks that its result holds all 1,000 contributions
+ * in member order ("m0".."m999"). */
+static void test_gather(void **state) {
+  (void)state;
+  run_collective("gather", "the/gather");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_wait_one_key),
+      cmocka_unit_test(test_add_combined),
+      cmocka_unit_test(test_barrier),
+      cmocka_unit_test(test_gather),
+  };
+  return cmocka_run_group_tests(tests, setup_tree, teardown_tree);
+}

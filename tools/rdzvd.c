@@ -1,0 +1,19 @@
+/* rdzvd: the rdzv daemon, role root or node. See `rdzvd --help`. */
+#include <stdio.h>
+
+#include "store/config.h"
+#include "store/server.h"
+
+int main(int argc, char **argv) {
+  struct rdzv_daemon_config cfg;
+  char err[512];
+  int rc = rdzv_config_parse(&cfg, argc, argv, stdout, err, sizeof(err));
+  if (rc == 1)
+    return 0;
+  if (rc < 0) {
+    fprintf(stderr, "rdzvd: %s\n", err);
+    return 2;
+  }
+  rc = rdzv_daemon_run(&cfg);
+  return rc == 0 ? 0 : 1;
+}
