@@ -1,0 +1,96 @@
+/* Writes the seed corpus for the wire fuzz target (tests/fuzz/corpus/).
+ *
+ * Usage: gen_corpus DIR
+ *
+ * Each seed is one or more frames made with the real encoder, so seeds
+ * follow the codec; rerun after a wire change and commit the result. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store/wire.h"
+
+#define S(str)                                                                 \
+  { (const uint8_t *)(str), (uint32_t)(sizeof(str) - 1) }
+
+static int write_seed(const char *dir, const char *name,
+                      const struct rdzv_buf *b) {
+  char path[4096];
+  FILE *f;
+  int ok;
+
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  f = fopen(path, "wb");
+  if (f == NULL) {
+    perror(path);
+    return -1;
+  }
+  ok = fwrite(b->data, 1, b->len, f) == b->len;
+  ok = fclose(f) == 0 && ok;
+  return ok ? 0 : -1;
+}
+
+static int add(struct rdzv_buf *b, uint8_t type, uint16_t flags, int64_t a,
+               int64_t bb, uint32_t nk, const struct rdzv_slice *k, uint32_t nv,
+               const struct rdzv_slice *v) {
+  struct rdzv_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.type = type;
+  m.flags = flags;
+  m.req_id = (uint32_t)b->len + 1;
+  m.a = a;
+  m.b = bb;
+  m.keys.n = nk;
+  m.keys.v = k;
+  m.vals.n = nv;
+  m.vals.v = v;
+  return rdzv_msg_encode(&m, b);
+}
+
+int main(int argc, char **argv) {
+  const struct rdzv_slice hello[] = {S("job-1"), S("rank0")};
+  const struct rdzv_slice kv[] = {S("key"), S("value")};
+  const struct rdzv_slice three[] = {S("a"), S("bb"), S("ccc")};
+  const struct rdzv_slice cas[] = {S(""), S("desired")};
+  const struct rdzv_slice gather[] = {S("\x00\0\0\0\0\0\0\0uid-0"),
+                                      S("\x01\0\0\0\0\0\0\0"),
+                                      S("\x02\0\0\0\0\0\0\0uid-2")};
+  const struct rdzv_slice name = S("coll");
+  struct rdzv_buf b = {0};
+  int err = 0;
+
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  err |= add(&b, RDZV_MSG_HELLO, 0, RDZV_ROLE_CLIENT, 0, 2, hello, 0, NULL);
+  err |= write_seed(argv[1], "hello", &b);
+  b.len = 0;
+  err |= add(&b, RDZV_MSG_SET, RDZV_F_WRITE_ONCE, 0, 0, 1, kv, 1, kv + 1);
+  err |= write_seed(argv[1], "set", &b);
+  b.len = 0;
+  err |= add(&b, RDZV_MSG_WAIT, 0, 5000, 0, 3, three, 0, NULL);
+  err |= write_seed(argv[1], "wait", &b);
+  b.len = 0;
+  err |= add(&b, RDZV_MSG_CAS, 0, 0, 0, 1, kv, 2, cas);
+  err |= write_seed(argv[1], "cas", &b);
+  b.len = 0;
+  err |= add(&b, RDZV_MSG_MSET, 0, 0, 0, 3, three, 3, three);
+  err |= write_seed(argv[1], "mset", &b);
+  b.len = 0;
+  err |= add(&b, RDZV_MSG_GATHER, 0, 0, 3, 1, &name, 3, gather);
+  err |= write_seed(argv[1], "gather", &b);
+  b.len = 0;
+  err |= add(&b, RDZV_MSG_ERROR, RDZV_F_REPLY, 0, 0, 1, kv, 0, NULL);
+  err |= write_seed(argv[1], "error-reply", &b);
+  /* A stream: hello, barrier, nkeys, stats in one input. */
+  b.len = 0;
+  err |= add(&b, RDZV_MSG_HELLO, 0, RDZV_ROLE_NODE, 0, 1, hello, 0, NULL);
+  err |= add(&b, RDZV_MSG_BARRIER, 0, 0, 2, 1, &name, 1, gather + 1);
+  err |= add(&b, RDZV_MSG_NKEYS, 0, 0, 0, 0, NULL, 0, NULL);
+  err |= add(&b, RDZV_MSG_STATS, 0, 0, 0, 0, NULL, 0, NULL);
+  err |= write_seed(argv[1], "stream", &b);
+  rdzv_buf_free(&b);
+  return err != 0 ? 1 : 0;
+}

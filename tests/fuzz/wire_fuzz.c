@@ -1,0 +1,197 @@
+/* Fuzz target for the wire decoder (store/wire.c).
+ *
+ * The input is a byte stream. Frames are decoded from its start one after
+ * another until the decoder stops with an error or needs more bytes. For
+ * every frame that decodes, the target checks properties that must hold
+ * for any input:
+ *  - the result code is one the header documents;
+ *  - iterating the key and value lists yields exactly n items, all inside
+ *    the frame, and rdzv_items_get agrees with rdzv_items_next;
+ *  - validation returns a documented code, and never a limit error when
+ *    there are no limits;
+ *  - re-encoding the decoded message (raw lists, and again as slice
+ *    arrays) gives back the frame's exact bytes, and decoding those gives
+ *    the same fields (round trip);
+ *  - every proper prefix of the frame decodes to RDZV_ENEEDMORE, and a
+ *    limit one byte under the body length gives RDZV_EFRAME_TOO_BIG.
+ * A failed property aborts, which libFuzzer and the regression driver
+ * (fuzz_main.c) report as a crash.
+ *
+ * In ASan builds each prefix is decoded from a heap copy whose tail is
+ * poisoned, so reading one byte past the prefix is caught. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/wire.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WIRE_FUZZ_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(WIRE_FUZZ_ASAN)
+#define WIRE_FUZZ_ASAN 1
+#endif
+#ifdef WIRE_FUZZ_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+#define FUZZ_MAX_BODY 65536u
+#define FUZZ_MAX_FRAMES 64
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void require(int cond, const char *what) {
+  if (!cond) {
+    fprintf(stderr, "wire_fuzz: property failed: %s\n", what);
+    abort();
+  }
+}
+
+static int is_decode_code(int rc) {
+  return rc == 0 || rc == RDZV_ENEEDMORE || rc == RDZV_EPROTO ||
+         rc == RDZV_EPROTO_VERSION || rc == RDZV_EFRAME_TOO_BIG;
+}
+
+/* Walks one list; every item must lie inside f[0..used). Returns the
+ * items as a malloc'ed slice array (for the slice-form re-encode). */
+static struct rdzv_slice *list_check(const struct rdzv_items *it,
+                                     const uint8_t *f, size_t used) {
+  struct rdzv_slice *v = malloc(sizeof *v * (it->n != 0 ? it->n : 1));
+  struct rdzv_slice s, g;
+  size_t pos = 0;
+  uint32_t i = 0;
+
+  require(v != NULL, "malloc");
+  while (rdzv_items_next(it, &pos, &s)) {
+    require(i < it->n, "more items than the count");
+    require(s.p >= f && s.n <= used && s.p - f <= (ptrdiff_t)(used - s.n),
+            "item outside the frame");
+    require(rdzv_items_get(it, i, &g) == 0, "items_get failed");
+    require(g.p == s.p && g.n == s.n, "items_get differs from items_next");
+    v[i++] = s;
+  }
+  require(i == it->n, "fewer items than the count");
+  require(rdzv_items_get(it, it->n, &g) == RDZV_EPROTO,
+          "items_get past the end");
+  return v;
+}
+
+static int slices_equal(const struct rdzv_items *x,
+                        const struct rdzv_items *y) {
+  struct rdzv_slice a, b;
+  size_t px = 0, py = 0;
+
+  if (x->n != y->n)
+    return 0;
+  while (rdzv_items_next(x, &px, &a)) {
+    if (!rdzv_items_next(y, &py, &b) || a.n != b.n ||
+        (a.n != 0 && memcmp(a.p, b.p, a.n) != 0))
+      return 0;
+  }
+  return !rdzv_items_next(y, &py, &b);
+}
+
+static int msg_equal(const struct rdzv_msg *x, const struct rdzv_msg *y) {
+  return x->type == y->type && x->flags == y->flags && x->req_id == y->req_id &&
+         x->status == y->status && x->a == y->a && x->b == y->b &&
+         slices_equal(&x->keys, &y->keys) && slices_equal(&x->vals, &y->vals);
+}
+
+static void validate_check(const struct rdzv_msg *m) {
+  const struct rdzv_wire_limits lim = {64, 1024};
+  int rc = rdzv_msg_validate_request(m, &lim);
+  int rc_free = rdzv_msg_validate_request(m, NULL);
+
+  require(rc == 0 || rc == RDZV_EPROTO || rc == RDZV_EKEY_TOO_LONG ||
+              rc == RDZV_EVALUE_TOO_BIG,
+          "validate returned an undocumented code");
+  require(rc_free == 0 || rc_free == RDZV_EPROTO,
+          "validate without limits returned a limit error");
+  require(rc != 0 || rc_free == 0, "limits made a request valid");
+  require(strcmp(rdzv_msg_type_name(m->type), "unknown") != 0,
+          "decoded type has no name");
+}
+
+/* Encodes m and requires the exact bytes f[0..used); then decodes them. */
+static void reencode_check(const struct rdzv_msg *m, const uint8_t *f,
+                           size_t used) {
+  struct rdzv_buf b = {0};
+  struct rdzv_msg again;
+  size_t used2 = 0;
+
+  require(rdzv_msg_encode(m, &b) == 0, "re-encode failed");
+  require(b.len == used && memcmp(b.data, f, used) == 0,
+          "re-encode differs from the input frame");
+  require(rdzv_msg_decode(b.data, b.len, FUZZ_MAX_BODY, &again, &used2) == 0,
+          "re-decode failed");
+  require(used2 == used && msg_equal(m, &again), "round trip differs");
+  rdzv_buf_free(&b);
+}
+
+/* Every proper prefix must ask for more bytes. */
+static void prefix_check(const uint8_t *f, size_t used) {
+  uint8_t *q = malloc(used);
+  struct rdzv_msg m;
+  size_t k, u;
+
+  require(q != NULL, "malloc");
+  memcpy(q, f, used);
+#ifdef WIRE_FUZZ_ASAN
+  ASAN_POISON_MEMORY_REGION(q, used);
+#endif
+  for (k = 0; k < used; k++) {
+    require(rdzv_msg_decode(q, k, FUZZ_MAX_BODY, &m, &u) == RDZV_ENEEDMORE,
+            "a proper prefix did not return ENEEDMORE");
+#ifdef WIRE_FUZZ_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(q + k, 1);
+#endif
+  }
+  require(rdzv_msg_decode(q, used, FUZZ_MAX_BODY, &m, &u) == 0 && u == used,
+          "the whole frame did not decode from a copy");
+  free(q);
+}
+
+static void frame_check(const struct rdzv_msg *m, const uint8_t *f,
+                        size_t used) {
+  struct rdzv_slice *kv = list_check(&m->keys, f, used);
+  struct rdzv_slice *vv = list_check(&m->vals, f, used);
+  struct rdzv_msg sliced = *m;
+  struct rdzv_msg tmp;
+  size_t u;
+
+  validate_check(m);
+  reencode_check(m, f, used);
+  sliced.keys.v = kv;
+  sliced.vals.v = vv;
+  reencode_check(&sliced, f, used);
+  free(kv);
+  free(vv);
+  prefix_check(f, used);
+  require(rdzv_msg_decode(f, used, used - RDZV_WIRE_HEADER_BYTES - 1, &tmp,
+                          &u) == RDZV_EFRAME_TOO_BIG,
+          "a limit under the body length did not give EFRAME_TOO_BIG");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  size_t off = 0;
+  int frames;
+
+  for (frames = 0; frames < FUZZ_MAX_FRAMES; frames++) {
+    struct rdzv_msg m;
+    size_t used = 0;
+    int rc = rdzv_msg_decode(data + off, size - off, FUZZ_MAX_BODY, &m, &used);
+
+    require(is_decode_code(rc), "decode returned an undocumented code");
+    if (rc != 0)
+      break;
+    require(used >= RDZV_WIRE_HEADER_BYTES + RDZV_WIRE_MIN_BODY_BYTES &&
+                used <= size - off,
+            "used out of range");
+    frame_check(&m, data + off, used);
+    off += used;
+  }
+  return 0;
+}
