@@ -545,9 +545,24 @@ static void req_expire(struct rdzv_client *c, struct rdzv__req *r) {
   rdzv__req_finish(c, r, NULL, RDZV_EDEADLINE);
 }
 
+/* The server enforces a WAIT's deadline too and its answer names exactly
+ * the keys still missing, so a WAIT it holds gets a short grace (250 ms
+ * plus 10% of its timeout, at most 2 s) for that answer to arrive before
+ * the client gives up on its own and can only list every key. */
+static int grant_wait_grace(struct rdzv_client *c, struct rdzv__req *r) {
+  if (r->op != RDZV_OP_WAIT || r->where != RDZV__REQ_SENT || r->graced)
+    return 0;
+  double g = 0.25 + r->timeout_s * 0.1;
+  r->graced = 1;
+  rdzv__heap_remove(c, r);
+  r->deadline += (int64_t)((g < 2.0 ? g : 2.0) * 1e9);
+  return rdzv__heap_push(c, r) == 0;
+}
+
 static void expire_due(struct rdzv_client *c, int64_t now) {
   while (c->heap_n > 0 && c->heap[0]->deadline <= now)
-    req_expire(c, c->heap[0]);
+    if (!grant_wait_grace(c, c->heap[0]))
+      req_expire(c, c->heap[0]);
 }
 
 /* ---- drivers ------------------------------------------------------------ */

@@ -48,6 +48,7 @@ struct rdzv__req {
   struct rdzv__req *next;
   uint8_t op;
   uint8_t where;    /* enum rdzv__req_where */
+  uint8_t graced;   /* a WAIT's deadline was extended once (client.c) */
   uint32_t id;      /* req_id on the wire */
   int64_t deadline; /* CLOCK_MONOTONIC ns, or RDZV__NO_DEADLINE */
   double timeout_s; /* as submitted, for messages */

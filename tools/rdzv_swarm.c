@@ -258,7 +258,7 @@ static int parse_scenario(struct swarm *s, int argc, char **argv, int i) {
                                          : -1;
     if (s->kind < 0)
       return -1;
-    s->arg = "bench/key";
+    s->arg = s->kind == RDZV_OP_ADD ? "bench/counter" : "bench/key";
     s->stop_at = (double)secs;
   } else if (!coll && strcmp(s->scenario, "wait") != 0 &&
              strcmp(s->scenario, "add") != 0) {

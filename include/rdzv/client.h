@@ -160,7 +160,10 @@ typedef void (*rdzv_request_cb)(rdzv_client_t *c,
  * reply or with RDZV_EDEADLINE (timeout_s seconds after submission; for a
  * WAIT the server also enforces it), RDZV_ECONN_CLOSED (the connection
  * failed while the request was in flight), RDZV_ECANCELED (destroy). The
- * WAIT timeout is sent to the server as well.
+ * WAIT timeout is sent to the server as well, which answers at that
+ * deadline naming the keys still missing; for a WAIT the server holds, the
+ * client waits up to 250 ms + 10% of timeout_s (at most 2 s) longer for
+ * that answer before expiring it locally.
  * Returns 0; -EINVAL (bad op or shape); RDZV_EKEY_TOO_LONG,
  * RDZV_EVALUE_TOO_BIG, RDZV_EFRAME_TOO_BIG (too big to encode); RDZV_ENOMEM.
  * On a non-zero return cb never runs. May be called from a callback. */
