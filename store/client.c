@@ -377,7 +377,8 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
   if (req->op < RDZV_OP_SET || req->op > RDZV_OP_STATS ||
       req->nkeys > UINT32_MAX || req->nvals > UINT32_MAX ||
       (req->flags & ~RDZV_STORE_WRITE_ONCE) != 0 ||
-      (req->flags != 0 && req->op != RDZV_OP_SET && req->op != RDZV_OP_MSET))
+      (req->flags != 0 && req->op != RDZV_OP_SET && req->op != RDZV_OP_MSET &&
+       req->op != RDZV_OP_GET))
     return -EINVAL;
   sl = malloc((req->nkeys + req->nvals + 1) * sizeof *sl);
   if (sl == NULL)

@@ -382,6 +382,15 @@ static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
     }
     snprintf(what, sizeof what, "server error %s%s%s", rdzv_err_name(m->status),
              text[0] != '\0' ? ": " : "", text);
+    /* The request that broke the rule (req_id != 0) gets the server's
+     * status; the others were merely on the same connection. */
+    r = m->req_id != 0 ? rdzv__tab_find(c, m->req_id) : NULL;
+    if (r != NULL) {
+      rdzv__set_error(c, "%s", what);
+      rdzv__req_finish(c, r, NULL, m->status != 0 ? m->status : RDZV_EPROTO);
+      conn_lost(c, RDZV_ECONN_CLOSED, what);
+      return 1;
+    }
     conn_lost(c, m->status != 0 ? m->status : RDZV_EPROTO, what);
     return 1;
   }

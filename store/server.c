@@ -200,6 +200,11 @@ void rdzv__conn_reply(struct conn *c, struct rdzv_msg *reply) {
 }
 
 void rdzv__conn_fail(struct conn *c, int status, const char *text) {
+  rdzv__conn_fail_req(c, 0, status, text);
+}
+
+void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
+                         const char *text) {
   if (c->state == CONN_CLOSING || c->state == CONN_CLOSED)
     return;
   struct daemon *d = c->d;
@@ -211,6 +216,7 @@ void rdzv__conn_fail(struct conn *c, int status, const char *text) {
   memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_ERROR;
   m.flags = RDZV_F_REPLY;
+  m.req_id = req_id;
   m.status = status;
   m.keys.n = 1;
   m.keys.v = &s;
@@ -276,7 +282,7 @@ static void handle_frame(struct conn *c, const struct rdzv_msg *m) {
     char text[96];
     snprintf(text, sizeof(text), "%s request rejected",
              rdzv_msg_type_name(m->type));
-    rdzv__conn_fail(c, rc, text);
+    rdzv__conn_fail_req(c, m->req_id, rc, text);
     return;
   }
   if (m->type == RDZV_MSG_HELLO) {
@@ -284,8 +290,8 @@ static void handle_frame(struct conn *c, const struct rdzv_msg *m) {
     return;
   }
   if (++c->outstanding > d->cfg.max_outstanding) {
-    rdzv__conn_fail(c, RDZV_ETOO_MANY_REQUESTS,
-                    "over --max-outstanding requests");
+    rdzv__conn_fail_req(c, m->req_id, RDZV_ETOO_MANY_REQUESTS,
+                        "over --max-outstanding requests");
     return;
   }
   d->stats.ops[m->type].received++;

@@ -91,6 +91,9 @@ void rdzv__conn_reply(struct conn *c, struct rdzv_msg *reply);
 void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m);
 /* Sends an ERROR frame with status and text, then closes c. */
 void rdzv__conn_fail(struct conn *c, int status, const char *text);
+/* The same, naming the request that broke the rule. */
+void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
+                         const char *text);
 
 /* ---- jobs and roles ----------------------------------------------------- */
 

@@ -58,7 +58,9 @@ enum rdzv_msg_type {
   RDZV_MSG_HELLO = 1,
   /* keys[0], vals[0]; flag WRITE_ONCE. Reply: status. */
   RDZV_MSG_SET = 2,
-  /* keys[0]. Reply: vals[0]; a bit 0 = key is write-once; or ENOKEY. */
+  /* keys[0]; flag WRITE_ONCE = the reader knows the key is write-once, so
+   * a node may join it to an identical read in flight. Reply: vals[0];
+   * a bit 0 = key is write-once; or ENOKEY. */
   RDZV_MSG_GET = 3,
   /* keys[0..n), a = timeout in milliseconds (relative; clocks of hosts
    * differ). Reply: OK with vals = values of the keys (may be empty when
@@ -92,7 +94,9 @@ enum rdzv_msg_type {
    * object. */
   RDZV_MSG_STATS = 14,
   /* Reply-only: the peer broke a rule; status says which, keys[0] may
-   * hold a message. The connection is closed after it. */
+   * hold a message, req_id names the offending request (0 when the rule
+   * concerns the connection: hello, framing, limits on connections). The
+   * connection is closed after it. */
   RDZV_MSG_ERROR = 15,
 };
 #define RDZV_MSG_TYPE_MAX 15
@@ -147,8 +151,11 @@ void rdzv_buf_consume(struct rdzv_buf *b, size_t n);
 /* Frees the memory and zeroes the struct. NULL-safe. */
 void rdzv_buf_free(struct rdzv_buf *b);
 
-/* Appends one encoded frame of msg to out. Returns 0, RDZV_ENOMEM, or
- * RDZV_EFRAME_TOO_BIG if the body would not fit in the u32 length. */
+/* Appends one encoded frame of msg to out. Returns 0, RDZV_ENOMEM,
+ * RDZV_EFRAME_TOO_BIG if the body would not fit in the u32 length, or
+ * RDZV_EPROTO for an item list that cannot be encoded (raw list not
+ * matching its count, n > 0 with neither v nor raw). On error out is
+ * unchanged. */
 int rdzv_msg_encode(const struct rdzv_msg *msg, struct rdzv_buf *out);
 
 /* Decodes the frame at the start of p[0..n).

@@ -9,6 +9,8 @@
  * Clients are spread round-robin over the addresses. Scenarios:
  *   wait KEY          every client waits for KEY; prints "wait ok N"
  *   add KEY           every client adds 1; prints each returned value
+ *   get KEY           every client reads a write-once KEY (hinted, so
+ *                     nodes coalesce the reads); prints "get ok N"
  *   barrier NAME CNT  client i is member base+i; prints "barrier ok N"
  *   gather NAME CNT   client i gives "m<id>"; checks every result holds
  *                     CNT entries "m0".."m<CNT-1>" in order; prints
@@ -139,6 +141,9 @@ static int submit(struct cl *k) {
   } else if (strcmp(s->scenario, "add") == 0) {
     req.op = RDZV_OP_ADD;
     req.a = 1;
+  } else if (strcmp(s->scenario, "get") == 0) {
+    req.op = RDZV_OP_GET;
+    req.flags = RDZV_STORE_WRITE_ONCE;
   } else if (strcmp(s->scenario, "barrier") == 0 ||
              strcmp(s->scenario, "gather") == 0) {
     req.op = s->scenario[0] == 'b' ? RDZV_OP_BARRIER : RDZV_OP_GATHER;
@@ -202,7 +207,7 @@ static int usage(void) {
   fprintf(stderr,
           "usage: rdzv-swarm --addrs A[,B...] --job JOB --clients N\n"
           "       [--member-base B] [--timeout S] [--sync] SCENARIO ARGS\n"
-          "scenarios: wait KEY | add KEY | barrier NAME COUNT |\n"
+          "scenarios: wait KEY | add KEY | get KEY | barrier NAME COUNT |\n"
           "           gather NAME COUNT | ops SECONDS set|get|add\n");
   return 2;
 }
@@ -261,7 +266,8 @@ static int parse_scenario(struct swarm *s, int argc, char **argv, int i) {
     s->arg = s->kind == RDZV_OP_ADD ? "bench/counter" : "bench/key";
     s->stop_at = (double)secs;
   } else if (!coll && strcmp(s->scenario, "wait") != 0 &&
-             strcmp(s->scenario, "add") != 0) {
+             strcmp(s->scenario, "add") != 0 &&
+             strcmp(s->scenario, "get") != 0) {
     return -1;
   }
   return i == argc ? 0 : -1;

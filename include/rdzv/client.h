@@ -126,7 +126,10 @@ struct rdzv_bytes {
  * same number (store/wire.h). Keys and values are copied at submission. */
 struct rdzv_request {
   enum rdzv_op op;
-  unsigned flags; /* RDZV_STORE_WRITE_ONCE for SET and MSET */
+  /* RDZV_STORE_WRITE_ONCE: for SET and MSET, make the keys immutable; for
+   * GET, a hint that the key is write-once, letting nodes join identical
+   * reads in flight into one. */
+  unsigned flags;
   int64_t a;
   int64_t b;
   size_t nkeys;

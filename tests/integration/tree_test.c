@@ -212,6 +212,37 @@ static void test_wait_one_key(void **state) {
   assert_true(got >= 1 && got <= FANOUT);
 }
 
+/* A write-once key read by 1,000 clients: each node forwards one read
+ * (the others join it), and a second round is served from the nodes'
+ * caches without reaching the root. */
+static void test_write_once_cached(void **state) {
+  (void)state;
+  rdzv_client_t *c = connect_to(T.root_addr);
+  assert_int_equal(rdzv_store_set(c, "uid/world/1", "id-bytes", 8,
+                                  RDZV_STORE_WRITE_ONCE, 30), 0);
+  assert_int_equal(rdzv_store_set(c, "uid/world/1", "other", 5,
+                                  RDZV_STORE_WRITE_ONCE, 30),
+                   RDZV_EWRITE_ONCE);
+  rdzv_client_destroy(c);
+  int64_t root_gets = stats_at(T.root_addr, "ops.get.received");
+  int64_t hits = leaf_sum("cache_hits");
+  char line[32];
+  snprintf(line, sizeof(line), "get ok %d", NCLIENTS / NSWARMS);
+  char *out = run_swarms("get", "uid/world/1", NULL);
+  assert_int_equal(count_lines(out, line), NSWARMS);
+  free(out);
+  int64_t first = stats_at(T.root_addr, "ops.get.received") - root_gets;
+  printf("root received %" PRId64 " reads for %d readers\n", first,
+         NCLIENTS);
+  assert_true(first >= 1 && first <= FANOUT);
+  out = run_swarms("get", "uid/world/1", NULL);
+  assert_int_equal(count_lines(out, line), NSWARMS);
+  free(out);
+  int64_t second = stats_at(T.root_addr, "ops.get.received") - root_gets;
+  assert_int_equal(second, first); /* all from the leaves' caches */
+  assert_true(leaf_sum("cache_hits") - hits >= NCLIENTS);
+}
+
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return x < y ? -1 : x > y;
@@ -280,6 +311,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wait_one_key),
       cmocka_unit_test(test_add_combined),
+      cmocka_unit_test(test_write_once_cached),
       cmocka_unit_test(test_barrier),
       cmocka_unit_test(test_gather),
   };

@@ -232,7 +232,11 @@ static void test_submit_args(void **state) {
   f->c = make_client("unix:/nonexistent/x.sock", JOB);
   assert_int_equal(rdzv_client_submit(f->c, &req, 1, rec_cb, &r), -EINVAL);
   req.nkeys = 1;
+  req.op = RDZV_OP_DELETE; /* WRITE_ONCE means nothing to a delete */
   req.flags = RDZV_STORE_WRITE_ONCE;
+  assert_int_equal(rdzv_client_submit(f->c, &req, 1, rec_cb, &r), -EINVAL);
+  req.flags = 0x80; /* no such flag */
+  req.op = RDZV_OP_GET;
   assert_int_equal(rdzv_client_submit(f->c, &req, 1, rec_cb, &r), -EINVAL);
   req.flags = 0;
   assert_int_equal(rdzv_client_submit(f->c, &req, 1, NULL, &r), -EINVAL);
