@@ -1,0 +1,640 @@
+/* rdzvctl: a command-line client of the rdzv store, for operators and
+ * scripts. One process runs one command over the blocking API of
+ * rdzv/store.h and maps the outcome to an exit status a shell can test
+ * (see usage_text below, printed by `rdzvctl help`).
+ *
+ * Configuration is read in one place, parse_globals(): the options before
+ * the command, then RDZV_ADDR and RDZV_JOB for what they did not give. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rdzv/rdzv.h"
+
+enum {
+  EXIT_OK = 0,
+  EXIT_FAILED = 1,
+  EXIT_USAGE = 2,
+  EXIT_DEADLINE = 3,
+  EXIT_CONNECT = 4,
+};
+
+#define DEFAULT_TIMEOUT_S 30.0
+
+static const char usage_text[] =
+    "usage: rdzvctl [--addr ADDR] [--job JOB] [--timeout SECONDS] COMMAND "
+    "ARGS...\n"
+    "\n"
+    "Options (before the command):\n"
+    "  --addr ADDR        server: unix:/path, tcp:HOST:PORT or HOST:PORT\n"
+    "                     (default: $RDZV_ADDR)\n"
+    "  --job JOB          job id, the namespace of every key (default:\n"
+    "                     $RDZV_JOB); required, there is no default job\n"
+    "  --timeout SECONDS  deadline for connecting and the command together,\n"
+    "                     > 0 (default 30)\n"
+    "\n"
+    "Commands:\n"
+    "  set KEY VALUE [--write-once]   set KEY (write-once: immutable)\n"
+    "  get KEY                        print the value, then a newline\n"
+    "  wait KEY...                    wait until every KEY exists\n"
+    "  add KEY DELTA                  add DELTA (int64), print the new value\n"
+    "  cas KEY EXPECTED DESIRED       set KEY to DESIRED if it holds EXPECTED\n"
+    "                                 (\"\" matches a missing key)\n"
+    "  delete KEY                     delete KEY (fails if it does not exist)\n"
+    "  mget KEY...                    print the values, one per line\n"
+    "  mset KEY VALUE [KEY VALUE...] [--write-once]\n"
+    "                                 set several keys at once\n"
+    "  append KEY VALUE               append VALUE to KEY's value\n"
+    "  num-keys                       print the number of keys in the job\n"
+    "  barrier NAME MEMBER COUNT      wait until COUNT members reach NAME\n"
+    "  gather NAME MEMBER COUNT DATA  contribute DATA; print every member's\n"
+    "                                 contribution as MEMBER<TAB>DATA lines,\n"
+    "                                 in member order\n"
+    "  stats                          print the server's statistics (one JSON\n"
+    "                                 object, as received)\n"
+    "  help                           print this text\n"
+    "\n"
+    "Exit status:\n"
+    "  0  success\n"
+    "  1  the operation failed (key not found, compare-and-set mismatch,\n"
+    "     write-once conflict, not a number, ...); message on stderr\n"
+    "  2  usage error (unknown command, wrong arguments, no job id)\n"
+    "  3  deadline passed; stderr names what was missing\n"
+    "  4  could not connect, hello refused, or connection lost\n";
+
+/* Everything one run needs: the parsed options and the open handle. */
+struct ctl {
+  const char *addr;
+  const char *job;
+  double timeout_s;
+  struct timespec start;
+  const char *cmd;
+  rdzv_client_t *client;
+};
+
+struct command {
+  const char *name;
+  int min_args; /* after the command name */
+  int max_args; /* -1: no limit */
+  int (*run)(struct ctl *ctl, int argc, char **argv);
+};
+
+/* ---- Messages and exit codes ------------------------------------------ */
+
+static void usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/* "rdzvctl: MESSAGE" and a pointer to the help, for exit status 2. */
+static void usage_error(const char *fmt, ...) {
+  va_list ap;
+
+  fputs("rdzvctl: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\nrdzvctl: try 'rdzvctl help'\n", stderr);
+}
+
+/* "rdzvctl: CMD WHAT: strerror (last_error)". */
+static void report(const struct ctl *ctl, const char *what, int err) {
+  const char *detail = "";
+
+  if (ctl->client != NULL)
+    detail = rdzv_client_last_error(ctl->client);
+  fprintf(stderr, "rdzvctl: %s%s%s: %s [%s]", ctl->cmd,
+          what[0] != '\0' ? " " : "", what, rdzv_strerror(err),
+          rdzv_err_name(err));
+  if (detail[0] != '\0')
+    fprintf(stderr, " (%s)", detail);
+  fputc('\n', stderr);
+}
+
+/* Statuses meaning "no usable connection to the server". */
+static int is_connection_error(int err) {
+  switch (err) {
+  case RDZV_ECONN_CLOSED:
+  case RDZV_ENOTCONN:
+  case RDZV_EHELLO:
+  case RDZV_EPROTO_VERSION:
+  case RDZV_EJOB_MISMATCH:
+  case RDZV_ETOO_MANY_CONNECTIONS:
+  case -ECONNREFUSED:
+  case -ECONNRESET:
+  case -ECONNABORTED:
+  case -EPIPE:
+  case -ENOENT:
+  case -EHOSTUNREACH:
+  case -ENETUNREACH:
+  case -ETIMEDOUT:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static int exit_code(int err) {
+  if (err == 0)
+    return EXIT_OK;
+  if (err == RDZV_EDEADLINE)
+    return EXIT_DEADLINE;
+  /* The library's "NULL or empty argument": an empty KEY or NAME. */
+  if (err == -EINVAL)
+    return EXIT_USAGE;
+  if (is_connection_error(err))
+    return EXIT_CONNECT;
+  return EXIT_FAILED;
+}
+
+/* Reports a failed store call and returns its exit code. */
+static int fail(const struct ctl *ctl, const char *what, int err) {
+  report(ctl, what, err);
+  return exit_code(err);
+}
+
+/* ---- Argument parsing ------------------------------------------------- */
+
+/* Parses a whole decimal int64; 0 or -1. */
+static int parse_i64(const char *s, int64_t *out) {
+  char *end = NULL;
+  long long v;
+
+  errno = 0;
+  v = strtoll(s, &end, 10);
+  if (s[0] == '\0' || end == s || *end != '\0' || errno != 0)
+    return -1;
+  *out = (int64_t)v;
+  return 0;
+}
+
+/* Parses a whole decimal uint64 (no sign: strtoull would wrap "-1"). */
+static int parse_u64(const char *s, uint64_t *out) {
+  char *end = NULL;
+  unsigned long long v;
+
+  if (s[0] < '0' || s[0] > '9')
+    return -1;
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0)
+    return -1;
+  *out = (uint64_t)v;
+  return 0;
+}
+
+/* Parses a positive, finite number of seconds; 0 or -1. */
+static int parse_seconds(const char *s, double *out) {
+  char *end = NULL;
+  double v;
+
+  errno = 0;
+  v = strtod(s, &end);
+  if (s[0] == '\0' || end == s || *end != '\0' || errno != 0 || !isfinite(v) ||
+      v <= 0)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+/* If argv[*i] is --NAME VALUE or --NAME=VALUE, stores VALUE in *val,
+ * advances *i past it and returns 1; 0 if it is another option; -1 if the
+ * value is missing. */
+static int take_opt(int argc, char **argv, int *i, const char *name,
+                    const char **val) {
+  const char *a = argv[*i] + 2;
+  size_t n = strlen(name);
+
+  if (strncmp(a, name, n) != 0)
+    return 0;
+  if (a[n] == '=') {
+    *val = a + n + 1;
+    *i += 1;
+    return 1;
+  }
+  if (a[n] != '\0')
+    return 0;
+  if (*i + 1 >= argc)
+    return -1;
+  *val = argv[*i + 1];
+  *i += 2;
+  return 1;
+}
+
+/* One global option at argv[*i]; 0 or EXIT_USAGE. */
+static int parse_one_global(struct ctl *ctl, int argc, char **argv, int *i,
+                            const char **timeout) {
+  static const char *const names[] = {"addr", "job", "timeout"};
+  const char **dest[] = {&ctl->addr, &ctl->job, timeout};
+  size_t k;
+  int r;
+
+  for (k = 0; k < sizeof names / sizeof names[0]; k++) {
+    r = take_opt(argc, argv, i, names[k], dest[k]);
+    if (r < 0) {
+      usage_error("option --%s needs a value", names[k]);
+      return EXIT_USAGE;
+    }
+    if (r > 0)
+      return 0;
+  }
+  usage_error("unknown option '%s'", argv[*i]);
+  return EXIT_USAGE;
+}
+
+/* Reads the options before the command, then the environment for what
+ * they left unset. *cmd_idx receives the index of the command word. */
+static int parse_globals(struct ctl *ctl, int argc, char **argv, int *cmd_idx) {
+  const char *timeout = NULL;
+  int i = 1;
+  int err;
+
+  ctl->timeout_s = DEFAULT_TIMEOUT_S;
+  while (i < argc && strncmp(argv[i], "--", 2) == 0) {
+    if (strcmp(argv[i], "--") == 0) {
+      i++;
+      break;
+    }
+    if (strcmp(argv[i], "--help") == 0)
+      break;
+    err = parse_one_global(ctl, argc, argv, &i, &timeout);
+    if (err != 0)
+      return err;
+  }
+  if (timeout != NULL && parse_seconds(timeout, &ctl->timeout_s) < 0) {
+    usage_error("--timeout '%s' is not a positive number of seconds", timeout);
+    return EXIT_USAGE;
+  }
+  if (ctl->addr == NULL)
+    ctl->addr = getenv("RDZV_ADDR");
+  if (ctl->job == NULL)
+    ctl->job = getenv("RDZV_JOB");
+  *cmd_idx = i;
+  return 0;
+}
+
+/* Removes every "--write-once" from argv[0..*argc); returns the flags. */
+static unsigned take_write_once(int *argc, char **argv) {
+  unsigned flags = 0;
+  int i;
+  int j = 0;
+
+  for (i = 0; i < *argc; i++) {
+    if (strcmp(argv[i], "--write-once") == 0)
+      flags = RDZV_STORE_WRITE_ONCE;
+    else
+      argv[j++] = argv[i];
+  }
+  *argc = j;
+  return flags;
+}
+
+/* ---- Deadline and connection ------------------------------------------ */
+
+/* Seconds left of --timeout; never 0 or less, which would mean "one
+ * attempt" to the library rather than "expired". */
+static double remaining(const struct ctl *ctl) {
+  struct timespec now;
+  double used;
+
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  used = (double)(now.tv_sec - ctl->start.tv_sec) +
+         (double)(now.tv_nsec - ctl->start.tv_nsec) / 1e9;
+  if (ctl->timeout_s - used < 0.001)
+    return 0.001;
+  return ctl->timeout_s - used;
+}
+
+/* Creates the handle and connects, so that "could not connect" (exit 4)
+ * stays apart from "connected, but the command's deadline passed"
+ * (exit 3). */
+static int open_client(struct ctl *ctl) {
+  struct rdzv_client_opts opts;
+  int err;
+
+  rdzv_client_opts_init(&opts);
+  opts.addr = ctl->addr;
+  opts.job_id = ctl->job;
+  err = rdzv_client_create(&opts, &ctl->client);
+  if (err == RDZV_EBAD_ADDR || err == RDZV_EJOB_ID_MISSING) {
+    fprintf(stderr, "rdzvctl: %s '%s': %s\n",
+            err == RDZV_EBAD_ADDR ? "--addr" : "--job",
+            err == RDZV_EBAD_ADDR ? ctl->addr : ctl->job, rdzv_strerror(err));
+    return EXIT_USAGE;
+  }
+  if (err < 0) {
+    report(ctl, "", err);
+    return EXIT_FAILED;
+  }
+  err = rdzv_client_connect(ctl->client, remaining(ctl));
+  if (err < 0) {
+    fprintf(stderr, "rdzvctl: could not connect to %s: %s [%s] (%s)\n",
+            ctl->addr, rdzv_strerror(err), rdzv_err_name(err),
+            rdzv_client_last_error(ctl->client));
+    return EXIT_CONNECT;
+  }
+  return EXIT_OK;
+}
+
+/* ---- Output ----------------------------------------------------------- */
+
+/* Writes data[0..len) and a newline to stdout. */
+static void put_line(const void *data, size_t len) {
+  if (len > 0)
+    fwrite(data, 1, len, stdout);
+  fputc('\n', stdout);
+}
+
+/* ---- Commands --------------------------------------------------------- */
+
+static int cmd_set(struct ctl *ctl, int argc, char **argv) {
+  unsigned flags = take_write_once(&argc, argv);
+  int err;
+
+  if (argc != 2) {
+    usage_error("usage: set KEY VALUE [--write-once]");
+    return EXIT_USAGE;
+  }
+  err = rdzv_store_set(ctl->client, argv[0], argv[1], strlen(argv[1]), flags,
+                       remaining(ctl));
+  return err < 0 ? fail(ctl, argv[0], err) : EXIT_OK;
+}
+
+static int cmd_get(struct ctl *ctl, int argc, char **argv) {
+  void *val = NULL;
+  size_t len = 0;
+  int err;
+
+  err = rdzv_store_get(ctl->client, argv[0], &val, &len, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, argv[0], err);
+  put_line(val, len);
+  rdzv_free(val);
+  return EXIT_OK;
+}
+
+static int cmd_wait(struct ctl *ctl, int argc, char **argv) {
+  int err;
+
+  err = rdzv_store_wait(ctl->client, (const char *const *)argv, (size_t)argc,
+                        remaining(ctl));
+  return err < 0 ? fail(ctl, argc == 1 ? argv[0] : "", err) : EXIT_OK;
+}
+
+static int cmd_add(struct ctl *ctl, int argc, char **argv) {
+  int64_t delta;
+  int64_t val = 0;
+  int err;
+
+  if (parse_i64(argv[1], &delta) < 0) {
+    usage_error("add: DELTA '%s' is not a decimal int64", argv[1]);
+    return EXIT_USAGE;
+  }
+  err = rdzv_store_add(ctl->client, argv[0], delta, &val, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, argv[0], err);
+  printf("%" PRId64 "\n", val);
+  return EXIT_OK;
+}
+
+static int cmd_cas(struct ctl *ctl, int argc, char **argv) {
+  void *cur = NULL;
+  size_t cur_len = 0;
+  int err;
+
+  err = rdzv_store_cas(ctl->client, argv[0], argv[1], strlen(argv[1]), argv[2],
+                       strlen(argv[2]), &cur, &cur_len, remaining(ctl));
+  if (err == RDZV_ECAS_FAILED)
+    fprintf(stderr, "rdzvctl: cas %s: %s: current value is '%.*s'\n", argv[0],
+            rdzv_strerror(err), (int)cur_len,
+            cur != NULL ? (const char *)cur : "");
+  else if (err < 0)
+    report(ctl, argv[0], err);
+  rdzv_free(cur);
+  return exit_code(err);
+}
+
+static int cmd_delete(struct ctl *ctl, int argc, char **argv) {
+  int deleted = 0;
+  int err;
+
+  err = rdzv_store_delete(ctl->client, argv[0], &deleted, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, argv[0], err);
+  if (!deleted) {
+    fprintf(stderr, "rdzvctl: delete %s: %s\n", argv[0],
+            rdzv_strerror(RDZV_ENOKEY));
+    return EXIT_FAILED;
+  }
+  return EXIT_OK;
+}
+
+static int cmd_mget(struct ctl *ctl, int argc, char **argv) {
+  struct rdzv_value *vals = NULL;
+  size_t i;
+  int err;
+
+  err = rdzv_store_mget(ctl->client, (const char *const *)argv, (size_t)argc,
+                        &vals, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, "", err);
+  for (i = 0; i < (size_t)argc; i++)
+    put_line(vals[i].data, vals[i].len);
+  rdzv_values_free(vals, (size_t)argc);
+  return EXIT_OK;
+}
+
+/* mset: argv holds KEY VALUE pairs, --write-once anywhere. */
+static int cmd_mset(struct ctl *ctl, int argc, char **argv) {
+  unsigned flags = take_write_once(&argc, argv);
+  size_t n = (size_t)argc / 2;
+  const char **keys;
+  struct rdzv_value *vals;
+  size_t i;
+  int err;
+
+  if (argc == 0 || argc % 2 != 0) {
+    usage_error("usage: mset KEY VALUE [KEY VALUE...] [--write-once]");
+    return EXIT_USAGE;
+  }
+  keys = calloc(n, sizeof *keys);
+  vals = calloc(n, sizeof *vals);
+  err = keys == NULL || vals == NULL ? RDZV_ENOMEM : 0;
+  for (i = 0; err == 0 && i < n; i++) {
+    keys[i] = argv[2 * i];
+    vals[i].data = argv[2 * i + 1];
+    vals[i].len = strlen(argv[2 * i + 1]);
+  }
+  if (err == 0)
+    err = rdzv_store_mset(ctl->client, keys, vals, n, flags, remaining(ctl));
+  free(keys);
+  free(vals);
+  return err < 0 ? fail(ctl, "", err) : EXIT_OK;
+}
+
+static int cmd_append(struct ctl *ctl, int argc, char **argv) {
+  int err;
+
+  err = rdzv_store_append(ctl->client, argv[0], argv[1], strlen(argv[1]),
+                          remaining(ctl));
+  return err < 0 ? fail(ctl, argv[0], err) : EXIT_OK;
+}
+
+static int cmd_num_keys(struct ctl *ctl, int argc, char **argv) {
+  int64_t n = 0;
+  int err;
+
+  err = rdzv_store_num_keys(ctl->client, &n, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, "", err);
+  printf("%" PRId64 "\n", n);
+  return EXIT_OK;
+}
+
+/* MEMBER and COUNT of barrier and gather: COUNT >= 1. */
+static int parse_member_count(char **argv, uint64_t *member, uint64_t *count) {
+  if (parse_u64(argv[1], member) < 0) {
+    usage_error("MEMBER '%s' is not a decimal uint64", argv[1]);
+    return EXIT_USAGE;
+  }
+  if (parse_u64(argv[2], count) < 0 || *count == 0 ||
+      *count > (uint64_t)INT64_MAX) {
+    usage_error("COUNT '%s' is not a positive decimal int64", argv[2]);
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
+static int cmd_barrier(struct ctl *ctl, int argc, char **argv) {
+  uint64_t member;
+  uint64_t count;
+  int err;
+
+  err = parse_member_count(argv, &member, &count);
+  if (err != EXIT_OK)
+    return err;
+  err = rdzv_store_barrier(ctl->client, argv[0], member, count, remaining(ctl));
+  return err < 0 ? fail(ctl, argv[0], err) : EXIT_OK;
+}
+
+static int cmd_gather(struct ctl *ctl, int argc, char **argv) {
+  struct rdzv_value *out = NULL;
+  uint64_t member;
+  uint64_t count;
+  uint64_t i;
+  int err;
+
+  err = parse_member_count(argv, &member, &count);
+  if (err != EXIT_OK)
+    return err;
+  err = rdzv_store_gather(ctl->client, argv[0], member, count, argv[3],
+                          strlen(argv[3]), &out, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, argv[0], err);
+  for (i = 0; i < count; i++) {
+    printf("%" PRIu64 "\t", out[i].member);
+    put_line(out[i].data, out[i].len);
+  }
+  rdzv_values_free(out, (size_t)count);
+  return EXIT_OK;
+}
+
+/* Prints the JSON text exactly as the server sent it: scripts parse it. */
+static int cmd_stats(struct ctl *ctl, int argc, char **argv) {
+  char *json = NULL;
+  int err;
+
+  err = rdzv_store_stats(ctl->client, &json, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, "", err);
+  put_line(json, strlen(json));
+  rdzv_free(json);
+  return EXIT_OK;
+}
+
+static const struct command commands[] = {
+    {"set", 2, -1, cmd_set},        {"get", 1, 1, cmd_get},
+    {"wait", 1, 65536, cmd_wait},   {"add", 2, 2, cmd_add},
+    {"cas", 3, 3, cmd_cas},         {"delete", 1, 1, cmd_delete},
+    {"mget", 1, -1, cmd_mget},      {"mset", 2, -1, cmd_mset},
+    {"append", 2, 2, cmd_append},   {"num-keys", 0, 0, cmd_num_keys},
+    {"barrier", 3, 3, cmd_barrier}, {"gather", 4, 4, cmd_gather},
+    {"stats", 0, 0, cmd_stats},
+};
+
+/* ---- main ------------------------------------------------------------- */
+
+static const struct command *find_command(const char *name) {
+  size_t i;
+
+  for (i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    if (strcmp(commands[i].name, name) == 0)
+      return &commands[i];
+  }
+  return NULL;
+}
+
+/* Checks the command's arguments and the required options. */
+static int check_call(const struct ctl *ctl, const struct command *cmd,
+                      int argc) {
+  if (argc < cmd->min_args || (cmd->max_args >= 0 && argc > cmd->max_args)) {
+    usage_error("wrong number of arguments for '%s'", cmd->name);
+    return EXIT_USAGE;
+  }
+  if (ctl->job == NULL || ctl->job[0] == '\0') {
+    usage_error("no job id: pass --job JOB or set RDZV_JOB");
+    return EXIT_USAGE;
+  }
+  if (ctl->addr == NULL || ctl->addr[0] == '\0') {
+    usage_error("no server address: pass --addr ADDR or set RDZV_ADDR");
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
+/* Flushes stdout; a failed write (full disk, closed pipe) fails the run. */
+static int finish_output(int code) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "rdzvctl: writing output: %s\n", strerror(errno));
+    return code == EXIT_OK ? EXIT_FAILED : code;
+  }
+  return code;
+}
+
+int main(int argc, char **argv) {
+  struct ctl ctl = {0};
+  const struct command *cmd;
+  int idx = 0;
+  int code;
+
+  clock_gettime(CLOCK_MONOTONIC, &ctl.start);
+  code = parse_globals(&ctl, argc, argv, &idx);
+  if (code != EXIT_OK)
+    return code;
+  if (idx >= argc) {
+    usage_error("no command");
+    return EXIT_USAGE;
+  }
+  ctl.cmd = argv[idx];
+  if (strcmp(ctl.cmd, "help") == 0 || strcmp(ctl.cmd, "--help") == 0 ||
+      strcmp(ctl.cmd, "-h") == 0) {
+    fputs(usage_text, stdout);
+    return finish_output(EXIT_OK);
+  }
+  cmd = find_command(ctl.cmd);
+  if (cmd == NULL) {
+    usage_error("unknown command '%s'", ctl.cmd);
+    return EXIT_USAGE;
+  }
+  code = check_call(&ctl, cmd, argc - idx - 1);
+  if (code == EXIT_OK)
+    code = open_client(&ctl);
+  if (code == EXIT_OK)
+    code = cmd->run(&ctl, argc - idx - 1, argv + idx + 1);
+  rdzv_client_destroy(ctl.client);
+  return finish_output(code);
+}
