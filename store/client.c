@@ -374,7 +374,7 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
   struct rdzv_slice *sl;
   int err;
 
-  if (req->op < RDZV_OP_SET || req->op > RDZV_OP_STATS ||
+  if (req->op < RDZV_OP_SET || req->op > RDZV_OP_ABORT ||
       req->nkeys > UINT32_MAX || req->nvals > UINT32_MAX ||
       (req->flags & ~RDZV_STORE_WRITE_ONCE) != 0 ||
       (req->flags != 0 && req->op != RDZV_OP_SET && req->op != RDZV_OP_MSET &&

@@ -9,6 +9,7 @@
 #include "store/kvs.h"
 #include "store/server_int.h"
 #include "store/waits.h"
+#include "store/node_int.h"
 
 struct lreq { /* a local request waiting for an upstream answer */
   struct conn *c;
@@ -60,18 +61,8 @@ struct ncoll { /* combined contributions to one barrier or gather */
   uv_timer_t timer;
 };
 
-struct node_job {
-  struct daemon *d;
-  struct job *job;
-  struct upstream *up;
-  struct kv_table cache; /* write-once keys */
-  struct waitset waits;
-  struct nget *gets;
-  struct nadd *adds;
-  struct ncoll *colls;
-};
-
-static void reply_status(struct conn *c, const struct rdzv_msg *m, int st) {
+void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,
+                             int st) {
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, st);
   rdzv__conn_reply(c, &r);
@@ -227,7 +218,7 @@ static void on_fwd_reply(struct daemon *d, const struct rdzv_msg *r,
 
 /* Forwards m unchanged; keeps key (and value, for a write-once SET) so the
  * reply can fill the cache. */
-static void forward(struct node_job *nj, struct conn *c,
+void rdzv__node_forward(struct node_job *nj, struct conn *c,
                     const struct rdzv_msg *m) {
   struct rdzv_slice k = {NULL, 0}, v = {NULL, 0};
   bool cache_set = m->type == RDZV_MSG_SET && (m->flags & RDZV_F_WRITE_ONCE);
@@ -239,7 +230,7 @@ static void forward(struct node_job *nj, struct conn *c,
   struct lreq *l = f ? lreq_new(c, m->req_id) : NULL;
   if (l == NULL) {
     free(f);
-    reply_status(c, m, RDZV_ENOMEM);
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
   f->nj = nj;
@@ -304,14 +295,14 @@ static void handle_get(struct node_job *nj, struct conn *c,
     return;
   }
   if (!(m->flags & RDZV_F_WRITE_ONCE)) {
-    forward(nj, c, m);
+    rdzv__node_forward(nj, c, m);
     return;
   }
   struct nget *g = NULL;
   HASH_FIND(hh, nj->gets, k.p, k.n, g);
   struct lreq *l = lreq_new(c, m->req_id);
   if (l == NULL) {
-    reply_status(c, m, RDZV_ENOMEM);
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
   if (g != NULL) {
@@ -356,7 +347,7 @@ static void handle_mget(struct node_job *nj, struct conn *c,
   }
   if (vals == NULL || i < m->keys.n) {
     free(vals);
-    forward(nj, c, m);
+    rdzv__node_forward(nj, c, m);
     return;
   }
   struct rdzv_msg r;
@@ -452,7 +443,7 @@ static struct nadd *nadd_get(struct node_job *nj, struct rdzv_slice k) {
 
 /* Schedules a flush after a quiet interval (flush_ms without new input),
  * but no later than flush_max_ms after the first held input. */
-static void schedule(struct daemon *d, uv_timer_t *t, uint64_t first_ms,
+void rdzv__node_schedule(struct daemon *d, uv_timer_t *t, uint64_t first_ms,
                      uv_timer_cb cb) {
   uint64_t now = rdzv__now_ms(d);
   uint64_t limit = first_ms + d->cfg.flush_max_ms;
@@ -469,7 +460,7 @@ static void handle_add(struct node_job *nj, struct conn *c,
   struct nadd *ad = nadd_get(nj, k);
   struct lreq *l = ad ? lreq_new(c, m->req_id) : NULL;
   if (l == NULL) {
-    reply_status(c, m, RDZV_ENOMEM);
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
   int64_t sum;
@@ -486,7 +477,7 @@ static void handle_add(struct node_job *nj, struct conn *c,
   ad->pending_tail = &l->next;
   ad->pending_sum = ad->pending == l ? m->a : sum;
   if (!ad->inflight)
-    schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
+    rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
 }
 
 /* ---- collectives: combined per node ---------------------------------------- */
@@ -622,11 +613,11 @@ static void handle_collective(struct node_job *nj, struct conn *c,
                               const struct rdzv_msg *m) {
   struct ncoll *co = ncoll_get(nj, m);
   if (co == NULL) {
-    reply_status(c, m, RDZV_ENOMEM);
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
   if (co->count != (uint64_t)m->b) {
-    reply_status(c, m, RDZV_ECOUNT_MISMATCH);
+    rdzv__node_reply_status(c, m, RDZV_ECOUNT_MISMATCH);
     return;
   }
   if (co->done) {
@@ -640,7 +631,7 @@ static void handle_collective(struct node_job *nj, struct conn *c,
       rdzv__conn_unref(c);
       free(l);
     }
-    reply_status(c, m, RDZV_ENOMEM);
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
   if (co->npending == 0)
@@ -656,7 +647,7 @@ static void handle_collective(struct node_job *nj, struct conn *c,
   if (co->seen >= co->count)
     coll_flush(co);
   else
-    schedule(nj->d, &co->timer, co->first_ms, on_coll_timer);
+    rdzv__node_schedule(nj->d, &co->timer, co->first_ms, on_coll_timer);
 }
 
 /* ---- dispatch, job state --------------------------------------------------- */
@@ -699,7 +690,7 @@ void rdzv__node_handle(struct daemon *d, struct conn *c,
                        const struct rdzv_msg *m) {
   struct node_job *nj = node_job(d, c->job);
   if (nj == NULL) {
-    reply_status(c, m, RDZV_ENOMEM);
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
   switch (m->type) {
@@ -710,7 +701,9 @@ void rdzv__node_handle(struct daemon *d, struct conn *c,
   case RDZV_MSG_BARRIER:
   case RDZV_MSG_GATHER: handle_collective(nj, c, m); break;
   case RDZV_MSG_STATS: handle_stats(d, c, m); break;
-  default: forward(nj, c, m); break;
+  case RDZV_MSG_JOIN: rdzv__node_join(nj, c, m); break;
+  case RDZV_MSG_ABORT: rdzv__node_abort(nj, c, m); break;
+  default: rdzv__node_forward(nj, c, m); break;
   }
 }
 
@@ -745,6 +738,7 @@ void rdzv__node_job_free(struct job *j) {
    * requests before the tables go. */
   rdzv__upstream_destroy(nj->up);
   rdzv__waits_clear(&nj->waits);
+  rdzv__node_joins_free(nj);
   struct nadd *ad, *at;
   HASH_ITER(hh, nj->adds, ad, at) {
     HASH_DEL(nj->adds, ad);

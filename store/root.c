@@ -9,6 +9,7 @@
 #include "store/kvs.h"
 #include "store/server_int.h"
 #include "store/waits.h"
+#include "store/root_int.h"
 
 struct member {
   UT_hash_handle hh;
@@ -36,12 +37,6 @@ struct coll {
   struct pending *pend;
 };
 
-struct kvs {
-  struct daemon *d;
-  struct kv_table kv;
-  struct coll *colls;
-  struct waitset waits;
-};
 
 /* ---- job state ------------------------------------------------------------- */
 
@@ -192,8 +187,12 @@ static void handle_delete(struct kvs *s, struct conn *c,
   struct rdzv_slice k;
   item(&m->keys, 0, &k);
   struct rdzv_msg r;
-  rdzv__reply_init(&r, m, 0);
-  r.a = rdzv__kv_delete(&s->kv, k.p, k.n);
+  struct kv_entry *e = rdzv__kv_find(&s->kv, k.p, k.n);
+  /* Nodes cache write-once keys for good: deleting one would leave stale
+   * copies, so it is refused (generations remove their own keys). */
+  rdzv__reply_init(&r, m, e != NULL && e->write_once ? RDZV_EWRITE_ONCE : 0);
+  if (r.status == 0)
+    r.a = rdzv__kv_delete(&s->kv, k.p, k.n);
   rdzv__conn_reply(c, &r);
 }
 
@@ -447,10 +446,25 @@ void rdzv__root_handle(struct daemon *d, struct conn *c,
     reply_status(c, m, RDZV_ENOMEM);
     return;
   }
+  const char *why = "";
+  int gen_rc = m->type == RDZV_MSG_JOIN || m->type == RDZV_MSG_ABORT
+                   ? 0
+                   : rdzv__root_gen_check(s, m, &why);
+  if (gen_rc < 0) {
+    struct rdzv_slice t = {(const uint8_t *)why, (uint32_t)strlen(why)};
+    struct rdzv_msg r;
+    rdzv__reply_init(&r, m, gen_rc);
+    r.keys.n = t.n > 0 ? 1 : 0;
+    r.keys.v = &t;
+    rdzv__conn_reply(c, &r);
+    return;
+  }
   if (m->type != RDZV_MSG_WAIT && m->type != RDZV_MSG_BARRIER &&
-      m->type != RDZV_MSG_GATHER)
+      m->type != RDZV_MSG_GATHER && m->type != RDZV_MSG_JOIN)
     d->stats.ops[m->type].local++;
   switch (m->type) {
+  case RDZV_MSG_JOIN: rdzv__root_join(s, c, m); break;
+  case RDZV_MSG_ABORT: rdzv__root_abort(s, c, m); break;
   case RDZV_MSG_SET: handle_set(s, c, m); break;
   case RDZV_MSG_GET: handle_get(s, c, m); break;
   case RDZV_MSG_WAIT:
@@ -489,6 +503,7 @@ void rdzv__root_job_free(struct job *j) {
   if (s == NULL)
     return;
   rdzv__waits_clear(&s->waits);
+  rdzv__root_rounds_free(s);
   struct coll *co, *tmp;
   HASH_ITER(hh, s->colls, co, tmp) {
     struct member *mb, *mt;

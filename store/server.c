@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "store/node_int.h"
 #include "store/server_int.h"
 
 #define READ_CHUNK 65536
@@ -105,6 +106,8 @@ static void conn_close(struct conn *c) {
   d->stats.conns_open--;
   if (d->cfg.role == RDZV_DAEMON_ROOT)
     rdzv__root_conn_closed(d, c);
+  else if (c->job != NULL && c->job->node != NULL && !d->stopping)
+    rdzv__node_conn_closed(c->job->node, c);
   /* Two handles (stream, timer) each hold the conn until closed; the
    * stream's close callback closes the timer, whose callback drops the
    * handle reference taken at accept. */

@@ -19,8 +19,9 @@ static json_t *op_json(const struct op_stats *o) {
 char *rdzv__stats_json(const struct daemon *d) {
   const struct stats *s = &d->stats;
   json_t *ops = json_object();
-  for (int t = RDZV_MSG_HELLO; t <= RDZV_MSG_STATS; t++)
-    json_object_set_new(ops, rdzv_msg_type_name(t), op_json(&s->ops[t]));
+  for (int t = RDZV_MSG_HELLO; t <= RDZV_MSG_TYPE_MAX; t++)
+    if (t != RDZV_MSG_ERROR)
+      json_object_set_new(ops, rdzv_msg_type_name(t), op_json(&s->ops[t]));
   int njobs = 0;
   for (const struct job *j = d->jobs; j != NULL; j = j->next)
     njobs++;

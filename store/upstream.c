@@ -196,7 +196,9 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
   struct upreq *r = NULL;
   uint32_t id = m->req_id;
   HASH_FIND(hh, u->reqs, &id, sizeof(id), r);
-  if (r != NULL)
+  if (r != NULL && (m->flags & RDZV_F_PARTIAL) && r->cb != NULL)
+    r->cb(u->d, m, r->arg); /* more replies will follow */
+  else if (r != NULL)
     complete(u, r, m);
   return true;
 }

@@ -269,3 +269,31 @@ void rdzv__waits_clear(struct waitset *ws) {
   while ((w = TAILQ_FIRST(&ws->waiters)) != NULL)
     waiter_free(w);
 }
+
+void rdzv__waits_fail_prefix(struct waitset *ws, const uint8_t *prefix,
+                             uint32_t plen, int status, const char *text) {
+  struct watch *wt, *tmp;
+  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  bool again = true;
+  /* Failing a waiter may free watches other than the current one, so
+   * restart the walk after each. */
+  while (again) {
+    again = false;
+    HASH_ITER(hh, ws->watches, wt, tmp) {
+      if (wt->klen < plen || memcmp(wt->key, prefix, plen) != 0)
+        continue;
+      struct waiter *w = TAILQ_FIRST(&wt->refs)->w;
+      struct rdzv_msg r;
+      memset(&r, 0, sizeof(r));
+      r.type = RDZV_MSG_WAIT;
+      r.req_id = w->req_id;
+      r.status = status;
+      r.keys.n = t.n > 0 ? 1 : 0;
+      r.keys.v = &t;
+      rdzv__conn_reply(w->c, &r);
+      waiter_free(w);
+      again = true;
+      break;
+    }
+  }
+}

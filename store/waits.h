@@ -52,6 +52,10 @@ uint64_t rdzv__waits_deadline(struct waitset *ws, const uint8_t *k,
 /* Fails every waiter of key with status (e.g. the parent went away). */
 void rdzv__waits_fail_key(struct waitset *ws, const uint8_t *k,
                           uint32_t klen, int status);
+/* Fails every waiter that waits on a key starting with prefix with status
+ * and text (keys[0] of the reply); e.g. an aborted generation. */
+void rdzv__waits_fail_prefix(struct waitset *ws, const uint8_t *prefix,
+                             uint32_t plen, int status, const char *text);
 /* Drops every waiter without replying (shutdown). */
 void rdzv__waits_clear(struct waitset *ws);
 

@@ -405,6 +405,8 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_GATHER] = {1, 1, 1, ANY},
     [RDZV_MSG_STATS] = {0, 0, 0, 0},
     /* RDZV_MSG_ERROR is reply-only: its all-zero entry is never used. */
+    [RDZV_MSG_JOIN] = {1, 1, 2, ANY},
+    [RDZV_MSG_ABORT] = {1, 2, 0, 0},
 };
 /* clang-format on */
 
@@ -501,7 +503,8 @@ static const char *const type_names[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_MSET] = "mset",     [RDZV_MSG_APPEND] = "append",
     [RDZV_MSG_NKEYS] = "nkeys",   [RDZV_MSG_BARRIER] = "barrier",
     [RDZV_MSG_GATHER] = "gather", [RDZV_MSG_STATS] = "stats",
-    [RDZV_MSG_ERROR] = "error",
+    [RDZV_MSG_ERROR] = "error", [RDZV_MSG_JOIN] = "join",
+    [RDZV_MSG_ABORT] = "abort",
 };
 
 const char *rdzv_msg_type_name(int type) {

@@ -49,6 +49,9 @@ extern "C" {
 #define RDZV_F_WRITE_ONCE 0x0002u  /* set/mset: the key(s) are write-once */
 #define RDZV_F_SUPERSEDED 0x0004u  /* collective reply: a newer request of
                                       the same peer carries the result */
+#define RDZV_F_PARTIAL 0x0008u     /* join reply: some items now, the
+                                      request stays open for the rest */
+#define RDZV_F_LEAVE 0x0010u       /* abort: a clean leave, abort nothing */
 
 /* Message types. "keys"/"vals" name the body's two item lists.
  * Requests and replies share a type; replies carry RDZV_F_REPLY. */
@@ -98,8 +101,19 @@ enum rdzv_msg_type {
    * concerns the connection: hello, framing, limits on connections). The
    * connection is closed after it. */
   RDZV_MSG_ERROR = 15,
+  /* Rendezvous join (rendezvous/join_wire.h has the value encodings):
+   * keys[0] = round name, vals[0] = round params, vals[1..] = join
+   * records (a rank sends one; a node what its subtree gathered). Reply
+   * when the round completes: a = generation, b = world size, vals = one
+   * assignment per join record the requester sent; or an error with
+   * keys[0] = a message naming what is missing or duplicated. */
+  RDZV_MSG_JOIN = 16,
+  /* keys[0] = round name, keys[1] = reason (optional), a = generation.
+   * Aborts that generation for every rank: pending joins and waits on its
+   * keys fail with RDZV_EABORTED and the reason. Reply: status. */
+  RDZV_MSG_ABORT = 17,
 };
-#define RDZV_MSG_TYPE_MAX 15
+#define RDZV_MSG_TYPE_MAX 17
 
 enum rdzv_peer_role {
   RDZV_ROLE_CLIENT = 0, /* a rank or an operator tool */

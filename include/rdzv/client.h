@@ -114,6 +114,8 @@ enum rdzv_op {
   RDZV_OP_BARRIER = 12,
   RDZV_OP_GATHER = 13,
   RDZV_OP_STATS = 14,
+  RDZV_OP_JOIN = 16,
+  RDZV_OP_ABORT = 17,
 };
 
 /* A borrowed byte string. */

@@ -38,7 +38,14 @@ extern "C" {
   X(EJOB_ID_MISSING, -1022, "job id missing or empty")                       \
   X(ESTALE_GENERATION, -1023, "request from an older generation")           \
   X(EABORTED, -1024, "aborted")                                              \
-  X(ENOMEM, -1025, "out of memory")
+  X(ENOMEM, -1025, "out of memory")                                          \
+  X(ENCCL_MISSING, -1026, "NCCL library not found or not loadable")         \
+  X(ENCCL_SYMBOL, -1027, "NCCL library lacks a required symbol")            \
+  X(ENCCL_VERSION, -1028, "NCCL library older than required")               \
+  X(ENCCL, -1029, "an NCCL call failed")                                   \
+  X(EDUPLICATE_CLAIM, -1030, "two processes claim one host and local rank") \
+  X(EROUND_FAILED, -1031, "the rendezvous round failed")                    \
+  X(ETOPOLOGY, -1032, "no topology record for that rank or host")
 
 enum rdzv_status {
   RDZV_OK = 0,

@@ -374,7 +374,7 @@ static const struct bad bads[] = {
     {"version-2-full", {0x52, 0x44, 0x5A, 0x56, 2, 3}, 12, 28, {FIX, 0, 0},
      28, RDZV_EPROTO_VERSION},
     {"type-0", HDR(0), 6, 0, {0}, 0, RDZV_EPROTO},
-    {"type-16", HDR(16), 12, 28, {FIX, 0, 0}, 28, RDZV_EPROTO},
+    {"type-18", HDR(18), 12, 28, {FIX, 0, 0}, 28, RDZV_EPROTO},
     {"type-255", HDR(255), 12, 28, {FIX, 0, 0}, 28, RDZV_EPROTO},
     {"body-over-max-header-only", HDR(2), 12, 1025, {0}, 0,
      RDZV_EFRAME_TOO_BIG},
@@ -641,7 +641,7 @@ static const struct vcase vcases[] = {
     {"error-request", 15, 0, 0, 0, K0, V0, EP},
     {"error-reply", 15, RDZV_F_REPLY, 0, 0, K0, V0, EP},
     {"type-0", 0, 0, 0, 0, K0, V0, EP},
-    {"type-16", 16, 0, 0, 0, K0, V0, EP},
+    {"type-18", 18, 0, 0, 0, K0, V0, EP},
 };
 /* clang-format on */
 #define NVCASES (sizeof vcases / sizeof vcases[0])
@@ -805,7 +805,8 @@ static void test_type_names(void **state) {
   static const char *const want[] = {
       "unknown", "hello",  "set",   "get",   "wait",   "add",
       "cas",     "delete", "mget",  "mset",  "append", "nkeys",
-      "barrier", "gather", "stats", "error", "unknown"};
+      "barrier", "gather", "stats", "error", "join",   "abort",
+      "unknown"};
   int t;
 
   for (t = 0; t <= RDZV_MSG_TYPE_MAX + 1; t++)

@@ -1,0 +1,98 @@
+/* Rank assignment: see assign.h. */
+#include "rendezvous/assign.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdzv/error.h"
+
+static int bytes_cmp(const uint8_t *a, uint32_t an, const uint8_t *b,
+                     uint32_t bn) {
+  uint32_t n = an < bn ? an : bn;
+  int c = n ? memcmp(a, b, n) : 0;
+  if (c != 0)
+    return c;
+  return an < bn ? -1 : an > bn;
+}
+
+static int same_host(const struct rdzv_join_rec *a,
+                     const struct rdzv_join_rec *b) {
+  return bytes_cmp(a->location, a->location_len, b->location,
+                   b->location_len) == 0 &&
+         bytes_cmp(a->host, a->host_len, b->host, b->host_len) == 0;
+}
+
+int rdzv_join_cmp(const struct rdzv_join_rec *a,
+                  const struct rdzv_join_rec *b) {
+  int c = bytes_cmp(a->location, a->location_len, b->location,
+                    b->location_len);
+  if (c == 0)
+    c = bytes_cmp(a->host, a->host_len, b->host, b->host_len);
+  if (c == 0)
+    c = a->local_rank < b->local_rank ? -1 : a->local_rank > b->local_rank;
+  return c;
+}
+
+/* Bottom-up merge sort of indices: stable and O(n log n) without qsort's
+ * missing context argument. */
+static void sort_indices(const struct rdzv_join_rec *recs, size_t *idx,
+                         size_t *tmp, size_t n) {
+  for (size_t w = 1; w < n; w *= 2) {
+    for (size_t lo = 0; lo < n; lo += 2 * w) {
+      size_t mid = lo + w < n ? lo + w : n;
+      size_t hi = lo + 2 * w < n ? lo + 2 * w : n;
+      size_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        tmp[k++] = rdzv_join_cmp(&recs[idx[j]], &recs[idx[i]]) < 0 ? idx[j++]
+                                                                   : idx[i++];
+      while (i < mid)
+        tmp[k++] = idx[i++];
+      while (j < hi)
+        tmp[k++] = idx[j++];
+    }
+    memcpy(idx, tmp, n * sizeof(*idx));
+  }
+}
+
+int rdzv_assign(const struct rdzv_join_rec *recs, size_t n,
+                struct rdzv_assignment *out, size_t *scratch, size_t *dup_a,
+                size_t *dup_b) {
+  size_t *tmp = malloc(n * sizeof(*tmp));
+  if (tmp == NULL)
+    return RDZV_ENOMEM;
+  for (size_t i = 0; i < n; i++)
+    scratch[i] = i;
+  sort_indices(recs, scratch, tmp, n);
+  free(tmp);
+  for (size_t i = 1; i < n; i++) {
+    if (rdzv_join_cmp(&recs[scratch[i - 1]], &recs[scratch[i]]) == 0) {
+      *dup_a = scratch[i - 1];
+      *dup_b = scratch[i];
+      return RDZV_EDUPLICATE_CLAIM;
+    }
+  }
+  /* Walk hosts in order: each run of equal (location, host) is one host. */
+  int32_t hosts = 0;
+  for (size_t i = 0; i < n; i++)
+    if (i == 0 || !same_host(&recs[scratch[i - 1]], &recs[scratch[i]]))
+      hosts++;
+  int32_t node = -1;
+  size_t start = 0, end = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i == 0 || !same_host(&recs[scratch[i - 1]], &recs[scratch[i]])) {
+      node++;
+      start = end = i;
+      while (end + 1 < n &&
+             same_host(&recs[scratch[i]], &recs[scratch[end + 1]]))
+        end++;
+    }
+    struct rdzv_assignment *a = &out[scratch[i]];
+    a->rank = (int32_t)i;
+    a->world_size = (int32_t)n;
+    a->local_rank = (int32_t)(i - start);
+    a->local_size = (int32_t)(end - start + 1);
+    a->node_rank = node;
+    a->node_count = hosts;
+  }
+  return 0;
+}

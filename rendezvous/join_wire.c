@@ -1,0 +1,158 @@
+/* Rendezvous JOIN encodings: see join_wire.h. */
+#include "rendezvous/join_wire.h"
+
+#include <string.h>
+
+#include "rdzv/error.h"
+
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+  put32(p, (uint32_t)v);
+  put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint64_t get64(const uint8_t *p) {
+  return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+void rdzv_join_params_encode(const struct rdzv_join_params *p, uint8_t *out) {
+  put32(out, p->min_size);
+  put32(out + 4, p->max_size);
+  put32(out + 8, p->last_call_ms);
+  put32(out + 12, p->timeout_ms);
+}
+
+int rdzv_join_params_decode(const uint8_t *p, size_t n,
+                            struct rdzv_join_params *out) {
+  if (n != RDZV_JOIN_PARAMS_BYTES)
+    return RDZV_EPROTO;
+  out->min_size = get32(p);
+  out->max_size = get32(p + 4);
+  out->last_call_ms = get32(p + 8);
+  out->timeout_ms = get32(p + 12);
+  if (out->min_size == 0 || out->min_size > out->max_size ||
+      out->max_size > INT32_MAX)
+    return RDZV_EPROTO;
+  return 0;
+}
+
+size_t rdzv_join_rec_size(const struct rdzv_join_full *j) {
+  return 8 + 4 + 4 + 2 + j->rec.host_len + 2 + j->rec.location_len + 4 +
+         j->topo_len;
+}
+
+int rdzv_join_rec_encode(const struct rdzv_join_full *j, uint8_t *out) {
+  const struct rdzv_join_rec *r = &j->rec;
+  if (r->host_len == 0 || r->host_len > 255 || r->location_len > 255 ||
+      r->local_rank < 0 || j->local_size < 0 ||
+      j->topo_len > RDZV_JOIN_MAX_TOPO)
+    return RDZV_EPROTO;
+  uint8_t *p = out;
+  put64(p, r->claim);
+  put32(p + 8, (uint32_t)r->local_rank);
+  put32(p + 12, (uint32_t)j->local_size);
+  p += 16;
+  p[0] = (uint8_t)r->host_len;
+  p[1] = 0;
+  memcpy(p + 2, r->host, r->host_len);
+  p += 2 + r->host_len;
+  p[0] = (uint8_t)r->location_len;
+  p[1] = 0;
+  if (r->location_len)
+    memcpy(p + 2, r->location, r->location_len);
+  p += 2 + r->location_len;
+  put32(p, j->topo_len);
+  if (j->topo_len)
+    memcpy(p + 4, j->topo, j->topo_len);
+  return 0;
+}
+
+/* Reads a u16-length string at *off; returns 0 or RDZV_EPROTO. */
+static int get_str16(const uint8_t *p, size_t n, size_t *off,
+                     const uint8_t **s, uint32_t *len) {
+  if (n - *off < 2)
+    return RDZV_EPROTO;
+  uint32_t l = (uint32_t)p[*off] | (uint32_t)p[*off + 1] << 8;
+  *off += 2;
+  if (l > 255 || n - *off < l)
+    return RDZV_EPROTO;
+  *s = p + *off;
+  *len = l;
+  *off += l;
+  return 0;
+}
+
+int rdzv_join_rec_decode(const uint8_t *p, size_t n,
+                         struct rdzv_join_full *out) {
+  memset(out, 0, sizeof(*out));
+  if (n < 16)
+    return RDZV_EPROTO;
+  out->rec.claim = get64(p);
+  out->rec.local_rank = (int32_t)get32(p + 8);
+  out->local_size = (int32_t)get32(p + 12);
+  size_t off = 16;
+  if (get_str16(p, n, &off, &out->rec.host, &out->rec.host_len) < 0 ||
+      get_str16(p, n, &off, &out->rec.location, &out->rec.location_len) < 0)
+    return RDZV_EPROTO;
+  if (n - off < 4)
+    return RDZV_EPROTO;
+  uint32_t tl = get32(p + off);
+  off += 4;
+  if (tl > RDZV_JOIN_MAX_TOPO || n - off != tl)
+    return RDZV_EPROTO;
+  out->topo = p + off;
+  out->topo_len = tl;
+  if (out->rec.host_len == 0 || out->rec.local_rank < 0 ||
+      out->local_size < 0)
+    return RDZV_EPROTO;
+  return 0;
+}
+
+void rdzv_join_assign_encode(uint64_t claim, const struct rdzv_assignment *a,
+                             uint8_t *out) {
+  put64(out, claim);
+  put32(out + 8, (uint32_t)a->rank);
+  put32(out + 12, (uint32_t)a->world_size);
+  put32(out + 16, (uint32_t)a->local_rank);
+  put32(out + 20, (uint32_t)a->local_size);
+  put32(out + 24, (uint32_t)a->node_rank);
+  put32(out + 28, (uint32_t)a->node_count);
+}
+
+void rdzv_join_error_encode(uint64_t claim, int status, uint8_t *out) {
+  put64(out, claim);
+  put32(out + 8, (uint32_t)status);
+}
+
+int rdzv_join_assign_decode(const uint8_t *p, size_t n, uint64_t *claim,
+                            struct rdzv_assignment *a) {
+  if (n == RDZV_JOIN_ERROR_BYTES) {
+    *claim = get64(p);
+    int32_t st = (int32_t)get32(p + 8);
+    return st < 0 && st != RDZV_EPROTO ? st : RDZV_EPROTO;
+  }
+  if (n != RDZV_JOIN_ASSIGN_BYTES)
+    return RDZV_EPROTO;
+  *claim = get64(p);
+  a->rank = (int32_t)get32(p + 8);
+  a->world_size = (int32_t)get32(p + 12);
+  a->local_rank = (int32_t)get32(p + 16);
+  a->local_size = (int32_t)get32(p + 20);
+  a->node_rank = (int32_t)get32(p + 24);
+  a->node_count = (int32_t)get32(p + 28);
+  if (a->world_size < 1 || a->rank < 0 || a->rank >= a->world_size ||
+      a->local_size < 1 || a->local_rank < 0 ||
+      a->local_rank >= a->local_size || a->node_count < 1 ||
+      a->node_rank < 0 || a->node_rank >= a->node_count)
+    return RDZV_EPROTO;
+  return 0;
+}

@@ -1,0 +1,74 @@
+/* Encodings of the rendezvous JOIN exchange, carried in the values of a
+ * RDZV_MSG_JOIN frame (store/wire.h). Pure: bytes in, structs out; decoded
+ * structs point into the input. All integers little-endian.
+ *
+ *   round params (vals[0] of a JOIN request), 16 bytes:
+ *     u32 min_size   smallest world that may start (elastic), >= 1
+ *     u32 max_size   expected world size, >= min_size
+ *     u32 last_call_ms  elastic: wait this long after min_size joined
+ *     u32 timeout_ms    the whole join's deadline
+ *   join record (vals[1..] of a JOIN request):
+ *     u64 claim       identity of the joining process (random)
+ *     i32 local_rank  the launcher's local rank, >= 0
+ *     i32 local_size  the launcher's local world size, 0 if unknown
+ *     u16 host_len, host bytes (1..255)
+ *     u16 location_len, location bytes (0..255)
+ *     u32 topo_len, topo bytes (0..65535): the topology record text
+ *   assignment (vals of a JOIN reply), 32 bytes:
+ *     u64 claim, i32 rank, i32 world_size, i32 local_rank, i32 local_size,
+ *     i32 node_rank, i32 node_count
+ *   or, for a join that was refused (e.g. a duplicate claim), 12 bytes:
+ *     u64 claim, i32 status (negative)
+ * The reply's a is the generation, b the world size. */
+#ifndef RDZV_RENDEZVOUS_JOIN_WIRE_H
+#define RDZV_RENDEZVOUS_JOIN_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rendezvous/assign.h"
+
+#define RDZV_JOIN_PARAMS_BYTES 16u
+#define RDZV_JOIN_ASSIGN_BYTES 32u
+#define RDZV_JOIN_ERROR_BYTES 12u
+#define RDZV_JOIN_MAX_TOPO 65535u
+
+struct rdzv_join_params {
+  uint32_t min_size;
+  uint32_t max_size;
+  uint32_t last_call_ms;
+  uint32_t timeout_ms;
+};
+
+struct rdzv_join_full {
+  struct rdzv_join_rec rec;
+  int32_t local_size;
+  const uint8_t *topo;
+  uint32_t topo_len;
+};
+
+/* Writes p into out[RDZV_JOIN_PARAMS_BYTES]. */
+void rdzv_join_params_encode(const struct rdzv_join_params *p, uint8_t *out);
+/* Returns 0, or RDZV_EPROTO (wrong size, min 0, min > max). */
+int rdzv_join_params_decode(const uint8_t *p, size_t n,
+                            struct rdzv_join_params *out);
+
+/* Bytes rdzv_join_rec_encode writes for j. */
+size_t rdzv_join_rec_size(const struct rdzv_join_full *j);
+/* Writes j into out[rdzv_join_rec_size(j)]. Returns 0, or RDZV_EPROTO if
+ * a field is out of range (empty or long host, negative local rank). */
+int rdzv_join_rec_encode(const struct rdzv_join_full *j, uint8_t *out);
+/* Returns 0 or RDZV_EPROTO (bad lengths, trailing bytes, bad fields). */
+int rdzv_join_rec_decode(const uint8_t *p, size_t n,
+                         struct rdzv_join_full *out);
+
+void rdzv_join_assign_encode(uint64_t claim, const struct rdzv_assignment *a,
+                             uint8_t *out);
+void rdzv_join_error_encode(uint64_t claim, int status, uint8_t *out);
+/* Decodes an assignment or a refusal: returns 0 (assignment in *out), the
+ * refusal's negative status (a status other than RDZV_EPROTO; *out
+ * unset), or RDZV_EPROTO (wrong size, values out of range). */
+int rdzv_join_assign_decode(const uint8_t *p, size_t n, uint64_t *claim,
+                            struct rdzv_assignment *out);
+
+#endif /* RDZV_RENDEZVOUS_JOIN_WIRE_H */

@@ -1,0 +1,48 @@
+/* A node's per-job state, shared by node.c (cache, waits, reads, adds,
+ * collectives) and node_join.c (rendezvous joins). Private. */
+#ifndef RDZV_STORE_NODE_INT_H
+#define RDZV_STORE_NODE_INT_H
+
+#include "store/kvs.h"
+#include "store/server_int.h"
+#include "store/waits.h"
+
+struct nget;
+struct nadd;
+struct ncoll;
+struct njround;
+struct joined;
+
+struct node_job {
+  struct daemon *d;
+  struct job *job;
+  struct upstream *up;
+  struct kv_table cache; /* write-once keys */
+  struct waitset waits;
+  struct nget *gets;
+  struct nadd *adds;
+  struct ncoll *colls;
+  struct njround *jrounds;
+  struct joined *joined; /* connections that joined, by conn */
+};
+
+/* Replies status (no fields) to request m of c. */
+void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,
+                             int st);
+/* Forwards m unchanged to the parent; the reply goes back to c. */
+void rdzv__node_forward(struct node_job *nj, struct conn *c,
+                        const struct rdzv_msg *m);
+/* Starts t to fire after the quiet interval (--flush-ms), but no later
+ * than --flush-max-ms after first_ms. */
+void rdzv__node_schedule(struct daemon *d, uv_timer_t *t, uint64_t first_ms,
+                         uv_timer_cb cb);
+
+/* node_join.c */
+void rdzv__node_join(struct node_job *nj, struct conn *c,
+                     const struct rdzv_msg *m);
+void rdzv__node_abort(struct node_job *nj, struct conn *c,
+                      const struct rdzv_msg *m);
+void rdzv__node_conn_closed(struct node_job *nj, struct conn *c);
+void rdzv__node_joins_free(struct node_job *nj);
+
+#endif /* RDZV_STORE_NODE_INT_H */
