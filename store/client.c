@@ -376,9 +376,10 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
 
   if (req->op < RDZV_OP_SET || req->op > RDZV_OP_ABORT ||
       req->nkeys > UINT32_MAX || req->nvals > UINT32_MAX ||
-      (req->flags & ~RDZV_STORE_WRITE_ONCE) != 0 ||
-      (req->flags != 0 && req->op != RDZV_OP_SET && req->op != RDZV_OP_MSET &&
-       req->op != RDZV_OP_GET))
+      (req->flags & ~(RDZV_STORE_WRITE_ONCE | RDZV_STORE_LEAVE)) != 0 ||
+      ((req->flags & RDZV_STORE_WRITE_ONCE) && req->op != RDZV_OP_SET &&
+       req->op != RDZV_OP_MSET && req->op != RDZV_OP_GET) ||
+      ((req->flags & RDZV_STORE_LEAVE) && req->op != RDZV_OP_ABORT))
     return -EINVAL;
   sl = malloc((req->nkeys + req->nvals + 1) * sizeof *sl);
   if (sl == NULL)
@@ -546,12 +547,14 @@ static void req_expire(struct rdzv_client *c, struct rdzv__req *r) {
   rdzv__req_finish(c, r, NULL, RDZV_EDEADLINE);
 }
 
-/* The server enforces a WAIT's deadline too and its answer names exactly
- * the keys still missing, so a WAIT it holds gets a short grace (250 ms
- * plus 10% of its timeout, at most 2 s) for that answer to arrive before
- * the client gives up on its own and can only list every key. */
+/* The server enforces the deadline of a WAIT (and of a JOIN) too, and its
+ * answer says exactly what is missing, so such a request that the server
+ * holds gets a short grace (250 ms plus 10% of its timeout, at most 2 s)
+ * for that answer before the client gives up on its own and can only say
+ * "no reply". */
 static int grant_wait_grace(struct rdzv_client *c, struct rdzv__req *r) {
-  if (r->op != RDZV_OP_WAIT || r->where != RDZV__REQ_SENT || r->graced)
+  if ((r->op != RDZV_OP_WAIT && r->op != RDZV_OP_JOIN) ||
+      r->where != RDZV__REQ_SENT || r->graced)
     return 0;
   double g = 0.25 + r->timeout_s * 0.1;
   r->graced = 1;

@@ -338,8 +338,11 @@ static int by_member_id(const struct member *a, const struct member *b) {
   return a->id < b->id ? -1 : a->id > b->id;
 }
 
-/* All members are in: encode the result, answer everyone waiting. */
-static void coll_complete(struct coll *co) {
+/* All members are in: encode the result, answer everyone waiting. A
+ * gather named "rdzv/..." (the rendezvous' unique ids) also becomes the
+ * write-once key of that name, so ranks that did not contribute can wait
+ * for it and read it from their node's cache. */
+static void coll_complete(struct kvs *s, struct coll *co) {
   HASH_SORT(co->members, by_member_id);
   struct member *mb, *tmp;
   HASH_ITER(hh, co->members, mb, tmp) {
@@ -356,6 +359,15 @@ static void coll_complete(struct coll *co) {
     free(mb);
   }
   co->done = true;
+  if (co->type == RDZV_MSG_GATHER && co->nlen > 6 &&
+      memcmp(co->name + 1, "rdzv/", 5) == 0) {
+    char key[512];
+    if (co->nlen - 1 < sizeof(key)) {
+      memcpy(key, co->name + 1, co->nlen - 1);
+      key[co->nlen - 1] = '\0';
+      rdzv__root_put(s, key, co->result.data, (uint32_t)co->result.len);
+    }
+  }
   struct pending *p;
   while ((p = co->pend) != NULL) {
     co->pend = p->next;
@@ -434,7 +446,7 @@ static void handle_collective(struct kvs *s, struct conn *c,
     return;
   }
   if (co->nmembers >= co->count)
-    coll_complete(co);
+    coll_complete(s, co);
 }
 
 /* ---- dispatch and teardown ------------------------------------------------ */

@@ -141,6 +141,8 @@ struct rdzv_request {
 };
 
 #define RDZV_STORE_WRITE_ONCE 0x0002u
+/* For ABORT: a clean leave of this connection's rank (aborts nothing). */
+#define RDZV_STORE_LEAVE 0x0010u
 
 /* The reply as the callback sees it. Every pointer is valid only until the
  * callback returns. On a local failure (deadline, connection lost) nkeys

@@ -1,0 +1,167 @@
+/* rdzv rendezvous: what a rank calls at start-up to join its job, learn
+ * its rank, get NCCL unique id(s) and read the topology.
+ *
+ * Every rank of a job joins one named round (default "world") through its
+ * host's node agent. The root completes the round at the expected world
+ * size (or, for an elastic job, between min_size and world_size after a
+ * last call), assigns ranks (hosts ordered by network location, then
+ * name; ranks contiguous per host by local rank) and answers every rank,
+ * down the tree, with its rank, sizes and the round's generation. Keys of a
+ * generation are named "rdzv/<round>/g<generation>/..." (never from a
+ * counter a process keeps): a request for an older generation fails with
+ * RDZV_ESTALE_GENERATION, and an aborted generation's with RDZV_EABORTED.
+ *
+ * Threads: as rdzv/client.h (no thread is started; one thread at a time
+ * per handle). Ownership: as rdzv/rdzv.h. */
+#ifndef RDZV_RENDEZVOUS_H
+#define RDZV_RENDEZVOUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv/client.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rdzv_rendezvous rdzv_rendezvous_t;
+
+#define RDZV_RENDEZVOUS_OPTS_VERSION 1u
+#define RDZV_UNIQUE_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES, nccl.h */
+
+struct rdzv_rendezvous_opts {
+  size_t size;      /* set by rdzv_rendezvous_opts_init */
+  uint32_t version; /* set by rdzv_rendezvous_opts_init */
+  const char *addr;     /* the node's address (rdzv_client_opts syntax) */
+  const char *job_id;   /* required, non-empty, <= 255 bytes */
+  const char *round;    /* round name, 1..127 bytes, no '/'; "world" */
+  const char *host;     /* host identity, 1..255 bytes; NULL: hostname */
+  const char *location; /* network location labels, e.g. "pod1/rack7",
+                           <= 255 bytes; NULL: none */
+  int32_t local_rank;   /* the launcher's local rank (>= 0); -1 unset */
+  int32_t local_size;   /* ranks the launcher starts on this host; 0 unset */
+  int32_t world_size;   /* expected world size (elastic: the maximum) */
+  int32_t min_size;     /* elastic minimum; 0: world_size (not elastic) */
+  double last_call_s;   /* elastic: wait this long once min_size joined;
+                           default 5 */
+  double timeout_s;     /* deadline of the join, seconds; default 60 */
+  const char *topology; /* this rank's topology record, "key=value" lines
+                           (<= 64 KiB); NULL: detected (rdzv_topology_detect) */
+};
+
+/* Fills *o with defaults (nothing read from the environment). */
+void rdzv_rendezvous_opts_init(struct rdzv_rendezvous_opts *o);
+
+/* Fills the fields still unset from the launcher's environment, the one
+ * place rdzv reads it: addr from RDZV_ADDR; job_id from RDZV_JOB, else
+ * TORCHELASTIC_RUN_ID (if not "none"), else SLURM_JOB_ID; host from
+ * RDZV_HOST; location from RDZV_LOCATION; local_rank from LOCAL_RANK
+ * (torchrun), else SLURM_LOCALID; local_size from LOCAL_WORLD_SIZE, else
+ * SLURM_NTASKS_PER_NODE (its first number); world_size from WORLD_SIZE,
+ * else SLURM_NTASKS; on Kubernetes, JOB_COMPLETION_INDEX (an Indexed Job's
+ * pod index) becomes the host identity "pod-<index>" when host is unset.
+ * Strings point into the environment (valid while it is unchanged).
+ * Returns 0, or -EINVAL when a variable that is set does not parse (err
+ * names it). */
+int rdzv_rendezvous_opts_from_env(struct rdzv_rendezvous_opts *o, char *err,
+                                  size_t errlen);
+
+/* Joins the round: blocks until the root answers or timeout_s passes.
+ * On success *out owns the handle (rdzv_rendezvous_destroy).
+ * Returns 0 or:
+ *   RDZV_EJOB_ID_MISSING   job id NULL, empty or too long;
+ *   -EINVAL                another option out of range (err says which);
+ *   RDZV_EDEADLINE         the round did not complete in time: err names
+ *                          the hosts that lack ranks and how many, and the
+ *                          expected hosts that never joined (when the
+ *                          launcher set "rdzv/<round>/expected-hosts");
+ *   RDZV_EDUPLICATE_CLAIM  another process holds this host and local rank
+ *                          (err names both);
+ *   RDZV_EABORTED          a rank or node of this generation died or
+ *                          aborted (err says which);
+ *   errors of the store calls (rdzv/store.h).
+ * err (may be NULL) receives the detail on failure. */
+int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
+                         rdzv_rendezvous_t **out, char *err, size_t errlen);
+
+/* Leaves cleanly (so closing the connection aborts nothing) and frees the
+ * handle. NULL is a no-op. */
+void rdzv_rendezvous_destroy(rdzv_rendezvous_t *r);
+
+/* This rank's assignment. */
+int32_t rdzv_rendezvous_rank(const rdzv_rendezvous_t *r);
+int32_t rdzv_rendezvous_world_size(const rdzv_rendezvous_t *r);
+int32_t rdzv_rendezvous_local_rank(const rdzv_rendezvous_t *r);
+int32_t rdzv_rendezvous_local_size(const rdzv_rendezvous_t *r);
+int32_t rdzv_rendezvous_node_rank(const rdzv_rendezvous_t *r);
+int32_t rdzv_rendezvous_node_count(const rdzv_rendezvous_t *r);
+int64_t rdzv_rendezvous_generation(const rdzv_rendezvous_t *r);
+/* The store client under the handle (owned by it), for store calls. */
+rdzv_client_t *rdzv_rendezvous_client(rdzv_rendezvous_t *r);
+/* Detail of the last failure on this handle; never NULL. */
+const char *rdzv_rendezvous_last_error(const rdzv_rendezvous_t *r);
+
+/* Makes one unique id: writes RDZV_UNIQUE_ID_BYTES bytes to id. Returns 0
+ * or a negative status. E.g. ncclGetUniqueId through comm/'s loader. */
+typedef int (*rdzv_make_id_fn)(void *arg, uint8_t *id);
+
+/* The unique ids of communicator comm (1..100 bytes, no '/') in this
+ * generation, for NCCL's scalable init: nids = ceil(world / ranks_per_root)
+ * ids (1 when ranks_per_root >= world size), in block order; the first rank
+ * of each block (NCCL's block rule, rendezvous/topo.h) makes its block's id
+ * with make_id and publishes it, every other rank waits for them through
+ * the tree. On success *ids (malloc'd, *nids * 128 bytes; rdzv_free) is
+ * identical on every rank. Returns 0, -EINVAL, RDZV_EDEADLINE,
+ * RDZV_ESTALE_GENERATION, RDZV_EABORTED, make_id's error, or a store
+ * error. */
+int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
+                               int64_t ranks_per_root, rdzv_make_id_fn make_id,
+                               void *arg, uint8_t **ids, int64_t *nids,
+                               double timeout_s);
+
+/* The host table of this generation, one line per host in node-rank order:
+ * "node_rank first_rank local_size host location\n". Fetched once per
+ * handle (a write-once key, served from the node's cache); *text is owned
+ * by the handle and valid until it is destroyed. */
+int rdzv_rendezvous_hosts(rdzv_rendezvous_t *r, const char **text,
+                          size_t *len, double timeout_s);
+/* The host (node rank) holding rank, from the host table; its first rank
+ * and local size in *first/*count (may be NULL). host and location (may
+ * be NULL) receive NUL-terminated copies, truncated to their sizes.
+ * Returns 0, -EINVAL (rank out of range), or the errors of
+ * rdzv_rendezvous_hosts. */
+int rdzv_rendezvous_host_of(rdzv_rendezvous_t *r, int32_t rank,
+                            int32_t *node_rank, int32_t *first,
+                            int32_t *count, char *host, size_t hostlen,
+                            char *location, size_t loclen, double timeout_s);
+/* The topology records of the ranks of host node_rank, one line per rank:
+ * "rank local_rank record" (the record's newlines as ';'). *text is
+ * malloc'd (rdzv_free). Returns 0, -EINVAL, or a store error. */
+int rdzv_rendezvous_topology(rdzv_rendezvous_t *r, int32_t node_rank,
+                             char **text, size_t *len, double timeout_s);
+
+/* A barrier of the whole world of this generation, named name (1..100
+ * bytes). Returns 0 or the errors of rdzv_store_barrier. */
+int rdzv_rendezvous_barrier(rdzv_rendezvous_t *r, const char *name,
+                            double timeout_s);
+
+/* Aborts this generation for every rank (each pending or later call of
+ * the generation fails with RDZV_EABORTED and reason). */
+int rdzv_rendezvous_abort(rdzv_rendezvous_t *r, const char *reason,
+                          double timeout_s);
+
+/* Detects this rank's topology record from sysfs and the environment:
+ * "host=", "local_rank=", "gpu_pci=" and "gpu_uuid=" (the local_rank-th
+ * NVIDIA PCI device, or RDZV_GPU_PCI / RDZV_GPU_UUID), "numa=" (its NUMA
+ * node), "nics=" (InfiniBand devices, else non-loopback network
+ * interfaces), "location=". Lines without a value are omitted (a CPU
+ * machine has no gpu_ lines). Writes at most n bytes, NUL-terminated;
+ * returns the length, or -ENOSPC. */
+int rdzv_topology_detect(const char *host, int32_t local_rank,
+                         const char *location, char *out, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RDZV_RENDEZVOUS_H */

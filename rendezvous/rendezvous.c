@@ -1,0 +1,537 @@
+/* The rank side of the rendezvous: see rdzv/rendezvous.h. */
+#include "rdzv/rendezvous.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rdzv/store.h"
+#include "rendezvous/join_wire.h"
+#include "rendezvous/topo.h"
+
+#define RDZV_RENDEZVOUS_MAGIC 0x7264767au
+
+struct rdzv_rendezvous {
+  uint32_t magic;
+  rdzv_client_t *c;
+  char round[128];
+  struct rdzv_assignment a;
+  int64_t gen;
+  char *hosts; /* the host table, once fetched */
+  size_t hosts_len;
+  char last_error[1024];
+};
+
+void rdzv_rendezvous_opts_init(struct rdzv_rendezvous_opts *o) {
+  memset(o, 0, sizeof(*o));
+  o->size = sizeof(*o);
+  o->version = RDZV_RENDEZVOUS_OPTS_VERSION;
+  o->round = "world";
+  o->local_rank = -1;
+  o->last_call_s = 5.0;
+  o->timeout_s = 60.0;
+}
+
+/* Parses a whole non-negative int32 (a leading number for lists such as
+ * SLURM_NTASKS_PER_NODE="8(x4)"). */
+static int parse_i32(const char *s, int prefix_ok, int32_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno != 0 || end == s || v < 0 || v > INT32_MAX ||
+      (!prefix_ok && *end != '\0'))
+    return -EINVAL;
+  *out = (int32_t)v;
+  return 0;
+}
+
+static int env_i32(const char *name, int prefix_ok, int32_t *field,
+                   int32_t unset, char *err, size_t errlen) {
+  const char *v = getenv(name);
+  if (*field != unset || v == NULL || *v == '\0')
+    return 0;
+  if (parse_i32(v, prefix_ok, field) < 0) {
+    if (err != NULL)
+      snprintf(err, errlen, "%s='%s' is not a non-negative integer", name, v);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+static const char *first_env(const char *a, const char *b) {
+  const char *v = getenv(a);
+  if (v != NULL && *v != '\0')
+    return v;
+  v = b != NULL ? getenv(b) : NULL;
+  return v != NULL && *v != '\0' ? v : NULL;
+}
+
+int rdzv_rendezvous_opts_from_env(struct rdzv_rendezvous_opts *o, char *err,
+                                  size_t errlen) {
+  static char pod_host[64];
+  if (o->addr == NULL)
+    o->addr = first_env("RDZV_ADDR", NULL);
+  if (o->job_id == NULL) {
+    const char *t = getenv("TORCHELASTIC_RUN_ID");
+    /* torchrun's default run id is the literal "none", shared by every
+     * job: never use it as an identity. */
+    o->job_id = first_env("RDZV_JOB", NULL);
+    if (o->job_id == NULL && t != NULL && *t && strcmp(t, "none") != 0)
+      o->job_id = t;
+    if (o->job_id == NULL)
+      o->job_id = first_env("SLURM_JOB_ID", NULL);
+  }
+  if (o->host == NULL)
+    o->host = first_env("RDZV_HOST", NULL);
+  if (o->host == NULL && getenv("JOB_COMPLETION_INDEX") != NULL) {
+    snprintf(pod_host, sizeof(pod_host), "pod-%s",
+             getenv("JOB_COMPLETION_INDEX"));
+    o->host = pod_host;
+  }
+  if (o->location == NULL)
+    o->location = first_env("RDZV_LOCATION", NULL);
+  int rc = 0;
+  if (rc == 0)
+    rc = env_i32("LOCAL_RANK", 0, &o->local_rank, -1, err, errlen);
+  if (rc == 0)
+    rc = env_i32("SLURM_LOCALID", 0, &o->local_rank, -1, err, errlen);
+  if (rc == 0)
+    rc = env_i32("LOCAL_WORLD_SIZE", 0, &o->local_size, 0, err, errlen);
+  if (rc == 0)
+    rc = env_i32("SLURM_NTASKS_PER_NODE", 1, &o->local_size, 0, err, errlen);
+  if (rc == 0)
+    rc = env_i32("WORLD_SIZE", 0, &o->world_size, 0, err, errlen);
+  if (rc == 0)
+    rc = env_i32("SLURM_NTASKS", 0, &o->world_size, 0, err, errlen);
+  return rc;
+}
+
+static void set_err(char *err, size_t n, const char *fmt, const char *a,
+                    const char *b) {
+  if (err != NULL && n > 0)
+    snprintf(err, n, fmt, a, b);
+}
+
+static int check_opts(const struct rdzv_rendezvous_opts *o, char *err,
+                      size_t n) {
+  if (o == NULL || o->size != sizeof(*o))
+    return -EINVAL;
+  if (o->job_id == NULL || o->job_id[0] == '\0' || strlen(o->job_id) > 255) {
+    set_err(err, n, "%s%s", "job id missing, empty or over 255 bytes: set ",
+            "opts.job_id or RDZV_JOB (there is no shared default)");
+    return RDZV_EJOB_ID_MISSING;
+  }
+  const char *bad = NULL;
+  if (o->addr == NULL)
+    bad = "addr (or RDZV_ADDR)";
+  else if (o->round == NULL || !*o->round || strlen(o->round) > 127 ||
+           strchr(o->round, '/'))
+    bad = "round (1..127 bytes, no '/')";
+  else if (o->local_rank < 0)
+    bad = "local_rank (or LOCAL_RANK / SLURM_LOCALID)";
+  else if (o->world_size < 1)
+    bad = "world_size (or WORLD_SIZE / SLURM_NTASKS)";
+  else if (o->min_size < 0 || o->min_size > o->world_size)
+    bad = "min_size (0 .. world_size)";
+  else if (!(o->timeout_s > 0) || !(o->last_call_s >= 0))
+    bad = "timeout_s / last_call_s";
+  if (bad != NULL) {
+    set_err(err, n, "%s%s", "rendezvous option missing or out of range: ",
+            bad);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* ---- join ---------------------------------------------------------------------- */
+
+struct join_call {
+  int done;
+  int status;
+  uint64_t claim;
+  int64_t gen;
+  struct rdzv_assignment a;
+  char text[768];
+};
+
+static void on_join(rdzv_client_t *c, const struct rdzv_result *res,
+                    void *arg) {
+  struct join_call *k = arg;
+  (void)c;
+  k->done = 1;
+  k->status = res->status;
+  if (res->nkeys > 0)
+    snprintf(k->text, sizeof(k->text), "%.*s", (int)res->keys[0].len,
+             (const char *)res->keys[0].data);
+  for (size_t i = 0; k->status == 0 && i < res->nvals; i++) {
+    uint64_t claim = 0;
+    struct rdzv_assignment a;
+    int st = rdzv_join_assign_decode(res->vals[i].data, res->vals[i].len,
+                                     &claim, &a);
+    if (claim != k->claim)
+      continue;
+    k->status = st;
+    k->a = a;
+    k->gen = res->a;
+    return;
+  }
+  if (k->status == 0) {
+    k->status = RDZV_EPROTO;
+    snprintf(k->text, sizeof(k->text), "the join reply lacks this rank");
+  }
+}
+
+static uint64_t new_claim(void) {
+  uint64_t v = 0;
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (f != NULL) {
+    if (fread(&v, sizeof(v), 1, f) != 1)
+      v = 0;
+    fclose(f);
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return v ^ ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec;
+}
+
+static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
+                     const char *host, const char *topo,
+                     struct join_call *k) {
+  struct rdzv_join_params p = {
+      .min_size = (uint32_t)(o->min_size ? o->min_size : o->world_size),
+      .max_size = (uint32_t)o->world_size,
+      .last_call_ms = (uint32_t)(o->last_call_s * 1000),
+      .timeout_ms = (uint32_t)(o->timeout_s * 1000)};
+  struct rdzv_join_full j = {
+      .rec = {.host = (const uint8_t *)host,
+              .host_len = (uint32_t)strlen(host),
+              .location = (const uint8_t *)(o->location ? o->location : ""),
+              .location_len = o->location ? (uint32_t)strlen(o->location) : 0,
+              .local_rank = o->local_rank,
+              .claim = k->claim},
+      .local_size = o->local_size,
+      .topo = (const uint8_t *)topo,
+      .topo_len = (uint32_t)strlen(topo)};
+  uint8_t params[RDZV_JOIN_PARAMS_BYTES];
+  rdzv_join_params_encode(&p, params);
+  size_t rl = rdzv_join_rec_size(&j);
+  uint8_t *rec = malloc(rl);
+  if (rec == NULL)
+    return RDZV_ENOMEM;
+  int rc = rdzv_join_rec_encode(&j, rec);
+  struct rdzv_bytes key = {r->round, strlen(r->round)};
+  struct rdzv_bytes vals[2] = {{params, sizeof(params)}, {rec, rl}};
+  struct rdzv_request req = {.op = RDZV_OP_JOIN, .nkeys = 1, .keys = &key,
+                             .nvals = 2, .vals = vals};
+  if (rc == 0)
+    rc = rdzv_client_submit(r->c, &req, o->timeout_s, on_join, k);
+  free(rec);
+  if (rc == 0)
+    rc = rdzv_client_run(r->c, o->timeout_s + 3);
+  return rc < 0 && !k->done ? rc : 0;
+}
+
+static int make_client(const struct rdzv_rendezvous_opts *o,
+                       rdzv_client_t **c) {
+  struct rdzv_client_opts co;
+  rdzv_client_opts_init(&co);
+  co.addr = o->addr;
+  co.job_id = o->job_id;
+  return rdzv_client_create(&co, c);
+}
+
+int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
+                         rdzv_rendezvous_t **out, char *err, size_t errlen) {
+  int rc = check_opts(o, err, errlen);
+  if (rc < 0)
+    return rc;
+  char host[256], topo[4096];
+  if (o->host != NULL)
+    snprintf(host, sizeof(host), "%s", o->host);
+  else if (gethostname(host, sizeof(host) - 1) != 0)
+    snprintf(host, sizeof(host), "localhost");
+  host[sizeof(host) - 1] = '\0';
+  if (o->topology == NULL &&
+      rdzv_topology_detect(host, o->local_rank, o->location, topo,
+                           sizeof(topo)) < 0)
+    topo[0] = '\0';
+  rdzv_rendezvous_t *r = calloc(1, sizeof(*r));
+  if (r == NULL)
+    return RDZV_ENOMEM;
+  r->magic = RDZV_RENDEZVOUS_MAGIC;
+  snprintf(r->round, sizeof(r->round), "%s", o->round);
+  struct join_call k = {.claim = new_claim()};
+  rc = make_client(o, &r->c);
+  if (rc == 0)
+    rc = send_join(r, o, host, o->topology ? o->topology : topo, &k);
+  if (rc == 0)
+    rc = k.status;
+  if (rc < 0) {
+    if (err != NULL && errlen > 0)
+      snprintf(err, errlen, "join round '%s' of job '%s': %s: %s", o->round,
+               o->job_id, rdzv_strerror(rc),
+               k.text[0] ? k.text : (r->c ? rdzv_client_last_error(r->c) : ""));
+    rdzv_client_destroy(r->c);
+    free(r);
+    return rc;
+  }
+  r->a = k.a;
+  r->gen = k.gen;
+  *out = r;
+  return 0;
+}
+
+/* ---- the handle ------------------------------------------------------------- */
+
+static void on_leave(rdzv_client_t *c, const struct rdzv_result *res,
+                     void *arg) {
+  (void)c;
+  (void)res;
+  (void)arg;
+}
+
+static int send_abort(rdzv_rendezvous_t *r, const char *why,
+                      double timeout_s) {
+  struct rdzv_bytes keys[2] = {{r->round, strlen(r->round)},
+                               {why, strlen(why)}};
+  struct rdzv_request req = {.op = RDZV_OP_ABORT, .a = r->gen, .nkeys = 2,
+                             .keys = keys};
+  int rc = rdzv_client_submit(r->c, &req, timeout_s, on_leave, NULL);
+  if (rc == 0)
+    rc = rdzv_client_run(r->c, timeout_s);
+  return rc;
+}
+
+void rdzv_rendezvous_destroy(rdzv_rendezvous_t *r) {
+  if (r == NULL)
+    return;
+  /* A clean leave first: the node must not take this connection's end
+   * for a dead rank. */
+  struct rdzv_bytes key = {r->round, strlen(r->round)};
+  struct rdzv_request req = {.op = RDZV_OP_ABORT, .flags = RDZV_STORE_LEAVE,
+                             .a = r->gen, .nkeys = 1, .keys = &key};
+  if (rdzv_client_submit(r->c, &req, 2.0, on_leave, NULL) == 0)
+    rdzv_client_run(r->c, 2.0);
+  rdzv_client_destroy(r->c);
+  free(r->hosts);
+  r->magic = 0;
+  free(r);
+}
+
+int32_t rdzv_rendezvous_rank(const rdzv_rendezvous_t *r) { return r->a.rank; }
+int32_t rdzv_rendezvous_world_size(const rdzv_rendezvous_t *r) {
+  return r->a.world_size;
+}
+int32_t rdzv_rendezvous_local_rank(const rdzv_rendezvous_t *r) {
+  return r->a.local_rank;
+}
+int32_t rdzv_rendezvous_local_size(const rdzv_rendezvous_t *r) {
+  return r->a.local_size;
+}
+int32_t rdzv_rendezvous_node_rank(const rdzv_rendezvous_t *r) {
+  return r->a.node_rank;
+}
+int32_t rdzv_rendezvous_node_count(const rdzv_rendezvous_t *r) {
+  return r->a.node_count;
+}
+int64_t rdzv_rendezvous_generation(const rdzv_rendezvous_t *r) {
+  return r->gen;
+}
+rdzv_client_t *rdzv_rendezvous_client(rdzv_rendezvous_t *r) { return r->c; }
+const char *rdzv_rendezvous_last_error(const rdzv_rendezvous_t *r) {
+  return r->last_error;
+}
+
+static int fail(rdzv_rendezvous_t *r, int rc, const char *what) {
+  snprintf(r->last_error, sizeof(r->last_error), "%s: %s (%s)", what,
+           rdzv_strerror(rc), rdzv_client_last_error(r->c));
+  return rc;
+}
+
+/* "rdzv/<round>/g<gen>/<rest>" */
+static void gen_key(const rdzv_rendezvous_t *r, char *out, size_t n,
+                    const char *rest) {
+  snprintf(out, n, "rdzv/%s/g%" PRId64 "/%s", r->round, r->gen, rest);
+}
+
+int rdzv_rendezvous_abort(rdzv_rendezvous_t *r, const char *reason,
+                          double timeout_s) {
+  int rc = send_abort(r, reason ? reason : "aborted by a rank", timeout_s);
+  return rc < 0 ? fail(r, rc, "abort") : 0;
+}
+
+int rdzv_rendezvous_barrier(rdzv_rendezvous_t *r, const char *name,
+                            double timeout_s) {
+  char key[512], rest[160];
+  if (name == NULL || !*name || strlen(name) > 100)
+    return -EINVAL;
+  snprintf(rest, sizeof(rest), "barrier/%s", name);
+  gen_key(r, key, sizeof(key), rest);
+  int rc = rdzv_store_barrier(r->c, key, (uint64_t)r->a.rank,
+                              (uint64_t)r->a.world_size, timeout_s);
+  return rc < 0 ? fail(r, rc, "barrier") : 0;
+}
+
+/* ---- unique ids and topology --------------------------------------------- */
+
+/* Waits for a write-once key of this generation and reads it (the wait's
+ * answer fills the node's cache, so the read stays on the host). */
+static int read_gen_key(rdzv_rendezvous_t *r, const char *key, void **val,
+                        size_t *len, double timeout_s) {
+  const char *keys[1] = {key};
+  int rc = rdzv_store_wait(r->c, keys, 1, timeout_s);
+  if (rc == 0)
+    rc = rdzv_store_get(r->c, key, val, len, timeout_s);
+  return rc;
+}
+
+/* Copies the ids out of an encoded gather result: n items of { u32 len,
+ * u64 member, 128 id bytes } in member order 0..n-1. */
+static int ids_from_result(const uint8_t *p, size_t len, int64_t n,
+                           uint8_t *ids) {
+  size_t off = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (len - off < 4 + 8 + RDZV_UNIQUE_ID_BYTES)
+      return RDZV_EPROTO;
+    uint32_t l = (uint32_t)p[off] | (uint32_t)p[off + 1] << 8 |
+                 (uint32_t)p[off + 2] << 16 | (uint32_t)p[off + 3] << 24;
+    uint64_t member = 0;
+    for (int b = 7; b >= 0; b--)
+      member = member << 8 | p[off + 4 + b];
+    if (l != 8 + RDZV_UNIQUE_ID_BYTES || member != (uint64_t)i)
+      return RDZV_EPROTO;
+    memcpy(ids + i * RDZV_UNIQUE_ID_BYTES, p + off + 12, RDZV_UNIQUE_ID_BYTES);
+    off += 4 + l;
+  }
+  return off == len ? 0 : RDZV_EPROTO;
+}
+
+static int publish_id(rdzv_rendezvous_t *r, const char *key, int64_t b,
+                      int64_t n, rdzv_make_id_fn make_id, void *arg,
+                      uint8_t *ids, double timeout_s) {
+  uint8_t id[RDZV_UNIQUE_ID_BYTES];
+  int rc = make_id(arg, id);
+  if (rc < 0)
+    return fail(r, rc, "making a unique id");
+  struct rdzv_value *vals = NULL;
+  rc = rdzv_store_gather(r->c, key, (uint64_t)b, (uint64_t)n, id, sizeof(id),
+                         &vals, timeout_s);
+  if (rc < 0)
+    return fail(r, rc, "publishing a unique id");
+  for (int64_t i = 0; i < n; i++) {
+    if (vals[i].len != RDZV_UNIQUE_ID_BYTES || vals[i].member != (uint64_t)i)
+      rc = RDZV_EPROTO;
+    else
+      memcpy(ids + i * RDZV_UNIQUE_ID_BYTES, vals[i].data,
+             RDZV_UNIQUE_ID_BYTES);
+  }
+  rdzv_values_free(vals, (size_t)n);
+  return rc < 0 ? fail(r, rc, "unique ids") : 0;
+}
+
+int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
+                               int64_t ranks_per_root, rdzv_make_id_fn make_id,
+                               void *arg, uint8_t **ids, int64_t *nids,
+                               double timeout_s) {
+  if (comm == NULL || !*comm || strlen(comm) > 100 || strchr(comm, '/') ||
+      make_id == NULL || ids == NULL || nids == NULL || ranks_per_root < 1)
+    return -EINVAL;
+  int64_t w = r->a.world_size, n = rdzv_nccl_nids(w, ranks_per_root);
+  int64_t b = rdzv_nccl_block_of(r->a.rank, w, n);
+  char key[512], rest[128];
+  snprintf(rest, sizeof(rest), "uid/%s", comm);
+  gen_key(r, key, sizeof(key), rest);
+  uint8_t *out = malloc((size_t)n * RDZV_UNIQUE_ID_BYTES);
+  if (out == NULL)
+    return RDZV_ENOMEM;
+  int rc;
+  if (rdzv_nccl_block_first(b, w, n) == r->a.rank) {
+    rc = publish_id(r, key, b, n, make_id, arg, out, timeout_s);
+  } else {
+    void *v = NULL;
+    size_t len = 0;
+    rc = read_gen_key(r, key, &v, &len, timeout_s);
+    if (rc == 0)
+      rc = ids_from_result(v, len, n, out);
+    rdzv_free(v);
+    if (rc < 0)
+      rc = fail(r, rc, "waiting for the unique ids");
+  }
+  if (rc < 0) {
+    free(out);
+    return rc;
+  }
+  *ids = out;
+  *nids = n;
+  return 0;
+}
+
+int rdzv_rendezvous_hosts(rdzv_rendezvous_t *r, const char **text,
+                          size_t *len, double timeout_s) {
+  if (r->hosts == NULL) {
+    char key[512];
+    void *v = NULL;
+    gen_key(r, key, sizeof(key), "hosts");
+    int rc = read_gen_key(r, key, &v, &r->hosts_len, timeout_s);
+    if (rc < 0)
+      return fail(r, rc, "reading the host table");
+    r->hosts = v;
+  }
+  *text = r->hosts;
+  if (len != NULL)
+    *len = r->hosts_len;
+  return 0;
+}
+
+int rdzv_rendezvous_host_of(rdzv_rendezvous_t *r, int32_t rank,
+                            int32_t *node_rank, int32_t *first,
+                            int32_t *count, char *host, size_t hostlen,
+                            char *location, size_t loclen, double timeout_s) {
+  const char *t;
+  if (rank < 0 || rank >= r->a.world_size)
+    return -EINVAL;
+  int rc = rdzv_rendezvous_hosts(r, &t, NULL, timeout_s);
+  if (rc < 0)
+    return rc;
+  for (const char *line = t; *line; line = strchr(line, '\n') + 1) {
+    int nr, fr, ls, hl = 0, he = 0, ll = 0, le = 0;
+    if (sscanf(line, "%d %d %d %n%*s%n %n%*[^\n]%n", &nr, &fr, &ls, &hl, &he,
+               &ll, &le) < 3)
+      break;
+    if (rank >= fr && rank < fr + ls) {
+      if (node_rank) *node_rank = nr;
+      if (first) *first = fr;
+      if (count) *count = ls;
+      if (host && hostlen)
+        snprintf(host, hostlen, "%.*s", he - hl, line + hl);
+      if (location && loclen)
+        snprintf(location, loclen, "%.*s", le > ll ? le - ll : 0, line + ll);
+      return 0;
+    }
+    if (strchr(line, '\n') == NULL)
+      break;
+  }
+  return fail(r, RDZV_ETOPOLOGY, "rank not in the host table");
+}
+
+int rdzv_rendezvous_topology(rdzv_rendezvous_t *r, int32_t node_rank,
+                             char **text, size_t *len, double timeout_s) {
+  char key[512], rest[64];
+  if (node_rank < 0 || node_rank >= r->a.node_count || text == NULL)
+    return -EINVAL;
+  snprintf(rest, sizeof(rest), "topo/%d", node_rank);
+  gen_key(r, key, sizeof(key), rest);
+  void *v = NULL;
+  size_t l = 0;
+  int rc = read_gen_key(r, key, &v, &l, timeout_s);
+  if (rc < 0)
+    return fail(r, rc, "reading a topology record");
+  *text = v;
+  if (len != NULL)
+    *len = l;
+  return 0;
+}
