@@ -42,15 +42,20 @@ int64_t rdzv_nccl_block_of(int64_t rank, int64_t nranks, int64_t nids) {
   if (nids < 1 || nids > nranks || rank < 0 || rank >= nranks)
     return -1;
   int64_t q = nranks / nids, r = nranks % nids;
-  /* The first r blocks have q + 1 ranks: they cover r * (q + 1) ranks. */
-  if (rank < r * (q + 1))
+  /* The first r blocks have q + 1 ranks: they cover r * (q + 1) ranks,
+   * written r * q + r because q + 1 overflows when nids is 1 and nranks
+   * is INT64_MAX (then r is 0). */
+  int64_t big = r * q + r;
+  if (rank < big)
     return rank / (q + 1);
-  return r + (rank - r * (q + 1)) / q;
+  return r + (rank - big) / q;
 }
 
 int64_t rdzv_nccl_block_first(int64_t b, int64_t nranks, int64_t nids) {
   if (nids < 1 || nids > nranks || b < 0 || b >= nids)
     return -1;
   int64_t q = nranks / nids, r = nranks % nids;
-  return b < r ? b * (q + 1) : r * (q + 1) + (b - r) * q;
+  /* b * (q + 1) for b < r, else r * (q + 1) + (b - r) * q; as NCCL's
+   * firstRankFromRoot, with no q + 1 to overflow. */
+  return b * q + (b < r ? b : r);
 }

@@ -48,7 +48,9 @@ struct joined { /* a connection that has joined a generation */
   UT_hash_handle hh;
   struct conn *c;
   char round[128];
-  int64_t gen; /* 0 while its join is pending */
+  int64_t gen;    /* 0 while its join is pending */
+  uint64_t claim; /* a rank's claim (0 for a child node) */
+  int32_t rank, local_rank; /* a rank's assignment, -1 until known */
 };
 
 static void item_append(struct rdzv_buf *b, const uint8_t *p, uint32_t n) {
@@ -75,8 +77,10 @@ static void send_join_reply(struct jwait *w, int status, uint16_t flags,
   r.vals.n = w->nout;
   r.vals.raw = w->out.data;
   r.vals.raw_len = w->out.len;
-  if (flags & RDZV_F_PARTIAL)
-    rdzv__conn_send(w->c, &r);
+  if (flags & RDZV_F_PARTIAL) {
+    r.flags |= RDZV_F_REPLY;
+    rdzv__conn_send(w->c, &r); /* more replies follow */
+  }
   else
     rdzv__conn_reply(w->c, &r);
   w->out.len = 0;
@@ -103,18 +107,37 @@ static void jwait_unlink_free(struct njround *jr, struct jwait *w) {
 }
 
 /* Records that w's connection is in generation gen of this round. */
-static void mark_joined(struct njround *jr, struct conn *c, int64_t gen) {
+static void mark_joined(struct njround *jr, struct conn *c, int64_t gen,
+                        uint64_t claim, const struct rdzv_assignment *a) {
   struct node_job *nj = jr->nj;
   struct joined *jn = NULL;
   HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
   if (jn == NULL && (jn = calloc(1, sizeof(*jn))) != NULL) {
     jn->c = c;
+    jn->rank = jn->local_rank = -1;
     rdzv__conn_ref(c);
     snprintf(jn->round, sizeof(jn->round), "%s", jr->name);
     HASH_ADD(hh, nj->joined, c, sizeof(jn->c), jn);
   }
-  if (jn != NULL)
+  if (jn != NULL) {
     jn->gen = gen;
+    if (c->role != RDZV_ROLE_NODE)
+      jn->claim = claim;
+    if (c->role != RDZV_ROLE_NODE && a != NULL) {
+      jn->rank = a->rank;
+      jn->local_rank = a->local_rank;
+    }
+  }
+}
+
+static void unmark_joined(struct node_job *nj, struct conn *c) {
+  struct joined *jn = NULL;
+  HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
+  if (jn == NULL || c->role == RDZV_ROLE_NODE)
+    return;
+  HASH_DEL(nj->joined, jn);
+  rdzv__conn_unref(jn->c);
+  free(jn);
 }
 
 /* ---- replies from the parent ------------------------------------------------ */
@@ -135,10 +158,12 @@ static void route_items(struct njround *jr, const struct rdzv_msg *r) {
     item_append(&w->out, v.p, v.n);
     w->nout++;
     w->nleft--;
-    if (st < 0)
+    if (st < 0) {
       w->status = st;
-    else
-      mark_joined(jr, w->c, r->a);
+      unmark_joined(jr->nj, w->c); /* refused: its end aborts nothing */
+    } else {
+      mark_joined(jr, w->c, r->a, claim, &a);
+    }
     HASH_DEL(jr->claims, cr);
     free(cr);
   }
@@ -163,6 +188,8 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
     }
     /* Final for w: a whole-round failure, its refusals, or its ranks. */
     int st = r->status != 0 ? r->status : (w->nleft > 0 ? RDZV_EPROTO : 0);
+    if (st != 0)
+      unmark_joined(jr->nj, w->c);
     if (st == 0 && w->nout > 0 && w->status != 0 &&
         w->c->role != RDZV_ROLE_NODE)
       st = w->status;
@@ -296,7 +323,7 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     jr->npending++;
   }
   if (c->role != RDZV_ROLE_NODE)
-    mark_joined(jr, c, 0);
+    mark_joined(jr, c, 0, 0, NULL);
   if (jr->seen >= jr->max_size)
     join_flush(jr);
   else
@@ -304,14 +331,16 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
 }
 
 static void send_abort(struct node_job *nj, const char *round, int64_t gen,
-                       const char *why) {
+                       uint64_t claim, uint16_t flags, const char *why) {
   struct rdzv_slice keys[2] = {
       {(const uint8_t *)round, (uint32_t)strlen(round)},
       {(const uint8_t *)why, (uint32_t)strlen(why)}};
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_ABORT;
+  m.flags = flags;
   m.a = gen;
+  m.b = (int64_t)claim;
   m.keys.n = 2;
   m.keys.v = keys;
   rdzv__upstream_send(nj->up, &m, NULL, NULL);
@@ -324,6 +353,9 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
     struct joined *jn = NULL;
     HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
     if (jn != NULL) {
+      /* The root frees this rank's slot for a later job with this id. */
+      if (jn->gen > 0 && jn->claim != 0)
+        send_abort(nj, jn->round, jn->gen, jn->claim, RDZV_F_LEAVE, "left");
       HASH_DEL(nj->joined, jn);
       rdzv__conn_unref(jn->c);
       free(jn);
@@ -341,12 +373,19 @@ void rdzv__node_conn_closed(struct node_job *nj, struct conn *c) {
   if (jn == NULL)
     return;
   char why[320];
-  snprintf(why, sizeof(why), "%s %s disconnected from node %s",
-           c->role == RDZV_ROLE_NODE ? "node" : "rank", c->name,
-           nj->d->cfg.name);
+  if (c->role == RDZV_ROLE_NODE)
+    snprintf(why, sizeof(why), "node %s disconnected from node %s", c->name,
+             nj->d->cfg.name);
+  else if (jn->rank >= 0)
+    snprintf(why, sizeof(why),
+             "rank %d (local rank %d, process %s) disconnected from node %s",
+             jn->rank, jn->local_rank, c->name, nj->d->cfg.name);
+  else
+    snprintf(why, sizeof(why), "a joining rank (process %s) disconnected "
+             "from node %s", c->name, nj->d->cfg.name);
   rdzv__log(nj->d, 1, "round %s generation %" PRId64 ": %s", jn->round,
             jn->gen, why);
-  send_abort(nj, jn->round, jn->gen, why);
+  send_abort(nj, jn->round, jn->gen, 0, 0, why);
   HASH_DEL(nj->joined, jn);
   rdzv__conn_unref(jn->c);
   free(jn);

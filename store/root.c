@@ -449,6 +449,46 @@ static void handle_collective(struct kvs *s, struct conn *c,
     coll_complete(s, co);
 }
 
+static void coll_free(struct kvs *s, struct coll *co) {
+  struct member *mb, *mt;
+  HASH_ITER(hh, co->members, mb, mt) {
+    HASH_DEL(co->members, mb);
+    free(mb);
+  }
+  struct pending *p;
+  while ((p = co->pend) != NULL) {
+    co->pend = p->next;
+    rdzv__conn_unref(p->c);
+    free(p);
+  }
+  HASH_DEL(s->colls, co);
+  rdzv_buf_free(&co->result);
+  free(co->name);
+  free(co);
+}
+
+void rdzv__root_colls_fail_prefix(struct kvs *s, const char *prefix,
+                                  int status, const char *text) {
+  size_t pl = strlen(prefix);
+  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  struct coll *co, *tmp;
+  HASH_ITER(hh, s->colls, co, tmp) {
+    if (co->done || co->nlen - 1 < pl || memcmp(co->name + 1, prefix, pl))
+      continue;
+    for (struct pending *p = co->pend; p != NULL; p = p->next) {
+      struct rdzv_msg r;
+      memset(&r, 0, sizeof(r));
+      r.type = co->type;
+      r.req_id = p->req_id;
+      r.status = status;
+      r.keys.n = 1;
+      r.keys.v = &t;
+      rdzv__conn_reply(p->c, &r);
+    }
+    coll_free(s, co);
+  }
+}
+
 /* ---- dispatch and teardown ------------------------------------------------ */
 
 void rdzv__root_handle(struct daemon *d, struct conn *c,
@@ -517,23 +557,8 @@ void rdzv__root_job_free(struct job *j) {
   rdzv__waits_clear(&s->waits);
   rdzv__root_rounds_free(s);
   struct coll *co, *tmp;
-  HASH_ITER(hh, s->colls, co, tmp) {
-    struct member *mb, *mt;
-    HASH_ITER(hh, co->members, mb, mt) {
-      HASH_DEL(co->members, mb);
-      free(mb);
-    }
-    struct pending *p;
-    while ((p = co->pend) != NULL) {
-      co->pend = p->next;
-      rdzv__conn_unref(p->c);
-      free(p);
-    }
-    HASH_DEL(s->colls, co);
-    rdzv_buf_free(&co->result);
-    free(co->name);
-    free(co);
-  }
+  HASH_ITER(hh, s->colls, co, tmp)
+    coll_free(s, co);
   rdzv__kv_clear(&s->kv);
   free(s);
   j->kvs = NULL;

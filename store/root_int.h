@@ -28,6 +28,10 @@ void rdzv__root_abort(struct kvs *s, struct conn *c, const struct rdzv_msg *m);
 int rdzv__root_gen_check(struct kvs *s, const struct rdzv_msg *m,
                          const char **why);
 void rdzv__root_rounds_free(struct kvs *s);
+/* Fails the pending barriers and gathers named with prefix (status and
+ * text to every requester) and forgets them. */
+void rdzv__root_colls_fail_prefix(struct kvs *s, const char *prefix,
+                                  int status, const char *text);
 
 /* Sets a write-once key on behalf of the root itself and wakes waiters. */
 int rdzv__root_put(struct kvs *s, const char *key, const uint8_t *v,

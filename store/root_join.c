@@ -30,6 +30,7 @@ struct jmember {
   UT_hash_handle hh;      /* by claim */
   UT_hash_handle hh_slot; /* by host + local rank */
   struct jpend *via;
+  bool left; /* left cleanly: its slot is free for another process */
   struct rdzv_join_full j; /* points into data */
   struct rdzv_assignment asg;
   uint32_t slot_len;
@@ -128,8 +129,10 @@ static void reply_text(struct conn *c, uint32_t req_id, int status,
     r.vals.raw = items->data;
     r.vals.raw_len = items->len;
   }
-  if (flags & RDZV_F_PARTIAL)
+  if (flags & RDZV_F_PARTIAL) {
+    r.flags |= RDZV_F_REPLY;
     rdzv__conn_send(c, &r); /* not the last reply: outstanding stays */
+  }
   else
     rdzv__conn_reply(c, &r);
 }
@@ -155,6 +158,7 @@ static void fail_round(struct round *r, int status, const char *why) {
                    r->gen);
   rdzv__waits_fail_prefix(&r->s->waits, (const uint8_t *)prefix, (uint32_t)n,
                           status, why);
+  rdzv__root_colls_fail_prefix(r->s, prefix, status, why);
   rdzv__log(r->s->d, 1, "round %s generation %" PRId64 " failed: %s",
             r->name, r->gen, why);
 }
@@ -534,6 +538,50 @@ static void add_records(struct round *r, struct jpend *p,
   rdzv_buf_free(&errs);
 }
 
+/* A DONE generation whose ranks are alive and a join that claims one of
+ * their slots (host, local rank) with another process: a second job using
+ * this job's id, or a rank started twice. Refused, and the live
+ * generation is left alone. Answers and returns 1, else 0. */
+static int refuse_live_conflicts(struct round *r, struct conn *c,
+                                 const struct rdzv_msg *m) {
+  struct rdzv_slice v;
+  size_t pos = 0;
+  char text[512] = "";
+  struct rdzv_buf errs = {0};
+  rdzv_items_next(&m->vals, &pos, &v); /* params */
+  while (rdzv_items_next(&m->vals, &pos, &v)) {
+    struct jmember *probe = member_new(&v), *old = NULL;
+    if (probe == NULL)
+      continue;
+    HASH_FIND(hh_slot, r->by_slot, probe->slot, probe->slot_len, old);
+    if (old != NULL && !old->left && text[0] == '\0')
+      snprintf(text, sizeof(text),
+               "job id in use by a live job: host %.*s local rank %d is held "
+               "by process %016" PRIx64 " of generation %" PRId64,
+               (int)old->j.rec.host_len, old->j.rec.host, old->j.rec.local_rank,
+               old->j.rec.claim, r->gen);
+    free(probe);
+  }
+  if (text[0] == '\0')
+    return 0;
+  /* Every record of the request is refused: part of it must not start a
+   * new generation under the live job. */
+  pos = 0;
+  rdzv_items_next(&m->vals, &pos, &v);
+  while (rdzv_items_next(&m->vals, &pos, &v)) {
+    struct rdzv_join_full j;
+    uint8_t item[RDZV_JOIN_ERROR_BYTES];
+    rdzv_join_error_encode(rdzv_join_rec_decode(v.p, v.n, &j) == 0 ? j.rec.claim
+                                                                    : 0,
+                           RDZV_EDUPLICATE_CLAIM, item);
+    item_append(&errs, item, sizeof(item));
+  }
+  reply_text(c, m->req_id, RDZV_EDUPLICATE_CLAIM, 0, &errs, m->vals.n - 1,
+             text, r->gen, 0);
+  rdzv_buf_free(&errs);
+  return 1;
+}
+
 void rdzv__root_join(struct kvs *s, struct conn *c, const struct rdzv_msg *m) {
   struct rdzv_slice name, pv;
   struct rdzv_join_params params;
@@ -547,7 +595,8 @@ void rdzv__root_join(struct kvs *s, struct conn *c, const struct rdzv_msg *m) {
                0, 0);
     return;
   }
-  if (r->state == ROUND_DONE && answer_known(r, c, m))
+  if (r->state == ROUND_DONE &&
+      (answer_known(r, c, m) || refuse_live_conflicts(r, c, m)))
     return;
   if (r->state != ROUND_OPEN)
     open_generation(r, &params);
@@ -571,8 +620,13 @@ void rdzv__root_abort(struct kvs *s, struct conn *c, const struct rdzv_msg *m) {
   struct round *r = NULL;
   HASH_FIND(hh, s->rounds, name.p, name.n, r);
   int64_t gen = m->a != 0 ? m->a : (r ? r->gen : 0);
-  if (r != NULL && !(m->flags & RDZV_F_LEAVE) && gen == r->gen &&
-      r->state != ROUND_FAILED) {
+  if (r != NULL && (m->flags & RDZV_F_LEAVE) && gen == r->gen) {
+    struct jmember *mb = NULL;
+    uint64_t claim = (uint64_t)m->b;
+    HASH_FIND(hh, r->by_claim, &claim, sizeof(claim), mb);
+    if (mb != NULL)
+      mb->left = true;
+  } else if (r != NULL && gen == r->gen && r->state != ROUND_FAILED) {
     char text[400];
     snprintf(text, sizeof(text), "generation %" PRId64 " aborted: %.*s", gen,
              (int)(why.n < 300 ? why.n : 300), why.p);
