@@ -1,9 +1,11 @@
 /* Rendezvous JOIN encodings: see join_wire.h. */
 #include "rendezvous/join_wire.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "rdzv/error.h"
+#include "store/wire.h"
 
 static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++)
@@ -154,5 +156,20 @@ int rdzv_join_assign_decode(const uint8_t *p, size_t n, uint64_t *claim,
       a->local_rank >= a->local_size || a->node_count < 1 ||
       a->node_rank < 0 || a->node_rank >= a->node_count)
     return RDZV_EPROTO;
+  return 0;
+}
+
+int rdzv_topo_append_line(struct rdzv_buf *b, int32_t rank,
+                          int32_t local_rank, const uint8_t *topo,
+                          uint32_t topo_len) {
+  char head[32];
+  int n = snprintf(head, sizeof(head), "%d %d ", rank, local_rank);
+  if (rdzv_buf_reserve(b, (size_t)n + topo_len + 1) < 0)
+    return RDZV_ENOMEM;
+  memcpy(b->data + b->len, head, (size_t)n);
+  b->len += (size_t)n;
+  for (uint32_t k = 0; k < topo_len; k++)
+    b->data[b->len++] = topo[k] == '\n' ? ';' : topo[k];
+  b->data[b->len++] = '\n';
   return 0;
 }

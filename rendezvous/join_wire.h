@@ -71,4 +71,14 @@ void rdzv_join_error_encode(uint64_t claim, int status, uint8_t *out);
 int rdzv_join_assign_decode(const uint8_t *p, size_t n, uint64_t *claim,
                             struct rdzv_assignment *out);
 
+/* The per-host topology value ("rdzv/<round>/g<gen>/topo/<node_rank>"):
+ * one line per rank of the host, in rank order: "<rank> <local_rank>
+ * <record>\n", the record's newlines written as ';'. The root and (for
+ * its own host) a node build it with this one function, so both hold the
+ * same bytes. Returns 0 or RDZV_ENOMEM. */
+struct rdzv_buf;
+int rdzv_topo_append_line(struct rdzv_buf *b, int32_t rank,
+                          int32_t local_rank, const uint8_t *topo,
+                          uint32_t topo_len);
+
 #endif /* RDZV_RENDEZVOUS_JOIN_WIRE_H */

@@ -38,7 +38,9 @@
 /* Stop moving queued requests into the output buffer past this size: the
  * rest stay queued (and so can be re-sent after a reconnect). */
 #define OUT_HIGH_WATER (256u << 10)
-#define READ_CHUNK (64u << 10)
+/* The read buffer starts small and doubles while a frame needs more, and
+ * is released when empty: a process may hold thousands of handles. */
+#define READ_CHUNK (4u << 10)
 /* Reads per step, so that a chatty server cannot starve timers. */
 #define MAX_READS 64
 
@@ -461,13 +463,16 @@ static int conn_read(struct rdzv_client *c) {
   int i;
 
   for (i = 0; i < MAX_READS; i++) {
-    if (rdzv_buf_reserve(&c->in, READ_CHUNK) < 0)
+    if (rdzv_buf_reserve(&c->in, c->in.len > READ_CHUNK ? c->in.len
+                                                        : READ_CHUNK) < 0)
       return 0; /* try again later; nothing is lost */
     n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
     if (n > 0) {
       c->in.len += (size_t)n;
       if (frames_handle(c))
         return 1;
+      if (c->in.len == 0)
+        rdzv_buf_free(&c->in);
       continue;
     }
     if (n < 0 && errno == EINTR)
@@ -505,6 +510,8 @@ static int conn_flush(struct rdzv_client *c) {
     return 1;
   }
   rdzv_buf_consume(&c->out, off);
+  if (c->out.len == 0)
+    rdzv_buf_free(&c->out);
   return 0;
 }
 

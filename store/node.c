@@ -92,8 +92,8 @@ static void lreq_answer(struct lreq *l, uint8_t type,
 }
 
 /* Caches a write-once value and wakes local waiters of its key. */
-static void cache_put(struct node_job *nj, struct rdzv_slice k,
-                      struct rdzv_slice v) {
+void rdzv__node_cache_put(struct node_job *nj, struct rdzv_slice k,
+                          struct rdzv_slice v) {
   if (rdzv__kv_set(&nj->cache, k.p, k.n, v.p, v.n, true, NULL) == 0)
     rdzv__waits_notify(&nj->waits, k.p, k.n);
 }
@@ -115,7 +115,7 @@ static void on_upwait(struct daemon *d, const struct rdzv_msg *r, void *arg) {
   if (r->status == 0) {
     struct rdzv_slice k = {uw->key, uw->klen}, v;
     if ((r->a & 1) && rdzv_items_get(&r->vals, 0, &v) == 0)
-      cache_put(nj, k, v);
+      rdzv__node_cache_put(nj, k, v);
     rdzv__waits_notify(&nj->waits, uw->key, uw->klen);
   } else if (r->status == RDZV_EDEADLINE) {
     /* Waiters that came later may still have time: ask again for them. */
@@ -203,14 +203,14 @@ static void on_fwd_reply(struct daemon *d, const struct rdzv_msg *r,
   (void)d;
   if (r->status == 0 && f->cache_set) {
     struct rdzv_slice k = {f->kv, f->klen}, v = {f->kv + f->klen, f->vlen};
-    cache_put(f->nj, k, v);
+    rdzv__node_cache_put(f->nj, k, v);
   }
   struct rdzv_slice k, v;
   if (r->status == 0 && f->type == RDZV_MSG_GET && (r->a & 1) &&
       rdzv_items_get(&r->vals, 0, &v) == 0) {
     k.p = f->kv;
     k.n = f->klen;
-    cache_put(f->nj, k, v);
+    rdzv__node_cache_put(f->nj, k, v);
   }
   lreq_answer(f->l, f->type, r);
   free(f);
@@ -262,7 +262,7 @@ static void on_get_reply(struct daemon *d, const struct rdzv_msg *r,
   struct rdzv_slice k = {g->key, g->klen}, v;
   HASH_DEL(nj->gets, g);
   if (r->status == 0 && (r->a & 1) && rdzv_items_get(&r->vals, 0, &v) == 0)
-    cache_put(nj, k, v);
+    rdzv__node_cache_put(nj, k, v);
   struct lreq *l;
   while ((l = g->reqs) != NULL) {
     g->reqs = l->next;

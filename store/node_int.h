@@ -37,6 +37,10 @@ void rdzv__node_forward(struct node_job *nj, struct conn *c,
 void rdzv__node_schedule(struct daemon *d, uv_timer_t *t, uint64_t first_ms,
                          uv_timer_cb cb);
 
+/* Caches a write-once key (copied) and wakes local waiters of it. */
+void rdzv__node_cache_put(struct node_job *nj, struct rdzv_slice k,
+                          struct rdzv_slice v);
+
 /* node_join.c */
 void rdzv__node_join(struct node_job *nj, struct conn *c,
                      const struct rdzv_msg *m);

@@ -27,6 +27,15 @@ struct claimref {
   UT_hash_handle hh;
   uint64_t claim;
   struct jwait *w;
+  uint8_t *rec; /* a local rank's encoded join record (NULL: via a child) */
+  uint32_t rec_len;
+};
+
+/* A local rank's assignment, kept while the host records are built. */
+struct local_asg {
+  struct rdzv_assignment a;
+  struct rdzv_join_full j; /* points into rec */
+  uint8_t *rec;
 };
 
 struct njround {
@@ -98,6 +107,7 @@ static void jwait_unlink_free(struct njround *jr, struct jwait *w) {
   HASH_ITER(hh, jr->claims, cr, t) {
     if (cr->w == w) {
       HASH_DEL(jr->claims, cr);
+      free(cr->rec);
       free(cr);
     }
   }
@@ -142,10 +152,46 @@ static void unmark_joined(struct node_job *nj, struct conn *c) {
 
 /* ---- replies from the parent ------------------------------------------------ */
 
+static int by_rank(const void *x, const void *y) {
+  const struct local_asg *a = x, *b = y;
+  return a->a.rank < b->a.rank ? -1 : a->a.rank > b->a.rank;
+}
+
+/* Every rank of a host usually joins through that host's node, so the
+ * node can build the host's topology record itself, byte for byte as the
+ * root does (rdzv_topo_append_line), and cache it: the ranks' topology
+ * reads never leave the host. Only complete hosts are cached. */
+static void cache_host_records(struct njround *jr, int64_t gen,
+                               struct local_asg *la, size_t n) {
+  qsort(la, n, sizeof(*la), by_rank);
+  for (size_t i = 0; i < n;) {
+    size_t e = i;
+    while (e < n && la[e].a.node_rank == la[i].a.node_rank)
+      e++;
+    if ((int32_t)(e - i) == la[i].a.local_size) {
+      struct rdzv_buf b = {0};
+      for (size_t k = i; k < e; k++)
+        rdzv_topo_append_line(&b, la[k].a.rank, la[k].a.local_rank,
+                              la[k].j.topo, la[k].j.topo_len);
+      char key[256];
+      int kl = snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/topo/%d",
+                        jr->name, gen, la[i].a.node_rank);
+      struct rdzv_slice ks = {(const uint8_t *)key, (uint32_t)kl};
+      struct rdzv_slice vs = {b.data, (uint32_t)b.len};
+      rdzv__node_cache_put(jr->nj, ks, vs);
+      rdzv_buf_free(&b);
+    }
+    i = e;
+  }
+  for (size_t k = 0; k < n; k++)
+    free(la[k].rec);
+}
+
 /* Routes each item of an upstream reply to the requester of its claim. */
 static void route_items(struct njround *jr, const struct rdzv_msg *r) {
   struct rdzv_slice v;
-  size_t pos = 0;
+  size_t pos = 0, nla = 0;
+  struct local_asg *la = calloc(r->vals.n ? r->vals.n : 1, sizeof(*la));
   while (rdzv_items_next(&r->vals, &pos, &v)) {
     uint64_t claim = 0;
     struct rdzv_assignment a;
@@ -163,10 +209,20 @@ static void route_items(struct njround *jr, const struct rdzv_msg *r) {
       unmark_joined(jr->nj, w->c); /* refused: its end aborts nothing */
     } else {
       mark_joined(jr, w->c, r->a, claim, &a);
+      if (la != NULL && cr->rec != NULL &&
+          rdzv_join_rec_decode(cr->rec, cr->rec_len, &la[nla].j) == 0) {
+        la[nla].a = a;
+        la[nla++].rec = cr->rec;
+        cr->rec = NULL;
+      }
     }
     HASH_DEL(jr->claims, cr);
+    free(cr->rec);
     free(cr);
   }
+  if (la != NULL)
+    cache_host_records(jr, r->a, la, nla);
+  free(la);
 }
 
 static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
@@ -316,6 +372,10 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
       HASH_ADD(hh, jr->claims, claim, sizeof(cr->claim), cr);
       w->nleft++;
       jr->seen++;
+      if (c->role != RDZV_ROLE_NODE && (cr->rec = malloc(v.n)) != NULL) {
+        memcpy(cr->rec, v.p, v.n);
+        cr->rec_len = v.n;
+      }
     }
     if (cr != NULL)
       cr->w = w;

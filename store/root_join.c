@@ -289,13 +289,8 @@ static void publish_topology(struct round *r, struct jmember **by_rank) {
       rdzv_buf_append(&hosts, line, (size_t)n);
       topo.len = 0;
     }
-    int n = snprintf(line, sizeof(line), "%d %d ", a->rank, a->local_rank);
-    rdzv_buf_append(&topo, line, (size_t)n);
-    for (uint32_t k = 0; k < m->j.topo_len; k++) {
-      uint8_t ch = m->j.topo[k] == '\n' ? ';' : m->j.topo[k];
-      rdzv_buf_append(&topo, &ch, 1);
-    }
-    rdzv_buf_append(&topo, "\n", 1);
+    rdzv_topo_append_line(&topo, a->rank, a->local_rank, m->j.topo,
+                          m->j.topo_len);
     if (a->local_rank == a->local_size - 1) {
       snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/topo/%d", r->name,
                r->gen, a->node_rank);

@@ -13,7 +13,9 @@
 #include "store/node_int.h"
 #include "store/server_int.h"
 
-#define READ_CHUNK 65536
+/* Read buffers start small and double while a frame needs more: 100,000
+ * mostly idle connections must not pin 64 KiB each. */
+#define READ_MIN 4096
 
 static const char *const state_names[] = {"HELLO_WAIT", "READY", "CLOSING",
                                           "CLOSED"};
@@ -95,6 +97,18 @@ static void on_conn_closed(uv_handle_t *h) {
 static void conn_close(struct conn *c) {
   if (c->state == CONN_CLOSED)
     return;
+  if (c->inproc) {
+    struct daemon *d = c->d;
+    conn_set_state(c, CONN_CLOSED);
+    TAILQ_REMOVE(&d->conns, c, link);
+    if (c->dirty)
+      TAILQ_REMOVE(&d->dirty, c, dirty_link);
+    c->dirty = false;
+    d->nconns--;
+    d->stats.conns_open--;
+    rdzv__conn_unref(c);
+    return;
+  }
   struct daemon *d = c->d;
   conn_set_state(c, CONN_CLOSED);
   TAILQ_REMOVE(&d->conns, c, link);
@@ -122,6 +136,8 @@ static void on_write(uv_write_t *req, int status) {
   struct conn *c = req->data;
   c->write_active = false;
   c->writing.len = 0;
+  if (c->writing.cap > READ_MIN)
+    rdzv_buf_free(&c->writing); /* a big reply must not stay pinned */
   if (status < 0) {
     rdzv__log(c->d, 2, "conn %s: write failed: %s", c->name,
               uv_strerror(status));
@@ -134,9 +150,33 @@ static void on_write(uv_write_t *req, int status) {
   rdzv__conn_unref(c);
 }
 
+/* In-process peer: hand each written frame to its deliver callback. */
+static void deliver_inproc(struct conn *c) {
+  struct rdzv_buf t = c->writing;
+  c->writing = c->out;
+  c->out = t;
+  c->out.len = 0;
+  c->d->stats.bytes_out += c->writing.len;
+  rdzv__conn_ref(c);
+  size_t off = 0, used;
+  struct rdzv_msg m;
+  while (c->state != CONN_CLOSED &&
+         rdzv_msg_decode(c->writing.data + off, c->writing.len - off,
+                         UINT32_MAX, &m, &used) == 0) {
+    c->deliver(c->deliver_arg, &m);
+    off += used;
+  }
+  c->writing.len = 0;
+  rdzv__conn_unref(c);
+}
+
 static void start_write(struct conn *c) {
   if (c->write_active || c->out.len == 0 || c->state == CONN_CLOSED)
     return;
+  if (c->inproc) {
+    deliver_inproc(c);
+    return;
+  }
   struct rdzv_buf t = c->writing;
   c->writing = c->out;
   c->out = t;
@@ -307,7 +347,8 @@ static void handle_frame(struct conn *c, const struct rdzv_msg *m) {
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   struct conn *c = h->data;
   (void)suggested;
-  if (rdzv_buf_reserve(&c->in, READ_CHUNK) < 0) {
+  if (rdzv_buf_reserve(&c->in, c->in.len > READ_MIN ? c->in.len : READ_MIN) <
+      0) {
     buf->base = NULL;
     buf->len = 0;
     return;
@@ -341,6 +382,8 @@ static void decode_frames(struct conn *c) {
   }
   if (c->state != CONN_CLOSED)
     rdzv_buf_consume(&c->in, off);
+  if (c->in.len == 0)
+    rdzv_buf_free(&c->in); /* idle connections hold no buffer */
   rdzv__conn_unref(c);
 }
 
@@ -363,6 +406,56 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 static void on_hello_timeout(uv_timer_t *t) {
   struct conn *c = t->data;
   rdzv__conn_fail(c, RDZV_EHELLO, "no hello before --hello-timeout-ms");
+}
+
+/* ---- in-process peers (benchmark) ------------------------------------------ */
+
+struct conn *rdzv_daemon_inproc_connect(struct daemon *d, const char *job,
+                                        void (*deliver)(void *,
+                                                        const struct rdzv_msg *),
+                                        void *arg) {
+  struct conn *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return NULL;
+  c->d = d;
+  c->refs = 1;
+  c->inproc = true;
+  c->deliver = deliver;
+  c->deliver_arg = arg;
+  c->role = RDZV_ROLE_CLIENT;
+  c->job = rdzv__job_get(d, (const uint8_t *)job, strlen(job));
+  snprintf(c->name, sizeof(c->name), "inproc#%llu",
+           (unsigned long long)d->stats.conns_total + 1);
+  c->state = c->job != NULL ? CONN_READY : CONN_CLOSED;
+  TAILQ_INSERT_TAIL(&d->conns, c, link);
+  d->nconns++;
+  d->stats.conns_open++;
+  d->stats.conns_total++;
+  if (c->job == NULL) {
+    conn_close(c);
+    return NULL;
+  }
+  return c;
+}
+
+int rdzv_daemon_inproc_send(struct conn *c, const uint8_t *frame,
+                            size_t len) {
+  if (c->state != CONN_READY)
+    return RDZV_ECONN_CLOSED;
+  c->d->stats.bytes_in += len;
+  struct rdzv_msg m;
+  size_t used;
+  int rc = rdzv_msg_decode(frame, len, c->d->cfg.max_frame_bytes, &m, &used);
+  if (rc < 0 || used != len)
+    return rc < 0 ? rc : RDZV_EPROTO;
+  rdzv__conn_ref(c);
+  handle_frame(c, &m);
+  rdzv__conn_unref(c);
+  return 0;
+}
+
+void rdzv_daemon_inproc_close(struct conn *c) {
+  conn_close(c);
 }
 
 /* ---- listeners ------------------------------------------------------------- */
@@ -506,7 +599,7 @@ static int listen_unix(struct daemon *d) {
 
 static void close_cb_noop(uv_handle_t *h) { (void)h; }
 
-static void daemon_stop(struct daemon *d) {
+void rdzv_daemon_stop(struct daemon *d) {
   if (d->stopping)
     return;
   d->stopping = true;
@@ -526,27 +619,8 @@ static void daemon_stop(struct daemon *d) {
     uv_close((uv_handle_t *)&d->unix_listen, close_cb_noop);
     unlink(d->cfg.unix_path);
   }
-  uv_close((uv_handle_t *)&d->sigint, close_cb_noop);
-  uv_close((uv_handle_t *)&d->sigterm, close_cb_noop);
   uv_close((uv_handle_t *)&d->flush_idle, close_cb_noop);
   uv_close((uv_handle_t *)&d->flush_check, close_cb_noop);
-}
-
-static void on_signal(uv_signal_t *s, int signum) {
-  (void)signum;
-  daemon_stop(s->data);
-}
-
-static void daemon_init_handles(struct daemon *d) {
-  uv_signal_init(d->loop, &d->sigint);
-  uv_signal_init(d->loop, &d->sigterm);
-  d->sigint.data = d->sigterm.data = d;
-  uv_signal_start(&d->sigint, on_signal, SIGINT);
-  uv_signal_start(&d->sigterm, on_signal, SIGTERM);
-  uv_idle_init(d->loop, &d->flush_idle);
-  uv_check_init(d->loop, &d->flush_check);
-  d->flush_check.data = d;
-  uv_check_start(&d->flush_check, on_flush_check);
 }
 
 static void free_jobs(struct daemon *d) {
@@ -560,7 +634,15 @@ static void free_jobs(struct daemon *d) {
   d->jobs = NULL;
 }
 
-int rdzv_daemon_run(const struct rdzv_daemon_config *cfg) {
+void rdzv_daemon_free(struct daemon *d) {
+  if (d == NULL)
+    return;
+  free_jobs(d);
+  free(d);
+}
+
+int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
+                      struct daemon **out) {
   struct daemon *d = calloc(1, sizeof(*d));
   if (d == NULL)
     return RDZV_ENOMEM;
@@ -572,26 +654,60 @@ int rdzv_daemon_run(const struct rdzv_daemon_config *cfg) {
   }
   d->limits.max_key_bytes = cfg->max_key_bytes;
   d->limits.max_value_bytes = cfg->max_value_bytes;
-  d->loop = uv_default_loop();
+  d->loop = loop;
   TAILQ_INIT(&d->conns);
   TAILQ_INIT(&d->dirty);
-  daemon_init_handles(d);
+  uv_idle_init(d->loop, &d->flush_idle);
+  uv_check_init(d->loop, &d->flush_check);
+  d->flush_check.data = d;
+  uv_check_start(&d->flush_check, on_flush_check);
   d->start_ms = uv_now(d->loop);
-  int rc = listen_tcp(d);
+  int rc = cfg->listen[0] != '\0' ? listen_tcp(d) : 0;
   if (rc == 0)
     rc = listen_unix(d);
-  if (rc == 0) {
-    rdzv__log(d, 1, "%s listening on tcp:%s%s%s",
-              cfg->role == RDZV_DAEMON_ROOT ? "root" : "node", d->bound_addr,
-              d->have_unix ? " and unix:" : "", d->have_unix ? cfg->unix_path : "");
-    uv_run(d->loop, UV_RUN_DEFAULT);
-  } else {
-    daemon_stop(d);
-    rc = rc < 0 ? rc : RDZV_EBAD_ADDR;
+  if (rc < 0) {
+    rdzv_daemon_stop(d);
+    *out = d; /* the caller runs the loop to close handles, then frees */
+    return rc;
   }
-  uv_run(d->loop, UV_RUN_DEFAULT); /* let close callbacks run */
-  uv_loop_close(d->loop);
-  free_jobs(d);
-  free(d);
+  rdzv__log(d, 1, "%s listening on tcp:%s%s%s",
+            cfg->role == RDZV_DAEMON_ROOT ? "root" : "node",
+            d->have_tcp ? d->bound_addr : "(none)",
+            d->have_unix ? " and unix:" : "", d->have_unix ? cfg->unix_path : "");
+  *out = d;
+  return 0;
+}
+
+char *rdzv_daemon_stats_json(const struct daemon *d) {
+  return rdzv__stats_json(d);
+}
+
+struct run_ctx {
+  struct daemon *d;
+  uv_signal_t sigint, sigterm;
+};
+
+static void on_signal(uv_signal_t *s, int signum) {
+  struct run_ctx *r = s->data;
+  (void)signum;
+  rdzv_daemon_stop(r->d);
+  uv_close((uv_handle_t *)&r->sigint, close_cb_noop);
+  uv_close((uv_handle_t *)&r->sigterm, close_cb_noop);
+}
+
+int rdzv_daemon_run(const struct rdzv_daemon_config *cfg) {
+  uv_loop_t *loop = uv_default_loop();
+  struct run_ctx r;
+  int rc = rdzv_daemon_start(loop, cfg, &r.d);
+  if (rc == 0) {
+    uv_signal_init(loop, &r.sigint);
+    uv_signal_init(loop, &r.sigterm);
+    r.sigint.data = r.sigterm.data = &r;
+    uv_signal_start(&r.sigint, on_signal, SIGINT);
+    uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+  }
+  uv_run(loop, UV_RUN_DEFAULT); /* until stopped; then close callbacks */
+  uv_loop_close(loop);
+  rdzv_daemon_free(r.d);
   return rc;
 }

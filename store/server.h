@@ -2,7 +2,43 @@
 #ifndef RDZV_STORE_SERVER_H
 #define RDZV_STORE_SERVER_H
 
+#include <uv.h>
+
 #include "store/config.h"
+
+struct daemon;
+
+/* Starts a daemon described by cfg on loop (bind, listen; cfg->listen ""
+ * means no TCP listener). Several daemons may share one loop (the
+ * benchmark runs many nodes per process). *out is set even on failure:
+ * the caller runs the loop until its handles are closed, then calls
+ * rdzv_daemon_free. Returns 0 or a negative status (message on stderr). */
+int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
+                      struct daemon **out);
+/* Closes every connection, listener and timer of d (asynchronously, on
+ * its loop). Idempotent. */
+void rdzv_daemon_stop(struct daemon *d);
+/* Frees d once its loop has run the close callbacks. NULL is a no-op. */
+void rdzv_daemon_free(struct daemon *d);
+/* d's statistics as one JSON object (malloc'd; free). */
+char *rdzv_daemon_stats_json(const struct daemon *d);
+
+/* In-process peers, for the benchmark's in-process rank transport: a
+ * READY client connection of job without a socket. Frames the daemon
+ * writes to it are decoded and passed to deliver(arg, msg) from the loop
+ * (msg valid during the call). Returns NULL on ENOMEM. */
+struct conn;
+struct rdzv_msg;
+struct conn *rdzv_daemon_inproc_connect(struct daemon *d, const char *job,
+                                        void (*deliver)(void *,
+                                                        const struct rdzv_msg *),
+                                        void *arg);
+/* Hands one encoded request frame to the daemon, as if read from a
+ * socket. Returns 0, RDZV_ECONN_CLOSED, or the decoder's error. */
+int rdzv_daemon_inproc_send(struct conn *c, const uint8_t *frame,
+                            size_t len);
+/* Closes an in-process connection (as a peer's close would). */
+void rdzv_daemon_inproc_close(struct conn *c);
 
 /* Runs the daemon described by cfg on a new libuv loop until SIGINT or
  * SIGTERM. Blocks. Returns 0 after a clean stop, or a negative status if

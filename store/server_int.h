@@ -74,6 +74,11 @@ struct conn {
   uv_timer_t hello_timer;
   uint32_t outstanding;
   uint32_t refs; /* the handle's own reference plus pending operations */
+  /* In-process peer (benchmark): no socket; frames written to it are
+   * decoded and handed to deliver(deliver_arg, msg) instead. */
+  bool inproc;
+  void (*deliver)(void *arg, const struct rdzv_msg *m);
+  void *deliver_arg;
   TAILQ_ENTRY(conn) link;
   TAILQ_ENTRY(conn) dirty_link;
 };
@@ -115,7 +120,6 @@ struct daemon {
   uv_tcp_t tcp_listen;
   uv_pipe_t unix_listen;
   bool have_tcp, have_unix;
-  uv_signal_t sigint, sigterm;
   uv_idle_t flush_idle;
   uv_check_t flush_check;
   struct conn_list conns;

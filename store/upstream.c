@@ -206,7 +206,7 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
 static void up_on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
   struct upstream *u = h->data;
   (void)sz;
-  if (rdzv_buf_reserve(&u->in, 65536) < 0) {
+  if (rdzv_buf_reserve(&u->in, u->in.len > 4096 ? u->in.len : 4096) < 0) {
     buf->base = NULL;
     buf->len = 0;
     return;

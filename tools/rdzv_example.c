@@ -113,6 +113,24 @@ static int run(rdzv_rendezvous_t *r, const struct args *a,
          rdzv_rendezvous_local_rank(r), rdzv_rendezvous_local_size(r),
          rdzv_rendezvous_node_rank(r), rdzv_rendezvous_node_count(r),
          rdzv_rendezvous_generation(r), host, first, first + count - 1);
+  /* This host's topology record: one line per rank, first to last. */
+  char *topo = NULL;
+  size_t tlen = 0;
+  rc = rdzv_rendezvous_topology(r, node, &topo, &tlen, a->timeout_s);
+  if (rc < 0)
+    return rc;
+  int lines = 0;
+  for (char *p = topo; p < topo + tlen; p = strchr(p, '\n') + 1) {
+    if (strtol(p, NULL, 10) != first + lines)
+      rc = RDZV_ETOPOLOGY;
+    lines++;
+    if (strchr(p, '\n') == NULL)
+      break;
+  }
+  rdzv_free(topo);
+  if (rc < 0 || lines != count)
+    return RDZV_ETOPOLOGY;
+  printf("host record: %d ranks\n", lines);
   uint8_t *ids = NULL;
   int64_t nids = 0;
   rc = rdzv_rendezvous_unique_ids(r, "world", a->ranks_per_root,

@@ -244,6 +244,7 @@ static void test_example_64_ranks(void **state) {
     assert_int_equal(first, (i / 8) * 8);
     assert_int_equal(last, (i / 8) * 8 + 7);
     seen[rank]++;
+    assert_non_null(strstr(out, "host record: 8 ranks")); /* node cache */
     if (strstr(out, "ids identical on all 64 ranks") != NULL)
       identical++;
     free(out);

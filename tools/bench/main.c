@@ -1,0 +1,488 @@
+/* rdzv-bench: the main job. It builds a real tree of real rdzvd daemons on
+ * this machine and drives N simulated ranks through the whole rendezvous
+ * (join, assignment, unique ids, host table, final barrier), in tree mode
+ * and in flat mode (every rank straight to one server, as with PyTorch's
+ * TCPStore), and reports time to complete, messages and bytes at the root
+ * and at the busiest node, peak memory, and a projection to a real
+ * cluster. See usage() and README.md ("The main job"). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rendezvous/topo.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/rank.h"
+
+struct child {
+  pid_t pid;
+  FILE *in, *out;
+  int holds_ranks;
+  int is_root;
+  json_t *stats;
+  struct rusage ru;
+};
+
+struct run {
+  struct bench_opts o;
+  struct child ch[1024];
+  int n;
+  const char *transport;
+};
+
+static void usage(void) {
+  fprintf(stderr,
+      "usage: rdzv-bench --ranks N[,N...] [--ranks-per-host R] [--fanout F]\n"
+      "       [--mode tree|flat|both] [--json FILE] [--plot FILE.png]\n"
+      "       [--transport auto|sockets|inproc] [--sockets-max N]\n"
+      "       [--rtt-us US] [--flush-ms MS] [--timeout S]\n"
+      "defaults: --ranks 1000,10000,100000 --ranks-per-host 8 --fanout 16\n"
+      "  --mode both --transport auto (sockets up to --sockets-max 20000\n"
+      "  ranks, in-process rank hop above) --rtt-us 50 --flush-ms 2\n");
+}
+
+static int spawn(struct run *rn, const char *kind, int64_t first,
+                 int64_t count, int flags, int holds_ranks) {
+  if (rn->n >= (int)(sizeof(rn->ch) / sizeof(rn->ch[0])))
+    return -1;
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0)
+    return -errno;
+  pid_t pid = fork();
+  if (pid < 0)
+    return -errno;
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    char a[16][64];
+    const struct bench_opts *o = &rn->o;
+    snprintf(a[0], 64, "%" PRId64, o->ranks);
+    snprintf(a[1], 64, "%" PRId64, o->ranks_per_host);
+    snprintf(a[2], 64, "%" PRId64, o->fanout);
+    snprintf(a[3], 64, "%" PRId64, first);
+    snprintf(a[4], 64, "%" PRId64, count);
+    snprintf(a[5], 64, "%d", flags);
+    snprintf(a[6], 64, "%u", o->flush_ms);
+    snprintf(a[7], 64, "%.0f", o->timeout_s);
+    snprintf(a[8], 64, "%" PRId64, o->ranks_per_root);
+    char *argv[] = {"rdzv-bench", (char *)kind, "--dir", (char *)o->dir,
+                    "--job", (char *)o->job, "--n", a[0], "--rph", a[1],
+                    "--fanout", a[2], "--first", a[3], "--count", a[4],
+                    "--flags", a[5], "--flush", a[6], "--timeout", a[7],
+                    "--rpr", a[8], NULL};
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  struct child *c = &rn->ch[rn->n++];
+  memset(c, 0, sizeof(*c));
+  c->pid = pid;
+  c->in = fdopen(in[1], "w");
+  c->out = fdopen(out[0], "r");
+  c->holds_ranks = holds_ranks;
+  c->is_root = (flags & 4) != 0;
+  return 0;
+}
+
+/* Reads lines from c until one starts with prefix; returns it in buf. */
+static int expect(struct child *c, const char *prefix, char *buf, size_t n) {
+  while (fgets(buf, (int)n, c->out) != NULL)
+    if (strncmp(buf, prefix, strlen(prefix)) == 0)
+      return 0;
+  return -1;
+}
+
+static void tell(struct run *rn, int which, const char *line) {
+  /* which: 0 servers (no ranks, or in-process ranks), 1 socket drivers,
+   * 2 all */
+  for (int i = 0; i < rn->n; i++) {
+    int driver = rn->ch[i].holds_ranks && !rn->o.inproc;
+    if (which == 2 || (which == 1) == driver) {
+      fprintf(rn->ch[i].in, "%s\n", line);
+      fflush(rn->ch[i].in);
+    }
+  }
+}
+
+/* Starts the processes of one run. Tree: a root process, node processes
+ * for chunks of hosts (with the ranks inside them in-process, or socket
+ * drivers beside them). Flat: one root process (holding the ranks
+ * in-process, or socket drivers). */
+static int start_processes(struct run *rn, int tree) {
+  struct bench_opts *o = &rn->o;
+  int64_t hosts = bench_hosts(o);
+  int inproc = o->inproc ? 2 : 0;
+  if (!tree)
+    return spawn(rn, "--serve", 0, 0, 4 | 1 | inproc, o->inproc) < 0 ? -1 : 0;
+  if (spawn(rn, "--serve", 0, 0, 4, 0) < 0)
+    return -1;
+  /* fds per node: its listener, upstream, child nodes and (sockets) its
+   * ranks; keep each process well under the 20,000-fd cap. */
+  int64_t per_node = 2 + o->fanout + (o->inproc ? 0 : o->ranks_per_host);
+  int64_t chunk = 15000 / per_node;
+  for (int64_t h = 0; h < hosts; h += chunk)
+    if (spawn(rn, "--serve", h, h + chunk <= hosts ? chunk : hosts - h,
+              inproc, o->inproc) < 0)
+      return -1;
+  return 0;
+}
+
+/* Socket drivers: at most ~15,000 ranks (fds) per process. */
+static int start_drivers(struct run *rn, int tree) {
+  struct bench_opts *o = &rn->o;
+  int64_t hosts = bench_hosts(o);
+  int64_t chunk = 15000 / o->ranks_per_host;
+  for (int64_t h = 0; h < hosts; h += chunk)
+    if (spawn(rn, "--drive", h, h + chunk <= hosts ? chunk : hosts - h,
+              tree ? 0 : 1, 1) < 0)
+      return -1;
+  return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Reads every durations.* file: sorted durations in *out, failures. */
+static int64_t read_durations(const struct bench_opts *o, double **out,
+                              int64_t *failed) {
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "cat %s/durations.* 2>/dev/null", o->dir);
+  FILE *f = popen(cmd, "r");
+  double *d = malloc((size_t)o->ranks * sizeof(*d));
+  int64_t n = 0;
+  *failed = 0;
+  double v;
+  while (f != NULL && d != NULL && n < o->ranks && fscanf(f, "%lf", &v) == 1) {
+    if (v < 0)
+      (*failed)++;
+    else
+      d[n++] = v;
+  }
+  if (f != NULL)
+    pclose(f);
+  qsort(d, (size_t)n, sizeof(*d), cmp_double);
+  *out = d;
+  return n;
+}
+
+static double cpu_of(const struct rusage *ru) {
+  return (double)ru->ru_utime.tv_sec + ru->ru_utime.tv_usec / 1e6 +
+         (double)ru->ru_stime.tv_sec + ru->ru_stime.tv_usec / 1e6;
+}
+
+static void wait_children(struct run *rn) {
+  int verbose = getenv("RDZV_BENCH_VERBOSE") != NULL;
+  for (int i = 0; i < rn->n; i++) {
+    int st;
+    fclose(rn->ch[i].in);
+    wait4(rn->ch[i].pid, &st, 0, &rn->ch[i].ru);
+    fclose(rn->ch[i].out);
+    if (verbose)
+      fprintf(stderr, "  process %d (%s%s): cpu %.3f s, max RSS %ld KiB\n", i,
+              rn->ch[i].is_root ? "root" : "nodes",
+              rn->ch[i].holds_ranks ? "+ranks" : "", cpu_of(&rn->ch[i].ru),
+              rn->ch[i].ru.ru_maxrss);
+  }
+}
+
+
+struct result {
+  const char *mode, *transport;
+  int64_t ranks, hosts, fanout, ranks_per_host, failed, depth;
+  double wall_s, p50_s, p99_s, cpu_s, projection_s, rtt_us;
+  int64_t root_msgs, root_bytes, max_node_msgs, max_node_bytes;
+  int64_t root_rss, node_rss, all_msgs;
+};
+
+static int64_t jint(json_t *j, const char *k) {
+  return (int64_t)json_integer_value(json_object_get(j, k));
+}
+
+static void collect(struct run *rn, struct result *r) {
+  int64_t node_rss_per = 0;
+  for (int i = 0; i < rn->n; i++) {
+    struct child *c = &rn->ch[i];
+    r->cpu_s += cpu_of(&c->ru);
+    if (c->stats == NULL)
+      continue;
+    if (c->is_root) {
+      r->root_msgs = jint(c->stats, "root_msgs");
+      r->root_bytes = jint(c->stats, "root_bytes");
+      r->root_rss = c->ru.ru_maxrss * 1024;
+    }
+    r->all_msgs += jint(c->stats, "root_msgs") + jint(c->stats, "node_msgs");
+    if (jint(c->stats, "max_node_msgs") > r->max_node_msgs) {
+      r->max_node_msgs = jint(c->stats, "max_node_msgs");
+      r->max_node_bytes = jint(c->stats, "max_node_bytes");
+    }
+    int64_t nodes = jint(c->stats, "nodes");
+    if (nodes > 0 && c->ru.ru_maxrss * 1024 / nodes > node_rss_per)
+      node_rss_per = c->ru.ru_maxrss * 1024 / nodes;
+    json_decref(c->stats);
+  }
+  r->node_rss = node_rss_per;
+}
+
+/* Projection to a real cluster, one node per host, all hosts in parallel:
+ * 4 round trips (join, ids, host table, barrier) through d levels at the
+ * stated RTT, plus the serial work of the busiest daemon (its messages at
+ * the CPU cost per message measured here), plus, in the tree, one
+ * combining interval per level for the joins and the barrier. */
+static void project(struct result *r, const struct bench_opts *o, int tree) {
+  double c = r->all_msgs > 0 ? r->cpu_s / (double)r->all_msgs : 0;
+  int64_t busiest = r->root_msgs > r->max_node_msgs ? r->root_msgs
+                                                    : r->max_node_msgs;
+  double d = (double)r->depth;
+  r->projection_s = 4 * d * r->rtt_us * 1e-6 + (double)busiest * c +
+                    (tree ? 2 * d * o->flush_ms / 1000.0 : 0);
+}
+
+static int run_one(struct bench_opts *base, int64_t n, int tree,
+                   const char *transport, double rtt_us, struct result *r) {
+  struct run *rn = calloc(1, sizeof(*rn));
+  if (rn == NULL)
+    return -1;
+  rn->o = *base;
+  rn->o.ranks = n;
+  rn->o.inproc = strcmp(transport, "in-process") == 0;
+  snprintf(rn->o.dir, sizeof(rn->o.dir), "/tmp/rdzv-bench-XXXXXX");
+  if (mkdtemp(rn->o.dir) == NULL) {
+    free(rn);
+    return -1;
+  }
+  memset(r, 0, sizeof(*r));
+  r->mode = tree ? "tree" : "flat";
+  r->transport = transport;
+  r->ranks = n;
+  r->hosts = bench_hosts(&rn->o);
+  r->fanout = tree ? rn->o.fanout : 0;
+  r->ranks_per_host = rn->o.ranks_per_host;
+  r->rtt_us = rtt_us;
+  r->depth = tree ? rdzv_tree_depth(r->hosts - 1, rn->o.fanout) + 1 : 1;
+  char line[4096];
+  int rc = start_processes(rn, tree);
+  if (rc == 0)
+    for (int i = 0; i < rn->n && rc == 0; i++)
+      rc = expect(&rn->ch[i], "ready", line, sizeof(line));
+  if (rc == 0 && !rn->o.inproc)
+    rc = start_drivers(rn, tree);
+  for (int i = 0; rc == 0 && i < rn->n; i++)
+    if (rn->ch[i].holds_ranks && !rn->o.inproc)
+      rc = expect(&rn->ch[i], "ready", line, sizeof(line));
+  double t0 = bench_now();
+  if (rc == 0)
+    tell(rn, 2, "go");
+  for (int i = 0; rc == 0 && i < rn->n; i++)
+    if (rn->ch[i].holds_ranks)
+      rc = expect(&rn->ch[i], "done", line, sizeof(line));
+  double t1 = bench_now();
+  tell(rn, 1, "exit"); /* drivers disconnect */
+  for (int i = 0; i < rn->n; i++) {
+    int driver = rn->ch[i].holds_ranks && !rn->o.inproc;
+    if (driver || rc != 0)
+      continue;
+    fprintf(rn->ch[i].in, "stats\n");
+    fflush(rn->ch[i].in);
+    if (expect(&rn->ch[i], "stats ", line, sizeof(line)) == 0)
+      rn->ch[i].stats = json_loads(line + 6, 0, NULL);
+  }
+  tell(rn, 0, "exit");
+  wait_children(rn);
+  double *d = NULL;
+  int64_t ok = read_durations(&rn->o, &d, &r->failed);
+  r->failed += n - ok - r->failed > 0 ? n - ok - r->failed : 0;
+  if (ok > 0) {
+    r->p50_s = d[(ok - 1) / 2];
+    r->p99_s = d[(int64_t)((double)(ok - 1) * 0.99)];
+    r->wall_s = d[ok - 1];
+  } else {
+    r->wall_s = t1 - t0;
+  }
+  free(d);
+  collect(rn, r);
+  project(r, &rn->o, tree);
+  char cmd[200];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", rn->o.dir);
+  if (system(cmd) != 0)
+    rc = rc ? rc : -1;
+  free(rn);
+  return rc;
+}
+
+static json_t *result_json(const struct result *r) {
+  return json_pack(
+      "{s:s,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,"
+      "s:I,s:f,s:f,s:f}",
+      "mode", r->mode, "ranks", (json_int_t)r->ranks, "hosts",
+      (json_int_t)r->hosts, "fanout", (json_int_t)r->fanout,
+      "ranks_per_host", (json_int_t)r->ranks_per_host, "wall_s", r->wall_s,
+      "p50_s", r->p50_s, "p99_s", r->p99_s, "root_msgs",
+      (json_int_t)r->root_msgs, "root_bytes", (json_int_t)r->root_bytes,
+      "max_node_msgs", (json_int_t)r->max_node_msgs, "max_node_bytes",
+      (json_int_t)r->max_node_bytes, "root_rss_bytes",
+      (json_int_t)r->root_rss, "node_rss_bytes", (json_int_t)r->node_rss,
+      "transport", r->transport, "failed", (json_int_t)r->failed, "depth",
+      (json_int_t)r->depth, "cpu_s", r->cpu_s, "projection_s",
+      r->projection_s, "projection_rtt_us", r->rtt_us);
+}
+
+static void print_row(const struct result *r) {
+  printf("%-4s %7" PRId64 " ranks %6" PRId64 " hosts %-10s wall %7.3f s  "
+         "p50 %7.3f  p99 %7.3f  root msgs %9" PRId64 "  busiest node %7" PRId64
+         "  root RSS %5.1f MiB  failed %" PRId64 "  projected %.3f s\n",
+         r->mode, r->ranks, r->hosts, r->transport, r->wall_s, r->p50_s,
+         r->p99_s, r->root_msgs, r->max_node_msgs,
+         (double)r->root_rss / 1048576.0, r->failed, r->projection_s);
+  fflush(stdout);
+}
+
+/* Two panels against N (log-log): time to complete and root messages,
+ * tree against flat; gnuplot's pngcairo or png terminal. */
+static int plot(const char *png, const struct result *rs, int n) {
+  char dat[] = "/tmp/rdzv-bench-plot-XXXXXX";
+  int fd = mkstemp(dat);
+  if (fd < 0)
+    return -errno;
+  FILE *f = fdopen(fd, "w");
+  for (int m = 0; m < 2; m++) {
+    fprintf(f, "# %s\n", m ? "flat" : "tree");
+    for (int i = 0; i < n; i++)
+      if (strcmp(rs[i].mode, m ? "flat" : "tree") == 0)
+        fprintf(f, "%" PRId64 " %f %" PRId64 "\n", rs[i].ranks, rs[i].wall_s,
+                rs[i].root_msgs);
+    fprintf(f, "\n\n");
+  }
+  fclose(f);
+  FILE *g = popen("gnuplot 2>/dev/null", "w");
+  if (g == NULL)
+    return -errno;
+  fprintf(g,
+          "set terminal png size 1100,450\nset output '%s'\n"
+          "set multiplot layout 1,2 title 'rdzv-bench: tree vs flat'\n"
+          "set logscale xy\nset grid\nset key top left\n"
+          "set xlabel 'ranks'\nset ylabel 'seconds to complete'\n"
+          "plot '%s' index 0 using 1:2 with linespoints title 'tree', "
+          "'' index 1 using 1:2 with linespoints title 'flat'\n"
+          "set ylabel 'messages at the root'\n"
+          "plot '%s' index 0 using 1:3 with linespoints title 'tree', "
+          "'' index 1 using 1:3 with linespoints title 'flat'\n"
+          "unset multiplot\n",
+          png, dat, dat);
+  int rc = pclose(g);
+  unlink(dat);
+  return rc == 0 ? 0 : -1;
+}
+
+static int parse_list(const char *s, int64_t *out, int max) {
+  int n = 0;
+  const char *p = s;
+  while (*p && n < max) {
+    char *end = NULL;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v < 1)
+      return -1;
+    out[n++] = v;
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != '\0')
+      return -1;
+  }
+  return n;
+}
+
+int main(int argc, char **argv) {
+  struct bench_opts o = {.ranks_per_host = 8, .fanout = 16,
+                         .ranks_per_root = 128, .timeout_s = 300,
+                         .flush_ms = 2, .flush_max_ms = 20};
+  snprintf(o.job, sizeof(o.job), "bench");
+  if (argc > 1 && (strcmp(argv[1], "--serve") == 0 ||
+                   strcmp(argv[1], "--drive") == 0)) {
+    if (bench_parse_common(&o, argc, argv, 2) != argc)
+      return 2;
+    signal(SIGPIPE, SIG_IGN);
+    return argv[1][2] == 's' ? bench_serve_main(&o) : bench_drive_main(&o);
+  }
+  int64_t ns[16] = {1000, 10000, 100000};
+  int nn = 3, modes = 3;
+  const char *json_path = NULL, *png = NULL, *transport = "auto";
+  int64_t sockets_max = 20000;
+  double rtt_us = 50;
+  for (int i = 1; i < argc; i++) {
+    const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    char *end = NULL;
+    if (v == NULL) {
+      usage();
+      return 2;
+    }
+    i++;
+    if (strcmp(k, "--ranks") == 0) {
+      nn = parse_list(v, ns, 16);
+    } else if (strcmp(k, "--ranks-per-host") == 0) {
+      o.ranks_per_host = strtoll(v, &end, 10);
+    } else if (strcmp(k, "--fanout") == 0) {
+      o.fanout = strtoll(v, &end, 10);
+    } else if (strcmp(k, "--mode") == 0) {
+      modes = !strcmp(v, "tree") ? 1 : !strcmp(v, "flat") ? 2
+              : !strcmp(v, "both") ? 3 : 0;
+    } else if (strcmp(k, "--json") == 0) {
+      json_path = v;
+    } else if (strcmp(k, "--plot") == 0) {
+      png = v;
+    } else if (strcmp(k, "--transport") == 0) {
+      transport = v;
+    } else if (strcmp(k, "--sockets-max") == 0) {
+      sockets_max = strtoll(v, &end, 10);
+    } else if (strcmp(k, "--rtt-us") == 0) {
+      rtt_us = strtod(v, &end);
+    } else if (strcmp(k, "--flush-ms") == 0) {
+      o.flush_ms = (uint32_t)strtoul(v, &end, 10);
+    } else if (strcmp(k, "--timeout") == 0) {
+      o.timeout_s = strtod(v, &end);
+    } else {
+      usage();
+      return 2;
+    }
+    if ((end != NULL && *end != '\0') || nn < 1 || modes == 0 ||
+        o.ranks_per_host < 1 || o.fanout < 1) {
+      usage();
+      return 2;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  struct result rs[32];
+  int nr = 0, bad = 0;
+  json_t *all = json_array();
+  for (int i = 0; i < nn; i++) {
+    const char *t = strcmp(transport, "auto") == 0
+                        ? (ns[i] <= sockets_max ? "sockets" : "in-process")
+                    : strcmp(transport, "inproc") == 0 ? "in-process"
+                                                       : "sockets";
+    for (int m = 0; m < 2; m++) {
+      if (!(modes & (1 << m)))
+        continue;
+      int rc = run_one(&o, ns[i], m == 0, t, rtt_us, &rs[nr]);
+      print_row(&rs[nr]);
+      json_array_append_new(all, result_json(&rs[nr]));
+      bad |= rc != 0 || rs[nr].failed != 0;
+      nr++;
+    }
+  }
+  if (json_path != NULL && json_dump_file(all, json_path, JSON_INDENT(1)) < 0)
+    bad = 1;
+  json_decref(all);
+  if (png != NULL && plot(png, rs, nr) < 0) {
+    fprintf(stderr, "rdzv-bench: gnuplot failed to write %s\n", png);
+    bad = 1;
+  }
+  return bad ? 1 : 0;
+}

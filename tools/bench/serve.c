@@ -1,0 +1,308 @@
+/* rdzv-bench --serve: one process of the benchmark's tree. It runs the
+ * root daemon and/or the node daemons of a range of hosts on one libuv
+ * loop and, with the in-process rank transport, the simulated ranks of
+ * those hosts. It talks to the orchestrator over stdin/stdout lines:
+ *   -> "ready"           all daemons listen
+ *   <- "go"              start the in-process ranks (if any)
+ *   -> "done OK FAIL"    all of them finished (only with ranks)
+ *   <- "stats"           -> "stats <json>" (busiest daemon, totals, RSS)
+ *   <- "exit"            stop and exit */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "rendezvous/topo.h"
+#include "store/server.h"
+#include "store/wire.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/rank.h"
+
+struct inproc_rank {
+  struct bench_rank r;
+  struct conn *c;
+  uint32_t next_id;
+  struct serve *sv;
+};
+
+struct serve {
+  const struct bench_opts *o;
+  uv_loop_t *loop;
+  struct daemon **d;
+  int nd;
+  struct daemon *ranks_daemon_flat; /* flat: every rank on the root */
+  struct inproc_rank *ranks;
+  int64_t nranks, ndone, nfail;
+  double t_go;
+  uv_pipe_t in;
+  char line[128];
+  size_t line_len;
+  struct bench_params params;
+};
+
+static void on_deliver(void *arg, const struct rdzv_msg *m) {
+  struct inproc_rank *ir = arg;
+  struct serve *sv = ir->sv;
+  struct rdzv_bytes keys[4], *vals = NULL;
+  struct rdzv_result res;
+  memset(&res, 0, sizeof(res));
+  res.status = m->status;
+  res.flags = m->flags;
+  res.a = m->a;
+  res.b = m->b;
+  if (m->flags & (RDZV_F_SUPERSEDED | RDZV_F_PARTIAL))
+    return;
+  size_t pos = 0;
+  struct rdzv_slice s;
+  for (size_t i = 0; i < 4 && rdzv_items_next(&m->keys, &pos, &s); i++) {
+    keys[i].data = s.p;
+    keys[i].len = s.n;
+    res.nkeys = i + 1;
+  }
+  res.keys = keys;
+  vals = calloc(m->vals.n ? m->vals.n : 1, sizeof(*vals));
+  pos = 0;
+  for (size_t i = 0; vals && rdzv_items_next(&m->vals, &pos, &s); i++) {
+    vals[i].data = s.p;
+    vals[i].len = s.n;
+    res.nvals = i + 1;
+  }
+  res.vals = vals;
+  enum bench_step before = ir->r.step;
+  bench_rank_on_result(&ir->r, &res);
+  free(vals);
+  if (before != ir->r.step &&
+      (ir->r.step == STEP_DONE || ir->r.step == STEP_FAILED)) {
+    sv->ndone++;
+    if (ir->r.step == STEP_FAILED)
+      sv->nfail++;
+    if (sv->ndone == sv->nranks) {
+      printf("done %" PRId64 " %" PRId64 "\n", sv->nranks - sv->nfail,
+             sv->nfail);
+      fflush(stdout);
+      bench_write_durations(sv->o, sv->ranks, sizeof(*sv->ranks),
+                            sv->nranks, sv->t_go);
+    }
+  }
+}
+
+static int inproc_submit(struct bench_rank *r, const struct rdzv_request *req,
+                         double timeout_s) {
+  struct inproc_rank *ir = r->transport;
+  struct rdzv_slice ks[2], vs[2];
+  for (size_t i = 0; i < req->nkeys && i < 2; i++) {
+    ks[i].p = req->keys[i].data;
+    ks[i].n = (uint32_t)req->keys[i].len;
+  }
+  for (size_t i = 0; i < req->nvals && i < 2; i++) {
+    vs[i].p = req->vals[i].data;
+    vs[i].n = (uint32_t)req->vals[i].len;
+  }
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = (uint8_t)req->op;
+  m.flags = (uint16_t)req->flags;
+  m.req_id = ++ir->next_id;
+  m.a = req->op == RDZV_OP_WAIT ? (int64_t)(timeout_s * 1000) : req->a;
+  m.b = req->b;
+  m.keys.n = (uint32_t)req->nkeys;
+  m.keys.v = ks;
+  m.vals.n = (uint32_t)req->nvals;
+  m.vals.v = vs;
+  struct rdzv_buf b = {0};
+  int rc = rdzv_msg_encode(&m, &b);
+  if (rc == 0)
+    rc = rdzv_daemon_inproc_send(ir->c, b.data, b.len);
+  rdzv_buf_free(&b);
+  return rc;
+}
+
+static int start_ranks(struct serve *sv) {
+  const struct bench_opts *o = sv->o;
+  int64_t first = o->flat ? 0 : o->first;
+  int64_t count = o->flat ? bench_hosts(o) : o->count;
+  int64_t n = 0;
+  for (int64_t h = first; h < first + count; h++)
+    n += bench_host_ranks(o, h);
+  sv->ranks = calloc((size_t)n, sizeof(*sv->ranks));
+  if (sv->ranks == NULL)
+    return -1;
+  sv->params.round = "world";
+  sv->params.world_size = (int32_t)o->ranks;
+  sv->params.ranks_per_root = o->ranks_per_root;
+  sv->params.timeout_s = o->timeout_s;
+  sv->params.submit = inproc_submit;
+  int64_t k = 0;
+  for (int64_t h = first; h < first + count; h++) {
+    struct daemon *d = o->flat ? sv->d[0] : sv->d[(o->root ? 1 : 0) + h - first];
+    for (int64_t l = 0; l < bench_host_ranks(o, h); l++, k++) {
+      struct inproc_rank *ir = &sv->ranks[k];
+      ir->sv = sv;
+      ir->r.p = &sv->params;
+      ir->r.transport = ir;
+      snprintf(ir->r.host, sizeof(ir->r.host), "h%06" PRId64, h);
+      ir->r.local_rank = (int32_t)l;
+      ir->r.local_size = (int32_t)bench_host_ranks(o, h);
+      ir->r.claim = ((uint64_t)getpid() << 40) ^ ((uint64_t)k + 1);
+      ir->c = rdzv_daemon_inproc_connect(d, o->job, on_deliver, ir);
+      if (ir->c == NULL)
+        return -1;
+    }
+  }
+  sv->nranks = n;
+  sv->t_go = bench_now();
+  for (k = 0; k < n; k++)
+    if (bench_rank_start(&sv->ranks[k].r) < 0)
+      return -1;
+  return 0;
+}
+
+static void print_stats(struct serve *sv) {
+  int64_t max_msgs = 0, max_bytes = 0, sum_msgs = 0, root_msgs = 0,
+          root_bytes = 0;
+  for (int i = 0; i < sv->nd; i++) {
+    char *js = rdzv_daemon_stats_json(sv->d[i]);
+    json_t *j = json_loads(js, 0, NULL);
+    int64_t msgs = json_integer_value(json_object_get(
+                       json_object_get(j, "frames"), "in")) +
+                   json_integer_value(json_object_get(
+                       json_object_get(j, "frames"), "out"));
+    int64_t bytes = json_integer_value(json_object_get(
+                        json_object_get(j, "bytes"), "in")) +
+                    json_integer_value(json_object_get(
+                        json_object_get(j, "bytes"), "out"));
+    if (sv->o->root && i == 0) {
+      root_msgs = msgs;
+      root_bytes = bytes;
+    } else {
+      sum_msgs += msgs;
+      if (msgs > max_msgs) {
+        max_msgs = msgs;
+        max_bytes = bytes;
+      }
+    }
+    json_decref(j);
+    free(js);
+  }
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+               (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+  printf("stats {\"root\":%d,\"root_msgs\":%" PRId64 ",\"root_bytes\":%" PRId64
+         ",\"max_node_msgs\":%" PRId64 ",\"max_node_bytes\":%" PRId64
+         ",\"node_msgs\":%" PRId64 ",\"nodes\":%d,\"rss\":%" PRId64
+         ",\"cpu_s\":%.3f}\n",
+         sv->o->root, root_msgs, root_bytes, max_msgs, max_bytes, sum_msgs,
+         sv->nd - (sv->o->root ? 1 : 0), bench_peak_rss(), cpu);
+  fflush(stdout);
+}
+
+static void stop_all(struct serve *sv) {
+  for (int i = 0; i < sv->nd; i++)
+    rdzv_daemon_stop(sv->d[i]);
+  uv_close((uv_handle_t *)&sv->in, NULL);
+}
+
+static void on_line(struct serve *sv, const char *line) {
+  if (strcmp(line, "go") == 0) {
+    if (sv->o->inproc && start_ranks(sv) < 0) {
+      printf("done 0 -1\n");
+      fflush(stdout);
+    }
+  } else if (strcmp(line, "stats") == 0) {
+    print_stats(sv);
+  } else if (strcmp(line, "exit") == 0) {
+    stop_all(sv);
+  }
+}
+
+static void on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *b) {
+  struct serve *sv = h->data;
+  (void)sz;
+  b->base = sv->line + sv->line_len;
+  b->len = sizeof(sv->line) - 1 - sv->line_len;
+}
+
+static void on_stdin(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+  struct serve *sv = s->data;
+  (void)b;
+  if (n < 0) {
+    stop_all(sv); /* the orchestrator went away */
+    return;
+  }
+  sv->line_len += (size_t)n;
+  sv->line[sv->line_len] = '\0';
+  char *nl;
+  while ((nl = strchr(sv->line, '\n')) != NULL) {
+    *nl = '\0';
+    on_line(sv, sv->line);
+    size_t rest = sv->line_len - (size_t)(nl + 1 - sv->line);
+    memmove(sv->line, nl + 1, rest + 1);
+    sv->line_len = rest;
+  }
+}
+
+static int start_daemon(struct serve *sv, int is_root, int64_t h) {
+  const struct bench_opts *o = sv->o;
+  struct rdzv_daemon_config cfg;
+  char err[256];
+  char *argv[] = {"rdzv-bench", NULL};
+  if (rdzv_config_parse(&cfg, 1, argv, stdout, err, sizeof(err)) != 0)
+    return -1;
+  cfg.listen[0] = '\0'; /* Unix sockets only: one fd per listener */
+  cfg.log_level = 0;
+  cfg.flush_ms = o->flush_ms;
+  cfg.flush_max_ms = o->flush_max_ms;
+  cfg.max_connections = 1u << 20;
+  if (is_root) {
+    cfg.role = RDZV_DAEMON_ROOT;
+    bench_root_path(o, cfg.unix_path, sizeof(cfg.unix_path));
+    snprintf(cfg.name, sizeof(cfg.name), "root");
+  } else {
+    cfg.role = RDZV_DAEMON_NODE;
+    bench_node_path(o, h, cfg.unix_path, sizeof(cfg.unix_path));
+    int64_t p = rdzv_tree_parent(h, bench_hosts(o), o->fanout);
+    char path[200];
+    if (p == RDZV_TREE_ROOT)
+      bench_root_path(o, path, sizeof(path));
+    else
+      bench_node_path(o, p, path, sizeof(path));
+    snprintf(cfg.parent, sizeof(cfg.parent), "unix:%s", path);
+    snprintf(cfg.name, sizeof(cfg.name), "h%06" PRId64, h);
+  }
+  return rdzv_daemon_start(sv->loop, &cfg, &sv->d[sv->nd++]);
+}
+
+int bench_serve_main(struct bench_opts *o) {
+  struct serve sv;
+  memset(&sv, 0, sizeof(sv));
+  sv.o = o;
+  sv.loop = uv_default_loop();
+  sv.d = calloc((size_t)o->count + 1, sizeof(*sv.d));
+  int rc = sv.d ? 0 : -1;
+  if (rc == 0 && o->root)
+    rc = start_daemon(&sv, 1, 0);
+  for (int64_t h = o->first; rc == 0 && h < o->first + o->count; h++)
+    rc = start_daemon(&sv, 0, h);
+  if (rc < 0) {
+    fprintf(stderr, "rdzv-bench: a daemon failed to start\n");
+    for (int i = 0; i < sv.nd; i++)
+      rdzv_daemon_stop(sv.d[i]);
+  } else {
+    uv_pipe_init(sv.loop, &sv.in, 0);
+    uv_pipe_open(&sv.in, 0);
+    sv.in.data = &sv;
+    uv_read_start((uv_stream_t *)&sv.in, on_alloc, on_stdin);
+    printf("ready\n");
+    fflush(stdout);
+  }
+  uv_run(sv.loop, UV_RUN_DEFAULT);
+  for (int i = 0; i < sv.nd; i++)
+    rdzv_daemon_free(sv.d[i]);
+  free(sv.d);
+  free(sv.ranks);
+  return rc < 0 ? 1 : 0;
+}
