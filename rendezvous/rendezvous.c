@@ -378,12 +378,45 @@ int rdzv_rendezvous_barrier(rdzv_rendezvous_t *r, const char *name,
 
 /* ---- unique ids and topology --------------------------------------------- */
 
-/* Waits for a write-once key of this generation and reads it (the wait's
- * answer fills the node's cache, so the read stays on the host). */
+struct wait_value {
+  int done, status;
+  void *val;
+  size_t len;
+};
+
+static void on_wait_value(rdzv_client_t *c, const struct rdzv_result *res,
+                          void *arg) {
+  struct wait_value *k = arg;
+  (void)c;
+  k->done = 1;
+  k->status = res->status;
+  if (res->status == 0 && res->nvals == 1 && res->vals[0].len > 0 &&
+      (k->val = malloc(res->vals[0].len + 1)) != NULL) {
+    memcpy(k->val, res->vals[0].data, res->vals[0].len);
+    ((char *)k->val)[res->vals[0].len] = '\0';
+    k->len = res->vals[0].len;
+  }
+}
+
+/* Waits for a write-once key of this generation and returns its value:
+ * the wait's answer carries it (and fills the node's cache on the way);
+ * a separate read only if it did not. */
 static int read_gen_key(rdzv_rendezvous_t *r, const char *key, void **val,
                         size_t *len, double timeout_s) {
-  const char *keys[1] = {key};
-  int rc = rdzv_store_wait(r->c, keys, 1, timeout_s);
+  struct rdzv_bytes k = {key, strlen(key)};
+  struct rdzv_request req = {.op = RDZV_OP_WAIT, .nkeys = 1, .keys = &k};
+  struct wait_value w = {0};
+  int rc = rdzv_client_submit(r->c, &req, timeout_s, on_wait_value, &w);
+  if (rc == 0)
+    rc = rdzv_client_run(r->c, timeout_s + 3);
+  if (rc == 0 || w.done)
+    rc = w.status;
+  if (rc == 0 && w.val != NULL) {
+    *val = w.val;
+    *len = w.len;
+    return 0;
+  }
+  free(w.val);
   if (rc == 0)
     rc = rdzv_store_get(r->c, key, val, len, timeout_s);
   return rc;

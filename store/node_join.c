@@ -312,8 +312,9 @@ static struct njround *jround_get(struct node_job *nj,
 static struct jwait *jwait_for(struct njround *jr, struct conn *c,
                                uint32_t req_id) {
   struct jwait *w;
-  for (w = jr->waiters; w != NULL; w = w->next) {
-    if (w->c != c || c->role != RDZV_ROLE_NODE)
+  for (w = c->role == RDZV_ROLE_NODE ? jr->waiters : NULL; w != NULL;
+       w = w->next) {
+    if (w->c != c)
       continue;
     struct rdzv_msg r;
     memset(&r, 0, sizeof(r));

@@ -24,9 +24,11 @@ void rdzv_daemon_free(struct daemon *d);
 char *rdzv_daemon_stats_json(const struct daemon *d);
 
 /* In-process peers, for the benchmark's in-process rank transport: a
- * READY client connection of job without a socket. Frames the daemon
- * writes to it are decoded and passed to deliver(arg, msg) from the loop
- * (msg valid during the call). Returns NULL on ENOMEM. */
+ * READY client connection of job without a socket. Each message the
+ * daemon sends to it is passed to deliver(arg, msg) at once, without
+ * encoding (msg valid during the call). deliver runs inside the daemon's
+ * handlers and must not call into the daemon: queue, and send later.
+ * Returns NULL on ENOMEM. */
 struct conn;
 struct rdzv_msg;
 struct conn *rdzv_daemon_inproc_connect(struct daemon *d, const char *job,

@@ -246,6 +246,8 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (off > 0)
     rdzv_buf_consume(&u->in, off);
+  if (u->in.len == 0)
+    rdzv_buf_free(&u->in);
   up_unref(u);
 }
 

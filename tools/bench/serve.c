@@ -28,6 +28,8 @@ struct inproc_rank {
   struct serve *sv;
 };
 
+struct queued;
+
 struct serve {
   const struct bench_opts *o;
   uv_loop_t *loop;
@@ -41,41 +43,78 @@ struct serve {
   char line[128];
   size_t line_len;
   struct bench_params params;
+  struct queued *q; /* replies waiting for their ranks */
+  size_t qn, qcap;
+  uv_idle_t idle;
 };
 
-static void on_deliver(void *arg, const struct rdzv_msg *m) {
-  struct inproc_rank *ir = arg;
-  struct serve *sv = ir->sv;
-  struct rdzv_bytes keys[4], *vals = NULL;
+/* A reply waiting for its rank: the fields the rank looks at, copied
+ * (values only when small: a rank checks the size of a big id table, not
+ * its bytes). */
+struct queued {
+  struct inproc_rank *ir;
   struct rdzv_result res;
-  memset(&res, 0, sizeof(res));
-  res.status = m->status;
-  res.flags = m->flags;
-  res.a = m->a;
-  res.b = m->b;
-  if (m->flags & (RDZV_F_SUPERSEDED | RDZV_F_PARTIAL))
-    return;
-  size_t pos = 0;
+  size_t nvals;
+  uint32_t len[4];
+  int16_t off[4]; /* into data, -1: not copied */
+  uint8_t data[256];
+};
+
+static void on_idle(uv_idle_t *h);
+
+static void queue_push(struct serve *sv, struct inproc_rank *ir,
+                       const struct rdzv_msg *m) {
+  if (sv->qn == sv->qcap) {
+    size_t cap = sv->qcap ? sv->qcap * 2 : 1024;
+    struct queued *q = realloc(sv->q, cap * sizeof(*q));
+    if (q == NULL)
+      return; /* the rank times out */
+    sv->q = q;
+    sv->qcap = cap;
+  }
+  struct queued *e = &sv->q[sv->qn++];
+  memset(&e->res, 0, sizeof(e->res));
+  e->ir = ir;
+  e->res.status = m->status;
+  e->res.flags = m->flags;
+  e->res.a = m->a;
+  e->res.b = m->b;
+  e->nvals = m->vals.n;
+  size_t pos = 0, used = 0;
   struct rdzv_slice s;
-  for (size_t i = 0; i < 4 && rdzv_items_next(&m->keys, &pos, &s); i++) {
-    keys[i].data = s.p;
-    keys[i].len = s.n;
-    res.nkeys = i + 1;
+  for (size_t i = 0; i < 4; i++) {
+    e->off[i] = -1;
+    e->len[i] = 0;
+    if (!rdzv_items_next(&m->vals, &pos, &s))
+      continue;
+    e->len[i] = s.n;
+    if (used + s.n <= sizeof(e->data)) {
+      memcpy(e->data + used, s.p, s.n);
+      e->off[i] = (int16_t)used;
+      used += s.n;
+    }
   }
-  res.keys = keys;
-  vals = calloc(m->vals.n ? m->vals.n : 1, sizeof(*vals));
-  pos = 0;
-  for (size_t i = 0; vals && rdzv_items_next(&m->vals, &pos, &s); i++) {
-    vals[i].data = s.p;
-    vals[i].len = s.n;
-    res.nvals = i + 1;
-  }
-  res.vals = vals;
-  enum bench_step before = ir->r.step;
-  bench_rank_on_result(&ir->r, &res);
-  free(vals);
-  if (before != ir->r.step &&
-      (ir->r.step == STEP_DONE || ir->r.step == STEP_FAILED)) {
+  uv_idle_start(&sv->idle, on_idle);
+}
+
+/* Runs queued replies; a rank's next request may queue more (and move
+ * the queue, hence the copy). */
+static void run_queue(struct serve *sv) {
+  for (size_t i = 0; i < sv->qn; i++) {
+    struct queued e = sv->q[i];
+    struct rdzv_bytes vals[4];
+    for (size_t k = 0; k < 4; k++) {
+      vals[k].len = e.len[k];
+      vals[k].data = e.off[k] >= 0 ? e.data + e.off[k] : NULL;
+    }
+    e.res.vals = vals;
+    e.res.nvals = e.nvals; /* a rank reads at most the first 4 values */
+    struct inproc_rank *ir = e.ir;
+    enum bench_step before = ir->r.step;
+    bench_rank_on_result(&ir->r, &e.res);
+    if (before == ir->r.step || (ir->r.step != STEP_DONE &&
+                                 ir->r.step != STEP_FAILED))
+      continue;
     sv->ndone++;
     if (ir->r.step == STEP_FAILED)
       sv->nfail++;
@@ -87,6 +126,17 @@ static void on_deliver(void *arg, const struct rdzv_msg *m) {
                             sv->nranks, sv->t_go);
     }
   }
+  sv->qn = 0;
+  uv_idle_stop(&sv->idle);
+}
+
+static void on_idle(uv_idle_t *h) { run_queue(h->data); }
+
+static void on_deliver(void *arg, const struct rdzv_msg *m) {
+  struct inproc_rank *ir = arg;
+  if (m->flags & (RDZV_F_SUPERSEDED | RDZV_F_PARTIAL))
+    return;
+  queue_push(ir->sv, ir, m);
 }
 
 static int inproc_submit(struct bench_rank *r, const struct rdzv_request *req,
@@ -204,6 +254,7 @@ static void stop_all(struct serve *sv) {
   for (int i = 0; i < sv->nd; i++)
     rdzv_daemon_stop(sv->d[i]);
   uv_close((uv_handle_t *)&sv->in, NULL);
+  uv_close((uv_handle_t *)&sv->idle, NULL);
 }
 
 static void on_line(struct serve *sv, const char *line) {
@@ -292,6 +343,8 @@ int bench_serve_main(struct bench_opts *o) {
     for (int i = 0; i < sv.nd; i++)
       rdzv_daemon_stop(sv.d[i]);
   } else {
+    uv_idle_init(sv.loop, &sv.idle);
+    sv.idle.data = &sv;
     uv_pipe_init(sv.loop, &sv.in, 0);
     uv_pipe_open(&sv.in, 0);
     sv.in.data = &sv;
@@ -304,5 +357,6 @@ int bench_serve_main(struct bench_opts *o) {
     rdzv_daemon_free(sv.d[i]);
   free(sv.d);
   free(sv.ranks);
+  free(sv.q);
   return rc < 0 ? 1 : 0;
 }
