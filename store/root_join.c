@@ -29,6 +29,8 @@ struct jpend { /* a requester (connection) waiting in the open round */
 struct jmember {
   UT_hash_handle hh;      /* by claim */
   UT_hash_handle hh_slot; /* by host + local rank */
+  UT_hash_handle hh_host; /* the first member of each host, by host */
+  bool in_host;
   struct jpend *via;
   bool left; /* left cleanly: its slot is free for another process */
   struct rdzv_join_full j; /* points into data */
@@ -46,7 +48,7 @@ struct round {
   int64_t gen;
   enum round_state state;
   struct rdzv_join_params params;
-  struct jmember *by_claim, *by_slot;
+  struct jmember *by_claim, *by_slot, *by_host;
   uint32_t n;
   struct jpend *pend;
   uv_timer_t deadline, last_call;
@@ -62,6 +64,8 @@ static void member_free_all(struct round *r) {
   HASH_ITER(hh, r->by_claim, m, t) {
     HASH_DEL(r->by_claim, m);
     HASH_DELETE(hh_slot, r->by_slot, m);
+    if (m->in_host)
+      HASH_DELETE(hh_host, r->by_host, m);
     free(m);
   }
   r->n = 0;
@@ -423,13 +427,22 @@ static struct jmember *member_new(const struct rdzv_slice *v) {
   return m;
 }
 
+/* The first member that joined from m's host, if any. */
+static struct jmember *host_peer(struct round *r, const struct jmember *m) {
+  struct jmember *p = NULL;
+  HASH_FIND(hh_host, r->by_host, m->j.rec.host, m->j.rec.host_len, p);
+  return p;
+}
+
 /* Adds one record; returns 0 (added or a re-send), or
  * RDZV_EDUPLICATE_CLAIM with text naming both claimants. */
 static int add_member(struct round *r, struct jpend *p,
                       const struct rdzv_slice *v, char *text, size_t tn) {
   struct jmember *m = member_new(v), *old = NULL;
-  if (m == NULL)
+  if (m == NULL) {
+    snprintf(text, tn, "malformed join record");
     return RDZV_EPROTO;
+  }
   HASH_FIND(hh, r->by_claim, &m->j.rec.claim, sizeof(uint64_t), old);
   if (old != NULL) {
     if (old->via != p) { /* a re-send through another path: counted once */
@@ -439,6 +452,19 @@ static int add_member(struct round *r, struct jpend *p,
     }
     free(m);
     return 0;
+  }
+  /* A host is one place: all its ranks must report one location, or the
+   * assignment would split it in two hosts with overlapping local ranks. */
+  struct jmember *peer = host_peer(r, m);
+  if (peer != NULL && (peer->j.rec.location_len != m->j.rec.location_len ||
+                       memcmp(peer->j.rec.location, m->j.rec.location,
+                              m->j.rec.location_len) != 0)) {
+    snprintf(text, tn, "host %.*s reports two locations: '%.*s' and '%.*s'",
+             (int)m->j.rec.host_len, m->j.rec.host,
+             (int)peer->j.rec.location_len, peer->j.rec.location,
+             (int)m->j.rec.location_len, m->j.rec.location);
+    free(m);
+    return RDZV_EPROTO;
   }
   HASH_FIND(hh_slot, r->by_slot, m->slot, m->slot_len, old);
   if (old != NULL) {
@@ -454,6 +480,10 @@ static int add_member(struct round *r, struct jpend *p,
   p->nmembers++;
   HASH_ADD(hh, r->by_claim, j.rec.claim, sizeof(uint64_t), m);
   HASH_ADD_KEYPTR(hh_slot, r->by_slot, m->slot, m->slot_len, m);
+  if (peer == NULL) {
+    m->in_host = true;
+    HASH_ADD_KEYPTR(hh_host, r->by_host, m->j.rec.host, m->j.rec.host_len, m);
+  }
   r->n++;
   return 0;
 }
@@ -519,8 +549,6 @@ static void add_records(struct round *r, struct jpend *p,
     item_append(&errs, item, sizeof(item));
     nerr++;
     last = rc;
-    if (rc == RDZV_EPROTO)
-      snprintf(text, sizeof(text), "malformed join record");
   }
   if (nerr > 0) {
     struct conn *c = p->c;

@@ -93,6 +93,7 @@ struct rank_spec {
   int32_t local_rank, local_size, world_size;
   double timeout_s;
   const char *then; /* NULL, "barrier", "ids", "hold" (sleep, then exit) */
+  const char *location;
 };
 
 static void child_report(int fd, int status, rdzv_rendezvous_t *r,
@@ -140,6 +141,7 @@ static void child_main(const struct rank_spec *s, int fd) {
   o.addr = node_addr[s->host_index];
   o.job_id = s->job;
   o.host = s->host;
+  o.location = s->location;
   o.local_rank = s->local_rank;
   o.local_size = s->local_size;
   o.world_size = s->world_size;
@@ -272,7 +274,7 @@ static void test_missing_hosts_named(void **state) {
   struct rank_proc rp[13];
   for (int i = 0; i < 13; i++) {
     struct rank_spec s = {"missing", i < 8 ? "hostA" : "hostB", i < 8 ? 0 : 1,
-                          i % 8, 8, 24, 1.5, NULL};
+                          i % 8, 8, 24, 1.5, NULL, NULL};
     rp[i] = spawn_rank(&s);
   }
   for (int i = 0; i < 13; i++) {
@@ -290,18 +292,18 @@ static void test_missing_hosts_named(void **state) {
 
 static void test_duplicate_claim(void **state) {
   (void)state;
-  struct rank_spec a = {"dup", "hostA", 0, 0, 2, 2, 30, "barrier"};
+  struct rank_spec a = {"dup", "hostA", 0, 0, 2, 2, 30, "barrier", NULL};
   struct rank_proc first = spawn_rank(&a);
   struct timespec ts = {0, 200 * 1000 * 1000};
   nanosleep(&ts, NULL); /* let the first claim arrive first */
-  struct rank_spec twin = {"dup", "hostA", 0, 0, 2, 2, 30, NULL};
+  struct rank_spec twin = {"dup", "hostA", 0, 0, 2, 2, 30, NULL, NULL};
   struct rank_proc second = spawn_rank(&twin);
   char line[1400];
   assert_int_equal(read_report(&second, line, sizeof(line)),
                    RDZV_EDUPLICATE_CLAIM);
   assert_non_null(strstr(line, "host hostA local rank 0 is claimed by two"));
   assert_int_equal(finish_rank(&second), 0);
-  struct rank_spec b = {"dup", "hostA", 0, 1, 2, 2, 30, "barrier"};
+  struct rank_spec b = {"dup", "hostA", 0, 1, 2, 2, 30, "barrier", NULL};
   struct rank_proc other = spawn_rank(&b);
   assert_int_equal(read_report(&first, line, sizeof(line)), 0);
   assert_int_equal(read_report(&other, line, sizeof(line)), 0);
@@ -314,14 +316,14 @@ static void test_two_live_jobs_one_id(void **state) {
   struct rank_proc a[2], b[2];
   char line[1400];
   for (int i = 0; i < 2; i++) {
-    struct rank_spec s = {"shared-id", "hostA", 0, i, 2, 2, 30, "hold"};
+    struct rank_spec s = {"shared-id", "hostA", 0, i, 2, 2, 30, "hold", NULL};
     a[i] = spawn_rank(&s);
   }
   for (int i = 0; i < 2; i++)
     assert_int_equal(read_report(&a[i], line, sizeof(line)), 0);
   /* Job B reuses the id while A lives: refused, A untouched. */
   for (int i = 0; i < 2; i++) {
-    struct rank_spec s = {"shared-id", "hostA", 0, i, 2, 2, 5, NULL};
+    struct rank_spec s = {"shared-id", "hostA", 0, i, 2, 2, 5, NULL, NULL};
     b[i] = spawn_rank(&s);
   }
   for (int i = 0; i < 2; i++) {
@@ -354,7 +356,7 @@ static int64_t run_round(const char *job, int n, const char *then) {
   char line[1400];
   int64_t gen = -1;
   for (int i = 0; i < n; i++) {
-    struct rank_spec s = {job, "hostA", 0, i, n, n, 30, then};
+    struct rank_spec s = {job, "hostA", 0, i, n, n, 30, then, NULL};
     rp[i] = spawn_rank(&s);
   }
   for (int i = 0; i < n; i++) {
@@ -396,10 +398,10 @@ static void test_dead_rank_aborts(void **state) {
   (void)state;
   struct rank_proc live[2], doomed;
   char line[1400];
-  struct rank_spec d = {"dies", "hostB", 1, 2, 3, 3, 60, "hold"};
+  struct rank_spec d = {"dies", "hostB", 1, 2, 3, 3, 60, "hold", NULL};
   doomed = spawn_rank(&d);
   for (int i = 0; i < 2; i++) {
-    struct rank_spec s = {"dies", "hostA", 0, i, 2, 3, 60, "barrier"};
+    struct rank_spec s = {"dies", "hostA", 0, i, 2, 3, 60, "barrier", NULL};
     live[i] = spawn_rank(&s);
   }
   assert_int_equal(read_report(&doomed, line, sizeof(line)), 0);
@@ -423,7 +425,7 @@ static void test_scalable_ids(void **state) {
   char line[1400];
   for (int i = 0; i < 8; i++) {
     struct rank_spec s = {"ids", i < 4 ? "hostA" : "hostB", i < 4 ? 2 : 5,
-                          i % 4, 4, 8, 30, "ids"};
+                          i % 4, 4, 8, 30, "ids", NULL};
     rp[i] = spawn_rank(&s);
   }
   for (int i = 0; i < 8; i++) {
@@ -431,6 +433,23 @@ static void test_scalable_ids(void **state) {
     assert_non_null(strstr(line, "nids=3"));
     assert_int_equal(finish_rank(&rp[i]), 0);
   }
+}
+
+/* One host, two locations: refused (it would split the host in two). */
+static void test_host_with_two_locations(void **state) {
+  (void)state;
+  struct rank_spec a = {"loc", "hostL", 0, 0, 2, 2, 5, NULL, "rackA"};
+  struct rank_proc first = spawn_rank(&a);
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  struct rank_spec b = {"loc", "hostL", 0, 1, 2, 2, 5, NULL, "rackB"};
+  struct rank_proc second = spawn_rank(&b);
+  char line[1400];
+  assert_int_equal(read_report(&second, line, sizeof(line)), RDZV_EPROTO);
+  assert_non_null(strstr(line, "host hostL reports two locations"));
+  assert_int_equal(finish_rank(&second), 0);
+  assert_int_equal(read_report(&first, line, sizeof(line)), RDZV_EDEADLINE);
+  assert_int_equal(finish_rank(&first), 0);
 }
 
 static void test_job_id_required(void **state) {
@@ -460,6 +479,7 @@ int main(void) {
       cmocka_unit_test(test_new_generation_and_stale),
       cmocka_unit_test(test_dead_rank_aborts),
       cmocka_unit_test(test_scalable_ids),
+      cmocka_unit_test(test_host_with_two_locations),
       cmocka_unit_test(test_job_id_required),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -355,12 +355,23 @@ static int plot(const char *png, const struct result *rs, int n) {
   if (fd < 0)
     return -errno;
   FILE *f = fdopen(fd, "w");
-  for (int m = 0; m < 2; m++) {
-    fprintf(f, "# %s\n", m ? "flat" : "tree");
+  /* Four series: (tree, flat) x (sockets, in-process rank hop). */
+  static const char *const series[4][2] = {{"tree", "sockets"},
+                                           {"flat", "sockets"},
+                                           {"tree", "in-process"},
+                                           {"flat", "in-process"}};
+  for (int m = 0; m < 4; m++) {
+    fprintf(f, "# %s %s\n", series[m][0], series[m][1]);
+    int any = 0;
     for (int i = 0; i < n; i++)
-      if (strcmp(rs[i].mode, m ? "flat" : "tree") == 0)
+      if (strcmp(rs[i].mode, series[m][0]) == 0 &&
+          strcmp(rs[i].transport, series[m][1]) == 0) {
         fprintf(f, "%" PRId64 " %f %" PRId64 "\n", rs[i].ranks, rs[i].wall_s,
                 rs[i].root_msgs);
+        any = 1;
+      }
+    if (!any)
+      fprintf(f, "NaN NaN NaN\n");
     fprintf(f, "\n\n");
   }
   fclose(f);
@@ -370,13 +381,25 @@ static int plot(const char *png, const struct result *rs, int n) {
   fprintf(g,
           "set terminal png size 1100,450\nset output '%s'\n"
           "set multiplot layout 1,2 title 'rdzv-bench: tree vs flat'\n"
-          "set logscale xy\nset grid\nset key top left\n"
+          "set logscale xy\nset grid\nset key top left font ',9'\n"
           "set xlabel 'ranks'\nset ylabel 'seconds to complete'\n"
-          "plot '%s' index 0 using 1:2 with linespoints title 'tree', "
-          "'' index 1 using 1:2 with linespoints title 'flat'\n"
+          "plot '%s' index 0 using 1:2 with linespoints lt 1 pt 7 "
+          "title 'tree, sockets', "
+          "'' index 1 using 1:2 with linespoints lt 2 pt 7 "
+          "title 'flat, sockets', "
+          "'' index 2 using 1:2 with linespoints lt 1 pt 6 dt 2 "
+          "title 'tree, in-process rank hop', "
+          "'' index 3 using 1:2 with linespoints lt 2 pt 6 dt 2 "
+          "title 'flat, in-process rank hop'\n"
           "set ylabel 'messages at the root'\n"
-          "plot '%s' index 0 using 1:3 with linespoints title 'tree', "
-          "'' index 1 using 1:3 with linespoints title 'flat'\n"
+          "plot '%s' index 0 using 1:3 with linespoints lt 1 pt 7 "
+          "title 'tree, sockets', "
+          "'' index 1 using 1:3 with linespoints lt 2 pt 7 "
+          "title 'flat, sockets', "
+          "'' index 2 using 1:3 with linespoints lt 1 pt 6 dt 2 "
+          "title 'tree, in-process', "
+          "'' index 3 using 1:3 with linespoints lt 2 pt 6 dt 2 "
+          "title 'flat, in-process'\n"
           "unset multiplot\n",
           png, dat, dat);
   int rc = pclose(g);

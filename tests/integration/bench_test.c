@@ -1,0 +1,80 @@
+/* rdzv-bench end to end at a small scale, with both rank transports: every
+ * rank completes in both modes, the JSON holds the documented fields, and
+ * the root of the tree handles a small fraction of the flat root's
+ * messages (each flat rank costs the root at least 8: 4 requests, 4
+ * replies). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+
+#define BENCH "tools/bench/rdzv-bench"
+
+static void run_bench(const char *transport) {
+  char json_path[] = "/tmp/rdzv-bench-test-XXXXXX";
+  int fd = mkstemp(json_path);
+  assert_true(fd >= 0);
+  close(fd);
+  char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
+                  "--fanout", "4", "--mode", "both", "--transport",
+                  (char *)transport, "--json", json_path, NULL};
+  struct proc p;
+  assert_int_equal(proc_start(&p, argv, 1), 0);
+  char *out = proc_read_all(&p);
+  printf("%s", out ? out : "");
+  free(out);
+  assert_int_equal(proc_wait(&p), 0);
+  json_t *all = json_load_file(json_path, 0, NULL);
+  unlink(json_path);
+  assert_non_null(all);
+  assert_int_equal(json_array_size(all), 2);
+  int64_t msgs[2] = {0, 0};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *r = json_array_get(all, i);
+    const char *mode = json_string_value(json_object_get(r, "mode"));
+    assert_non_null(mode);
+    int tree = strcmp(mode, "tree") == 0;
+    assert_int_equal(json_integer_value(json_object_get(r, "ranks")), 400);
+    assert_int_equal(json_integer_value(json_object_get(r, "hosts")), 50);
+    assert_int_equal(json_integer_value(json_object_get(r, "failed")), 0);
+    assert_true(json_real_value(json_object_get(r, "wall_s")) > 0);
+    assert_true(json_real_value(json_object_get(r, "p99_s")) >=
+                json_real_value(json_object_get(r, "p50_s")));
+    assert_true(json_integer_value(json_object_get(r, "root_rss_bytes")) > 0);
+    assert_string_equal(json_string_value(json_object_get(r, "transport")),
+                        strcmp(transport, "inproc") == 0 ? "in-process"
+                                                         : "sockets");
+    msgs[tree] = json_integer_value(json_object_get(r, "root_msgs"));
+    if (tree)
+      assert_true(json_integer_value(json_object_get(r, "max_node_msgs")) > 0);
+  }
+  json_decref(all);
+  assert_true(msgs[0] >= 8 * 400);
+  assert_true(msgs[1] > 0 && msgs[1] * 20 < msgs[0]);
+}
+
+static void test_sockets(void **state) {
+  (void)state;
+  run_bench("sockets");
+}
+
+static void test_in_process(void **state) {
+  (void)state;
+  run_bench("inproc");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sockets),
+      cmocka_unit_test(test_in_process),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
