@@ -62,13 +62,6 @@ struct joined { /* a connection that has joined a generation */
   int32_t rank, local_rank; /* a rank's assignment, -1 until known */
 };
 
-static void item_append(struct rdzv_buf *b, const uint8_t *p, uint32_t n) {
-  uint8_t len[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16),
-                    (uint8_t)(n >> 24)};
-  rdzv_buf_append(b, len, 4);
-  rdzv_buf_append(b, p, n);
-}
-
 static void send_join_reply(struct jwait *w, int status, uint16_t flags,
                             const struct rdzv_msg *up) {
   struct rdzv_slice t = {NULL, 0};
@@ -201,7 +194,7 @@ static void route_items(struct njround *jr, const struct rdzv_msg *r) {
     if (cr == NULL)
       continue;
     struct jwait *w = cr->w;
-    item_append(&w->out, v.p, v.n);
+    rdzv_items_append(&w->out, v.p, v.n);
     w->nout++;
     w->nleft--;
     if (st < 0) {
@@ -262,7 +255,7 @@ static void join_flush(struct njround *jr) {
   if (jr->npending == 0)
     return;
   struct rdzv_buf vals = {0};
-  item_append(&vals, jr->params, sizeof(jr->params));
+  rdzv_items_append(&vals, jr->params, sizeof(jr->params));
   rdzv_buf_append(&vals, jr->pending.data, jr->pending.len);
   struct rdzv_slice name = {(const uint8_t *)jr->name,
                             (uint32_t)strlen(jr->name)};
@@ -380,7 +373,7 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     }
     if (cr != NULL)
       cr->w = w;
-    item_append(&jr->pending, v.p, v.n);
+    rdzv_items_append(&jr->pending, v.p, v.n);
     jr->npending++;
   }
   if (c->role != RDZV_ROLE_NODE)

@@ -346,13 +346,14 @@ static void coll_complete(struct kvs *s, struct coll *co) {
   HASH_SORT(co->members, by_member_id);
   struct member *mb, *tmp;
   HASH_ITER(hh, co->members, mb, tmp) {
-    uint8_t hdr[12];
-    uint32_t n = 8 + mb->len;
-    for (int i = 0; i < 4; i++)
-      hdr[i] = (uint8_t)(n >> (8 * i));
-    rdzv_store_u64le(hdr + 4, mb->id);
     if (co->type == RDZV_MSG_GATHER) {
-      rdzv_buf_append(&co->result, hdr, sizeof(hdr));
+      /* One item, { u64 member id, data }, written in two parts. */
+      uint8_t head[12];
+      uint32_t n = 8 + mb->len;
+      for (int i = 0; i < 4; i++)
+        head[i] = (uint8_t)(n >> (8 * i));
+      rdzv_store_u64le(head + 4, mb->id);
+      rdzv_buf_append(&co->result, head, sizeof(head));
       rdzv_buf_append(&co->result, mb->data, mb->len);
     }
     HASH_DEL(co->members, mb);

@@ -142,13 +142,6 @@ static void reply_text(struct conn *c, uint32_t req_id, int status,
 }
 
 /* Appends one item (u32 len + bytes) to an encoded item list. */
-static void item_append(struct rdzv_buf *b, const uint8_t *p, uint32_t n) {
-  uint8_t len[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16),
-                    (uint8_t)(n >> 24)};
-  rdzv_buf_append(b, len, 4);
-  rdzv_buf_append(b, p, n);
-}
-
 static void fail_round(struct round *r, int status, const char *why) {
   snprintf(r->reason, sizeof(r->reason), "%s", why);
   r->state = ROUND_FAILED;
@@ -343,7 +336,7 @@ static void round_complete(struct round *r) {
     uint8_t item[RDZV_JOIN_ASSIGN_BYTES];
     for (i = 0; i < r->n; i++) {
       rdzv_join_assign_encode(ms[i]->j.rec.claim, &ms[i]->asg, item);
-      item_append(&ms[i]->via->out, item, sizeof(item));
+      rdzv_items_append(&ms[i]->via->out, item, sizeof(item));
       ms[i]->via->nout++;
     }
     for (struct jpend *p = r->pend; p != NULL; p = p->next)
@@ -507,7 +500,7 @@ static int answer_known(struct round *r, struct conn *c,
       return 0;
     }
     rdzv_join_assign_encode(old->j.rec.claim, &old->asg, item);
-    item_append(&out, item, sizeof(item));
+    rdzv_items_append(&out, item, sizeof(item));
   }
   reply_text(c, m->req_id, 0, 0, &out, m->vals.n - 1, "", r->gen, r->n);
   rdzv_buf_free(&out);
@@ -546,7 +539,7 @@ static void add_records(struct round *r, struct jpend *p,
     uint64_t claim = rdzv_join_rec_decode(v.p, v.n, &j) == 0 ? j.rec.claim : 0;
     uint8_t item[RDZV_JOIN_ERROR_BYTES];
     rdzv_join_error_encode(claim, rc, item);
-    item_append(&errs, item, sizeof(item));
+    rdzv_items_append(&errs, item, sizeof(item));
     nerr++;
     last = rc;
   }
@@ -600,7 +593,7 @@ static int refuse_live_conflicts(struct round *r, struct conn *c,
     rdzv_join_error_encode(rdzv_join_rec_decode(v.p, v.n, &j) == 0 ? j.rec.claim
                                                                     : 0,
                            RDZV_EDUPLICATE_CLAIM, item);
-    item_append(&errs, item, sizeof(item));
+    rdzv_items_append(&errs, item, sizeof(item));
   }
   reply_text(c, m->req_id, RDZV_EDUPLICATE_CLAIM, 0, &errs, m->vals.n - 1,
              text, r->gen, 0);

@@ -512,3 +512,14 @@ const char *rdzv_msg_type_name(int type) {
     return "unknown";
   return type_names[type];
 }
+
+int rdzv_items_append(struct rdzv_buf *b, const void *p, uint32_t n) {
+  uint8_t len[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16),
+                    (uint8_t)(n >> 24)};
+  if (rdzv_buf_reserve(b, 4 + (size_t)n) < 0)
+    return RDZV_ENOMEM;
+  rdzv_buf_append(b, len, 4);
+  if (n > 0)
+    rdzv_buf_append(b, p, n);
+  return 0;
+}

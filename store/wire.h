@@ -186,6 +186,10 @@ int rdzv_msg_encode(const struct rdzv_msg *msg, struct rdzv_buf *out);
 int rdzv_msg_decode(const uint8_t *p, size_t n, size_t max_body,
                     struct rdzv_msg *out, size_t *used);
 
+/* Appends one item (u32 length, then the n bytes) to an encoded item
+ * list in b, the form of struct rdzv_items.raw. Returns 0 or RDZV_ENOMEM. */
+int rdzv_items_append(struct rdzv_buf *b, const void *p, uint32_t n);
+
 /* Iterates a decoded (raw) or encoding (v) item list. *pos starts at 0 and
  * is advanced; returns 1 and fills *out while items remain, 0 at the end.
  * The list must come from rdzv_msg_decode or be well formed. */
