@@ -568,3 +568,148 @@ int rdzv_rendezvous_topology(rdzv_rendezvous_t *r, int32_t node_rank,
     *len = l;
   return 0;
 }
+
+/* ---- unique ids of a sub-group ------------------------------------------- */
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* World rank of group member i; members NULL is the world itself. */
+static int32_t member_rank(const int32_t *members, int64_t i) {
+  return members != NULL ? members[i] : (int32_t)i;
+}
+
+/* Index of this rank in the group, -1 if absent; -EINVAL if a member is
+ * out of range or appears twice. */
+static int64_t member_index(const rdzv_rendezvous_t *r, const int32_t *members,
+                            int64_t n) {
+  int32_t w = r->a.world_size;
+  if (members == NULL)
+    return n == w ? r->a.rank : -EINVAL;
+  uint8_t *seen = calloc((size_t)w / 8 + 1, 1);
+  if (seen == NULL)
+    return RDZV_ENOMEM;
+  int64_t me = -1;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t m = members[i];
+    if (m < 0 || m >= w || (seen[m / 8] >> (m % 8) & 1)) {
+      me = -EINVAL;
+      break;
+    }
+    seen[m / 8] |= (uint8_t)(1u << (m % 8));
+    if (m == r->a.rank)
+      me = i;
+  }
+  free(seen);
+  return me;
+}
+
+/* After a deadline: the publishers whose presence key is absent (with one
+ * id, the only publisher is absent by definition), named in last_error.
+ * `mine` is this rank's block if it publishes, else -1. */
+static void name_missing(rdzv_rendezvous_t *r, const char *key,
+                         const char *comm, const int32_t *members, int64_t n,
+                         int64_t nids, int64_t mine) {
+  char list[400] = "", probe[128] = "";
+  size_t len = 0;
+  int64_t nmiss = 0;
+  for (int64_t b = 0; b < nids; b++) {
+    if (b == mine)
+      continue;
+    if (nids > 1) {
+      char bkey[600];
+      void *v = NULL;
+      size_t l = 0;
+      snprintf(bkey, sizeof(bkey), "%s/b%" PRId64, key, b);
+      int st = rdzv_store_get(r->c, bkey, &v, &l, 2.0);
+      rdzv_free(v);
+      if (st == 0)
+        continue;
+      if (st != RDZV_ENOKEY) {
+        snprintf(probe, sizeof(probe), "; could not check the rest: %s",
+                 rdzv_strerror(st));
+        break;
+      }
+    }
+    int32_t who = member_rank(members, rdzv_nccl_block_first(b, n, nids));
+    if (++nmiss <= 8 && len < sizeof(list))
+      len += (size_t)snprintf(list + len, sizeof(list) - len,
+                              "%srank %d (block %" PRId64 " of %" PRId64 ")",
+                              nmiss > 1 ? ", " : "", who, b, nids);
+  }
+  if (nmiss > 8)
+    snprintf(list + strlen(list), sizeof(list) - strlen(list),
+             ", and %" PRId64 " more", nmiss - 8);
+  snprintf(r->last_error, sizeof(r->last_error),
+           "unique ids of '%s' (%" PRId64 " members, %" PRId64 " ids): "
+           "deadline passed; %s%s%s",
+           comm, n, nids, nmiss > 0 ? "missing: " : "",
+           nmiss > 0 ? list : "every publisher arrived, the exchange did not "
+                              "complete",
+           probe);
+}
+
+int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
+                                     const int32_t *members, int64_t nmembers,
+                                     int64_t ranks_per_root,
+                                     rdzv_make_id_fn make_id, void *arg,
+                                     uint8_t **ids, int64_t *nids,
+                                     double timeout_s) {
+  if (r == NULL || comm == NULL || !*comm || strlen(comm) > 100 ||
+      strchr(comm, '/') || make_id == NULL || ids == NULL || nids == NULL ||
+      ranks_per_root < 1 || nmembers < 1)
+    return -EINVAL;
+  int64_t me = member_index(r, members, nmembers);
+  if (me < 0) {
+    snprintf(r->last_error, sizeof(r->last_error),
+             "unique ids of '%s': %s", comm,
+             me == -1 ? "this rank is not a member"
+                      : "members out of range or repeated");
+    return me == -1 ? -EINVAL : (int)me;
+  }
+  double deadline = mono_s() + timeout_s;
+  int64_t n = rdzv_nccl_nids(nmembers, ranks_per_root);
+  int64_t b = rdzv_nccl_block_of(me, nmembers, n);
+  int64_t mine = rdzv_nccl_block_first(b, nmembers, n) == me ? b : -1;
+  char key[512], rest[128];
+  snprintf(rest, sizeof(rest), "uid/%s", comm);
+  gen_key(r, key, sizeof(key), rest);
+  uint8_t *out = malloc((size_t)n * RDZV_UNIQUE_ID_BYTES);
+  if (out == NULL)
+    return RDZV_ENOMEM;
+  int rc = 0;
+  if (mine >= 0 && n > 1) {
+    char bkey[600], who[16];
+    snprintf(bkey, sizeof(bkey), "%s/b%" PRId64, key, mine);
+    snprintf(who, sizeof(who), "%d", r->a.rank);
+    rc = rdzv_store_set(r->c, bkey, who, strlen(who), RDZV_STORE_WRITE_ONCE,
+                        timeout_s);
+    if (rc < 0)
+      rc = fail(r, rc, "announcing a unique id");
+  }
+  if (rc == 0 && mine >= 0) {
+    rc = publish_id(r, key, mine, n, make_id, arg, out,
+                    deadline - mono_s());
+  } else if (rc == 0) {
+    void *v = NULL;
+    size_t len = 0;
+    rc = read_gen_key(r, key, &v, &len, deadline - mono_s());
+    if (rc == 0)
+      rc = ids_from_result(v, len, n, out);
+    rdzv_free(v);
+    if (rc < 0)
+      rc = fail(r, rc, "waiting for the unique ids");
+  }
+  if (rc == RDZV_EDEADLINE)
+    name_missing(r, key, comm, members, nmembers, n, mine);
+  if (rc < 0) {
+    free(out);
+    return rc;
+  }
+  *ids = out;
+  *nids = n;
+  return 0;
+}

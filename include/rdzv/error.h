@@ -45,7 +45,8 @@ extern "C" {
   X(ENCCL, -1029, "an NCCL call failed")                                   \
   X(EDUPLICATE_CLAIM, -1030, "two processes claim one host and local rank") \
   X(EROUND_FAILED, -1031, "the rendezvous round failed")                    \
-  X(ETOPOLOGY, -1032, "no topology record for that rank or host")
+  X(ETOPOLOGY, -1032, "no topology record for that rank or host")          \
+  X(ENOT_MEMBER, -1033, "this rank is not a member of the communicator")
 
 enum rdzv_status {
   RDZV_OK = 0,

@@ -120,6 +120,37 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
                                void *arg, uint8_t **ids, int64_t *nids,
                                double timeout_s);
 
+/* The unique ids of a sub-group's communicator comm (1..100 bytes, no '/')
+ * in this generation: rdzv_rendezvous_unique_ids restricted to the
+ * group's members. members[0 .. nmembers-1] are the group's world ranks in
+ * group-rank order (distinct, each in 0 .. world size - 1); NULL means the
+ * whole world in rank order (then nmembers must equal the world size).
+ * This rank must be a member. NCCL's block rule applies to the group's own
+ * ranks 0 .. nmembers-1: nids = ceil(nmembers / ranks_per_root), and the
+ * member that is first in block b makes block b's id. Only members take
+ * part: the block-first members contribute to a gather of nids members
+ * named "rdzv/<round>/g<gen>/uid/<comm>" (the same key and value layout as
+ * rdzv_rendezvous_unique_ids, so both agree for a whole-world group), and
+ * the other members wait for that key. With nids > 1 each publisher also
+ * sets the write-once key "rdzv/<round>/g<gen>/uid/<comm>/b<block>"
+ * before the gather, so that a failed exchange can say which publishers
+ * never came.
+ *
+ * On success *ids (malloc'd, *nids * 128 bytes, block order; rdzv_free) is
+ * identical on every member. On RDZV_EDEADLINE, rdzv_rendezvous_last_error
+ * names the world ranks whose ids are missing ("missing: rank 5 (block 1
+ * of 3)"). Other returns: -EINVAL (bad argument, or this rank is not a
+ * member), RDZV_ENOMEM, RDZV_ESTALE_GENERATION, RDZV_EABORTED,
+ * RDZV_ECOUNT_MISMATCH (members disagree on nids: a group name reused
+ * with another size or ranks_per_root), make_id's error, or a store error.
+ * Blocks up to timeout_s. Thread: as the handle (one at a time). */
+int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
+                                     const int32_t *members, int64_t nmembers,
+                                     int64_t ranks_per_root,
+                                     rdzv_make_id_fn make_id, void *arg,
+                                     uint8_t **ids, int64_t *nids,
+                                     double timeout_s);
+
 /* The host table of this generation, one line per host in node-rank order:
  * "node_rank first_rank local_size host location\n". Fetched once per
  * handle (a write-once key, served from the node's cache); *text is owned
@@ -127,7 +158,7 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
 int rdzv_rendezvous_hosts(rdzv_rendezvous_t *r, const char **text,
                           size_t *len, double timeout_s);
 /* The host (node rank) holding rank, from the host table; its first rank
- * and local size in *first/*count (may be NULL). host and location (may
+ * and local size in *first and *count (may be NULL). host and location (may
  * be NULL) receive NUL-terminated copies, truncated to their sizes.
  * Returns 0, -EINVAL (rank out of range), or the errors of
  * rdzv_rendezvous_hosts. */

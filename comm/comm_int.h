@@ -1,0 +1,77 @@
+/* comm/comm_int.h: the handle and world-context structs shared by comm.c
+ * (handles: creation, accessors, abort, destroy) and comm_init.c (the
+ * init paths). Private to comm/. */
+#ifndef RDZV_COMM_COMM_INT_H
+#define RDZV_COMM_COMM_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "comm/nccl_api.h"
+#include "rdzv/comm.h"
+
+#define RDZV_COMM_MAGIC 0x636f6d6du /* "comm" */
+
+/* What every handle of one world shares. */
+struct rdzv__comm_ctx {
+  atomic_int refs; /* one per handle */
+  rdzv_rendezvous_t *r;
+  /* The rendezvous handle (its store connection) allows one thread at a
+   * time: every id exchange holds this lock. */
+  pthread_mutex_t store_lock;
+  /* Guards the lazy load of `api`. */
+  pthread_mutex_t api_lock;
+  struct rdzv_nccl_api *api; /* NULL until the first init */
+  char *nccl_path;           /* copy of opts.nccl_path, may be NULL */
+  int64_t ranks_per_root;
+  int nonblocking;
+  int always_scalable;
+  rdzv_make_id_fn make_id;
+  void *make_id_arg;
+};
+
+struct rdzv_comm {
+  uint32_t magic;
+  atomic_int refs; /* the caller's, plus one per child */
+  struct rdzv__comm_ctx *ctx;
+  struct rdzv_comm *parent; /* NULL for the world */
+  char name[RDZV_COMM_NAME_MAX + 1];
+  int64_t gen;
+  int32_t size;
+  int32_t rank;     /* -1: not a member */
+  int32_t *members; /* world ranks by group rank; NULL for the world */
+  /* For ncclCommSplit of the parent: this rank's color (NOCOLOR for a
+   * non-member) and key (its group rank). */
+  int32_t split_color;
+  int32_t split_key;
+
+  /* Everything below is guarded by `lock`; `state` is also atomic, so
+   * that rdzv_comm_state can read it without waiting for an init step. */
+  pthread_mutex_t lock;
+  atomic_int state; /* enum rdzv_comm_state */
+  int error;        /* the final status once FAILED or ABORTED */
+  int nonblocking;  /* the NCCL communicator's mode, once started */
+  rdzv_nccl_comm_t nccl;
+  const char *path; /* "config", "scalable", "split" or NULL */
+  double deadline;  /* of the running init, monotonic seconds */
+  double nccl_t0;   /* when the NCCL init call was made */
+  struct rdzv_comm_timings t;
+  char last_error[1024];
+};
+
+/* Monotonic seconds. */
+double rdzv__comm_now(void);
+
+/* Records a failure in c->last_error (printf format) and returns rc. */
+int rdzv__comm_fail(rdzv_comm_t *c, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The init entry points, comm_init.c. Each is called with c->lock held and
+ * returns with it held (it may drop and retake it while it sleeps). */
+int rdzv__comm_start_locked(rdzv_comm_t *c, int nonblocking, double timeout_s);
+int rdzv__comm_poll_locked(rdzv_comm_t *c);
+int rdzv__comm_wait_locked(rdzv_comm_t *c);
+int rdzv__comm_split_locked(rdzv_comm_t *c, double timeout_s);
+
+#endif /* RDZV_COMM_COMM_INT_H */

@@ -1,0 +1,347 @@
+/* rdzv communicators: NCCL communicators created lazily over a rendezvous.
+ *
+ * A handle (rdzv_comm_t) names a communicator: the world of a rendezvous
+ * generation, or a sub-group of another handle (an explicit rank list, or
+ * a split by color the way device meshes describe tensor/data/pipeline
+ * groups). Creating a handle costs no network traffic and no NCCL call:
+ * every rank computes every group's members locally. NCCL init runs on
+ * first use (rdzv_comm_nccl) or, when prefetched, in the background
+ * (rdzv_comm_prefetch, then rdzv_comm_poll). A sub-group nobody uses is
+ * never initialized, and only its members take part in its init.
+ *
+ * Names. A handle's name is its parent's name, a dot and the name given at
+ * creation, plus ".<color>" for a split ("world", "world.tp.3"); together
+ * with the rendezvous round and generation it names the store key of the
+ * communicator's NCCL unique ids, "rdzv/<round>/g<gen>/uid/<name>" (see
+ * rdzv_rendezvous_group_unique_ids). Names never come from a counter, so
+ * every member computes the same key whatever order it created handles
+ * in. Two different groups of one parent need two different names.
+ *
+ * Init paths (rdzv_comm_init_path):
+ *   "config"    ncclCommInitRankConfig with one unique id, for a group of
+ *               at most ranks_per_root ranks (128 by default);
+ *   "scalable"  ncclCommInitRankScalable with ceil(size / ranks_per_root)
+ *               ids, one per block of ranks (NCCL's block rule over the
+ *               group's own ranks 0 .. size-1, rendezvous/topo.h);
+ *   "split"     ncclCommSplit of the initialized parent, only through the
+ *               collective rdzv_comm_init_split.
+ * The ids are made by the first member of each block (ncclGetUniqueId
+ * unless opts.make_id says otherwise) and exchanged through the rdzv tree.
+ *
+ * NCCL is loaded with dlopen on the first init, not at handle creation
+ * (comm/nccl_api.h); rdzv links neither CUDA nor NCCL.
+ *
+ * Threads. Every function may be called from any thread. Each handle has a
+ * mutex: concurrent first use of one handle from several threads
+ * initializes it once (the others wait and get the same communicator).
+ * The store connection of the rendezvous is shared by all handles of a
+ * world and used under one lock, so the id exchanges of different handles
+ * run one at a time within a process: initialize different groups in the
+ * same order on every rank (as NCCL requires of collective calls anyway),
+ * or a rank can wait on an exchange whose peers wait on another until the
+ * deadline. While any handle of a world may be in use, the application
+ * must not call rendezvous functions on the same rdzv_rendezvous_t from
+ * another thread (that handle allows one thread at a time).
+ * rdzv_comm_destroy must not race with any other call on the same handle.
+ *
+ * Ownership: as rdzv/rdzv.h. The rendezvous handle given to
+ * rdzv_comm_world is borrowed for the whole life of the world and of every
+ * handle derived from it: destroy them all before rdzv_rendezvous_destroy.
+ * Make one world per rendezvous handle (two would not share the store
+ * lock, and would name the same communicator "world").
+ */
+#ifndef RDZV_COMM_H
+#define RDZV_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv/error.h"
+#include "rdzv/rendezvous.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rdzv_comm rdzv_comm_t;
+
+/* NCCL's communicator: nccl.h declares `typedef struct ncclComm *
+ * ncclComm_t`, so an ncclComm_t variable's address is a struct ncclComm **.
+ * This header does not need nccl.h. */
+struct ncclComm;
+
+#define RDZV_COMM_OPTS_VERSION 1u
+/* Ranks per NCCL root by default, as PyTorch's TORCH_NCCL_RANKS_PER_ROOT. */
+#define RDZV_COMM_RANKS_PER_ROOT 128
+/* Longest full handle name (the rendezvous' id-key limit). */
+#define RDZV_COMM_NAME_MAX 100
+/* Most dimensions rdzv_comm_split_mesh accepts. */
+#define RDZV_COMM_MESH_MAX_DIMS 8
+/* How long rdzv_comm_destroy lets a non-blocking ncclCommFinalize run
+ * before it aborts the communicator instead, seconds. */
+#define RDZV_COMM_FINALIZE_TIMEOUT_S 30.0
+
+/* Options of a world and of every handle derived from it. Fill with
+ * rdzv_comm_opts_init, then set what you need; new fields are appended. */
+struct rdzv_comm_opts {
+  size_t size;      /* set by rdzv_comm_opts_init */
+  uint32_t version; /* set by rdzv_comm_opts_init */
+  /* The NCCL library to dlopen; NULL or "": "libnccl.so.2" through the
+   * loader's search, then /usr/local/cuda/lib64 (rdzv_comm_opts_from_env
+   * sets it from RDZV_NCCL_LIBRARY). */
+  const char *nccl_path;
+  /* Most ranks per NCCL root (per unique id), >= 1. Default
+   * RDZV_COMM_RANKS_PER_ROOT. A group larger than this uses
+   * ncclCommInitRankScalable. */
+  int64_t ranks_per_root;
+  /* 0 (default): rdzv_comm_nccl runs a blocking NCCL init, so its
+   * deadline bounds the id exchange but not NCCL's own init. 1: every init
+   * is non-blocking (config.blocking = 0) and polled, so the deadline
+   * bounds NCCL init too; the communicator is then a non-blocking NCCL
+   * communicator (its NCCL calls may return ncclInProgress). */
+  int nonblocking;
+  /* Makes a unique id (rdzv/rendezvous.h). NULL: ncclGetUniqueId of the
+   * loaded library. Called on the thread that runs the init, with
+   * make_id_arg. */
+  rdzv_make_id_fn make_id;
+  void *make_id_arg;
+  /* 1: use ncclCommInitRankScalable even when one id suffices (a group of
+   * at most ranks_per_root ranks), e.g. to exercise that path on a one-GPU
+   * machine. Default 0. */
+  int always_scalable;
+};
+
+/* rdzv_comm_opts_init - fill *o with defaults.
+ * Reads nothing from the environment. o must not be NULL. Thread: any. */
+void rdzv_comm_opts_init(struct rdzv_comm_opts *o);
+
+/* rdzv_comm_opts_from_env - fill unset options from the environment.
+ *
+ * nccl_path (when NULL) from RDZV_NCCL_LIBRARY; ranks_per_root (when still
+ * the default) from RDZV_RANKS_PER_ROOT, else TORCH_NCCL_RANKS_PER_ROOT.
+ * Strings point into the environment (valid while it is unchanged).
+ * Returns 0, or -EINVAL when a variable that is set does not parse (err,
+ * when non-NULL, names it). Thread: like getenv. */
+int rdzv_comm_opts_from_env(struct rdzv_comm_opts *o, char *err, size_t errlen);
+
+/* rdzv_comm_world - the handle of the world communicator.
+ *
+ * Its name is "world", its members are the rendezvous' ranks in rank
+ * order, its generation the rendezvous'. No network traffic, no NCCL call.
+ * Ownership: r is borrowed for the life of the world and of every handle
+ * derived from it (see the header comment); o (NULL: defaults) is copied,
+ * including the nccl_path string. On success *out belongs to the caller
+ * (rdzv_comm_destroy).
+ * Returns 0, -EINVAL (r or out NULL, o of another size or version,
+ * ranks_per_root < 1), RDZV_ENOMEM. Blocks: no. Thread: any. */
+int rdzv_comm_world(rdzv_rendezvous_t *r, const struct rdzv_comm_opts *o,
+                    rdzv_comm_t **out);
+
+/* rdzv_comm_group - a sub-group of parent by explicit rank list.
+ *
+ * ranks[0 .. n-1] are ranks of parent (world ranks when parent is the
+ * world), distinct, in the order that becomes the group's rank order.
+ * Every rank of parent may create the handle, member or not; a non-member
+ * gets a handle whose rank is -1, and its init calls return
+ * RDZV_ENOT_MEMBER (except rdzv_comm_init_split, which a non-member must
+ * join). name: 1 .. 100 bytes of [A-Za-z0-9_-]; the handle is named
+ * "<parent's name>.<name>".
+ * Ownership: parent, name and ranks are borrowed (the list is copied); the
+ * new handle keeps parent's memory alive (not its NCCL communicator) until
+ * the handle is destroyed. *out belongs to the caller.
+ * Returns 0, -EINVAL (NULL argument, bad name, n < 1, a rank out of range
+ * or repeated), -ENAMETOOLONG (full name over RDZV_COMM_NAME_MAX),
+ * RDZV_ENOMEM. No network traffic. Thread: any. */
+int rdzv_comm_group(rdzv_comm_t *parent, const char *name, const int32_t *ranks,
+                    int32_t n, rdzv_comm_t **out);
+
+/* The color and key of a parent rank for rdzv_comm_split. Must be a pure
+ * function of rank (and arg): every rank calls it for every rank of the
+ * parent and must get the same answers, since creation exchanges nothing.
+ * *color >= 0 puts the rank in group "color"; a negative color puts it in
+ * no group. Within a group, ranks are ordered by key, then parent rank.
+ * Returns 0, or a negative status that rdzv_comm_split returns. */
+typedef int (*rdzv_comm_color_fn)(void *arg, int32_t rank, int32_t *color,
+                                  int32_t *key);
+
+/* rdzv_comm_split - this rank's group of a split of parent by color.
+ *
+ * Calls color_of(arg, r, ...) for every rank r of parent (O(parent size),
+ * local) and returns the handle of the group with this rank's color,
+ * named "<parent's name>.<name>.<color>". A rank whose color is negative
+ * gets a handle with rank -1 and size 0 (a non-member, as for
+ * rdzv_comm_group). Ownership, errors and threads as rdzv_comm_group, plus
+ * color_of's own error; color_of runs on the calling thread before the
+ * call returns. */
+int rdzv_comm_split(rdzv_comm_t *parent, const char *name,
+                    rdzv_comm_color_fn color_of, void *arg, rdzv_comm_t **out);
+
+/* rdzv_comm_split_mesh - the device-mesh form of rdzv_comm_split.
+ *
+ * parent's ranks are laid out row-major over dims[0 .. ndims-1] (the last
+ * dimension varies fastest; the product must equal parent's size). The
+ * group of a rank is every rank whose coordinates equal its own in each
+ * dimension NOT in group_dims (bit i set: dimension i varies within the
+ * group), ordered by parent rank. E.g. dims {pp, dp, tp} = {2, 4, 8}:
+ * group_dims 1 << 2 gives the 8-rank tensor-parallel groups, 1 << 1 the
+ * 4-rank data-parallel ones. The color is the row-major index of the fixed
+ * coordinates. ndims 1 .. RDZV_COMM_MESH_MAX_DIMS, each dim >= 1,
+ * group_dims < 1 << ndims; else -EINVAL. Otherwise as rdzv_comm_split. */
+int rdzv_comm_split_mesh(rdzv_comm_t *parent, const char *name, int32_t ndims,
+                         const int32_t *dims, uint32_t group_dims,
+                         rdzv_comm_t **out);
+
+/* rdzv_comm_nccl - the NCCL communicator, initialized on first use.
+ *
+ * On a handle not yet initialized: exchanges the unique ids among the
+ * members through the rdzv tree, then runs NCCL's init ("config" or
+ * "scalable", see above): blocking, or non-blocking and polled when
+ * opts.nonblocking. On a prefetched handle: polls its init to completion.
+ * On an initialized handle: returns at once. Init is attempted once per
+ * handle: a failure is final, and every later call returns the same
+ * status (make a new handle, e.g. in a new generation, to try again).
+ * timeout_s bounds the whole init that this call starts: the id exchange,
+ * and NCCL's init when it is non-blocking; a prefetched init keeps the
+ * deadline its rdzv_comm_prefetch set.
+ *
+ * Ownership: *out is owned by the handle: valid until rdzv_comm_abort or
+ * rdzv_comm_destroy; never pass it to ncclCommDestroy yourself.
+ * Returns 0, or:
+ *   -EINVAL            c or out NULL, or timeout_s not > 0;
+ *   RDZV_ENOT_MEMBER   this rank is not a member (nothing was exchanged);
+ *   RDZV_EDEADLINE     a member did not come in time: last_error names the
+ *                      missing ranks when the id exchange timed out (the
+ *                      block publishers whose ids never came), or says
+ *                      that NCCL's init did not finish (then the NCCL
+ *                      communicator has been aborted);
+ *   RDZV_ENCCL         an NCCL call failed (last_error has NCCL's text);
+ *   RDZV_ENCCL_MISSING, RDZV_ENCCL_SYMBOL, RDZV_ENCCL_VERSION  loading
+ *                      NCCL failed (last_error says which path, symbol or
+ *                      version);
+ *   RDZV_EABORTED      the handle was aborted, or the generation was;
+ *   RDZV_ESTALE_GENERATION, RDZV_ENOMEM, make_id's error, store errors.
+ * Blocks: yes, up to the deadline (and through a blocking NCCL init).
+ * Thread: any; see the header comment. */
+int rdzv_comm_nccl(rdzv_comm_t *c, struct ncclComm **out, double timeout_s);
+
+/* rdzv_comm_prefetch - start NCCL init in the background.
+ *
+ * Exchanges the unique ids (blocking, usually milliseconds), then starts a
+ * non-blocking NCCL init (config.blocking = 0) and returns without waiting
+ * for it; progress it with rdzv_comm_poll or rdzv_comm_nccl. A prefetched
+ * communicator is a non-blocking NCCL communicator (its NCCL calls may
+ * return ncclInProgress). timeout_s sets the deadline of the whole init,
+ * NCCL's part included: a poll after it aborts the init and reports
+ * RDZV_EDEADLINE. Returns 0 when the init is running or done (also when
+ * it was already), else the errors of rdzv_comm_nccl. Thread: any. */
+int rdzv_comm_prefetch(rdzv_comm_t *c, double timeout_s);
+
+/* rdzv_comm_poll - progress a started init without blocking.
+ *
+ * Returns 0 when the communicator is ready, -EAGAIN while its init runs
+ * (also while another thread holds the handle, e.g. inside a blocking
+ * init), -EINVAL when no init was started (last_error says so),
+ * RDZV_ENOT_MEMBER, or the init's final error (see rdzv_comm_nccl; a
+ * passed deadline aborts the NCCL communicator and returns
+ * RDZV_EDEADLINE). Each call asks NCCL once (ncclCommGetAsyncError).
+ * Blocks: no. Thread: any. */
+int rdzv_comm_poll(rdzv_comm_t *c);
+
+/* rdzv_comm_init_split - initialize a sub-group with ncclCommSplit.
+ *
+ * Collective over the parent: every rank of parent calls it on its handle
+ * from the same rdzv_comm_group / rdzv_comm_split call, members and
+ * non-members alike (a non-member passes NCCL_SPLIT_NOCOLOR, gets no
+ * communicator, and 0 back). The parent is initialized first if it is not
+ * (rdzv_comm_nccl on it, with this timeout). The child gets color 0 (a
+ * group) or its split color, and its group rank as key, so NCCL's rank
+ * order is the handle's. No unique id is exchanged; the path is "split".
+ * Use it when the whole parent can take part at the same point (cheaper
+ * than a new id exchange and bootstrap); a lazily used sub-group keeps
+ * using rdzv_comm_nccl. Returns 0 (also when already initialized), -EINVAL
+ * (c is a world), or the errors of rdzv_comm_nccl (the parent's included).
+ * A non-blocking split (opts.nonblocking) is polled up to the deadline.
+ * Blocks: yes. Thread: any. */
+int rdzv_comm_init_split(rdzv_comm_t *c, double timeout_s);
+
+/* rdzv_comm_abort - abort the communicator (ncclCommAbort).
+ *
+ * Aborts the NCCL communicator if one exists (ready or still
+ * initializing) and releases it; the handle stays valid, and every later
+ * init call returns RDZV_EABORTED. Another thread waiting on a
+ * non-blocking init of the handle returns RDZV_EABORTED; one inside a
+ * blocking NCCL init or an id exchange is waited for first (use
+ * opts.nonblocking for an init that abort can interrupt). Children are not
+ * aborted. Returns 0 or -EINVAL (NULL). Thread: any. */
+int rdzv_comm_abort(rdzv_comm_t *c);
+
+/* rdzv_comm_destroy - release the handle and its NCCL communicator.
+ *
+ * An initialized communicator is finalized (ncclCommFinalize, bounded by
+ * RDZV_COMM_FINALIZE_TIMEOUT_S when non-blocking, then aborted) and
+ * destroyed (ncclCommDestroy); one still initializing is aborted. The
+ * NCCL library is unloaded when the last handle of the world is gone.
+ * Children may outlive their parent: they keep its memory, not its NCCL
+ * communicator (so rdzv_comm_init_split of a child fails after its parent
+ * was destroyed). NULL is a no-op. Ownership: takes c. Blocks: while NCCL
+ * finalizes. Thread: any, never concurrently with another call on c. */
+void rdzv_comm_destroy(rdzv_comm_t *c);
+
+/* States, see rdzv_comm_state. */
+enum rdzv_comm_state {
+  RDZV_COMM_IDLE = 0, /* not initialized (never, for an unused group) */
+  RDZV_COMM_PENDING,  /* non-blocking NCCL init running */
+  RDZV_COMM_READY,    /* NCCL communicator usable */
+  RDZV_COMM_FAILED,   /* init failed (final) */
+  RDZV_COMM_ABORTED   /* rdzv_comm_abort was called */
+};
+
+/* rdzv_comm_state - the handle's state; a snapshot (other threads may
+ * change it). Blocks: no, not even while another thread initializes the
+ * handle. Thread: any. */
+enum rdzv_comm_state rdzv_comm_state(rdzv_comm_t *c);
+
+/* rdzv_comm_rank / rdzv_comm_size - this rank in the communicator (-1 for
+ * a non-member) and the number of members (0 for a non-member of a
+ * split). Fixed at creation. Thread: any. */
+int32_t rdzv_comm_rank(const rdzv_comm_t *c);
+int32_t rdzv_comm_size(const rdzv_comm_t *c);
+
+/* rdzv_comm_world_rank - the world rank of member `rank` (0 .. size-1), or
+ * -1 when out of range. Thread: any. */
+int32_t rdzv_comm_world_rank(const rdzv_comm_t *c, int32_t rank);
+
+/* rdzv_comm_name - the full name ("world.tp.3"), owned by the handle and
+ * fixed at creation. rdzv_comm_generation - the rendezvous generation it
+ * belongs to. Thread: any. */
+const char *rdzv_comm_name(const rdzv_comm_t *c);
+int64_t rdzv_comm_generation(const rdzv_comm_t *c);
+
+/* rdzv_comm_init_path - "config", "scalable" or "split" once an init has
+ * been started (whether it succeeded or not), else NULL. Static strings.
+ * Thread: any; waits while another thread is inside an init step of the
+ * handle (as rdzv_comm_timings does). */
+const char *rdzv_comm_init_path(rdzv_comm_t *c);
+
+/* Per-phase timings of the handle's init, seconds (monotonic clock). */
+struct rdzv_comm_timings {
+  double ids_s;  /* id exchange through the tree (0 for "split") */
+  double init_s; /* NCCL init: the init call until NCCL reported success
+                    (for a non-blocking init, the poll that saw it) */
+  int64_t nids;  /* unique ids used (0 for "split") */
+};
+
+/* rdzv_comm_timings - copy the timings into *t. Fields are 0 until the
+ * phase has finished. Returns 0 or -EINVAL (NULL). Thread: any. */
+int rdzv_comm_timings(rdzv_comm_t *c, struct rdzv_comm_timings *t);
+
+/* rdzv_comm_last_error - detail of the last failure on this handle; never
+ * NULL, "" when none. Owned by the handle and rewritten by the next
+ * failing call: read it on the thread that saw the failure while no other
+ * thread calls into the handle. */
+const char *rdzv_comm_last_error(const rdzv_comm_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RDZV_COMM_H */
