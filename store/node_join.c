@@ -245,6 +245,10 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
     send_join_reply(w, st, 0, r);
     jwait_unlink_free(jr, w);
   }
+  /* A round that ended here starts counting afresh, so the joins of a
+   * next generation are combined again. */
+  if (!partial)
+    jr->seen = HASH_COUNT(jr->claims);
 }
 
 /* ---- forwarding ---------------------------------------------------------------- */
