@@ -135,6 +135,11 @@ static int check_ids(rdzv_rendezvous_t *r, double timeout_s, char *err,
   return rc;
 }
 
+/* Elastic rounds: the minimum size and last call the next forked ranks
+ * use (0: not elastic). */
+static int32_t elastic_min;
+static double elastic_last_call_s;
+
 static void child_main(const struct rank_spec *s, int fd) {
   struct rdzv_rendezvous_opts o;
   rdzv_rendezvous_opts_init(&o);
@@ -146,6 +151,9 @@ static void child_main(const struct rank_spec *s, int fd) {
   o.local_size = s->local_size;
   o.world_size = s->world_size;
   o.timeout_s = s->timeout_s;
+  o.min_size = elastic_min;
+  if (elastic_min > 0)
+    o.last_call_s = elastic_last_call_s;
   o.topology = "gpu_pci=none\n";
   char err[1024] = "";
   rdzv_rendezvous_t *r = NULL;
@@ -374,14 +382,20 @@ static int64_t run_round(const char *job, int n, const char *then) {
  * (the service, not the clients, numbers generations). */
 static void test_new_generation_and_stale(void **state) {
   (void)state;
-  assert_int_equal(run_round("reused-id", 2, "barrier"), 1);
-  assert_int_equal(run_round("reused-id", 2, "barrier"), 2);
   rdzv_client_t *c = NULL;
   struct rdzv_client_opts co;
   rdzv_client_opts_init(&co);
   co.addr = node_addr[3];
   co.job_id = "reused-id";
   assert_int_equal(rdzv_client_create(&co, &c), 0);
+  int64_t keys1 = -1, keys2 = -1;
+  assert_int_equal(run_round("reused-id", 2, "barrier"), 1);
+  assert_int_equal(rdzv_store_num_keys(c, &keys1, 30), 0);
+  assert_int_equal(run_round("reused-id", 2, "barrier"), 2);
+  assert_int_equal(rdzv_store_num_keys(c, &keys2, 30), 0);
+  /* Generation 1's keys (host table, host record) were removed. */
+  assert_true(keys1 > 0);
+  assert_int_equal(keys2, keys1);
   void *v = NULL;
   size_t len = 0;
   assert_int_equal(rdzv_store_get(c, "rdzv/world/g1/hosts", &v, &len, 30),
@@ -452,6 +466,31 @@ static void test_host_with_two_locations(void **state) {
   assert_int_equal(finish_rank(&first), 0);
 }
 
+/* Elastic: between 2 and 4 ranks; 3 arrive, the round completes after
+ * the last call with a world of 3, ranks 0..2. */
+static void test_elastic_round(void **state) {
+  (void)state;
+  struct rank_proc rp[3];
+  char line[1400];
+  elastic_min = 2;
+  elastic_last_call_s = 0.5;
+  for (int i = 0; i < 3; i++) {
+    struct rank_spec s = {"elastic", "hostE", 4, i, 3, 4, 30, "barrier", NULL};
+    rp[i] = spawn_rank(&s);
+  }
+  elastic_min = 0;
+  int seen = 0;
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(read_report(&rp[i], line, sizeof(line)), 0);
+    int rank = -1;
+    assert_int_equal(sscanf(line, "%*d %d", &rank), 1);
+    assert_true(rank >= 0 && rank < 3);
+    seen |= 1 << rank;
+    assert_int_equal(finish_rank(&rp[i]), 0);
+  }
+  assert_int_equal(seen, 7); /* the barrier over a world of 3 passed too */
+}
+
 static void test_job_id_required(void **state) {
   (void)state;
   struct rdzv_rendezvous_opts o;
@@ -480,6 +519,7 @@ int main(void) {
       cmocka_unit_test(test_dead_rank_aborts),
       cmocka_unit_test(test_scalable_ids),
       cmocka_unit_test(test_host_with_two_locations),
+      cmocka_unit_test(test_elastic_round),
       cmocka_unit_test(test_job_id_required),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
