@@ -148,6 +148,22 @@ static int parse_argv(struct rdzv_daemon_config *cfg, int argc, char **argv,
   return 0;
 }
 
+/* unix:PATH, or [tcp:]HOST:PORT (HOST may be [v6]) with PORT 1..65535. */
+static int parent_ok(const char *a) {
+  if (strncmp(a, "unix:", 5) == 0)
+    return a[5] != '\0';
+  if (strncmp(a, "tcp:", 4) == 0)
+    a += 4;
+  const char *colon = strrchr(a, ':');
+  if (colon == NULL || colon == a)
+    return 0;
+  char *end = NULL;
+  errno = 0;
+  long port = strtol(colon + 1, &end, 10);
+  return errno == 0 && end != colon + 1 && *end == '\0' && port >= 1 &&
+         port <= 65535;
+}
+
 int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
                       FILE *out, char *err, size_t errlen) {
   memset(cfg, 0, sizeof(*cfg));
@@ -169,6 +185,12 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
     return rc;
   if (cfg->role == RDZV_DAEMON_NODE && cfg->parent[0] == '\0') {
     snprintf(err, errlen, "--role node needs --parent ADDR");
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_NODE && !parent_ok(cfg->parent)) {
+    snprintf(err, errlen,
+             "--parent '%s' is neither unix:PATH nor [tcp:]HOST:PORT with a "
+             "port in 1..65535", cfg->parent);
     return -EINVAL;
   }
   if (cfg->role == RDZV_DAEMON_ROOT && cfg->parent[0] != '\0') {

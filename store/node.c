@@ -371,14 +371,17 @@ static void on_add_reply(struct daemon *d, const struct rdzv_msg *r,
   (void)d;
   /* The parent applied the sum at once; hand each caller the value it
    * would have seen had the adds run one after another, in arrival order. */
-  int64_t running = r->a - b->sum;
+  /* Two's-complement arithmetic in uint64_t: well defined, and equal to
+   * the true values whenever those fit in int64 (else the parent's add
+   * of the sum already failed with -ERANGE). */
+  uint64_t running = (uint64_t)r->a - (uint64_t)b->sum;
   struct lreq *l;
   while ((l = b->reqs) != NULL) {
     b->reqs = l->next;
     struct rdzv_msg out = *r;
     if (r->status == 0) {
-      running += l->delta;
-      out.a = running;
+      running += (uint64_t)l->delta;
+      out.a = (int64_t)running;
     }
     lreq_answer(l, RDZV_MSG_ADD, &out);
   }
@@ -465,8 +468,12 @@ static void handle_add(struct node_job *nj, struct conn *c,
   }
   int64_t sum;
   if (__builtin_add_overflow(ad->pending_sum, m->a, &sum)) {
-    add_flush(ad); /* keep each batch's sum in range */
-    sum = m->a;
+    /* Sequential adds would overflow somewhere here: the parent decides
+     * (-ERANGE), this add going up alone. */
+    rdzv__node_forward(nj, c, m);
+    rdzv__conn_unref(c);
+    free(l);
+    return;
   }
   l->delta = m->a;
   if (ad->pending == NULL)

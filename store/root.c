@@ -262,6 +262,12 @@ static void handle_append(struct kvs *s, struct conn *c,
   struct rdzv_slice k, v;
   item(&m->keys, 0, &k);
   item(&m->vals, 0, &v);
+  struct kv_entry *e = rdzv__kv_find(&s->kv, k.p, k.n);
+  /* The value after the append obeys the same limit as a set. */
+  if (e != NULL && (uint64_t)e->vlen + v.n > s->d->cfg.max_value_bytes) {
+    reply_status(c, m, RDZV_EVALUE_TOO_BIG);
+    return;
+  }
   int rc = rdzv__kv_append(&s->kv, k.p, k.n, v.p, v.n, NULL);
   reply_status(c, m, rc);
   if (rc == 0)
@@ -546,9 +552,11 @@ void rdzv__root_handle(struct daemon *d, struct conn *c,
 
 void rdzv__root_conn_closed(struct daemon *d, struct conn *c) {
   /* Waiters and collective entries hold a reference to c and answer into
-   * the void once c is closed; waits end at their deadline. */
-  (void)d;
-  (void)c;
+   * the void once c is closed; waits end at their deadline. A generation
+   * c joined ranks to is aborted at once. */
+  if (d->stopping || c->job == NULL || c->job->kvs == NULL)
+    return;
+  rdzv__root_rounds_conn_closed(c->job->kvs, c);
 }
 
 void rdzv__root_job_free(struct job *j) {

@@ -28,6 +28,9 @@ void rdzv__root_abort(struct kvs *s, struct conn *c, const struct rdzv_msg *m);
 int rdzv__root_gen_check(struct kvs *s, const struct rdzv_msg *m,
                          const char **why);
 void rdzv__root_rounds_free(struct kvs *s);
+/* c closed: a generation it joined ranks to is aborted (unless they left
+ * cleanly). */
+void rdzv__root_rounds_conn_closed(struct kvs *s, struct conn *c);
 /* Fails the pending barriers and gathers named with prefix (status and
  * text to every requester) and forgets them. */
 void rdzv__root_colls_fail_prefix(struct kvs *s, const char *prefix,

@@ -53,6 +53,13 @@ struct round {
   struct jpend *pend;
   uv_timer_t deadline, last_call;
   int open_timers;
+  /* Connections whose joins are in the current generation: one closing
+   * (a node or a directly connected rank dying) aborts the generation. */
+  struct contrib {
+    struct conn *c;
+    bool left; /* a rank that left cleanly */
+  } *contrib;
+  size_t ncontrib, capcontrib;
   uint64_t opened_ms;
   char reason[512];
 };
@@ -69,6 +76,35 @@ static void member_free_all(struct round *r) {
     free(m);
   }
   r->n = 0;
+}
+
+static void contrib_clear(struct round *r) {
+  for (size_t i = 0; i < r->ncontrib; i++)
+    rdzv__conn_unref(r->contrib[i].c);
+  r->ncontrib = 0;
+}
+
+static struct contrib *contrib_find(struct round *r, const struct conn *c) {
+  for (size_t i = 0; i < r->ncontrib; i++)
+    if (r->contrib[i].c == c)
+      return &r->contrib[i];
+  return NULL;
+}
+
+static void contrib_add(struct round *r, struct conn *c) {
+  if (contrib_find(r, c) != NULL)
+    return;
+  if (r->ncontrib == r->capcontrib) {
+    size_t cap = r->capcontrib ? r->capcontrib * 2 : 16;
+    struct contrib *n = realloc(r->contrib, cap * sizeof(*n));
+    if (n == NULL)
+      return; /* its death will then go unnoticed until a deadline */
+    r->contrib = n;
+    r->capcontrib = cap;
+  }
+  rdzv__conn_ref(c);
+  r->contrib[r->ncontrib].c = c;
+  r->contrib[r->ncontrib++].left = false;
 }
 
 static void pend_free_all(struct round *r) {
@@ -364,6 +400,7 @@ static void on_last_call(uv_timer_t *t) {
 static void open_generation(struct round *r, const struct rdzv_join_params *p) {
   member_free_all(r);
   pend_free_all(r);
+  contrib_clear(r);
   r->gen++;
   r->state = ROUND_OPEN;
   r->params = *p;
@@ -543,6 +580,8 @@ static void add_records(struct round *r, struct jpend *p,
     nerr++;
     last = rc;
   }
+  if (p->nmembers > 0)
+    contrib_add(r, p->c);
   if (nerr > 0) {
     struct conn *c = p->c;
     if (p->nmembers == 0) {
@@ -645,6 +684,9 @@ void rdzv__root_abort(struct kvs *s, struct conn *c, const struct rdzv_msg *m) {
     HASH_FIND(hh, r->by_claim, &claim, sizeof(claim), mb);
     if (mb != NULL)
       mb->left = true;
+    struct contrib *ct = contrib_find(r, c);
+    if (ct != NULL && c->role != RDZV_ROLE_NODE)
+      ct->left = true; /* a rank on the root itself left cleanly */
   } else if (r != NULL && gen == r->gen && r->state != ROUND_FAILED) {
     char text[400];
     snprintf(text, sizeof(text), "generation %" PRId64 " aborted: %.*s", gen,
@@ -686,12 +728,28 @@ int rdzv__root_gen_check(struct kvs *s, const struct rdzv_msg *m,
   return 0;
 }
 
+void rdzv__root_rounds_conn_closed(struct kvs *s, struct conn *c) {
+  struct round *r, *t;
+  HASH_ITER(hh, s->rounds, r, t) {
+    struct contrib *ct = contrib_find(r, c);
+    if (ct == NULL || ct->left || r->state == ROUND_FAILED)
+      continue;
+    char why[256];
+    snprintf(why, sizeof(why), "generation %" PRId64 " aborted: %s %s "
+             "disconnected from the root", r->gen,
+             c->role == RDZV_ROLE_NODE ? "node" : "rank", c->name);
+    fail_round(r, RDZV_EABORTED, why);
+  }
+}
+
 void rdzv__root_rounds_free(struct kvs *s) {
   struct round *r, *t;
   HASH_ITER(hh, s->rounds, r, t) {
     HASH_DEL(s->rounds, r);
     member_free_all(r);
     pend_free_all(r);
+    contrib_clear(r);
+    free(r->contrib);
     uv_close((uv_handle_t *)&r->deadline, on_round_timer_closed);
     uv_close((uv_handle_t *)&r->last_call, on_round_timer_closed);
   }

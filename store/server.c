@@ -4,11 +4,14 @@
 #include "store/server.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include "store/node_int.h"
 #include "store/server_int.h"
@@ -577,12 +580,38 @@ static int listen_tcp(struct daemon *d) {
   return 0;
 }
 
+/* True if something accepts connections on the Unix socket at path: a
+ * live daemon, whose socket file must not be taken over. */
+static bool unix_socket_live(const char *path) {
+  struct sockaddr_un sa;
+  if (strlen(path) >= sizeof(sa.sun_path))
+    return false;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  bool live = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+  close(fd);
+  return live;
+}
+
+static void close_cb_noop(uv_handle_t *h);
+
 static int listen_unix(struct daemon *d) {
   if (d->cfg.unix_path[0] == '\0')
     return 0;
   uv_pipe_init(d->loop, &d->unix_listen, 0);
   d->unix_listen.data = d;
   d->have_unix = true;
+  if (unix_socket_live(d->cfg.unix_path)) {
+    fprintf(stderr, "rdzvd: unix:%s is in use by a live daemon\n",
+            d->cfg.unix_path);
+    d->have_unix = false;
+    uv_close((uv_handle_t *)&d->unix_listen, close_cb_noop);
+    return -EADDRINUSE;
+  }
   unlink(d->cfg.unix_path); /* a stale socket file of an earlier run */
   int rc = uv_pipe_bind(&d->unix_listen, d->cfg.unix_path);
   if (rc == 0)
@@ -695,6 +724,9 @@ static void on_signal(uv_signal_t *s, int signum) {
 }
 
 int rdzv_daemon_run(const struct rdzv_daemon_config *cfg) {
+  /* libuv writes with write(2): a peer that hung up must cost an EPIPE on
+   * that connection, not the process. */
+  signal(SIGPIPE, SIG_IGN);
   uv_loop_t *loop = uv_default_loop();
   struct run_ctx r;
   int rc = rdzv_daemon_start(loop, cfg, &r.d);

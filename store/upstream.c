@@ -229,8 +229,11 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   for (;;) {
     struct rdzv_msg m;
     size_t used;
-    int rc = rdzv_msg_decode(u->in.data + off, u->in.len - off,
-                             u->d->cfg.max_frame_bytes, &m, &used);
+    /* Replies may exceed the request limit (a gather returns count
+     * contributions); the parent is one of ours, so only the u32 length
+     * bounds them. */
+    int rc = rdzv_msg_decode(u->in.data + off, u->in.len - off, UINT32_MAX,
+                             &m, &used);
     if (rc == RDZV_ENEEDMORE)
       break;
     if (rc < 0) {

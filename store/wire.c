@@ -470,6 +470,10 @@ static int vals_check(const struct rdzv_msg *msg, uint32_t max_value) {
     if (msg->type == RDZV_MSG_BARRIER || msg->type == RDZV_MSG_GATHER) {
       if (s.n < 8 || (msg->type == RDZV_MSG_BARRIER && s.n != 8))
         return RDZV_EPROTO;
+      /* Members are 0 .. count-1 (ranks): a stray id could otherwise
+       * complete a collective that a real member never joined. */
+      if (rdzv_load_u64le(s.p) >= (uint64_t)msg->b)
+        return RDZV_EPROTO;
       data = s.n - 8;
     }
     if (data > max_value)

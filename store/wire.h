@@ -87,7 +87,8 @@ enum rdzv_msg_type {
   /* no fields. Reply: a = number of keys in the job's namespace. */
   RDZV_MSG_NKEYS = 11,
   /* keys[0] = collective name, b = member count. vals = contributions,
-   * each { u64 member id (LE), data bytes } (barrier: no data). A rank
+   * each { u64 member id (LE) in 0 .. b-1, data bytes } (barrier: no
+   * data). A rank
    * sends one; a node sends what its subtree gathered. Reply (when all
    * b members contributed): OK, a = b, and for GATHER vals = every
    * contribution in member-id order. */

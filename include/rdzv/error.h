@@ -35,7 +35,7 @@ extern "C" {
   X(EHELLO, -1019, "first frame was not a valid hello")                      \
   X(EBAD_ROLE, -1020, "operation not allowed for this peer role")           \
   X(EBAD_ADDR, -1021, "address not understood")                              \
-  X(EJOB_ID_MISSING, -1022, "job id missing or empty")                       \
+  X(EJOB_ID_MISSING, -1022, "job id missing, empty or over 255 bytes")                       \
   X(ESTALE_GENERATION, -1023, "request from an older generation")           \
   X(EABORTED, -1024, "aborted")                                              \
   X(ENOMEM, -1025, "out of memory")                                          \

@@ -104,10 +104,11 @@ int rdzv_store_append(rdzv_client_t *c, const char *key, const void *val,
 int rdzv_store_num_keys(rdzv_client_t *c, int64_t *out, double timeout_s);
 
 /* Barrier named name over count members: returns once count distinct
- * member ids (0 .. count-1 by convention: ranks) have called it with the
- * same name. A name completes once; reuse after completion returns at
- * once, so name each barrier (e.g. "epoch/3"). Returns
- * RDZV_ECOUNT_MISMATCH if members disagree on count. */
+ * member ids have called it with the same name. Member ids are 0 ..
+ * count-1 (ranks); another id is refused (-EINVAL before sending). A name
+ * completes once; reuse after completion returns at once, so name each
+ * barrier (e.g. "epoch/3"). Returns RDZV_ECOUNT_MISMATCH if members
+ * disagree on count. */
 int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
                        uint64_t count, double timeout_s);
 

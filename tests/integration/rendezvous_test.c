@@ -139,11 +139,13 @@ static int check_ids(rdzv_rendezvous_t *r, double timeout_s, char *err,
  * use (0: not elastic). */
 static int32_t elastic_min;
 static double elastic_last_call_s;
+/* When set, the next forked ranks use this node address instead. */
+static const char *addr_override;
 
 static void child_main(const struct rank_spec *s, int fd) {
   struct rdzv_rendezvous_opts o;
   rdzv_rendezvous_opts_init(&o);
-  o.addr = node_addr[s->host_index];
+  o.addr = addr_override ? addr_override : node_addr[s->host_index];
   o.job_id = s->job;
   o.host = s->host;
   o.location = s->location;
@@ -491,6 +493,45 @@ static void test_elastic_round(void **state) {
   assert_int_equal(seen, 7); /* the barrier over a world of 3 passed too */
 }
 
+/* A node that dies after its ranks joined aborts the generation for the
+ * ranks on other nodes at once (not at their deadline), naming it. A tree
+ * of its own: root, node A, node B; B is killed. */
+static void test_dead_node_aborts(void **state) {
+  (void)state;
+  struct proc xroot, xa, xb;
+  char raddr[64], aaddr[64], baddr[64], ua[160], ub[160];
+  assert_int_equal(start_daemon(&xroot, "xroot", NULL, raddr), 0);
+  assert_int_equal(start_daemon(&xa, "xa", raddr, aaddr), 0);
+  assert_int_equal(start_daemon(&xb, "xb", raddr, baddr), 0);
+  snprintf(ua, sizeof(ua), "unix:%s/xa.sock", dir);
+  snprintf(ub, sizeof(ub), "unix:%s/xb.sock", dir);
+  struct rank_proc live[2], doomed;
+  char line[1400];
+  addr_override = ub;
+  struct rank_spec d = {"node-dies", "hostB", 0, 0, 1, 3, 60, "hold", NULL};
+  doomed = spawn_rank(&d);
+  addr_override = ua;
+  for (int i = 0; i < 2; i++) {
+    struct rank_spec s = {"node-dies", "hostA", 0, i, 2, 3, 60, "barrier",
+                          NULL};
+    live[i] = spawn_rank(&s);
+  }
+  addr_override = NULL;
+  assert_int_equal(read_report(&doomed, line, sizeof(line)), 0);
+  kill(xb.pid, SIGKILL);
+  proc_wait(&xb);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(read_report(&live[i], line, sizeof(line)),
+                     RDZV_EABORTED);
+    assert_non_null(strstr(line, "disconnected from the root"));
+    assert_int_equal(finish_rank(&live[i]), 0);
+  }
+  kill(doomed.pid, SIGKILL);
+  finish_rank(&doomed);
+  assert_int_equal(proc_stop(&xa), 0);
+  assert_int_equal(proc_stop(&xroot), 0);
+}
+
 static void test_job_id_required(void **state) {
   (void)state;
   struct rdzv_rendezvous_opts o;
@@ -520,6 +561,7 @@ int main(void) {
       cmocka_unit_test(test_scalable_ids),
       cmocka_unit_test(test_host_with_two_locations),
       cmocka_unit_test(test_elastic_round),
+      cmocka_unit_test(test_dead_node_aborts),
       cmocka_unit_test(test_job_id_required),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
