@@ -375,7 +375,7 @@ static int plot(const char *png, const struct result *rs, int n) {
     fprintf(f, "\n\n");
   }
   fclose(f);
-  FILE *g = popen("gnuplot 2>/dev/null", "w");
+  FILE *g = popen("gnuplot >/dev/null 2>&1", "w");
   if (g == NULL)
     return -errno;
   fprintf(g,
@@ -410,7 +410,9 @@ static int plot(const char *png, const struct result *rs, int n) {
 static int parse_list(const char *s, int64_t *out, int max) {
   int n = 0;
   const char *p = s;
-  while (*p && n < max) {
+  while (*p) {
+    if (n == max)
+      return -1; /* more values than fit: refuse rather than drop */
     char *end = NULL;
     long long v = strtoll(p, &end, 10);
     if (end == p || v < 1)
@@ -443,7 +445,12 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
+    if (strcmp(k, "--help") == 0 || strcmp(k, "-h") == 0) {
+      usage();
+      return 0;
+    }
     if (v == NULL) {
+      fprintf(stderr, "rdzv-bench: %s needs a value\n", k);
       usage();
       return 2;
     }
@@ -468,19 +475,39 @@ int main(int argc, char **argv) {
     } else if (strcmp(k, "--rtt-us") == 0) {
       rtt_us = strtod(v, &end);
     } else if (strcmp(k, "--flush-ms") == 0) {
-      o.flush_ms = (uint32_t)strtoul(v, &end, 10);
+      long long f = strtoll(v, &end, 10);
+      o.flush_ms = f >= 0 && f <= 10000 ? (uint32_t)f : UINT32_MAX;
     } else if (strcmp(k, "--timeout") == 0) {
       o.timeout_s = strtod(v, &end);
     } else {
+      fprintf(stderr, "rdzv-bench: unknown option %s\n", k);
       usage();
       return 2;
     }
+    int bad_transport = strcmp(transport, "auto") != 0 &&
+                        strcmp(transport, "sockets") != 0 &&
+                        strcmp(transport, "inproc") != 0;
     if ((end != NULL && *end != '\0') || nn < 1 || modes == 0 ||
-        o.ranks_per_host < 1 || o.fanout < 1) {
+        o.ranks_per_host < 1 || o.fanout < 1 || bad_transport ||
+        o.flush_ms == UINT32_MAX || !(o.timeout_s > 0) || !(rtt_us >= 0) ||
+        sockets_max < 1) {
+      fprintf(stderr, "rdzv-bench: bad value '%s' for %s\n", v, k);
       usage();
       return 2;
     }
   }
+  /* One flat server holds every rank's socket: keep it under the
+   * 20,000-open-files cap of this kind of machine. */
+  for (int i = 0; i < nn; i++)
+    if ((modes & 2) && ns[i] > 18000 &&
+        (strcmp(transport, "sockets") == 0 ||
+         (strcmp(transport, "auto") == 0 && ns[i] <= sockets_max))) {
+      fprintf(stderr, "rdzv-bench: flat mode over sockets at %" PRId64
+                      " ranks needs more than the ~20,000 open files one "
+                      "process may hold; use --transport inproc or fewer "
+                      "ranks\n", ns[i]);
+      return 2;
+    }
   signal(SIGPIPE, SIG_IGN);
   struct result rs[32];
   int nr = 0, bad = 0;
@@ -500,8 +527,12 @@ int main(int argc, char **argv) {
       nr++;
     }
   }
-  if (json_path != NULL && json_dump_file(all, json_path, JSON_INDENT(1)) < 0)
+  if (json_path != NULL &&
+      json_dump_file(all, json_path, JSON_INDENT(1)) < 0) {
+    fprintf(stderr, "rdzv-bench: cannot write %s: %s\n", json_path,
+            strerror(errno));
     bad = 1;
+  }
   json_decref(all);
   if (png != NULL && plot(png, rs, nr) < 0) {
     fprintf(stderr, "rdzv-bench: gnuplot failed to write %s\n", png);
