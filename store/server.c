@@ -125,6 +125,10 @@ static void conn_close(struct conn *c) {
     rdzv__root_conn_closed(d, c);
   else if (c->job != NULL && c->job->node != NULL && !d->stopping)
     rdzv__node_conn_closed(c->job->node, c);
+  /* Pending operations may hold c a while longer: nothing more is
+   * written, so its output buffer goes now (a write in flight keeps its
+   * own; the input may still be referenced by the frame being handled). */
+  rdzv_buf_free(&c->out);
   /* Two handles (stream, timer) each hold the conn until closed; the
    * stream's close callback closes the timer, whose callback drops the
    * handle reference taken at accept. */
