@@ -295,6 +295,42 @@ static void test_too_many_outstanding(void **state) {
   expect_error_and_close(fd, RDZV_ETOO_MANY_REQUESTS);
 }
 
+/* A client that pipelines requests and hangs up before reading the
+ * replies: writing them must cost the daemon that connection only (no
+ * SIGPIPE), round after round. */
+static void test_hang_up_with_requests_in_flight(void **state) {
+  (void)state;
+  for (int round = 0; round < 30; round++) {
+    int fd = raw_connect();
+    send_hello(fd, "bad-job");
+    struct rdzv_buf b = {0};
+    for (uint32_t i = 0; i < 7; i++) { /* limit 8 outstanding */
+      struct rdzv_slice k = {(const uint8_t *)"accepted", 8};
+      struct rdzv_msg m;
+      memset(&m, 0, sizeof(m));
+      m.type = RDZV_MSG_GET;
+      m.req_id = 100 + i;
+      m.keys.n = 1;
+      m.keys.v = &k;
+      assert_int_equal(rdzv_msg_encode(&m, &b), 0);
+    }
+    /* A request the daemon refuses: it answers with an ERROR frame into
+     * a socket whose reader is gone. */
+    struct rdzv_msg bad;
+    memset(&bad, 0, sizeof(bad));
+    bad.type = RDZV_MSG_NKEYS;
+    bad.req_id = 999;
+    struct rdzv_slice k = {(const uint8_t *)"x", 1};
+    bad.keys.n = 1;
+    bad.keys.v = &k;
+    assert_int_equal(rdzv_msg_encode(&bad, &b), 0);
+    send_all(fd, b.data, b.len);
+    rdzv_buf_free(&b);
+    close(fd);
+  }
+  assert_still_serving();
+}
+
 static void test_wait_deadline_names_keys(void **state) {
   (void)state;
   rdzv_client_t *c = client(root_addr, "bad-job");
@@ -370,6 +406,7 @@ int main(void) {
       cmocka_unit_test(test_key_too_long),
       cmocka_unit_test(test_value_too_big),
       cmocka_unit_test(test_too_many_outstanding),
+      cmocka_unit_test(test_hang_up_with_requests_in_flight),
       cmocka_unit_test(test_wait_deadline_names_keys),
       cmocka_unit_test(test_node_before_parent),
   };
