@@ -71,10 +71,38 @@ static void test_in_process(void **state) {
   run_bench("inproc");
 }
 
+/* A connection storm (field failure B01, pytorch/pytorch#76913): 4,096
+ * ranks connect at the same moment to one server whose listen backlog is
+ * 64. Refusals and resets are retried with backoff; every rank joins. */
+static void test_connection_storm(void **state) {
+  (void)state;
+  char json_path[] = "/tmp/rdzv-bench-storm-XXXXXX";
+  int fd = mkstemp(json_path);
+  assert_true(fd >= 0);
+  close(fd);
+  char *argv[] = {"/usr/bin/env", "RDZVD_BACKLOG=64", BENCH, "--ranks",
+                  "4096", "--mode", "flat", "--transport", "sockets",
+                  "--json", json_path, NULL};
+  struct proc p;
+  assert_int_equal(proc_start(&p, argv, 1), 0);
+  char *out = proc_read_all(&p);
+  printf("%s", out ? out : "");
+  free(out);
+  assert_int_equal(proc_wait(&p), 0);
+  json_t *all = json_load_file(json_path, 0, NULL);
+  unlink(json_path);
+  assert_non_null(all);
+  json_t *r = json_array_get(all, 0);
+  assert_int_equal(json_integer_value(json_object_get(r, "ranks")), 4096);
+  assert_int_equal(json_integer_value(json_object_get(r, "failed")), 0);
+  json_decref(all);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sockets),
       cmocka_unit_test(test_in_process),
+      cmocka_unit_test(test_connection_storm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
