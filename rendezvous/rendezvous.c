@@ -244,12 +244,25 @@ static int make_client(const struct rdzv_rendezvous_opts *o,
   return rdzv_client_create(&co, c);
 }
 
+/* The topology record plus "process=<hostname>:<pid>", so that errors
+ * about this process (a duplicate claim) can name it. */
+static const char *with_process(const char *topo, char *out, size_t n) {
+  char hn[128] = "host";
+  gethostname(hn, sizeof(hn) - 1);
+  hn[sizeof(hn) - 1] = '\0';
+  size_t tl = strlen(topo);
+  int w = snprintf(out, n, "%s%sprocess=%s:%d\n", topo,
+                   tl > 0 && topo[tl - 1] != '\n' ? "\n" : "", hn,
+                   (int)getpid());
+  return w > 0 && (size_t)w < n ? out : topo;
+}
+
 int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
                          rdzv_rendezvous_t **out, char *err, size_t errlen) {
   int rc = check_opts(o, err, errlen);
   if (rc < 0)
     return rc;
-  char host[256], topo[4096];
+  char host[256], topo[4096], rec[8192];
   if (o->host != NULL)
     snprintf(host, sizeof(host), "%s", o->host);
   else if (gethostname(host, sizeof(host) - 1) != 0)
@@ -267,7 +280,9 @@ int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
   struct join_call k = {.claim = new_claim()};
   rc = make_client(o, &r->c);
   if (rc == 0)
-    rc = send_join(r, o, host, o->topology ? o->topology : topo, &k);
+    rc = send_join(r, o, host, with_process(o->topology ? o->topology : topo,
+                                            rec, sizeof(rec)),
+                   &k);
   if (rc == 0)
     rc = k.status;
   if (rc < 0) {

@@ -457,6 +457,22 @@ static struct jmember *member_new(const struct rdzv_slice *v) {
   return m;
 }
 
+/* The joining process's name from its topology record ("process=..."),
+ * else its claim id in hex. */
+static void process_of(const struct jmember *m, char *out, size_t n) {
+  const uint8_t *t = m->j.topo, *end = t + m->j.topo_len;
+  while (t < end) {
+    const uint8_t *nl = memchr(t, '\n', (size_t)(end - t));
+    const uint8_t *le = nl ? nl : end;
+    if (le - t > 8 && memcmp(t, "process=", 8) == 0) {
+      snprintf(out, n, "%.*s", (int)(le - t - 8), (const char *)t + 8);
+      return;
+    }
+    t = le + 1;
+  }
+  snprintf(out, n, "claim %016" PRIx64, m->j.rec.claim);
+}
+
 /* The first member that joined from m's host, if any. */
 static struct jmember *host_peer(struct round *r, const struct jmember *m) {
   struct jmember *p = NULL;
@@ -498,11 +514,14 @@ static int add_member(struct round *r, struct jpend *p,
   }
   HASH_FIND(hh_slot, r->by_slot, m->slot, m->slot_len, old);
   if (old != NULL) {
+    char pa[96], pb[96];
+    process_of(old, pa, sizeof(pa));
+    process_of(m, pb, sizeof(pb));
     snprintf(text, tn,
-             "host %.*s local rank %d is claimed by two processes: %016" PRIx64
-             " (joined first, generation %" PRId64 ") and %016" PRIx64,
-             (int)m->j.rec.host_len, m->j.rec.host, m->j.rec.local_rank,
-             old->j.rec.claim, r->gen, m->j.rec.claim);
+             "host %.*s local rank %d is claimed by two processes: %s (joined "
+             "first, generation %" PRId64 ") and %s",
+             (int)m->j.rec.host_len, m->j.rec.host, m->j.rec.local_rank, pa,
+             r->gen, pb);
     free(m);
     return RDZV_EDUPLICATE_CLAIM;
   }
@@ -612,12 +631,15 @@ static int refuse_live_conflicts(struct round *r, struct conn *c,
     if (probe == NULL)
       continue;
     HASH_FIND(hh_slot, r->by_slot, probe->slot, probe->slot_len, old);
+    char pname[96] = "";
+    if (old != NULL)
+      process_of(old, pname, sizeof(pname));
     if (old != NULL && !old->left && text[0] == '\0')
       snprintf(text, sizeof(text),
                "job id in use by a live job: host %.*s local rank %d is held "
-               "by process %016" PRIx64 " of generation %" PRId64,
+               "by process %s of generation %" PRId64,
                (int)old->j.rec.host_len, old->j.rec.host, old->j.rec.local_rank,
-               old->j.rec.claim, r->gen);
+               pname, r->gen);
     free(probe);
   }
   if (text[0] == '\0')

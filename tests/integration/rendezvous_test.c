@@ -312,6 +312,10 @@ static void test_duplicate_claim(void **state) {
   assert_int_equal(read_report(&second, line, sizeof(line)),
                    RDZV_EDUPLICATE_CLAIM);
   assert_non_null(strstr(line, "host hostA local rank 0 is claimed by two"));
+  /* Both processes by name (host:pid), the first with its generation. */
+  char first_name[64];
+  snprintf(first_name, sizeof(first_name), ":%d (joined first", (int)first.pid);
+  assert_non_null(strstr(line, first_name));
   assert_int_equal(finish_rank(&second), 0);
   struct rank_spec b = {"dup", "hostA", 0, 1, 2, 2, 30, "barrier", NULL};
   struct rank_proc other = spawn_rank(&b);
