@@ -13,32 +13,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bazel build //tools:rdzvd //tools:rdzv-comm-bench \
   //tests/fake_nccl:libfake_nccl.so 2>/dev/null
+. tools/daemons.sh
+rdzv_tree_init rdzv-comm-bench
 bin=bazel-bin/tools
 nccl=${NCCL:-$PWD/bazel-bin/tests/fake_nccl/libfake_nccl.so}
-dir=$(mktemp -d /tmp/rdzv-comm-bench-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
 
-start() { # name role parent -> sets $addr to its TCP address
-  local name=$1 role=$2 parent=${3:-}
-  local args=(--role="$role" --listen=127.0.0.1:0 --port-file="$dir/$name.port"
-              --unix="$dir/$name.sock" --log-level=0 --name="$name")
-  [ -n "$parent" ] && args+=(--parent="$parent")
-  "$bin/rdzvd" "${args[@]}" &
-  pids+=($!)
-  for _ in $(seq 500); do [ -s "$dir/$name.port" ] && break; sleep 0.01; done
-  addr="127.0.0.1:$(cat "$dir/$name.port")"
-}
-
-start root root
+rdzv_start root root
 root=$addr
-start hostA node "$root"
-start hostB node "$root"
+rdzv_start hostA node "$root"
+rdzv_start hostB node "$root"
 sizes=("$@")
 [ "${#sizes[@]}" -eq 0 ] && sizes=(8 32)
 : > bench-comm.json

@@ -12,35 +12,18 @@ clients=${1:-1000}
 per=$(( (clients + 3) / 4 ))
 clients=$(( per * 4 ))
 bazel build //tools:rdzvd //tools:rdzv-swarm //tools:rdzvctl 2>/dev/null
+. tools/daemons.sh
+rdzv_tree_init rdzv-demo
 bin=bazel-bin/tools
-dir=$(mktemp -d /tmp/rdzv-demo-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
 
-start() { # name role [parent] -> sets $addr
-  local name=$1 role=$2 parent=${3:-}
-  local args=(--role="$role" --listen=127.0.0.1:0 --port-file="$dir/$name.port"
-              --unix="$dir/$name.sock" --log-level=0 --name="$name")
-  [ -n "$parent" ] && args+=(--parent="$parent")
-  "$bin/rdzvd" "${args[@]}" &
-  pids+=($!)
-  for _ in $(seq 1000); do [ -s "$dir/$name.port" ] && break; sleep 0.01; done
-  addr="127.0.0.1:$(cat "$dir/$name.port")"
-}
-
-start root root
+rdzv_start root root
 root=$addr
 leaves=""
 for i in 0 1 2 3; do
-  start "n1-$i" node "$root"
+  rdzv_start "n1-$i" node "$root"
   mid=$addr
   for j in 0 1 2 3; do
-    start "n2-$i$j" node "$mid"
+    rdzv_start "n2-$i$j" node "$mid"
     leaves+="${leaves:+,}unix:$dir/n2-$i$j.sock"
   done
 done

@@ -13,30 +13,13 @@ cd "$(dirname "$0")/.."
 clients=${1:-64}
 secs=${2:-3}
 bazel build //tools:rdzvd //tools:rdzv-swarm 2>/dev/null
+. tools/daemons.sh
+rdzv_tree_init rdzv-bench
 bin=bazel-bin/tools
-dir=$(mktemp -d /tmp/rdzv-bench-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
 
-start() { # name role parent -> sets $addr to its TCP address
-  local name=$1 role=$2 parent=${3:-}
-  local args=(--role="$role" --listen=127.0.0.1:0 --port-file="$dir/$name.port"
-              --unix="$dir/$name.sock" --log-level=0 --name="$name")
-  [ -n "$parent" ] && args+=(--parent="$parent")
-  "$bin/rdzvd" "${args[@]}" &
-  pids+=($!)
-  for _ in $(seq 500); do [ -s "$dir/$name.port" ] && break; sleep 0.01; done
-  addr="127.0.0.1:$(cat "$dir/$name.port")"
-}
-
-start root root
-start mid node "$addr"
-start leaf node "$addr"
+rdzv_start root root
+rdzv_start mid node "$addr"
+rdzv_start leaf node "$addr"
 json="["
 sep=""
 for topo in one-server tree-3-level; do

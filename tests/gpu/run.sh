@@ -15,26 +15,10 @@ cd "$(dirname "$0")/../.."
 dry=0
 [ "${1:-}" = --dry-run ] && dry=1
 bazel build //tools:rdzvd //tests/gpu:comm_gpu //tests/fake_nccl:libfake_nccl.so
-dir=$(mktemp -d /tmp/rdzv-gpu-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-start() { # name role parent -> sets $addr to its TCP address
-  local name=$1 role=$2 parent=${3:-}
-  local args=(--role="$role" --listen=127.0.0.1:0 --port-file="$dir/$name.port"
-              --unix="$dir/$name.sock" --log-level=0 --name="$name")
-  [ -n "$parent" ] && args+=(--parent="$parent")
-  bazel-bin/tools/rdzvd "${args[@]}" &
-  pids+=($!)
-  for _ in $(seq 500); do [ -s "$dir/$name.port" ] && break; sleep 0.01; done
-  addr="127.0.0.1:$(cat "$dir/$name.port")"
-}
-start root root
-start gpuhost node "$addr"
+. tools/daemons.sh
+rdzv_tree_init rdzv-gpu
+rdzv_start root root
+rdzv_start gpuhost node "$addr"
 extra=()
 if [ "$dry" = 1 ]; then
   extra=(--nccl "$PWD/bazel-bin/tests/fake_nccl/libfake_nccl.so" --host-buffers)
