@@ -381,14 +381,8 @@ int rdzv_rendezvous_abort(rdzv_rendezvous_t *r, const char *reason,
 
 int rdzv_rendezvous_barrier(rdzv_rendezvous_t *r, const char *name,
                             double timeout_s) {
-  char key[512], rest[160];
-  if (name == NULL || !*name || strlen(name) > 100)
-    return -EINVAL;
-  snprintf(rest, sizeof(rest), "barrier/%s", name);
-  gen_key(r, key, sizeof(key), rest);
-  int rc = rdzv_store_barrier(r->c, key, (uint64_t)r->a.rank,
-                              (uint64_t)r->a.world_size, timeout_s);
-  return rc < 0 ? fail(r, rc, "barrier") : 0;
+  return rdzv_rendezvous_group_barrier(r, name, NULL, r->a.world_size,
+                                       timeout_s);
 }
 
 /* ---- unique ids and topology --------------------------------------------- */
@@ -622,49 +616,101 @@ static int64_t member_index(const rdzv_rendezvous_t *r, const int32_t *members,
   return me;
 }
 
-/* After a deadline: the publishers whose presence key is absent (with one
- * id, the only publisher is absent by definition), named in last_error.
- * `mine` is this rank's block if it publishes, else -1. */
-static void name_missing(rdzv_rendezvous_t *r, const char *key,
-                         const char *comm, const int32_t *members, int64_t n,
-                         int64_t nids, int64_t mine) {
-  char list[400] = "", probe[128] = "";
-  size_t len = 0;
-  int64_t nmiss = 0;
-  for (int64_t b = 0; b < nids; b++) {
-    if (b == mine)
-      continue;
-    if (nids > 1) {
-      char bkey[600];
-      void *v = NULL;
-      size_t l = 0;
-      snprintf(bkey, sizeof(bkey), "%s/b%" PRId64, key, b);
-      int st = rdzv_store_get(r->c, bkey, &v, &l, 2.0);
-      rdzv_free(v);
-      if (st == 0)
-        continue;
-      if (st != RDZV_ENOKEY) {
-        snprintf(probe, sizeof(probe), "; could not check the rest: %s",
-                 rdzv_strerror(st));
-        break;
-      }
-    }
-    int32_t who = member_rank(members, rdzv_nccl_block_first(b, n, nids));
-    if (++nmiss <= 8 && len < sizeof(list))
-      len += (size_t)snprintf(list + len, sizeof(list) - len,
-                              "%srank %d (block %" PRId64 " of %" PRId64 ")",
-                              nmiss > 1 ? ", " : "", who, b, nids);
+/* Appends "rank R<extra> (host H)" to list (host from the host table, when it
+ * can be read within a short time). */
+static size_t append_rank(rdzv_rendezvous_t *r, char *list, size_t size,
+                          size_t len, int first, int32_t rank,
+                          const char *extra) {
+  char host[128] = "";
+  if (len >= size)
+    return len;
+  if (rdzv_rendezvous_host_of(r, rank, NULL, NULL, NULL, host, sizeof(host),
+                              NULL, 0, 2.0) < 0)
+    host[0] = '\0';
+  int w = snprintf(list + len, size - len, "%srank %d%s%s%s%s",
+                   first ? "" : ", ", rank, extra, host[0] ? " (host " : "",
+                   host, host[0] ? ")" : "");
+  return len + (w > 0 ? (size_t)w : 0);
+}
+
+#define NAME_AT_MOST 8
+
+/* After a deadline on the collective named key (count members, member i
+ * is world rank of_member(i)): asks the root who has not contributed and
+ * writes "<what>: deadline passed; N of M missing: rank 3 (host b), ..."
+ * into last_error. by_block: members are id blocks (the unique-id
+ * gather), named with their block. */
+static void name_missing(rdzv_rendezvous_t *r, const char *what,
+                         const char *key, int gather, const int32_t *members,
+                         int64_t n, int64_t count, int by_block) {
+  uint64_t ids[NAME_AT_MOST], arrived = 0, known = 0;
+  size_t nmiss = 0, len = 0;
+  char list[700] = "";
+  int rc = rdzv_store_collective_missing(r->c, key, gather, ids, NAME_AT_MOST,
+                                         &nmiss, &arrived, &known, 2.0);
+  if (rc < 0) {
+    snprintf(r->last_error, sizeof(r->last_error),
+             "%s: deadline passed; could not ask who is missing: %s", what,
+             rdzv_strerror(rc));
+    return;
   }
-  if (nmiss > 8)
-    snprintf(list + strlen(list), sizeof(list) - strlen(list),
-             ", and %" PRId64 " more", nmiss - 8);
-  snprintf(r->last_error, sizeof(r->last_error),
-           "unique ids of '%s' (%" PRId64 " members, %" PRId64 " ids): "
-           "deadline passed; %s%s%s",
-           comm, n, nids, nmiss > 0 ? "missing: " : "",
-           nmiss > 0 ? list : "every publisher arrived, the exchange did not "
-                              "complete",
-           probe);
+  if (known == 0) { /* nobody came: all are missing */
+    arrived = 0;
+    known = (uint64_t)count;
+    nmiss = count < NAME_AT_MOST ? (size_t)count : NAME_AT_MOST;
+    for (size_t i = 0; i < nmiss; i++)
+      ids[i] = i;
+  }
+  for (size_t i = 0; i < nmiss; i++) {
+    int64_t m = (int64_t)ids[i];
+    char extra[64] = "";
+    if (by_block) {
+      snprintf(extra, sizeof(extra), " (block %" PRId64 " of %" PRId64 ")", m,
+               count);
+      m = rdzv_nccl_block_first(m, n, count);
+    }
+    len = append_rank(r, list, sizeof(list), len, i == 0,
+                      member_rank(members, m), extra);
+  }
+  if (known - arrived > nmiss && len < sizeof(list))
+    snprintf(list + len, sizeof(list) - len, ", and %" PRIu64 " more",
+             known - arrived - (uint64_t)nmiss);
+  if (known == arrived)
+    snprintf(r->last_error, sizeof(r->last_error),
+             "%s: deadline passed; every member arrived, the answer did "
+             "not come back in time",
+             what);
+  else
+    snprintf(r->last_error, sizeof(r->last_error),
+             "%s: deadline passed; %" PRIu64 " of %" PRIu64 " missing: %s",
+             what, known - arrived, known, list);
+}
+
+int rdzv_rendezvous_group_barrier(rdzv_rendezvous_t *r, const char *name,
+                                  const int32_t *members, int64_t nmembers,
+                                  double timeout_s) {
+  char key[512], rest[160], what[200];
+  if (r == NULL || name == NULL || !*name || strlen(name) > 100 ||
+      nmembers < 1)
+    return -EINVAL;
+  int64_t me = member_index(r, members, nmembers);
+  if (me < 0) {
+    snprintf(r->last_error, sizeof(r->last_error), "barrier '%s': %s", name,
+             me == -1 ? "this rank is not a member"
+                      : "members out of range or repeated");
+    return me == -1 ? -EINVAL : (int)me;
+  }
+  snprintf(rest, sizeof(rest), "barrier/%s", name);
+  gen_key(r, key, sizeof(key), rest);
+  int rc = rdzv_store_barrier(r->c, key, (uint64_t)me, (uint64_t)nmembers,
+                              timeout_s);
+  if (rc == RDZV_EDEADLINE) {
+    snprintf(what, sizeof(what), "barrier '%s' of %" PRId64 " ranks", name,
+             nmembers);
+    name_missing(r, what, key, 0, members, nmembers, nmembers, 0);
+    return rc;
+  }
+  return rc < 0 ? fail(r, rc, "barrier") : 0;
 }
 
 int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
@@ -695,20 +741,10 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
   uint8_t *out = malloc((size_t)n * RDZV_UNIQUE_ID_BYTES);
   if (out == NULL)
     return RDZV_ENOMEM;
-  int rc = 0;
-  if (mine >= 0 && n > 1) {
-    char bkey[600], who[16];
-    snprintf(bkey, sizeof(bkey), "%s/b%" PRId64, key, mine);
-    snprintf(who, sizeof(who), "%d", r->a.rank);
-    rc = rdzv_store_set(r->c, bkey, who, strlen(who), RDZV_STORE_WRITE_ONCE,
-                        timeout_s);
-    if (rc < 0)
-      rc = fail(r, rc, "announcing a unique id");
-  }
-  if (rc == 0 && mine >= 0) {
-    rc = publish_id(r, key, mine, n, make_id, arg, out,
-                    deadline - mono_s());
-  } else if (rc == 0) {
+  int rc;
+  if (mine >= 0) {
+    rc = publish_id(r, key, mine, n, make_id, arg, out, deadline - mono_s());
+  } else {
     void *v = NULL;
     size_t len = 0;
     rc = read_gen_key(r, key, &v, &len, deadline - mono_s());
@@ -718,8 +754,13 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
     if (rc < 0)
       rc = fail(r, rc, "waiting for the unique ids");
   }
-  if (rc == RDZV_EDEADLINE)
-    name_missing(r, key, comm, members, nmembers, n, mine);
+  if (rc == RDZV_EDEADLINE) {
+    char what[200];
+    snprintf(what, sizeof(what),
+             "unique ids of '%s' (%" PRId64 " members, %" PRId64 " ids)",
+             comm, nmembers, n);
+    name_missing(r, what, key, 1, members, nmembers, n, 1);
+  }
   if (rc < 0) {
     free(out);
     return rc;

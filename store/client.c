@@ -374,7 +374,7 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
   struct rdzv_slice *sl;
   int err;
 
-  if (req->op < RDZV_OP_SET || req->op > RDZV_OP_ABORT ||
+  if (req->op < RDZV_OP_SET || req->op > RDZV_OP_COLL_STATUS ||
       req->nkeys > UINT32_MAX || req->nvals > UINT32_MAX ||
       (req->flags & ~(RDZV_STORE_WRITE_ONCE | RDZV_STORE_LEAVE)) != 0 ||
       ((req->flags & RDZV_STORE_WRITE_ONCE) && req->op != RDZV_OP_SET &&

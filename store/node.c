@@ -657,6 +657,27 @@ static void handle_collective(struct node_job *nj, struct conn *c,
     rdzv__node_schedule(nj->d, &co->timer, co->first_ms, on_coll_timer);
 }
 
+/* COLL_STATUS: what this node holds of that collective goes up first, on
+ * the same ordered link, so the root's answer counts it. */
+static void handle_coll_status(struct node_job *nj, struct conn *c,
+                               const struct rdzv_msg *m) {
+  struct rdzv_slice name;
+  rdzv_items_get(&m->keys, 0, &name);
+  uint8_t *key = malloc(name.n + 1);
+  if (key == NULL) {
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  key[0] = (uint8_t)m->a;
+  memcpy(key + 1, name.p, name.n);
+  struct ncoll *co = NULL;
+  HASH_FIND(hh, nj->colls, key, name.n + 1, co);
+  free(key);
+  if (co != NULL)
+    coll_flush(co);
+  rdzv__node_forward(nj, c, m);
+}
+
 /* ---- dispatch, job state --------------------------------------------------- */
 
 static struct node_job *node_job(struct daemon *d, struct job *j) {
@@ -707,6 +728,7 @@ void rdzv__node_handle(struct daemon *d, struct conn *c,
   case RDZV_MSG_ADD: handle_add(nj, c, m); break;
   case RDZV_MSG_BARRIER:
   case RDZV_MSG_GATHER: handle_collective(nj, c, m); break;
+  case RDZV_MSG_COLL_STATUS: handle_coll_status(nj, c, m); break;
   case RDZV_MSG_STATS: handle_stats(d, c, m); break;
   case RDZV_MSG_JOIN: rdzv__node_join(nj, c, m); break;
   case RDZV_MSG_ABORT: rdzv__node_abort(nj, c, m); break;

@@ -456,6 +456,54 @@ static void handle_collective(struct kvs *s, struct conn *c,
     coll_complete(s, co);
 }
 
+/* COLL_STATUS: how many members of a collective have contributed, and
+ * the first of those missing (ids are 0 .. count-1, so missing ids are
+ * found by probing each; this runs only after somebody's deadline). */
+static void handle_coll_status(struct kvs *s, struct conn *c,
+                               const struct rdzv_msg *m) {
+  struct rdzv_slice name;
+  item(&m->keys, 0, &name);
+  uint32_t nlen = name.n + 1;
+  uint8_t *key = malloc(nlen);
+  if (key == NULL) {
+    reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  key[0] = (uint8_t)m->a;
+  memcpy(key + 1, name.p, name.n);
+  struct coll *co = NULL;
+  HASH_FIND(hh, s->colls, key, nlen, co);
+  free(key);
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, 0);
+  struct rdzv_buf ids = {0};
+  uint32_t n = 0;
+  if (co != NULL) {
+    r.a = (int64_t)(co->done ? co->count : co->nmembers);
+    r.b = (int64_t)co->count;
+    for (uint64_t id = 0; !co->done && id < co->count && n < (uint64_t)m->b;
+         id++) {
+      struct member *mb = NULL;
+      HASH_FIND(hh, co->members, &id, sizeof(id), mb);
+      if (mb != NULL)
+        continue;
+      uint8_t le[8];
+      rdzv_store_u64le(le, id);
+      if (rdzv_items_append(&ids, le, sizeof(le)) < 0) {
+        rdzv_buf_free(&ids);
+        reply_status(c, m, RDZV_ENOMEM);
+        return;
+      }
+      n++;
+    }
+  }
+  r.vals.n = n;
+  r.vals.raw = ids.data;
+  r.vals.raw_len = ids.len;
+  rdzv__conn_reply(c, &r);
+  rdzv_buf_free(&ids);
+}
+
 static void coll_free(struct kvs *s, struct coll *co) {
   struct member *mb, *mt;
   HASH_ITER(hh, co->members, mb, mt) {
@@ -545,6 +593,7 @@ void rdzv__root_handle(struct daemon *d, struct conn *c,
   }
   case RDZV_MSG_BARRIER:
   case RDZV_MSG_GATHER: handle_collective(s, c, m); break;
+  case RDZV_MSG_COLL_STATUS: handle_coll_status(s, c, m); break;
   case RDZV_MSG_STATS: handle_stats(d, c, m); break;
   default: reply_status(c, m, RDZV_EPROTO); break;
   }

@@ -16,6 +16,9 @@
 #include "rdzv/store.h"
 #include "store/client_int.h"
 
+_Static_assert(RDZV_STORE_MISSING_MAX == RDZV_COLL_STATUS_MAX_IDS,
+               "the API limit is the wire limit");
+
 /* A blocking call in progress. */
 struct call {
   int done;
@@ -430,12 +433,129 @@ static int collective(rdzv_client_t *c, enum rdzv_op op, const char *name,
   return err;
 }
 
+/* The answer to a COLL_STATUS. */
+struct status_call {
+  int done, status;
+  uint64_t arrived, count;
+  uint64_t *missing;
+  size_t max, n;
+};
+
+static void status_cb(rdzv_client_t *c, const struct rdzv_result *res,
+                      void *arg) {
+  struct status_call *k = arg;
+  size_t i;
+
+  (void)c;
+  k->status = res->status;
+  if (res->status == 0) {
+    k->arrived = (uint64_t)res->a;
+    k->count = (uint64_t)res->b;
+    for (i = 0; i < res->nvals && k->n < k->max; i++) {
+      if (res->vals[i].len != 8) {
+        k->status = RDZV_EPROTO;
+        break;
+      }
+      k->missing[k->n++] = rdzv_load_u64le(res->vals[i].data);
+    }
+  }
+  k->done = 1;
+}
+
+static int status_done(struct rdzv_client *c, void *arg) {
+  (void)c;
+  return ((struct status_call *)arg)->done;
+}
+
+int rdzv_store_collective_missing(rdzv_client_t *c, const char *name,
+                                  int gather, uint64_t *missing, size_t max,
+                                  size_t *nmissing, uint64_t *arrived,
+                                  uint64_t *count, double timeout_s) {
+  struct rdzv_bytes k;
+  struct rdzv_request req = {.op = RDZV_OP_COLL_STATUS};
+  struct status_call call = {0};
+  int err;
+
+  if (c == NULL || !key_ok(name) || missing == NULL || nmissing == NULL ||
+      max < 1 || max > RDZV_STORE_MISSING_MAX)
+    return -EINVAL;
+  if (c->in_cb > 0)
+    return RDZV_EWOULDBLOCK_CB;
+  k = key_bytes(name);
+  req.nkeys = 1;
+  req.keys = &k;
+  req.a = gather ? RDZV_OP_GATHER : RDZV_OP_BARRIER;
+  req.b = (int64_t)max;
+  call.missing = missing;
+  call.max = max;
+  err = rdzv_client_submit(c, &req, timeout_s, status_cb, &call);
+  if (err < 0)
+    return err;
+  while (!call.done)
+    rdzv__client_drive(c, status_done, &call, RDZV__NO_DEADLINE);
+  if (call.status < 0)
+    return call.status;
+  *nmissing = call.n;
+  if (arrived != NULL)
+    *arrived = call.arrived;
+  if (count != NULL)
+    *count = call.count;
+  return 0;
+}
+
+/* After a collective's deadline: asks the root who is missing and says so
+ * in last_error ("barrier 'x': deadline passed; 2 of 8 members missing:
+ * 3, 5"). The question gets its own short deadline. */
+static void name_missing_members(rdzv_client_t *c, const char *op,
+                                 const char *name, int gather,
+                                 uint64_t count) {
+  uint64_t ids[16], arrived = 0, known = 0;
+  size_t n = 0, used, i;
+  char was[RDZV__ERR_BYTES];
+  int err, w;
+
+  snprintf(was, sizeof was, "%s", c->last_error);
+  err = rdzv_store_collective_missing(c, name, gather, ids, 16, &n, &arrived,
+                                      &known, 2.0);
+  if (err < 0) {
+    snprintf(c->last_error, sizeof c->last_error,
+             "%s '%.200s': deadline passed (%.200s); could not ask who is "
+             "missing: %s",
+             op, name, was, rdzv_strerror(err));
+    return;
+  }
+  if (known == 0) {
+    snprintf(c->last_error, sizeof c->last_error,
+             "%s '%.300s': deadline passed; no contribution of the %llu "
+             "members reached the root",
+             op, name, (unsigned long long)count);
+    return;
+  }
+  w = snprintf(c->last_error, sizeof c->last_error,
+               "%s '%.300s': deadline passed; %llu of %llu members missing: ", op,
+               name, (unsigned long long)(known - arrived),
+               (unsigned long long)known);
+  used = w > 0 ? (size_t)w : 0;
+  for (i = 0; i < n && used < sizeof c->last_error; i++) {
+    w = snprintf(c->last_error + used, sizeof c->last_error - used, "%s%llu",
+                 i > 0 ? ", " : "", (unsigned long long)ids[i]);
+    used += w > 0 ? (size_t)w : 0;
+  }
+  if (known - arrived > n && used < sizeof c->last_error)
+    snprintf(c->last_error + used, sizeof c->last_error - used,
+             " and %llu more", (unsigned long long)(known - arrived - n));
+}
+
 int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
                        uint64_t count, double timeout_s) {
   struct call call = {0};
+  int err;
 
-  return collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0, &call,
-                    timeout_s);
+  err = collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0, &call,
+                   timeout_s);
+  if (err == RDZV_EDEADLINE)
+    name_missing_members(c, "barrier", name, 0, count);
+  return err;
 }
 
 int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
@@ -452,6 +572,8 @@ int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
                    timeout_s);
   if (err == 0)
     *out = call.vals;
+  if (err == RDZV_EDEADLINE)
+    name_missing_members(c, "gather", name, 1, count);
   return err;
 }
 

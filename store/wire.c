@@ -407,6 +407,7 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     /* RDZV_MSG_ERROR is reply-only: its all-zero entry is never used. */
     [RDZV_MSG_JOIN] = {1, 1, 2, ANY},
     [RDZV_MSG_ABORT] = {1, 2, 0, 0},
+    [RDZV_MSG_COLL_STATUS] = {1, 1, 0, 0},
 };
 /* clang-format on */
 
@@ -423,6 +424,11 @@ static int shape_check(const struct rdzv_msg *msg) {
   switch (msg->type) {
   case RDZV_MSG_WAIT:
     return msg->a >= 0 ? 0 : RDZV_EPROTO;
+  case RDZV_MSG_COLL_STATUS:
+    if ((msg->a != RDZV_MSG_BARRIER && msg->a != RDZV_MSG_GATHER) ||
+        msg->b < 1 || msg->b > RDZV_COLL_STATUS_MAX_IDS)
+      return RDZV_EPROTO;
+    return 0;
   case RDZV_MSG_MSET:
     return msg->keys.n == msg->vals.n ? 0 : RDZV_EPROTO;
   case RDZV_MSG_BARRIER:
@@ -508,7 +514,7 @@ static const char *const type_names[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_NKEYS] = "nkeys",   [RDZV_MSG_BARRIER] = "barrier",
     [RDZV_MSG_GATHER] = "gather", [RDZV_MSG_STATS] = "stats",
     [RDZV_MSG_ERROR] = "error", [RDZV_MSG_JOIN] = "join",
-    [RDZV_MSG_ABORT] = "abort",
+    [RDZV_MSG_ABORT] = "abort",   [RDZV_MSG_COLL_STATUS] = "coll_status",
 };
 
 const char *rdzv_msg_type_name(int type) {

@@ -113,8 +113,20 @@ enum rdzv_msg_type {
    * Aborts that generation for every rank: pending joins and waits on its
    * keys fail with RDZV_EABORTED and the reason. Reply: status. */
   RDZV_MSG_ABORT = 17,
+  /* Who is still missing from a barrier or gather (asked after a
+   * deadline, to name them). keys[0] = collective name, a = its type
+   * (RDZV_MSG_BARRIER or RDZV_MSG_GATHER), b = the most missing member ids
+   * wanted, 1 .. RDZV_COLL_STATUS_MAX_IDS. A node first forwards what it
+   * holds of that collective, then the question, on the same ordered
+   * link. Reply from the root: a = members that contributed, b = member
+   * count (0: no contribution seen, the count is unknown), vals = the
+   * missing member ids in ascending order, each a u64 (LE), at most the
+   * number asked for. */
+  RDZV_MSG_COLL_STATUS = 18,
 };
-#define RDZV_MSG_TYPE_MAX 17
+#define RDZV_MSG_TYPE_MAX 18
+/* Most member ids one COLL_STATUS reply names. */
+#define RDZV_COLL_STATUS_MAX_IDS 4096
 
 enum rdzv_peer_role {
   RDZV_ROLE_CLIENT = 0, /* a rank or an operator tool */

@@ -116,6 +116,7 @@ enum rdzv_op {
   RDZV_OP_STATS = 14,
   RDZV_OP_JOIN = 16,
   RDZV_OP_ABORT = 17,
+  RDZV_OP_COLL_STATUS = 18,
 };
 
 /* A borrowed byte string. */

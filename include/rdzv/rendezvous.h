@@ -131,16 +131,14 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
  * part: the block-first members contribute to a gather of nids members
  * named "rdzv/<round>/g<gen>/uid/<comm>" (the same key and value layout as
  * rdzv_rendezvous_unique_ids, so both agree for a whole-world group), and
- * the other members wait for that key. With nids > 1 each publisher also
- * sets the write-once key "rdzv/<round>/g<gen>/uid/<comm>/b<block>"
- * before the gather, so that a failed exchange can say which publishers
- * never came.
+ * the other members wait for that key.
  *
  * On success *ids (malloc'd, *nids * 128 bytes, block order; rdzv_free) is
  * identical on every member. On RDZV_EDEADLINE, rdzv_rendezvous_last_error
- * names the world ranks whose ids are missing ("missing: rank 5 (block 1
- * of 3)"). Other returns: -EINVAL (bad argument, or this rank is not a
- * member), RDZV_ENOMEM, RDZV_ESTALE_GENERATION, RDZV_EABORTED,
+ * names the world ranks whose ids are missing, asked of the root
+ * (rdzv_store_collective_missing): "...: deadline passed; 1 of 3
+ * missing: rank 5 (block 1 of 3) (host b)". Other returns: -EINVAL (bad
+ * argument, or this rank is not a member), RDZV_ENOMEM, RDZV_ESTALE_GENERATION, RDZV_EABORTED,
  * RDZV_ECOUNT_MISMATCH (members disagree on nids: a group name reused
  * with another size or ranks_per_root), make_id's error, or a store error.
  * Blocks up to timeout_s. Thread: as the handle (one at a time). */
@@ -173,9 +171,27 @@ int rdzv_rendezvous_topology(rdzv_rendezvous_t *r, int32_t node_rank,
                              char **text, size_t *len, double timeout_s);
 
 /* A barrier of the whole world of this generation, named name (1..100
- * bytes). Returns 0 or the errors of rdzv_store_barrier. */
+ * bytes): rdzv_rendezvous_group_barrier with members NULL. */
 int rdzv_rendezvous_barrier(rdzv_rendezvous_t *r, const char *name,
                             double timeout_s);
+
+/* A barrier among a group of ranks of this generation, named name (1..100
+ * bytes; names starting "comm/" are used by rdzv/comm.h). members[0 ..
+ * nmembers-1] are the group's world ranks (distinct, in range); NULL
+ * means the whole world (nmembers = world size). This rank must be a
+ * member. Store key: "rdzv/<round>/g<gen>/barrier/<name>", with the group
+ * index as member id; nodes combine the contributions of their hosts.
+ * Returns 0; RDZV_EDEADLINE after timeout_s seconds, with last_error
+ * naming the missing ranks and their hosts, asked of the root ("barrier
+ * 'x' of 8 ranks: deadline passed; 2 of 8 missing: rank 3 (host b), rank
+ * 7 (host d)", at most 8 named); -EINVAL (bad name or members, or this
+ * rank is not a member); RDZV_ENOMEM; RDZV_ECOUNT_MISMATCH (members
+ * disagree on the group size); RDZV_EABORTED, RDZV_ESTALE_GENERATION, or
+ * a store error. Blocks up to timeout_s (and 2 s more to name the missing
+ * after a deadline). */
+int rdzv_rendezvous_group_barrier(rdzv_rendezvous_t *r, const char *name,
+                                  const int32_t *members, int64_t nmembers,
+                                  double timeout_s);
 
 /* Aborts this generation for every rank (each pending or later call of
  * the generation fails with RDZV_EABORTED and reason). */

@@ -107,18 +107,44 @@ int rdzv_store_num_keys(rdzv_client_t *c, int64_t *out, double timeout_s);
  * member ids have called it with the same name. Member ids are 0 ..
  * count-1 (ranks); another id is refused (-EINVAL before sending). A name
  * completes once; reuse after completion returns at once, so name each
- * barrier (e.g. "epoch/3"). Returns RDZV_ECOUNT_MISMATCH if members
- * disagree on count. */
+ * barrier (e.g. "epoch/3"). Nodes combine the contributions of their
+ * subtree (the root sees one message per child). Returns 0, -EINVAL,
+ * RDZV_ECOUNT_MISMATCH if members disagree on count, RDZV_EDEADLINE after
+ * timeout_s seconds (last_error then names the members still missing, at
+ * most 16 of them, asked of the root with rdzv_store_collective_missing),
+ * or the errors of any request (connection, aborted or stale generation).
+ * A member that gave up still counts for the others. */
 int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
                        uint64_t count, double timeout_s);
 
 /* Gather named name: each of count members gives data[0..len); every
  * member receives all contributions in member-id order: *out is an array
  * of count values with .member set (free with rdzv_values_free(*out,
- * count)). Completion and reuse as for rdzv_store_barrier. */
+ * count)). Completion, reuse and errors as for rdzv_store_barrier;
+ * RDZV_EVALUE_TOO_BIG when len exceeds the server's value limit. */
 int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
                       uint64_t count, const void *data, size_t len,
                       struct rdzv_value **out, double timeout_s);
+
+/* Most ids one rdzv_store_collective_missing call returns. */
+#define RDZV_STORE_MISSING_MAX 4096
+
+/* Who has not contributed yet to the barrier (gather = 0) or gather
+ * (gather != 0) named name. Each node on the way first sends up the
+ * contributions it still holds for it, so the answer is the root's whole
+ * view. missing: an array of max slots (1 <= max <=
+ * RDZV_STORE_MISSING_MAX), filled with up to max missing member ids in
+ * ascending order; *nmissing says how many. *arrived and *count (either
+ * may be NULL) get the number of members that contributed and the
+ * collective's member count; count 0 means the root has seen no
+ * contribution to that name at all (its count is unknown). A completed
+ * collective reports arrived == count and no missing id. Returns 0,
+ * -EINVAL (NULL argument, max out of range), RDZV_EDEADLINE, or the
+ * errors of any request. Blocks up to timeout_s seconds. */
+int rdzv_store_collective_missing(rdzv_client_t *c, const char *name,
+                                  int gather, uint64_t *missing, size_t max,
+                                  size_t *nmissing, uint64_t *arrived,
+                                  uint64_t *count, double timeout_s);
 
 /* Statistics of the server this handle is connected to: *json is one JSON
  * object (malloc'd, NUL-terminated; free with rdzv_free). Its shape is

@@ -437,6 +437,33 @@ static void test_dead_rank_aborts(void **state) {
   }
 }
 
+/* A rank that joined but never comes to a barrier: the others' barrier
+ * fails at its deadline naming that rank and its host (asked of the root,
+ * through the node that still holds the others' combined arrivals). */
+static void test_barrier_names_missing_rank(void **state) {
+  (void)state;
+  struct rank_proc live[2], away;
+  char line[1400];
+  struct rank_spec d = {"away", "hostB", 1, 0, 1, 3, 3, "hold", NULL};
+  away = spawn_rank(&d);
+  for (int i = 0; i < 2; i++) {
+    struct rank_spec s = {"away", "hostA", 0, i, 2, 3, 3, "barrier", NULL};
+    live[i] = spawn_rank(&s);
+  }
+  assert_int_equal(read_report(&away, line, sizeof(line)), 0);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(read_report(&live[i], line, sizeof(line)),
+                     RDZV_EDEADLINE);
+    printf("rank saw: %s\n", line);
+    assert_non_null(strstr(line, "barrier 'after-join' of 3 ranks: deadline "
+                                 "passed; 1 of 3 missing: rank 2 (host "
+                                 "hostB)"));
+    assert_int_equal(finish_rank(&live[i]), 0);
+  }
+  kill(away.pid, SIGKILL);
+  finish_rank(&away);
+}
+
 /* 8 ranks on 2 hosts, 3 ranks per root: NCCL's block rule gives 3 ids
  * (blocks of 3, 3, 2 ranks, made by ranks 0, 3, 6). */
 static void test_scalable_ids(void **state) {
@@ -562,6 +589,7 @@ int main(void) {
       cmocka_unit_test(test_two_live_jobs_one_id),
       cmocka_unit_test(test_new_generation_and_stale),
       cmocka_unit_test(test_dead_rank_aborts),
+      cmocka_unit_test(test_barrier_names_missing_rank),
       cmocka_unit_test(test_scalable_ids),
       cmocka_unit_test(test_host_with_two_locations),
       cmocka_unit_test(test_elastic_round),

@@ -3,13 +3,16 @@
  * 4 rdzv-swarm processes on the 16 leaf nodes' Unix sockets. Checks what
  * the store promises: one key set once reaches every waiter while the root
  * sees at most fan-out waits; 1,000 combined adds give exactly 1..1,000;
- * barrier and gather complete with O(fan-out) messages at the root. */
+ * barrier and gather complete with O(fan-out) messages at the root; a
+ * barrier or gather that times out names exactly the members missing. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +310,117 @@ static void test_gather(void **state) {
   run_collective("gather", "the/gather");
 }
 
+/* ---- missing members named ------------------------------------------------ */
+
+#define SHORT_COUNT 12
+struct member_run {
+  int member;
+  int gather;
+  int rc;
+  char err[512];
+};
+
+/* One member on leaf node (member % 16), through two levels of nodes. */
+static void *run_member(void *arg) {
+  struct member_run *m = arg;
+  char addr[128];
+  snprintf(addr, sizeof(addr), "unix:%s/n2-%d.sock", T.dir, m->member % NL2);
+  rdzv_client_t *c = connect_to(addr);
+  if (m->gather) {
+    struct rdzv_value *vals = NULL;
+    char data[16];
+    snprintf(data, sizeof(data), "m%d", m->member);
+    m->rc = rdzv_store_gather(c, "short/gather", (uint64_t)m->member,
+                              SHORT_COUNT, data, strlen(data), &vals, 1.5);
+    rdzv_values_free(vals, SHORT_COUNT);
+  } else {
+    m->rc = rdzv_store_barrier(c, "short/barrier", (uint64_t)m->member,
+                               SHORT_COUNT, 1.5);
+  }
+  snprintf(m->err, sizeof(m->err), "%s", rdzv_client_last_error(c));
+  rdzv_client_destroy(c);
+  return NULL;
+}
+
+/* Runs the members listed (-1 ends) at once and waits for all of them. */
+static void run_members(const int *ids, int gather, struct member_run *out) {
+  pthread_t th[SHORT_COUNT];
+  int n = 0;
+  for (; ids[n] >= 0; n++) {
+    out[n] = (struct member_run){.member = ids[n], .gather = gather};
+    assert_int_equal(pthread_create(&th[n], NULL, run_member, &out[n]), 0);
+  }
+  for (int i = 0; i < n; i++)
+    pthread_join(th[i], NULL);
+}
+
+static void missing_named(int gather) {
+  const char *name = gather ? "short/gather" : "short/barrier";
+  const char *kind = gather ? "gather" : "barrier";
+  /* 10 of 12 members come, spread over the leaves; 3 and 11 do not. */
+  static const int early[] = {0, 1, 2, 4, 5, 6, 7, 8, 9, 10, -1};
+  static const int late[] = {3, 11, -1};
+  struct member_run runs[SHORT_COUNT];
+  char want[128];
+  run_members(early, gather, runs);
+  snprintf(want, sizeof(want),
+           "%s '%s': deadline passed; 2 of 12 members missing: 3, 11", kind,
+           name);
+  for (int i = 0; i < 10; i++) {
+    print_message("member %d: %s\n", runs[i].member, runs[i].err);
+    assert_int_equal(runs[i].rc, RDZV_EDEADLINE);
+    assert_string_equal(runs[i].err, want);
+  }
+  /* The same answer from the root directly. */
+  rdzv_client_t *c = connect_to(T.root_addr);
+  uint64_t ids[4], arrived = 0, count = 0;
+  size_t n = 0;
+  assert_int_equal(rdzv_store_collective_missing(c, name, gather, ids, 4, &n,
+                                                 &arrived, &count, 30),
+                   0);
+  assert_int_equal(n, 2);
+  assert_int_equal(ids[0], 3);
+  assert_int_equal(ids[1], 11);
+  assert_int_equal(arrived, 10);
+  assert_int_equal(count, 12);
+  /* At most the number asked for. */
+  assert_int_equal(rdzv_store_collective_missing(c, name, gather, ids, 1, &n,
+                                                 NULL, NULL, 30),
+                   0);
+  assert_int_equal(n, 1);
+  assert_int_equal(ids[0], 3);
+  /* Members that gave up still count: the late two complete it. */
+  run_members(late, gather, runs);
+  assert_int_equal(runs[0].rc, 0);
+  assert_int_equal(runs[1].rc, 0);
+  assert_int_equal(rdzv_store_collective_missing(c, name, gather, ids, 4, &n,
+                                                 &arrived, &count, 30),
+                   0);
+  assert_int_equal(n, 0);
+  assert_int_equal(arrived, 12);
+  assert_int_equal(count, 12);
+  /* A name nobody used: count unknown; the other kind is another name. */
+  assert_int_equal(rdzv_store_collective_missing(c, name, !gather, ids, 4, &n,
+                                                 &arrived, &count, 30),
+                   0);
+  assert_int_equal(n, 0);
+  assert_int_equal(count, 0);
+  assert_int_equal(rdzv_store_collective_missing(c, name, gather, ids, 0, &n,
+                                                 NULL, NULL, 30),
+                   -EINVAL);
+  rdzv_client_destroy(c);
+}
+
+static void test_barrier_names_missing(void **state) {
+  (void)state;
+  missing_named(0);
+}
+
+static void test_gather_names_missing(void **state) {
+  (void)state;
+  missing_named(1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wait_one_key),
@@ -314,6 +428,8 @@ int main(void) {
       cmocka_unit_test(test_write_once_cached),
       cmocka_unit_test(test_barrier),
       cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_barrier_names_missing),
+      cmocka_unit_test(test_gather_names_missing),
   };
   return cmocka_run_group_tests(tests, setup_tree, teardown_tree);
 }

@@ -374,7 +374,7 @@ static const struct bad bads[] = {
     {"version-2-full", {0x52, 0x44, 0x5A, 0x56, 2, 3}, 12, 28, {FIX, 0, 0},
      28, RDZV_EPROTO_VERSION},
     {"type-0", HDR(0), 6, 0, {0}, 0, RDZV_EPROTO},
-    {"type-18", HDR(18), 12, 28, {FIX, 0, 0}, 28, RDZV_EPROTO},
+    {"type-19", HDR(19), 12, 28, {FIX, 0, 0}, 28, RDZV_EPROTO},
     {"type-255", HDR(255), 12, 28, {FIX, 0, 0}, 28, RDZV_EPROTO},
     {"body-over-max-header-only", HDR(2), 12, 1025, {0}, 0,
      RDZV_EFRAME_TOO_BIG},
@@ -641,7 +641,14 @@ static const struct vcase vcases[] = {
     {"error-request", 15, 0, 0, 0, K0, V0, EP},
     {"error-reply", 15, RDZV_F_REPLY, 0, 0, K0, V0, EP},
     {"type-0", 0, 0, 0, 0, K0, V0, EP},
-    {"type-18", 18, 0, 0, 0, K0, V0, EP},
+    {"coll-status", 18, 0, 12, 16, 1, {S("b")}, V0, OK},
+    {"coll-status-gather", 18, 0, 13, 4096, 1, {S("g")}, V0, OK},
+    {"coll-status-bad-type", 18, 0, 4, 16, 1, {S("b")}, V0, EP},
+    {"coll-status-b0", 18, 0, 12, 0, 1, {S("b")}, V0, EP},
+    {"coll-status-too-many", 18, 0, 12, 4097, 1, {S("b")}, V0, EP},
+    {"coll-status-no-name", 18, 0, 12, 16, K0, V0, EP},
+    {"coll-status-val", 18, 0, 12, 16, 1, {S("b")}, 1, {S("v")}, EP},
+    {"type-19", 19, 0, 0, 0, K0, V0, EP},
 };
 /* clang-format on */
 #define NVCASES (sizeof vcases / sizeof vcases[0])
@@ -806,6 +813,7 @@ static void test_type_names(void **state) {
       "unknown", "hello",  "set",   "get",   "wait",   "add",
       "cas",     "delete", "mget",  "mset",  "append", "nkeys",
       "barrier", "gather", "stats", "error", "join",   "abort",
+      "coll_status",
       "unknown"};
   int t;
 
