@@ -56,6 +56,10 @@ static const char usage_text[] =
     "  gather NAME MEMBER COUNT DATA  contribute DATA; print every member's\n"
     "                                 contribution as MEMBER<TAB>DATA lines,\n"
     "                                 in member order\n"
+    "  missing barrier|gather NAME    who has not reached NAME yet: prints\n"
+    "                                 \"ARRIVED COUNT\", then the first 4096\n"
+    "                                 missing member ids, one per line\n"
+    "                                 (COUNT 0: nobody reached NAME yet)\n"
     "  stats                          print the server's statistics (one JSON\n"
     "                                 object, as received)\n"
     "  help                           print this text\n"
@@ -543,6 +547,29 @@ static int cmd_gather(struct ctl *ctl, int argc, char **argv) {
   return EXIT_OK;
 }
 
+/* The root's view of a barrier or gather (asked through any node). */
+static int cmd_missing(struct ctl *ctl, int argc, char **argv) {
+  static uint64_t ids[RDZV_STORE_MISSING_MAX];
+  uint64_t arrived = 0, count = 0;
+  size_t n = 0, i;
+  int gather, err;
+
+  if (strcmp(argv[0], "barrier") != 0 && strcmp(argv[0], "gather") != 0) {
+    usage_error("missing: '%s' is not 'barrier' or 'gather'", argv[0]);
+    return EXIT_USAGE;
+  }
+  gather = argv[0][0] == 'g';
+  err = rdzv_store_collective_missing(ctl->client, argv[1], gather, ids,
+                                      RDZV_STORE_MISSING_MAX, &n, &arrived,
+                                      &count, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, argv[1], err);
+  printf("%" PRIu64 " %" PRIu64 "\n", arrived, count);
+  for (i = 0; i < n; i++)
+    printf("%" PRIu64 "\n", ids[i]);
+  return EXIT_OK;
+}
+
 /* Prints the JSON text exactly as the server sent it: scripts parse it. */
 static int cmd_stats(struct ctl *ctl, int argc, char **argv) {
   char *json = NULL;
@@ -563,7 +590,7 @@ static const struct command commands[] = {
     {"mget", 1, -1, cmd_mget},      {"mset", 2, -1, cmd_mset},
     {"append", 2, 2, cmd_append},   {"num-keys", 0, 0, cmd_num_keys},
     {"barrier", 3, 3, cmd_barrier}, {"gather", 4, 4, cmd_gather},
-    {"stats", 0, 0, cmd_stats},
+    {"missing", 2, 2, cmd_missing}, {"stats", 0, 0, cmd_stats},
 };
 
 /* ---- main ------------------------------------------------------------- */

@@ -1,0 +1,87 @@
+#!/bin/bash
+# rdzvctl against a real root and one node: commands, output formats and
+# exit statuses (README "CLI"). Every check prints what it ran on failure.
+set -u
+ctl_bin=$PWD/tools/rdzvctl
+rdzvd=$PWD/tools/rdzvd
+dir=$(mktemp -d /tmp/rdzvctl-test-XXXXXX)
+fails=0
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$dir"
+}
+pids=()
+trap cleanup EXIT
+
+"$rdzvd" --role=root --listen=127.0.0.1:0 --port-file="$dir/root.port" \
+  --unix="$dir/root.sock" --log-level=0 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$dir/root.port" ] && break; sleep 0.1; done
+"$rdzvd" --role=node --parent="127.0.0.1:$(cat "$dir/root.port")" \
+  --unix="$dir/node.sock" --log-level=0 &
+pids+=($!)
+
+ctl() { "$ctl_bin" --addr "unix:$dir/node.sock" --job cli --timeout 10 "$@"; }
+
+# expect STATUS WANTED_STDOUT CMD...: the exit status and the exact stdout.
+expect() {
+  local want_rc=$1 want_out=$2
+  shift 2
+  local out rc
+  out=$(ctl "$@" 2>"$dir/err")
+  rc=$?
+  if [ "$rc" != "$want_rc" ] || [ "$out" != "$want_out" ]; then
+    echo "FAIL: rdzvctl $*: status $rc (want $want_rc), stdout [$out]" \
+      "(want [$want_out]), stderr [$(cat "$dir/err")]"
+    fails=$((fails + 1))
+  else
+    echo "ok: rdzvctl $*"
+  fi
+}
+
+expect 0 "" set k v1
+expect 0 "v1" get k
+expect 1 "" get nope
+expect 0 "5" add n 5
+expect 0 "3" add n -2
+expect 2 "" add n x
+expect 0 "" set once a --write-once
+expect 1 "" set once b --write-once
+expect 0 "3" num-keys
+expect 2 "" frobnicate
+
+# A barrier with members 1 and 2 of 4 present: both time out (status 3)
+# and stderr names the missing members 0 and 3.
+ctl --timeout 1 barrier b 1 4 2>"$dir/b1" &
+ctl --timeout 1 barrier b 2 4 2>"$dir/b2"
+rc2=$?
+wait $!
+rc1=$?
+for f in b1 b2; do
+  if ! grep -q "2 of 4 members missing: 0, 3" "$dir/$f"; then
+    echo "FAIL: barrier stderr does not name 0 and 3: $(cat "$dir/$f")"
+    fails=$((fails + 1))
+  fi
+done
+[ "$rc1" = 3 ] && [ "$rc2" = 3 ] || {
+  echo "FAIL: barrier statuses $rc1 $rc2 (want 3 3)"
+  fails=$((fails + 1))
+}
+expect 0 "$(printf '2 4\n0\n3')" missing barrier b
+expect 0 "0 0" missing gather b
+expect 2 "" missing bogus b
+# The last two members complete it; then nobody is missing.
+ctl barrier b 0 4 &
+expect 0 "" barrier b 3 4
+wait $! || {
+  echo "FAIL: barrier member 0 after the others"
+  fails=$((fails + 1))
+}
+expect 0 "4 4" missing barrier b
+
+if [ "$fails" -ne 0 ]; then
+  echo "$fails check(s) failed"
+  exit 1
+fi
+echo "all rdzvctl checks passed"
