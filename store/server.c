@@ -4,6 +4,7 @@
 #include "store/server.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include "store/node_int.h"
@@ -601,6 +603,20 @@ static bool unix_socket_live(const char *path) {
   return live;
 }
 
+/* Whether the directory that would hold path exists (libuv reports a
+ * bind into a missing directory as "permission denied"). */
+static bool parent_dir_exists(const char *path) {
+  char dir[PATH_MAX];
+  struct stat st;
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL)
+    return true; /* the working directory */
+  if (slash == path)
+    return true; /* "/" */
+  snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+  return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static void close_cb_noop(uv_handle_t *h);
 
 static int listen_unix(struct daemon *d) {
@@ -621,9 +637,16 @@ static int listen_unix(struct daemon *d) {
   if (rc == 0)
     rc = uv_listen((uv_stream_t *)&d->unix_listen, (int)d->cfg.backlog,
                    on_connection);
-  if (rc < 0)
+  if (rc < 0 && !parent_dir_exists(d->cfg.unix_path)) {
+    fprintf(stderr,
+            "rdzvd: listen on unix:%s: its directory does not exist "
+            "(create it first)\n",
+            d->cfg.unix_path);
+    rc = UV_ENOENT;
+  } else if (rc < 0) {
     fprintf(stderr, "rdzvd: listen on unix:%s: %s\n", d->cfg.unix_path,
             uv_strerror(rc));
+  }
   return rc;
 }
 
