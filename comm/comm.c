@@ -1,6 +1,7 @@
 /* comm/comm.c: communicator handles (see rdzv/comm.h): options, creation
  * of the world and of sub-groups, the public init calls (which lock the
- * handle and hand over to comm_init.c), abort, destroy, accessors. */
+ * handle and hand over to comm_init.c, or queue it for the world's
+ * background worker, comm_bg.c), abort, destroy, accessors. */
 #include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -78,6 +79,9 @@ int rdzv__comm_fail(rdzv_comm_t *c, int rc, const char *fmt, ...) {
 static void ctx_unref(struct rdzv__comm_ctx *x) {
   if (atomic_fetch_sub(&x->refs, 1) != 1)
     return;
+  /* No handle is left, so none is queued or on the worker; and this is
+   * never the worker's thread (it holds no references). */
+  rdzv__comm_bg_fini(x);
   rdzv_nccl_unload(x->api);
   free(x->nccl_path);
   pthread_mutex_destroy(&x->store_lock);
@@ -143,6 +147,13 @@ static int ctx_new(rdzv_rendezvous_t *r, const struct rdzv_comm_opts *o,
     return RDZV_ENOMEM;
   }
   if (pthread_mutex_init(&x->api_lock, NULL) != 0) {
+    pthread_mutex_destroy(&x->store_lock);
+    free(x->nccl_path);
+    free(x);
+    return RDZV_ENOMEM;
+  }
+  if (rdzv__comm_bg_init(x) != 0) {
+    pthread_mutex_destroy(&x->api_lock);
     pthread_mutex_destroy(&x->store_lock);
     free(x->nccl_path);
     free(x);
@@ -324,6 +335,8 @@ int rdzv_comm_nccl(rdzv_comm_t *c, struct ncclComm **out, double timeout_s) {
   pthread_mutex_lock(&c->lock);
   if (c->state == RDZV_COMM_IDLE)
     rc = rdzv__comm_start_locked(c, c->ctx->nonblocking, timeout_s);
+  else if (c->start_due) /* prefetched, still queued: start it here */
+    rc = rdzv__comm_bg_run_locked(c);
   if (rc == 0 && c->state == RDZV_COMM_PENDING)
     rc = rdzv__comm_wait_locked(c);
   if (rc == 0)
@@ -342,11 +355,26 @@ int rdzv_comm_prefetch(rdzv_comm_t *c, double timeout_s) {
   CHECK_MAGIC(c);
   if (c->rank < 0)
     return not_member(c);
-  pthread_mutex_lock(&c->lock);
-  if (c->state == RDZV_COMM_IDLE)
-    rc = rdzv__comm_start_locked(c, 1, timeout_s);
-  if (rc == 0 && c->state != RDZV_COMM_PENDING)
+  /* Already started and held by another thread (the worker's exchange, a
+   * caller's init step): running, so nothing to wait for. */
+  if (pthread_mutex_trylock(&c->lock) != 0) {
+    if (atomic_load(&c->state) == RDZV_COMM_PENDING)
+      return 0;
+    pthread_mutex_lock(&c->lock);
+  }
+  if (c->state == RDZV_COMM_IDLE) {
+    c->deadline = rdzv__comm_now() + timeout_s;
+    c->queued_at = rdzv__comm_now();
+    c->nonblocking = 1;
+    c->start_due = 1;
+    rc = rdzv__comm_bg_enqueue(c);
+    if (rc == 0)
+      c->state = RDZV_COMM_PENDING;
+    else
+      c->start_due = 0; /* no worker: the handle stays idle */
+  } else if (c->state != RDZV_COMM_PENDING) {
     rc = state_status(c);
+  }
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
@@ -360,8 +388,14 @@ int rdzv_comm_poll(rdzv_comm_t *c) {
   if (c->rank < 0)
     return not_member(c);
   if (pthread_mutex_trylock(&c->lock) != 0)
-    return -EAGAIN; /* another thread is initializing it */
-  if (c->state == RDZV_COMM_PENDING)
+    return -EAGAIN; /* another thread (or the worker) is initializing it */
+  if (c->state == RDZV_COMM_PENDING && c->start_due)
+    /* Queued for the worker: fails only once its deadline has passed. */
+    rc = rdzv__comm_now() < c->deadline ? -EAGAIN
+                                        : rdzv__comm_bg_expire_locked(c);
+  else if (c->state == RDZV_COMM_PENDING && c->nccl == NULL)
+    rc = -EAGAIN; /* not reached: a started PENDING init has a comm */
+  else if (c->state == RDZV_COMM_PENDING)
     rc = rdzv__comm_poll_locked(c);
   else if (c->state == RDZV_COMM_IDLE)
     rc = rdzv__comm_fail(c, -EINVAL,
@@ -385,6 +419,8 @@ int rdzv_comm_init_split(rdzv_comm_t *c, double timeout_s) {
   pthread_mutex_lock(&c->lock);
   if (c->state == RDZV_COMM_IDLE && c->path == NULL)
     rc = rdzv__comm_split_locked(c, timeout_s);
+  else if (c->start_due) /* prefetched, still queued: start it here */
+    rc = rdzv__comm_bg_run_locked(c);
   if (rc == 0 && c->state == RDZV_COMM_PENDING)
     rc = rdzv__comm_wait_locked(c);
   if (rc == 0 && c->rank >= 0)
@@ -400,6 +436,10 @@ int rdzv_comm_abort(rdzv_comm_t *c) {
     return -EINVAL;
   CHECK_MAGIC(c);
   pthread_mutex_lock(&c->lock);
+  if (c->start_due) { /* queued: never started */
+    rdzv__comm_bg_remove(c);
+    c->start_due = 0;
+  }
   if (c->nccl != NULL)
     c->ctx->api->comm_abort(c->nccl);
   c->nccl = NULL;
@@ -434,7 +474,11 @@ void rdzv_comm_destroy(rdzv_comm_t *c) {
   if (c == NULL)
     return;
   CHECK_MAGIC(c);
+  /* Out of the worker's queue, and not on the worker any more (this
+   * waits for an exchange the worker is running for c). */
+  rdzv__comm_bg_forget(c);
   pthread_mutex_lock(&c->lock);
+  c->start_due = 0;
   if (c->nccl != NULL && c->state == RDZV_COMM_READY)
     finalize_and_destroy(c->ctx->api, c->nccl);
   else if (c->nccl != NULL)

@@ -29,6 +29,23 @@ struct rdzv__comm_ctx {
   int always_scalable;
   rdzv_make_id_fn make_id;
   void *make_id_arg;
+
+  /* Background inits (rdzv_comm_prefetch; comm_bg.c): a FIFO of handles
+   * and one worker thread, started by the first prefetch. All guarded by
+   * bg_lock; bg_cond is broadcast when the queue grows, when the worker
+   * finishes a handle, and to stop the worker. The worker holds no
+   * reference on handles: rdzv_comm_destroy takes its handle out of the
+   * queue and waits while it is bg_current, and the last ctx_unref (never
+   * on the worker, which holds no references) stops and joins the worker.
+   * Lock order: a handle's lock before bg_lock; the worker never holds
+   * bg_lock while it waits for a handle's lock. */
+  pthread_mutex_t bg_lock;
+  pthread_cond_t bg_cond;
+  pthread_t bg_thread;
+  int bg_started;
+  int bg_stop;
+  struct rdzv_comm *bg_head, *bg_tail; /* queued handles, prefetch order */
+  struct rdzv_comm *bg_current;        /* the handle the worker is on */
 };
 
 struct rdzv_comm {
@@ -46,6 +63,10 @@ struct rdzv_comm {
   int32_t split_color;
   int32_t split_key;
 
+  /* The background queue's links, guarded by ctx->bg_lock. */
+  struct rdzv_comm *bg_next;
+  int bg_queued;
+
   /* Everything below is guarded by `lock`; `state` is also atomic, so
    * that rdzv_comm_state can read it without waiting for an init step. */
   pthread_mutex_t lock;
@@ -54,7 +75,14 @@ struct rdzv_comm {
   int nonblocking;  /* the NCCL communicator's mode, once started */
   rdzv_nccl_comm_t nccl;
   const char *path; /* "config", "scalable", "split" or NULL */
-  double deadline;  /* of the running init, monotonic seconds */
+  double deadline;  /* of the running init, monotonic seconds (for a
+                     prefetched handle, set by rdzv_comm_prefetch) */
+  /* 1 from rdzv_comm_prefetch until its init is started (by the worker,
+   * or taken over by rdzv_comm_nccl / rdzv_comm_init_split) or given up
+   * (abort, destroy, a deadline passed while queued): the handle is
+   * PENDING with no NCCL communicator yet. */
+  int start_due;
+  double queued_at; /* when rdzv_comm_prefetch queued it */
   double nccl_t0;   /* when the NCCL init call was made */
   struct rdzv_comm_timings t;
   char last_error[1024];
@@ -73,5 +101,28 @@ int rdzv__comm_start_locked(rdzv_comm_t *c, int nonblocking, double timeout_s);
 int rdzv__comm_poll_locked(rdzv_comm_t *c);
 int rdzv__comm_wait_locked(rdzv_comm_t *c);
 int rdzv__comm_split_locked(rdzv_comm_t *c, double timeout_s);
+
+/* Background inits, comm_bg.c. */
+/* Sets up / tears down the ctx's queue (ctx creation and the last
+ * unref; teardown stops and joins the worker if it was started). */
+int rdzv__comm_bg_init(struct rdzv__comm_ctx *x);
+void rdzv__comm_bg_fini(struct rdzv__comm_ctx *x);
+/* Queues c (c->lock held, c->start_due set), starting the world's
+ * worker on first use. Returns 0 or RDZV_ENOMEM / -errno when the
+ * thread cannot be started (then nothing was queued). */
+int rdzv__comm_bg_enqueue(rdzv_comm_t *c);
+/* Takes c out of the queue if it is there (any lock state). */
+void rdzv__comm_bg_remove(rdzv_comm_t *c);
+/* For rdzv_comm_destroy, c->lock NOT held: takes c out of the queue and
+ * waits while the worker is working on it. Afterwards the worker never
+ * touches c again. */
+void rdzv__comm_bg_forget(rdzv_comm_t *c);
+/* c->lock held, c->start_due set: runs the prefetched init now (on the
+ * worker or on a caller that takes it over) with the deadline prefetch
+ * set, or fails it with RDZV_EDEADLINE if that passed while queued. */
+int rdzv__comm_bg_run_locked(rdzv_comm_t *c);
+/* c->lock held, c->start_due set, the deadline passed: fails the queued
+ * init with RDZV_EDEADLINE (takes it out of the queue). */
+int rdzv__comm_bg_expire_locked(rdzv_comm_t *c);
 
 #endif /* RDZV_COMM_COMM_INT_H */

@@ -5,9 +5,10 @@
  * a split by color the way device meshes describe tensor/data/pipeline
  * groups). Creating a handle costs no network traffic and no NCCL call:
  * every rank computes every group's members locally. NCCL init runs on
- * first use (rdzv_comm_nccl) or, when prefetched, in the background
- * (rdzv_comm_prefetch, then rdzv_comm_poll). A sub-group nobody uses is
- * never initialized, and only its members take part in its init.
+ * first use (rdzv_comm_nccl) or, when prefetched, in the background on
+ * the world's worker thread (rdzv_comm_prefetch, then rdzv_comm_poll). A
+ * sub-group nobody uses is never initialized, and only its members take
+ * part in its init.
  *
  * Names. A handle's name is its parent's name, a dot and the name given at
  * creation, plus ".<color>" for a split ("world", "world.tp.3"); together
@@ -39,9 +40,18 @@
  * run one at a time within a process: initialize different groups in the
  * same order on every rank (as NCCL requires of collective calls anyway),
  * or a rank can wait on an exchange whose peers wait on another until the
- * deadline. While any handle of a world may be in use, the application
- * must not call rendezvous functions on the same rdzv_rendezvous_t from
- * another thread (that handle allows one thread at a time).
+ * deadline. While any handle of a world may be in use (a prefetched init
+ * included, until it has finished), the application must not call
+ * rendezvous functions on the same rdzv_rendezvous_t from another thread
+ * (that handle allows one thread at a time).
+ * The library starts threads only when rdzv_comm_prefetch is used: the
+ * first prefetch of a world starts that world's one worker thread (all
+ * signals blocked), which runs prefetched inits one at a time in prefetch
+ * order and is stopped and joined when the world's last handle is
+ * destroyed. A process that never prefetches starts no thread. The worker
+ * calls opts.make_id and NCCL's init; NCCL creates the communicator on
+ * the CUDA device current on the thread that calls its init, which for a
+ * prefetched handle is the worker, not the thread that prefetched.
  * rdzv_comm_destroy must not race with any other call on the same handle.
  *
  * Ownership: as rdzv/rdzv.h. The rendezvous handle given to
@@ -101,8 +111,8 @@ struct rdzv_comm_opts {
    * communicator (its NCCL calls may return ncclInProgress). */
   int nonblocking;
   /* Makes a unique id (rdzv/rendezvous.h). NULL: ncclGetUniqueId of the
-   * loaded library. Called on the thread that runs the init, with
-   * make_id_arg. */
+   * loaded library. Called on the thread that runs the init (for a
+   * prefetched handle, the world's worker thread), with make_id_arg. */
   rdzv_make_id_fn make_id;
   void *make_id_arg;
   /* 1: use ncclCommInitRankScalable even when one id suffices (a group of
@@ -196,7 +206,10 @@ int rdzv_comm_split_mesh(rdzv_comm_t *parent, const char *name, int32_t ndims,
  * On a handle not yet initialized: exchanges the unique ids among the
  * members through the rdzv tree, then runs NCCL's init ("config" or
  * "scalable", see above): blocking, or non-blocking and polled when
- * opts.nonblocking. On a prefetched handle: polls its init to completion.
+ * opts.nonblocking. On a prefetched handle: if it is still queued for the
+ * world's worker, takes it out of the queue and starts its init on this
+ * thread (non-blocking, with the prefetch's deadline); if the worker is
+ * exchanging its ids, waits for that; then polls its init to completion.
  * On an initialized handle: returns at once. Init is attempted once per
  * handle: a failure is final, and every later call returns the same
  * status (make a new handle, e.g. in a new generation, to try again).
@@ -226,24 +239,50 @@ int rdzv_comm_nccl(rdzv_comm_t *c, struct ncclComm **out, double timeout_s);
 
 /* rdzv_comm_prefetch - start NCCL init in the background.
  *
- * Exchanges the unique ids (blocking, usually milliseconds), then starts a
- * non-blocking NCCL init (config.blocking = 0) and returns without waiting
- * for it; progress it with rdzv_comm_poll or rdzv_comm_nccl. A prefetched
+ * Returns at once: queues the handle for its world's worker thread
+ * (started by the world's first prefetch, see Threads above) and marks it
+ * PENDING. The worker takes queued handles one at a time in prefetch
+ * order; for each it exchanges the unique ids through the tree, then
+ * starts a non-blocking NCCL init (config.blocking = 0) and goes on to the
+ * next handle. Progress the init with rdzv_comm_poll (which also says
+ * -EAGAIN while the handle is queued or its ids are being exchanged) or
+ * rdzv_comm_nccl (which takes a still queued handle out of the queue and
+ * runs its init on the calling thread, or waits for the worker's
+ * exchange, then polls NCCL's init to completion). A prefetched
  * communicator is a non-blocking NCCL communicator (its NCCL calls may
  * return ncclInProgress). timeout_s sets the deadline of the whole init,
- * NCCL's part included: a poll after it aborts the init and reports
- * RDZV_EDEADLINE. Returns 0 when the init is running or done (also when
- * it was already), else the errors of rdzv_comm_nccl. Thread: any. */
+ * time in the queue, the exchange and NCCL's part included: a handle
+ * still queued at the deadline fails with RDZV_EDEADLINE (last_error says
+ * it was queued), and a poll after it aborts a running NCCL init and
+ * reports RDZV_EDEADLINE.
+ *
+ * Order: every member must prefetch (and first-use) the groups it shares
+ * in the same order. A rank whose worker is exchanging the ids of one
+ * group holds the world's store lock, so its own blocking first use of
+ * another group (rdzv_comm_nccl on a handle that was not prefetched)
+ * waits behind it; if ranks differ in order, that can last until the
+ * deadline.
+ *
+ * Calling it again is a no-op that returns the current status: 0 while
+ * queued, running or ready, the init's error once it failed.
+ * Returns 0, -EINVAL (c NULL, timeout_s not > 0), RDZV_ENOT_MEMBER, the
+ * error of a failed earlier init, or RDZV_ENOMEM (or another -errno) when
+ * the worker thread cannot be started (the handle then stays IDLE).
+ * Blocks: no (only while another thread is inside a blocking init of c,
+ * which it waits for). Thread: any. */
 int rdzv_comm_prefetch(rdzv_comm_t *c, double timeout_s);
 
 /* rdzv_comm_poll - progress a started init without blocking.
  *
  * Returns 0 when the communicator is ready, -EAGAIN while its init runs
- * (also while another thread holds the handle, e.g. inside a blocking
- * init), -EINVAL when no init was started (last_error says so),
- * RDZV_ENOT_MEMBER, or the init's final error (see rdzv_comm_nccl; a
+ * (also while it is queued for the world's worker, and while another
+ * thread or the worker holds the handle, e.g. during its id exchange or
+ * a blocking init), -EINVAL when no init was started (last_error says
+ * so), RDZV_ENOT_MEMBER, or the init's final error (see rdzv_comm_nccl; a
  * passed deadline aborts the NCCL communicator and returns
- * RDZV_EDEADLINE). Each call asks NCCL once (ncclCommGetAsyncError).
+ * RDZV_EDEADLINE, and fails a handle still queued with RDZV_EDEADLINE).
+ * Each call asks NCCL at most once (ncclCommGetAsyncError), and not at
+ * all before NCCL's init has been started.
  * Blocks: no. Thread: any. */
 int rdzv_comm_poll(rdzv_comm_t *c);
 
@@ -268,29 +307,37 @@ int rdzv_comm_init_split(rdzv_comm_t *c, double timeout_s);
  *
  * Aborts the NCCL communicator if one exists (ready or still
  * initializing) and releases it; the handle stays valid, and every later
- * init call returns RDZV_EABORTED. Another thread waiting on a
- * non-blocking init of the handle returns RDZV_EABORTED; one inside a
- * blocking NCCL init or an id exchange is waited for first (use
- * opts.nonblocking for an init that abort can interrupt). Children are not
- * aborted. Returns 0 or -EINVAL (NULL). Thread: any. */
+ * init call returns RDZV_EABORTED. A prefetched handle still queued is
+ * taken out of the queue (its ids are never exchanged). Another thread
+ * waiting on a non-blocking init of the handle returns RDZV_EABORTED; one
+ * inside a blocking NCCL init or an id exchange (the worker's included)
+ * is waited for first (use opts.nonblocking for an init that abort can
+ * interrupt). Children are not aborted. Returns 0 or -EINVAL (NULL).
+ * Thread: any. */
 int rdzv_comm_abort(rdzv_comm_t *c);
 
 /* rdzv_comm_destroy - release the handle and its NCCL communicator.
  *
  * An initialized communicator is finalized (ncclCommFinalize, bounded by
  * RDZV_COMM_FINALIZE_TIMEOUT_S when non-blocking, then aborted) and
- * destroyed (ncclCommDestroy); one still initializing is aborted. The
- * NCCL library is unloaded when the last handle of the world is gone.
+ * destroyed (ncclCommDestroy); one still initializing is aborted. A
+ * prefetched handle still queued is taken out of the queue; if the
+ * world's worker is working on it (its id exchange), destroy waits for
+ * that step to end (at the latest at the prefetch's deadline). The NCCL
+ * library is unloaded, and the world's worker thread (if any) stopped and
+ * joined, when the last handle of the world is gone.
  * Children may outlive their parent: they keep its memory, not its NCCL
  * communicator (so rdzv_comm_init_split of a child fails after its parent
  * was destroyed). NULL is a no-op. Ownership: takes c. Blocks: while NCCL
- * finalizes. Thread: any, never concurrently with another call on c. */
+ * finalizes, and while the worker works on c. Thread: any, never
+ * concurrently with another call on c. */
 void rdzv_comm_destroy(rdzv_comm_t *c);
 
 /* States, see rdzv_comm_state. */
 enum rdzv_comm_state {
   RDZV_COMM_IDLE = 0, /* not initialized (never, for an unused group) */
-  RDZV_COMM_PENDING,  /* non-blocking NCCL init running */
+  RDZV_COMM_PENDING,  /* init running: id exchange or non-blocking NCCL
+                         init, or queued for it (rdzv_comm_prefetch) */
   RDZV_COMM_READY,    /* NCCL communicator usable */
   RDZV_COMM_FAILED,   /* init failed (final) */
   RDZV_COMM_ABORTED   /* rdzv_comm_abort was called */
@@ -319,8 +366,8 @@ int64_t rdzv_comm_generation(const rdzv_comm_t *c);
 
 /* rdzv_comm_init_path - "config", "scalable" or "split" once an init has
  * been started (whether it succeeded or not), else NULL. Static strings.
- * Thread: any; waits while another thread is inside an init step of the
- * handle (as rdzv_comm_timings does). */
+ * Thread: any; waits while another thread (or the world's worker) is
+ * inside an init step of the handle (as rdzv_comm_timings does). */
 const char *rdzv_comm_init_path(rdzv_comm_t *c);
 
 /* Per-phase timings of the handle's init, seconds (monotonic clock). */

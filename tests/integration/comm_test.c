@@ -1,10 +1,12 @@
 /* Communicators (rdzv/comm.h) over a real rendezvous: a root and two node
- * daemons (hostA, hostB) as processes, ranks as forked children. NCCL is
- * the FAKE library tests/fake_nccl/libfake_nccl.so (a test double) loaded
- * through the production dlopen seam; each rank's FAKE_NCCL_LOG shows what
- * was called with which ids. Where the real libnccl.so.2 is installed, the
- * unique ids come from its ncclGetUniqueId (works without a GPU) while
- * init goes to the fake. No assertion depends on wall-clock time. */
+ * daemons (hostA, hostB) as processes, ranks as forked children
+ * (comm_harness.h). NCCL is the FAKE library tests/fake_nccl/libfake_nccl.so
+ * (a test double) loaded through the production dlopen seam; each rank's
+ * FAKE_NCCL_LOG shows what was called with which ids. Where the real
+ * libnccl.so.2 is installed, the unique ids come from its ncclGetUniqueId
+ * (works without a GPU) while init goes to the fake. No assertion depends
+ * on wall-clock time. Background init (rdzv_comm_prefetch's worker) has
+ * its own tests in comm_prefetch_test.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,355 +14,18 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/nccl_api.h"
-#include "proc.h"
+#include "comm_harness.h"
 #include "rdzv/comm.h"
 #include "rdzv/rdzv.h"
 #include "rdzv/rendezvous.h"
-
-#define NHOSTS 2
-#define RDZVD "tools/rdzvd"
-#define FAKE "tests/fake_nccl/libfake_nccl.so"
-#define REAL_NCCL "/usr/local/cuda/lib64/libnccl.so.2"
-#define MAX_RANKS 8
-
-static char dir[64];
-static struct proc root, nodes[NHOSTS];
-static char root_addr[64], node_addr[NHOSTS][128];
-static int fds_before;
-/* Ranks that must stay joined without taking part read this until EOF;
- * the parent closes the write end when the others are done. */
-static int go_pipe[2] = {-1, -1};
-
-/* ---- daemons (as tests/integration/rendezvous_test.c) -------------------- */
-
-static int start_daemon(struct proc *p, const char *name, const char *parent,
-                        char *tcp_out) {
-  char pf[128], pfa[160], una[160], pa[128], na[64];
-  snprintf(pf, sizeof(pf), "%s/%s.port", dir, name);
-  snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
-  snprintf(una, sizeof(una), "--unix=%s/%s.sock", dir, name);
-  snprintf(pa, sizeof(pa), "--parent=%s", parent ? parent : "");
-  snprintf(na, sizeof(na), "--name=%s", name);
-  char *argv[] = {RDZVD,
-                  parent ? "--role=node" : "--role=root",
-                  "--listen=127.0.0.1:0",
-                  pfa,
-                  una,
-                  na,
-                  "--log-level=0",
-                  parent ? pa : NULL,
-                  NULL};
-  if (proc_start(p, argv, 0) < 0)
-    return -1;
-  int port = wait_port_file(pf, 30);
-  if (port < 0)
-    return -1;
-  snprintf(tcp_out, 64, "127.0.0.1:%d", port);
-  return 0;
-}
-
-static int setup(void **state) {
-  (void)state;
-  fds_before = count_open_fds();
-  snprintf(dir, sizeof(dir), "/tmp/rdzv-comm-XXXXXX");
-  if (mkdtemp(dir) == NULL || start_daemon(&root, "root", NULL, root_addr))
-    return -1;
-  for (int h = 0; h < NHOSTS; h++) {
-    char name[16], tcp[64];
-    snprintf(name, sizeof(name), "host%d", h);
-    if (start_daemon(&nodes[h], name, root_addr, tcp) < 0)
-      return -1;
-    snprintf(node_addr[h], sizeof(node_addr[h]), "unix:%s/host%d.sock", dir, h);
-  }
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  int bad = 0;
-  for (int h = NHOSTS - 1; h >= 0; h--)
-    bad |= proc_stop(&nodes[h]) != 0;
-  bad |= proc_stop(&root) != 0;
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  bad |= system(cmd) != 0;
-  bad |= count_open_fds() != fds_before;
-  return bad ? -1 : 0;
-}
-
-/* ---- ranks --------------------------------------------------------------- */
-
-/* What a rank runs once it has joined and made its world handle. */
-struct rank_ctx {
-  rdzv_rendezvous_t *r;
-  rdzv_comm_t *world;
-  int32_t rank;
-  int failed;
-  char text[2000];
-  size_t len;
-};
-typedef void (*scenario_fn)(struct rank_ctx *k);
-
-/* A world of n ranks, per_host ranks on each host (rank i is launch index
- * i: hosts are ordered by name, ranks by local rank). */
-struct world_spec {
-  const char *job;
-  int n, per_host;
-  int64_t ranks_per_root; /* 0: default */
-  int nonblocking;
-  const char *polls; /* FAKE_NCCL_INIT_POLLS, or NULL */
-  const char *fail;  /* FAKE_NCCL_FAIL_INIT, or NULL */
-  int real_ids;      /* ids from the real libnccl where installed */
-  scenario_fn fn;
-  int always_scalable;
-};
-
-/* Appends to the rank's report. */
-static void say(struct rank_ctx *k, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void say(struct rank_ctx *k, const char *fmt, ...) {
-  va_list ap;
-  if (k->len + 2 >= sizeof(k->text))
-    return;
-  k->text[k->len++] = ' ';
-  va_start(ap, fmt);
-  int n = vsnprintf(k->text + k->len, sizeof(k->text) - k->len, fmt, ap);
-  va_end(ap);
-  if (n > 0)
-    k->len += (size_t)n < sizeof(k->text) - k->len
-                  ? (size_t)n
-                  : sizeof(k->text) - k->len - 1;
-}
-
-/* A check inside a rank: records what failed; the parent asserts on it. */
-static int check(struct rank_ctx *k, int ok, const char *what) {
-  if (!ok) {
-    k->failed = 1;
-    say(k, "FAIL(%s)", what);
-  }
-  return ok;
-}
-
-/* Ids made by this rank, in order, as the fake logs them (the first 8
- * bytes in hex), each with the label current when it was made. */
-static struct rdzv_nccl_api *real_api;
-static const char *made_label = "?";
-
-static void hex8(const uint8_t *id, char *out) {
-  for (int i = 0; i < 8; i++)
-    snprintf(out + 2 * i, 3, "%02x", id[i]);
-}
-
-static struct rank_ctx *current;
-
-static int recording_make_id(void *arg, uint8_t *id) {
-  char hex[17];
-  (void)arg;
-  if (real_api != NULL) {
-    rdzv_nccl_unique_id u;
-    if (real_api->get_unique_id(&u) != RDZV_NCCL_SUCCESS)
-      return RDZV_ENCCL;
-    memcpy(id, u.internal, RDZV_UNIQUE_ID_BYTES);
-  } else if (getrandom(id, RDZV_UNIQUE_ID_BYTES, 0) != RDZV_UNIQUE_ID_BYTES) {
-    return -EIO;
-  }
-  hex8(id, hex);
-  say(current, "made=%s:%s", made_label, hex);
-  return 0;
-}
-
-static void child_report(int fd, int status, const struct rank_ctx *k,
-                         int64_t gen) {
-  char line[2300];
-  int n = snprintf(line, sizeof(line), "%d %d %" PRId64 "%s\n", status, k->rank,
-                   gen, k->text);
-  if (write(fd, line, (size_t)n) < 0)
-    _exit(3);
-}
-
-static void child_main(const struct world_spec *w, int index, int fd) {
-  struct rank_ctx k = {.rank = -1};
-  char log[160], err[1024] = "";
-  current = &k;
-  if (go_pipe[1] >= 0)
-    close(go_pipe[1]);
-  snprintf(log, sizeof(log), "%s/%s-%d.log", dir, w->job, index);
-  setenv("FAKE_NCCL_LOG", log, 1);
-  if (w->polls != NULL)
-    setenv("FAKE_NCCL_INIT_POLLS", w->polls, 1);
-  if (w->fail != NULL)
-    setenv("FAKE_NCCL_FAIL_INIT", w->fail, 1);
-  struct rdzv_rendezvous_opts o;
-  rdzv_rendezvous_opts_init(&o);
-  o.addr = node_addr[index / w->per_host];
-  o.job_id = w->job;
-  o.host = index / w->per_host == 0 ? "hostA" : "hostB";
-  o.local_rank = index % w->per_host;
-  o.local_size = w->per_host;
-  o.world_size = w->n;
-  o.timeout_s = 30;
-  o.topology = "gpu_pci=none\n";
-  int rc = rdzv_rendezvous_join(&o, &k.r, err, sizeof(err));
-  if (rc < 0) {
-    say(&k, "join: %s", err);
-    child_report(fd, rc, &k, 0);
-    _exit(0);
-  }
-  k.rank = rdzv_rendezvous_rank(k.r);
-  if (w->real_ids && access(REAL_NCCL, R_OK) == 0 &&
-      rdzv_nccl_load(REAL_NCCL, &real_api, err, sizeof(err)) < 0)
-    say(&k, "real NCCL not loadable: %s", err);
-  say(&k, "ids-from=%s", real_api != NULL ? "real" : "random");
-  struct rdzv_comm_opts co;
-  rdzv_comm_opts_init(&co);
-  co.nccl_path = FAKE;
-  co.nonblocking = w->nonblocking;
-  co.make_id = recording_make_id;
-  co.always_scalable = w->always_scalable;
-  if (w->ranks_per_root > 0)
-    co.ranks_per_root = w->ranks_per_root;
-  rc = rdzv_comm_world(k.r, &co, &k.world);
-  if (check(&k, rc == 0, "world"))
-    w->fn(&k);
-  rdzv_comm_destroy(k.world);
-  child_report(fd, k.failed ? -1 : 0, &k, rdzv_rendezvous_generation(k.r));
-  rdzv_rendezvous_destroy(k.r);
-  rdzv_nccl_unload(real_api);
-  _exit(0);
-}
-
-struct rank_proc {
-  pid_t pid;
-  int fd;
-};
-
-static void launch(const struct world_spec *w, struct rank_proc *rp) {
-  for (int i = 0; i < w->n; i++) {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-      close(p[0]);
-      child_main(w, i, p[1]);
-    }
-    close(p[1]);
-    rp[i].pid = pid;
-    rp[i].fd = p[0];
-  }
-}
-
-/* Reads rank i's report into buf and waits for it to exit; returns the
- * report's status. */
-static int finish(struct rank_proc *rp, char *buf, size_t n) {
-  size_t len = 0;
-  int st = 0;
-  while (len + 1 < n) {
-    ssize_t k = read(rp->fd, buf + len, 1);
-    if (k <= 0 || buf[len] == '\n')
-      break;
-    len++;
-  }
-  buf[len] = '\0';
-  close(rp->fd);
-  waitpid(rp->pid, &st, 0);
-  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  return (int)strtol(buf, NULL, 10);
-}
-
-/* Runs a world whose ranks must all report success; reports[i] receives
- * rank i's line. */
-static void run_world(const struct world_spec *w, char reports[][2300]) {
-  struct rank_proc rp[MAX_RANKS];
-  launch(w, rp);
-  for (int i = 0; i < w->n; i++) {
-    int st = finish(&rp[i], reports[i], sizeof(reports[i]));
-    if (st != 0)
-      fail_msg("%s rank %d: %s", w->job, i, reports[i]);
-    int rank = -1;
-    assert_int_equal(sscanf(reports[i], "%*d %d", &rank), 1);
-    assert_int_equal(rank, i);
-  }
-}
-
-/* ---- reading the fake's logs --------------------------------------------- */
-
-static char *fake_log(const char *job, int index) {
-  char path[160];
-  snprintf(path, sizeof(path), "%s/%s-%d.log", dir, job, index);
-  FILE *f = fopen(path, "r");
-  char *buf = calloc(1, 1 << 16);
-  assert_non_null(buf);
-  if (f != NULL) {
-    size_t n = fread(buf, 1, (1 << 16) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-  }
-  return buf;
-}
-
-static int count(const char *hay, const char *needle) {
-  int n = 0;
-  for (const char *p = strstr(hay, needle); p != NULL;
-       p = strstr(p + 1, needle))
-    n++;
-  return n;
-}
-
-/* Copies the value of "key=" from the first line containing `line_has`
- * (the value ends at a space or the end of the line). */
-static int field(const char *text, const char *line_has, const char *key,
-                 char *out, size_t n) {
-  const char *l = strstr(text, line_has);
-  if (l == NULL)
-    return -1;
-  const char *end = strchr(l, '\n');
-  const char *v = strstr(l, key);
-  if (v == NULL || (end != NULL && v > end))
-    return -1;
-  v += strlen(key);
-  size_t len = strcspn(v, " \n");
-  snprintf(out, n, "%.*s", (int)len, v);
-  return 0;
-}
-
-/* The id a rank made for `label`, from its report ("made=label:hex"). */
-static int made_id(const char *report, const char *label, char *out, size_t n) {
-  char key[64];
-  snprintf(key, sizeof(key), "made=%s:", label);
-  const char *v = strstr(report, key);
-  if (v == NULL)
-    return -1;
-  v += strlen(key);
-  snprintf(out, n, "%.16s", v);
-  return 0;
-}
-
-static int key_exists(const char *job, const char *key) {
-  struct rdzv_client_opts co;
-  rdzv_client_t *c = NULL;
-  void *v = NULL;
-  size_t len = 0;
-  rdzv_client_opts_init(&co);
-  co.addr = root_addr;
-  co.job_id = job;
-  assert_int_equal(rdzv_client_create(&co, &c), 0);
-  int rc = rdzv_store_get(c, key, &v, &len, 30);
-  rdzv_free(v);
-  rdzv_client_destroy(c);
-  assert_true(rc == 0 || rc == RDZV_ENOKEY);
-  return rc == 0;
-}
 
 /* ---- lazy init: unused sub-groups are never initialized ------------------ */
 
@@ -438,12 +103,6 @@ static void test_unused_groups_never_initialized(void **state) {
 }
 
 /* ---- only members take part; non-members get an error -------------------- */
-
-static void hold(void) {
-  char b;
-  while (read(go_pipe[0], &b, 1) > 0) {
-  }
-}
 
 static void scen_members(struct rank_ctx *k) {
   const int32_t odd[2] = {3, 1};
@@ -563,6 +222,16 @@ static void test_first_use_once_under_threads(void **state) {
 
 /* ---- prefetch: non-blocking init polled to completion -------------------- */
 
+/* Waits (without driving it) until the world's worker has exchanged c's
+ * ids and started NCCL's init, or the init ended. */
+static void wait_started(rdzv_comm_t *c) {
+  struct rdzv_comm_timings t = {0};
+  const struct timespec ms = {0, 1000 * 1000};
+  while (rdzv_comm_timings(c, &t) == 0 && t.nids == 0 &&
+         rdzv_comm_state(c) == RDZV_COMM_PENDING)
+    nanosleep(&ms, NULL);
+}
+
 static void scen_prefetch(struct rank_ctx *k) {
   struct ncclComm *nc = NULL;
   int again = 0, rc;
@@ -586,7 +255,11 @@ static void test_prefetch_polled_to_completion(void **state) {
   char rep[2][2300];
   run_world(&w, rep);
   for (int i = 0; i < 2; i++) {
-    assert_non_null(strstr(rep[i], "again=5"));
+    /* -EAGAIN also while the worker exchanged the ids; NCCL itself said
+     * "in progress" exactly 5 times (below). */
+    const char *a = strstr(rep[i], "again=");
+    assert_non_null(a);
+    assert_true(atoi(a + strlen("again=")) >= 5);
     char *log = fake_log("prefetch", i);
     assert_int_equal(count(log, "initRankConfig comm=1 nranks=2"), 1);
     assert_non_null(strstr(log, "blocking=0"));
@@ -616,7 +289,7 @@ static void scen_fail(struct rank_ctx *k) {
   int again = 0;
   while ((rc = rdzv_comm_poll(g)) == -EAGAIN)
     again++;
-  check(k, rc == RDZV_ENCCL && again == 2, "polled failure");
+  check(k, rc == RDZV_ENCCL && again >= 2, "polled failure");
   check(k, rdzv_comm_poll(g) == RDZV_ENCCL, "poll is final");
   rdzv_comm_destroy(g);
 }
@@ -650,6 +323,7 @@ static void scen_abort(struct rank_ctx *k) {
   /* Aborting an init in progress. */
   check(k, rdzv_comm_group(k->world, "both", both, 2, &g) == 0, "group");
   check(k, rdzv_comm_prefetch(g, 30) == 0, "prefetch");
+  wait_started(g); /* NCCL's init in progress, not the exchange */
   check(k, rdzv_comm_abort(g) == 0, "abort pending");
   check(k, rdzv_comm_poll(g) == RDZV_EABORTED, "poll after abort");
   rdzv_comm_destroy(g);
