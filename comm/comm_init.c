@@ -55,7 +55,10 @@ static int nccl_make_id(void *arg, uint8_t *id) {
 }
 
 /* The unique ids of c among its members, through the tree; only members
- * get here. Holds the world's store lock for the exchange. */
+ * get here. Every member also checks in (rdzv_rendezvous_group_unique_ids):
+ * a member that never comes is named at the deadline, publisher or not,
+ * and NCCL's init, which would wait for it without saying who is missing,
+ * is never started. Holds the world's store lock for the exchange. */
 static int exchange_ids(rdzv_comm_t *c, const struct rdzv_nccl_api *api,
                         uint8_t **ids, int64_t *nids) {
   struct rdzv__comm_ctx *x = c->ctx;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,6 +408,23 @@ static void on_wait_value(rdzv_client_t *c, const struct rdzv_result *res,
   }
 }
 
+/* Drives the client until *done (a callback set it). Every request has a
+ * deadline, so that happens. Returns 0, or a failure of the handle. */
+static int drive_until(rdzv_rendezvous_t *r, const int *done) {
+  while (!*done) {
+    struct pollfd p = {rdzv_client_fd(r->c), rdzv_client_events(r->c), 0};
+    int t = rdzv_client_timeout_ms(r->c);
+    if (t < 0 || t > 100)
+      t = 100;
+    if (poll(&p, p.fd >= 0 ? 1 : 0, t) < 0 && errno != EINTR)
+      return -errno;
+    int rc = rdzv_client_process(r->c);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
 /* Waits for a write-once key of this generation and returns its value:
  * the wait's answer carries it (and fills the node's cache on the way);
  * a separate read only if it did not. */
@@ -417,9 +435,10 @@ static int read_gen_key(rdzv_rendezvous_t *r, const char *key, void **val,
   struct wait_value w = {0};
   int rc = rdzv_client_submit(r->c, &req, timeout_s, on_wait_value, &w);
   if (rc == 0)
-    rc = rdzv_client_run(r->c, timeout_s + 3);
-  if (rc == 0 || w.done)
-    rc = w.status;
+    rc = drive_until(r, &w.done);
+  if (rc < 0 && !w.done)
+    return rc; /* the handle failed: its requests were failed with it */
+  rc = w.status;
   if (rc == 0 && w.val != NULL) {
     *val = w.val;
     *len = w.len;
@@ -689,8 +708,8 @@ static void name_missing(rdzv_rendezvous_t *r, const char *what,
 int rdzv_rendezvous_group_barrier(rdzv_rendezvous_t *r, const char *name,
                                   const int32_t *members, int64_t nmembers,
                                   double timeout_s) {
-  char key[512], rest[160], what[200];
-  if (r == NULL || name == NULL || !*name || strlen(name) > 100 ||
+  char key[512], rest[220], what[300];
+  if (r == NULL || name == NULL || !*name || strlen(name) > 200 ||
       nmembers < 1)
     return -EINVAL;
   int64_t me = member_index(r, members, nmembers);
@@ -711,6 +730,37 @@ int rdzv_rendezvous_group_barrier(rdzv_rendezvous_t *r, const char *name,
     return rc;
   }
   return rc < 0 ? fail(r, rc, "barrier") : 0;
+}
+
+/* A member's check-in: a barrier of the group that runs alongside the id
+ * exchange. On the heap: if the exchange fails otherwise, the caller
+ * returns without waiting and the callback frees it. */
+struct arrival {
+  int done, status, abandoned;
+};
+
+static void on_arrival(rdzv_client_t *c, const struct rdzv_result *res,
+                       void *arg) {
+  struct arrival *a = arg;
+  (void)c;
+  if (a->abandoned) {
+    free(a);
+    return;
+  }
+  a->done = 1;
+  a->status = res->status;
+}
+
+static int arrival_submit(rdzv_rendezvous_t *r, const char *key, int64_t me,
+                          int64_t n, double timeout_s, struct arrival *a) {
+  uint8_t id[8];
+  for (int i = 0; i < 8; i++)
+    id[i] = (uint8_t)((uint64_t)me >> (8 * i));
+  struct rdzv_bytes k = {key, strlen(key)}, v = {id, sizeof(id)};
+  struct rdzv_request req = {.op = RDZV_OP_BARRIER, .b = n, .nkeys = 1,
+                             .keys = &k, .nvals = 1, .vals = &v};
+  int rc = rdzv_client_submit(r->c, &req, timeout_s, on_arrival, a);
+  return rc < 0 ? fail(r, rc, "checking in") : 0;
 }
 
 int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
@@ -739,9 +789,17 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
   snprintf(rest, sizeof(rest), "uid/%s", comm);
   gen_key(r, key, sizeof(key), rest);
   uint8_t *out = malloc((size_t)n * RDZV_UNIQUE_ID_BYTES);
-  if (out == NULL)
-    return RDZV_ENOMEM;
-  int rc;
+  struct arrival *in = calloc(1, sizeof(*in));
+  char akey[600];
+  snprintf(akey, sizeof(akey), "%s/arrive", key);
+  int rc = out != NULL && in != NULL ? 0 : RDZV_ENOMEM;
+  if (rc == 0)
+    rc = arrival_submit(r, akey, me, nmembers, timeout_s, in);
+  if (rc < 0) {
+    free(out);
+    free(in);
+    return rc;
+  }
   if (mine >= 0) {
     rc = publish_id(r, key, mine, n, make_id, arg, out, deadline - mono_s());
   } else {
@@ -754,13 +812,30 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
     if (rc < 0)
       rc = fail(r, rc, "waiting for the unique ids");
   }
-  if (rc == RDZV_EDEADLINE) {
-    char what[200];
-    snprintf(what, sizeof(what),
-             "unique ids of '%s' (%" PRId64 " members, %" PRId64 " ids)",
-             comm, nmembers, n);
+  /* The ids may be complete while a member that makes none is missing:
+   * the check-in says so. Both end by the same deadline. */
+  if (rc == 0 || rc == RDZV_EDEADLINE) {
+    int drc = drive_until(r, &in->done);
+    if (drc < 0 && rc == 0)
+      rc = drc;
+  }
+  char what[200];
+  snprintf(what, sizeof(what),
+           "unique ids of '%s' (%" PRId64 " members, %" PRId64 " ids)", comm,
+           nmembers, n);
+  if (in->done && in->status == RDZV_EDEADLINE &&
+      (rc == 0 || rc == RDZV_EDEADLINE)) {
+    rc = RDZV_EDEADLINE;
+    name_missing(r, what, akey, 0, members, nmembers, nmembers, 0);
+  } else if (rc == 0 && in->done && in->status < 0) {
+    rc = fail(r, in->status, "checking in");
+  } else if (rc == RDZV_EDEADLINE) {
     name_missing(r, what, key, 1, members, nmembers, n, 1);
   }
+  if (in->done)
+    free(in);
+  else
+    in->abandoned = 1; /* its callback frees it */
   if (rc < 0) {
     free(out);
     return rc;

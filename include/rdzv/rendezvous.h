@@ -131,13 +131,18 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
  * part: the block-first members contribute to a gather of nids members
  * named "rdzv/<round>/g<gen>/uid/<comm>" (the same key and value layout as
  * rdzv_rendezvous_unique_ids, so both agree for a whole-world group), and
- * the other members wait for that key.
+ * the other members wait for that key. Alongside, every member checks in
+ * (a barrier "rdzv/<round>/g<gen>/uid/<comm>/arrive" of nmembers, run
+ * concurrently with the exchange on the same connection, so it adds no
+ * round trip): the call returns 0 only once every member has come, so a
+ * communicator init that follows it never waits for an absent member.
  *
  * On success *ids (malloc'd, *nids * 128 bytes, block order; rdzv_free) is
  * identical on every member. On RDZV_EDEADLINE, rdzv_rendezvous_last_error
- * names the world ranks whose ids are missing, asked of the root
- * (rdzv_store_collective_missing): "...: deadline passed; 1 of 3
- * missing: rank 5 (block 1 of 3) (host b)". Other returns: -EINVAL (bad
+ * names the missing world ranks and their hosts, publishers of ids or not,
+ * asked of the root (rdzv_store_collective_missing): "unique ids of 'x' (4
+ * members, 2 ids): deadline passed; 1 of 4 missing: rank 2 (host b)" (at
+ * most 8 named, then "and N more"). Other returns: -EINVAL (bad
  * argument, or this rank is not a member), RDZV_ENOMEM, RDZV_ESTALE_GENERATION, RDZV_EABORTED,
  * RDZV_ECOUNT_MISMATCH (members disagree on nids: a group name reused
  * with another size or ranks_per_root), make_id's error, or a store error.
@@ -170,12 +175,12 @@ int rdzv_rendezvous_host_of(rdzv_rendezvous_t *r, int32_t rank,
 int rdzv_rendezvous_topology(rdzv_rendezvous_t *r, int32_t node_rank,
                              char **text, size_t *len, double timeout_s);
 
-/* A barrier of the whole world of this generation, named name (1..100
+/* A barrier of the whole world of this generation, named name (1..200
  * bytes): rdzv_rendezvous_group_barrier with members NULL. */
 int rdzv_rendezvous_barrier(rdzv_rendezvous_t *r, const char *name,
                             double timeout_s);
 
-/* A barrier among a group of ranks of this generation, named name (1..100
+/* A barrier among a group of ranks of this generation, named name (1..200
  * bytes; names starting "comm/" are used by rdzv/comm.h). members[0 ..
  * nmembers-1] are the group's world ranks (distinct, in range); NULL
  * means the whole world (nmembers = world size). This rank must be a

@@ -17,7 +17,9 @@
 
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,10 +385,11 @@ static void scen_take_over(struct rank_ctx *k) {
     return;
   made_label = "d";
   if (k->rank == 0) {
-    /* a holds the worker (rank 1 has not begun) until a's deadline; d is
-     * queued behind it. Rank 0's first use of d takes d out of the queue
-     * and runs its init here, after a's exchange lets go of the store
-     * lock: the wait behind another group that comm.h describes. */
+    /* a holds the worker (rank 1 never takes part in a) until a's
+     * deadline; d is queued behind it. Rank 0's first use of d takes d out
+     * of the queue and runs its init here, after a's exchange lets go of
+     * the store lock: the wait behind another group that comm.h
+     * describes. Rank 1 is in d's exchange meanwhile. */
     check(k, rdzv_comm_prefetch(a, 1.0) == 0, "prefetch a");
     check(k, rdzv_comm_prefetch(d, LONG_S) == 0, "prefetch d");
     check(k, rdzv_comm_nccl(d, &nc, LONG_S) == 0 && nc != NULL, "nccl d");
@@ -398,8 +401,8 @@ static void scen_take_over(struct rank_ctx *k) {
     check(k, has(rdzv_comm_last_error(a), "missing: rank 1"), "a names 1");
     sig_send();
   } else {
-    check(k, sig_wait(), "rank 0 done");
     check(k, rdzv_comm_nccl(d, &nc, LONG_S) == 0 && nc != NULL, "nccl d");
+    check(k, sig_wait(), "rank 0 done");
   }
   rdzv_comm_destroy(a);
   rdzv_comm_destroy(d);
@@ -426,6 +429,168 @@ static void test_first_use_takes_over_queued(void **state) {
   }
 }
 
+/* ---- 6. the prefetching thread's CUDA context goes to the worker -------- */
+
+/* The FAKE library's CUDA driver stand-in (tests/fake_nccl/fake_nccl.c):
+ * a rank dlopens it the way an application's CUDA runtime loads
+ * libcuda.so.1, and points RDZV_CUDA_DRIVER_LIBRARY at it. */
+struct fake_cuda {
+  void *dl;
+  int (*set)(void *ctx);
+  int (*destroy)(void *ctx);
+};
+
+static int fake_cuda_open(struct rank_ctx *k, struct fake_cuda *f) {
+  void *s, *d;
+  f->dl = dlopen(FAKE, RTLD_NOW);
+  if (!check(k, f->dl != NULL, "dlopen fake driver"))
+    return 0;
+  s = dlsym(f->dl, "cuCtxSetCurrent");
+  d = dlsym(f->dl, "fake_cuCtxDestroy");
+  if (!check(k, s != NULL && d != NULL, "fake driver symbols"))
+    return 0;
+  memcpy(&f->set, &s, sizeof(s));
+  memcpy(&f->destroy, &d, sizeof(d));
+  return 1;
+}
+
+/* A distinctive context per rank and round; 0x9000 + rank is the one the
+ * rank's own thread holds while the worker inits (so an init on the
+ * rank's thread, or a context read at init time, would log it). */
+#define CTX(base, rank) ((void *)(uintptr_t)((base) + (rank)))
+
+static void scen_cuda_ctx(struct rank_ctx *k) {
+  static const int32_t all[4] = {0, 1, 2, 3};
+  struct fake_cuda f = {NULL, NULL, NULL};
+  rdzv_comm_t *g[2] = {k->world, NULL};
+  /* Rank 3 is an application that never made a CUDA context: it never
+   * loads the driver itself (only rdzv's NCCL load maps the fake, after
+   * its world prefetch). */
+  int app = k->rank != 3;
+  made_label = "ctx";
+  setenv("RDZV_CUDA_DRIVER_LIBRARY", FAKE, 1);
+  check(k, rdzv_comm_group(k->world, "all", all, 4, &g[1]) == 0, "group");
+  if (k->failed || (app && !fake_cuda_open(k, &f)))
+    return;
+  for (int i = 0; i < 2; i++) {
+    if (app)
+      check(k, f.set(CTX(i == 0 ? 0x1000 : 0x2000, k->rank)) == 0, "set");
+    check(k, rdzv_comm_prefetch(g[i], LONG_S) == 0, "prefetch");
+    if (app)
+      check(k, f.set(CTX(0x9000, k->rank)) == 0, "set other");
+    wait_settled(&g[i], 1);
+    check(k, rdzv_comm_state(g[i]) == RDZV_COMM_READY, "ready");
+    check(k, rdzv_comm_poll(g[i]) == 0, "poll");
+    say(k, "err%d=[%s]", i, rdzv_comm_last_error(g[i]));
+  }
+  rdzv_comm_destroy(g[1]);
+  if (f.dl != NULL) {
+    f.set(NULL);
+    dlclose(f.dl);
+  }
+}
+
+static void test_prefetch_carries_cuda_context(void **state) {
+  (void)state;
+  struct world_spec w = {"cuda-ctx", 4, 2, 0, 0, NULL, NULL, 0,
+                         scen_cuda_ctx, 0};
+  char rep[4][REPORT_MAX];
+  run_world(&w, rep);
+  /* The world's id was made on rank 0's worker: the inits ran there. */
+  assert_int_equal(count(rep[0], "made-bg=ctx"), 2);
+  for (int i = 0; i < 4; i++) {
+    char *log = fake_log("cuda-ctx", i), line[128];
+    printf("cuda-ctx rank %d:\n%s", i, log);
+    assert_int_equal(inits(log), 2);
+    for (int r = 0; r < 2; r++) {
+      /* world (comm=1), then all (comm=2): rank i, non-blocking, in the
+       * context the rank's thread had when it prefetched; rank 3 had
+       * none (first with no driver loaded, then with no context). */
+      snprintf(line, sizeof(line),
+               "initRankConfig comm=%d nranks=4 rank=%d blocking=0 id=", r + 1,
+               i);
+      assert_int_equal(count(log, line), 1);
+      if (i == 3)
+        snprintf(line, sizeof(line), " -> 0 ctx=0x0\n");
+      else
+        snprintf(line, sizeof(line), " -> 0 ctx=%p\n",
+                 CTX(r == 0 ? 0x1000 : 0x2000, i));
+      const char *at = strstr(log, "initRankConfig comm=");
+      if (r == 1 && at != NULL)
+        at = strstr(at + 1, "initRankConfig comm=");
+      assert_non_null(at);
+      assert_true(strncmp(strstr(at, " -> "), line, strlen(line)) == 0);
+    }
+    assert_int_equal(count(log, "ctx=0x900"), 0);
+    free(log);
+  }
+}
+
+/* ---- 7. a context the worker cannot make current fails that init -------- */
+
+static void scen_cuda_ctx_gone(struct rank_ctx *k) {
+  static const int32_t only0[1] = {0};
+  struct fake_cuda f = {NULL, NULL, NULL};
+  rdzv_comm_t *a = NULL, *solo = NULL;
+  struct ncclComm *nc = NULL;
+  made_label = "gone";
+  check(k, rdzv_comm_group(k->world, "a", rank1_first, 2, &a) == 0, "a");
+  if (k->failed)
+    return;
+  if (k->rank == 0) {
+    setenv("RDZV_CUDA_DRIVER_LIBRARY", FAKE, 1);
+    check(k, rdzv_comm_group(k->world, "solo", only0, 1, &solo) == 0, "solo");
+    if (k->failed || !fake_cuda_open(k, &f))
+      return;
+    /* a holds the worker until rank 1 begins (after the signal), so solo
+     * is still queued when its context is destroyed (as an application
+     * might, with cuCtxDestroy, between prefetch and init). */
+    check(k, f.set(CTX(0x3100, 0)) == 0, "set a");
+    check(k, rdzv_comm_prefetch(a, LONG_S) == 0, "prefetch a");
+    check(k, f.set(CTX(0x3000, 0)) == 0, "set solo");
+    check(k, rdzv_comm_prefetch(solo, LONG_S) == 0, "prefetch solo");
+    check(k, rdzv_comm_poll(solo) == -EAGAIN, "solo queued");
+    check(k, f.destroy(CTX(0x3000, 0)) == 0, "destroy ctx");
+    sig_send();
+    rdzv_comm_t *both[2] = {a, solo};
+    wait_settled(both, 2);
+    check(k, rdzv_comm_state(a) == RDZV_COMM_READY, "a ready");
+    check(k, rdzv_comm_state(solo) == RDZV_COMM_FAILED, "solo failed");
+    check(k, rdzv_comm_poll(solo) == -ENODEV, "solo -ENODEV");
+    check(k, rdzv_comm_nccl(solo, &nc, LONG_S) == -ENODEV, "nccl solo");
+    check(k, rdzv_comm_init_path(solo) == NULL, "solo never started");
+    const char *e = rdzv_comm_last_error(solo);
+    check(k, has(e, "world.solo") && has(e, "cuCtxSetCurrent") &&
+                 has(e, "CUresult 201") && has(e, "rdzv_comm_prefetch"),
+          "solo text");
+    say(k, "solo=[%s]", e);
+    f.set(NULL);
+    dlclose(f.dl);
+  } else {
+    check(k, sig_wait(), "rank 0 prefetched");
+    check(k, rdzv_comm_nccl(a, &nc, LONG_S) == 0 && nc != NULL, "nccl a");
+  }
+  rdzv_comm_destroy(a);
+  rdzv_comm_destroy(solo);
+}
+
+static void test_prefetch_cuda_context_gone(void **state) {
+  (void)state;
+  struct world_spec w = {"cuda-gone", 2, 1, 0, 0, NULL, NULL, 0,
+                         scen_cuda_ctx_gone, 0};
+  char rep[2][REPORT_MAX];
+  run_signalled(&w, rep);
+  char *log = fake_log("cuda-gone", 0);
+  printf("cuda-gone rank 0:\n%s", log);
+  /* a's init, in a's own context; solo's never started. */
+  assert_int_equal(inits(log), 1);
+  assert_int_equal(count(log, "initRankConfig comm=1 nranks=2 rank=1 "
+                              "blocking=0"),
+                   1);
+  assert_int_equal(count(log, " -> 0 ctx=0x3100\n"), 1);
+  free(log);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prefetch_returns_before_exchange),
@@ -433,6 +598,8 @@ int main(void) {
       cmocka_unit_test(test_abort_and_destroy_background),
       cmocka_unit_test(test_queued_deadline),
       cmocka_unit_test(test_first_use_takes_over_queued),
+      cmocka_unit_test(test_prefetch_carries_cuda_context),
+      cmocka_unit_test(test_prefetch_cuda_context_gone),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

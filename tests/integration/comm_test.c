@@ -462,9 +462,15 @@ static void test_one_rank_scalable(void **state) {
 
 /* ---- a member that never comes: the others fail at their deadline -------- */
 
+/* Every member checks in before ids are exchanged, so a missing member is
+ * named whether or not it would have made an id, and NCCL's init never
+ * starts: rank 2 makes block 1's id of the world (2 ranks per root) and the
+ * id of "pair" {2, 3}, but makes none in "late" {3, 2}, whose only id
+ * comes from rank 3: without the check-in, "late" would exchange its ids
+ * and start NCCL's init with a member missing. */
 static void scen_missing(struct rank_ctx *k) {
   struct ncclComm *nc = NULL;
-  const int32_t pair[2] = {2, 3};
+  const int32_t pair[2] = {2, 3}, late[2] = {3, 2};
   rdzv_comm_t *g = NULL;
   if (k->rank == 2) {
     say(k, "stays away");
@@ -474,19 +480,27 @@ static void scen_missing(struct rank_ctx *k) {
   int rc = rdzv_comm_nccl(k->world, &nc, 1.0);
   check(k, rc == RDZV_EDEADLINE, "deadline");
   check(k,
-        strstr(rdzv_comm_last_error(k->world),
-               "missing: rank 2 (block 1 of 2)") != NULL,
-        "names rank 2");
+        strstr(rdzv_comm_last_error(k->world), "1 of 4 missing: rank 2 (host ") !=
+            NULL,
+        "names rank 2 and its host");
   check(k, strstr(rdzv_comm_last_error(k->world), "rank 0") == NULL,
         "only rank 2");
   check(k, rdzv_comm_state(k->world) == RDZV_COMM_FAILED, "failed");
-  if (k->rank == 3) { /* one id, made by the missing rank */
+  if (k->rank == 3) {
     check(k, rdzv_comm_group(k->world, "pair", pair, 2, &g) == 0, "pair");
     check(k, rdzv_comm_nccl(g, &nc, 1.0) == RDZV_EDEADLINE, "pair deadline");
     check(k,
-          strstr(rdzv_comm_last_error(g), "missing: rank 2 (block 0 of 1)") !=
+          strstr(rdzv_comm_last_error(g), "1 of 2 missing: rank 2 (host ") !=
               NULL,
           "pair names");
+    rdzv_comm_destroy(g);
+    check(k, rdzv_comm_group(k->world, "late", late, 2, &g) == 0, "late");
+    check(k, rdzv_comm_nccl(g, &nc, 1.0) == RDZV_EDEADLINE, "late deadline");
+    check(k,
+          strstr(rdzv_comm_last_error(g), "1 of 2 missing: rank 2 (host ") !=
+              NULL,
+          "late names the non-publisher");
+    say(k, "late=[%s]", rdzv_comm_last_error(g));
     rdzv_comm_destroy(g);
   }
   say(k, "error=[%s]", rdzv_comm_last_error(k->world));
@@ -509,6 +523,7 @@ static void test_missing_member_named(void **state) {
       fail_msg("rank %d: %s", i, rep[i]);
   }
   printf("rank 1 saw:%s\n", strchr(strchr(rep[1], ' ') + 1, ' '));
+  printf("rank 3 saw:%s\n", strchr(strchr(rep[3], ' ') + 1, ' '));
   close(go_pipe[0]);
   go_pipe[0] = -1;
   assert_int_equal(finish(&rp[2], rep[2], sizeof(rep[2])), 0);
