@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "comm/comm_int.h"
+#include "comm/cuda_ctx.h"
 #include "comm/groups.h"
 
 #define CHECK_MAGIC(c) assert((c)->magic == RDZV_COMM_MAGIC)
@@ -367,6 +368,9 @@ int rdzv_comm_prefetch(rdzv_comm_t *c, double timeout_s) {
     c->queued_at = rdzv__comm_now();
     c->nonblocking = 1;
     c->start_due = 1;
+    /* NCCL inits on the device current on the calling thread: carry this
+     * thread's CUDA context to the worker (comm_bg.c). */
+    c->cuda_ctx = rdzv__cuda_ctx_capture();
     rc = rdzv__comm_bg_enqueue(c);
     if (rc == 0)
       c->state = RDZV_COMM_PENDING;

@@ -3,7 +3,10 @@
  * first prefetch, takes queued handles in prefetch order and runs each
  * one's whole init start (the id exchange, then a non-blocking NCCL init
  * call) under the handle's lock; polling the NCCL part to completion is
- * left to rdzv_comm_poll / rdzv_comm_nccl as before.
+ * left to rdzv_comm_poll / rdzv_comm_nccl as before. Each handle's init
+ * runs in the CUDA context rdzv_comm_prefetch captured on its caller's
+ * thread (comm/cuda_ctx.h); the worker has no context current between
+ * handles.
  *
  * The worker holds no reference on a handle. A queued handle's memory is
  * kept alive by rdzv_comm_destroy, which takes the handle out of the
@@ -15,6 +18,7 @@
 #include <stdio.h>
 
 #include "comm/comm_int.h"
+#include "comm/cuda_ctx.h"
 
 int rdzv__comm_bg_init(struct rdzv__comm_ctx *x) {
   if (pthread_mutex_init(&x->bg_lock, NULL) != 0)
@@ -101,6 +105,30 @@ int rdzv__comm_bg_run_locked(rdzv_comm_t *c) {
   return rdzv__comm_start_locked(c, 1, left);
 }
 
+/* On the worker, c->lock held, c->start_due set: runs the prefetched init
+ * in the CUDA context of the thread that prefetched (NCCL inits on the
+ * device current on its calling thread; none captured: the worker's is
+ * left as it is, i.e. none, see worker_main). A context that cannot be
+ * made current fails the handle (-ENODEV) before its id exchange. */
+static void run_on_worker_locked(rdzv_comm_t *c) {
+  char err[256];
+  int rc;
+
+  rc = rdzv__cuda_ctx_apply(c->cuda_ctx, err, sizeof err);
+  if (rc < 0) {
+    c->start_due = 0;
+    c->state = RDZV_COMM_FAILED;
+    c->error = rc;
+    rdzv__comm_fail(c, rc,
+                    "%s: the background worker could not make the CUDA "
+                    "context of the thread that called rdzv_comm_prefetch "
+                    "current: %s; the init was not started",
+                    c->name, err);
+    return;
+  }
+  rdzv__comm_bg_run_locked(c); /* the status is in c's state */
+}
+
 static void *worker_main(void *arg) {
   struct rdzv__comm_ctx *x = arg;
   rdzv_comm_t *c;
@@ -119,8 +147,13 @@ static void *worker_main(void *arg) {
     /* c stays allocated while it is bg_current (rdzv__comm_bg_forget). */
     pthread_mutex_lock(&c->lock);
     if (c->start_due && c->state == RDZV_COMM_PENDING)
-      rdzv__comm_bg_run_locked(c); /* the status is in c's state */
+      run_on_worker_locked(c);
     pthread_mutex_unlock(&c->lock);
+    /* No CUDA context current between handles (neither c's nor one NCCL's
+     * init made current), so that a handle prefetched from a thread
+     * without one does not run in the context of the one before it. After
+     * c's lock: a caller waiting for c need not wait for this. */
+    rdzv__cuda_ctx_clear();
 
     pthread_mutex_lock(&x->bg_lock);
     x->bg_current = NULL;

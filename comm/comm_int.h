@@ -83,6 +83,10 @@ struct rdzv_comm {
    * PENDING with no NCCL communicator yet. */
   int start_due;
   double queued_at; /* when rdzv_comm_prefetch queued it */
+  /* The CUcontext current on the thread that called rdzv_comm_prefetch
+   * (comm/cuda_ctx.h), NULL when none or when the process has no CUDA
+   * driver loaded; the worker makes it current before it runs the init. */
+  void *cuda_ctx;
   double nccl_t0;   /* when the NCCL init call was made */
   struct rdzv_comm_timings t;
   char last_error[1024];

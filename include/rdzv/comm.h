@@ -49,9 +49,21 @@
  * signals blocked), which runs prefetched inits one at a time in prefetch
  * order and is stopped and joined when the world's last handle is
  * destroyed. A process that never prefetches starts no thread. The worker
- * calls opts.make_id and NCCL's init; NCCL creates the communicator on
- * the CUDA device current on the thread that calls its init, which for a
- * prefetched handle is the worker, not the thread that prefetched.
+ * calls opts.make_id and NCCL's init. NCCL creates the communicator on the
+ * CUDA device current on the thread that calls its init, so
+ * rdzv_comm_prefetch records the CUDA context current on the calling
+ * thread (cuCtxGetCurrent) and the worker makes it current
+ * (cuCtxSetCurrent) for that handle's id exchange and init, then makes no
+ * context current again: call cudaSetDevice (or make your context
+ * current) before rdzv_comm_prefetch, and keep that context alive until
+ * the handle is ready. This uses the CUDA driver only if the process has
+ * it loaded already (libcuda.so.1, or RDZV_CUDA_DRIVER_LIBRARY; rdzv
+ * never loads it): without it, or with no context current at prefetch,
+ * the worker runs the init with no context current (NCCL then uses the
+ * CUDA runtime's default device, as it would on a thread that never set
+ * one). A queued handle taken over by rdzv_comm_nccl or
+ * rdzv_comm_init_split runs on, and in the context of, that caller's
+ * thread.
  * rdzv_comm_destroy must not race with any other call on the same handle.
  *
  * Ownership: as rdzv/rdzv.h. The rendezvous handle given to
@@ -232,6 +244,8 @@ int rdzv_comm_split_mesh(rdzv_comm_t *parent, const char *name, int32_t ndims,
  *                      NCCL failed (last_error says which path, symbol or
  *                      version);
  *   RDZV_EABORTED      the handle was aborted, or the generation was;
+ *   -ENODEV            (prefetched handles) the worker could not make the
+ *                      prefetching thread's CUDA context current;
  *   RDZV_ESTALE_GENERATION, RDZV_ENOMEM, make_id's error, store errors.
  * Blocks: yes, up to the deadline (and through a blocking NCCL init).
  * Thread: any; see the header comment. */
@@ -262,6 +276,13 @@ int rdzv_comm_nccl(rdzv_comm_t *c, struct ncclComm **out, double timeout_s);
  * another group (rdzv_comm_nccl on a handle that was not prefetched)
  * waits behind it; if ranks differ in order, that can last until the
  * deadline.
+ *
+ * The worker runs the init in the CUDA context current on the calling
+ * thread now (see Threads above); if it cannot make that context current
+ * (cuCtxSetCurrent fails, e.g. the context was destroyed meanwhile), the
+ * init fails with -ENODEV before its id exchange (last_error has the
+ * CUresult; the other members then reach their deadline naming this
+ * rank, as for any member that does not come).
  *
  * Calling it again is a no-op that returns the current status: 0 while
  * queued, running or ready, the init's error once it failed.

@@ -33,10 +33,13 @@
  *                             getUniqueId id=0123456789abcdef
  *                             initRankConfig comm=1 nranks=8 rank=3
  *                               blocking=0 id=0123456789abcdef -> 7
+ *                               ctx=0x1003
  *                             initScalable comm=2 nranks=8 rank=3 nId=2
  *                               blocking=1 ids=0123...,4567... -> 0
+ *                               ctx=0x0
  *                             asyncError comm=1 -> 7
  *                             split comm=1 color=0 key=3 child=3 -> 0
+ *                               ctx=0x0
  *                             finalize comm=1 / destroy comm=1 /
  *                             abort comm=1
  *                             allReduce comm=1 count=4 type=7 op=0 -> 0
@@ -45,7 +48,24 @@
  *                             getErrorString result=3
  *                             getLastError
  *                           (each on one line; "comm=0" is a NULL comm, and
- *                           a failed init logs comm=0).
+ *                           a failed init logs comm=0; ctx= is the calling
+ *                           thread's current fake CUDA context, see below,
+ *                           as NCCL's init uses the caller's device).
+ *
+ * A FAKE CUDA driver too (so that tests can point rdzv's
+ * RDZV_CUDA_DRIVER_LIBRARY here, comm/cuda_ctx.h): it exports
+ * cuCtxGetCurrent and cuCtxSetCurrent under the names libcuda.so.1 exports,
+ * with the driver's ABI (CUresult as int, CUcontext as a pointer), backed
+ * by one thread-local "current context" pointer per thread (NULL on a new
+ * thread). Contexts are any non-NULL pointer values the test picks; none
+ * is ever dereferenced. One extra entry point that no real driver has:
+ *   fake_cuCtxDestroy(ctx)  marks ctx destroyed (and makes no context
+ *                           current if it was current on the calling
+ *                           thread); cuCtxSetCurrent(ctx) then fails with
+ *                           CUDA_ERROR_INVALID_CONTEXT (201).
+ * Results: CUDA_SUCCESS 0, CUDA_ERROR_INVALID_VALUE 1 (a NULL out
+ * pointer), 201 as above, CUDA_ERROR_OUT_OF_MEMORY 2 (more than
+ * FAKE_CUDA_MAX_DESTROYED destroyed contexts).
  *
  * Compile-time variants (BUILD):
  *   FAKE_NCCL_DEFAULT_VERSION  the version reported without the variable
@@ -67,13 +87,15 @@
  *     mean nothing to anyone: no root thread is started.
  *
  * Thread-safe: one mutex guards the settings, the id counter, the comms'
- * progress and the log. ncclGetLastError's text is per thread. */
+ * progress, the destroyed contexts and the log. ncclGetLastError's text
+ * and the current CUDA context are per thread. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -103,6 +125,8 @@ struct fake_comm {
   rdzv_nccl_result final; /* Result once polls_left reaches 0. */
 };
 
+#define FAKE_CUDA_MAX_DESTROYED 64
+
 /* Everything mutable, under `lock`. */
 static struct {
   pthread_mutex_t lock;
@@ -113,9 +137,18 @@ static struct {
   uint64_t seed;
   uint64_t ids_made;
   int comms_made;
+  void *destroyed_ctx[FAKE_CUDA_MAX_DESTROYED];
+  int ndestroyed;
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+#define FAKE_CUDA_SUCCESS 0
+#define FAKE_CUDA_ERROR_INVALID_VALUE 1
+#define FAKE_CUDA_ERROR_OUT_OF_MEMORY 2
+#define FAKE_CUDA_ERROR_INVALID_CONTEXT 201
+
 static _Thread_local char last_error[256];
+/* The fake CUDA driver's current context of this thread. */
+static _Thread_local void *cuda_current;
 
 /* ---- Settings and log. ---- */
 
@@ -362,8 +395,10 @@ FAKE_EXPORT rdzv_nccl_result ncclCommInitRankConfig(
   res = bad ? RDZV_NCCL_INVALID_ARGUMENT
             : comm_start_locked(&c, nranks, rank, blocking);
   id_hex(&id, hex);
-  log_locked("initRankConfig comm=%d nranks=%d rank=%d blocking=%d id=%s -> %d",
-             c != NULL ? c->serial : 0, nranks, rank, blocking, hex, (int)res);
+  log_locked("initRankConfig comm=%d nranks=%d rank=%d blocking=%d id=%s -> %d"
+             " ctx=0x%" PRIxPTR,
+             c != NULL ? c->serial : 0, nranks, rank, blocking, hex, (int)res,
+             (uintptr_t)cuda_current);
   pthread_mutex_unlock(&fake.lock);
   *comm = (rdzv_nccl_comm_t)c;
   return res;
@@ -393,9 +428,9 @@ FAKE_EXPORT rdzv_nccl_result ncclCommInitRankScalable(
   res = bad ? RDZV_NCCL_INVALID_ARGUMENT
             : comm_start_locked(&c, nranks, rank, blocking);
   log_locked("initScalable comm=%d nranks=%d rank=%d nId=%d blocking=%d "
-             "ids=%s -> %d",
+             "ids=%s -> %d ctx=0x%" PRIxPTR,
              c != NULL ? c->serial : 0, nranks, rank, n_ids, blocking, list,
-             (int)res);
+             (int)res, (uintptr_t)cuda_current);
   pthread_mutex_unlock(&fake.lock);
   *comm = (rdzv_nccl_comm_t)c;
   return res;
@@ -418,8 +453,9 @@ FAKE_EXPORT rdzv_nccl_result ncclCommSplit(rdzv_nccl_comm_t comm, int color,
   res = bad ? RDZV_NCCL_INVALID_ARGUMENT : comm_ready_locked(p, "split");
   if (res == RDZV_NCCL_SUCCESS && color != RDZV_NCCL_SPLIT_NOCOLOR)
     res = comm_start_locked(&c, p->nranks, p->rank, blocking);
-  log_locked("split comm=%d color=%d key=%d child=%d -> %d", p->serial, color,
-             key, c != NULL ? c->serial : 0, (int)res);
+  log_locked("split comm=%d color=%d key=%d child=%d -> %d ctx=0x%" PRIxPTR,
+             p->serial, color, key, c != NULL ? c->serial : 0, (int)res,
+             (uintptr_t)cuda_current);
   pthread_mutex_unlock(&fake.lock);
   *child = (rdzv_nccl_comm_t)c;
   return res;
@@ -570,4 +606,60 @@ FAKE_EXPORT rdzv_nccl_result ncclCommCount(const rdzv_nccl_comm_t comm,
 FAKE_EXPORT rdzv_nccl_result ncclCommUserRank(const rdzv_nccl_comm_t comm,
                                               int *rank) {
   return comm_query(comm, rank, "userRank", 1);
+}
+
+/* ---- The FAKE CUDA driver entry points (see the header comment). ---- */
+
+/* Caller holds fake.lock. */
+static int ctx_destroyed_locked(const void *ctx) {
+  int i;
+
+  for (i = 0; i < fake.ndestroyed; i++)
+    if (fake.destroyed_ctx[i] == ctx)
+      return 1;
+  return 0;
+}
+
+/* CUresult cuCtxGetCurrent(CUcontext *pctx) */
+FAKE_EXPORT int cuCtxGetCurrent(void **pctx) {
+  if (pctx == NULL)
+    return FAKE_CUDA_ERROR_INVALID_VALUE;
+  *pctx = cuda_current;
+  return FAKE_CUDA_SUCCESS;
+}
+
+/* CUresult cuCtxSetCurrent(CUcontext ctx) */
+FAKE_EXPORT int cuCtxSetCurrent(void *ctx) {
+  int bad;
+
+  if (ctx == NULL) {
+    cuda_current = NULL;
+    return FAKE_CUDA_SUCCESS;
+  }
+  pthread_mutex_lock(&fake.lock);
+  bad = ctx_destroyed_locked(ctx);
+  pthread_mutex_unlock(&fake.lock);
+  if (bad)
+    return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  cuda_current = ctx;
+  return FAKE_CUDA_SUCCESS;
+}
+
+/* Test-only: no real driver has this symbol. */
+FAKE_EXPORT int fake_cuCtxDestroy(void *ctx) {
+  int res = FAKE_CUDA_SUCCESS;
+
+  if (ctx == NULL)
+    return FAKE_CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&fake.lock);
+  if (!ctx_destroyed_locked(ctx)) {
+    if (fake.ndestroyed < FAKE_CUDA_MAX_DESTROYED)
+      fake.destroyed_ctx[fake.ndestroyed++] = ctx;
+    else
+      res = FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pthread_mutex_unlock(&fake.lock);
+  if (res == FAKE_CUDA_SUCCESS && cuda_current == ctx)
+    cuda_current = NULL;
+  return res;
 }

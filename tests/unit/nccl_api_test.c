@@ -13,7 +13,9 @@
  *     NCCL's types matches it;
  *   - the real-library test dlopens libnccl.so.2 and makes the one call
  *     that works without a GPU, ncclGetUniqueId. */
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,6 +39,10 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 #define HAVE_NCCL_H 1
+#endif
+#if __has_include(<cuda.h>)
+#include <cuda.h>
+#define HAVE_CUDA_H 1
 #endif
 #endif
 
@@ -127,6 +133,27 @@ _Static_assert(sizeof(rdzv_nccl_datatype) == sizeof(ncclDataType_t),
 _Static_assert(sizeof(rdzv_nccl_redop) == sizeof(ncclRedOp_t),
                "ncclRedOp_t size");
 #endif /* HAVE_NCCL_H */
+
+/* The CUDA driver ABI that comm/cuda_ctx.c assumes (CUresult as int,
+ * CUcontext as a pointer, the exported names not renamed to _v2 variants)
+ * and that the fake's stand-in exports, against the real cuda.h. */
+#ifdef HAVE_CUDA_H
+#if defined(cuCtxGetCurrent) || defined(cuCtxSetCurrent)
+#error "cuda.h renames cuCtxGetCurrent/cuCtxSetCurrent: update comm/cuda_ctx.c"
+#endif
+_Static_assert(sizeof(CUresult) == sizeof(int), "CUresult is int-sized");
+_Static_assert(sizeof(CUcontext) == sizeof(void *), "CUcontext is a pointer");
+_Static_assert(CUDA_SUCCESS == 0, "CUDA_SUCCESS");
+_Static_assert(CUDA_ERROR_INVALID_VALUE == 1, "CUDA_ERROR_INVALID_VALUE");
+_Static_assert(CUDA_ERROR_INVALID_CONTEXT == 201,
+               "CUDA_ERROR_INVALID_CONTEXT");
+_Static_assert(_Generic(&cuCtxGetCurrent, CUresult(*)(CUcontext *): 1,
+                        default: 0),
+               "cuCtxGetCurrent(CUcontext *)");
+_Static_assert(_Generic(&cuCtxSetCurrent, CUresult(*)(CUcontext): 1,
+                        default: 0),
+               "cuCtxSetCurrent(CUcontext)");
+#endif /* HAVE_CUDA_H */
 
 /* The parts of the layout check that need values, not types: our
  * initializer writes what NCCL_CONFIG_INITIALIZER writes. */
@@ -336,7 +363,7 @@ static void test_load_fake_calls_go_through(void **state) {
            "getVersion version=22809\n"
            "getUniqueId id=%s\n"
            "getUniqueId id=%s\n"
-           "initRankConfig comm=%d nranks=4 rank=1 blocking=1 id=%s -> 0\n"
+           "initRankConfig comm=%d nranks=4 rank=1 blocking=1 id=%s -> 0 ctx=0x0\n"
            "commCount comm=%d -> 0\n"
            "userRank comm=%d -> 0\n"
            "allReduce comm=%d count=4 type=7 op=0 -> 0\n"
@@ -383,7 +410,7 @@ static void test_nonblocking_scalable_init(void **state) {
   hex8(&ids[0], h0);
   hex8(&ids[1], h1);
   snprintf(want, sizeof want,
-           " nranks=8 rank=3 nId=2 blocking=0 ids=%s,%s -> 7\n", h0, h1);
+           " nranks=8 rank=3 nId=2 blocking=0 ids=%s,%s -> 7 ctx=0x0\n", h0, h1);
   assert_non_null(strstr(fake_log(), want));
   assert_true(strncmp(fake_log(), "initScalable comm=", 18) == 0);
   assert_int_equal(api->comm_destroy(comm), RDZV_NCCL_SUCCESS);
@@ -453,7 +480,7 @@ static void test_split(void **state) {
       api->comm_split(world, RDZV_NCCL_SPLIT_NOCOLOR, 0, &none, NULL),
       RDZV_NCCL_SUCCESS);
   assert_null(none);
-  assert_non_null(strstr(fake_log(), " color=-1 key=0 child=0 -> 0\n"));
+  assert_non_null(strstr(fake_log(), " color=-1 key=0 child=0 -> 0 ctx=0x0\n"));
   assert_int_equal(api->comm_destroy(child), RDZV_NCCL_SUCCESS);
   assert_int_equal(api->comm_destroy(world), RDZV_NCCL_SUCCESS);
   rdzv_nccl_unload(api);
@@ -472,6 +499,95 @@ static void test_config_without_magic_is_refused(void **state) {
   assert_int_equal(api->comm_init_rank_config(&comm, 1, id, 0, &cfg),
                    RDZV_NCCL_INVALID_ARGUMENT);
   assert_null(comm);
+  rdzv_nccl_unload(api);
+}
+
+/* ---- The fake's CUDA driver stand-in (comm/cuda_ctx.h's seam). ---- */
+
+typedef int (*cu_get_fn)(void **);
+typedef int (*cu_set_fn)(void *);
+
+struct other_thread {
+  cu_get_fn get;
+  void *seen;
+  int res;
+};
+
+static void *read_ctx_elsewhere(void *arg) {
+  struct other_thread *t = arg;
+
+  t->seen = (void *)1;
+  t->res = t->get(&t->seen);
+  return NULL;
+}
+
+/* cuCtxGetCurrent/cuCtxSetCurrent are per thread; every init line logs the
+ * calling thread's context; a destroyed context cannot be made current. */
+static void test_fake_cuda_context(void **state) {
+  struct rdzv_nccl_api *api = load_ok(FAKE);
+  void *dl = dlopen(FAKE, RTLD_NOW | RTLD_NOLOAD);
+  void *ctx = (void *)1, *g, *s, *d;
+  int (*destroy)(void *);
+  struct other_thread t = {0};
+  rdzv_nccl_comm_t comm = NULL, child = NULL, scal = NULL;
+  rdzv_nccl_unique_id id;
+  cu_get_fn get;
+  cu_set_fn set;
+  pthread_t th;
+
+  (void)state;
+  assert_non_null(dl); /* rdzv_nccl_load mapped it: RTLD_NOLOAD finds it */
+  g = dlsym(dl, "cuCtxGetCurrent");
+  s = dlsym(dl, "cuCtxSetCurrent");
+  d = dlsym(dl, "fake_cuCtxDestroy");
+  assert_non_null(g);
+  assert_non_null(s);
+  assert_non_null(d);
+  memcpy(&get, &g, sizeof g);
+  memcpy(&set, &s, sizeof s);
+  memcpy(&destroy, &d, sizeof d);
+
+  assert_int_equal(get(&ctx), 0);
+  assert_null(ctx); /* none current on a thread at first */
+  assert_int_equal(get(NULL), 1);
+  assert_int_equal(set((void *)0x1234), 0);
+  assert_int_equal(get(&ctx), 0);
+  assert_ptr_equal(ctx, (void *)0x1234);
+  t.get = get;
+  assert_int_equal(pthread_create(&th, NULL, read_ctx_elsewhere, &t), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(t.res, 0);
+  assert_null(t.seen); /* another thread has its own */
+
+  assert_int_equal(api->get_unique_id(&id), RDZV_NCCL_SUCCESS);
+  assert_int_equal(api->comm_init_rank_config(&comm, 2, id, 1, NULL),
+                   RDZV_NCCL_SUCCESS);
+  assert_non_null(strstr(fake_log(), " -> 0 ctx=0x1234\n"));
+  assert_int_equal(set((void *)0xabc0), 0);
+  assert_int_equal(api->comm_split(comm, 0, 0, &child, NULL),
+                   RDZV_NCCL_SUCCESS);
+  assert_non_null(strstr(fake_log(), "split comm="));
+  assert_non_null(strstr(fake_log(), " color=0 key=0 child="));
+  assert_non_null(strstr(fake_log(), " -> 0 ctx=0xabc0\n"));
+  fake_log_clear();
+  assert_int_equal(api->comm_init_rank_scalable(&scal, 2, 0, 1, &id, NULL),
+                   RDZV_NCCL_SUCCESS);
+  assert_true(strncmp(fake_log(), "initScalable comm=", 18) == 0);
+  assert_non_null(strstr(fake_log(), " -> 0 ctx=0xabc0\n"));
+
+  /* Destroyed: no longer current here, and refused on every thread. */
+  assert_int_equal(destroy((void *)0xabc0), 0);
+  assert_int_equal(get(&ctx), 0);
+  assert_null(ctx);
+  assert_int_equal(set((void *)0xabc0), 201);
+  assert_int_equal(set((void *)0x1234), 0);
+  assert_int_equal(set(NULL), 0);
+  assert_int_equal(get(&ctx), 0);
+  assert_null(ctx);
+  assert_int_equal(api->comm_destroy(scal), RDZV_NCCL_SUCCESS);
+  assert_int_equal(api->comm_destroy(child), RDZV_NCCL_SUCCESS);
+  assert_int_equal(api->comm_destroy(comm), RDZV_NCCL_SUCCESS);
+  dlclose(dl);
   rdzv_nccl_unload(api);
 }
 
@@ -613,6 +729,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_split, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_without_magic_is_refused,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fake_cuda_context, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_missing_library, setup, teardown),
       cmocka_unit_test_setup_teardown(test_first_candidate_that_opens_wins,
                                       setup, teardown),
