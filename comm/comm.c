@@ -391,6 +391,17 @@ int rdzv_comm_poll(rdzv_comm_t *c) {
   CHECK_MAGIC(c);
   if (c->rank < 0)
     return not_member(c);
+  /* A settled state answers without the lock (the worker may still hold
+   * it for a moment after settling); error is written before state. */
+  switch (atomic_load(&c->state)) {
+  case RDZV_COMM_READY:
+    return 0;
+  case RDZV_COMM_FAILED:
+  case RDZV_COMM_ABORTED:
+    return c->error;
+  default:
+    break;
+  }
   if (pthread_mutex_trylock(&c->lock) != 0)
     return -EAGAIN; /* another thread (or the worker) is initializing it */
   if (c->state == RDZV_COMM_PENDING && c->start_due)
@@ -447,8 +458,8 @@ int rdzv_comm_abort(rdzv_comm_t *c) {
   if (c->nccl != NULL)
     c->ctx->api->comm_abort(c->nccl);
   c->nccl = NULL;
+  c->error = RDZV_EABORTED; /* before state: see rdzv_comm_poll */
   c->state = RDZV_COMM_ABORTED;
-  c->error = RDZV_EABORTED;
   rdzv__comm_fail(c, RDZV_EABORTED, "%s: aborted (rdzv_comm_abort)", c->name);
   pthread_mutex_unlock(&c->lock);
   return 0;
@@ -489,8 +500,8 @@ void rdzv_comm_destroy(rdzv_comm_t *c) {
     c->ctx->api->comm_abort(c->nccl);
   c->nccl = NULL;
   /* Children may keep this memory alive; they must see it is gone. */
+  c->error = RDZV_ECANCELED; /* before state: see rdzv_comm_poll */
   c->state = RDZV_COMM_FAILED;
-  c->error = RDZV_ECANCELED;
   rdzv__comm_fail(c, RDZV_ECANCELED, "%s: destroyed", c->name);
   pthread_mutex_unlock(&c->lock);
   comm_unref(c);

@@ -84,8 +84,8 @@ int rdzv__comm_bg_expire_locked(rdzv_comm_t *c) {
 
   rdzv__comm_bg_remove(c);
   c->start_due = 0;
+  c->error = RDZV_EDEADLINE; /* before state: see rdzv_comm_poll */
   c->state = RDZV_COMM_FAILED;
-  c->error = RDZV_EDEADLINE;
   return rdzv__comm_fail(
       c, RDZV_EDEADLINE,
       "%s: the deadline of rdzv_comm_prefetch passed while its init was "
@@ -117,8 +117,8 @@ static void run_on_worker_locked(rdzv_comm_t *c) {
   rc = rdzv__cuda_ctx_apply(c->cuda_ctx, err, sizeof err);
   if (rc < 0) {
     c->start_due = 0;
+    c->error = rc; /* before state: see rdzv_comm_poll */
     c->state = RDZV_COMM_FAILED;
-    c->error = rc;
     rdzv__comm_fail(c, rc,
                     "%s: the background worker could not make the CUDA "
                     "context of the thread that called rdzv_comm_prefetch "

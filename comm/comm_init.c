@@ -19,8 +19,8 @@ _Static_assert(RDZV_UNIQUE_ID_BYTES == RDZV_NCCL_UNIQUE_ID_BYTES,
 #define POLL_MAX_NS (5 * 1000 * 1000)
 
 static int set_failed(rdzv_comm_t *c, int rc) {
+  c->error = rc; /* before state: see rdzv_comm_poll */
   c->state = RDZV_COMM_FAILED;
-  c->error = rc;
   return rc;
 }
 
