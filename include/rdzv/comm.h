@@ -235,10 +235,11 @@ int rdzv_comm_split_mesh(rdzv_comm_t *parent, const char *name, int32_t ndims,
  *   -EINVAL            c or out NULL, or timeout_s not > 0;
  *   RDZV_ENOT_MEMBER   this rank is not a member (nothing was exchanged);
  *   RDZV_EDEADLINE     a member did not come in time: last_error names the
- *                      missing ranks when the id exchange timed out (the
- *                      block publishers whose ids never came), or says
- *                      that NCCL's init did not finish (then the NCCL
- *                      communicator has been aborted);
+ *                      missing ranks and their hosts (every member checks
+ *                      in during the id exchange, so NCCL's init is not
+ *                      started while one is missing); or NCCL's init
+ *                      itself did not finish (last_error says so; the
+ *                      NCCL communicator has been aborted);
  *   RDZV_ENCCL         an NCCL call failed (last_error has NCCL's text);
  *   RDZV_ENCCL_MISSING, RDZV_ENCCL_SYMBOL, RDZV_ENCCL_VERSION  loading
  *                      NCCL failed (last_error says which path, symbol or
