@@ -85,6 +85,11 @@ static void ctx_unref(struct rdzv__comm_ctx *x) {
   rdzv__comm_bg_fini(x);
   rdzv_nccl_unload(x->api);
   free(x->nccl_path);
+  struct rdzv__used_name *u, *tmp;
+  HASH_ITER(hh, x->used, u, tmp) {
+    HASH_DEL(x->used, u);
+    free(u);
+  }
   pthread_mutex_destroy(&x->store_lock);
   pthread_mutex_destroy(&x->api_lock);
   free(x);

@@ -4,6 +4,7 @@
  * parent ("split"), and the polling of a non-blocking init. Every function
  * here runs with the handle's lock held (comm.c takes it). */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,30 @@ static int nccl_make_id(void *arg, uint8_t *id) {
   return 0;
 }
 
+/* Records that c's name starts its id exchange; refuses a name that
+ * already did in this world (the same generation): its ids were made for
+ * one init and would be handed out again (NCCL ids are single-use, NCCL
+ * issue #1038). store_lock held. */
+static int claim_name(rdzv_comm_t *c) {
+  struct rdzv__comm_ctx *x = c->ctx;
+  struct rdzv__used_name *u = NULL;
+
+  HASH_FIND_STR(x->used, c->name, u);
+  if (u != NULL)
+    return rdzv__comm_fail(
+        c, RDZV_ENAME_USED,
+        "%s: this name was already initialized in generation %" PRId64
+        " (a unique id serves one init): give the new communicator another "
+        "name, or re-initialize in a new generation",
+        c->name, c->gen);
+  u = calloc(1, sizeof(*u));
+  if (u == NULL)
+    return rdzv__comm_fail(c, RDZV_ENOMEM, "%s: out of memory", c->name);
+  snprintf(u->name, sizeof(u->name), "%s", c->name);
+  HASH_ADD_STR(x->used, name, u);
+  return 0;
+}
+
 /* The unique ids of c among its members, through the tree; only members
  * get here. Every member also checks in (rdzv_rendezvous_group_unique_ids):
  * a member that never comes is named at the deadline, publisher or not,
@@ -68,6 +93,11 @@ static int exchange_ids(rdzv_comm_t *c, const struct rdzv_nccl_api *api,
   int rc;
 
   pthread_mutex_lock(&x->store_lock);
+  rc = claim_name(c);
+  if (rc < 0) {
+    pthread_mutex_unlock(&x->store_lock);
+    return rc;
+  }
   rc = rdzv_rendezvous_group_unique_ids(x->r, c->name, c->members, c->size,
                                         x->ranks_per_root, make, arg, ids, nids,
                                         c->deadline - t0);

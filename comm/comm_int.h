@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <uthash.h>
 
 #include "comm/nccl_api.h"
 #include "rdzv/comm.h"
@@ -14,12 +15,21 @@
 #define RDZV_COMM_MAGIC 0x636f6d6du /* "comm" */
 
 /* What every handle of one world shares. */
+/* A communicator name whose id exchange this world has started. */
+struct rdzv__used_name {
+  UT_hash_handle hh;
+  char name[RDZV_COMM_NAME_MAX + 1];
+};
+
 struct rdzv__comm_ctx {
   atomic_int refs; /* one per handle */
   rdzv_rendezvous_t *r;
   /* The rendezvous handle (its store connection) allows one thread at a
    * time: every id exchange holds this lock. */
   pthread_mutex_t store_lock;
+  /* Names whose id exchange has started (under store_lock): a unique id is
+   * single-use (NCCL), so a name is initialized once per generation. */
+  struct rdzv__used_name *used;
   /* Guards the lazy load of `api`. */
   pthread_mutex_t api_lock;
   struct rdzv_nccl_api *api; /* NULL until the first init */

@@ -16,7 +16,10 @@
  * communicator's NCCL unique ids, "rdzv/<round>/g<gen>/uid/<name>" (see
  * rdzv_rendezvous_group_unique_ids). Names never come from a counter, so
  * every member computes the same key whatever order it created handles
- * in. Two different groups of one parent need two different names.
+ * in. Two different groups of one parent need two different names, and a
+ * name is initialized once per generation: NCCL unique ids are single-use
+ * (NVIDIA/nccl#1038), so a new handle with the name of a destroyed one
+ * gets RDZV_ENAME_USED at init instead of the old, spent ids.
  *
  * Init paths (rdzv_comm_init_path):
  *   "config"    ncclCommInitRankConfig with one unique id, for a group of
@@ -247,6 +250,9 @@ int rdzv_comm_split_mesh(rdzv_comm_t *parent, const char *name, int32_t ndims,
  *   RDZV_EABORTED      the handle was aborted, or the generation was;
  *   -ENODEV            (prefetched handles) the worker could not make the
  *                      prefetching thread's CUDA context current;
+ *   RDZV_ENAME_USED    another handle of this world already initialized
+ *                      (or tried to) a communicator of this name in this
+ *                      generation (nothing was exchanged);
  *   RDZV_ESTALE_GENERATION, RDZV_ENOMEM, make_id's error, store errors.
  * Blocks: yes, up to the deadline (and through a blocking NCCL init).
  * Thread: any; see the header comment. */

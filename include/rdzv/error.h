@@ -46,7 +46,9 @@ extern "C" {
   X(EDUPLICATE_CLAIM, -1030, "two processes claim one host and local rank") \
   X(EROUND_FAILED, -1031, "the rendezvous round failed")                    \
   X(ETOPOLOGY, -1032, "no topology record for that rank or host")          \
-  X(ENOT_MEMBER, -1033, "this rank is not a member of the communicator")
+  X(ENOT_MEMBER, -1033, "this rank is not a member of the communicator")    \
+  X(ENAME_USED, -1034,                                                       \
+    "communicator name already initialized in this generation")
 
 enum rdzv_status {
   RDZV_OK = 0,
