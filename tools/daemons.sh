@@ -1,6 +1,7 @@
 # Sourced by the scripts that start a small tree of rdzvd on this machine
 # (demo.sh, store-bench.sh, comm-bench.sh, tests/gpu/run.sh); run from the
-# repository root after building //tools:rdzvd.
+# repository root after building //tools:rdzvd (or set RDZVD to the
+# binary, as Bazel tests do with their runfiles).
 #
 #   rdzv_tree_init PREFIX     temp dir in $dir, daemons stopped at exit
 #   rdzv_start NAME ROLE [PARENT]
@@ -25,7 +26,7 @@ rdzv_start() {
   local args=(--role="$role" --listen=127.0.0.1:0 --port-file="$dir/$name.port"
               --unix="$dir/$name.sock" --log-level=0 --name="$name")
   [ -n "$parent" ] && args+=(--parent="$parent")
-  bazel-bin/tools/rdzvd "${args[@]}" &
+  "${RDZVD:-bazel-bin/tools/rdzvd}" "${args[@]}" &
   rdzv_pids+=($!)
   for _ in $(seq 1000); do [ -s "$dir/$name.port" ] && break; sleep 0.01; done
   addr="127.0.0.1:$(cat "$dir/$name.port")"

@@ -4,7 +4,10 @@
  * starts a root and a node), initializes the world through the scalable
  * path (ncclCommInitRankScalable with one id, opts.always_scalable), runs
  * an all-reduce of 1024 floats on device 0 and checks the result, then
- * prints the init timings. CUDA's runtime is loaded with dlopen, as NCCL
+ * prints the init timings. Then the two other paths: a group prefetched
+ * in the background (the worker thread inits it in device 0's context,
+ * captured from this thread) and a group made with ncclCommSplit, each
+ * with an all-reduce. CUDA's runtime is loaded with dlopen, as NCCL
  * is: nothing here links CUDA or NCCL.
  *
  *   comm_gpu --nccl PATH [--host-buffers]
@@ -13,9 +16,11 @@
  * for a dry run against the FAKE NCCL test double on a CPU machine.
  * Exit status 0 when every step passed. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/nccl_api.h"
 #include "rdzv/comm.h"
@@ -97,6 +102,63 @@ static int all_reduce(const char *nccl, struct ncclComm *comm, int host) {
   return bad ? -1 : 0;
 }
 
+static void print_handle(rdzv_comm_t *c) {
+  struct rdzv_comm_timings t;
+  rdzv_comm_timings(c, &t);
+  printf("%s: path %s, id exchange %.6f s, NCCL init %.6f s\n",
+         rdzv_comm_name(c), rdzv_comm_init_path(c), t.ids_s, t.init_s);
+}
+
+/* A prefetched group (background worker, this thread's CUDA context) and
+ * a split group, each checked with an all-reduce. */
+static int other_paths(rdzv_comm_t *world, const char *nccl, int host) {
+  const int32_t self[1] = {0};
+  rdzv_comm_t *pre = NULL, *split = NULL;
+  struct ncclComm *comm = NULL;
+  struct cudart rt = {0};
+  int rc;
+
+  if (!host && (load_cudart(&rt) < 0 || rt.set_device(0) != 0)) {
+    fprintf(stderr, "comm_gpu: cudaSetDevice(0) failed\n");
+    return -1;
+  }
+  rc = rdzv_comm_group(world, "pre", self, 1, &pre);
+  if (rc == 0)
+    rc = rdzv_comm_prefetch(pre, 300);
+  while (rc == 0 || rc == -EAGAIN) {
+    rc = rdzv_comm_poll(pre); /* the worker inits it meanwhile */
+    if (rc == -EAGAIN)
+      usleep(1000);
+    if (rc == 0)
+      break;
+  }
+  if (rc == 0)
+    rc = rdzv_comm_nccl(pre, &comm, 300);
+  if (rc < 0) {
+    fprintf(stderr, "comm_gpu: prefetched group: %s: %s\n", rdzv_strerror(rc),
+            pre ? rdzv_comm_last_error(pre) : "");
+  } else {
+    print_handle(pre);
+    rc = all_reduce(nccl, comm, host);
+  }
+  if (rc == 0)
+    rc = rdzv_comm_group(world, "split", self, 1, &split);
+  if (rc == 0)
+    rc = rdzv_comm_init_split(split, 300);
+  if (rc == 0)
+    rc = rdzv_comm_nccl(split, &comm, 300);
+  if (rc < 0 && split != NULL) {
+    fprintf(stderr, "comm_gpu: split group: %s: %s\n", rdzv_strerror(rc),
+            rdzv_comm_last_error(split));
+  } else if (rc == 0) {
+    print_handle(split);
+    rc = all_reduce(nccl, comm, host);
+  }
+  rdzv_comm_destroy(split);
+  rdzv_comm_destroy(pre);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const char *nccl = NULL;
   int host = 0, rc;
@@ -142,6 +204,8 @@ int main(int argc, char **argv) {
            rdzv_comm_init_path(world), (long long)t.nids, t.ids_s, t.init_s);
     rc = all_reduce(co.nccl_path, comm, host);
   }
+  if (rc == 0)
+    rc = other_paths(world, co.nccl_path, host);
   rdzv_comm_destroy(world);
   rdzv_rendezvous_destroy(r);
   return rc == 0 ? 0 : 1;
