@@ -2,7 +2,9 @@
 # The communicator stack on one GPU: builds rdzvd and tests/gpu/comm_gpu,
 # starts a root and one node, and runs a one-rank world through the
 # scalable path (ncclCommInitRankScalable) plus an all-reduce on device 0,
-# printing the init timings; then the loader's GPU test
+# printing the init timings, then a prefetched group (initialized by the
+# background worker in this thread's CUDA context) and a split group, each
+# with an all-reduce; then the loader's GPU test
 # (//tests/unit:nccl_api_gpu_test). Exits non-zero if any step fails.
 #
 #   tests/gpu/run.sh                 real libnccl.so.2 (RDZV_NCCL_LIBRARY,
