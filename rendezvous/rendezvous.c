@@ -409,18 +409,18 @@ static void on_wait_value(rdzv_client_t *c, const struct rdzv_result *res,
 }
 
 /* Drives the client until *done (a callback set it). Every request has a
- * deadline, so that happens. Returns 0, or a failure of the handle. */
+ * deadline, so that happens. Returns 0, or RDZV_EWOULDBLOCK_CB when called
+ * from inside a callback of the handle. */
 static int drive_until(rdzv_rendezvous_t *r, const int *done) {
   while (!*done) {
     struct pollfd p = {rdzv_client_fd(r->c), rdzv_client_events(r->c), 0};
     int t = rdzv_client_timeout_ms(r->c);
     if (t < 0 || t > 100)
       t = 100;
-    if (poll(&p, p.fd >= 0 ? 1 : 0, t) < 0 && errno != EINTR)
-      return -errno;
+    (void)poll(&p, p.fd >= 0 ? 1 : 0, t); /* a failed poll: retry */
     int rc = rdzv_client_process(r->c);
     if (rc < 0)
-      return rc;
+      return rc; /* only from inside a callback: nothing can progress */
   }
   return 0;
 }
