@@ -623,8 +623,14 @@ static void handle_collective(struct node_job *nj, struct conn *c,
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
-  if (co->count != (uint64_t)m->b) {
+  if (co->count != (uint64_t)m->b && co->done) {
     rdzv__node_reply_status(c, m, RDZV_ECOUNT_MISMATCH);
+    return;
+  }
+  if (co->count != (uint64_t)m->b) {
+    /* Up as it is: the root fails every member of the collective, ours
+     * included, with both counts (one side alone cannot complete). */
+    rdzv__node_forward(nj, c, m);
     return;
   }
   if (co->done) {

@@ -35,6 +35,7 @@ struct coll {
   bool done;
   struct rdzv_buf result; /* the encoded vals list, member order */
   struct pending *pend;
+  char *mismatch; /* members disagreed on count: every call fails, saying so */
 };
 
 
@@ -412,11 +413,62 @@ static int coll_add_members(struct coll *co, const struct rdzv_msg *m,
   return 0;
 }
 
+/* An error answer with keys[0] = text. */
+static void reply_text(struct conn *c, uint8_t type, uint32_t req_id,
+                       int status, const char *text) {
+  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  struct rdzv_msg r;
+  memset(&r, 0, sizeof(r));
+  r.type = type;
+  r.req_id = req_id;
+  r.status = status;
+  r.keys.n = 1;
+  r.keys.v = &t;
+  rdzv__conn_reply(c, &r);
+}
+
+/* Members disagree on the member count: a collective that can never
+ * complete. Every member waiting now, and every later one, gets
+ * RDZV_ECOUNT_MISMATCH with both counts, not only the one that differs
+ * (the others would otherwise wait for their deadline). */
+static void coll_mismatch(struct coll *co, struct conn *c,
+                          const struct rdzv_msg *m) {
+  if (co->mismatch == NULL) {
+    struct rdzv_slice v = {NULL, 0};
+    uint64_t who = 0;
+    if (rdzv_items_get(&m->vals, 0, &v) == 0 && v.n >= 8)
+      who = rdzv_load_u64le(v.p);
+    char text[400];
+    snprintf(text, sizeof(text),
+             "members of %s '%.*s' disagree on the member count: %" PRIu64
+             " (the first to come) and %" PRId64 " (member %" PRIu64 ")",
+             rdzv_msg_type_name(co->type), (int)(co->nlen - 1), co->name + 1,
+             co->count, m->b, who);
+    co->mismatch = strdup(text);
+    struct pending *p;
+    while (co->mismatch != NULL && (p = co->pend) != NULL) {
+      co->pend = p->next;
+      reply_text(p->c, co->type, p->req_id, RDZV_ECOUNT_MISMATCH,
+                 co->mismatch);
+      rdzv__conn_unref(p->c);
+      free(p);
+    }
+  }
+  if (co->mismatch != NULL)
+    reply_text(c, co->type, m->req_id, RDZV_ECOUNT_MISMATCH, co->mismatch);
+  else
+    reply_status(c, m, RDZV_ECOUNT_MISMATCH);
+}
+
 static void handle_collective(struct kvs *s, struct conn *c,
                               const struct rdzv_msg *m) {
   struct coll *co = coll_get(s, m);
   if (co == NULL) {
     reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  if (co->mismatch != NULL || (co->count != (uint64_t)m->b && !co->done)) {
+    coll_mismatch(co, c, m);
     return;
   }
   if (co->count != (uint64_t)m->b) {
@@ -518,6 +570,7 @@ static void coll_free(struct kvs *s, struct coll *co) {
   }
   HASH_DEL(s->colls, co);
   rdzv_buf_free(&co->result);
+  free(co->mismatch);
   free(co->name);
   free(co);
 }

@@ -109,7 +109,8 @@ int rdzv_store_num_keys(rdzv_client_t *c, int64_t *out, double timeout_s);
  * completes once; reuse after completion returns at once, so name each
  * barrier (e.g. "epoch/3"). Nodes combine the contributions of their
  * subtree (the root sees one message per child). Returns 0, -EINVAL,
- * RDZV_ECOUNT_MISMATCH if members disagree on count, RDZV_EDEADLINE after
+ * RDZV_ECOUNT_MISMATCH if members disagree on count (every member of the
+ * collective gets it, with both counts in last_error), RDZV_EDEADLINE after
  * timeout_s seconds (last_error then names the members still missing, at
  * most 16 of them, asked of the root with rdzv_store_collective_missing),
  * or the errors of any request (connection, aborted or stale generation).

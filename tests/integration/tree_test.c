@@ -318,6 +318,9 @@ struct member_run {
   int gather;
   int rc;
   char err[512];
+  uint64_t count; /* 0: SHORT_COUNT */
+  const char *name; /* NULL: "short/barrier" or "short/gather" */
+  double timeout_s; /* 0: 1.5 */
 };
 
 /* One member on leaf node (member % 16), through two levels of nodes. */
@@ -326,7 +329,10 @@ static void *run_member(void *arg) {
   char addr[128];
   snprintf(addr, sizeof(addr), "unix:%s/n2-%d.sock", T.dir, m->member % NL2);
   rdzv_client_t *c = connect_to(addr);
-  if (m->gather) {
+  if (m->name != NULL) {
+    m->rc = rdzv_store_barrier(c, m->name, (uint64_t)m->member, m->count,
+                               m->timeout_s);
+  } else if (m->gather) {
     struct rdzv_value *vals = NULL;
     char data[16];
     snprintf(data, sizeof(data), "m%d", m->member);
@@ -411,6 +417,44 @@ static void missing_named(int gather) {
   rdzv_client_destroy(c);
 }
 
+/* Members that disagree on the count: every one of them fails at once
+ * with both counts, not only the odd one out (members 0 and 1 say 4 and
+ * come first, through two different leaves; member 2 says 5). */
+static void test_count_mismatch_fails_all(void **state) {
+  (void)state;
+  struct member_run runs[3];
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) {
+    runs[i] = (struct member_run){.member = i, .count = i < 2 ? 4 : 5,
+                                  .name = "odd/count", .timeout_s = 60};
+    assert_int_equal(pthread_create(&th[i], NULL, run_member, &runs[i]), 0);
+    if (i == 1) { /* 0 and 1 are in before 2 comes */
+      rdzv_client_t *c = connect_to(T.root_addr);
+      uint64_t ids[4], arrived = 0;
+      size_t n = 0;
+      for (int tries = 0; arrived < 2 && tries < 3000; tries++) {
+        assert_int_equal(rdzv_store_collective_missing(
+                             c, "odd/count", 0, ids, 4, &n, &arrived, NULL, 30),
+                         0);
+        if (arrived < 2) {
+          struct timespec ts = {0, 10 * 1000 * 1000};
+          nanosleep(&ts, NULL);
+        }
+      }
+      assert_int_equal(arrived, 2);
+      rdzv_client_destroy(c);
+    }
+  }
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    print_message("member %d: %s\n", i, runs[i].err);
+    assert_int_equal(runs[i].rc, RDZV_ECOUNT_MISMATCH);
+    assert_non_null(strstr(runs[i].err, "disagree on the member count: 4 "
+                                        "(the first to come) and 5 (member "
+                                        "2)"));
+  }
+}
+
 static void test_barrier_names_missing(void **state) {
   (void)state;
   missing_named(0);
@@ -430,6 +474,7 @@ int main(void) {
       cmocka_unit_test(test_gather),
       cmocka_unit_test(test_barrier_names_missing),
       cmocka_unit_test(test_gather_names_missing),
+      cmocka_unit_test(test_count_mismatch_fails_all),
   };
   return cmocka_run_group_tests(tests, setup_tree, teardown_tree);
 }
