@@ -270,10 +270,15 @@ char *fake_log(const char *job, int index) {
   char path[160];
   snprintf(path, sizeof(path), "%s/%s-%d.log", dir, job, index);
   FILE *f = fopen(path, "r");
-  char *buf = calloc(1, 1 << 16);
+  long size = 0;
+  if (f != NULL && fseek(f, 0, SEEK_END) == 0) {
+    size = ftell(f);
+    rewind(f);
+  }
+  char *buf = calloc(1, (size_t)(size > 0 ? size : 0) + 1);
   assert_non_null(buf);
   if (f != NULL) {
-    size_t n = fread(buf, 1, (1 << 16) - 1, f);
+    size_t n = fread(buf, 1, (size_t)(size > 0 ? size : 0), f);
     buf[n] = '\0';
     fclose(f);
   }

@@ -1,7 +1,7 @@
 /* The harness of the communicator integration tests (comm_test.c,
- * comm_prefetch_test.c): a real root and two node daemons (hostA, hostB)
- * as processes, ranks as forked children that join a rendezvous, make
- * their world handle over the FAKE NCCL library
+ * comm_prefetch_test.c, comm_field_test.c): a real root and two node
+ * daemons (hostA, hostB) as processes, ranks as forked children that join
+ * a rendezvous, make their world handle over the FAKE NCCL library
  * tests/fake_nccl/libfake_nccl.so (a test double, loaded through the
  * production dlopen seam; each rank's FAKE_NCCL_LOG shows what was called
  * with which ids) and run a scenario; each reports one line back to the
@@ -25,7 +25,7 @@
 #define RDZVD "tools/rdzvd"
 #define FAKE "tests/fake_nccl/libfake_nccl.so"
 #define REAL_NCCL "/usr/local/cuda/lib64/libnccl.so.2"
-#define MAX_RANKS 8
+#define MAX_RANKS 64
 #define REPORT_MAX 2300
 
 /* Daemons: cmocka group setup and teardown (the teardown also checks that
@@ -103,7 +103,8 @@ int finish(struct rank_proc *rp, char *buf, size_t n);
  * rank i's line. */
 void run_world(const struct world_spec *w, char reports[][REPORT_MAX]);
 
-/* The fake's log of rank `index` of job (malloc'd, "" when absent). */
+/* The fake's log of rank `index` of job, whole (malloc'd, "" when
+ * absent). */
 char *fake_log(const char *job, int index);
 /* Occurrences of needle in hay. */
 int count(const char *hay, const char *needle);
