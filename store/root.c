@@ -578,21 +578,12 @@ static void coll_free(struct kvs *s, struct coll *co) {
 void rdzv__root_colls_fail_prefix(struct kvs *s, const char *prefix,
                                   int status, const char *text) {
   size_t pl = strlen(prefix);
-  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
   struct coll *co, *tmp;
   HASH_ITER(hh, s->colls, co, tmp) {
     if (co->done || co->nlen - 1 < pl || memcmp(co->name + 1, prefix, pl))
       continue;
-    for (struct pending *p = co->pend; p != NULL; p = p->next) {
-      struct rdzv_msg r;
-      memset(&r, 0, sizeof(r));
-      r.type = co->type;
-      r.req_id = p->req_id;
-      r.status = status;
-      r.keys.n = 1;
-      r.keys.v = &t;
-      rdzv__conn_reply(p->c, &r);
-    }
+    for (struct pending *p = co->pend; p != NULL; p = p->next)
+      reply_text(p->c, co->type, p->req_id, status, text);
     coll_free(s, co);
   }
 }
