@@ -25,7 +25,18 @@ struct rdzv_rendezvous {
   char *hosts; /* the host table, once fetched */
   size_t hosts_len;
   char last_error[1024];
+  /* The server's text of the last failed request submitted here (not
+   * through rdzv_store_*, which keep it in the client's last_error). */
+  char reply_text[512];
 };
+
+/* Keeps the server's text (keys[0] of a failure) of a raw request. */
+static void keep_reply_text(rdzv_rendezvous_t *r,
+                            const struct rdzv_result *res) {
+  if (res->status < 0 && res->nkeys > 0)
+    snprintf(r->reply_text, sizeof(r->reply_text), "%.*s",
+             (int)res->keys[0].len, (const char *)res->keys[0].data);
+}
 
 void rdzv_rendezvous_opts_init(struct rdzv_rendezvous_opts *o) {
   memset(o, 0, sizeof(*o));
@@ -364,7 +375,9 @@ const char *rdzv_rendezvous_last_error(const rdzv_rendezvous_t *r) {
 
 static int fail(rdzv_rendezvous_t *r, int rc, const char *what) {
   snprintf(r->last_error, sizeof(r->last_error), "%s: %s (%s)", what,
-           rdzv_strerror(rc), rdzv_client_last_error(r->c));
+           rdzv_strerror(rc),
+           r->reply_text[0] ? r->reply_text : rdzv_client_last_error(r->c));
+  r->reply_text[0] = '\0';
   return rc;
 }
 
@@ -392,6 +405,7 @@ struct wait_value {
   int done, status;
   void *val;
   size_t len;
+  rdzv_rendezvous_t *r;
 };
 
 static void on_wait_value(rdzv_client_t *c, const struct rdzv_result *res,
@@ -400,6 +414,7 @@ static void on_wait_value(rdzv_client_t *c, const struct rdzv_result *res,
   (void)c;
   k->done = 1;
   k->status = res->status;
+  keep_reply_text(k->r, res);
   if (res->status == 0 && res->nvals == 1 && res->vals[0].len > 0 &&
       (k->val = malloc(res->vals[0].len + 1)) != NULL) {
     memcpy(k->val, res->vals[0].data, res->vals[0].len);
@@ -432,7 +447,8 @@ static int read_gen_key(rdzv_rendezvous_t *r, const char *key, void **val,
                         size_t *len, double timeout_s) {
   struct rdzv_bytes k = {key, strlen(key)};
   struct rdzv_request req = {.op = RDZV_OP_WAIT, .nkeys = 1, .keys = &k};
-  struct wait_value w = {0};
+  struct wait_value w = {.r = r};
+  r->reply_text[0] = '\0';
   int rc = rdzv_client_submit(r->c, &req, timeout_s, on_wait_value, &w);
   if (rc == 0)
     rc = drive_until(r, &w.done);
@@ -680,9 +696,12 @@ static void name_missing(rdzv_rendezvous_t *r, const char *what,
     for (size_t i = 0; i < nmiss; i++)
       ids[i] = i;
   }
+  int self = 0;
   for (size_t i = 0; i < nmiss; i++) {
     int64_t m = (int64_t)ids[i];
     char extra[64] = "";
+    if (!by_block && member_rank(members, m) == r->a.rank)
+      self = 1;
     if (by_block) {
       snprintf(extra, sizeof(extra), " (block %" PRId64 " of %" PRId64 ")", m,
                count);
@@ -701,8 +720,9 @@ static void name_missing(rdzv_rendezvous_t *r, const char *what,
              what);
   else
     snprintf(r->last_error, sizeof(r->last_error),
-             "%s: deadline passed; %" PRIu64 " of %" PRIu64 " missing: %s",
-             what, known - arrived, known, list);
+             "%s: deadline passed; %" PRIu64 " of %" PRIu64 " missing: %s%s",
+             what, known - arrived, known, list,
+             self ? " (this rank came after the others had given up)" : "");
 }
 
 int rdzv_rendezvous_group_barrier(rdzv_rendezvous_t *r, const char *name,
@@ -737,6 +757,7 @@ int rdzv_rendezvous_group_barrier(rdzv_rendezvous_t *r, const char *name,
  * returns without waiting and the callback frees it. */
 struct arrival {
   int done, status, abandoned;
+  char text[512]; /* the server's, when it failed the check-in */
 };
 
 static void on_arrival(rdzv_client_t *c, const struct rdzv_result *res,
@@ -749,6 +770,43 @@ static void on_arrival(rdzv_client_t *c, const struct rdzv_result *res,
   }
   a->done = 1;
   a->status = res->status;
+  if (res->status < 0 && res->nkeys > 0)
+    snprintf(a->text, sizeof(a->text), "%.*s", (int)res->keys[0].len,
+             (const char *)res->keys[0].data);
+}
+
+/* This member's part of the id exchange: publish its block's id, or wait
+ * for the table. */
+static int exchange(rdzv_rendezvous_t *r, const char *key, int64_t mine,
+                    int64_t n, rdzv_make_id_fn make_id, void *arg,
+                    uint8_t *out, double timeout_s) {
+  if (mine >= 0)
+    return publish_id(r, key, mine, n, make_id, arg, out, timeout_s);
+  void *v = NULL;
+  size_t len = 0;
+  int rc = read_gen_key(r, key, &v, &len, timeout_s);
+  if (rc == 0)
+    rc = ids_from_result(v, len, n, out);
+  rdzv_free(v);
+  return rc < 0 ? fail(r, rc, "waiting for the unique ids") : 0;
+}
+
+/* The check-in's outcome, once its answer came: 0 when every member
+ * arrived. When this member's own deadline ended it, the root is asked
+ * to fail it for everyone unless it completed meanwhile (then 0: every
+ * member goes on, none is left behind in NCCL's init). */
+static int arrival_outcome(rdzv_rendezvous_t *r, const char *akey,
+                           const struct arrival *in) {
+  if (in->status != RDZV_EDEADLINE || in->text[0] != '\0')
+    return in->status;
+  char why[96];
+  int done = 0;
+  snprintf(why, sizeof(why), "rank %d gave up at its deadline",
+           (int)r->a.rank);
+  if (rdzv_store_collective_give_up(r->c, akey, 0, why, &done, 2.0) == 0 &&
+      done)
+    return 0;
+  return RDZV_EDEADLINE;
 }
 
 static int arrival_submit(rdzv_rendezvous_t *r, const char *key, int64_t me,
@@ -800,18 +858,7 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
     free(in);
     return rc;
   }
-  if (mine >= 0) {
-    rc = publish_id(r, key, mine, n, make_id, arg, out, deadline - mono_s());
-  } else {
-    void *v = NULL;
-    size_t len = 0;
-    rc = read_gen_key(r, key, &v, &len, deadline - mono_s());
-    if (rc == 0)
-      rc = ids_from_result(v, len, n, out);
-    rdzv_free(v);
-    if (rc < 0)
-      rc = fail(r, rc, "waiting for the unique ids");
-  }
+  rc = exchange(r, key, mine, n, make_id, arg, out, deadline - mono_s());
   /* The ids may be complete while a member that makes none is missing:
    * the check-in says so. Both end by the same deadline. */
   if (rc == 0 || rc == RDZV_EDEADLINE) {
@@ -819,16 +866,21 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
     if (drc < 0 && rc == 0)
       rc = drc;
   }
+  int arrived = in->done ? arrival_outcome(r, akey, in) : RDZV_EDEADLINE;
+  if (arrived == 0 && rc == RDZV_EDEADLINE)
+    /* Everyone came, so the ids are on their way: one more try. */
+    rc = exchange(r, key, mine, n, make_id, arg, out, 5.0);
   char what[200];
   snprintf(what, sizeof(what),
            "unique ids of '%s' (%" PRId64 " members, %" PRId64 " ids)", comm,
            nmembers, n);
-  if (in->done && in->status == RDZV_EDEADLINE &&
+  if (in->done && arrived == RDZV_EDEADLINE &&
       (rc == 0 || rc == RDZV_EDEADLINE)) {
     rc = RDZV_EDEADLINE;
     name_missing(r, what, akey, 0, members, nmembers, nmembers, 0);
-  } else if (rc == 0 && in->done && in->status < 0) {
-    rc = fail(r, in->status, "checking in");
+  } else if (rc == 0 && arrived < 0) {
+    snprintf(r->reply_text, sizeof(r->reply_text), "%s", in->text);
+    rc = fail(r, arrived, "checking in");
   } else if (rc == RDZV_EDEADLINE) {
     name_missing(r, what, key, 1, members, nmembers, n, 1);
   }

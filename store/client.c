@@ -376,10 +376,12 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
 
   if (req->op < RDZV_OP_SET || req->op > RDZV_OP_COLL_STATUS ||
       req->nkeys > UINT32_MAX || req->nvals > UINT32_MAX ||
-      (req->flags & ~(RDZV_STORE_WRITE_ONCE | RDZV_STORE_LEAVE)) != 0 ||
+      (req->flags & ~(RDZV_STORE_WRITE_ONCE | RDZV_STORE_LEAVE |
+                      RDZV_STORE_GIVE_UP)) != 0 ||
       ((req->flags & RDZV_STORE_WRITE_ONCE) && req->op != RDZV_OP_SET &&
        req->op != RDZV_OP_MSET && req->op != RDZV_OP_GET) ||
-      ((req->flags & RDZV_STORE_LEAVE) && req->op != RDZV_OP_ABORT))
+      ((req->flags & RDZV_STORE_LEAVE) && req->op != RDZV_OP_ABORT) ||
+      ((req->flags & RDZV_STORE_GIVE_UP) && req->op != RDZV_OP_COLL_STATUS))
     return -EINVAL;
   sl = malloc((req->nkeys + req->nvals + 1) * sizeof *sl);
   if (sl == NULL)

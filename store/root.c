@@ -35,7 +35,10 @@ struct coll {
   bool done;
   struct rdzv_buf result; /* the encoded vals list, member order */
   struct pending *pend;
-  char *mismatch; /* members disagreed on count: every call fails, saying so */
+  /* Failed for good (members disagreed on count, or one gave up at its
+   * deadline): every call gets fail_status with this text. */
+  char *fail_text;
+  int fail_status;
 };
 
 
@@ -292,15 +295,16 @@ static void handle_stats(struct daemon *d, struct conn *c,
 
 /* ---- collectives: barrier and gather ------------------------------------ */
 
-static struct coll *coll_get(struct kvs *s, const struct rdzv_msg *m) {
-  struct rdzv_slice name;
-  item(&m->keys, 0, &name);
+/* The collective of that type and name, created with count if absent
+ * (NULL only when out of memory). */
+static struct coll *coll_find_or_new(struct kvs *s, uint8_t type,
+                                     struct rdzv_slice name, uint64_t count) {
   uint8_t stackkey[256];
   uint32_t nlen = name.n + 1;
   uint8_t *key = nlen <= sizeof(stackkey) ? stackkey : malloc(nlen);
   if (key == NULL)
     return NULL;
-  key[0] = m->type;
+  key[0] = type;
   memcpy(key + 1, name.p, name.n);
   struct coll *co = NULL;
   HASH_FIND(hh, s->colls, key, nlen, co);
@@ -312,14 +316,20 @@ static struct coll *coll_get(struct kvs *s, const struct rdzv_msg *m) {
     } else {
       memcpy(co->name, key, nlen);
       co->nlen = nlen;
-      co->type = m->type;
-      co->count = (uint64_t)m->b;
+      co->type = type;
+      co->count = count;
       HASH_ADD_KEYPTR(hh, s->colls, co->name, co->nlen, co);
     }
   }
   if (key != stackkey)
     free(key);
   return co;
+}
+
+static struct coll *coll_get(struct kvs *s, const struct rdzv_msg *m) {
+  struct rdzv_slice name;
+  item(&m->keys, 0, &name);
+  return coll_find_or_new(s, m->type, name, (uint64_t)m->b);
 }
 
 static void coll_reply(struct coll *co, struct conn *c, uint32_t req_id,
@@ -427,37 +437,38 @@ static void reply_text(struct conn *c, uint8_t type, uint32_t req_id,
   rdzv__conn_reply(c, &r);
 }
 
+/* Fails co for good: every member waiting now, and every later one, gets
+ * status with text (one side alone could otherwise wait until its own
+ * deadline, or complete while another member already failed). */
+static void coll_fail_all(struct coll *co, int status, const char *text) {
+  struct pending *p;
+  co->fail_text = strdup(text);
+  co->fail_status = status;
+  while ((p = co->pend) != NULL) {
+    co->pend = p->next;
+    reply_text(p->c, co->type, p->req_id, status, text);
+    rdzv__conn_unref(p->c);
+    free(p);
+  }
+}
+
 /* Members disagree on the member count: a collective that can never
- * complete. Every member waiting now, and every later one, gets
- * RDZV_ECOUNT_MISMATCH with both counts, not only the one that differs
- * (the others would otherwise wait for their deadline). */
+ * complete; RDZV_ECOUNT_MISMATCH with both counts for everyone. */
 static void coll_mismatch(struct coll *co, struct conn *c,
                           const struct rdzv_msg *m) {
-  if (co->mismatch == NULL) {
-    struct rdzv_slice v = {NULL, 0};
-    uint64_t who = 0;
-    if (rdzv_items_get(&m->vals, 0, &v) == 0 && v.n >= 8)
-      who = rdzv_load_u64le(v.p);
-    char text[400];
-    snprintf(text, sizeof(text),
-             "members of %s '%.*s' disagree on the member count: %" PRIu64
-             " (the first to come) and %" PRId64 " (member %" PRIu64 ")",
-             rdzv_msg_type_name(co->type), (int)(co->nlen - 1), co->name + 1,
-             co->count, m->b, who);
-    co->mismatch = strdup(text);
-    struct pending *p;
-    while (co->mismatch != NULL && (p = co->pend) != NULL) {
-      co->pend = p->next;
-      reply_text(p->c, co->type, p->req_id, RDZV_ECOUNT_MISMATCH,
-                 co->mismatch);
-      rdzv__conn_unref(p->c);
-      free(p);
-    }
-  }
-  if (co->mismatch != NULL)
-    reply_text(c, co->type, m->req_id, RDZV_ECOUNT_MISMATCH, co->mismatch);
-  else
-    reply_status(c, m, RDZV_ECOUNT_MISMATCH);
+  struct rdzv_slice v = {NULL, 0};
+  uint64_t who = 0;
+  if (rdzv_items_get(&m->vals, 0, &v) == 0 && v.n >= 8)
+    who = rdzv_load_u64le(v.p);
+  char text[400];
+  snprintf(text, sizeof(text),
+           "members of %s '%.*s' disagree on the member count: %" PRIu64
+           " (the first to come) and %" PRId64 " (member %" PRIu64 ")",
+           rdzv_msg_type_name(co->type), (int)(co->nlen - 1), co->name + 1,
+           co->count, m->b, who);
+  if (!co->done) /* one that completed stays completed */
+    coll_fail_all(co, RDZV_ECOUNT_MISMATCH, text);
+  reply_text(c, co->type, m->req_id, RDZV_ECOUNT_MISMATCH, text);
 }
 
 static void handle_collective(struct kvs *s, struct conn *c,
@@ -467,12 +478,12 @@ static void handle_collective(struct kvs *s, struct conn *c,
     reply_status(c, m, RDZV_ENOMEM);
     return;
   }
-  if (co->mismatch != NULL || (co->count != (uint64_t)m->b && !co->done)) {
-    coll_mismatch(co, c, m);
+  if (co->fail_text != NULL) {
+    reply_text(c, co->type, m->req_id, co->fail_status, co->fail_text);
     return;
   }
   if (co->count != (uint64_t)m->b) {
-    reply_status(c, m, RDZV_ECOUNT_MISMATCH);
+    coll_mismatch(co, c, m);
     return;
   }
   if (co->done) {
@@ -508,9 +519,75 @@ static void handle_collective(struct kvs *s, struct conn *c,
     coll_complete(s, co);
 }
 
+/* The ids 0 .. count-1 not among co's members, at most max of them, as a
+ * list of u64 items; *n gets how many. Probing each id: this runs only
+ * after somebody's deadline. */
+static int missing_ids(const struct coll *co, uint64_t max, struct rdzv_buf *ids,
+                       uint32_t *n) {
+  *n = 0;
+  for (uint64_t id = 0; !co->done && id < co->count && *n < max; id++) {
+    struct member *mb = NULL;
+    HASH_FIND(hh, co->members, &id, sizeof(id), mb);
+    if (mb != NULL)
+      continue;
+    uint8_t le[8];
+    rdzv_store_u64le(le, id);
+    if (rdzv_items_append(ids, le, sizeof(le)) < 0)
+      return RDZV_ENOMEM;
+    (*n)++;
+  }
+  return 0;
+}
+
+/* GIVE_UP: a member's deadline passed before co completed: fail it for
+ * everyone, saying why and who was missing. */
+static int coll_give_up(struct kvs *s, struct coll *co, const struct rdzv_msg *m,
+                        struct rdzv_slice name) {
+  struct rdzv_slice why = {(const uint8_t *)"a member gave up at its deadline",
+                           32};
+  if (m->keys.n > 1)
+    item(&m->keys, 1, &why);
+  if (co == NULL &&
+      (co = coll_find_or_new(s, (uint8_t)m->a, name, 0)) == NULL)
+    return RDZV_ENOMEM;
+  if (co->done || co->fail_text != NULL)
+    return 0;
+  char text[700];
+  int len = snprintf(text, sizeof(text), "%s '%.*s' failed: %.*s; ",
+                     rdzv_msg_type_name(co->type), (int)name.n, name.p,
+                     (int)why.n, why.p);
+  if (co->count == 0) {
+    snprintf(text + len, sizeof(text) - (size_t)len,
+             "no member had reached the root");
+  } else {
+    struct rdzv_buf ids = {0};
+    uint32_t n = 0;
+    if (missing_ids(co, 16, &ids, &n) < 0) {
+      rdzv_buf_free(&ids);
+      return RDZV_ENOMEM;
+    }
+    len += snprintf(text + len, sizeof(text) - (size_t)len,
+                    "%" PRIu64 " of %" PRIu64 " members missing: ",
+                    co->count - co->nmembers, co->count);
+    size_t pos = 0;
+    struct rdzv_slice v;
+    struct rdzv_items it = {n, NULL, ids.data, ids.len};
+    for (int i = 0; len < (int)sizeof(text) && rdzv_items_next(&it, &pos, &v);
+         i++)
+      len += snprintf(text + len, sizeof(text) - (size_t)len, "%s%" PRIu64,
+                      i > 0 ? ", " : "", rdzv_load_u64le(v.p));
+    if (co->count - co->nmembers > n && len < (int)sizeof(text))
+      snprintf(text + len, sizeof(text) - (size_t)len, " and %" PRIu64 " more",
+               co->count - co->nmembers - n);
+    rdzv_buf_free(&ids);
+  }
+  coll_fail_all(co, RDZV_EDEADLINE, text);
+  return co->fail_text != NULL ? 0 : RDZV_ENOMEM;
+}
+
 /* COLL_STATUS: how many members of a collective have contributed, and
- * the first of those missing (ids are 0 .. count-1, so missing ids are
- * found by probing each; this runs only after somebody's deadline). */
+ * the first of those missing; with GIVE_UP, first fail it unless it
+ * completed. */
 static void handle_coll_status(struct kvs *s, struct conn *c,
                                const struct rdzv_msg *m) {
   struct rdzv_slice name;
@@ -526,6 +603,13 @@ static void handle_coll_status(struct kvs *s, struct conn *c,
   struct coll *co = NULL;
   HASH_FIND(hh, s->colls, key, nlen, co);
   free(key);
+  if (m->flags & RDZV_F_GIVE_UP) {
+    int rc = coll_give_up(s, co, m, name);
+    if (rc < 0) {
+      reply_status(c, m, rc);
+      return;
+    }
+  }
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, 0);
   struct rdzv_buf ids = {0};
@@ -533,20 +617,10 @@ static void handle_coll_status(struct kvs *s, struct conn *c,
   if (co != NULL) {
     r.a = (int64_t)(co->done ? co->count : co->nmembers);
     r.b = (int64_t)co->count;
-    for (uint64_t id = 0; !co->done && id < co->count && n < (uint64_t)m->b;
-         id++) {
-      struct member *mb = NULL;
-      HASH_FIND(hh, co->members, &id, sizeof(id), mb);
-      if (mb != NULL)
-        continue;
-      uint8_t le[8];
-      rdzv_store_u64le(le, id);
-      if (rdzv_items_append(&ids, le, sizeof(le)) < 0) {
-        rdzv_buf_free(&ids);
-        reply_status(c, m, RDZV_ENOMEM);
-        return;
-      }
-      n++;
+    if (missing_ids(co, (uint64_t)m->b, &ids, &n) < 0) {
+      rdzv_buf_free(&ids);
+      reply_status(c, m, RDZV_ENOMEM);
+      return;
     }
   }
   r.vals.n = n;
@@ -570,7 +644,7 @@ static void coll_free(struct kvs *s, struct coll *co) {
   }
   HASH_DEL(s->colls, co);
   rdzv_buf_free(&co->result);
-  free(co->mismatch);
+  free(co->fail_text);
   free(co->name);
   free(co);
 }

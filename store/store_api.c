@@ -16,6 +16,10 @@
 #include "rdzv/store.h"
 #include "store/client_int.h"
 
+_Static_assert(RDZV_STORE_GIVE_UP == RDZV_F_GIVE_UP &&
+                   RDZV_STORE_LEAVE == RDZV_F_LEAVE &&
+                   RDZV_STORE_WRITE_ONCE == RDZV_F_WRITE_ONCE,
+               "request flags are the wire's");
 _Static_assert(RDZV_STORE_MISSING_MAX == RDZV_COLL_STATUS_MAX_IDS,
                "the API limit is the wire limit");
 
@@ -26,6 +30,7 @@ struct call {
   enum rdzv_op op;
   int want_val;  /* copy vals[0] into val/len */
   size_t want_n; /* MGET/GATHER: the number of values expected */
+  int server_text; /* the failure came from the server, with its text */
   int64_t a;
   void *val;
   size_t len;
@@ -131,6 +136,7 @@ static void call_cb(rdzv_client_t *c, const struct rdzv_result *res,
   struct call *k = arg;
 
   k->a = res->a;
+  k->server_text = res->status < 0 && res->nkeys > 0;
   k->status = result_copy(c, k, res);
   if (k->status != 0 && k->status != RDZV_ECAS_FAILED) {
     free(k->val);
@@ -467,11 +473,12 @@ static int status_done(struct rdzv_client *c, void *arg) {
   return ((struct status_call *)arg)->done;
 }
 
-int rdzv_store_collective_missing(rdzv_client_t *c, const char *name,
-                                  int gather, uint64_t *missing, size_t max,
-                                  size_t *nmissing, uint64_t *arrived,
-                                  uint64_t *count, double timeout_s) {
-  struct rdzv_bytes k;
+/* COLL_STATUS, with GIVE_UP when why is not NULL. */
+static int coll_status(rdzv_client_t *c, const char *name, int gather,
+                       const char *why, uint64_t *missing, size_t max,
+                       size_t *nmissing, uint64_t *arrived, uint64_t *count,
+                       double timeout_s) {
+  struct rdzv_bytes k[2];
   struct rdzv_request req = {.op = RDZV_OP_COLL_STATUS};
   struct status_call call = {0};
   int err;
@@ -481,9 +488,16 @@ int rdzv_store_collective_missing(rdzv_client_t *c, const char *name,
     return -EINVAL;
   if (c->in_cb > 0)
     return RDZV_EWOULDBLOCK_CB;
-  k = key_bytes(name);
+  k[0] = key_bytes(name);
   req.nkeys = 1;
-  req.keys = &k;
+  req.keys = k;
+  if (why != NULL) {
+    req.flags = RDZV_STORE_GIVE_UP;
+    if (why[0] != '\0') {
+      k[1] = key_bytes(why);
+      req.nkeys = 2;
+    }
+  }
   req.a = gather ? RDZV_OP_GATHER : RDZV_OP_BARRIER;
   req.b = (int64_t)max;
   call.missing = missing;
@@ -501,6 +515,45 @@ int rdzv_store_collective_missing(rdzv_client_t *c, const char *name,
   if (count != NULL)
     *count = call.count;
   return 0;
+}
+
+int rdzv_store_collective_missing(rdzv_client_t *c, const char *name,
+                                  int gather, uint64_t *missing, size_t max,
+                                  size_t *nmissing, uint64_t *arrived,
+                                  uint64_t *count, double timeout_s) {
+  return coll_status(c, name, gather, NULL, missing, max, nmissing, arrived,
+                     count, timeout_s);
+}
+
+int rdzv_store_collective_give_up(rdzv_client_t *c, const char *name,
+                                  int gather, const char *why, int *completed,
+                                  double timeout_s) {
+  uint64_t one, arrived = 0, count = 0;
+  size_t n = 0;
+  int err;
+
+  if (completed == NULL)
+    return -EINVAL;
+  *completed = 0;
+  err = coll_status(c, name, gather, why != NULL ? why : "", &one, 1, &n,
+                    &arrived, &count, timeout_s);
+  if (err == 0)
+    *completed = count > 0 && arrived == count;
+  return err;
+}
+
+/* A collective whose own deadline passed (not one the server failed): ask
+ * the root to fail it for every member unless it completed. Returns 1 when
+ * it had completed (the caller fetches the result again), else 0. */
+static int give_up(rdzv_client_t *c, const char *name, int gather,
+                   uint64_t member, double timeout_s) {
+  char why[160];
+  int done = 0;
+
+  snprintf(why, sizeof why, "member %llu gave up at its deadline of %.3g s",
+           (unsigned long long)member, timeout_s);
+  return rdzv_store_collective_give_up(c, name, gather, why, &done, 2.0) == 0 &&
+         done;
 }
 
 /* After a collective's deadline: asks the root who is missing and says so
@@ -553,8 +606,14 @@ int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
 
   err = collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0, &call,
                    timeout_s);
-  if (err == RDZV_EDEADLINE)
+  if (err == RDZV_EDEADLINE && !call.server_text) {
+    if (give_up(c, name, 0, member, timeout_s)) {
+      struct call again = {0}; /* completed at the root: answered at once */
+      return collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0,
+                        &again, 2.0);
+    }
     name_missing_members(c, "barrier", name, 0, count);
+  }
   return err;
 }
 
@@ -570,10 +629,17 @@ int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
   call.want_n = (size_t)count;
   err = collective(c, RDZV_OP_GATHER, name, member, count, data, len, &call,
                    timeout_s);
+  if (err == RDZV_EDEADLINE && !call.server_text) {
+    if (give_up(c, name, 1, member, timeout_s)) {
+      call = (struct call){.want_n = (size_t)count};
+      err = collective(c, RDZV_OP_GATHER, name, member, count, data, len,
+                       &call, 2.0);
+    } else {
+      name_missing_members(c, "gather", name, 1, count);
+    }
+  }
   if (err == 0)
     *out = call.vals;
-  if (err == RDZV_EDEADLINE)
-    name_missing_members(c, "gather", name, 1, count);
   return err;
 }
 

@@ -407,7 +407,7 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     /* RDZV_MSG_ERROR is reply-only: its all-zero entry is never used. */
     [RDZV_MSG_JOIN] = {1, 1, 2, ANY},
     [RDZV_MSG_ABORT] = {1, 2, 0, 0},
-    [RDZV_MSG_COLL_STATUS] = {1, 1, 0, 0},
+    [RDZV_MSG_COLL_STATUS] = {1, 2, 0, 0},
 };
 /* clang-format on */
 

@@ -52,6 +52,8 @@ extern "C" {
 #define RDZV_F_PARTIAL 0x0008u     /* join reply: some items now, the
                                       request stays open for the rest */
 #define RDZV_F_LEAVE 0x0010u       /* abort: a clean leave, abort nothing */
+#define RDZV_F_GIVE_UP 0x0020u     /* coll_status: fail the collective for
+                                      every member unless it completed */
 
 /* Message types. "keys"/"vals" name the body's two item lists.
  * Requests and replies share a type; replies carry RDZV_F_REPLY. */
@@ -116,12 +118,16 @@ enum rdzv_msg_type {
   /* Who is still missing from a barrier or gather (asked after a
    * deadline, to name them). keys[0] = collective name, a = its type
    * (RDZV_MSG_BARRIER or RDZV_MSG_GATHER), b = the most missing member ids
-   * wanted, 1 .. RDZV_COLL_STATUS_MAX_IDS. A node first forwards what it
-   * holds of that collective, then the question, on the same ordered
-   * link. Reply from the root: a = members that contributed, b = member
-   * count (0: no contribution seen, the count is unknown), vals = the
-   * missing member ids in ascending order, each a u64 (LE), at most the
-   * number asked for. */
+   * wanted, 1 .. RDZV_COLL_STATUS_MAX_IDS; keys[1] (optional) = why.
+   * Flag GIVE_UP (a member whose deadline passed): unless the collective
+   * has completed, the root fails it for good: every member waiting, and
+   * every later one, gets RDZV_EDEADLINE with keys[0] = why and who was
+   * missing. A node first forwards what it holds of that collective, then
+   * the question, on the same ordered link. Reply from the root: a =
+   * members that contributed, b = member count (0: no contribution seen,
+   * the count is unknown), vals = the missing member ids in ascending
+   * order, each a u64 (LE), at most the number asked for; a == b > 0 means
+   * it completed (with GIVE_UP: the giver arrived in time after all). */
   RDZV_MSG_COLL_STATUS = 18,
 };
 #define RDZV_MSG_TYPE_MAX 18

@@ -144,6 +144,9 @@ struct rdzv_request {
 #define RDZV_STORE_WRITE_ONCE 0x0002u
 /* For ABORT: a clean leave of this connection's rank (aborts nothing). */
 #define RDZV_STORE_LEAVE 0x0010u
+/* For COLL_STATUS: fail the collective for every member unless it has
+ * completed (see rdzv_store_collective_give_up). */
+#define RDZV_STORE_GIVE_UP 0x0020u
 
 /* The reply as the callback sees it. Every pointer is valid only until the
  * callback returns. On a local failure (deadline, connection lost) nkeys

@@ -111,10 +111,16 @@ int rdzv_store_num_keys(rdzv_client_t *c, int64_t *out, double timeout_s);
  * subtree (the root sees one message per child). Returns 0, -EINVAL,
  * RDZV_ECOUNT_MISMATCH if members disagree on count (every member of the
  * collective gets it, with both counts in last_error), RDZV_EDEADLINE after
- * timeout_s seconds (last_error then names the members still missing, at
- * most 16 of them, asked of the root with rdzv_store_collective_missing),
- * or the errors of any request (connection, aborted or stale generation).
- * A member that gave up still counts for the others. */
+ * timeout_s seconds, or the errors of any request (connection, aborted or
+ * stale generation).
+ * Deadlines: every member gets the same outcome. A member whose deadline
+ * passes asks the root to fail the collective (rdzv_store_collective_give_up);
+ * if it had completed meanwhile, the call returns 0 after all; otherwise
+ * it fails for good: this member gets RDZV_EDEADLINE with last_error
+ * naming the members still missing (at most 16), and every other member,
+ * waiting or still to come, gets RDZV_EDEADLINE at once with the root's
+ * text ("barrier 'x' failed: member 1 gave up at its deadline of 5 s; 2 of
+ * 8 members missing: 3, 5"). Blocks up to timeout_s + 4 s. */
 int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
                        uint64_t count, double timeout_s);
 
@@ -146,6 +152,19 @@ int rdzv_store_collective_missing(rdzv_client_t *c, const char *name,
                                   int gather, uint64_t *missing, size_t max,
                                   size_t *nmissing, uint64_t *arrived,
                                   uint64_t *count, double timeout_s);
+
+/* For a member whose own wait on the barrier (gather = 0) or gather named
+ * name ended at its deadline (e.g. one submitted with rdzv_client_submit):
+ * the root fails the collective for good unless it has completed, so that
+ * no member proceeds while another gave up. why (may be NULL) is the
+ * reason every member is told, e.g. "rank 3 gave up at its deadline".
+ * *completed = 1 when it had completed (the caller arrived in time after
+ * all: send the same contribution again to get the result at once), else
+ * 0. Returns 0, -EINVAL, RDZV_EDEADLINE, or the errors of any request.
+ * rdzv_store_barrier and rdzv_store_gather do this themselves. */
+int rdzv_store_collective_give_up(rdzv_client_t *c, const char *name,
+                                  int gather, const char *why, int *completed,
+                                  double timeout_s);
 
 /* Statistics of the server this handle is connected to: *json is one JSON
  * object (malloc'd, NUL-terminated; free with rdzv_free). Its shape is

@@ -71,14 +71,25 @@ done
 expect 0 "$(printf '2 4\n0\n3')" missing barrier b
 expect 0 "0 0" missing gather b
 expect 2 "" missing bogus b
-# The last two members complete it; then nobody is missing.
-ctl barrier b 0 4 &
-expect 0 "" barrier b 3 4
+# It failed for good when they gave up: a late member is told at once
+# (status 3, with the root's reason) and does not count.
+ctl barrier b 0 4 2>"$dir/late"
+rc=$?
+if [ "$rc" != 3 ] || ! grep -q "failed: member . gave up at its deadline" "$dir/late"; then
+  echo "FAIL: late barrier member: status $rc, stderr [$(cat "$dir/late")]"
+  fails=$((fails + 1))
+else
+  echo "ok: late barrier member refused: $(cat "$dir/late")"
+fi
+expect 0 "$(printf '2 4\n0\n3')" missing barrier b
+# A barrier that completes: nobody is missing.
+ctl barrier c 0 2 &
+expect 0 "" barrier c 1 2
 wait $! || {
-  echo "FAIL: barrier member 0 after the others"
+  echo "FAIL: barrier c member 0"
   fails=$((fails + 1))
 }
-expect 0 "4 4" missing barrier b
+expect 0 "2 2" missing barrier c
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed"

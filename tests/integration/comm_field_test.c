@@ -351,11 +351,61 @@ static void test_b18_name_reuse_refused(void **state) {
   }
 }
 
+/* ---- a member that comes after the others gave up ------------------------ */
+
+/* Rank 1's init fails at its 1 s deadline (it gives up: the root fails the
+ * world's check-in for everyone); only then does rank 0 come. Rank 0 must
+ * fail too, at once, and never start NCCL's init alone (with the real
+ * library a lone blocking init would wait forever). Before the give-up,
+ * rank 1's check-in still counted and rank 0 completed it alone. */
+static void scen_late(struct rank_ctx *k) {
+  struct ncclComm *nc = NULL;
+  made_label = "late";
+  if (k->rank == 1) {
+    check(k, rdzv_comm_nccl(k->world, &nc, 1.0) == RDZV_EDEADLINE,
+          "rank 1 deadline");
+    say(k, "rank1=[%s]", rdzv_comm_last_error(k->world));
+    sig_send();
+    return;
+  }
+  check(k, sig_wait(), "rank 1 gave up");
+  int rc = rdzv_comm_nccl(k->world, &nc, 30.0);
+  const char *e = rdzv_comm_last_error(k->world);
+  check(k, rc == RDZV_EDEADLINE, "late rank fails too");
+  check(k, nc == NULL, "no comm");
+  check(k, strstr(e, "1 of 2 missing: rank 0 (host ") != NULL, "names it");
+  check(k, strstr(e, "came after the others had given up") != NULL,
+        "says why");
+  say(k, "rank0=[%s]", e);
+}
+
+static void test_late_member_does_not_init(void **state) {
+  (void)state;
+  struct world_spec w = {"late", 2, 1, 0, 0, NULL, NULL, 0, scen_late, 0};
+  struct rank_proc rp[2];
+  char rep[2][REPORT_MAX];
+  sig_open();
+  launch(&w, rp);
+  sig_close();
+  for (int i = 0; i < 2; i++) {
+    int st = finish(&rp[i], rep[i], REPORT_MAX);
+    if (st != 0)
+      fail_msg("rank %d: %s", i, rep[i]);
+    printf("rank %d:%s\n", i, report_text(rep[i]));
+  }
+  for (int i = 0; i < 2; i++) {
+    char *log = fake_log("late", i);
+    assert_int_equal(count(log, "init"), 0); /* NCCL's init never ran */
+    free(log);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_b24_missing_rank_named),
       cmocka_unit_test(test_b24_thousand_communicators),
       cmocka_unit_test(test_b18_name_reuse_refused),
+      cmocka_unit_test(test_late_member_does_not_init),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -648,6 +648,9 @@ static const struct vcase vcases[] = {
     {"coll-status-too-many", 18, 0, 12, 4097, 1, {S("b")}, V0, EP},
     {"coll-status-no-name", 18, 0, 12, 16, K0, V0, EP},
     {"coll-status-val", 18, 0, 12, 16, 1, {S("b")}, 1, {S("v")}, EP},
+    {"coll-status-give-up", 18, RDZV_F_GIVE_UP, 12, 1, 2, {S("b"), S("why")},
+     V0, OK},
+    {"coll-status-3-keys", 18, 0, 12, 1, 3, {S("b"), S("c"), S("d")}, V0, EP},
     {"type-19", 19, 0, 0, 0, K0, V0, EP},
 };
 /* clang-format on */
