@@ -330,12 +330,23 @@ static int not_member(rdzv_comm_t *c) {
   return rc;
 }
 
+/* -EINVAL for a bad argument of a call on a valid handle, saying which. */
+static int bad_arg(rdzv_comm_t *c, const char *call, const char *what) {
+  pthread_mutex_lock(&c->lock);
+  rdzv__comm_fail(c, -EINVAL, "%s: %s: %s", c->name, call, what);
+  pthread_mutex_unlock(&c->lock);
+  return -EINVAL;
+}
+
 int rdzv_comm_nccl(rdzv_comm_t *c, struct ncclComm **out, double timeout_s) {
   int rc = 0;
 
-  if (c == NULL || out == NULL || !(timeout_s > 0))
+  if (c == NULL)
     return -EINVAL;
   CHECK_MAGIC(c);
+  if (out == NULL || !(timeout_s > 0))
+    return bad_arg(c, "rdzv_comm_nccl",
+                   out == NULL ? "out is NULL" : "timeout_s must be > 0");
   if (c->rank < 0)
     return not_member(c);
   pthread_mutex_lock(&c->lock);
@@ -356,9 +367,11 @@ int rdzv_comm_nccl(rdzv_comm_t *c, struct ncclComm **out, double timeout_s) {
 int rdzv_comm_prefetch(rdzv_comm_t *c, double timeout_s) {
   int rc = 0;
 
-  if (c == NULL || !(timeout_s > 0))
+  if (c == NULL)
     return -EINVAL;
   CHECK_MAGIC(c);
+  if (!(timeout_s > 0))
+    return bad_arg(c, "rdzv_comm_prefetch", "timeout_s must be > 0");
   if (c->rank < 0)
     return not_member(c);
   /* Already started and held by another thread (the worker's exchange, a
@@ -431,11 +444,14 @@ int rdzv_comm_poll(rdzv_comm_t *c) {
 int rdzv_comm_init_split(rdzv_comm_t *c, double timeout_s) {
   int rc = 0;
 
-  if (c == NULL || !(timeout_s > 0))
+  if (c == NULL)
     return -EINVAL;
   CHECK_MAGIC(c);
+  if (!(timeout_s > 0))
+    return bad_arg(c, "rdzv_comm_init_split", "timeout_s must be > 0");
   if (c->parent == NULL)
-    return -EINVAL;
+    return bad_arg(c, "rdzv_comm_init_split",
+                   "a world has no parent to split from");
   pthread_mutex_lock(&c->lock);
   if (c->state == RDZV_COMM_IDLE && c->path == NULL)
     rc = rdzv__comm_split_locked(c, timeout_s);
