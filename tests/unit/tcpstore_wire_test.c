@@ -1,0 +1,248 @@
+/* The TCPStore codec (store/tcpstore_wire.h) against the bytes that real
+ * torch 1.13 (legacy) and 2.6 (v2) clients send, recorded in
+ * ../shared/notes/tcpstore-protocol.md §3.1-3.2: each request whole, byte
+ * by byte (every proper prefix asks for more), back to back in one read,
+ * and the malformed cases that must close the connection. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/tcpstore_wire.h"
+
+#define CAP 8
+static const struct rdzv_ts_limits lim = {64, 64, CAP};
+
+/* u64 little-endian length prefix of n (< 256) */
+#define L(n) (n), 0, 0, 0, 0, 0, 0, 0
+
+struct parsed {
+  int rc;
+  size_t used;
+  struct rdzv_ts_req req;
+  struct rdzv_slice keys[CAP], vals[CAP];
+};
+
+static void parse(struct rdzv_ts_parser *ps, const uint8_t *p, size_t n,
+                  struct parsed *out) {
+  out->rc = rdzv_ts_parse(ps, p, n, &lim, out->keys, out->vals, CAP,
+                          &out->req, &out->used);
+}
+
+/* Parses p whole with a fresh copy of ps, and checks that every proper
+ * prefix asks for more bytes (fed to copies of the same state). */
+static void parse_whole(struct rdzv_ts_parser *ps, const uint8_t *p, size_t n,
+                        struct parsed *out) {
+  for (size_t k = 0; k < n; k++) {
+    struct rdzv_ts_parser copy = *ps;
+    struct parsed tmp;
+    parse(&copy, p, k, &tmp);
+    if (tmp.rc != 0)
+      fail_msg("prefix of %zu of %zu bytes: rc %d, want 0", k, n, tmp.rc);
+  }
+  parse(ps, p, n, out);
+  assert_int_equal(out->rc, 1);
+  assert_int_equal(out->used, n);
+}
+
+static int slice_is(struct rdzv_slice s, const char *want) {
+  return s.n == strlen(want) && memcmp(s.p, want, s.n) == 0;
+}
+
+static void test_legacy_client_bytes(void **state) {
+  (void)state;
+  struct rdzv_ts_parser ps = {0};
+  struct parsed r;
+  /* ADD "init/" +1, the 1.13 constructor's first request. */
+  const uint8_t add[] = {3, L(5), 'i', 'n', 'i', 't', '/', 1, 0, 0, 0, 0, 0, 0, 0};
+  parse_whole(&ps, add, sizeof(add), &r);
+  assert_int_equal(ps.dialect, RDZV_TS_LEGACY);
+  assert_int_equal(r.req.op, RDZV_TS_ADD);
+  assert_true(slice_is(r.keys[0], "init/"));
+  assert_int_equal(r.req.delta, 1);
+  /* SET "/k1" "v1": its first byte is 00, like v2's VALIDATE. */
+  const uint8_t set[] = {0, L(3), '/', 'k', '1', L(2), 'v', '1'};
+  struct rdzv_ts_parser fresh = {0};
+  parse_whole(&fresh, set, sizeof(set), &r);
+  assert_int_equal(fresh.dialect, RDZV_TS_LEGACY);
+  assert_int_equal(r.req.op, RDZV_TS_SET);
+  assert_true(slice_is(r.keys[0], "/k1") && slice_is(r.vals[0], "v1"));
+  /* WAIT ["/k1"] then GET "/k1", back to back in one read. */
+  const uint8_t wg[] = {5, L(1), L(3), '/', 'k', '1', 2, L(3), '/', 'k', '1'};
+  parse(&ps, wg, sizeof(wg), &r);
+  assert_int_equal(r.rc, 1);
+  assert_int_equal(r.req.op, RDZV_TS_WAIT);
+  assert_int_equal(r.req.nkeys, 1);
+  parse(&ps, wg + r.used, sizeof(wg) - r.used, &r);
+  assert_int_equal(r.rc, 1);
+  assert_int_equal(r.req.op, RDZV_TS_GET);
+  /* ADD "/cnt" -2 (two's complement). */
+  const uint8_t neg[] = {3, L(4), '/', 'c', 'n', 't', 0xfe, 0xff, 0xff, 0xff,
+                         0xff, 0xff, 0xff, 0xff};
+  parse_whole(&ps, neg, sizeof(neg), &r);
+  assert_int_equal(r.req.delta, -2);
+  /* COMPARE_SET "/k1" "v1" "v2", GETNUMKEYS, DELETE_KEY "/k1". */
+  const uint8_t cas[] = {1, L(3), '/', 'k', '1', L(2), 'v', '1', L(2), 'v', '2'};
+  parse_whole(&ps, cas, sizeof(cas), &r);
+  assert_int_equal(r.req.op, RDZV_TS_COMPARE_SET);
+  assert_true(slice_is(r.vals[0], "v1") && slice_is(r.vals[1], "v2"));
+  const uint8_t nk[] = {6};
+  parse_whole(&ps, nk, 1, &r);
+  assert_int_equal(r.req.op, RDZV_TS_GETNUMKEYS);
+  const uint8_t del[] = {8, L(3), '/', 'k', '1'};
+  parse_whole(&ps, del, sizeof(del), &r);
+  assert_int_equal(r.req.op, RDZV_TS_DELETE_KEY);
+  /* WATCH_KEY (C++ only) and codes past 8 close the connection. */
+  const uint8_t watch[] = {7, L(2), '/', 'w'};
+  parse(&ps, watch, sizeof(watch), &r);
+  assert_int_equal(r.rc, RDZV_EPROTO);
+  const uint8_t nine[] = {9};
+  parse(&ps, nine, 1, &r);
+  assert_int_equal(r.rc, RDZV_EPROTO);
+}
+
+static void test_legacy_numkeys_first(void **state) {
+  (void)state;
+  /* A 1-byte first request must not wait for 5 bytes. */
+  struct rdzv_ts_parser ps = {0};
+  struct parsed r;
+  const uint8_t nk[] = {6};
+  parse(&ps, nk, 1, &r);
+  assert_int_equal(r.rc, 1);
+  assert_int_equal(r.req.op, RDZV_TS_GETNUMKEYS);
+}
+
+static void test_v2_client_bytes(void **state) {
+  (void)state;
+  struct rdzv_ts_parser ps = {0};
+  struct parsed r;
+  const uint8_t validate[] = {0, 0xce, 0xf7, 0x85, 0x3c};
+  parse_whole(&ps, validate, sizeof(validate), &r);
+  assert_int_equal(ps.dialect, RDZV_TS_V2);
+  assert_int_equal(r.req.op, RDZV_TS_VALIDATE);
+  const uint8_t ping[] = {0x0d, 0xd3, 0x7b, 0, 0};
+  parse_whole(&ps, ping, sizeof(ping), &r);
+  assert_int_equal(r.req.op, RDZV_TS_PING);
+  assert_int_equal(r.req.u32, 0x7bd3);
+  const uint8_t set[] = {1, L(3), '/', 'k', '1', L(2), 'v', '1'};
+  parse_whole(&ps, set, sizeof(set), &r);
+  assert_int_equal(r.req.op, RDZV_TS_SET);
+  const uint8_t check[] = {5, L(2), L(3), '/', 'k', '1', L(6), '/', 'n', 'o',
+                           'k', 'e', 'y'};
+  parse_whole(&ps, check, sizeof(check), &r);
+  assert_int_equal(r.req.op, RDZV_TS_CHECK);
+  assert_int_equal(r.req.nkeys, 2);
+  assert_true(slice_is(r.keys[1], "/nokey"));
+  const uint8_t mset[] = {0x0b, L(2), L(3), '/', 'm', '1', L(1), 'a',
+                          L(3), '/', 'm', '2', L(2), 'b', 'b'};
+  parse_whole(&ps, mset, sizeof(mset), &r);
+  assert_int_equal(r.req.op, RDZV_TS_MULTI_SET);
+  assert_int_equal(r.req.nkeys, 2);
+  assert_int_equal(r.req.nvals, 2);
+  assert_true(slice_is(r.keys[1], "/m2") && slice_is(r.vals[1], "bb"));
+  const uint8_t mget[] = {0x0a, L(1), L(3), '/', 'm', '1'};
+  parse_whole(&ps, mget, sizeof(mget), &r);
+  assert_int_equal(r.req.op, RDZV_TS_MULTI_GET);
+  const uint8_t app[] = {9, L(3), '/', 'a', 'p', L(2), 'x', 'y'};
+  parse_whole(&ps, app, sizeof(app), &r);
+  assert_int_equal(r.req.op, RDZV_TS_APPEND);
+  const uint8_t cancel[] = {0x0c};
+  parse_whole(&ps, cancel, 1, &r);
+  assert_int_equal(r.req.op, RDZV_TS_CANCEL_WAIT);
+  /* A second VALIDATE, and opcodes of later releases, close. */
+  parse(&ps, validate, sizeof(validate), &r);
+  assert_int_equal(r.rc, RDZV_EPROTO);
+  const uint8_t queue_push[] = {14, L(1), 'q', L(1), 'v'};
+  parse(&ps, queue_push, sizeof(queue_push), &r);
+  assert_int_equal(r.rc, RDZV_EPROTO);
+}
+
+static void test_v2_needs_validate_first_and_right_magic(void **state) {
+  (void)state;
+  struct rdzv_ts_parser ps = {0};
+  struct parsed r;
+  const uint8_t bad[] = {0, 0xce, 0xf7, 0x85, 0x3c};
+  parse(&ps, bad, sizeof(bad), &r); /* v2 now, validated */
+  assert_int_equal(r.rc, 1);
+  /* A connection that is v2 only by a forged first byte cannot happen: a
+   * magic mismatch makes it legacy SET with a huge key length. */
+  struct rdzv_ts_parser ps2 = {0};
+  const uint8_t wrong[] = {0, 0xcf, 0xf7, 0x85, 0x3c, 0, 0, 0, 0};
+  parse(&ps2, wrong, sizeof(wrong), &r);
+  assert_int_equal(ps2.dialect, RDZV_TS_LEGACY);
+  assert_int_equal(r.rc, RDZV_EKEY_TOO_LONG);
+}
+
+static void test_limits(void **state) {
+  (void)state;
+  struct rdzv_ts_parser ps = {RDZV_TS_LEGACY, 0};
+  struct parsed r;
+  uint8_t big[200] = {0, L(65)};
+  parse(&ps, big, sizeof(big), &r);
+  assert_int_equal(r.rc, RDZV_EKEY_TOO_LONG);
+  uint8_t bigv[200] = {0, L(1), 'k', L(65)};
+  parse(&ps, bigv, sizeof(bigv), &r);
+  assert_int_equal(r.rc, RDZV_EVALUE_TOO_BIG);
+  /* More keys than the limit: refused from the count, before the keys. */
+  const uint8_t many[] = {5, L(CAP + 1)};
+  parse(&ps, many, sizeof(many), &r);
+  assert_int_equal(r.rc, RDZV_EFRAME_TOO_BIG);
+  /* A huge length never reads past the buffer. */
+  const uint8_t huge[] = {2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+  parse(&ps, huge, sizeof(huge), &r);
+  assert_int_equal(r.rc, RDZV_EKEY_TOO_LONG);
+}
+
+static void test_random_bytes_never_crash(void **state) {
+  (void)state;
+  uint8_t buf[64];
+  srand(7);
+  for (int i = 0; i < 20000; i++) {
+    struct rdzv_ts_parser ps = {0};
+    size_t n = (size_t)(rand() % (int)sizeof(buf));
+    for (size_t k = 0; k < n; k++)
+      buf[k] = (uint8_t)(rand() % 16 < 12 ? rand() % 16 : rand());
+    size_t off = 0;
+    struct parsed r;
+    for (;;) {
+      parse(&ps, buf + off, n - off, &r);
+      if (r.rc != 1)
+        break;
+      assert_true(r.used >= 1 && r.used <= n - off);
+      off += r.used;
+    }
+    assert_true(r.rc <= 1);
+  }
+}
+
+static void test_encoders(void **state) {
+  (void)state;
+  struct rdzv_buf b = {0};
+  assert_int_equal(rdzv_ts_put_blob(&b, "v1", 2), 0);
+  assert_int_equal(rdzv_ts_put_i64(&b, -2), 0);
+  assert_int_equal(rdzv_ts_put_u8(&b, RDZV_TS_STOP_WAITING), 0);
+  assert_int_equal(rdzv_ts_put_u32(&b, 0x7bd3), 0);
+  const uint8_t want[] = {L(2), 'v', '1', 0xfe, 0xff, 0xff, 0xff, 0xff,
+                          0xff, 0xff, 0xff, 0, 0xd3, 0x7b, 0, 0};
+  assert_int_equal(b.len, sizeof(want));
+  assert_memory_equal(b.data, want, sizeof(want));
+  rdzv_buf_free(&b);
+  assert_string_equal(rdzv_ts_op_name(RDZV_TS_COMPARE_SET), "compare_set");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_legacy_client_bytes),
+      cmocka_unit_test(test_legacy_numkeys_first),
+      cmocka_unit_test(test_v2_client_bytes),
+      cmocka_unit_test(test_v2_needs_validate_first_and_right_magic),
+      cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_random_bytes_never_crash),
+      cmocka_unit_test(test_encoders),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
