@@ -2,9 +2,11 @@
 #include "store/config.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 enum opt_kind { OPT_STR, OPT_U32, OPT_ROLE };
 
@@ -148,6 +150,9 @@ static int parse_argv(struct rdzv_daemon_config *cfg, int argc, char **argv,
   return 0;
 }
 
+/* The longest Unix socket path: sun_path less its NUL. */
+#define UNIX_PATH_MAX_BYTES (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
 /* unix:PATH, or [tcp:]HOST:PORT (HOST may be [v6]) with PORT 1..65535. */
 static int parent_ok(const char *a) {
   if (strncmp(a, "unix:", 5) == 0)
@@ -162,6 +167,140 @@ static int parent_ok(const char *a) {
   long port = strtol(colon + 1, &end, 10);
   return errno == 0 && end != colon + 1 && *end == '\0' && port >= 1 &&
          port <= 65535;
+}
+
+/* Splits [tcp:]HOST:PORT (HOST may be [v6]) into host (brackets dropped)
+ * and port; false if it is not one. */
+static bool host_port(const char *a, char *host, size_t hostlen, long *port) {
+  if (strncmp(a, "tcp:", 4) == 0)
+    a += 4;
+  const char *colon = strrchr(a, ':');
+  if (colon == NULL || colon == a)
+    return false;
+  const char *h = a;
+  size_t hl = (size_t)(colon - a);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  char *end = NULL;
+  errno = 0;
+  *port = strtol(colon + 1, &end, 10);
+  if (errno != 0 || end == colon + 1 || *end != '\0' || hl >= hostlen)
+    return false;
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  return true;
+}
+
+static bool is_wildcard(const char *host) {
+  return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
+static bool is_loopback(const char *host) {
+  return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+         strcmp(host, "localhost") == 0;
+}
+
+/* Whether a node's --parent is its own --listen address: the same host and
+ * port, or a loopback (or the wildcard) host and the port of a wildcard
+ * listener. Only the obvious cases: a name of this host other than
+ * localhost is not resolved. */
+static bool parent_is_self_tcp(const struct rdzv_daemon_config *cfg) {
+  char ph[256], lh[256];
+  long pp, lp;
+  if (strncmp(cfg->parent, "unix:", 5) == 0 || cfg->listen[0] == '\0' ||
+      !host_port(cfg->parent, ph, sizeof(ph), &pp) ||
+      !host_port(cfg->listen, lh, sizeof(lh), &lp) || lp == 0 || pp != lp)
+    return false;
+  if (strcmp(ph, lh) == 0)
+    return true;
+  if (is_wildcard(lh))
+    return is_wildcard(ph) || is_loopback(ph);
+  return strcmp(ph, "localhost") == 0 && is_loopback(lh);
+}
+
+/* Checks the values together, once all are read. 0 or -EINVAL. */
+static int check_config(const struct rdzv_daemon_config *cfg, char *err,
+                        size_t errlen) {
+  if (cfg->role == RDZV_DAEMON_NODE && cfg->parent[0] == '\0') {
+    snprintf(err, errlen, "--role node needs --parent ADDR");
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_NODE && !parent_ok(cfg->parent)) {
+    snprintf(err, errlen,
+             "--parent '%s' is neither unix:PATH nor [tcp:]HOST:PORT with a "
+             "port in 1..65535", cfg->parent);
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_ROOT && cfg->parent[0] != '\0') {
+    snprintf(err, errlen, "--role root takes no --parent");
+    return -EINVAL;
+  }
+  if (strlen(cfg->unix_path) > UNIX_PATH_MAX_BYTES) {
+    snprintf(err, errlen,
+             "--unix '%s' is %zu bytes; a Unix socket path holds at most %zu "
+             "bytes", cfg->unix_path, strlen(cfg->unix_path),
+             UNIX_PATH_MAX_BYTES);
+    return -EINVAL;
+  }
+  if (strncmp(cfg->parent, "unix:", 5) == 0 &&
+      strlen(cfg->parent + 5) > UNIX_PATH_MAX_BYTES) {
+    snprintf(err, errlen,
+             "--parent '%s': the path is %zu bytes; a Unix socket path holds "
+             "at most %zu bytes", cfg->parent, strlen(cfg->parent + 5),
+             UNIX_PATH_MAX_BYTES);
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_NODE && strncmp(cfg->parent, "unix:", 5) == 0 &&
+      cfg->unix_path[0] != '\0' && strcmp(cfg->parent + 5, cfg->unix_path) == 0) {
+    snprintf(err, errlen,
+             "--parent '%s' is its own --unix socket: a node's parent must be "
+             "another daemon", cfg->parent);
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_NODE && parent_is_self_tcp(cfg)) {
+    snprintf(err, errlen,
+             "--parent '%s' is its own --listen address (%s): a node's parent "
+             "must be another daemon", cfg->parent, cfg->listen);
+    return -EINVAL;
+  }
+  if (cfg->port_file[0] != '\0' && cfg->listen[0] == '\0') {
+    snprintf(err, errlen,
+             "--port-file needs a TCP listener, and --listen is empty");
+    return -EINVAL;
+  }
+  if (cfg->max_frame_bytes < 64) {
+    snprintf(err, errlen, "--max-frame-bytes must be at least 64 (got %u)",
+             cfg->max_frame_bytes);
+    return -EINVAL;
+  }
+  if (cfg->max_key_bytes == 0) {
+    snprintf(err, errlen,
+             "--max-key-bytes must be at least 1 (0 would refuse every key)");
+    return -EINVAL;
+  }
+  if (cfg->max_connections == 0) {
+    snprintf(err, errlen, "--max-connections must be at least 1 (0 would "
+                          "refuse every connection)");
+    return -EINVAL;
+  }
+  if (cfg->max_outstanding == 0) {
+    snprintf(err, errlen, "--max-outstanding must be at least 1 (0 would "
+                          "refuse every request)");
+    return -EINVAL;
+  }
+  if (cfg->hello_timeout_ms == 0) {
+    snprintf(err, errlen, "--hello-timeout-ms must be at least 1 (0 would "
+                          "drop every connection before its hello)");
+    return -EINVAL;
+  }
+  if (cfg->flush_ms > cfg->flush_max_ms) {
+    snprintf(err, errlen, "--flush-ms (%u) must not exceed --flush-max-ms (%u)",
+             cfg->flush_ms, cfg->flush_max_ms);
+    return -EINVAL;
+  }
+  return 0;
 }
 
 int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
@@ -183,24 +322,5 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
   int rc = parse_argv(cfg, argc, argv, out, err, errlen);
   if (rc != 0)
     return rc;
-  if (cfg->role == RDZV_DAEMON_NODE && cfg->parent[0] == '\0') {
-    snprintf(err, errlen, "--role node needs --parent ADDR");
-    return -EINVAL;
-  }
-  if (cfg->role == RDZV_DAEMON_NODE && !parent_ok(cfg->parent)) {
-    snprintf(err, errlen,
-             "--parent '%s' is neither unix:PATH nor [tcp:]HOST:PORT with a "
-             "port in 1..65535", cfg->parent);
-    return -EINVAL;
-  }
-  if (cfg->role == RDZV_DAEMON_ROOT && cfg->parent[0] != '\0') {
-    snprintf(err, errlen, "--role root takes no --parent");
-    return -EINVAL;
-  }
-  if (cfg->max_frame_bytes < 64 || cfg->max_key_bytes == 0) {
-    snprintf(err, errlen, "--max-frame-bytes must be >= 64 and "
-                          "--max-key-bytes >= 1");
-    return -EINVAL;
-  }
-  return 0;
+  return check_config(cfg, err, errlen);
 }

@@ -4,13 +4,16 @@
 #include "store/server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -537,9 +540,22 @@ static int write_port_file(const char *path, int port) {
   if (f == NULL)
     return -errno;
   fprintf(f, "%d\n", port);
-  if (fclose(f) != 0 || rename(tmp, path) != 0)
-    return -errno;
+  if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return -e;
+  }
   return 0;
+}
+
+/* The port the TCP listener is bound to (the kernel's choice for port 0). */
+static int tcp_bound_port(struct daemon *d) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (uv_tcp_getsockname(&d->tcp_listen, (struct sockaddr *)&ss, &len) < 0)
+    return 0;
+  /* sin_port and sin6_port sit at the same offset. */
+  return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
 static int listen_tcp(struct daemon *d) {
@@ -570,24 +586,14 @@ static int listen_tcp(struct daemon *d) {
             uv_strerror(rc));
     return rc;
   }
-  int len = sizeof(ss);
-  uv_tcp_getsockname(&d->tcp_listen, (struct sockaddr *)&ss, &len);
-  int bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-  snprintf(d->bound_addr, sizeof(d->bound_addr), "%s:%d", host, bound);
-  /* The port is published only after bind and listen succeeded. */
-  if (d->cfg.port_file[0] != '\0') {
-    rc = write_port_file(d->cfg.port_file, bound);
-    if (rc < 0) {
-      fprintf(stderr, "rdzvd: --port-file %s: %s\n", d->cfg.port_file,
-              strerror(-rc));
-      return rc;
-    }
-  }
+  snprintf(d->bound_addr, sizeof(d->bound_addr), "%s:%d", host,
+           tcp_bound_port(d));
   return 0;
 }
 
 /* True if something accepts connections on the Unix socket at path: a
- * live daemon, whose socket file must not be taken over. */
+ * daemon that does not take the lock below (an older rdzvd), whose socket
+ * must not be taken over either. */
 static bool unix_socket_live(const char *path) {
   struct sockaddr_un sa;
   if (strlen(path) >= sizeof(sa.sun_path))
@@ -617,35 +623,162 @@ static bool parent_dir_exists(const char *path) {
   return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The Unix socket's lock: whoever holds an exclusive flock on PATH.lock
+ * owns PATH, for its whole life. Taken before PATH is looked at, so two
+ * daemons started at once cannot both find PATH free, unlink and bind;
+ * the loser touches nothing. The holder removes PATH.lock (while still
+ * holding it) when it stops, so a lock taken on a file that was removed
+ * meanwhile is dropped and taken again on the current file. */
+static void unix_lock_path(const struct daemon *d, char *out, size_t n) {
+  snprintf(out, n, "%s.lock", d->cfg.unix_path);
+}
+
+/* Returns the locked descriptor, -EWOULDBLOCK when another process holds
+ * the lock, or -errno. */
+static int unix_lock_take(const char *lock_path) {
+  for (int tries = 0; tries < 100; tries++) {
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+      return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+      int e = errno;
+      close(fd);
+      return e == EAGAIN ? -EWOULDBLOCK : -e;
+    }
+    struct stat held, now;
+    if (fstat(fd, &held) == 0 && stat(lock_path, &now) == 0 &&
+        held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+      return fd;
+    close(fd); /* its holder removed that file as it stopped: retry */
+  }
+  return -EWOULDBLOCK;
+}
+
+/* The locks held by the daemons of this process (several share a process
+ * in the benchmark), by daemon. */
+struct unix_lock {
+  const struct daemon *d;
+  int fd;
+  struct unix_lock *next;
+};
+static struct unix_lock *unix_locks;
+static pthread_mutex_t unix_locks_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int unix_lock_keep(const struct daemon *d, int fd) {
+  struct unix_lock *l = malloc(sizeof(*l));
+  if (l == NULL)
+    return RDZV_ENOMEM;
+  l->d = d;
+  l->fd = fd;
+  pthread_mutex_lock(&unix_locks_mu);
+  l->next = unix_locks;
+  unix_locks = l;
+  pthread_mutex_unlock(&unix_locks_mu);
+  return 0;
+}
+
+/* Removes PATH.lock and releases the lock, if d holds it. */
+static void unix_lock_release(const struct daemon *d) {
+  struct unix_lock *l = NULL;
+  pthread_mutex_lock(&unix_locks_mu);
+  for (struct unix_lock **p = &unix_locks; *p != NULL; p = &(*p)->next) {
+    if ((*p)->d == d) {
+      l = *p;
+      *p = l->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&unix_locks_mu);
+  if (l == NULL)
+    return;
+  char lock_path[sizeof(d->cfg.unix_path) + 8];
+  unix_lock_path(d, lock_path, sizeof(lock_path));
+  unlink(lock_path);
+  close(l->fd);
+  free(l);
+}
+
+/* With the lock held: PATH may be free, or a stale socket of an earlier
+ * run (removed here); anything else is refused and left alone. */
+static int unix_path_claim(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) < 0)
+    return errno == ENOENT ? 0 : -errno;
+  if (!S_ISSOCK(st.st_mode)) {
+    fprintf(stderr, "rdzvd: unix:%s exists and is not a socket\n", path);
+    return -EEXIST;
+  }
+  if (unix_socket_live(path)) {
+    fprintf(stderr, "rdzvd: unix:%s is in use by a live daemon\n", path);
+    return -EADDRINUSE;
+  }
+  if (unlink(path) < 0 && errno != ENOENT) {
+    int e = errno;
+    fprintf(stderr, "rdzvd: unix:%s: cannot remove the stale socket: %s\n",
+            path, strerror(e));
+    return -e;
+  }
+  return 0;
+}
+
 static void close_cb_noop(uv_handle_t *h);
 
 static int listen_unix(struct daemon *d) {
-  if (d->cfg.unix_path[0] == '\0')
+  const char *path = d->cfg.unix_path;
+  struct sockaddr_un sa;
+  if (path[0] == '\0')
     return 0;
-  uv_pipe_init(d->loop, &d->unix_listen, 0);
-  d->unix_listen.data = d;
-  d->have_unix = true;
-  if (unix_socket_live(d->cfg.unix_path)) {
-    fprintf(stderr, "rdzvd: unix:%s is in use by a live daemon\n",
-            d->cfg.unix_path);
-    d->have_unix = false;
-    uv_close((uv_handle_t *)&d->unix_listen, close_cb_noop);
+  if (strlen(path) >= sizeof(sa.sun_path)) {
+    fprintf(stderr,
+            "rdzvd: unix:%s: the path is %zu bytes; a Unix socket path holds "
+            "at most %zu bytes\n",
+            path, strlen(path), sizeof(sa.sun_path) - 1);
+    return RDZV_EBAD_ADDR;
+  }
+  char lock_path[sizeof(d->cfg.unix_path) + 8];
+  unix_lock_path(d, lock_path, sizeof(lock_path));
+  int fd = unix_lock_take(lock_path);
+  if (fd == -EWOULDBLOCK) {
+    fprintf(stderr, "rdzvd: unix:%s is in use by a live daemon\n", path);
     return -EADDRINUSE;
   }
-  unlink(d->cfg.unix_path); /* a stale socket file of an earlier run */
-  int rc = uv_pipe_bind(&d->unix_listen, d->cfg.unix_path);
-  if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&d->unix_listen, (int)d->cfg.backlog,
-                   on_connection);
-  if (rc < 0 && !parent_dir_exists(d->cfg.unix_path)) {
+  if (fd < 0 && !parent_dir_exists(path)) {
     fprintf(stderr,
             "rdzvd: listen on unix:%s: its directory does not exist "
             "(create it first)\n",
-            d->cfg.unix_path);
-    rc = UV_ENOENT;
-  } else if (rc < 0) {
-    fprintf(stderr, "rdzvd: listen on unix:%s: %s\n", d->cfg.unix_path,
-            uv_strerror(rc));
+            path);
+    return UV_ENOENT;
+  }
+  if (fd < 0) {
+    fprintf(stderr, "rdzvd: unix:%s: cannot take its lock file %s: %s\n",
+            path, lock_path, strerror(-fd));
+    return fd;
+  }
+  bool bound = false;
+  int rc = unix_path_claim(path);
+  if (rc == 0) {
+    uv_pipe_init(d->loop, &d->unix_listen, 0);
+    d->unix_listen.data = d;
+    d->have_unix = true;
+    rc = uv_pipe_bind(&d->unix_listen, path);
+    bound = rc == 0;
+    if (rc == 0)
+      rc = uv_listen((uv_stream_t *)&d->unix_listen, (int)d->cfg.backlog,
+                     on_connection);
+    if (rc < 0)
+      fprintf(stderr, "rdzvd: listen on unix:%s: %s\n", path, uv_strerror(rc));
+  }
+  if (rc == 0)
+    rc = unix_lock_keep(d, fd);
+  if (rc < 0) {
+    if (d->have_unix) {
+      uv_close((uv_handle_t *)&d->unix_listen, close_cb_noop);
+      d->have_unix = false;
+    }
+    if (bound)
+      unlink(path);
+    unlink(lock_path);
+    close(fd);
   }
   return rc;
 }
@@ -672,8 +805,9 @@ void rdzv_daemon_stop(struct daemon *d) {
     uv_close((uv_handle_t *)&d->tcp_listen, close_cb_noop);
   if (d->have_unix) {
     uv_close((uv_handle_t *)&d->unix_listen, close_cb_noop);
-    unlink(d->cfg.unix_path);
+    unlink(d->cfg.unix_path); /* ours: we hold its lock */
   }
+  unix_lock_release(d);
   uv_close((uv_handle_t *)&d->flush_idle, close_cb_noop);
   uv_close((uv_handle_t *)&d->flush_check, close_cb_noop);
 }
@@ -692,6 +826,7 @@ static void free_jobs(struct daemon *d) {
 void rdzv_daemon_free(struct daemon *d) {
   if (d == NULL)
     return;
+  unix_lock_release(d); /* stopped already, unless the caller skipped it */
   free_jobs(d);
   free(d);
 }
@@ -720,6 +855,14 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   int rc = cfg->listen[0] != '\0' ? listen_tcp(d) : 0;
   if (rc == 0)
     rc = listen_unix(d);
+  /* The port is published only once every listener is up: a script that
+   * waits for the port file must never find a daemon that gave up. */
+  if (rc == 0 && d->have_tcp && cfg->port_file[0] != '\0') {
+    rc = write_port_file(cfg->port_file, tcp_bound_port(d));
+    if (rc < 0)
+      fprintf(stderr, "rdzvd: --port-file %s: %s\n", cfg->port_file,
+              strerror(-rc));
+  }
   if (rc < 0) {
     rdzv_daemon_stop(d);
     *out = d; /* the caller runs the loop to close handles, then frees */
