@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/un.h>
 
 #include "rdzv/rdzv.h"
 
@@ -53,6 +54,7 @@ static const char usage_text[] =
     "  append KEY VALUE               append VALUE to KEY's value\n"
     "  num-keys                       print the number of keys in the job\n"
     "  barrier NAME MEMBER COUNT      wait until COUNT members reach NAME\n"
+    "                                 (MEMBER: 0 .. COUNT-1)\n"
     "  gather NAME MEMBER COUNT DATA  contribute DATA; print every member's\n"
     "                                 contribution as MEMBER<TAB>DATA lines,\n"
     "                                 in member order\n"
@@ -313,6 +315,27 @@ static double remaining(const struct ctl *ctl) {
   return ctl->timeout_s - used;
 }
 
+/* Why the library refused an address (it has no handle to say so). */
+static const char *addr_hint(const char *addr) {
+  static char buf[160];
+  struct sockaddr_un sa;
+
+  if (strncmp(addr, "unix:", 5) == 0) {
+    size_t n = strlen(addr + 5);
+    if (n == 0 || strcmp(addr + 5, "@") == 0)
+      return "no socket path after unix:";
+    if (n >= sizeof sa.sun_path) {
+      snprintf(buf, sizeof buf,
+               "the socket path is %zu bytes; a Unix socket path holds at "
+               "most %zu bytes",
+               n, sizeof sa.sun_path - 1);
+      return buf;
+    }
+  }
+  return "expected unix:/path, tcp:HOST:PORT or HOST:PORT with a port in "
+         "1..65535 (an IPv6 host in brackets)";
+}
+
 /* Creates the handle and connects, so that "could not connect" (exit 4)
  * stays apart from "connected, but the command's deadline passed"
  * (exit 3). */
@@ -324,10 +347,13 @@ static int open_client(struct ctl *ctl) {
   opts.addr = ctl->addr;
   opts.job_id = ctl->job;
   err = rdzv_client_create(&opts, &ctl->client);
-  if (err == RDZV_EBAD_ADDR || err == RDZV_EJOB_ID_MISSING) {
-    fprintf(stderr, "rdzvctl: %s '%s': %s\n",
-            err == RDZV_EBAD_ADDR ? "--addr" : "--job",
-            err == RDZV_EBAD_ADDR ? ctl->addr : ctl->job, rdzv_strerror(err));
+  if (err == RDZV_EBAD_ADDR) {
+    fprintf(stderr, "rdzvctl: --addr '%s': %s (%s)\n", ctl->addr,
+            rdzv_strerror(err), addr_hint(ctl->addr));
+    return EXIT_USAGE;
+  }
+  if (err == RDZV_EJOB_ID_MISSING) {
+    fprintf(stderr, "rdzvctl: --job '%s': %s\n", ctl->job, rdzv_strerror(err));
     return EXIT_USAGE;
   }
   if (err < 0) {
@@ -499,15 +525,23 @@ static int cmd_num_keys(struct ctl *ctl, int argc, char **argv) {
   return EXIT_OK;
 }
 
-/* MEMBER and COUNT of barrier and gather: COUNT >= 1. */
-static int parse_member_count(char **argv, uint64_t *member, uint64_t *count) {
+/* MEMBER and COUNT of barrier and gather: COUNT >= 1, MEMBER < COUNT. */
+static int parse_member_count(const char *cmd, char **argv, uint64_t *member,
+                              uint64_t *count) {
   if (parse_u64(argv[1], member) < 0) {
-    usage_error("MEMBER '%s' is not a decimal uint64", argv[1]);
+    usage_error("%s: MEMBER '%s' is not a decimal uint64", cmd, argv[1]);
     return EXIT_USAGE;
   }
   if (parse_u64(argv[2], count) < 0 || *count == 0 ||
       *count > (uint64_t)INT64_MAX) {
-    usage_error("COUNT '%s' is not a positive decimal int64", argv[2]);
+    usage_error("%s: COUNT '%s' is not a positive decimal int64", cmd,
+                argv[2]);
+    return EXIT_USAGE;
+  }
+  if (*member >= *count) {
+    usage_error("%s: MEMBER must be < COUNT (members are 0 .. %" PRIu64
+                "; got MEMBER %" PRIu64 ")",
+                cmd, *count - 1, *member);
     return EXIT_USAGE;
   }
   return EXIT_OK;
@@ -518,7 +552,7 @@ static int cmd_barrier(struct ctl *ctl, int argc, char **argv) {
   uint64_t count;
   int err;
 
-  err = parse_member_count(argv, &member, &count);
+  err = parse_member_count(ctl->cmd, argv, &member, &count);
   if (err != EXIT_OK)
     return err;
   err = rdzv_store_barrier(ctl->client, argv[0], member, count, remaining(ctl));
@@ -532,7 +566,7 @@ static int cmd_gather(struct ctl *ctl, int argc, char **argv) {
   uint64_t i;
   int err;
 
-  err = parse_member_count(argv, &member, &count);
+  err = parse_member_count(ctl->cmd, argv, &member, &count);
   if (err != EXIT_OK)
     return err;
   err = rdzv_store_gather(ctl->client, argv[0], member, count, argv[3],

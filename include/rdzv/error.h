@@ -24,7 +24,7 @@ extern "C" {
   X(ETOO_MANY_CONNECTIONS, -1008, "server is at its connection limit")      \
   X(EDEADLINE, -1009, "deadline passed")                                     \
   X(ENOKEY, -1010, "key not found")                                          \
-  X(EWRITE_ONCE, -1011, "write-once key already holds another value")       \
+  X(EWRITE_ONCE, -1011, "key is write-once: it cannot be changed or deleted") \
   X(ECAS_FAILED, -1012, "compare-and-set: current value differs")           \
   X(ENOTCONN, -1013, "not connected")                                        \
   X(ECANCELED, -1014, "request canceled")                                    \

@@ -51,6 +51,36 @@ expect 1 "" set once b --write-once
 expect 0 "3" num-keys
 expect 2 "" frobnicate
 
+# stderr_has TEXT: the last expect's stderr contains TEXT.
+stderr_has() {
+  if ! grep -qF -- "$1" "$dir/err"; then
+    echo "FAIL: stderr [$(cat "$dir/err")] lacks [$1]"
+    fails=$((fails + 1))
+  fi
+}
+# A write-once key can be neither deleted nor appended to, and the message
+# says so (not "holds another value").
+expect 1 "" delete once
+stderr_has "key is write-once: it cannot be changed or deleted"
+expect 1 "" append once x
+stderr_has "key is write-once: it cannot be changed or deleted"
+expect 0 "a" get once
+# Member ids are 0 .. COUNT-1: the message names the rule.
+expect 2 "" barrier b 4 4
+stderr_has "barrier: MEMBER must be < COUNT"
+expect 2 "" gather g 7 2 data
+stderr_has "gather: MEMBER must be < COUNT"
+# A Unix socket path over sun_path's 107 bytes is refused, not cut short.
+long=/tmp/$(printf 'y%.0s' $(seq 120))
+out=$("$ctl_bin" --addr "unix:$long" --job cli get k 2>"$dir/err")
+rc=$?
+if [ "$rc" != 2 ] || ! grep -qF "a Unix socket path holds at most 107 bytes" "$dir/err"; then
+  echo "FAIL: rdzvctl --addr unix:<125 bytes>: status $rc (want 2), stderr [$(cat "$dir/err")]"
+  fails=$((fails + 1))
+else
+  echo "ok: rdzvctl --addr unix:<125 bytes> refused"
+fi
+
 # A barrier with members 1 and 2 of 4 present: both time out (status 3)
 # and stderr names the missing members 0 and 3.
 ctl --timeout 1 barrier b 1 4 2>"$dir/b1" &
