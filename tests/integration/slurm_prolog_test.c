@@ -2,7 +2,10 @@
  * (and, on the first host, the root) on 3 simulated hosts, the TaskProlog
  * gives ranks their address and job id, 6 rdzv-example ranks (2 a host)
  * complete the rendezvous through the tree the Prolog built, and the
- * Epilog stops every daemon and removes its files. `scontrol` is a test
+ * Epilog stops every daemon and removes its files. Prologs that cannot
+ * start their daemons (a second job whose node port collides with the
+ * first's, a daemon that exits at once) fail with a message and leave
+ * nothing running. `scontrol` is a test
  * double (a script printing the host list); the hosts are 127.0.0.1-3, so
  * every host's name resolves and each binds its own loopback address. */
 #include <stdarg.h>
@@ -10,6 +13,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,10 +35,19 @@ static void write_file(const char *path, const char *text, mode_t mode) {
   chmod(path, mode);
 }
 
-/* Runs a deploy script for host h with the job's Slurm environment. */
-static int run_script(const char *script, int h, char **out) {
+static int file_exists(const char *fmt, int h) {
+  char path[256];
+  snprintf(path, sizeof(path), fmt, dir, h);
+  return access(path, F_OK) == 0;
+}
+
+/* Runs a deploy script for host h with job's Slurm environment, and bin
+ * as RDZV_BIN (NULL: the rdzvd built here). *out (if not NULL) gets its
+ * stdout and stderr. */
+static int run_job_script(const char *script, int h, int job,
+                          const char *bin_path, char **out) {
   char path[3000], env_path[4200], host[32], rundir[128],
-      bin[1200], sc[1200];
+      bin[1200], sc[1200], job_env[48];
   snprintf(sc, sizeof(sc), "%s/deploy/slurm/%s", cwd, script);
   snprintf(path, sizeof(path), "%s", getenv("PATH") ? getenv("PATH") : "");
   snprintf(env_path, sizeof(env_path), "PATH=%s:%s", dir, path);
@@ -42,13 +55,19 @@ static int run_script(const char *script, int h, char **out) {
   char listen[48];
   snprintf(listen, sizeof(listen), "RDZV_LISTEN_ADDR=127.0.0.%d", h + 1);
   snprintf(rundir, sizeof(rundir), "RDZV_RUN_DIR=%s/host%d", dir, h);
-  snprintf(bin, sizeof(bin), "RDZV_BIN=%s/tools/rdzvd", cwd);
+  if (bin_path != NULL)
+    snprintf(bin, sizeof(bin), "RDZV_BIN=%s", bin_path);
+  else
+    snprintf(bin, sizeof(bin), "RDZV_BIN=%s/tools/rdzvd", cwd);
+  snprintf(job_env, sizeof(job_env), "SLURM_JOB_ID=%d", job);
   int job_port = 20000 + (int)(getpid() % 20000);
   char base[48];
   snprintf(base, sizeof(base), "RDZV_PORT_BASE=%d", job_port);
   char *argv[] = {"/usr/bin/env", env_path, host, listen, rundir, bin, base,
-                  "RDZV_PORT_RANGE=7", "RDZV_FANOUT=1", "SLURM_JOB_ID=4242",
-                  "SLURM_JOB_NODELIST=127.0.0.[1-3]", sc, NULL};
+                  "RDZV_PORT_RANGE=7", "RDZV_FANOUT=1",
+                  "RDZV_START_TIMEOUT=10", job_env,
+                  "SLURM_JOB_NODELIST=127.0.0.[1-3]", "/bin/sh", "-c",
+                  "exec \"$0\" 2>&1", sc, NULL};
   struct proc p;
   assert_int_equal(proc_start(&p, argv, 1), 0);
   char *text = proc_read_all(&p);
@@ -59,11 +78,70 @@ static int run_script(const char *script, int h, char **out) {
   return proc_wait(&p);
 }
 
-static int file_exists(const char *fmt, int h) {
-  char path[256];
-  snprintf(path, sizeof(path), fmt, dir, h);
-  return access(path, F_OK) == 0;
+static int run_script(const char *script, int h, char **out) {
+  return run_job_script(script, h, 4242, NULL, out);
 }
+
+/* Processes whose command line contains text (a daemon's --name=...). */
+static int count_procs(const char *text) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  assert_non_null(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char path[300], buf[4096];
+    if (e->d_name[0] < '0' || e->d_name[0] > '9')
+      continue;
+    snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+      continue;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < len; i++)
+      if (buf[i] == '\0')
+        buf[i] = ' ';
+    buf[len] = '\0';
+    n += strstr(buf, text) != NULL;
+  }
+  closedir(d);
+  return n;
+}
+
+/* A Prolog that cannot start its daemons fails, says why, and leaves no
+ * daemon or pid file of that job behind; job 4242's daemons, which hold
+ * the ports, are not disturbed. */
+static void check_failed_prologs(void) {
+  /* Job 4249 is 4242 mod RDZV_PORT_RANGE (7): its node's port is taken on
+   * every host. On host 0 its root starts (port 0) and must be stopped. */
+  for (int h = 0; h < 3; h++) {
+    char *out = NULL;
+    int rc = run_job_script("prolog.sh", h, 4249, NULL, &out);
+    assert_non_null(out);
+    if (rc == 0 || strstr(out, "the node daemon did not start") == NULL ||
+        strstr(out, "is in use: another job whose id equals 4249 mod "
+                    "RDZV_PORT_RANGE (7)") == NULL ||
+        strstr(out, "address already in use") == NULL)
+      fail_msg("prolog of job 4249 on host %d: status %d, output [%s]", h, rc,
+               out);
+    free(out);
+    assert_false(file_exists("%s/host%d/4249.node.pid", h));
+    assert_false(file_exists("%s/host%d/4249.root.pid", h));
+    assert_false(file_exists("%s/host%d/4249.sock", h));
+  }
+  assert_int_equal(count_procs("--name=root-4249"), 0);
+  /* A daemon that exits at once (here: not rdzvd at all). */
+  char *out = NULL;
+  int rc = run_job_script("prolog.sh", 1, 4250, "/bin/false", &out);
+  assert_non_null(out);
+  if (rc == 0 || strstr(out, "the node daemon did not start (it exited)") ==
+                     NULL)
+    fail_msg("prolog with RDZV_BIN=/bin/false: status %d, output [%s]", rc,
+             out);
+  free(out);
+  assert_false(file_exists("%s/host%d/4250.node.pid", 1));
+}
+
 
 static void test_prolog_task_prolog_epilog(void **state) {
   (void)state;
@@ -81,6 +159,9 @@ static void test_prolog_task_prolog_epilog(void **state) {
     assert_int_equal(run_script("prolog.sh", h, NULL), 0);
   assert_true(file_exists("%s/host%d/4242.root.pid", 0));
   assert_false(file_exists("%s/host%d/4242.root.pid", 1));
+  for (int h = 0; h < 3; h++)
+    assert_true(file_exists("%s/host%d/4242.node.port", h));
+  check_failed_prologs();
   struct proc ranks[6];
   for (int i = 0; i < 6; i++) {
     char *env = NULL;
@@ -114,8 +195,11 @@ static void test_prolog_task_prolog_epilog(void **state) {
     assert_int_equal(run_script("epilog.sh", h, NULL), 0);
   for (int h = 0; h < 3; h++) {
     assert_false(file_exists("%s/host%d/4242.sock", h));
+    assert_false(file_exists("%s/host%d/4242.sock.lock", h));
     assert_false(file_exists("%s/host%d/4242.node.pid", h));
+    assert_false(file_exists("%s/host%d/4242.node.port", h));
   }
+  assert_false(file_exists("%s/host%d/4242.root.port", 0));
   char cmd[128];
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
