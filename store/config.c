@@ -58,6 +58,12 @@ static const struct opt opts[] = {
           hello_timeout_ms, "drop a connection that sends no hello"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
+  STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen,
+          "serve PyTorch c10d TCPStore clients on HOST:PORT (empty: no)"),
+  STR_OPT("tcpstore-job", "RDZVD_TCPSTORE_JOB", "", tcpstore_job,
+          "the job whose keys TCPStore clients read and write"),
+  STR_OPT("tcpstore-port-file", "RDZVD_TCPSTORE_PORT_FILE", "",
+          tcpstore_port_file, "write the TCPStore port here once listening"),
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 

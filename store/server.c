@@ -511,7 +511,7 @@ static void on_connection(uv_stream_t *server, int status) {
   uv_read_start(&c->h.stream, on_alloc, on_read);
 }
 
-static int split_host_port(const char *addr, char *host, size_t hostlen,
+int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
                            int *port) {
   const char *colon = strrchr(addr, ':');
   if (colon == NULL)
@@ -533,7 +533,7 @@ static int split_host_port(const char *addr, char *host, size_t hostlen,
   return 0;
 }
 
-static int write_port_file(const char *path, int port) {
+int rdzv__write_port_file(const char *path, int port) {
   char tmp[300];
   snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
   FILE *f = fopen(tmp, "w");
@@ -562,7 +562,7 @@ static int listen_tcp(struct daemon *d) {
   char host[256];
   int port;
   struct sockaddr_storage ss;
-  int rc = split_host_port(d->cfg.listen, host, sizeof(host), &port);
+  int rc = rdzv__split_host_port(d->cfg.listen, host, sizeof(host), &port);
   if (rc < 0) {
     fprintf(stderr, "rdzvd: --listen '%s' is not HOST:PORT\n", d->cfg.listen);
     return rc;
@@ -792,6 +792,8 @@ void rdzv_daemon_stop(struct daemon *d) {
     return;
   d->stopping = true;
   rdzv__log(d, 1, "stopping");
+  rdzv__tcpstore_stop(d->tcpstore); /* its in-process connections first */
+  d->tcpstore = NULL;
   struct conn *c;
   while ((c = TAILQ_FIRST(&d->conns)) != NULL)
     conn_close(c);
@@ -858,11 +860,14 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   /* The port is published only once every listener is up: a script that
    * waits for the port file must never find a daemon that gave up. */
   if (rc == 0 && d->have_tcp && cfg->port_file[0] != '\0') {
-    rc = write_port_file(cfg->port_file, tcp_bound_port(d));
+    rc = rdzv__write_port_file(cfg->port_file, tcp_bound_port(d));
     if (rc < 0)
       fprintf(stderr, "rdzvd: --port-file %s: %s\n", cfg->port_file,
               strerror(-rc));
   }
+  if (rc == 0 && cfg->tcpstore_listen[0] != '\0')
+    rc = rdzv__tcpstore_start(d, cfg->tcpstore_listen, cfg->tcpstore_job,
+                              cfg->tcpstore_port_file, &d->tcpstore);
   if (rc < 0) {
     rdzv_daemon_stop(d);
     *out = d; /* the caller runs the loop to close handles, then frees */

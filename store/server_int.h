@@ -130,7 +130,26 @@ struct daemon {
   char bound_addr[300];
   uint64_t start_ms;
   bool stopping;
+  struct ts_server *tcpstore; /* --tcpstore-listen, or NULL */
 };
+
+/* "HOST:PORT" or "[V6]:PORT" into host and port. 0 or RDZV_EBAD_ADDR. */
+int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
+                          int *port);
+/* Writes "PORT\n" to path atomically (a temporary file renamed). 0 or
+ * -errno. */
+int rdzv__write_port_file(const char *path, int port);
+
+/* The TCPStore front end (store/tcpstore.c): listens on listen (HOST:PORT)
+ * for PyTorch c10d TCPStore clients, whose keys live in job `job`; writes
+ * the bound port to port_file (may be empty). *out is set even on failure
+ * (pass it to rdzv__tcpstore_stop). Returns 0 or a negative status (a
+ * message went to stderr). */
+struct ts_server;
+int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
+                         const char *port_file, struct ts_server **out);
+/* Closes the listener and every TCPStore connection. NULL is a no-op. */
+void rdzv__tcpstore_stop(struct ts_server *s);
 
 /* Finds or creates the job named id (len bytes). NULL on ENOMEM. */
 struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len);
