@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the wire decoder with libFuzzer for a bounded time.
+# Fuzzes the wire decoder and the TCPStore codec with libFuzzer, each for a
+# bounded time.
 #
 # Usage: tests/fuzz/run_fuzz.sh [SECONDS]   (default 20)
 #
@@ -23,30 +24,38 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cc="${CC:-clang}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/rdzv-wire-fuzz.XXXXXX")"
 
-"$cc" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
-  -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
-  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -I"$root/include" -I"$root" \
-  "$root/store/wire.c" "$root/store/error.c" "$root/tests/fuzz/wire_fuzz.c" \
-  -o "$work/wire_fuzz"
+# fuzz NAME SOURCES... : builds tests/fuzz/NAME.c with the SOURCES and
+# fuzzes a scratch copy of its corpus for $secs seconds.
+fuzz() {
+  local name=$1 corpus=$2 dict=$3
+  shift 3
+  "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
+    -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    -I"$root/include" -I"$root" \
+    "$@" "$root/tests/fuzz/$name.c" -o "$work/$name"
+  mkdir "$work/$name.corpus" "$work/$name.artifacts"
+  cp "$root/tests/fuzz/$corpus"/* "$work/$name.corpus/"
+  local rc=0 extra=()
+  [ -n "$dict" ] && extra=(-dict="$root/tests/fuzz/$dict")
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    "$work/$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=4096 -print_final_stats=1 "${extra[@]}" \
+    -artifact_prefix="$work/$name.artifacts/" "$work/$name.corpus" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "run_fuzz.sh: $name FAILED (exit $rc); inputs kept in $work/$name.artifacts" >&2
+    exit "$rc"
+  fi
+  if [ -n "$(ls -A "$work/$name.artifacts")" ]; then
+    echo "run_fuzz.sh: $name FAILED: artifacts in $work/$name.artifacts" >&2
+    exit 1
+  fi
+  echo "run_fuzz.sh: $name OK, no crash in ${secs}s"
+}
 
-mkdir "$work/corpus" "$work/artifacts"
-cp "$root"/tests/fuzz/corpus/* "$work/corpus/"
-
-rc=0
-ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" \
-  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-  "$work/wire_fuzz" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-  -max_len=4096 -print_final_stats=1 -dict="$root/tests/fuzz/wire.dict" \
-  -artifact_prefix="$work/artifacts/" "$work/corpus" || rc=$?
-
-if [ "$rc" -ne 0 ]; then
-  echo "run_fuzz.sh: FAILED (exit $rc); inputs kept in $work/artifacts" >&2
-  exit "$rc"
-fi
-if [ -n "$(ls -A "$work/artifacts")" ]; then
-  echo "run_fuzz.sh: FAILED: artifacts in $work/artifacts" >&2
-  exit 1
-fi
+fuzz wire_fuzz corpus wire.dict "$root/store/wire.c" "$root/store/error.c"
+fuzz tcpstore_fuzz tcpstore_corpus "" "$root/store/tcpstore_wire.c" \
+  "$root/store/wire.c" "$root/store/error.c"
 rm -rf "$work"
-echo "run_fuzz.sh: OK, no crash in ${secs}s"
+echo "run_fuzz.sh: OK"
