@@ -29,5 +29,9 @@ rdzv_start() {
   "${RDZVD:-bazel-bin/tools/rdzvd}" "${args[@]}" &
   rdzv_pids+=($!)
   for _ in $(seq 1000); do [ -s "$dir/$name.port" ] && break; sleep 0.01; done
+  if [ ! -s "$dir/$name.port" ]; then
+    echo "daemons.sh: rdzvd $name did not start (no port file in 10 s)" >&2
+    return 1
+  fi
   addr="127.0.0.1:$(cat "$dir/$name.port")"
 }
