@@ -857,6 +857,9 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   int rc = cfg->listen[0] != '\0' ? listen_tcp(d) : 0;
   if (rc == 0)
     rc = listen_unix(d);
+  if (rc == 0 && cfg->tcpstore_listen[0] != '\0')
+    rc = rdzv__tcpstore_start(d, cfg->tcpstore_listen, cfg->tcpstore_job,
+                              cfg->tcpstore_port_file, &d->tcpstore);
   /* The port is published only once every listener is up: a script that
    * waits for the port file must never find a daemon that gave up. */
   if (rc == 0 && d->have_tcp && cfg->port_file[0] != '\0') {
@@ -865,9 +868,6 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
       fprintf(stderr, "rdzvd: --port-file %s: %s\n", cfg->port_file,
               strerror(-rc));
   }
-  if (rc == 0 && cfg->tcpstore_listen[0] != '\0')
-    rc = rdzv__tcpstore_start(d, cfg->tcpstore_listen, cfg->tcpstore_job,
-                              cfg->tcpstore_port_file, &d->tcpstore);
   if (rc < 0) {
     rdzv_daemon_stop(d);
     *out = d; /* the caller runs the loop to close handles, then frees */

@@ -16,5 +16,5 @@ for name in node root; do
   kill -KILL "$pid" 2>/dev/null
   rm -f "$pidfile" "$run/$job.$name.port"
 done
-rm -f "$run/$job.sock" "$run/$job.sock.lock"
+rm -f "$run/$job.sock" "$run/$job.sock.lock" "$run/$job.tcpstore.port"
 exit 0

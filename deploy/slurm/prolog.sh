@@ -13,6 +13,9 @@
 #   RDZV_PORT_RANGE    node ports (job id mod)   (default 1000)
 #   RDZV_LISTEN_ADDR   address to listen on      (default 0.0.0.0)
 #   RDZV_START_TIMEOUT seconds to wait for each daemon to listen (default 10)
+#   RDZV_TCPSTORE      1: the node also serves PyTorch's TCPStore protocol
+#                      on 127.0.0.1 (port in RDZV_RUN_DIR/<job>.tcpstore.port;
+#                      task-prolog.sh points MASTER_ADDR/MASTER_PORT at it)
 #
 # Ports. A node's children on other hosts must know its port without asking
 # anyone (no shared file system is assumed), so the node listens on the
@@ -124,7 +127,13 @@ if [ "$index" -eq 0 ]; then
 else
   parent="${hosts[$(((index - 1) / fanout))]}:$port"
 fi
+tcpstore=()
+if [ "${RDZV_TCPSTORE:-0}" = 1 ]; then
+  rm -f "$run/$job.tcpstore.port"
+  tcpstore=(--tcpstore-listen=127.0.0.1:0 --tcpstore-job="$job"
+    --tcpstore-port-file="$run/$job.tcpstore.port")
+fi
 start node --role=node --parent="$parent" --listen="$listen:$port" \
-  --unix="$run/$job.sock" --name="$me"
+  --unix="$run/$job.sock" --name="$me" "${tcpstore[@]}"
 wait_started node "port $port on $listen"
 exit 0

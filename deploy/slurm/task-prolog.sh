@@ -6,3 +6,13 @@
 [ -r /etc/default/rdzv ] && . /etc/default/rdzv
 echo "export RDZV_ADDR=unix:${RDZV_RUN_DIR:-/run/rdzv}/${SLURM_JOB_ID}.sock"
 echo "export RDZV_JOB=${SLURM_JOB_ID}"
+# With RDZV_TCPSTORE=1 the node also speaks PyTorch's TCPStore protocol:
+# every rank is a client of its own host's node (torch's env:// then
+# starts no server on rank 0: TORCHELASTIC_USE_AGENT_STORE), and the tree
+# carries the keys between hosts.
+ts="${RDZV_RUN_DIR:-/run/rdzv}/${SLURM_JOB_ID}.tcpstore.port"
+if [ -s "$ts" ]; then
+  echo "export MASTER_ADDR=127.0.0.1"
+  echo "export MASTER_PORT=$(cat "$ts")"
+  echo "export TORCHELASTIC_USE_AGENT_STORE=True"
+fi

@@ -13,12 +13,15 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,7 +67,7 @@ static int run_job_script(const char *script, int h, int job,
   char base[48];
   snprintf(base, sizeof(base), "RDZV_PORT_BASE=%d", job_port);
   char *argv[] = {"/usr/bin/env", env_path, host, listen, rundir, bin, base,
-                  "RDZV_PORT_RANGE=7", "RDZV_FANOUT=1",
+                  "RDZV_PORT_RANGE=7", "RDZV_FANOUT=1", "RDZV_TCPSTORE=1",
                   "RDZV_START_TIMEOUT=10", job_env,
                   "SLURM_JOB_NODELIST=127.0.0.[1-3]", "/bin/sh", "-c",
                   "exec \"$0\" 2>&1", sc, NULL};
@@ -143,6 +146,53 @@ static void check_failed_prologs(void) {
 }
 
 
+/* Sends req to a TCPStore port on 127.0.0.1 and reads want_len bytes of
+ * reply (0: none expected) into out. Returns the bytes read, or -1. */
+static int ts_exchange(int port, const void *req, size_t len, uint8_t *out,
+                       size_t want_len) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(0x7f000001)};
+  if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+      write(fd, req, len) != (ssize_t)len) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  size_t got = 0;
+  while (got < want_len) {
+    ssize_t k = read(fd, out + got, want_len - got);
+    if (k <= 0)
+      break;
+    got += (size_t)k;
+  }
+  close(fd);
+  return (int)got;
+}
+
+/* The TCPStore front end the Prolog starts with RDZV_TCPSTORE=1: a key a
+ * torch 1.13 client sets through host 1's node (legacy SET, then GET on
+ * the same connection to know it landed) is read through host 3's node
+ * (WAIT, then GET), so the tree carries PyTorch's keys between hosts. */
+static void check_tcpstore(int port_host1, int port_host3) {
+  static const uint8_t set_get[] = {0, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 'x',
+                                    2, 0, 0, 0, 0, 0, 0, 0, 'v', '1',
+                                    2, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 'x'};
+  static const uint8_t wait_get[] = {5, 1, 0, 0, 0, 0, 0, 0, 0,
+                                     3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 'x',
+                                     2, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 'x'};
+  static const uint8_t blob[] = {2, 0, 0, 0, 0, 0, 0, 0, 'v', '1'};
+  uint8_t out[16];
+  assert_int_equal(ts_exchange(port_host1, set_get, sizeof(set_get), out, 10),
+                   10);
+  assert_memory_equal(out, blob, 10);
+  assert_int_equal(
+      ts_exchange(port_host3, wait_get, sizeof(wait_get), out, 11), 11);
+  assert_int_equal(out[0], 0); /* STOP_WAITING */
+  assert_memory_equal(out + 1, blob, 10);
+}
+
 static void test_prolog_task_prolog_epilog(void **state) {
   (void)state;
   assert_non_null(getcwd(cwd, sizeof(cwd)));
@@ -163,12 +213,18 @@ static void test_prolog_task_prolog_epilog(void **state) {
     assert_true(file_exists("%s/host%d/4242.node.port", h));
   check_failed_prologs();
   struct proc ranks[6];
+  int ts_port[3] = {0, 0, 0};
   for (int i = 0; i < 6; i++) {
     char *env = NULL;
     assert_int_equal(run_script("task-prolog.sh", i / 2, &env), 0);
     char addr[256] = "", job[64] = "";
     assert_int_equal(sscanf(env, "export RDZV_ADDR=%255s export RDZV_JOB=%63s",
                             addr, job), 2);
+    const char *mp = strstr(env, "export MASTER_PORT=");
+    assert_non_null(mp);
+    ts_port[i / 2] = atoi(mp + strlen("export MASTER_PORT="));
+    assert_non_null(strstr(env, "export MASTER_ADDR=127.0.0.1\n"));
+    assert_non_null(strstr(env, "export TORCHELASTIC_USE_AGENT_STORE=True\n"));
     free(env);
     char a[300], j[80], hn[40], lr[32];
     snprintf(a, sizeof(a), "RDZV_ADDR=%s", addr);
@@ -191,6 +247,7 @@ static void test_prolog_task_prolog_epilog(void **state) {
     assert_int_equal(proc_wait(&ranks[i]), 0);
   }
   assert_int_equal(identical, 1);
+  check_tcpstore(ts_port[0], ts_port[2]);
   for (int h = 0; h < 3; h++)
     assert_int_equal(run_script("epilog.sh", h, NULL), 0);
   for (int h = 0; h < 3; h++) {
