@@ -20,6 +20,9 @@ packages=(
   python3              # scripts
   gnuplot-nox          # benchmark plots
   jq                   # scripts reading `rdzvctl stats`
+  python3-torch        # //tests/tcpstore: the real torch 1.13 TCPStore client
+                       # and gloo against rdzvd --tcpstore-listen (run by
+                       # /usr/bin/python3, not a pyenv python3)
 )
 
 # Packages of the list that dpkg does not report as installed ("ii").

@@ -1,0 +1,144 @@
+#!/bin/bash
+# rdzvd's PyTorch c10d TCPStore front end end to end: a root and two nodes
+# (A and B), each node with --tcpstore-listen 127.0.0.1:0 --tcpstore-job
+# $job, then tcpstore_test.py under Debian's /usr/bin/python3 with its
+# python3-torch 1.13 (tools/install-deps.sh installs it; the pyenv
+# `python3` first on PATH has no torch): the real torch client, raw bytes of
+# both dialects, and a 2-rank gloo all_reduce, rank 0 through node A and
+# rank 1 through node B. Prints a PASS or FAIL line per check and a last
+# line "tcpstore_test: PASS" or "tcpstore_test: FAIL (...)"; every daemon
+# must still be up after the checks and exit 0 on SIGTERM (under ASan a
+# leak or an error makes that non-zero).
+set -u
+rdzvd=$PWD/tools/rdzvd
+ctl=$PWD/tools/rdzvctl
+script=$PWD/tests/tcpstore/tcpstore_test.py
+py=/usr/bin/python3
+job=tcpstore-$$
+dir=$(mktemp -d /tmp/tcpstore-test-XXXXXX) # short: Unix socket paths
+export HOME=$dir # torch may want a writable cache directory
+fails=()
+names=()
+pids=()
+
+fail() {
+  echo "FAIL: $*"
+  fails+=("$*")
+}
+
+finish() {
+  for f in "$dir"/*.log; do
+    [ -s "$f" ] || continue
+    echo "---- $(basename "$f") ----"
+    cat "$f"
+  done
+  if [ "${#fails[@]}" -eq 0 ]; then
+    echo "tcpstore_test: PASS"
+    rm -rf "$dir"
+    exit 0
+  fi
+  echo "tcpstore_test: FAIL (${#fails[@]}: ${fails[*]})"
+  rm -rf "$dir"
+  exit 1
+}
+
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+}
+trap cleanup EXIT
+
+if ! "$py" -c 'import torch.distributed as d; assert d.is_available()' \
+  >"$dir/torch.log" 2>&1; then
+  fail "$py cannot import torch.distributed (python3-torch; run" \
+    "tools/install-deps.sh)"
+  finish
+fi
+rm -f "$dir/torch.log"
+if ! "$rdzvd" --help 2>&1 | grep -q -- --tcpstore-listen; then
+  fail "rdzvd --help lists no --tcpstore-listen: the TCPStore front end" \
+    "is not in this build"
+  finish
+fi
+
+# start NAME ROLE [ARGS...]: an rdzvd with its log in $dir/NAME.log; waits
+# for its port file(s). --hello-timeout-ms=1000: were the native protocol's
+# "drop a connection that sends no hello" applied to TCPStore connections,
+# the silent-connection checks would see it.
+start() {
+  local name=$1 role=$2
+  shift 2
+  "$rdzvd" --role="$role" --name="$name" --listen=127.0.0.1:0 \
+    --port-file="$dir/$name.port" --unix="$dir/$name.sock" --log-level=0 \
+    --hello-timeout-ms=1000 "$@" 2>"$dir/$name.log" &
+  pids+=($!)
+  names+=("$name")
+  local want=("$dir/$name.port")
+  [ "$role" = node ] && want+=("$dir/$name.tsport")
+  for _ in $(seq 1000); do
+    local ok=1
+    for f in "${want[@]}"; do [ -s "$f" ] || ok=0; done
+    [ "$ok" = 1 ] && return 0
+    if ! kill -0 "${pids[-1]}" 2>/dev/null; then
+      wait "${pids[-1]}"
+      fail "rdzvd $name exited $? at start"
+      return 1
+    fi
+    sleep 0.01
+  done
+  fail "rdzvd $name wrote no port file in 10 s"
+  return 1
+}
+
+tsargs() {
+  echo "--tcpstore-listen=127.0.0.1:0" "--tcpstore-job=$job" \
+    "--tcpstore-port-file=$dir/$1.tsport"
+}
+
+start root root || finish
+root=127.0.0.1:$(cat "$dir/root.port")
+# shellcheck disable=SC2046
+start a node --parent="$root" $(tsargs a) || finish
+# shellcheck disable=SC2046
+start b node --parent="$root" $(tsargs b) || finish
+port_a=$(cat "$dir/a.tsport")
+port_b=$(cat "$dir/b.tsport")
+echo "root $root; node A: TCPStore port $port_a, node B: $port_b; job $job"
+# The port file holds the bound port: something listens there.
+for p in "$port_a" "$port_b"; do
+  [[ "$p" =~ ^[0-9]+$ ]] && [ "$p" -gt 0 ] ||
+    fail "--tcpstore-port-file holds [$p], not a port"
+done
+[ "${#fails[@]}" -eq 0 ] || finish
+
+"$py" "$script" --port-a "$port_a" --port-b "$port_b" \
+  --addr-a "unix:$dir/a.sock" --addr-b "unix:$dir/b.sock" \
+  --ctl "$ctl" --job "$job"
+rc=$?
+[ "$rc" = 0 ] || fail "tcpstore_test.py: failed checks (status $rc)"
+
+# The daemons kept serving through every bad input above...
+for i in "${!pids[@]}"; do
+  if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+    wait "${pids[$i]}"
+    fail "rdzvd ${names[$i]} died during the checks (status $?)"
+  fi
+done
+# ...the native side of both nodes still answers...
+for n in a b; do
+  out=$("$ctl" --addr "unix:$dir/$n.sock" --job "$job" --timeout 10 \
+    add /final 1 2>&1) || fail "rdzvctl via node $n after the checks: $out"
+done
+# ...and each stops cleanly: nodes first, then the root.
+for i in 2 1 0; do
+  kill -TERM "${pids[$i]}" 2>/dev/null
+  wait "${pids[$i]}"
+  st=$?
+  if [ "$st" != 0 ]; then
+    fail "rdzvd ${names[$i]} exited $st on SIGTERM (want 0; log below)"
+  else
+    echo "PASS: rdzvd ${names[$i]} exited 0 on SIGTERM"
+  fi
+done
+pids=()
+finish
