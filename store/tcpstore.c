@@ -28,7 +28,19 @@
  * Any failure (unknown opcode, limits, an error answer such as a
  * non-numeric ADD) closes that connection only, the protocol's only way
  * to report one. Idle connections are never closed (a torch 1.13 client
- * keeps a silent second connection, and busy-loops if it is closed). */
+ * keeps a silent second connection, and busy-loops if it is closed).
+ *
+ * Order. A connection's requests take effect, and are answered, in the
+ * order they were sent, even when a client sends several at once: the
+ * tree may answer out of order (a node holds adds to combine them, and
+ * answers some requests itself), so a request with a reply waits until
+ * everything before it is answered, and nothing goes after it until it
+ * is. Writes without a reply (SET, APPEND, MULTI_SET) follow each other
+ * at once: they travel the same ordered link. Torch clients wait for each
+ * reply anyway, so this costs them nothing. A pending WAIT holds nothing
+ * back: a client sends something else only once it stopped waiting (2.x
+ * with CANCEL_WAIT, whose answer drops the WAIT's; 1.13 sends nothing and
+ * gets the WAIT's late answer, as from PyTorch's own server). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,8 +77,14 @@ struct ts_conn {
   struct rdzv_buf writing; /* replies being written */
   uv_write_t wreq;
   bool write_active, reading, closing;
+  /* Set inside on_reply (which must not call into the daemon), acted on
+   * by the server's idle handler on this loop iteration. */
+  bool resume_due;
+  char close_why[160]; /* non-empty: close it */
   uint32_t next_req;
-  uint32_t npending;
+  uint32_t npending;  /* requests the daemon has not answered */
+  uint32_t nwrites;   /* ... of them writes without a reply */
+  uint32_t nblocking; /* ... with a reply still owed, WAITs aside */
   struct ts_pending *pending, *pending_tail;
   struct ts_conn *prev, *next; /* srv->conns */
 };
@@ -80,6 +98,7 @@ struct ts_server {
   struct rdzv_slice *keys, *vals; /* parse scratch, TS_KEYS_CAP each */
   struct rdzv_buf frame;          /* encode scratch */
   struct ts_conn *conns;
+  uv_idle_t deferred; /* runs what on_reply left for later */
   bool closing;
 };
 
@@ -131,6 +150,25 @@ static void ts_flush(struct ts_conn *t) {
 
 /* ---- replies from the daemon ---------------------------------------------- */
 
+/* Writes without a reply to the client. */
+static bool is_write(enum rdzv_ts_op op) {
+  return op == RDZV_TS_SET || op == RDZV_TS_APPEND ||
+         op == RDZV_TS_MULTI_SET;
+}
+
+/* Whether q may be handled now without breaking the connection's order
+ * (see the header comment). */
+static bool may_go(const struct ts_conn *t, enum rdzv_ts_op op) {
+  if (is_write(op))
+    return t->nblocking == 0;
+  return t->nblocking == 0 && t->nwrites == 0;
+}
+
+/* Requests whose pending answer holds later ones back. */
+static bool blocks(enum rdzv_ts_op op) {
+  return !is_write(op) && op != RDZV_TS_WAIT;
+}
+
 static struct ts_pending *pending_take(struct ts_conn *t, uint32_t req_id) {
   struct ts_pending **pp = &t->pending, *prev = NULL;
   for (; *pp != NULL; prev = *pp, pp = &(*pp)->next) {
@@ -141,6 +179,10 @@ static struct ts_pending *pending_take(struct ts_conn *t, uint32_t req_id) {
     if (t->pending_tail == p)
       t->pending_tail = prev;
     t->npending--;
+    if (is_write(p->op))
+      t->nwrites--;
+    else if (blocks(p->op))
+      t->nblocking--;
     return p;
   }
   return NULL;
@@ -205,14 +247,37 @@ static int translate(struct ts_conn *t, const struct ts_pending *p,
   }
 }
 
+static void on_deferred(uv_idle_t *h) {
+  struct ts_server *s = h->data;
+  uv_idle_stop(h);
+  struct ts_conn *t = s->conns, *next;
+  for (; t != NULL; t = next) {
+    next = t->next;
+    if (t->close_why[0] != '\0') {
+      ts_close(t, t->close_why);
+    } else if (t->resume_due) {
+      t->resume_due = false;
+      ts_read_more(t); /* also handles what was held back */
+    }
+  }
+}
+
+/* Leaves work for on_deferred. */
+static void defer(struct ts_conn *t) {
+  uv_idle_start(&t->srv->deferred, on_deferred);
+}
+
 /* deliver() of the in-process connection: runs inside the daemon's
- * handlers, so it only writes to our socket (never calls the daemon). */
+ * handlers, so it only writes to our socket; what would call the daemon
+ * (closing, sending held requests) is deferred. */
 static void on_reply(void *arg, const struct rdzv_msg *r) {
   struct ts_conn *t = arg;
-  if (t->closing)
+  if (t->closing || t->close_why[0] != '\0')
     return;
   if (r->type == RDZV_MSG_ERROR) {
-    ts_close(t, rdzv_strerror(r->status));
+    snprintf(t->close_why, sizeof(t->close_why), "%s",
+             rdzv_strerror(r->status));
+    defer(t);
     return;
   }
   struct ts_pending *p = pending_take(t, r->req_id);
@@ -220,17 +285,18 @@ static void on_reply(void *arg, const struct rdzv_msg *r) {
     return;
   int rc = translate(t, p, r);
   if (rc < 0) {
-    char why[160];
-    snprintf(why, sizeof(why), "%s failed: %s", rdzv_ts_op_name(p->op),
-             rdzv_strerror(rc));
+    snprintf(t->close_why, sizeof(t->close_why), "%s failed: %s",
+             rdzv_ts_op_name(p->op), rdzv_strerror(rc));
     pending_free(p);
-    ts_close(t, why);
+    defer(t);
     return;
   }
   pending_free(p);
   ts_flush(t);
-  if (!t->reading && t->npending <= t->srv->max_pending / 2)
-    ts_read_more(t);
+  if (!t->reading && t->npending <= t->srv->max_pending / 2) {
+    t->resume_due = true;
+    defer(t);
+  }
 }
 
 /* ---- requests to the daemon ----------------------------------------------- */
@@ -266,6 +332,10 @@ static int send_rdzv(struct ts_conn *t, const struct rdzv_ts_req *q,
     t->pending = p;
   t->pending_tail = p;
   t->npending++;
+  if (is_write(p->op))
+    t->nwrites++;
+  else if (blocks(p->op))
+    t->nblocking++;
   return rdzv_daemon_inproc_send(t->in, s->frame.data, s->frame.len);
 }
 
@@ -290,7 +360,7 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
   case RDZV_TS_CANCEL_WAIT:
     for (p = t->pending; p != NULL; p = p->next)
       if (p->op == RDZV_TS_WAIT)
-        p->cancelled = true;
+        p->cancelled = true; /* its answer, if any, is dropped */
     if (rdzv_ts_put_u8(&t->out, RDZV_TS_WAIT_CANCELED) < 0)
       return RDZV_ENOMEM;
     ts_flush(t);
@@ -349,10 +419,13 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b) {
 static void parse_all(struct ts_conn *t) {
   struct ts_server *s = t->srv;
   size_t off = 0;
+  bool held = false;
   while (!t->closing && t->npending < s->max_pending) {
     struct rdzv_ts_req q;
     size_t used = 0;
-    int rc = rdzv_ts_parse(&t->ps, t->rbuf.data + off, t->rbuf.len - off,
+    /* On a copy: a request held back is parsed again later. */
+    struct rdzv_ts_parser ps = t->ps;
+    int rc = rdzv_ts_parse(&ps, t->rbuf.data + off, t->rbuf.len - off,
                            &s->lim, s->keys, s->vals, TS_KEYS_CAP, &q, &used);
     if (rc == 0)
       break;
@@ -360,6 +433,11 @@ static void parse_all(struct ts_conn *t) {
       ts_close(t, rdzv_strerror(rc));
       return;
     }
+    if (!may_go(t, q.op)) {
+      held = true; /* on_reply picks it up once the way is clear */
+      break;
+    }
+    t->ps = ps;
     rc = handle(t, &q);
     if (rc < 0) {
       char why[160];
@@ -372,7 +450,7 @@ static void parse_all(struct ts_conn *t) {
   }
   if (!t->closing)
     rdzv_buf_consume(&t->rbuf, off);
-  if (!t->closing && t->npending >= s->max_pending && t->reading) {
+  if (!t->closing && (held || t->npending >= s->max_pending) && t->reading) {
     uv_read_stop((uv_stream_t *)&t->tcp);
     t->reading = false;
   }
@@ -517,6 +595,8 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
                        : TS_MAX_PENDING;
   uv_tcp_init(d->loop, &s->listen);
   s->listen.data = s;
+  uv_idle_init(d->loop, &s->deferred);
+  s->deferred.data = s;
   *out = s; /* from here rdzv__tcpstore_stop releases it */
   rc = uv_tcp_bind(&s->listen, (struct sockaddr *)&ss, 0);
   if (rc == 0)
@@ -549,11 +629,16 @@ static void on_listen_closed(uv_handle_t *h) {
   free(s);
 }
 
+static void on_deferred_closed(uv_handle_t *h) {
+  struct ts_server *s = h->data;
+  uv_close((uv_handle_t *)&s->listen, on_listen_closed);
+}
+
 void rdzv__tcpstore_stop(struct ts_server *s) {
   if (s == NULL || s->closing)
     return;
   s->closing = true;
   while (s->conns != NULL)
     ts_close(s->conns, "stopping");
-  uv_close((uv_handle_t *)&s->listen, on_listen_closed);
+  uv_close((uv_handle_t *)&s->deferred, on_deferred_closed);
 }
