@@ -960,12 +960,46 @@ def stack_checks():
               "rank 0 via node A, rank 1 via node B", "rank-store")
     two_ranks("stack: gloo init_process_group(env://, torchelastic agent "
               "store) + all_reduce, rank 0 via A, rank 1 via B", "rank-env")
+    two_ranks("stack: torchrun's c10d rendezvous (the elastic agents' "
+              "protocol: compare_set rounds) through node A and node B, then "
+              "gloo on its store", "rank-c10d")
 
 
 def rank_main(mode, port, rank):
     import torch
     import torch.distributed as dist
     world = 2
+    if mode == "rank-c10d":
+        # What a torchrun agent does with --rdzv-backend=c10d
+        # --rdzv-endpoint=<its node's TCPStore port> (is_host=false: the
+        # store is there already; run via the handler, as torch 1.13's
+        # launcher fails on this Python before the workers start).
+        from torch.distributed.elastic.rendezvous import RendezvousParameters
+        from torch.distributed.elastic.rendezvous.registry import (
+            get_rendezvous_handler)
+        params = RendezvousParameters(
+            backend="c10d", endpoint="%s:%d" % (HOST, port),
+            run_id="c10d-run", min_nodes=world, max_nodes=world,
+            is_host=False, join_timeout=60)
+        handler = get_rendezvous_handler(params)
+        s, assigned, size = handler.next_rendezvous()
+        if size != world or assigned not in (0, 1):
+            print("process %d: rendezvous gave rank %s of %s"
+                  % (rank, assigned, size))
+            return 1
+        dist.init_process_group("gloo", store=dist.PrefixStore("pg", s),
+                                rank=assigned, world_size=world,
+                                timeout=timedelta(seconds=60))
+        t = torch.tensor([assigned + 1.0])
+        dist.all_reduce(t)
+        ok = t.tolist() == [3.0]
+        dist.destroy_process_group()
+        handler.shutdown()
+        if not ok:
+            print("process %d all_reduce: %s" % (rank, t.tolist()))
+            return 1
+        print("rank %d ok (rendezvous rank %d)" % (rank, assigned), flush=True)
+        return 0
     if mode == "rank-store":
         s = dist.TCPStore(HOST, port, world, False, timedelta(seconds=60))
         dist.init_process_group("gloo", store=s, rank=rank, world_size=world,
@@ -1014,7 +1048,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", nargs="?", default="checks",
                     choices=["checks", "child-get", "rank-store",
-                             "rank-env"])
+                             "rank-env", "rank-c10d"])
     ap.add_argument("--port-a", type=int)
     ap.add_argument("--port-b", type=int)
     ap.add_argument("--addr-a", help="node A's native address (rdzvctl)")
@@ -1028,7 +1062,7 @@ def main():
     args = ap.parse_args()
     if args.mode == "child-get":
         return child_get(args.port, args.key)
-    if args.mode in ("rank-store", "rank-env"):
+    if args.mode in ("rank-store", "rank-env", "rank-c10d"):
         return rank_main(args.mode, args.port, args.rank)
 
     import torch
