@@ -286,6 +286,12 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
              "--max-key-bytes must be at least 1 (0 would refuse every key)");
     return -EINVAL;
   }
+  if (cfg->tcpstore_listen[0] == '\0' &&
+      (cfg->tcpstore_job[0] != '\0' || cfg->tcpstore_port_file[0] != '\0')) {
+    snprintf(err, errlen, "--tcpstore-job and --tcpstore-port-file need "
+                          "--tcpstore-listen HOST:PORT");
+    return -EINVAL;
+  }
   if (cfg->max_connections == 0) {
     snprintf(err, errlen, "--max-connections must be at least 1 (0 would "
                           "refuse every connection)");

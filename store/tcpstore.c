@@ -80,6 +80,7 @@ struct ts_conn {
   /* Set inside on_reply (which must not call into the daemon), acted on
    * by the server's idle handler on this loop iteration. */
   bool resume_due;
+  bool broke_rule; /* closed for a bad request or a failed one */
   char close_why[160]; /* non-empty: close it */
   uint32_t next_req;
   uint32_t npending;  /* requests the daemon has not answered */
@@ -275,6 +276,7 @@ static void on_reply(void *arg, const struct rdzv_msg *r) {
   if (t->closing || t->close_why[0] != '\0')
     return;
   if (r->type == RDZV_MSG_ERROR) {
+    t->broke_rule = true;
     snprintf(t->close_why, sizeof(t->close_why), "%s",
              rdzv_strerror(r->status));
     defer(t);
@@ -285,6 +287,7 @@ static void on_reply(void *arg, const struct rdzv_msg *r) {
     return;
   int rc = translate(t, p, r);
   if (rc < 0) {
+    t->broke_rule = true;
     snprintf(t->close_why, sizeof(t->close_why), "%s failed: %s",
              rdzv_ts_op_name(p->op), rdzv_strerror(rc));
     pending_free(p);
@@ -430,6 +433,7 @@ static void parse_all(struct ts_conn *t) {
     if (rc == 0)
       break;
     if (rc < 0) {
+      t->broke_rule = true;
       ts_close(t, rdzv_strerror(rc));
       return;
     }
@@ -443,6 +447,7 @@ static void parse_all(struct ts_conn *t) {
       char why[160];
       snprintf(why, sizeof(why), "%s: %s", rdzv_ts_op_name(q.op),
                rdzv_strerror(rc));
+      t->broke_rule = true;
       ts_close(t, why);
       return;
     }
@@ -496,8 +501,9 @@ static void ts_close(struct ts_conn *t, const char *why) {
     return;
   if (!t->closing) {
     t->closing = true;
+    /* A client that hangs up is ordinary (debug); a broken rule is not. */
     if (why != NULL)
-      rdzv__log(s->d, 1, "tcpstore conn closed: %s", why);
+      rdzv__log(s->d, t->broke_rule ? 1 : 2, "tcpstore conn closed: %s", why);
     if (t->in != NULL) {
       struct conn *in = t->in;
       t->in = NULL;

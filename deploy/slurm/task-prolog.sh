@@ -15,4 +15,7 @@ if [ -s "$ts" ]; then
   echo "export MASTER_ADDR=127.0.0.1"
   echo "export MASTER_PORT=$(cat "$ts")"
   echo "export TORCHELASTIC_USE_AGENT_STORE=True"
+  # torch's env:// reads it whenever the agent store is used (torchrun
+  # sets its own; a plain srun launch has none).
+  echo "export TORCHELASTIC_RESTART_COUNT=${TORCHELASTIC_RESTART_COUNT:-0}"
 fi

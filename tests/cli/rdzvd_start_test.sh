@@ -44,6 +44,10 @@ wait_sock() {
   return 1
 }
 
+refuses "--tcpstore-job and --tcpstore-port-file need --tcpstore-listen" \
+  --role=root --tcpstore-job=J
+refuses "--tcpstore-listen needs --tcpstore-job" \
+  --role=root --tcpstore-listen=127.0.0.1:0
 refuses "unix:$dir/no/such/dir/r.sock: its directory does not exist" \
   --role=root --unix="$dir/no/such/dir/r.sock"
 

@@ -225,6 +225,7 @@ static void test_prolog_task_prolog_epilog(void **state) {
     ts_port[i / 2] = atoi(mp + strlen("export MASTER_PORT="));
     assert_non_null(strstr(env, "export MASTER_ADDR=127.0.0.1\n"));
     assert_non_null(strstr(env, "export TORCHELASTIC_USE_AGENT_STORE=True\n"));
+    assert_non_null(strstr(env, "export TORCHELASTIC_RESTART_COUNT=0\n"));
     free(env);
     char a[300], j[80], hn[40], lr[32];
     snprintf(a, sizeof(a), "RDZV_ADDR=%s", addr);
