@@ -39,6 +39,36 @@ void rdzv__log(struct daemon *d, int level, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* Dropped connections are logged at most this often per second: a peer
+ * that breaks rules in a loop (a scanner, a broken client) must not fill
+ * the disk. The next line logged says how many were left out. */
+#define DROP_LOGS_PER_S 10u
+
+void rdzv__log_drop(struct daemon *d, const char *fmt, ...) {
+  if (d->cfg.log_level < 1)
+    return;
+  uint64_t sec = uv_now(d->loop) / 1000;
+  if (sec != d->drop_log_sec) {
+    d->drop_log_sec = sec;
+    d->drop_log_n = 0;
+  }
+  if (d->drop_log_n >= DROP_LOGS_PER_S) {
+    d->drop_log_skipped++;
+    return;
+  }
+  d->drop_log_n++;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "rdzvd[%s] ", d->cfg.name);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  if (d->drop_log_skipped > 0)
+    fprintf(stderr, " (%llu more dropped connections not logged)",
+            (unsigned long long)d->drop_log_skipped);
+  d->drop_log_skipped = 0;
+  fputc('\n', stderr);
+}
+
 uint64_t rdzv__now_ms(struct daemon *d) { return uv_now(d->loop); }
 
 static void conn_set_state(struct conn *c, enum conn_state s) {
@@ -263,8 +293,8 @@ void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
     return;
   struct daemon *d = c->d;
   d->stats.proto_errors++;
-  rdzv__log(d, 1, "conn %s: dropped: %s (%s)", c->name,
-            rdzv_strerror(status), text);
+  rdzv__log_drop(d, "conn %s: dropped: %s (%s)", c->name,
+                 rdzv_strerror(status), text);
   struct rdzv_slice s = {(const uint8_t *)text, (uint32_t)strlen(text)};
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));

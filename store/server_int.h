@@ -131,7 +131,17 @@ struct daemon {
   uint64_t start_ms;
   bool stopping;
   struct ts_server *tcpstore; /* --tcpstore-listen, or NULL */
+  /* rdzv__log_drop's rate limit: the second, lines in it, lines left out */
+  uint64_t drop_log_sec;
+  uint32_t drop_log_n;
+  uint64_t drop_log_skipped;
 };
+
+/* Logs (at level 1) that a connection was dropped for breaking a rule, at
+ * most 10 lines a second; the next line says how many were left out
+ * (statistics still count every one: proto_errors). */
+void rdzv__log_drop(struct daemon *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* "HOST:PORT" or "[V6]:PORT" into host and port. 0 or RDZV_EBAD_ADDR. */
 int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,

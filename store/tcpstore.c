@@ -502,8 +502,10 @@ static void ts_close(struct ts_conn *t, const char *why) {
   if (!t->closing) {
     t->closing = true;
     /* A client that hangs up is ordinary (debug); a broken rule is not. */
-    if (why != NULL)
-      rdzv__log(s->d, t->broke_rule ? 1 : 2, "tcpstore conn closed: %s", why);
+    if (why != NULL && t->broke_rule)
+      rdzv__log_drop(s->d, "tcpstore conn closed: %s", why);
+    else if (why != NULL)
+      rdzv__log(s->d, 2, "tcpstore conn closed: %s", why);
     if (t->in != NULL) {
       struct conn *in = t->in;
       t->in = NULL;

@@ -122,7 +122,8 @@ wait $pid 2>/dev/null
 pid=
 [ -S "$dir/held.sock" ] || fail "test bug: no stale socket after kill -9"
 # One process holds the lock (flock(1) would leave its child holding it).
-(exec 9>>"$dir/held.sock.lock" && flock -n 9 && exec sleep 60) &
+# It waits for the lock (no -n): the probe below takes it for a moment.
+(exec 9>>"$dir/held.sock.lock" && flock 9 && exec sleep 60) &
 pid=$!
 for _ in $(seq 100); do
   flock -n "$dir/held.sock.lock" true || break
@@ -185,6 +186,32 @@ for round in 1 2 3 4 5; do
   [ -e "$dir/race.sock.lock" ] && fail "round $round: the lock file outlived its daemon"
 done
 echo "ok: concurrent starts on one path: one serves"
+
+# Dropped connections are logged at most 10 a second, and the next line
+# says how many were left out (a peer breaking rules in a loop must not
+# fill the disk); the daemon keeps serving.
+"$rdzvd" --role=root --listen=127.0.0.1:0 --port-file="$dir/flood.port" \
+  --log-level=1 2>"$dir/flood.log" &
+fpid=$!
+for _ in $(seq 100); do [ -s "$dir/flood.port" ] && break; sleep 0.1; done
+fport=$(cat "$dir/flood.port")
+for _ in $(seq 200); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$fport" && printf 'not a frame at all' >&3) \
+    2>/dev/null
+done
+sleep 1.2
+(exec 3<>"/dev/tcp/127.0.0.1/$fport" && printf 'not a frame at all' >&3) \
+  2>/dev/null
+sleep 0.3
+kill "$fpid"
+wait "$fpid" 2>/dev/null
+logged=$(grep -c "dropped:" "$dir/flood.log")
+if [ "$logged" -ge 100 ] || ! grep -q "more dropped connections not logged" "$dir/flood.log"; then
+  echo "FAIL: 201 bad peers gave $logged log lines, or no 'not logged' count"
+  fails=$((fails + 1))
+else
+  echo "ok: 201 bad peers, $logged log lines: $(grep 'not logged' "$dir/flood.log" | tail -1)"
+fi
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed"
