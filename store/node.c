@@ -563,18 +563,23 @@ static void coll_flush(struct ncoll *co) {
 
 static void on_coll_timer(uv_timer_t *t) { coll_flush(t->data); }
 
-static struct ncoll *ncoll_get(struct node_job *nj, const struct rdzv_msg *m) {
+/* The combined collective of that type and name (keys[0] of a BARRIER,
+ * GATHER or COLL_STATUS); if absent, created with count when create is
+ * set, else NULL (NULL also when out of memory). */
+static struct ncoll *ncoll_lookup(struct node_job *nj, uint8_t type,
+                                  const struct rdzv_msg *m, bool create,
+                                  uint64_t count) {
   struct rdzv_slice name;
   rdzv_items_get(&m->keys, 0, &name);
   uint32_t nlen = name.n + 1;
   uint8_t *key = malloc(nlen);
   if (key == NULL)
     return NULL;
-  key[0] = m->type;
+  key[0] = type;
   memcpy(key + 1, name.p, name.n);
   struct ncoll *co = NULL;
   HASH_FIND(hh, nj->colls, key, nlen, co);
-  if (co != NULL) {
+  if (co != NULL || !create) {
     free(key);
     return co;
   }
@@ -585,8 +590,8 @@ static struct ncoll *ncoll_get(struct node_job *nj, const struct rdzv_msg *m) {
   }
   co->name = key;
   co->nlen = nlen;
-  co->type = m->type;
-  co->count = (uint64_t)m->b;
+  co->type = type;
+  co->count = count;
   co->nj = nj;
   uv_timer_init(nj->d->loop, &co->timer);
   co->timer.data = co;
@@ -618,7 +623,7 @@ static void supersede(struct ncoll *co, struct conn *c) {
 
 static void handle_collective(struct node_job *nj, struct conn *c,
                               const struct rdzv_msg *m) {
-  struct ncoll *co = ncoll_get(nj, m);
+  struct ncoll *co = ncoll_lookup(nj, m->type, m, true, (uint64_t)m->b);
   if (co == NULL) {
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
@@ -667,18 +672,7 @@ static void handle_collective(struct node_job *nj, struct conn *c,
  * the same ordered link, so the root's answer counts it. */
 static void handle_coll_status(struct node_job *nj, struct conn *c,
                                const struct rdzv_msg *m) {
-  struct rdzv_slice name;
-  rdzv_items_get(&m->keys, 0, &name);
-  uint8_t *key = malloc(name.n + 1);
-  if (key == NULL) {
-    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
-    return;
-  }
-  key[0] = (uint8_t)m->a;
-  memcpy(key + 1, name.p, name.n);
-  struct ncoll *co = NULL;
-  HASH_FIND(hh, nj->colls, key, name.n + 1, co);
-  free(key);
+  struct ncoll *co = ncoll_lookup(nj, (uint8_t)m->a, m, false, 0);
   if (co != NULL)
     coll_flush(co);
   rdzv__node_forward(nj, c, m);

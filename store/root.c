@@ -295,10 +295,11 @@ static void handle_stats(struct daemon *d, struct conn *c,
 
 /* ---- collectives: barrier and gather ------------------------------------ */
 
-/* The collective of that type and name, created with count if absent
- * (NULL only when out of memory). */
-static struct coll *coll_find_or_new(struct kvs *s, uint8_t type,
-                                     struct rdzv_slice name, uint64_t count) {
+/* The collective of that type and name; if absent, created with count
+ * when create is set, else NULL (NULL also when out of memory). */
+static struct coll *coll_lookup(struct kvs *s, uint8_t type,
+                                struct rdzv_slice name, bool create,
+                                uint64_t count) {
   uint8_t stackkey[256];
   uint32_t nlen = name.n + 1;
   uint8_t *key = nlen <= sizeof(stackkey) ? stackkey : malloc(nlen);
@@ -308,7 +309,7 @@ static struct coll *coll_find_or_new(struct kvs *s, uint8_t type,
   memcpy(key + 1, name.p, name.n);
   struct coll *co = NULL;
   HASH_FIND(hh, s->colls, key, nlen, co);
-  if (co == NULL && (co = calloc(1, sizeof(*co))) != NULL) {
+  if (co == NULL && create && (co = calloc(1, sizeof(*co))) != NULL) {
     co->name = malloc(nlen);
     if (co->name == NULL) {
       free(co);
@@ -329,7 +330,7 @@ static struct coll *coll_find_or_new(struct kvs *s, uint8_t type,
 static struct coll *coll_get(struct kvs *s, const struct rdzv_msg *m) {
   struct rdzv_slice name;
   item(&m->keys, 0, &name);
-  return coll_find_or_new(s, m->type, name, (uint64_t)m->b);
+  return coll_lookup(s, m->type, name, true, (uint64_t)m->b);
 }
 
 static void coll_reply(struct coll *co, struct conn *c, uint32_t req_id,
@@ -548,7 +549,7 @@ static int coll_give_up(struct kvs *s, struct coll *co, const struct rdzv_msg *m
   if (m->keys.n > 1)
     item(&m->keys, 1, &why);
   if (co == NULL &&
-      (co = coll_find_or_new(s, (uint8_t)m->a, name, 0)) == NULL)
+      (co = coll_lookup(s, (uint8_t)m->a, name, true, 0)) == NULL)
     return RDZV_ENOMEM;
   if (co->done || co->fail_text != NULL)
     return 0;
@@ -592,17 +593,7 @@ static void handle_coll_status(struct kvs *s, struct conn *c,
                                const struct rdzv_msg *m) {
   struct rdzv_slice name;
   item(&m->keys, 0, &name);
-  uint32_t nlen = name.n + 1;
-  uint8_t *key = malloc(nlen);
-  if (key == NULL) {
-    reply_status(c, m, RDZV_ENOMEM);
-    return;
-  }
-  key[0] = (uint8_t)m->a;
-  memcpy(key + 1, name.p, name.n);
-  struct coll *co = NULL;
-  HASH_FIND(hh, s->colls, key, nlen, co);
-  free(key);
+  struct coll *co = coll_lookup(s, (uint8_t)m->a, name, false, 0);
   if (m->flags & RDZV_F_GIVE_UP) {
     int rc = coll_give_up(s, co, m, name);
     if (rc < 0) {
