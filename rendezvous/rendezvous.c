@@ -510,6 +510,10 @@ static int publish_id(rdzv_rendezvous_t *r, const char *key, int64_t b,
   return rc < 0 ? fail(r, rc, "unique ids") : 0;
 }
 
+static int exchange(rdzv_rendezvous_t *r, const char *key, int64_t mine,
+                    int64_t n, rdzv_make_id_fn make_id, void *arg,
+                    uint8_t *out, double timeout_s);
+
 int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
                                int64_t ranks_per_root, rdzv_make_id_fn make_id,
                                void *arg, uint8_t **ids, int64_t *nids,
@@ -525,19 +529,8 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
   uint8_t *out = malloc((size_t)n * RDZV_UNIQUE_ID_BYTES);
   if (out == NULL)
     return RDZV_ENOMEM;
-  int rc;
-  if (rdzv_nccl_block_first(b, w, n) == r->a.rank) {
-    rc = publish_id(r, key, b, n, make_id, arg, out, timeout_s);
-  } else {
-    void *v = NULL;
-    size_t len = 0;
-    rc = read_gen_key(r, key, &v, &len, timeout_s);
-    if (rc == 0)
-      rc = ids_from_result(v, len, n, out);
-    rdzv_free(v);
-    if (rc < 0)
-      rc = fail(r, rc, "waiting for the unique ids");
-  }
+  int64_t mine = rdzv_nccl_block_first(b, w, n) == r->a.rank ? b : -1;
+  int rc = exchange(r, key, mine, n, make_id, arg, out, timeout_s);
   if (rc < 0) {
     free(out);
     return rc;
