@@ -542,47 +542,38 @@ int rdzv_store_collective_give_up(rdzv_client_t *c, const char *name,
   return err;
 }
 
-/* A collective whose own deadline passed (not one the server failed): ask
- * the root to fail it for every member unless it completed. Returns 1 when
- * it had completed (the caller fetches the result again), else 0. */
-static int give_up(rdzv_client_t *c, const char *name, int gather,
-                   uint64_t member, double timeout_s) {
-  char why[160];
-  int done = 0;
-
-  snprintf(why, sizeof why, "member %llu gave up at its deadline of %.3g s",
-           (unsigned long long)member, timeout_s);
-  return rdzv_store_collective_give_up(c, name, gather, why, &done, 2.0) == 0 &&
-         done;
-}
-
-/* After a collective's deadline: asks the root who is missing and says so
- * in last_error ("barrier 'x': deadline passed; 2 of 8 members missing:
- * 3, 5"). The question gets its own short deadline. */
-static void name_missing_members(rdzv_client_t *c, const char *op,
-                                 const char *name, int gather,
-                                 uint64_t count) {
+/* A collective whose own deadline passed (not one the server failed):
+ * asks the root to fail it for every member unless it completed, and with
+ * the same question who is missing, which goes to last_error ("barrier
+ * 'x': deadline passed; 2 of 8 members missing: 3, 5"). Returns 1 when it
+ * had completed (the caller fetches the result again), else 0. */
+static int give_up(rdzv_client_t *c, const char *op, const char *name,
+                   int gather, uint64_t member, uint64_t count,
+                   double timeout_s) {
   uint64_t ids[16], arrived = 0, known = 0;
   size_t n = 0, used, i;
-  char was[RDZV__ERR_BYTES];
+  char why[160], was[RDZV__ERR_BYTES];
   int err, w;
 
   snprintf(was, sizeof was, "%s", c->last_error);
-  err = rdzv_store_collective_missing(c, name, gather, ids, 16, &n, &arrived,
-                                      &known, 2.0);
+  snprintf(why, sizeof why, "member %llu gave up at its deadline of %.3g s",
+           (unsigned long long)member, timeout_s);
+  err = coll_status(c, name, gather, why, ids, 16, &n, &arrived, &known, 2.0);
+  if (err == 0 && known > 0 && arrived == known)
+    return 1;
   if (err < 0) {
     snprintf(c->last_error, sizeof c->last_error,
              "%s '%.200s': deadline passed (%.200s); could not ask who is "
              "missing: %s",
              op, name, was, rdzv_strerror(err));
-    return;
+    return 0;
   }
   if (known == 0) {
     snprintf(c->last_error, sizeof c->last_error,
              "%s '%.300s': deadline passed; no contribution of the %llu "
              "members reached the root",
              op, name, (unsigned long long)count);
-    return;
+    return 0;
   }
   w = snprintf(c->last_error, sizeof c->last_error,
                "%s '%.300s': deadline passed; %llu of %llu members missing: ", op,
@@ -597,6 +588,7 @@ static void name_missing_members(rdzv_client_t *c, const char *op,
   if (known - arrived > n && used < sizeof c->last_error)
     snprintf(c->last_error + used, sizeof c->last_error - used,
              " and %llu more", (unsigned long long)(known - arrived - n));
+  return 0;
 }
 
 int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
@@ -607,12 +599,11 @@ int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
   err = collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0, &call,
                    timeout_s);
   if (err == RDZV_EDEADLINE && !call.server_text) {
-    if (give_up(c, name, 0, member, timeout_s)) {
+    if (give_up(c, "barrier", name, 0, member, count, timeout_s)) {
       struct call again = {0}; /* completed at the root: answered at once */
       return collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0,
                         &again, 2.0);
     }
-    name_missing_members(c, "barrier", name, 0, count);
   }
   return err;
 }
@@ -630,12 +621,10 @@ int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
   err = collective(c, RDZV_OP_GATHER, name, member, count, data, len, &call,
                    timeout_s);
   if (err == RDZV_EDEADLINE && !call.server_text) {
-    if (give_up(c, name, 1, member, timeout_s)) {
+    if (give_up(c, "gather", name, 1, member, count, timeout_s)) {
       call = (struct call){.want_n = (size_t)count};
       err = collective(c, RDZV_OP_GATHER, name, member, count, data, len,
                        &call, 2.0);
-    } else {
-      name_missing_members(c, "gather", name, 1, count);
     }
   }
   if (err == 0)
