@@ -181,11 +181,12 @@ int rdzv_rendezvous_barrier(rdzv_rendezvous_t *r, const char *name,
                             double timeout_s);
 
 /* A barrier among a group of ranks of this generation, named name (1..200
- * bytes; names starting "comm/" are used by rdzv/comm.h). members[0 ..
- * nmembers-1] are the group's world ranks (distinct, in range); NULL
- * means the whole world (nmembers = world size). This rank must be a
- * member. Store key: "rdzv/<round>/g<gen>/barrier/<name>", with the group
- * index as member id; nodes combine the contributions of their hosts.
+ * bytes). members[0 .. nmembers-1] are the group's world ranks (distinct,
+ * in range); NULL means the whole world (nmembers = world size). This
+ * rank must be a member. Store key: "rdzv/<round>/g<gen>/barrier/<name>",
+ * with the group index as member id; nodes combine the contributions of
+ * their hosts. Every member gets the same outcome: one whose deadline
+ * passes fails the barrier for all (see rdzv_store_barrier).
  * Returns 0; RDZV_EDEADLINE after timeout_s seconds, with last_error
  * naming the missing ranks and their hosts, asked of the root ("barrier
  * 'x' of 8 ranks: deadline passed; 2 of 8 missing: rank 3 (host b), rank
