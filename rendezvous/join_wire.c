@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "rdzv/error.h"
-#include "store/wire.h"
+#include "store/wire/wire.h"
 
 static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++)

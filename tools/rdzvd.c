@@ -1,8 +1,8 @@
 /* rdzvd: the rdzv daemon, role root or node. See `rdzvd --help`. */
 #include <stdio.h>
 
-#include "store/config.h"
-#include "store/server.h"
+#include "store/daemon/config.h"
+#include "store/daemon/daemon.h"
 
 int main(int argc, char **argv) {
   struct rdzv_daemon_config cfg;

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "store/wire.h"
+#include "store/wire/wire.h"
 
 #define S(str)                                                                 \
   { (const uint8_t *)(str), (uint32_t)(sizeof(str) - 1) }

@@ -54,8 +54,8 @@ fuzz() {
   echo "run_fuzz.sh: $name OK, no crash in ${secs}s"
 }
 
-fuzz wire_fuzz corpus wire.dict "$root/store/wire.c" "$root/store/error.c"
-fuzz tcpstore_fuzz tcpstore_corpus "" "$root/store/tcpstore_wire.c" \
-  "$root/store/wire.c" "$root/store/error.c"
+fuzz wire_fuzz corpus wire.dict "$root/store/wire/wire.c" "$root/store/wire/error.c"
+fuzz tcpstore_fuzz tcpstore_corpus "" "$root/store/wire/tcpstore_wire.c" \
+  "$root/store/wire/wire.c" "$root/store/wire/error.c"
 rm -rf "$work"
 echo "run_fuzz.sh: OK"

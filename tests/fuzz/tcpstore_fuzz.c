@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/tcpstore_wire.h"
+#include "store/wire/tcpstore_wire.h"
 
 #define CAP 64
 

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/wire.h"
+#include "store/wire/wire.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)

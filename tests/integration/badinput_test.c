@@ -22,7 +22,7 @@
 
 #include "proc.h"
 #include "rdzv/rdzv.h"
-#include "store/wire.h"
+#include "store/wire/wire.h"
 
 #define RDZVD "tools/rdzvd"
 

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/wire.h"
+#include "store/wire/wire.h"
 
 #define MAX_CONNS 64
 #define MAX_KV 4096

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "store/wire.h"
+#include "store/wire/wire.h"
 
 #define NO_LIMIT ((size_t)UINT32_MAX)
 #define S(str)                                                                 \

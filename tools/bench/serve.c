@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "rendezvous/topo.h"
-#include "store/server.h"
-#include "store/wire.h"
+#include "store/daemon/daemon.h"
+#include "store/wire/wire.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/rank.h"
 

@@ -1,0 +1,589 @@
+/* librdzv: the connection to the server, as one explicit state machine.
+ * conn_set_state is the only place that changes c->state after create.
+ *
+ *   IDLE       -> CONNECTING, or HELLO_SENT (a Unix socket connects at
+ *                 once), when requests are queued or rdzv_client_connect
+ *                 waits; -> BACKOFF when that first attempt fails
+ *   CONNECTING -> HELLO_SENT (connected) | BACKOFF (failed, timed out)
+ *   HELLO_SENT -> READY (hello accepted) | FAILED (refused, or the peer
+ *                 does not speak our protocol) | BACKOFF (closed, no reply
+ *                 within attempt_timeout_s)
+ *   READY      -> BACKOFF (connection lost, requests queued) | IDLE (lost,
+ *                 nothing queued)
+ *   BACKOFF    -> (timer) as IDLE, or IDLE when nothing needs a connection
+ *   FAILED     final: every request completes with the hello's status
+ *   any        -> IDLE on a failure retrying cannot cure (EACCES, ...):
+ *                 queued requests complete with -errno
+ *
+ * A round of attempts resolves the address once and tries each resulting
+ * socket address in turn; when all fail, BACKOFF waits before the next
+ * round (delay doubling from backoff_initial to backoff_max, +-25%
+ * jitter). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "store/client/client_int.h"
+
+/* Stop moving queued requests into the output buffer past this size: the
+ * rest stay queued (and so can be re-sent after a reconnect). */
+#define OUT_HIGH_WATER (256u << 10)
+/* The read buffer starts small and doubles while a frame needs more, and
+ * is released when empty: a process may hold thousands of handles. */
+#define READ_CHUNK (4u << 10)
+/* Reads per step, so that a chatty server cannot starve timers. */
+#define MAX_READS 64
+
+static const char *const state_names[] = {
+    [RDZV__CS_IDLE] = "IDLE",
+    [RDZV__CS_CONNECTING] = "CONNECTING",
+    [RDZV__CS_HELLO_SENT] = "HELLO_SENT",
+    [RDZV__CS_READY] = "READY",
+    [RDZV__CS_BACKOFF] = "BACKOFF",
+    [RDZV__CS_FAILED] = "FAILED",
+};
+
+const char *rdzv__conn_state_name(enum rdzv__conn_state s) {
+  return state_names[s];
+}
+
+static void conn_set_state(struct rdzv_client *c, enum rdzv__conn_state s,
+                           const char *why) {
+  if (c->debug)
+    fprintf(stderr, "rdzv client %s: %s -> %s%s%s\n", c->addr_str,
+            state_names[c->state], state_names[s], why != NULL ? ": " : "",
+            why != NULL ? why : "");
+  c->state = s;
+}
+
+int rdzv__conn_wanted(const struct rdzv_client *c) {
+  return c->queue.n > 0 || c->want_conn > 0;
+}
+
+void rdzv__conn_close(struct rdzv_client *c) {
+  if (c->fd >= 0)
+    close(c->fd);
+  c->fd = -1;
+  rdzv_buf_free(&c->in);
+  rdzv_buf_free(&c->out);
+  c->out_total = 0;
+  c->sent_total = 0;
+}
+
+/* xorshift64*: jitter only, not security. */
+static double rand01(struct rdzv_client *c) {
+  c->rng ^= c->rng >> 12;
+  c->rng ^= c->rng << 25;
+  c->rng ^= c->rng >> 27;
+  return (double)((c->rng * 0x2545F4914F6CDD1Du) >> 11) / 9007199254740992.0;
+}
+
+static void backoff_start(struct rdzv_client *c, int64_t now, const char *why) {
+  double d = c->backoff_cur * (0.75 + 0.5 * rand01(c));
+
+  c->timer = rdzv__deadline_after(now, d);
+  c->backoff_cur *= 2;
+  if (c->backoff_cur > c->backoff_max)
+    c->backoff_cur = c->backoff_max;
+  conn_set_state(c, RDZV__CS_BACKOFF, why);
+}
+
+/* Failures worth another attempt: the server is not (yet) there, or a
+ * resource shortage on our side that may pass. */
+static int retryable(int err) {
+  switch (err) {
+  case ECONNREFUSED:
+  case ECONNRESET:
+  case ENOENT:
+  case ETIMEDOUT:
+  case EHOSTUNREACH:
+  case ENETUNREACH:
+  case ECONNABORTED:
+  case EPIPE:
+  case EAGAIN: /* a Unix socket's backlog is full */
+  case EINTR:
+  case EADDRNOTAVAIL: /* out of ephemeral ports */
+  case ENETDOWN:
+  case EHOSTDOWN:
+  case ENOBUFS:
+  case EMFILE:
+  case ENFILE:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static void try_connect(struct rdzv_client *c, int64_t now);
+
+/* One attempt failed with errno err (what describes it). Tries the next
+ * address of the round, else backs off, else (not retryable) gives up on
+ * the queued requests. */
+static void attempt_failed(struct rdzv_client *c, int64_t now, int err,
+                           const char *what) {
+  struct rdzv__req_list l;
+  double over = (double)(now - c->first_attempt) / 1e9;
+
+  rdzv__conn_close(c);
+  c->attempts++;
+  snprintf(c->conn_err, sizeof c->conn_err,
+           "connect %s: %s (%u attempt%s over %.1f s)", c->addr_str, what,
+           c->attempts, c->attempts == 1 ? "" : "s", over);
+  rdzv__set_error(c, "%s", c->conn_err);
+  if (!retryable(err)) {
+    c->hard_err = -err;
+    conn_set_state(c, RDZV__CS_IDLE, what);
+    l = c->queue;
+    memset(&c->queue, 0, sizeof c->queue);
+    rdzv__finish_all(c, &l, -err);
+    return;
+  }
+  if (c->ai_idx + 1 < c->ai_n) {
+    c->ai_idx++;
+    try_connect(c, now);
+    return;
+  }
+  backoff_start(c, now, what);
+}
+
+/* Appends the hello and waits for its reply. */
+static void connected(struct rdzv_client *c, int64_t now) {
+  struct rdzv_slice keys[2];
+  struct rdzv_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.type = RDZV_MSG_HELLO;
+  m.a = RDZV_ROLE_CLIENT;
+  keys[0] = (struct rdzv_slice){(const uint8_t *)c->job_id,
+                                (uint32_t)strlen(c->job_id)};
+  keys[1] =
+      (struct rdzv_slice){(const uint8_t *)c->name, (uint32_t)strlen(c->name)};
+  m.keys.n = 2;
+  m.keys.v = keys;
+  if (rdzv_msg_encode(&m, &c->out) < 0) {
+    attempt_failed(c, now, ENOBUFS, "out of memory encoding the hello");
+    return;
+  }
+  c->out_total = c->out.len;
+  conn_set_state(c, RDZV__CS_HELLO_SENT, NULL);
+}
+
+static void try_connect(struct rdzv_client *c, int64_t now) {
+  const struct sockaddr *sa = (const struct sockaddr *)&c->ai[c->ai_idx];
+  int one = 1;
+  int fd;
+
+  fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    attempt_failed(c, now, errno, rdzv_strerror(-errno));
+    return;
+  }
+  c->fd = fd;
+  if (!c->addr.is_unix)
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c->timer = rdzv__deadline_after(now, c->attempt_timeout);
+  if (connect(fd, sa, c->ai_len[c->ai_idx]) == 0) {
+    connected(c, now);
+    return;
+  }
+  if (errno == EINPROGRESS) {
+    conn_set_state(c, RDZV__CS_CONNECTING, NULL);
+    return;
+  }
+  attempt_failed(c, now, errno, rdzv_strerror(-errno));
+}
+
+/* Resolves the address into c->ai. Returns 0, or a positive errno (and
+ * fills what) when there is nothing to connect to yet. */
+static int resolve(struct rdzv_client *c, char *what, size_t n) {
+  struct addrinfo hints;
+  struct addrinfo *res;
+  struct addrinfo *p;
+  int err;
+
+  c->ai_n = 0;
+  c->ai_idx = 0;
+  if (c->addr.is_unix) {
+    memcpy(&c->ai[0], &c->addr.sun, sizeof c->addr.sun);
+    c->ai_len[0] = c->addr.sun_len;
+    c->ai_n = 1;
+    return 0;
+  }
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  err = getaddrinfo(c->addr.host, c->addr.port, &hints, &res);
+  if (err != 0) {
+    /* EAI_AGAIN and EAI_NONAME are "not resolvable yet" (a pod's DNS name
+     * appears late); other resolver failures are retried as well, since a
+     * resolver that fails now may answer later. */
+    snprintf(what, n, "resolve %s: %s", c->addr.host,
+             err == EAI_SYSTEM ? rdzv_strerror(-errno) : gai_strerror(err));
+    return EAGAIN;
+  }
+  for (p = res; p != NULL && c->ai_n < RDZV__MAX_ADDRS; p = p->ai_next) {
+    if (p->ai_addrlen > sizeof c->ai[0])
+      continue;
+    memcpy(&c->ai[c->ai_n], p->ai_addr, p->ai_addrlen);
+    c->ai_len[c->ai_n++] = p->ai_addrlen;
+  }
+  freeaddrinfo(res);
+  if (c->ai_n == 0) {
+    snprintf(what, n, "resolve %s: no usable address", c->addr.host);
+    return EAGAIN;
+  }
+  return 0;
+}
+
+static void round_start(struct rdzv_client *c, int64_t now) {
+  char what[300];
+  int err;
+
+  if (c->attempts == 0)
+    c->first_attempt = now;
+  err = resolve(c, what, sizeof what);
+  if (err != 0) {
+    c->ai_n = 0;
+    attempt_failed(c, now, err, what);
+    return;
+  }
+  try_connect(c, now);
+}
+
+/* CONNECTING: has the non-blocking connect finished? */
+static void connect_check(struct rdzv_client *c, int64_t now) {
+  struct pollfd p = {.fd = c->fd, .events = POLLOUT, .revents = 0};
+  socklen_t len = sizeof(int);
+  int err = 0;
+  char what[64];
+  int ready = poll(&p, 1, 0);
+
+  if (ready < 0)
+    return; /* EINTR and the like: look again on the next step */
+  if (ready == 0) {
+    if (now >= c->timer) {
+      snprintf(what, sizeof what, "connect timed out after %.3g s",
+               c->attempt_timeout);
+      attempt_failed(c, now, ETIMEDOUT, what);
+    }
+    return;
+  }
+  if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+    err = errno;
+  if (err != 0) {
+    attempt_failed(c, now, err, rdzv_strerror(-err));
+    return;
+  }
+  connected(c, now);
+}
+
+/* ---- an established connection ------------------------------------------ */
+
+static void hello_refused(struct rdzv_client *c, int status,
+                          const char *detail) {
+  struct rdzv__req_list l;
+
+  if (status == 0)
+    status = RDZV_EHELLO;
+  rdzv__conn_close(c);
+  c->fatal = status;
+  rdzv__set_error(c, "hello refused by %s: %s%s%s", c->addr_str,
+                  rdzv_strerror(status), detail[0] != '\0' ? ": " : "", detail);
+  conn_set_state(c, RDZV__CS_FAILED, rdzv_err_name(status));
+  l = c->queue;
+  memset(&c->queue, 0, sizeof c->queue);
+  rdzv__finish_all(c, &l, status);
+}
+
+/* The connection ended (status for the requests in flight; what for
+ * last_error). In HELLO_SENT this is just a failed attempt. In READY,
+ * requests whose frame the kernel has whole complete with status; those
+ * not (or not wholly) written go back to the front of the queue, in order,
+ * to be sent on the next connection. */
+static void conn_lost(struct rdzv_client *c, int status, const char *what) {
+  struct rdzv__req_list fail = {0};
+  struct rdzv__req *r;
+  int64_t now = rdzv__now_ns();
+
+  if (c->state != RDZV__CS_READY && status == RDZV_ECONN_CLOSED) {
+    attempt_failed(c, now, ECONNRESET, what);
+    return;
+  }
+  if (c->state != RDZV__CS_READY) {
+    /* Garbage or another protocol version instead of a hello reply: the
+     * peer is not a server we can talk to, and retrying will not change
+     * that. */
+    hello_refused(c, status, what);
+    return;
+  }
+  rdzv__set_error(c, "%s: %s", c->addr_str, what);
+  while (c->sent.tail != NULL) {
+    r = c->sent.tail;
+    rdzv__list_remove(&c->sent, r);
+    if (r->end_off <= c->sent_total) {
+      rdzv__list_push_front(&fail, r);
+    } else {
+      r->where = RDZV__REQ_QUEUED;
+      rdzv__list_push_front(&c->queue, r);
+    }
+  }
+  rdzv__tab_clear(c);
+  rdzv__conn_close(c);
+  c->attempts = 0;
+  c->first_attempt = now;
+  if (rdzv__conn_wanted(c))
+    backoff_start(c, now, what);
+  else
+    conn_set_state(c, RDZV__CS_IDLE, what);
+  rdzv__finish_all(c, &fail, status);
+}
+
+static void hello_accepted(struct rdzv_client *c) {
+  c->attempts = 0;
+  c->backoff_cur = c->backoff_initial;
+  c->timer = RDZV__NO_DEADLINE;
+  c->conn_err[0] = '\0';
+  conn_set_state(c, RDZV__CS_READY, NULL);
+}
+
+/* Text of an ERROR frame's keys[0], if any, made printable. */
+static void error_text(const struct rdzv_msg *m, char *buf, size_t n) {
+  struct rdzv_slice s;
+  size_t i;
+
+  buf[0] = '\0';
+  if (rdzv_items_get(&m->keys, 0, &s) < 0)
+    return;
+  for (i = 0; i < s.n && i + 1 < n; i++)
+    buf[i] = s.p[i] >= 0x20 && s.p[i] < 0x7f ? (char)s.p[i] : '?';
+  buf[i] = '\0';
+}
+
+/* Handles one decoded frame. Returns 1 if the connection was closed. */
+static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
+  struct rdzv__req *r;
+  char text[256];
+  char what[320];
+
+  if (m->type == RDZV_MSG_ERROR) {
+    error_text(m, text, sizeof text);
+    if (c->state == RDZV__CS_HELLO_SENT) {
+      hello_refused(c, m->status, text);
+      return 1;
+    }
+    snprintf(what, sizeof what, "server error %s%s%s", rdzv_err_name(m->status),
+             text[0] != '\0' ? ": " : "", text);
+    /* The request that broke the rule (req_id != 0) gets the server's
+     * status; the others were merely on the same connection. */
+    r = m->req_id != 0 ? rdzv__tab_find(c, m->req_id) : NULL;
+    if (r != NULL) {
+      rdzv__set_error(c, "%s", what);
+      rdzv__req_finish(c, r, NULL, m->status != 0 ? m->status : RDZV_EPROTO);
+      conn_lost(c, RDZV_ECONN_CLOSED, what);
+      return 1;
+    }
+    conn_lost(c, m->status != 0 ? m->status : RDZV_EPROTO, what);
+    return 1;
+  }
+  if ((m->flags & RDZV_F_REPLY) == 0 ||
+      (m->type == RDZV_MSG_HELLO) != (c->state == RDZV__CS_HELLO_SENT)) {
+    snprintf(what, sizeof what, "unexpected %s frame from the server",
+             rdzv_msg_type_name(m->type));
+    conn_lost(c, RDZV_EPROTO, what);
+    return 1;
+  }
+  if (c->state == RDZV__CS_HELLO_SENT) {
+    if (m->status != 0) {
+      hello_refused(c, m->status, "");
+      return 1;
+    }
+    hello_accepted(c);
+    return 0;
+  }
+  r = rdzv__tab_find(c, m->req_id);
+  if (r == NULL)
+    return 0; /* its deadline passed: the late reply is dropped */
+  if (r->op != m->type) {
+    snprintf(what, sizeof what, "reply of type %s to a %s request",
+             rdzv_msg_type_name(m->type), rdzv_msg_type_name(r->op));
+    conn_lost(c, RDZV_EPROTO, what);
+    return 1;
+  }
+  rdzv__req_finish(c, r, m, m->status);
+  return 0;
+}
+
+/* Decodes and dispatches every whole frame in `in`. Returns 1 if the
+ * connection was closed. */
+static int frames_handle(struct rdzv_client *c) {
+  struct rdzv_msg m;
+  size_t off = 0;
+  size_t used;
+  char what[128];
+  int err;
+
+  for (;;) {
+    err = rdzv_msg_decode(c->in.data + off, c->in.len - off, c->max_frame, &m,
+                          &used);
+    if (err == RDZV_ENEEDMORE)
+      break;
+    if (err < 0) {
+      if (err == RDZV_EFRAME_TOO_BIG)
+        snprintf(what, sizeof what,
+                 "frame from the server larger than max_frame_bytes (%u)",
+                 c->max_frame);
+      else
+        snprintf(what, sizeof what, "bad frame from the server: %s",
+                 rdzv_strerror(err));
+      conn_lost(c, err, what);
+      return 1;
+    }
+    off += used;
+    if (dispatch(c, &m))
+      return 1;
+  }
+  rdzv_buf_consume(&c->in, off);
+  return 0;
+}
+
+/* Reads what the socket has. Returns 1 if the connection was closed. */
+static int conn_read(struct rdzv_client *c) {
+  ssize_t n;
+  int i;
+
+  for (i = 0; i < MAX_READS; i++) {
+    if (rdzv_buf_reserve(&c->in, c->in.len > READ_CHUNK ? c->in.len
+                                                        : READ_CHUNK) < 0)
+      return 0; /* try again later; nothing is lost */
+    n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
+    if (n > 0) {
+      c->in.len += (size_t)n;
+      if (frames_handle(c))
+        return 1;
+      if (c->in.len == 0)
+        rdzv_buf_free(&c->in);
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    conn_lost(c, RDZV_ECONN_CLOSED,
+              n == 0 ? "connection closed by the server"
+                     : rdzv_strerror(-errno));
+    return 1;
+  }
+  return 0;
+}
+
+/* Writes what the kernel takes. Returns 1 if the connection was closed. */
+static int conn_flush(struct rdzv_client *c) {
+  size_t off = 0;
+  ssize_t n;
+  int err;
+
+  while (off < c->out.len) {
+    n = send(c->fd, c->out.data + off, c->out.len - off, MSG_NOSIGNAL);
+    if (n >= 0) {
+      off += (size_t)n;
+      c->sent_total += (uint64_t)n;
+      continue;
+    }
+    if (errno == EINTR)
+      continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      break;
+    err = errno;
+    rdzv_buf_consume(&c->out, off);
+    conn_lost(c, RDZV_ECONN_CLOSED, rdzv_strerror(-err));
+    return 1;
+  }
+  rdzv_buf_consume(&c->out, off);
+  if (c->out.len == 0)
+    rdzv_buf_free(&c->out);
+  return 0;
+}
+
+/* READY: moves queued requests into the output buffer. A WAIT carries its
+ * remaining time (frame bytes 20..27 are the body's `a`, see wire.h), so a
+ * re-sent WAIT does not outlive its caller on the server. */
+static void pump(struct rdzv_client *c, int64_t now) {
+  struct rdzv__req *r;
+  int64_t ms;
+
+  while (c->queue.head != NULL && c->out.len < OUT_HIGH_WATER) {
+    r = c->queue.head;
+    if (r->op == RDZV_OP_WAIT && r->deadline != RDZV__NO_DEADLINE) {
+      ms = r->deadline > now ? (r->deadline - now + 999999) / 1000000 : 0;
+      if (ms > INT32_MAX)
+        ms = INT32_MAX;
+      rdzv_store_u64le(r->frame.data + RDZV_WIRE_HEADER_BYTES + 4,
+                       (uint64_t)ms);
+    }
+    if (rdzv__tab_put(c, r) < 0 ||
+        rdzv_buf_append(&c->out, r->frame.data, r->frame.len) < 0) {
+      rdzv__tab_del(c, r->id);
+      rdzv__req_finish(c, r, NULL, RDZV_ENOMEM);
+      continue;
+    }
+    rdzv__list_remove(&c->queue, r);
+    r->where = RDZV__REQ_SENT;
+    rdzv__list_push_back(&c->sent, r);
+    c->out_total += r->frame.len;
+    r->end_off = c->out_total;
+  }
+}
+
+static void conn_io(struct rdzv_client *c, int64_t now) {
+  if (conn_flush(c) || conn_read(c))
+    return;
+  if (c->state == RDZV__CS_HELLO_SENT && now >= c->timer) {
+    attempt_failed(c, now, ETIMEDOUT, "no hello reply");
+    return;
+  }
+  if (c->state != RDZV__CS_READY)
+    return;
+  pump(c, now);
+  conn_flush(c);
+}
+
+void rdzv__conn_step(struct rdzv_client *c, int64_t now) {
+  switch (c->state) {
+  case RDZV__CS_IDLE:
+    if (rdzv__conn_wanted(c))
+      round_start(c, now);
+    break;
+  case RDZV__CS_BACKOFF:
+    if (now < c->timer)
+      break;
+    if (rdzv__conn_wanted(c))
+      round_start(c, now);
+    else
+      conn_set_state(c, RDZV__CS_IDLE, "nothing to send");
+    break;
+  case RDZV__CS_CONNECTING:
+    connect_check(c, now);
+    break;
+  case RDZV__CS_HELLO_SENT:
+  case RDZV__CS_READY:
+    conn_io(c, now);
+    break;
+  case RDZV__CS_FAILED:
+    break;
+  }
+  /* A connect that finished at once (Unix sockets do) sends its hello
+   * now rather than after another poll. */
+  if (c->state == RDZV__CS_HELLO_SENT && c->out.len > 0)
+    conn_flush(c);
+}

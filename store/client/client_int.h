@@ -1,0 +1,189 @@
+/* librdzv internals: the client handle, its requests and the connection
+ * state machine. Private to store/client*.c and store/store_api.c.
+ *
+ * Layout of the core:
+ *  - client.c: handle life cycle, options and addresses, request
+ *    submission and completion, the poll() drivers (rdzv_client_run /
+ *    _connect).
+ *  - client_req.c: request lists, the id table, the deadline heap.
+ *  - client_conn.c: the connection (one state machine: resolve, connect,
+ *    hello, read and write frames, backoff) and the dispatch of replies.
+ *
+ * Requests live on exactly one of two lists: `queue` (not yet handed to a
+ * connection) or `sent` (encoded into the output buffer of the current
+ * connection, and looked up by id when the reply comes). A request with a
+ * finite deadline is also in the deadline heap. */
+#ifndef RDZV_STORE_CLIENT_INT_H
+#define RDZV_STORE_CLIENT_INT_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "rdzv/client.h"
+#include "store/wire/wire.h"
+
+#define RDZV__CLIENT_MAGIC 0x435A4452u /* "RDZC" */
+#define RDZV__ERR_BYTES 512
+#define RDZV__MAX_ADDRS 8
+#define RDZV__NO_DEADLINE INT64_MAX
+
+enum rdzv__conn_state {
+  RDZV__CS_IDLE,       /* no socket; nothing asked for one */
+  RDZV__CS_CONNECTING, /* non-blocking connect in progress */
+  RDZV__CS_HELLO_SENT, /* connected; waiting for the hello reply */
+  RDZV__CS_READY,      /* hello accepted; requests flow */
+  RDZV__CS_BACKOFF,    /* no socket; waiting before the next attempt */
+  RDZV__CS_FAILED,     /* hello refused: fatal for the handle */
+};
+
+enum rdzv__req_where {
+  RDZV__REQ_QUEUED,
+  RDZV__REQ_SENT,
+  RDZV__REQ_DETACHED, /* on a caller's local list, about to complete */
+};
+
+struct rdzv__req {
+  struct rdzv__req *prev;
+  struct rdzv__req *next;
+  uint8_t op;
+  uint8_t where;    /* enum rdzv__req_where */
+  uint8_t graced;   /* a WAIT's deadline was extended once (client.c) */
+  uint32_t id;      /* req_id on the wire */
+  int64_t deadline; /* CLOCK_MONOTONIC ns, or RDZV__NO_DEADLINE */
+  double timeout_s; /* as submitted, for messages */
+  size_t heap_idx;  /* index in the deadline heap, SIZE_MAX if none */
+  uint64_t end_off; /* connection byte offset just past the frame */
+  rdzv_request_cb cb;
+  void *arg;
+  struct rdzv_buf frame; /* the whole encoded frame */
+};
+
+struct rdzv__req_list {
+  struct rdzv__req *head;
+  struct rdzv__req *tail;
+  size_t n;
+};
+
+struct rdzv__addr {
+  int is_unix;
+  struct sockaddr_un sun; /* unix: the socket path */
+  socklen_t sun_len;
+  char *host; /* tcp: name or address, brackets removed */
+  char port[8];
+};
+
+struct rdzv_client {
+  uint32_t magic;
+  enum rdzv__conn_state state;
+  int fd;
+  int debug;          /* RDZV_CLIENT_DEBUG was set at create */
+  int in_cb;          /* > 0 while a callback of this handle runs */
+  int closing;        /* destroy is completing requests */
+  int fatal;          /* FAILED: the status every request gets */
+  int hard_err;       /* last non-retryable connect error, or 0 */
+  unsigned want_conn; /* rdzv_client_connect is waiting for READY */
+
+  /* Options, copied. */
+  char *addr_str;
+  char *job_id;
+  char *name;
+  struct rdzv__addr addr;
+  uint32_t max_frame;
+  double backoff_initial;
+  double backoff_max;
+  double attempt_timeout;
+
+  /* Connection. */
+  struct sockaddr_storage ai[RDZV__MAX_ADDRS];
+  socklen_t ai_len[RDZV__MAX_ADDRS];
+  int ai_n;
+  int ai_idx;
+  int64_t timer;      /* attempt deadline or end of backoff, ns */
+  double backoff_cur; /* next backoff delay before jitter, s */
+  unsigned attempts;  /* failed attempts since the last success */
+  int64_t first_attempt;
+  uint64_t rng;
+  struct rdzv_buf in;
+  struct rdzv_buf out;
+  uint64_t out_total;  /* bytes appended to `out` on this connection */
+  uint64_t sent_total; /* bytes handed to the kernel on this connection */
+
+  /* Requests. */
+  uint32_t next_id;
+  struct rdzv__req_list queue;
+  struct rdzv__req_list sent;
+  struct rdzv__req **tab; /* open addressing by id: sent requests */
+  size_t tab_cap;
+  size_t tab_n;
+  struct rdzv__req **heap; /* min-heap by deadline */
+  size_t heap_n;
+  size_t heap_cap;
+  struct rdzv_bytes *scratch; /* result item arrays for callbacks */
+  size_t scratch_cap;
+
+  char conn_err[RDZV__ERR_BYTES];
+  char last_error[RDZV__ERR_BYTES];
+};
+
+/* ---- client_req.c ------------------------------------------------------- */
+
+void rdzv__list_push_back(struct rdzv__req_list *l, struct rdzv__req *r);
+void rdzv__list_push_front(struct rdzv__req_list *l, struct rdzv__req *r);
+void rdzv__list_remove(struct rdzv__req_list *l, struct rdzv__req *r);
+
+/* The id table of sent requests. put returns 0 or RDZV_ENOMEM. */
+int rdzv__tab_put(struct rdzv_client *c, struct rdzv__req *r);
+struct rdzv__req *rdzv__tab_find(const struct rdzv_client *c, uint32_t id);
+void rdzv__tab_del(struct rdzv_client *c, uint32_t id);
+void rdzv__tab_clear(struct rdzv_client *c);
+
+/* The deadline heap. push returns 0 or RDZV_ENOMEM; remove is a no-op for
+ * a request that is not in it. */
+int rdzv__heap_push(struct rdzv_client *c, struct rdzv__req *r);
+void rdzv__heap_remove(struct rdzv_client *c, struct rdzv__req *r);
+
+/* ---- client.c ----------------------------------------------------------- */
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t rdzv__now_ns(void);
+/* now + s seconds, saturating; infinite s gives RDZV__NO_DEADLINE. */
+int64_t rdzv__deadline_after(int64_t now, double s);
+
+/* Formats last_error (snprintf, truncated to fit). */
+void rdzv__set_error(struct rdzv_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Completes r: takes it off every list, table and heap, runs its callback
+ * once with status and (when m is not NULL) the items, numbers and flags
+ * of m, and frees it. m's pointers need only live for the call. */
+void rdzv__req_finish(struct rdzv_client *c, struct rdzv__req *r,
+                      const struct rdzv_msg *m, int status);
+
+/* Completes every request on list l with status, in list order. l is a
+ * list the caller has detached from the handle (and, for sent requests,
+ * the id table cleared). */
+void rdzv__finish_all(struct rdzv_client *c, struct rdzv__req_list *l,
+                      int status);
+
+/* Drives the core with poll() until done(c, arg) holds or deadline (ns)
+ * passes. Returns 0 when done, RDZV_EDEADLINE otherwise. */
+int rdzv__client_drive(struct rdzv_client *c,
+                       int (*done)(struct rdzv_client *, void *), void *arg,
+                       int64_t deadline);
+
+/* ---- client_conn.c ------------------------------------------------------ */
+
+/* Whether anything needs a connection now. */
+int rdzv__conn_wanted(const struct rdzv_client *c);
+/* Does whatever the connection can do without blocking at time now: starts
+ * an attempt, finishes a connect, exchanges the hello, writes queued
+ * requests, reads and dispatches replies, ends a backoff. May run
+ * callbacks. */
+void rdzv__conn_step(struct rdzv_client *c, int64_t now);
+/* Closes the socket, if any, without completing anything. */
+void rdzv__conn_close(struct rdzv_client *c);
+/* "IDLE", "READY", ... */
+const char *rdzv__conn_state_name(enum rdzv__conn_state s);
+
+#endif /* RDZV_STORE_CLIENT_INT_H */

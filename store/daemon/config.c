@@ -1,0 +1,338 @@
+/* rdzvd options: the one place where configuration is read. */
+#include "store/daemon/config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+enum opt_kind { OPT_STR, OPT_U32, OPT_ROLE };
+
+struct opt {
+  const char *name;
+  const char *env;
+  const char *def;
+  enum opt_kind kind;
+  size_t off;
+  size_t size;
+  const char *help;
+};
+
+#define STR_OPT(n, e, d, field, h)                                  \
+  { n, e, d, OPT_STR, offsetof(struct rdzv_daemon_config, field),  \
+    sizeof(((struct rdzv_daemon_config *)0)->field), h }
+#define U32_OPT(n, e, d, field, h)                                  \
+  { n, e, d, OPT_U32, offsetof(struct rdzv_daemon_config, field), 4, h }
+
+static const struct opt opts[] = {
+  { "role", "RDZVD_ROLE", "root", OPT_ROLE,
+    offsetof(struct rdzv_daemon_config, role), 4,
+    "root (holds the truth) or node (agent with one parent)" },
+  STR_OPT("listen", "RDZVD_LISTEN", "127.0.0.1:0", listen,
+          "TCP HOST:PORT for ranks and child nodes; port 0 = kernel's choice"),
+  STR_OPT("unix", "RDZVD_UNIX", "", unix_path,
+          "Unix socket path for local ranks (empty: none)"),
+  STR_OPT("parent", "RDZVD_PARENT", "", parent,
+          "node: parent address (HOST:PORT or unix:PATH)"),
+  STR_OPT("port-file", "RDZVD_PORT_FILE", "", port_file,
+          "write the bound TCP port here once listening"),
+  STR_OPT("name", "RDZVD_NAME", "", name, "name in logs (default host:pid)"),
+  U32_OPT("max-key-bytes", "RDZVD_MAX_KEY_BYTES", "4096", max_key_bytes,
+          "longest key, bytes"),
+  U32_OPT("max-value-bytes", "RDZVD_MAX_VALUE_BYTES", "16777216",
+          max_value_bytes, "largest value, bytes"),
+  U32_OPT("max-frame-bytes", "RDZVD_MAX_FRAME_BYTES", "67108864",
+          max_frame_bytes, "largest frame body, bytes"),
+  U32_OPT("max-outstanding", "RDZVD_MAX_OUTSTANDING", "65536",
+          max_outstanding, "outstanding requests per connection"),
+  U32_OPT("max-connections", "RDZVD_MAX_CONNECTIONS", "16384",
+          max_connections, "open connections"),
+  U32_OPT("backlog", "RDZVD_BACKLOG", "4096", backlog, "listen backlog"),
+  U32_OPT("flush-ms", "RDZVD_FLUSH_MS", "2", flush_ms,
+          "node: forward combined adds/collectives after this quiet time"),
+  U32_OPT("flush-max-ms", "RDZVD_FLUSH_MAX_MS", "20", flush_max_ms,
+          "node: never hold a combined contribution longer than this"),
+  U32_OPT("hello-timeout-ms", "RDZVD_HELLO_TIMEOUT_MS", "10000",
+          hello_timeout_ms, "drop a connection that sends no hello"),
+  U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
+          "0 errors, 1 info, 2 debug"),
+  STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen,
+          "serve PyTorch c10d TCPStore clients on HOST:PORT (empty: no)"),
+  STR_OPT("tcpstore-job", "RDZVD_TCPSTORE_JOB", "", tcpstore_job,
+          "the job whose keys TCPStore clients read and write"),
+  STR_OPT("tcpstore-port-file", "RDZVD_TCPSTORE_PORT_FILE", "",
+          tcpstore_port_file, "write the TCPStore port here once listening"),
+};
+#define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+static int set_opt(struct rdzv_daemon_config *cfg, const struct opt *o,
+                   const char *v, char *err, size_t errlen) {
+  char *base = (char *)cfg + o->off;
+  if (o->kind == OPT_STR) {
+    size_t n = strlen(v);
+    if (n >= o->size) {
+      snprintf(err, errlen, "--%s: longer than %zu bytes", o->name,
+               o->size - 1);
+      return -EINVAL;
+    }
+    memcpy(base, v, n + 1);
+    return 0;
+  }
+  if (o->kind == OPT_ROLE) {
+    enum rdzv_daemon_role r;
+    if (strcmp(v, "root") == 0) {
+      r = RDZV_DAEMON_ROOT;
+    } else if (strcmp(v, "node") == 0) {
+      r = RDZV_DAEMON_NODE;
+    } else {
+      snprintf(err, errlen, "--role: '%s' is neither root nor node", v);
+      return -EINVAL;
+    }
+    memcpy(base, &r, sizeof(r));
+    return 0;
+  }
+  char *end = NULL;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x > UINT32_MAX ||
+      v[0] == '-') {
+    snprintf(err, errlen, "--%s: '%s' is not a number in 0..%u", o->name, v,
+             UINT32_MAX);
+    return -EINVAL;
+  }
+  uint32_t u = (uint32_t)x;
+  memcpy(base, &u, sizeof(u));
+  return 0;
+}
+
+static const struct opt *find_opt(const char *name, size_t len) {
+  for (size_t i = 0; i < NOPTS; i++)
+    if (strlen(opts[i].name) == len && strncmp(opts[i].name, name, len) == 0)
+      return &opts[i];
+  return NULL;
+}
+
+void rdzv_config_usage(FILE *out) {
+  fprintf(out, "usage: rdzvd [--option value]...\n\n");
+  for (size_t i = 0; i < NOPTS; i++)
+    fprintf(out, "  --%-18s %-24s default %-12s %s\n", opts[i].name,
+            opts[i].env, opts[i].def[0] ? opts[i].def : "\"\"", opts[i].help);
+}
+
+static int parse_argv(struct rdzv_daemon_config *cfg, int argc, char **argv,
+                      FILE *out, char *err, size_t errlen) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      rdzv_config_usage(out);
+      return 1;
+    }
+    if (strncmp(a, "--", 2) != 0) {
+      snprintf(err, errlen, "unexpected argument '%s' (see --help)", a);
+      return -EINVAL;
+    }
+    const char *name = a + 2;
+    const char *eq = strchr(name, '=');
+    size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+    const struct opt *o = find_opt(name, nlen);
+    if (o == NULL) {
+      snprintf(err, errlen, "unknown option '%s' (see --help)", a);
+      return -EINVAL;
+    }
+    const char *v = eq ? eq + 1 : NULL;
+    if (v == NULL) {
+      if (i + 1 >= argc) {
+        snprintf(err, errlen, "--%s needs a value", o->name);
+        return -EINVAL;
+      }
+      v = argv[++i];
+    }
+    int rc = set_opt(cfg, o, v, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* The longest Unix socket path: sun_path less its NUL. */
+#define UNIX_PATH_MAX_BYTES (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+/* unix:PATH, or [tcp:]HOST:PORT (HOST may be [v6]) with PORT 1..65535. */
+static int parent_ok(const char *a) {
+  if (strncmp(a, "unix:", 5) == 0)
+    return a[5] != '\0';
+  if (strncmp(a, "tcp:", 4) == 0)
+    a += 4;
+  const char *colon = strrchr(a, ':');
+  if (colon == NULL || colon == a)
+    return 0;
+  char *end = NULL;
+  errno = 0;
+  long port = strtol(colon + 1, &end, 10);
+  return errno == 0 && end != colon + 1 && *end == '\0' && port >= 1 &&
+         port <= 65535;
+}
+
+/* Splits [tcp:]HOST:PORT (HOST may be [v6]) into host (brackets dropped)
+ * and port; false if it is not one. */
+static bool host_port(const char *a, char *host, size_t hostlen, long *port) {
+  if (strncmp(a, "tcp:", 4) == 0)
+    a += 4;
+  const char *colon = strrchr(a, ':');
+  if (colon == NULL || colon == a)
+    return false;
+  const char *h = a;
+  size_t hl = (size_t)(colon - a);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  char *end = NULL;
+  errno = 0;
+  *port = strtol(colon + 1, &end, 10);
+  if (errno != 0 || end == colon + 1 || *end != '\0' || hl >= hostlen)
+    return false;
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  return true;
+}
+
+static bool is_wildcard(const char *host) {
+  return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
+static bool is_loopback(const char *host) {
+  return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+         strcmp(host, "localhost") == 0;
+}
+
+/* Whether a node's --parent is its own --listen address: the same host and
+ * port, or a loopback (or the wildcard) host and the port of a wildcard
+ * listener. Only the obvious cases: a name of this host other than
+ * localhost is not resolved. */
+static bool parent_is_self_tcp(const struct rdzv_daemon_config *cfg) {
+  char ph[256], lh[256];
+  long pp, lp;
+  if (strncmp(cfg->parent, "unix:", 5) == 0 || cfg->listen[0] == '\0' ||
+      !host_port(cfg->parent, ph, sizeof(ph), &pp) ||
+      !host_port(cfg->listen, lh, sizeof(lh), &lp) || lp == 0 || pp != lp)
+    return false;
+  if (strcmp(ph, lh) == 0)
+    return true;
+  if (is_wildcard(lh))
+    return is_wildcard(ph) || is_loopback(ph);
+  return strcmp(ph, "localhost") == 0 && is_loopback(lh);
+}
+
+/* Checks the values together, once all are read. 0 or -EINVAL. */
+static int check_config(const struct rdzv_daemon_config *cfg, char *err,
+                        size_t errlen) {
+  if (cfg->role == RDZV_DAEMON_NODE && cfg->parent[0] == '\0') {
+    snprintf(err, errlen, "--role node needs --parent ADDR");
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_NODE && !parent_ok(cfg->parent)) {
+    snprintf(err, errlen,
+             "--parent '%s' is neither unix:PATH nor [tcp:]HOST:PORT with a "
+             "port in 1..65535", cfg->parent);
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_ROOT && cfg->parent[0] != '\0') {
+    snprintf(err, errlen, "--role root takes no --parent");
+    return -EINVAL;
+  }
+  if (strlen(cfg->unix_path) > UNIX_PATH_MAX_BYTES) {
+    snprintf(err, errlen,
+             "--unix '%s' is %zu bytes; a Unix socket path holds at most %zu "
+             "bytes", cfg->unix_path, strlen(cfg->unix_path),
+             UNIX_PATH_MAX_BYTES);
+    return -EINVAL;
+  }
+  if (strncmp(cfg->parent, "unix:", 5) == 0 &&
+      strlen(cfg->parent + 5) > UNIX_PATH_MAX_BYTES) {
+    snprintf(err, errlen,
+             "--parent '%s': the path is %zu bytes; a Unix socket path holds "
+             "at most %zu bytes", cfg->parent, strlen(cfg->parent + 5),
+             UNIX_PATH_MAX_BYTES);
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_NODE && strncmp(cfg->parent, "unix:", 5) == 0 &&
+      cfg->unix_path[0] != '\0' && strcmp(cfg->parent + 5, cfg->unix_path) == 0) {
+    snprintf(err, errlen,
+             "--parent '%s' is its own --unix socket: a node's parent must be "
+             "another daemon", cfg->parent);
+    return -EINVAL;
+  }
+  if (cfg->role == RDZV_DAEMON_NODE && parent_is_self_tcp(cfg)) {
+    snprintf(err, errlen,
+             "--parent '%s' is its own --listen address (%s): a node's parent "
+             "must be another daemon", cfg->parent, cfg->listen);
+    return -EINVAL;
+  }
+  if (cfg->port_file[0] != '\0' && cfg->listen[0] == '\0') {
+    snprintf(err, errlen,
+             "--port-file needs a TCP listener, and --listen is empty");
+    return -EINVAL;
+  }
+  if (cfg->max_frame_bytes < 64) {
+    snprintf(err, errlen, "--max-frame-bytes must be at least 64 (got %u)",
+             cfg->max_frame_bytes);
+    return -EINVAL;
+  }
+  if (cfg->max_key_bytes == 0) {
+    snprintf(err, errlen,
+             "--max-key-bytes must be at least 1 (0 would refuse every key)");
+    return -EINVAL;
+  }
+  if (cfg->tcpstore_listen[0] == '\0' &&
+      (cfg->tcpstore_job[0] != '\0' || cfg->tcpstore_port_file[0] != '\0')) {
+    snprintf(err, errlen, "--tcpstore-job and --tcpstore-port-file need "
+                          "--tcpstore-listen HOST:PORT");
+    return -EINVAL;
+  }
+  if (cfg->max_connections == 0) {
+    snprintf(err, errlen, "--max-connections must be at least 1 (0 would "
+                          "refuse every connection)");
+    return -EINVAL;
+  }
+  if (cfg->max_outstanding == 0) {
+    snprintf(err, errlen, "--max-outstanding must be at least 1 (0 would "
+                          "refuse every request)");
+    return -EINVAL;
+  }
+  if (cfg->hello_timeout_ms == 0) {
+    snprintf(err, errlen, "--hello-timeout-ms must be at least 1 (0 would "
+                          "drop every connection before its hello)");
+    return -EINVAL;
+  }
+  if (cfg->flush_ms > cfg->flush_max_ms) {
+    snprintf(err, errlen, "--flush-ms (%u) must not exceed --flush-max-ms (%u)",
+             cfg->flush_ms, cfg->flush_max_ms);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
+                      FILE *out, char *err, size_t errlen) {
+  memset(cfg, 0, sizeof(*cfg));
+  for (size_t i = 0; i < NOPTS; i++) {
+    int rc = set_opt(cfg, &opts[i], opts[i].def, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  for (size_t i = 0; i < NOPTS; i++) {
+    const char *v = getenv(opts[i].env);
+    if (v == NULL)
+      continue;
+    int rc = set_opt(cfg, &opts[i], v, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  int rc = parse_argv(cfg, argc, argv, out, err, errlen);
+  if (rc != 0)
+    return rc;
+  return check_config(cfg, err, errlen);
+}

@@ -1,0 +1,93 @@
+/* rdzvd assembled: the transport, the role chosen by the configuration
+ * (the root with its state backend, or the node), and the front ends. The
+ * only file that names both the transport and the roles. */
+#include "store/daemon/daemon.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store/daemon/node/node.h"
+#include "store/daemon/root/root.h"
+#include "store/daemon/state/mem.h"
+#include "store/daemon/tcpstore/tcpstore.h"
+#include "store/daemon/transport/transport.h"
+
+static void tcpstore_stop_hook(void *arg) { rdzv__tcpstore_stop(arg); }
+
+int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
+                      struct daemon **out) {
+  const struct rdzv_role *role;
+  void *role_ctx = NULL;
+  if (cfg->role == RDZV_DAEMON_ROOT) {
+    role = &rdzv__root_role;
+    role_ctx = (void *)&rdzv__state_mem;
+  } else {
+    role = &rdzv__node_role;
+  }
+  struct daemon *d = NULL;
+  int rc = rdzv__transport_start(loop, cfg, role, role_ctx, &d);
+  *out = d;
+  if (d == NULL)
+    return rc;
+  if (rc == 0 && cfg->tcpstore_listen[0] != '\0') {
+    struct ts_server *ts = NULL;
+    rc = rdzv__tcpstore_start(d, cfg->tcpstore_listen, cfg->tcpstore_job,
+                              cfg->tcpstore_port_file, &ts);
+    /* Stopped first when the daemon stops: its in-process connections go
+     * before the transport closes the rest. */
+    d->stop_hook = tcpstore_stop_hook;
+    d->stop_hook_arg = ts;
+  }
+  /* The port is published only once every listener is up: a script that
+   * waits for the port file must never find a daemon that gave up. */
+  if (rc == 0 && d->have_tcp && cfg->port_file[0] != '\0') {
+    rc = rdzv__write_port_file(cfg->port_file, rdzv__transport_tcp_port(d));
+    if (rc < 0)
+      fprintf(stderr, "rdzvd: --port-file %s: %s\n", cfg->port_file,
+              strerror(-rc));
+  }
+  if (rc < 0) {
+    rdzv_daemon_stop(d); /* the caller runs the loop to close handles */
+    return rc;
+  }
+  rdzv__log(d, 1, "%s listening on tcp:%s%s%s", role->name,
+            d->have_tcp ? d->bound_addr : "(none)",
+            d->have_unix ? " and unix:" : "", d->have_unix ? cfg->unix_path : "");
+  return 0;
+}
+
+static void close_noop(uv_handle_t *h) { (void)h; }
+
+struct run_ctx {
+  struct daemon *d;
+  uv_signal_t sigint, sigterm;
+};
+
+static void on_signal(uv_signal_t *s, int signum) {
+  struct run_ctx *r = s->data;
+  (void)signum;
+  rdzv_daemon_stop(r->d);
+  uv_close((uv_handle_t *)&r->sigint, close_noop);
+  uv_close((uv_handle_t *)&r->sigterm, close_noop);
+}
+
+int rdzv_daemon_run(const struct rdzv_daemon_config *cfg) {
+  /* libuv writes with write(2): a peer that hung up must cost an EPIPE on
+   * that connection, not the process. */
+  signal(SIGPIPE, SIG_IGN);
+  uv_loop_t *loop = uv_default_loop();
+  struct run_ctx r;
+  int rc = rdzv_daemon_start(loop, cfg, &r.d);
+  if (rc == 0) {
+    uv_signal_init(loop, &r.sigint);
+    uv_signal_init(loop, &r.sigterm);
+    r.sigint.data = r.sigterm.data = &r;
+    uv_signal_start(&r.sigint, on_signal, SIGINT);
+    uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+  }
+  uv_run(loop, UV_RUN_DEFAULT); /* until stopped; then close callbacks */
+  uv_loop_close(loop);
+  rdzv_daemon_free(r.d);
+  return rc;
+}

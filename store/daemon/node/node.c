@@ -1,0 +1,800 @@
+/* The node role (agent): serves the ranks of its host and child nodes,
+ * answers what it can locally (write-once keys it has cached), coalesces
+ * waits (and reads hinted write-once) into one upstream request per key,
+ * combines concurrent adds and collective contributions, and forwards the
+ * rest to its parent unchanged. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/daemon/keys/kvs.h"
+#include "store/daemon/transport/transport.h"
+#include "store/daemon/keys/waits.h"
+#include "store/daemon/node/node.h"
+#include "store/daemon/node/node_int.h"
+
+struct lreq { /* a local request waiting for an upstream answer */
+  struct conn *c;
+  uint32_t req_id;
+  int64_t delta; /* adds */
+  struct lreq *next;
+};
+
+struct nget { /* coalesced reads of one key */
+  UT_hash_handle hh;
+  struct node_job *nj;
+  uint8_t *key;
+  uint32_t klen;
+  struct lreq *reqs;
+};
+
+struct nadd { /* combined adds to one counter */
+  UT_hash_handle hh;
+  struct node_job *nj;
+  uint8_t *key;
+  uint32_t klen;
+  struct lreq *pending, **pending_tail;
+  int64_t pending_sum;
+  uint64_t first_ms;
+  bool inflight;
+  uv_timer_t timer;
+};
+
+struct add_batch {
+  struct nadd *ad;
+  struct lreq *reqs;
+  int64_t sum;
+};
+
+struct ncoll { /* combined contributions to one barrier or gather */
+  UT_hash_handle hh;
+  struct node_job *nj;
+  uint8_t *name; /* type byte + name */
+  uint32_t nlen;
+  uint8_t type;
+  uint64_t count;
+  uint64_t seen;           /* contributions that passed through here */
+  struct rdzv_buf pending; /* encoded items not yet forwarded */
+  uint32_t npending;
+  struct lreq *waiters;
+  bool done;
+  struct rdzv_buf result;
+  uint64_t first_ms;
+  uv_timer_t timer;
+};
+
+void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,
+                             int st) {
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, st);
+  rdzv__conn_reply(c, &r);
+}
+
+static struct lreq *lreq_new(struct conn *c, uint32_t req_id) {
+  struct lreq *l = calloc(1, sizeof(*l));
+  if (l == NULL)
+    return NULL;
+  l->c = c;
+  l->req_id = req_id;
+  rdzv__conn_ref(c);
+  return l;
+}
+
+/* Sends reply (type/status/fields of an upstream reply) to a local
+ * request and frees it. */
+static void lreq_answer(struct lreq *l, uint8_t type,
+                        const struct rdzv_msg *up) {
+  struct rdzv_msg r = *up;
+  r.type = type;
+  r.req_id = l->req_id;
+  r.flags = (uint16_t)(up->flags & ~RDZV_F_SUPERSEDED);
+  rdzv__conn_reply(l->c, &r);
+  rdzv__conn_unref(l->c);
+  free(l);
+}
+
+/* Caches a write-once value and wakes local waiters of its key. */
+void rdzv__node_cache_put(struct node_job *nj, struct rdzv_slice k,
+                          struct rdzv_slice v) {
+  if (rdzv__kv_set(&nj->cache, k.p, k.n, v.p, v.n, true, NULL) == 0)
+    rdzv__waits_notify(&nj->waits, k.p, k.n);
+}
+
+/* ---- waits: one upstream wait per key ------------------------------------- */
+
+struct upwait {
+  struct node_job *nj;
+  uint32_t klen;
+  uint8_t key[];
+};
+
+static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
+                        uint64_t deadline_ms);
+
+static void on_upwait(struct daemon *d, const struct rdzv_msg *r, void *arg) {
+  struct upwait *uw = arg;
+  struct node_job *nj = uw->nj;
+  if (r->status == 0) {
+    struct rdzv_slice k = {uw->key, uw->klen}, v;
+    if ((r->a & 1) && rdzv_items_get(&r->vals, 0, &v) == 0)
+      rdzv__node_cache_put(nj, k, v);
+    rdzv__waits_notify(&nj->waits, uw->key, uw->klen);
+  } else if (r->status == RDZV_EDEADLINE) {
+    /* Waiters that came later may still have time: ask again for them. */
+    uint64_t dl = rdzv__waits_deadline(&nj->waits, uw->key, uw->klen);
+    if (dl > rdzv__now_ms(d))
+      send_upwait(nj, uw->key, uw->klen, dl);
+  } else {
+    rdzv__waits_fail_key(&nj->waits, uw->key, uw->klen, r->status);
+  }
+  free(uw);
+}
+
+static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
+                        uint64_t deadline_ms) {
+  struct upwait *uw = malloc(sizeof(*uw) + klen);
+  if (uw == NULL) {
+    rdzv__waits_fail_key(&nj->waits, k, klen, RDZV_ENOMEM);
+    return;
+  }
+  uw->nj = nj;
+  uw->klen = klen;
+  memcpy(uw->key, k, klen);
+  uint64_t now = rdzv__now_ms(nj->d);
+  struct rdzv_slice ks = {uw->key, klen};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_WAIT;
+  m.a = (int64_t)(deadline_ms > now ? deadline_ms - now : 0);
+  m.keys.n = 1;
+  m.keys.v = &ks;
+  int rc = rdzv__upstream_send(nj->up, &m, on_upwait, uw);
+  if (rc < 0) {
+    free(uw);
+    rdzv__waits_fail_key(&nj->waits, k, klen, rc);
+  }
+}
+
+static bool hook_present(void *ctx, const uint8_t *k, uint32_t klen) {
+  struct node_job *nj = ctx;
+  return rdzv__kv_find(&nj->cache, k, klen) != NULL;
+}
+
+static void hook_value(void *ctx, const uint8_t *k, uint32_t klen,
+                       struct rdzv_slice *v, bool *write_once) {
+  struct node_job *nj = ctx;
+  struct kv_entry *e = rdzv__kv_find(&nj->cache, k, klen);
+  v->p = e ? e->val : NULL;
+  v->n = e ? e->vlen : 0;
+  *write_once = e != NULL;
+}
+
+static void hook_first_waiter(void *ctx, const uint8_t *k, uint32_t klen,
+                              uint64_t deadline_ms) {
+  send_upwait(ctx, k, klen, deadline_ms);
+}
+
+static const struct waits_hooks node_wait_hooks = {
+    hook_present, hook_value, hook_first_waiter};
+
+static void handle_wait(struct node_job *nj, struct conn *c,
+                        const struct rdzv_msg *m) {
+  struct stats *st = &nj->d->stats;
+  uint64_t before = st->ops[RDZV_MSG_WAIT].forwarded;
+  int missing = rdzv__waits_add(&nj->waits, c, m);
+  if (missing == 0)
+    st->ops[RDZV_MSG_WAIT].local++;
+  else if (missing > 0 && st->ops[RDZV_MSG_WAIT].forwarded == before)
+    st->coalesced++;
+}
+
+/* ---- forwarding ------------------------------------------------------------ */
+
+struct fwd {
+  struct node_job *nj;
+  struct lreq *l;
+  uint8_t type;
+  bool cache_set; /* a write-once SET: cache it on success */
+  uint32_t klen, vlen;
+  uint8_t kv[];
+};
+
+static void on_fwd_reply(struct daemon *d, const struct rdzv_msg *r,
+                         void *arg) {
+  struct fwd *f = arg;
+  (void)d;
+  if (r->status == 0 && f->cache_set) {
+    struct rdzv_slice k = {f->kv, f->klen}, v = {f->kv + f->klen, f->vlen};
+    rdzv__node_cache_put(f->nj, k, v);
+  }
+  struct rdzv_slice k, v;
+  if (r->status == 0 && f->type == RDZV_MSG_GET && (r->a & 1) &&
+      rdzv_items_get(&r->vals, 0, &v) == 0) {
+    k.p = f->kv;
+    k.n = f->klen;
+    rdzv__node_cache_put(f->nj, k, v);
+  }
+  lreq_answer(f->l, f->type, r);
+  free(f);
+}
+
+/* Forwards m unchanged; keeps key (and value, for a write-once SET) so the
+ * reply can fill the cache. */
+void rdzv__node_forward(struct node_job *nj, struct conn *c,
+                    const struct rdzv_msg *m) {
+  struct rdzv_slice k = {NULL, 0}, v = {NULL, 0};
+  bool cache_set = m->type == RDZV_MSG_SET && (m->flags & RDZV_F_WRITE_ONCE);
+  if (m->type == RDZV_MSG_SET || m->type == RDZV_MSG_GET)
+    rdzv_items_get(&m->keys, 0, &k);
+  if (cache_set)
+    rdzv_items_get(&m->vals, 0, &v);
+  struct fwd *f = calloc(1, sizeof(*f) + k.n + v.n);
+  struct lreq *l = f ? lreq_new(c, m->req_id) : NULL;
+  if (l == NULL) {
+    free(f);
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  f->nj = nj;
+  f->l = l;
+  f->type = m->type;
+  f->cache_set = cache_set;
+  f->klen = k.n;
+  f->vlen = v.n;
+  if (k.n)
+    memcpy(f->kv, k.p, k.n);
+  if (v.n)
+    memcpy(f->kv + k.n, v.p, v.n);
+  int rc = rdzv__upstream_send(nj->up, m, on_fwd_reply, f);
+  if (rc < 0) {
+    struct rdzv_msg r;
+    rdzv__reply_init(&r, m, rc);
+    lreq_answer(l, m->type, &r);
+    free(f);
+  }
+}
+
+/* ---- reads ----------------------------------------------------------------- */
+
+static void on_get_reply(struct daemon *d, const struct rdzv_msg *r,
+                         void *arg) {
+  struct nget *g = arg;
+  struct node_job *nj = g->nj;
+  (void)d;
+  struct rdzv_slice k = {g->key, g->klen}, v;
+  HASH_DEL(nj->gets, g);
+  if (r->status == 0 && (r->a & 1) && rdzv_items_get(&r->vals, 0, &v) == 0)
+    rdzv__node_cache_put(nj, k, v);
+  struct lreq *l;
+  while ((l = g->reqs) != NULL) {
+    g->reqs = l->next;
+    lreq_answer(l, RDZV_MSG_GET, r);
+  }
+  free(g->key);
+  free(g);
+}
+
+/* A read the caller marked write-once joins an identical read in flight:
+ * safe because such a key never changes once it exists. Other reads are
+ * forwarded one by one, so a read never returns a value older than a
+ * write that completed before it was issued. */
+static void handle_get(struct node_job *nj, struct conn *c,
+                       const struct rdzv_msg *m) {
+  struct stats *st = &nj->d->stats;
+  struct rdzv_slice k;
+  rdzv_items_get(&m->keys, 0, &k);
+  struct kv_entry *e = rdzv__kv_find(&nj->cache, k.p, k.n);
+  if (e != NULL) {
+    struct rdzv_slice v = {e->val, e->vlen};
+    struct rdzv_msg r;
+    rdzv__reply_init(&r, m, 0);
+    r.a = 1;
+    r.vals.n = 1;
+    r.vals.v = &v;
+    st->cache_hits++;
+    st->ops[RDZV_MSG_GET].local++;
+    rdzv__conn_reply(c, &r);
+    return;
+  }
+  if (!(m->flags & RDZV_F_WRITE_ONCE)) {
+    rdzv__node_forward(nj, c, m);
+    return;
+  }
+  struct nget *g = NULL;
+  HASH_FIND(hh, nj->gets, k.p, k.n, g);
+  struct lreq *l = lreq_new(c, m->req_id);
+  if (l == NULL) {
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  if (g != NULL) {
+    l->next = g->reqs;
+    g->reqs = l;
+    st->coalesced++;
+    return;
+  }
+  g = calloc(1, sizeof(*g));
+  if (g == NULL || (g->key = malloc(k.n)) == NULL) {
+    free(g);
+    struct rdzv_msg r;
+    rdzv__reply_init(&r, m, RDZV_ENOMEM);
+    lreq_answer(l, RDZV_MSG_GET, &r);
+    return;
+  }
+  memcpy(g->key, k.p, k.n);
+  g->klen = k.n;
+  g->nj = nj;
+  g->reqs = l;
+  HASH_ADD_KEYPTR(hh, nj->gets, g->key, g->klen, g);
+  if (rdzv__upstream_send(nj->up, m, on_get_reply, g) < 0) {
+    struct rdzv_msg r;
+    rdzv__reply_init(&r, m, RDZV_ENOMEM);
+    on_get_reply(nj->d, &r, g);
+  }
+}
+
+/* A MGET whose keys are all cached is answered here. */
+static void handle_mget(struct node_job *nj, struct conn *c,
+                        const struct rdzv_msg *m) {
+  struct rdzv_slice *vals = calloc(m->keys.n, sizeof(*vals));
+  size_t pos = 0;
+  struct rdzv_slice k;
+  uint32_t i = 0;
+  while (vals != NULL && rdzv_items_next(&m->keys, &pos, &k)) {
+    struct kv_entry *e = rdzv__kv_find(&nj->cache, k.p, k.n);
+    if (e == NULL)
+      break;
+    vals[i].p = e->val;
+    vals[i++].n = e->vlen;
+  }
+  if (vals == NULL || i < m->keys.n) {
+    free(vals);
+    rdzv__node_forward(nj, c, m);
+    return;
+  }
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, 0);
+  r.vals.n = i;
+  r.vals.v = vals;
+  nj->d->stats.cache_hits += i;
+  nj->d->stats.ops[RDZV_MSG_MGET].local++;
+  rdzv__conn_reply(c, &r);
+  free(vals);
+}
+
+/* ---- adds: combined per counter ------------------------------------------- */
+
+static void add_flush(struct nadd *ad);
+
+static void on_add_reply(struct daemon *d, const struct rdzv_msg *r,
+                         void *arg) {
+  struct add_batch *b = arg;
+  struct nadd *ad = b->ad;
+  (void)d;
+  /* The parent applied the sum at once; hand each caller the value it
+   * would have seen had the adds run one after another, in arrival order. */
+  /* Two's-complement arithmetic in uint64_t: well defined, and equal to
+   * the true values whenever those fit in int64 (else the parent's add
+   * of the sum already failed with -ERANGE). */
+  uint64_t running = (uint64_t)r->a - (uint64_t)b->sum;
+  struct lreq *l;
+  while ((l = b->reqs) != NULL) {
+    b->reqs = l->next;
+    struct rdzv_msg out = *r;
+    if (r->status == 0) {
+      running += (uint64_t)l->delta;
+      out.a = (int64_t)running;
+    }
+    lreq_answer(l, RDZV_MSG_ADD, &out);
+  }
+  free(b);
+  ad->inflight = false;
+  if (ad->pending != NULL)
+    add_flush(ad);
+}
+
+static void add_flush(struct nadd *ad) {
+  struct node_job *nj = ad->nj;
+  uv_timer_stop(&ad->timer);
+  if (ad->inflight || ad->pending == NULL)
+    return;
+  struct add_batch *b = calloc(1, sizeof(*b));
+  if (b == NULL)
+    return; /* retried by the next add or reply */
+  b->ad = ad;
+  b->reqs = ad->pending;
+  b->sum = ad->pending_sum;
+  ad->pending = NULL;
+  ad->pending_tail = &ad->pending;
+  ad->pending_sum = 0;
+  ad->inflight = true;
+  struct rdzv_slice k = {ad->key, ad->klen};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_ADD;
+  m.a = b->sum;
+  m.keys.n = 1;
+  m.keys.v = &k;
+  int rc = rdzv__upstream_send(nj->up, &m, on_add_reply, b);
+  if (rc < 0) {
+    struct rdzv_msg r;
+    memset(&r, 0, sizeof(r));
+    r.status = rc;
+    on_add_reply(nj->d, &r, b);
+  }
+}
+
+static void on_add_timer(uv_timer_t *t) { add_flush(t->data); }
+
+static struct nadd *nadd_get(struct node_job *nj, struct rdzv_slice k) {
+  struct nadd *ad = NULL;
+  HASH_FIND(hh, nj->adds, k.p, k.n, ad);
+  if (ad != NULL)
+    return ad;
+  ad = calloc(1, sizeof(*ad));
+  if (ad == NULL || (ad->key = malloc(k.n)) == NULL) {
+    free(ad);
+    return NULL;
+  }
+  memcpy(ad->key, k.p, k.n);
+  ad->klen = k.n;
+  ad->nj = nj;
+  ad->pending_tail = &ad->pending;
+  uv_timer_init(nj->d->loop, &ad->timer);
+  ad->timer.data = ad;
+  HASH_ADD_KEYPTR(hh, nj->adds, ad->key, ad->klen, ad);
+  return ad;
+}
+
+/* Schedules a flush after a quiet interval (flush_ms without new input),
+ * but no later than flush_max_ms after the first held input. */
+void rdzv__node_schedule(struct daemon *d, uv_timer_t *t, uint64_t first_ms,
+                     uv_timer_cb cb) {
+  uint64_t now = rdzv__now_ms(d);
+  uint64_t limit = first_ms + d->cfg.flush_max_ms;
+  uint64_t due = now + d->cfg.flush_ms;
+  if (due > limit)
+    due = limit > now ? limit : now;
+  uv_timer_start(t, cb, due - now, 0);
+}
+
+static void handle_add(struct node_job *nj, struct conn *c,
+                       const struct rdzv_msg *m) {
+  struct rdzv_slice k;
+  rdzv_items_get(&m->keys, 0, &k);
+  struct nadd *ad = nadd_get(nj, k);
+  struct lreq *l = ad ? lreq_new(c, m->req_id) : NULL;
+  if (l == NULL) {
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  int64_t sum;
+  if (__builtin_add_overflow(ad->pending_sum, m->a, &sum)) {
+    /* Sequential adds would overflow somewhere here: the parent decides
+     * (-ERANGE), this add going up alone. */
+    rdzv__node_forward(nj, c, m);
+    rdzv__conn_unref(c);
+    free(l);
+    return;
+  }
+  l->delta = m->a;
+  if (ad->pending == NULL)
+    ad->first_ms = rdzv__now_ms(nj->d);
+  else
+    nj->d->stats.combined++;
+  *ad->pending_tail = l;
+  ad->pending_tail = &l->next;
+  ad->pending_sum = ad->pending == l ? m->a : sum;
+  if (!ad->inflight)
+    rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
+}
+
+/* ---- collectives: combined per node ---------------------------------------- */
+
+static void coll_flush(struct ncoll *co);
+
+static void coll_answer_all(struct ncoll *co, const struct rdzv_msg *r) {
+  struct lreq *l;
+  while ((l = co->waiters) != NULL) {
+    co->waiters = l->next;
+    lreq_answer(l, co->type, r);
+  }
+}
+
+static void on_coll_reply(struct daemon *d, const struct rdzv_msg *r,
+                          void *arg) {
+  struct ncoll *co = arg;
+  (void)d;
+  if (r->flags & RDZV_F_SUPERSEDED)
+    return; /* a newer request of ours carries the result */
+  if (r->status != 0) {
+    coll_answer_all(co, r);
+    return;
+  }
+  if (!co->done) {
+    co->done = true;
+    rdzv_buf_append(&co->result, r->vals.raw, r->vals.raw_len);
+    co->npending = 0;
+    co->pending.len = 0;
+  }
+  struct rdzv_msg out = *r;
+  out.vals.raw = co->result.data;
+  out.vals.raw_len = co->result.len;
+  coll_answer_all(co, &out);
+}
+
+static void coll_reply_done(struct ncoll *co, struct conn *c,
+                            const struct rdzv_msg *m) {
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, 0);
+  r.a = (int64_t)co->count;
+  if (co->type == RDZV_MSG_GATHER) {
+    r.vals.n = (uint32_t)co->count;
+    r.vals.raw = co->result.data;
+    r.vals.raw_len = co->result.len;
+  }
+  co->nj->d->stats.ops[co->type].local++;
+  rdzv__conn_reply(c, &r);
+}
+
+static void coll_flush(struct ncoll *co) {
+  struct node_job *nj = co->nj;
+  uv_timer_stop(&co->timer);
+  if (co->npending == 0 || co->done)
+    return;
+  struct rdzv_slice name = {co->name + 1, co->nlen - 1};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = co->type;
+  m.b = (int64_t)co->count;
+  m.keys.n = 1;
+  m.keys.v = &name;
+  m.vals.n = co->npending;
+  m.vals.raw = co->pending.data;
+  m.vals.raw_len = co->pending.len;
+  int rc = rdzv__upstream_send(nj->up, &m, on_coll_reply, co);
+  co->npending = 0;
+  co->pending.len = 0;
+  if (rc < 0) {
+    struct rdzv_msg r;
+    memset(&r, 0, sizeof(r));
+    r.status = rc;
+    coll_answer_all(co, &r);
+  }
+}
+
+static void on_coll_timer(uv_timer_t *t) { coll_flush(t->data); }
+
+/* The combined collective of that type and name (keys[0] of a BARRIER,
+ * GATHER or COLL_STATUS); if absent, created with count when create is
+ * set, else NULL (NULL also when out of memory). */
+static struct ncoll *ncoll_lookup(struct node_job *nj, uint8_t type,
+                                  const struct rdzv_msg *m, bool create,
+                                  uint64_t count) {
+  struct rdzv_slice name;
+  rdzv_items_get(&m->keys, 0, &name);
+  uint32_t nlen = name.n + 1;
+  uint8_t *key = malloc(nlen);
+  if (key == NULL)
+    return NULL;
+  key[0] = type;
+  memcpy(key + 1, name.p, name.n);
+  struct ncoll *co = NULL;
+  HASH_FIND(hh, nj->colls, key, nlen, co);
+  if (co != NULL || !create) {
+    free(key);
+    return co;
+  }
+  co = calloc(1, sizeof(*co));
+  if (co == NULL) {
+    free(key);
+    return NULL;
+  }
+  co->name = key;
+  co->nlen = nlen;
+  co->type = type;
+  co->count = count;
+  co->nj = nj;
+  uv_timer_init(nj->d->loop, &co->timer);
+  co->timer.data = co;
+  HASH_ADD_KEYPTR(hh, nj->colls, co->name, co->nlen, co);
+  return co;
+}
+
+/* A child node's older request is answered "superseded": only its newest
+ * request will carry the result (one result per child, not per batch). */
+static void supersede(struct ncoll *co, struct conn *c) {
+  if (c->role != RDZV_ROLE_NODE)
+    return;
+  for (struct lreq **pp = &co->waiters; *pp != NULL; pp = &(*pp)->next) {
+    struct lreq *old = *pp;
+    if (old->c != c)
+      continue;
+    *pp = old->next;
+    struct rdzv_msg r;
+    memset(&r, 0, sizeof(r));
+    r.type = co->type;
+    r.req_id = old->req_id;
+    r.flags = RDZV_F_SUPERSEDED;
+    rdzv__conn_reply(c, &r);
+    rdzv__conn_unref(c);
+    free(old);
+    return;
+  }
+}
+
+static void handle_collective(struct node_job *nj, struct conn *c,
+                              const struct rdzv_msg *m) {
+  struct ncoll *co = ncoll_lookup(nj, m->type, m, true, (uint64_t)m->b);
+  if (co == NULL) {
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  if (co->count != (uint64_t)m->b && co->done) {
+    rdzv__node_reply_status(c, m, RDZV_ECOUNT_MISMATCH);
+    return;
+  }
+  if (co->count != (uint64_t)m->b) {
+    /* Up as it is: the root fails every member of the collective, ours
+     * included, with both counts (one side alone cannot complete). */
+    rdzv__node_forward(nj, c, m);
+    return;
+  }
+  if (co->done) {
+    coll_reply_done(co, c, m);
+    return;
+  }
+  struct lreq *l = lreq_new(c, m->req_id);
+  if (l == NULL ||
+      rdzv_buf_append(&co->pending, m->vals.raw, m->vals.raw_len) < 0) {
+    if (l != NULL) {
+      rdzv__conn_unref(c);
+      free(l);
+    }
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  if (co->npending == 0)
+    co->first_ms = rdzv__now_ms(nj->d);
+  else
+    nj->d->stats.combined += m->vals.n;
+  co->npending += m->vals.n;
+  co->seen += m->vals.n;
+  supersede(co, c);
+  l->next = co->waiters;
+  co->waiters = l;
+  /* The whole job passed through here: no point waiting any longer. */
+  if (co->seen >= co->count)
+    coll_flush(co);
+  else
+    rdzv__node_schedule(nj->d, &co->timer, co->first_ms, on_coll_timer);
+}
+
+/* COLL_STATUS: what this node holds of that collective goes up first, on
+ * the same ordered link, so the root's answer counts it. */
+static void handle_coll_status(struct node_job *nj, struct conn *c,
+                               const struct rdzv_msg *m) {
+  struct ncoll *co = ncoll_lookup(nj, (uint8_t)m->a, m, false, 0);
+  if (co != NULL)
+    coll_flush(co);
+  rdzv__node_forward(nj, c, m);
+}
+
+/* ---- dispatch, job state --------------------------------------------------- */
+
+static struct node_job *node_job(struct daemon *d, struct job *j) {
+  if (j->role_data != NULL)
+    return j->role_data;
+  struct node_job *nj = calloc(1, sizeof(*nj));
+  if (nj == NULL)
+    return NULL;
+  nj->d = d;
+  nj->job = j;
+  nj->up = rdzv__upstream_create(d, j->id);
+  if (nj->up == NULL) {
+    free(nj);
+    return NULL;
+  }
+  rdzv__waits_init(&nj->waits, d->loop, &node_wait_hooks, nj);
+  j->role_data = nj;
+  return nj;
+}
+
+static void handle_stats(struct daemon *d, struct conn *c,
+                         const struct rdzv_msg *m) {
+  char *json = rdzv__stats_json(d);
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, json ? 0 : RDZV_ENOMEM);
+  struct rdzv_slice v = {(const uint8_t *)json,
+                         json ? (uint32_t)strlen(json) : 0};
+  if (json != NULL) {
+    r.vals.n = 1;
+    r.vals.v = &v;
+  }
+  d->stats.ops[RDZV_MSG_STATS].local++;
+  rdzv__conn_reply(c, &r);
+  free(json);
+}
+
+static void node_handle(struct daemon *d, struct conn *c,
+                        const struct rdzv_msg *m) {
+  struct node_job *nj = node_job(d, c->job);
+  if (nj == NULL) {
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  switch (m->type) {
+  case RDZV_MSG_GET: handle_get(nj, c, m); break;
+  case RDZV_MSG_WAIT: handle_wait(nj, c, m); break;
+  case RDZV_MSG_MGET: handle_mget(nj, c, m); break;
+  case RDZV_MSG_ADD: handle_add(nj, c, m); break;
+  case RDZV_MSG_BARRIER:
+  case RDZV_MSG_GATHER: handle_collective(nj, c, m); break;
+  case RDZV_MSG_COLL_STATUS: handle_coll_status(nj, c, m); break;
+  case RDZV_MSG_STATS: handle_stats(d, c, m); break;
+  case RDZV_MSG_JOIN: rdzv__node_join(nj, c, m); break;
+  case RDZV_MSG_ABORT: rdzv__node_abort(nj, c, m); break;
+  default: rdzv__node_forward(nj, c, m); break;
+  }
+}
+
+static void free_lreqs(struct lreq *l) {
+  while (l != NULL) {
+    struct lreq *next = l->next;
+    rdzv__conn_unref(l->c);
+    free(l);
+    l = next;
+  }
+}
+
+static void on_nadd_closed(uv_handle_t *h) {
+  struct nadd *ad = h->data;
+  free(ad->key);
+  free(ad);
+}
+
+static void on_ncoll_closed(uv_handle_t *h) {
+  struct ncoll *co = h->data;
+  rdzv_buf_free(&co->pending);
+  rdzv_buf_free(&co->result);
+  free(co->name);
+  free(co);
+}
+
+static void node_conn_closed(struct daemon *d, struct conn *c) {
+  (void)d;
+  rdzv__node_conn_closed(c->job->role_data, c);
+}
+
+static void node_job_free(struct daemon *d, struct job *j) {
+  struct node_job *nj = j->role_data;
+  (void)d;
+  if (nj == NULL)
+    return;
+  /* Upstream callbacks run (with RDZV_ECANCELED) and release their
+   * requests before the tables go. */
+  rdzv__upstream_destroy(nj->up);
+  rdzv__waits_clear(&nj->waits);
+  rdzv__node_joins_free(nj);
+  struct nadd *ad, *at;
+  HASH_ITER(hh, nj->adds, ad, at) {
+    HASH_DEL(nj->adds, ad);
+    free_lreqs(ad->pending);
+    uv_close((uv_handle_t *)&ad->timer, on_nadd_closed);
+  }
+  struct ncoll *co, *ct;
+  HASH_ITER(hh, nj->colls, co, ct) {
+    HASH_DEL(nj->colls, co);
+    free_lreqs(co->waiters);
+    uv_close((uv_handle_t *)&co->timer, on_ncoll_closed);
+  }
+  rdzv__kv_clear(&nj->cache);
+  free(nj);
+  j->role_data = NULL;
+}
+
+const struct rdzv_role rdzv__node_role = {
+    "node",
+    node_handle,
+    node_conn_closed,
+    node_job_free,
+};

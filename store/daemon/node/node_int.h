@@ -1,0 +1,67 @@
+/* A node's per-job state, shared by node.c (cache, waits, reads, adds,
+ * collectives) and node_join.c (rendezvous joins). Private. */
+#ifndef RDZV_STORE_NODE_INT_H
+#define RDZV_STORE_NODE_INT_H
+
+#include "store/daemon/keys/kvs.h"
+#include "store/daemon/transport/transport.h"
+#include "store/daemon/keys/waits.h"
+
+struct nget;
+struct nadd;
+struct ncoll;
+struct njround;
+struct joined;
+struct upstream;
+
+struct node_job {
+  struct daemon *d;
+  struct job *job;
+  struct upstream *up;
+  struct kv_table cache; /* write-once keys */
+  struct waitset waits;
+  struct nget *gets;
+  struct nadd *adds;
+  struct ncoll *colls;
+  struct njround *jrounds;
+  struct joined *joined; /* connections that joined, by conn */
+};
+
+/* Replies status (no fields) to request m of c. */
+void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,
+                             int st);
+/* Forwards m unchanged to the parent; the reply goes back to c. */
+void rdzv__node_forward(struct node_job *nj, struct conn *c,
+                        const struct rdzv_msg *m);
+/* Starts t to fire after the quiet interval (--flush-ms), but no later
+ * than --flush-max-ms after first_ms. */
+void rdzv__node_schedule(struct daemon *d, uv_timer_t *t, uint64_t first_ms,
+                         uv_timer_cb cb);
+
+/* Caches a write-once key (copied) and wakes local waiters of it. */
+void rdzv__node_cache_put(struct node_job *nj, struct rdzv_slice k,
+                          struct rdzv_slice v);
+
+/* node_join.c */
+void rdzv__node_join(struct node_job *nj, struct conn *c,
+                     const struct rdzv_msg *m);
+void rdzv__node_abort(struct node_job *nj, struct conn *c,
+                      const struct rdzv_msg *m);
+void rdzv__node_conn_closed(struct node_job *nj, struct conn *c);
+void rdzv__node_joins_free(struct node_job *nj);
+
+/* ---- the connection to the parent (upstream.c) ---------------------------- */
+
+/* Called once with the parent's reply, or with a reply synthesized here
+ * (status RDZV_ECONN_CLOSED, RDZV_ECANCELED) when none can come. */
+typedef void (*upstream_cb)(struct daemon *d, const struct rdzv_msg *reply,
+                            void *arg);
+
+struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id);
+void rdzv__upstream_destroy(struct upstream *u);
+/* Sends m (its req_id is replaced) to the parent; queued until connected. */
+int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
+                        upstream_cb cb, void *arg);
+
+
+#endif /* RDZV_STORE_NODE_INT_H */

@@ -1,0 +1,429 @@
+/* A node's connection to its parent for one job: connect (with backoff and
+ * jitter, names resolved asynchronously), hello as role NODE, then many
+ * outstanding requests multiplexed by request id. Requests submitted while
+ * not connected wait in a queue; requests in flight when the connection
+ * fails complete with RDZV_ECONN_CLOSED. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+#include "store/daemon/node/node_int.h"
+
+enum up_state { UP_IDLE, UP_RESOLVING, UP_CONNECTING, UP_HELLO, UP_READY,
+                UP_BACKOFF, UP_CLOSED };
+static const char *const up_state_names[] = {
+    "IDLE", "RESOLVING", "CONNECTING", "HELLO", "READY", "BACKOFF", "CLOSED"};
+
+struct upreq {
+  UT_hash_handle hh;
+  uint32_t id;
+  bool sent;
+  upstream_cb cb;
+  void *arg;
+};
+
+struct upstream {
+  struct daemon *d;
+  char *job_id;
+  enum up_state state;
+  union {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+    uv_stream_t stream;
+    uv_handle_t handle;
+  } h;
+  bool have_stream;
+  uv_connect_t creq;
+  uv_getaddrinfo_t gai;
+  uv_timer_t timer;
+  uv_write_t wreq;
+  bool write_active;
+  struct rdzv_buf queued;  /* frames of requests not yet sent */
+  struct rdzv_buf out;
+  struct rdzv_buf writing;
+  struct rdzv_buf in;
+  struct upreq *reqs;
+  uint32_t next_id;
+  uint32_t hello_id;
+  uint64_t backoff_ms;
+  uint32_t attempts;
+  uint32_t refs;
+};
+
+static void up_connect(struct upstream *u);
+static void up_start_write(struct upstream *u);
+
+static void up_set_state(struct upstream *u, enum up_state s) {
+  rdzv__log(u->d, 2, "upstream %s: %s -> %s", u->job_id,
+            up_state_names[u->state], up_state_names[s]);
+  u->state = s;
+}
+
+static void up_unref(struct upstream *u) {
+  if (--u->refs > 0)
+    return;
+  rdzv_buf_free(&u->queued);
+  rdzv_buf_free(&u->out);
+  rdzv_buf_free(&u->writing);
+  rdzv_buf_free(&u->in);
+  free(u->job_id);
+  free(u);
+}
+
+static void complete(struct upstream *u, struct upreq *r,
+                     const struct rdzv_msg *reply) {
+  HASH_DEL(u->reqs, r);
+  upstream_cb cb = r->cb;
+  void *arg = r->arg;
+  free(r);
+  if (cb != NULL)
+    cb(u->d, reply, arg);
+}
+
+/* Completes every request (only those already sent, unless all) with a
+ * synthesized status. */
+static void fail_requests(struct upstream *u, int status, bool all) {
+  struct upreq *r, *tmp;
+  HASH_ITER(hh, u->reqs, r, tmp) {
+    if (!r->sent && !all)
+      continue;
+    struct rdzv_msg m;
+    memset(&m, 0, sizeof(m));
+    m.req_id = r->id;
+    m.flags = RDZV_F_REPLY;
+    m.status = status;
+    complete(u, r, &m);
+  }
+}
+
+static void on_stream_closed(uv_handle_t *h) {
+  struct upstream *u = h->data;
+  up_unref(u);
+}
+
+static void on_backoff(uv_timer_t *t) { up_connect(t->data); }
+
+/* The connection failed (or never came up): fail what was in flight and
+ * try again after a jittered, growing delay. */
+static void up_reset(struct upstream *u, const char *why, int err) {
+  if (u->state == UP_CLOSED)
+    return;
+  rdzv__log(u->d, u->attempts % 50 == 1 ? 1 : 2,
+            "upstream %s: %s: %s (attempt %u)", u->job_id, why,
+            err ? rdzv_strerror(err) : "closed", u->attempts);
+  if (u->have_stream) {
+    u->have_stream = false;
+    u->refs++;
+    uv_close(&u->h.handle, on_stream_closed);
+  }
+  u->out.len = 0;
+  u->in.len = 0;
+  fail_requests(u, RDZV_ECONN_CLOSED, false);
+  if (u->state == UP_READY)
+    u->d->stats.upstream_reconnects++;
+  up_set_state(u, UP_BACKOFF);
+  uint64_t b = u->backoff_ms;
+  uint64_t jitter = b / 4 > 0 ? (uint64_t)rand() % (b / 2 + 1) : 0;
+  uv_timer_start(&u->timer, on_backoff, b - b / 4 + jitter, 0);
+  u->backoff_ms = b * 2 > 1000 ? 1000 : b * 2;
+}
+
+static void on_write(uv_write_t *req, int status) {
+  struct upstream *u = req->data;
+  u->write_active = false;
+  u->writing.len = 0;
+  if (status < 0) {
+    if (u->state == UP_READY || u->state == UP_HELLO)
+      up_reset(u, "write", status);
+  } else if (u->state == UP_READY || u->state == UP_HELLO)
+    up_start_write(u);
+  up_unref(u);
+}
+
+static void up_start_write(struct upstream *u) {
+  if (u->write_active || u->out.len == 0 || !u->have_stream)
+    return;
+  struct rdzv_buf t = u->writing;
+  u->writing = u->out;
+  u->out = t;
+  u->out.len = 0;
+  uv_buf_t b = uv_buf_init((char *)u->writing.data, (unsigned)u->writing.len);
+  u->wreq.data = u;
+  if (uv_write(&u->wreq, &u->h.stream, &b, 1, on_write) < 0) {
+    up_reset(u, "write", RDZV_ECONN_CLOSED);
+    return;
+  }
+  u->d->stats.bytes_out += b.len;
+  u->write_active = true;
+  u->refs++;
+}
+
+/* ---- read path ------------------------------------------------------------- */
+
+static void up_ready(struct upstream *u) {
+  up_set_state(u, UP_READY);
+  u->backoff_ms = 10;
+  u->attempts = 0;
+  struct upreq *r, *tmp;
+  HASH_ITER(hh, u->reqs, r, tmp)
+    r->sent = true;
+  rdzv_buf_append(&u->out, u->queued.data, u->queued.len);
+  u->queued.len = 0;
+  up_start_write(u);
+}
+
+/* Returns false when the connection was reset. */
+static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
+  u->d->stats.frames_in++;
+  if (m->type == RDZV_MSG_ERROR || !(m->flags & RDZV_F_REPLY)) {
+    struct rdzv_slice t = {NULL, 0};
+    rdzv_items_get(&m->keys, 0, &t);
+    rdzv__log(u->d, 0, "upstream %s: parent says %s: %.*s", u->job_id,
+              rdzv_strerror(m->status), (int)t.n, (const char *)t.p);
+    up_reset(u, "error frame", m->status ? m->status : RDZV_EPROTO);
+    return false;
+  }
+  if (u->state == UP_HELLO) {
+    if (m->type != RDZV_MSG_HELLO || m->req_id != u->hello_id ||
+        m->status != 0) {
+      up_reset(u, "hello refused", m->status ? m->status : RDZV_EHELLO);
+      return false;
+    }
+    up_ready(u);
+    return true;
+  }
+  struct upreq *r = NULL;
+  uint32_t id = m->req_id;
+  HASH_FIND(hh, u->reqs, &id, sizeof(id), r);
+  if (r != NULL && (m->flags & RDZV_F_PARTIAL) && r->cb != NULL)
+    r->cb(u->d, m, r->arg); /* more replies will follow */
+  else if (r != NULL)
+    complete(u, r, m);
+  return true;
+}
+
+static void up_on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
+  struct upstream *u = h->data;
+  (void)sz;
+  if (rdzv_buf_reserve(&u->in, u->in.len > 4096 ? u->in.len : 4096) < 0) {
+    buf->base = NULL;
+    buf->len = 0;
+    return;
+  }
+  buf->base = (char *)u->in.data + u->in.len;
+  buf->len = u->in.cap - u->in.len;
+}
+
+static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  struct upstream *u = s->data;
+  (void)buf;
+  if (nread < 0) {
+    up_reset(u, "read", nread == UV_EOF ? RDZV_ECONN_CLOSED : (int)nread);
+    return;
+  }
+  u->in.len += (size_t)nread;
+  u->d->stats.bytes_in += (uint64_t)nread;
+  size_t off = 0;
+  u->refs++;
+  for (;;) {
+    struct rdzv_msg m;
+    size_t used;
+    /* Replies may exceed the request limit (a gather returns count
+     * contributions); the parent is one of ours, so only the u32 length
+     * bounds them. */
+    int rc = rdzv_msg_decode(u->in.data + off, u->in.len - off, UINT32_MAX,
+                             &m, &used);
+    if (rc == RDZV_ENEEDMORE)
+      break;
+    if (rc < 0) {
+      up_reset(u, "undecodable reply", rc);
+      off = 0;
+      break;
+    }
+    off += used;
+    if (!up_frame(u, &m)) {
+      off = 0;
+      break;
+    }
+  }
+  if (off > 0)
+    rdzv_buf_consume(&u->in, off);
+  if (u->in.len == 0)
+    rdzv_buf_free(&u->in);
+  up_unref(u);
+}
+
+/* ---- connect --------------------------------------------------------------- */
+
+static void send_hello(struct upstream *u) {
+  struct rdzv_slice keys[2] = {
+      {(const uint8_t *)u->job_id, (uint32_t)strlen(u->job_id)},
+      {(const uint8_t *)u->d->cfg.name, (uint32_t)strlen(u->d->cfg.name)}};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_HELLO;
+  m.req_id = u->hello_id = u->next_id++;
+  m.a = RDZV_ROLE_NODE;
+  m.keys.n = 2;
+  m.keys.v = keys;
+  rdzv_msg_encode(&m, &u->out);
+  u->d->stats.frames_out++;
+  up_set_state(u, UP_HELLO);
+  uv_read_start(&u->h.stream, up_on_alloc, up_on_read);
+  up_start_write(u);
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  struct upstream *u = req->data;
+  if (u->state != UP_CONNECTING) {
+    up_unref(u);
+    return;
+  }
+  if (status < 0)
+    up_reset(u, "connect", status);
+  else
+    send_hello(u);
+  up_unref(u);
+}
+
+static void connect_addr(struct upstream *u, const struct sockaddr *sa) {
+  uv_tcp_init(u->d->loop, &u->h.tcp);
+  u->h.handle.data = u;
+  u->have_stream = true;
+  uv_tcp_nodelay(&u->h.tcp, 1);
+  up_set_state(u, UP_CONNECTING);
+  u->creq.data = u;
+  u->refs++;
+  int rc = uv_tcp_connect(&u->creq, &u->h.tcp, sa, on_connect);
+  if (rc < 0) {
+    u->refs--;
+    up_reset(u, "connect", rc);
+  }
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status,
+                        struct addrinfo *res) {
+  struct upstream *u = req->data;
+  if (u->state != UP_RESOLVING) {
+    uv_freeaddrinfo(res);
+    up_unref(u);
+    return;
+  }
+  if (status < 0 || res == NULL)
+    up_reset(u, "resolve", status < 0 ? status : RDZV_EBAD_ADDR);
+  else
+    connect_addr(u, res->ai_addr);
+  uv_freeaddrinfo(res);
+  up_unref(u);
+}
+
+static void up_connect(struct upstream *u) {
+  const char *a = u->d->cfg.parent;
+  u->attempts++;
+  if (strncmp(a, "unix:", 5) == 0) {
+    uv_pipe_init(u->d->loop, &u->h.pipe, 0);
+    u->h.handle.data = u;
+    u->have_stream = true;
+    up_set_state(u, UP_CONNECTING);
+    u->creq.data = u;
+    u->refs++;
+    uv_pipe_connect(&u->creq, &u->h.pipe, a + 5, on_connect);
+    return;
+  }
+  if (strncmp(a, "tcp:", 4) == 0)
+    a += 4;
+  char host[256];
+  const char *colon = strrchr(a, ':');
+  size_t hl = colon ? (size_t)(colon - a) : 0;
+  if (hl >= 2 && a[0] == '[' && a[hl - 1] == ']') {
+    a++;
+    hl -= 2;
+  }
+  if (colon == NULL || hl == 0 || hl >= sizeof(host)) {
+    up_reset(u, "parent address", RDZV_EBAD_ADDR);
+    return;
+  }
+  memcpy(host, a, hl);
+  host[hl] = '\0';
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  up_set_state(u, UP_RESOLVING);
+  u->gai.data = u;
+  u->refs++;
+  int rc = uv_getaddrinfo(u->d->loop, &u->gai, on_resolved, host,
+                          colon + 1, &hints);
+  if (rc < 0) {
+    u->refs--;
+    up_reset(u, "resolve", rc);
+  }
+}
+
+/* ---- public (daemon-internal) API -------------------------------------------- */
+
+struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id) {
+  struct upstream *u = calloc(1, sizeof(*u));
+  if (u == NULL)
+    return NULL;
+  u->job_id = strdup(job_id);
+  if (u->job_id == NULL) {
+    free(u);
+    return NULL;
+  }
+  u->d = d;
+  u->refs = 1;
+  u->next_id = 1;
+  u->backoff_ms = 10;
+  uv_timer_init(d->loop, &u->timer);
+  u->timer.data = u;
+  u->refs++; /* the timer's */
+  up_connect(u);
+  return u;
+}
+
+static void on_timer_closed(uv_handle_t *h) { up_unref(h->data); }
+
+void rdzv__upstream_destroy(struct upstream *u) {
+  if (u == NULL)
+    return;
+  fail_requests(u, RDZV_ECANCELED, true);
+  if (u->have_stream) {
+    u->have_stream = false;
+    u->refs++;
+    uv_close(&u->h.handle, on_stream_closed);
+  }
+  up_set_state(u, UP_CLOSED);
+  uv_close((uv_handle_t *)&u->timer, on_timer_closed);
+  up_unref(u);
+}
+
+int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
+                        upstream_cb cb, void *arg) {
+  struct upreq *r = calloc(1, sizeof(*r));
+  if (r == NULL)
+    return RDZV_ENOMEM;
+  struct rdzv_msg copy = *m;
+  copy.req_id = u->next_id++;
+  if (copy.req_id == 0)
+    copy.req_id = u->next_id++;
+  copy.flags &= (uint16_t)~RDZV_F_REPLY;
+  bool ready = u->state == UP_READY;
+  int rc = rdzv_msg_encode(&copy, ready ? &u->out : &u->queued);
+  if (rc < 0) {
+    free(r);
+    return rc;
+  }
+  r->id = copy.req_id;
+  r->sent = ready;
+  r->cb = cb;
+  r->arg = arg;
+  HASH_ADD(hh, u->reqs, id, sizeof(r->id), r);
+  u->d->stats.frames_out++;
+  if (m->type <= RDZV_MSG_TYPE_MAX)
+    u->d->stats.ops[m->type].forwarded++;
+  if (ready)
+    up_start_write(u);
+  return 0;
+}

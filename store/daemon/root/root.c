@@ -1,0 +1,370 @@
+/* The root role: holds the truth of each job and answers every request
+ * itself. This file: the role's table, per-job set-up and teardown,
+ * dispatch, and the key operations (set, get, add, compare-and-set,
+ * delete, multi-get and -set, append, number of keys) over the job's
+ * state (store/daemon/state); collectives are in coll.c, rendezvous
+ * rounds in root_join.c. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/daemon/root/root.h"
+#include "store/daemon/root/root_int.h"
+
+/* ---- job state ------------------------------------------------------------- */
+
+static bool key_present(void *ctx, const uint8_t *k, uint32_t klen) {
+  struct root_job *s = ctx;
+  struct rdzv_state_val v;
+  return rdzv__state_get(s->st, k, klen, &v) == 0;
+}
+
+static void key_value(void *ctx, const uint8_t *k, uint32_t klen,
+                      struct rdzv_slice *v, bool *write_once) {
+  struct root_job *s = ctx;
+  struct rdzv_state_val e = {NULL, 0, false};
+  rdzv__state_get(s->st, k, klen, &e);
+  v->p = e.p;
+  v->n = e.n;
+  *write_once = e.write_once;
+}
+
+static const struct waits_hooks root_wait_hooks = {key_present, key_value,
+                                                    NULL};
+
+/* The root's state of job j, opened on first use with the backend given
+ * at start-up (d->role_ctx). NULL on ENOMEM (or the backend's error). */
+static struct root_job *root_job(struct daemon *d, struct job *j) {
+  if (j->role_data != NULL)
+    return j->role_data;
+  const struct rdzv_state_backend *b = d->role_ctx;
+  struct root_job *s = calloc(1, sizeof(*s));
+  if (s == NULL)
+    return NULL;
+  int rc = b->open(b, j->id, &s->st);
+  if (rc < 0) {
+    rdzv__log(d, 0, "job '%s': %s state: %s", j->id, b->name,
+              rdzv_strerror(rc));
+    free(s);
+    return NULL;
+  }
+  s->d = d;
+  rdzv__waits_init(&s->waits, d->loop, &root_wait_hooks, s);
+  j->role_data = s;
+  return s;
+}
+
+void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
+                             int st) {
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, st);
+  rdzv__conn_reply(c, &r);
+}
+
+/* ---- simple operations --------------------------------------------------- */
+
+void rdzv__root_item(const struct rdzv_items *it, uint32_t i,
+                     struct rdzv_slice *out) {
+  /* Shapes were validated, so the item exists. */
+  if (rdzv_items_get(it, i, out) < 0) {
+    out->p = NULL;
+    out->n = 0;
+  }
+}
+
+static void handle_set(struct root_job *s, struct conn *c,
+                       const struct rdzv_msg *m) {
+  struct rdzv_slice k, v;
+  rdzv__root_item(&m->keys, 0, &k);
+  rdzv__root_item(&m->vals, 0, &v);
+  int rc = rdzv__state_set(s->st, k.p, k.n, v.p, v.n,
+                           (m->flags & RDZV_F_WRITE_ONCE) != 0);
+  rdzv__root_reply_status(c, m, rc);
+  if (rc == 0)
+    rdzv__waits_notify(&s->waits, k.p, k.n);
+}
+
+static void handle_get(struct root_job *s, struct conn *c,
+                       const struct rdzv_msg *m) {
+  struct rdzv_slice k;
+  rdzv__root_item(&m->keys, 0, &k);
+  struct rdzv_state_val e;
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, rdzv__state_get(s->st, k.p, k.n, &e));
+  struct rdzv_slice v = {NULL, 0};
+  if (r.status == 0) {
+    v.p = e.p;
+    v.n = e.n;
+    r.vals.n = 1;
+    r.vals.v = &v;
+    r.a = e.write_once ? 1 : 0;
+  }
+  rdzv__conn_reply(c, &r);
+}
+
+/* Parses a whole decimal int64; an absent value is 0. */
+static int parse_i64(const struct rdzv_state_val *e, int64_t *out) {
+  if (e == NULL) {
+    *out = 0;
+    return 0;
+  }
+  if (e->n == 0 || e->n > 20)
+    return RDZV_ENOT_NUMBER;
+  char buf[24];
+  memcpy(buf, e->p, e->n);
+  buf[e->n] = '\0';
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(buf, &end, 10);
+  if (errno != 0 || *end != '\0')
+    return RDZV_ENOT_NUMBER;
+  *out = v;
+  return 0;
+}
+
+static void handle_add(struct root_job *s, struct conn *c,
+                       const struct rdzv_msg *m) {
+  struct rdzv_slice k;
+  rdzv__root_item(&m->keys, 0, &k);
+  struct rdzv_state_val e;
+  bool have = rdzv__state_get(s->st, k.p, k.n, &e) == 0;
+  int64_t cur = 0;
+  int rc = parse_i64(have ? &e : NULL, &cur);
+  if (rc == 0 && __builtin_add_overflow(cur, m->a, &cur))
+    rc = -ERANGE;
+  if (rc == 0) {
+    char text[24];
+    int n = snprintf(text, sizeof(text), "%" PRId64, cur);
+    rc = rdzv__state_set(s->st, k.p, k.n, (const uint8_t *)text, (uint32_t)n,
+                         false);
+  }
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, rc);
+  r.a = cur;
+  rdzv__conn_reply(c, &r);
+  if (rc == 0)
+    rdzv__waits_notify(&s->waits, k.p, k.n);
+}
+
+static void handle_cas(struct root_job *s, struct conn *c,
+                       const struct rdzv_msg *m) {
+  struct rdzv_slice k, exp, des;
+  rdzv__root_item(&m->keys, 0, &k);
+  rdzv__root_item(&m->vals, 0, &exp);
+  rdzv__root_item(&m->vals, 1, &des);
+  struct rdzv_state_val e;
+  bool have = rdzv__state_get(s->st, k.p, k.n, &e) == 0;
+  bool match = !have ? exp.n == 0
+                     : (e.n == exp.n &&
+                        (exp.n == 0 || memcmp(e.p, exp.p, exp.n) == 0));
+  int rc = match ? 0 : RDZV_ECAS_FAILED;
+  if (match) {
+    rc = rdzv__state_set(s->st, k.p, k.n, des.p, des.n, have && e.write_once);
+    /* The value now stored (the set changed what e pointed to). */
+    have = rdzv__state_get(s->st, k.p, k.n, &e) == 0;
+  }
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, rc);
+  struct rdzv_slice cur = {have ? e.p : NULL, have ? e.n : 0};
+  r.vals.n = 1;
+  r.vals.v = &cur;
+  r.a = have;
+  rdzv__conn_reply(c, &r);
+  if (rc == 0)
+    rdzv__waits_notify(&s->waits, k.p, k.n);
+}
+
+static void handle_delete(struct root_job *s, struct conn *c,
+                          const struct rdzv_msg *m) {
+  struct rdzv_slice k;
+  rdzv__root_item(&m->keys, 0, &k);
+  struct rdzv_msg r;
+  struct rdzv_state_val e;
+  bool have = rdzv__state_get(s->st, k.p, k.n, &e) == 0;
+  /* Nodes cache write-once keys for good: deleting one would leave stale
+   * copies, so it is refused (generations remove their own keys). */
+  rdzv__reply_init(&r, m, have && e.write_once ? RDZV_EWRITE_ONCE : 0);
+  if (r.status == 0)
+    r.a = rdzv__state_del(s->st, k.p, k.n);
+  rdzv__conn_reply(c, &r);
+}
+
+static void handle_mget(struct root_job *s, struct conn *c,
+                        const struct rdzv_msg *m) {
+  struct rdzv_slice *vals = calloc(m->keys.n, sizeof(*vals));
+  struct rdzv_slice *missing = calloc(m->keys.n, sizeof(*missing));
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, 0);
+  if (vals == NULL || missing == NULL) {
+    r.status = RDZV_ENOMEM;
+  } else {
+    uint32_t nmiss = 0;
+    size_t pos = 0;
+    struct rdzv_slice k;
+    for (uint32_t i = 0; rdzv_items_next(&m->keys, &pos, &k); i++) {
+      struct rdzv_state_val e;
+      if (rdzv__state_get(s->st, k.p, k.n, &e) < 0) {
+        missing[nmiss++] = k;
+      } else {
+        vals[i].p = e.p;
+        vals[i].n = e.n;
+      }
+    }
+    if (nmiss > 0) {
+      r.status = RDZV_ENOKEY;
+      r.keys.n = nmiss;
+      r.keys.v = missing;
+    } else {
+      r.vals.n = m->keys.n;
+      r.vals.v = vals;
+    }
+  }
+  rdzv__conn_reply(c, &r);
+  free(vals);
+  free(missing);
+}
+
+static void handle_mset(struct root_job *s, struct conn *c,
+                        const struct rdzv_msg *m) {
+  bool wo = (m->flags & RDZV_F_WRITE_ONCE) != 0;
+  size_t kp = 0, vp = 0;
+  struct rdzv_slice k, v;
+  /* Check every write-once conflict first, so the call is all or nothing. */
+  while (rdzv_items_next(&m->keys, &kp, &k) &&
+         rdzv_items_next(&m->vals, &vp, &v)) {
+    struct rdzv_state_val e;
+    if (rdzv__state_get(s->st, k.p, k.n, &e) == 0 && e.write_once &&
+        (e.n != v.n || (v.n > 0 && memcmp(e.p, v.p, v.n) != 0))) {
+      rdzv__root_reply_status(c, m, RDZV_EWRITE_ONCE);
+      return;
+    }
+  }
+  int rc = 0;
+  kp = vp = 0;
+  while (rc == 0 && rdzv_items_next(&m->keys, &kp, &k) &&
+         rdzv_items_next(&m->vals, &vp, &v)) {
+    rc = rdzv__state_set(s->st, k.p, k.n, v.p, v.n, wo);
+    if (rc == 0)
+      rdzv__waits_notify(&s->waits, k.p, k.n);
+  }
+  rdzv__root_reply_status(c, m, rc);
+}
+
+static void handle_append(struct root_job *s, struct conn *c,
+                          const struct rdzv_msg *m) {
+  struct rdzv_slice k, v;
+  rdzv__root_item(&m->keys, 0, &k);
+  rdzv__root_item(&m->vals, 0, &v);
+  struct rdzv_state_val e;
+  /* The value after the append obeys the same limit as a set. */
+  if (rdzv__state_get(s->st, k.p, k.n, &e) == 0 &&
+      (uint64_t)e.n + v.n > s->d->cfg.max_value_bytes) {
+    rdzv__root_reply_status(c, m, RDZV_EVALUE_TOO_BIG);
+    return;
+  }
+  int rc = rdzv__state_append(s->st, k.p, k.n, v.p, v.n);
+  rdzv__root_reply_status(c, m, rc);
+  if (rc == 0)
+    rdzv__waits_notify(&s->waits, k.p, k.n);
+}
+
+static void handle_stats(struct daemon *d, struct conn *c,
+                         const struct rdzv_msg *m) {
+  char *json = rdzv__stats_json(d);
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, json ? 0 : RDZV_ENOMEM);
+  struct rdzv_slice v = {(const uint8_t *)json,
+                         json ? (uint32_t)strlen(json) : 0};
+  if (json != NULL) {
+    r.vals.n = 1;
+    r.vals.v = &v;
+  }
+  rdzv__conn_reply(c, &r);
+  free(json);
+}
+
+/* ---- dispatch and teardown ------------------------------------------------ */
+
+static void root_handle(struct daemon *d, struct conn *c,
+                        const struct rdzv_msg *m) {
+  struct root_job *s = root_job(d, c->job);
+  if (s == NULL) {
+    rdzv__root_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  const char *why = "";
+  int gen_rc = m->type == RDZV_MSG_JOIN || m->type == RDZV_MSG_ABORT
+                   ? 0
+                   : rdzv__root_gen_check(s, m, &why);
+  if (gen_rc < 0) {
+    struct rdzv_slice t = {(const uint8_t *)why, (uint32_t)strlen(why)};
+    struct rdzv_msg r;
+    rdzv__reply_init(&r, m, gen_rc);
+    r.keys.n = t.n > 0 ? 1 : 0;
+    r.keys.v = &t;
+    rdzv__conn_reply(c, &r);
+    return;
+  }
+  if (m->type != RDZV_MSG_WAIT && m->type != RDZV_MSG_BARRIER &&
+      m->type != RDZV_MSG_GATHER && m->type != RDZV_MSG_JOIN)
+    d->stats.ops[m->type].local++;
+  switch (m->type) {
+  case RDZV_MSG_JOIN: rdzv__root_join(s, c, m); break;
+  case RDZV_MSG_ABORT: rdzv__root_abort(s, c, m); break;
+  case RDZV_MSG_SET: handle_set(s, c, m); break;
+  case RDZV_MSG_GET: handle_get(s, c, m); break;
+  case RDZV_MSG_WAIT:
+    if (rdzv__waits_add(&s->waits, c, m) == 0)
+      d->stats.ops[m->type].local++;
+    break;
+  case RDZV_MSG_ADD: handle_add(s, c, m); break;
+  case RDZV_MSG_CAS: handle_cas(s, c, m); break;
+  case RDZV_MSG_DELETE: handle_delete(s, c, m); break;
+  case RDZV_MSG_MGET: handle_mget(s, c, m); break;
+  case RDZV_MSG_MSET: handle_mset(s, c, m); break;
+  case RDZV_MSG_APPEND: handle_append(s, c, m); break;
+  case RDZV_MSG_NKEYS: {
+    struct rdzv_msg r;
+    rdzv__reply_init(&r, m, 0);
+    r.a = (int64_t)rdzv__state_count(s->st);
+    rdzv__conn_reply(c, &r);
+    break;
+  }
+  case RDZV_MSG_BARRIER:
+  case RDZV_MSG_GATHER: rdzv__root_collective(s, c, m); break;
+  case RDZV_MSG_COLL_STATUS: rdzv__root_coll_status(s, c, m); break;
+  case RDZV_MSG_STATS: handle_stats(d, c, m); break;
+  default: rdzv__root_reply_status(c, m, RDZV_EPROTO); break;
+  }
+}
+
+static void root_conn_closed(struct daemon *d, struct conn *c) {
+  /* Waiters and collective entries hold a reference to c and answer into
+   * the void once c is closed; waits end at their deadline. A generation
+   * c joined ranks to is aborted at once. (The transport calls this only
+   * while it runs, for a job with role data.) */
+  (void)d;
+  rdzv__root_rounds_conn_closed(c->job->role_data, c);
+}
+
+static void root_job_free(struct daemon *d, struct job *j) {
+  struct root_job *s = j->role_data;
+  (void)d;
+  if (s == NULL)
+    return;
+  rdzv__waits_clear(&s->waits);
+  rdzv__root_rounds_free(s);
+  rdzv__root_colls_free(s);
+  rdzv__state_close(s->st);
+  free(s);
+  j->role_data = NULL;
+}
+
+const struct rdzv_role rdzv__root_role = {
+    "root",
+    root_handle,
+    root_conn_closed,
+    root_job_free,
+};

@@ -1,0 +1,70 @@
+/* The root's per-job data, shared by root.c (dispatch, key operations),
+ * coll.c (barriers and gathers) and root_join.c (rendezvous rounds).
+ * Private. */
+#ifndef RDZV_STORE_ROOT_INT_H
+#define RDZV_STORE_ROOT_INT_H
+
+#include "store/daemon/keys/waits.h"
+#include "store/daemon/state/state.h"
+#include "store/daemon/transport/transport.h"
+
+struct coll;
+struct round;
+
+/* A job at the root: j->role_data. st is the truth (keys, counters,
+ * write-once keys, round and collective records); the rest is live
+ * bookkeeping tied to connections and timers. */
+struct root_job {
+  struct daemon *d;
+  struct rdzv_state *st;
+  struct coll *colls;   /* coll.c: collectives seen, done or not */
+  struct round *rounds; /* root_join.c: rounds by name */
+  struct waitset waits;
+};
+
+/* ---- root.c ---------------------------------------------------------------- */
+
+/* Replies status (no fields) to request m of c. */
+void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
+                             int st);
+/* Item i of a validated request's list (shapes were checked, so it
+ * exists; an empty slice otherwise). */
+void rdzv__root_item(const struct rdzv_items *it, uint32_t i,
+                     struct rdzv_slice *out);
+
+/* ---- coll.c ---------------------------------------------------------------- */
+
+/* RDZV_MSG_BARRIER / RDZV_MSG_GATHER and RDZV_MSG_COLL_STATUS. */
+void rdzv__root_collective(struct root_job *s, struct conn *c,
+                           const struct rdzv_msg *m);
+void rdzv__root_coll_status(struct root_job *s, struct conn *c,
+                            const struct rdzv_msg *m);
+/* Fails the pending barriers and gathers named with prefix (status and
+ * text to every requester) and forgets them. */
+void rdzv__root_colls_fail_prefix(struct root_job *s, const char *prefix,
+                                  int status, const char *text);
+/* Frees every collective's live data (the job ends). */
+void rdzv__root_colls_free(struct root_job *s);
+
+/* ---- root_join.c ------------------------------------------------------------ */
+
+/* RDZV_MSG_JOIN and RDZV_MSG_ABORT at the root. */
+void rdzv__root_join(struct root_job *s, struct conn *c,
+                     const struct rdzv_msg *m);
+void rdzv__root_abort(struct root_job *s, struct conn *c,
+                      const struct rdzv_msg *m);
+/* Generation check of a request's first key: keys named
+ * "rdzv/<round>/g<N>/..." of an older generation than the round's current
+ * one are RDZV_ESTALE_GENERATION, of an aborted one RDZV_EABORTED (with
+ * the reason in *why). Returns 0 for every other key. */
+int rdzv__root_gen_check(struct root_job *s, const struct rdzv_msg *m,
+                         const char **why);
+void rdzv__root_rounds_free(struct root_job *s);
+/* c closed: a generation it joined ranks to is aborted (unless they left
+ * cleanly). */
+void rdzv__root_rounds_conn_closed(struct root_job *s, struct conn *c);
+/* Sets a write-once key on behalf of the root itself and wakes waiters. */
+int rdzv__root_put(struct root_job *s, const char *key, const uint8_t *v,
+                   uint32_t vlen);
+
+#endif /* RDZV_STORE_ROOT_INT_H */

@@ -1,0 +1,652 @@
+/* The PyTorch c10d TCPStore front end of rdzvd (--tcpstore-listen).
+ *
+ * Unmodified torch.distributed clients (TCPStore, the gloo/NCCL process
+ * group bootstrap, torchrun's c10d rendezvous) connect here as if this
+ * were their MASTER_ADDR:MASTER_PORT store. Each TCP connection is bridged
+ * to an in-process client connection of the daemon in job --tcpstore-job:
+ * requests are parsed (store/wire/tcpstore_wire.h), turned into rdzv requests
+ * and handled exactly like a native client's (so a node combines, caches
+ * and forwards them up the tree), and the rdzv replies are turned back
+ * into TCPStore replies. Keys keep the "/" the client puts in front, so
+ * `rdzvctl --job JOB get /k` reads what `store.set("k", ...)` wrote.
+ *
+ * Mapping (TCPStore semantics from ../shared/notes/tcpstore-protocol.md):
+ *   SET, APPEND, MULTI_SET  -> SET, APPEND, MSET; no reply;
+ *   GET                     -> GET; a missing key answers an empty blob
+ *                              (as TCPStore's libuv server does);
+ *   ADD                     -> ADD; the new value as i64;
+ *   CHECK                   -> MGET; READY when every key exists;
+ *   WAIT                    -> WAIT with no practical deadline (TCPStore
+ *                              servers never time out a wait); after
+ *                              CANCEL_WAIT its late answer is dropped;
+ *   COMPARE_SET             -> CAS; the value now stored; an absent key
+ *                              with a non-empty expected value answers
+ *                              the expected value (TCPStore does);
+ *   GETNUMKEYS, DELETE_KEY  -> NKEYS, DELETE; i64;
+ *   MULTI_GET               -> MGET; the blobs in order;
+ *   PING, VALIDATE          -> answered here (echo; nothing).
+ * Any failure (unknown opcode, limits, an error answer such as a
+ * non-numeric ADD) closes that connection only, the protocol's only way
+ * to report one. Idle connections are never closed (a torch 1.13 client
+ * keeps a silent second connection, and busy-loops if it is closed).
+ *
+ * Order. A connection's requests take effect, and are answered, in the
+ * order they were sent, even when a client sends several at once: the
+ * tree may answer out of order (a node holds adds to combine them, and
+ * answers some requests itself), so a request with a reply waits until
+ * everything before it is answered, and nothing goes after it until it
+ * is. Writes without a reply (SET, APPEND, MULTI_SET) follow each other
+ * at once: they travel the same ordered link. Torch clients wait for each
+ * reply anyway, so this costs them nothing. A pending WAIT holds nothing
+ * back: a client sends something else only once it stopped waiting (2.x
+ * with CANCEL_WAIT, whose answer drops the WAIT's; 1.13 sends nothing and
+ * gets the WAIT's late answer, as from PyTorch's own server). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/daemon/tcpstore/tcpstore.h"
+#include "store/daemon/transport/transport.h"
+#include "store/wire/tcpstore_wire.h"
+
+/* A TCPStore WAIT becomes an rdzv WAIT with this timeout (ms): none in
+ * practice, as TCPStore's own servers never time out a wait. */
+#define TS_WAIT_FOREVER_MS ((int64_t)INT32_MAX)
+/* Requests in flight per connection before reading pauses (SETs are
+ * pipelined without replies: backpressure instead of a limit error). */
+#define TS_MAX_PENDING 256
+/* Keys one parsed request may hold (the wire limit is checked first). */
+#define TS_KEYS_CAP RDZV_TS_MAX_KEYS
+
+struct ts_pending {
+  uint32_t req_id;
+  enum rdzv_ts_op op;
+  bool cancelled;      /* WAIT after CANCEL_WAIT: drop its answer */
+  struct rdzv_buf arg; /* COMPARE_SET: the expected value */
+  struct ts_pending *next;
+};
+
+struct ts_conn {
+  uv_tcp_t tcp;
+  struct ts_server *srv;
+  struct conn *in; /* the in-process connection to the daemon */
+  struct rdzv_ts_parser ps;
+  struct rdzv_buf rbuf;    /* bytes read, not parsed yet */
+  struct rdzv_buf out;     /* replies not written yet */
+  struct rdzv_buf writing; /* replies being written */
+  uv_write_t wreq;
+  bool write_active, reading, closing;
+  /* Set inside on_reply (which must not call into the daemon), acted on
+   * by the server's idle handler on this loop iteration. */
+  bool resume_due;
+  bool broke_rule; /* closed for a bad request or a failed one */
+  char close_why[160]; /* non-empty: close it */
+  uint32_t next_req;
+  uint32_t npending;  /* requests the daemon has not answered */
+  uint32_t nwrites;   /* ... of them writes without a reply */
+  uint32_t nblocking; /* ... with a reply still owed, WAITs aside */
+  struct ts_pending *pending, *pending_tail;
+  struct ts_conn *prev, *next; /* srv->conns */
+};
+
+struct ts_server {
+  uv_tcp_t listen;
+  struct daemon *d;
+  char job[256];
+  struct rdzv_ts_limits lim;
+  uint32_t max_pending; /* TS_MAX_PENDING, or less under --max-outstanding */
+  struct rdzv_slice *keys, *vals; /* parse scratch, TS_KEYS_CAP each */
+  struct rdzv_buf frame;          /* encode scratch */
+  struct ts_conn *conns;
+  uv_idle_t deferred; /* runs what on_reply left for later */
+  bool closing;
+};
+
+static void ts_close(struct ts_conn *t, const char *why);
+static void ts_read_more(struct ts_conn *t);
+
+/* ---- writing replies ------------------------------------------------------ */
+
+static void on_written(uv_write_t *w, int status) {
+  struct ts_conn *t = w->data;
+  t->write_active = false;
+  t->writing.len = 0;
+  if (status < 0) {
+    ts_close(t, uv_strerror(status));
+    return;
+  }
+  if (t->out.len > 0 && !t->closing) {
+    struct rdzv_buf tmp = t->writing;
+    t->writing = t->out;
+    t->out = tmp;
+    uv_buf_t b = uv_buf_init((char *)t->writing.data,
+                             (unsigned)t->writing.len);
+    t->write_active = true;
+    t->wreq.data = t;
+    if (uv_write(&t->wreq, (uv_stream_t *)&t->tcp, &b, 1, on_written) < 0) {
+      t->write_active = false;
+      ts_close(t, "write failed");
+    }
+  } else if (t->closing) {
+    ts_close(t, NULL);
+  }
+}
+
+static void ts_flush(struct ts_conn *t) {
+  if (t->write_active || t->out.len == 0 || t->closing)
+    return;
+  struct rdzv_buf tmp = t->writing;
+  t->writing = t->out;
+  t->out = tmp;
+  t->out.len = 0;
+  uv_buf_t b = uv_buf_init((char *)t->writing.data, (unsigned)t->writing.len);
+  t->write_active = true;
+  t->wreq.data = t;
+  if (uv_write(&t->wreq, (uv_stream_t *)&t->tcp, &b, 1, on_written) < 0) {
+    t->write_active = false;
+    ts_close(t, "write failed");
+  }
+}
+
+/* ---- replies from the daemon ---------------------------------------------- */
+
+/* Writes without a reply to the client. */
+static bool is_write(enum rdzv_ts_op op) {
+  return op == RDZV_TS_SET || op == RDZV_TS_APPEND ||
+         op == RDZV_TS_MULTI_SET;
+}
+
+/* Whether q may be handled now without breaking the connection's order
+ * (see the header comment). */
+static bool may_go(const struct ts_conn *t, enum rdzv_ts_op op) {
+  if (is_write(op))
+    return t->nblocking == 0;
+  return t->nblocking == 0 && t->nwrites == 0;
+}
+
+/* Requests whose pending answer holds later ones back. */
+static bool blocks(enum rdzv_ts_op op) {
+  return !is_write(op) && op != RDZV_TS_WAIT;
+}
+
+static struct ts_pending *pending_take(struct ts_conn *t, uint32_t req_id) {
+  struct ts_pending **pp = &t->pending, *prev = NULL;
+  for (; *pp != NULL; prev = *pp, pp = &(*pp)->next) {
+    struct ts_pending *p = *pp;
+    if (p->req_id != req_id)
+      continue;
+    *pp = p->next;
+    if (t->pending_tail == p)
+      t->pending_tail = prev;
+    t->npending--;
+    if (is_write(p->op))
+      t->nwrites--;
+    else if (blocks(p->op))
+      t->nblocking--;
+    return p;
+  }
+  return NULL;
+}
+
+static void pending_free(struct ts_pending *p) {
+  rdzv_buf_free(&p->arg);
+  free(p);
+}
+
+/* The TCPStore reply to an rdzv reply r of request p. Returns 0, or
+ * a status that closes the connection. */
+static int translate(struct ts_conn *t, const struct ts_pending *p,
+                     const struct rdzv_msg *r) {
+  struct rdzv_buf *o = &t->out;
+  struct rdzv_slice v;
+  size_t pos = 0;
+  int rc = 0;
+
+  switch (p->op) {
+  case RDZV_TS_SET:
+  case RDZV_TS_APPEND:
+  case RDZV_TS_MULTI_SET:
+    return r->status; /* no reply; a failure closes */
+  case RDZV_TS_GET:
+    if (r->status == RDZV_ENOKEY)
+      return rdzv_ts_put_blob(o, NULL, 0);
+    if (r->status < 0)
+      return r->status;
+    if (rdzv_items_get(&r->vals, 0, &v) < 0)
+      return RDZV_EPROTO;
+    return rdzv_ts_put_blob(o, v.p, v.n);
+  case RDZV_TS_ADD:
+  case RDZV_TS_GETNUMKEYS:
+  case RDZV_TS_DELETE_KEY:
+    return r->status < 0 ? r->status : rdzv_ts_put_i64(o, r->a);
+  case RDZV_TS_CHECK:
+    if (r->status == RDZV_ENOKEY)
+      return rdzv_ts_put_u8(o, RDZV_TS_NOT_READY);
+    return r->status < 0 ? r->status : rdzv_ts_put_u8(o, RDZV_TS_READY);
+  case RDZV_TS_WAIT:
+    if (p->cancelled)
+      return 0;
+    return r->status < 0 ? r->status
+                         : rdzv_ts_put_u8(o, RDZV_TS_STOP_WAITING);
+  case RDZV_TS_COMPARE_SET:
+    if (r->status < 0 && r->status != RDZV_ECAS_FAILED)
+      return r->status;
+    if (rdzv_items_get(&r->vals, 0, &v) < 0)
+      v.n = 0;
+    if (r->status == RDZV_ECAS_FAILED && v.n == 0 && p->arg.len > 0)
+      return rdzv_ts_put_blob(o, p->arg.data, p->arg.len);
+    return rdzv_ts_put_blob(o, v.p, v.n);
+  case RDZV_TS_MULTI_GET:
+    if (r->status < 0)
+      return r->status;
+    while (rc == 0 && rdzv_items_next(&r->vals, &pos, &v))
+      rc = rdzv_ts_put_blob(o, v.p, v.n);
+    return rc;
+  default:
+    return RDZV_EPROTO;
+  }
+}
+
+static void on_deferred(uv_idle_t *h) {
+  struct ts_server *s = h->data;
+  uv_idle_stop(h);
+  struct ts_conn *t = s->conns, *next;
+  for (; t != NULL; t = next) {
+    next = t->next;
+    if (t->close_why[0] != '\0') {
+      ts_close(t, t->close_why);
+    } else if (t->resume_due) {
+      t->resume_due = false;
+      ts_read_more(t); /* also handles what was held back */
+    }
+  }
+}
+
+/* Leaves work for on_deferred. */
+static void defer(struct ts_conn *t) {
+  uv_idle_start(&t->srv->deferred, on_deferred);
+}
+
+/* deliver() of the in-process connection: runs inside the daemon's
+ * handlers, so it only writes to our socket; what would call the daemon
+ * (closing, sending held requests) is deferred. */
+static void on_reply(void *arg, const struct rdzv_msg *r) {
+  struct ts_conn *t = arg;
+  if (t->closing || t->close_why[0] != '\0')
+    return;
+  if (r->type == RDZV_MSG_ERROR) {
+    t->broke_rule = true;
+    snprintf(t->close_why, sizeof(t->close_why), "%s",
+             rdzv_strerror(r->status));
+    defer(t);
+    return;
+  }
+  struct ts_pending *p = pending_take(t, r->req_id);
+  if (p == NULL)
+    return;
+  int rc = translate(t, p, r);
+  if (rc < 0) {
+    t->broke_rule = true;
+    snprintf(t->close_why, sizeof(t->close_why), "%s failed: %s",
+             rdzv_ts_op_name(p->op), rdzv_strerror(rc));
+    pending_free(p);
+    defer(t);
+    return;
+  }
+  pending_free(p);
+  ts_flush(t);
+  if (!t->reading && t->npending <= t->srv->max_pending / 2) {
+    t->resume_due = true;
+    defer(t);
+  }
+}
+
+/* ---- requests to the daemon ----------------------------------------------- */
+
+/* Sends m for q, keeping what its reply needs (COMPARE_SET: the expected
+ * value). The reply may come back inside this call. */
+static int send_rdzv(struct ts_conn *t, const struct rdzv_ts_req *q,
+                     struct rdzv_msg *m) {
+  struct ts_server *s = t->srv;
+  struct ts_pending *p = calloc(1, sizeof(*p));
+  if (p == NULL)
+    return RDZV_ENOMEM;
+  p->op = q->op;
+  if (q->op == RDZV_TS_COMPARE_SET && q->vals[0].n > 0 &&
+      rdzv_buf_append(&p->arg, q->vals[0].p, q->vals[0].n) < 0) {
+    free(p);
+    return RDZV_ENOMEM;
+  }
+  p->req_id = ++t->next_req;
+  if (p->req_id == 0)
+    p->req_id = ++t->next_req;
+  m->req_id = p->req_id;
+  s->frame.len = 0;
+  int rc = rdzv_msg_encode(m, &s->frame);
+  if (rc < 0) {
+    pending_free(p);
+    return rc;
+  }
+  /* Pending before sending: the answer may come back inside the call. */
+  if (t->pending_tail != NULL)
+    t->pending_tail->next = p;
+  else
+    t->pending = p;
+  t->pending_tail = p;
+  t->npending++;
+  if (is_write(p->op))
+    t->nwrites++;
+  else if (blocks(p->op))
+    t->nblocking++;
+  return rdzv_daemon_inproc_send(t->in, s->frame.data, s->frame.len);
+}
+
+/* One parsed request. Returns 0, or a status that closes the
+ * connection. */
+static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
+  struct rdzv_msg m;
+  struct ts_pending *p;
+  memset(&m, 0, sizeof(m));
+  m.keys.n = q->nkeys;
+  m.keys.v = q->keys;
+  m.vals.n = q->nvals;
+  m.vals.v = q->vals;
+  switch (q->op) {
+  case RDZV_TS_VALIDATE:
+    return 0;
+  case RDZV_TS_PING:
+    if (rdzv_ts_put_u32(&t->out, q->u32) < 0)
+      return RDZV_ENOMEM;
+    ts_flush(t);
+    return 0;
+  case RDZV_TS_CANCEL_WAIT:
+    for (p = t->pending; p != NULL; p = p->next)
+      if (p->op == RDZV_TS_WAIT)
+        p->cancelled = true; /* its answer, if any, is dropped */
+    if (rdzv_ts_put_u8(&t->out, RDZV_TS_WAIT_CANCELED) < 0)
+      return RDZV_ENOMEM;
+    ts_flush(t);
+    return 0;
+  case RDZV_TS_SET: m.type = RDZV_MSG_SET; break;
+  case RDZV_TS_APPEND: m.type = RDZV_MSG_APPEND; break;
+  case RDZV_TS_MULTI_SET: m.type = RDZV_MSG_MSET; break;
+  case RDZV_TS_GET: m.type = RDZV_MSG_GET; break;
+  case RDZV_TS_CHECK:
+  case RDZV_TS_MULTI_GET: m.type = RDZV_MSG_MGET; break;
+  case RDZV_TS_ADD:
+    m.type = RDZV_MSG_ADD;
+    m.a = q->delta;
+    break;
+  case RDZV_TS_WAIT:
+    if (q->nkeys == 0) { /* nothing to wait for */
+      if (rdzv_ts_put_u8(&t->out, RDZV_TS_STOP_WAITING) < 0)
+        return RDZV_ENOMEM;
+      ts_flush(t);
+      return 0;
+    }
+    m.type = RDZV_MSG_WAIT;
+    m.a = TS_WAIT_FOREVER_MS;
+    break;
+  case RDZV_TS_GETNUMKEYS: m.type = RDZV_MSG_NKEYS; break;
+  case RDZV_TS_DELETE_KEY: m.type = RDZV_MSG_DELETE; break;
+  case RDZV_TS_COMPARE_SET: m.type = RDZV_MSG_CAS; break;
+  default:
+    return RDZV_EPROTO;
+  }
+  if ((q->op == RDZV_TS_CHECK || q->op == RDZV_TS_MULTI_GET) &&
+      q->nkeys == 0) { /* MGET needs a key: answer here */
+    int rc = q->op == RDZV_TS_CHECK ? rdzv_ts_put_u8(&t->out, RDZV_TS_READY)
+                                    : 0;
+    ts_flush(t);
+    return rc;
+  }
+  if (q->op == RDZV_TS_MULTI_SET && q->nkeys == 0)
+    return 0;
+  return send_rdzv(t, q, &m);
+}
+
+/* ---- reading -------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b) {
+  struct ts_conn *t = h->data;
+  (void)hint;
+  if (rdzv_buf_reserve(&t->rbuf, 64 * 1024) < 0) {
+    *b = uv_buf_init(NULL, 0);
+    return;
+  }
+  *b = uv_buf_init((char *)t->rbuf.data + t->rbuf.len,
+                   (unsigned)(t->rbuf.cap - t->rbuf.len));
+}
+
+static void parse_all(struct ts_conn *t) {
+  struct ts_server *s = t->srv;
+  size_t off = 0;
+  bool held = false;
+  while (!t->closing && t->npending < s->max_pending) {
+    struct rdzv_ts_req q;
+    size_t used = 0;
+    /* On a copy: a request held back is parsed again later. */
+    struct rdzv_ts_parser ps = t->ps;
+    int rc = rdzv_ts_parse(&ps, t->rbuf.data + off, t->rbuf.len - off,
+                           &s->lim, s->keys, s->vals, TS_KEYS_CAP, &q, &used);
+    if (rc == 0)
+      break;
+    if (rc < 0) {
+      t->broke_rule = true;
+      ts_close(t, rdzv_strerror(rc));
+      return;
+    }
+    if (!may_go(t, q.op)) {
+      held = true; /* on_reply picks it up once the way is clear */
+      break;
+    }
+    t->ps = ps;
+    rc = handle(t, &q);
+    if (rc < 0) {
+      char why[160];
+      snprintf(why, sizeof(why), "%s: %s", rdzv_ts_op_name(q.op),
+               rdzv_strerror(rc));
+      t->broke_rule = true;
+      ts_close(t, why);
+      return;
+    }
+    off += used;
+  }
+  if (!t->closing)
+    rdzv_buf_consume(&t->rbuf, off);
+  if (!t->closing && (held || t->npending >= s->max_pending) && t->reading) {
+    uv_read_stop((uv_stream_t *)&t->tcp);
+    t->reading = false;
+  }
+}
+
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b) {
+  struct ts_conn *t = st->data;
+  (void)b;
+  if (n < 0) {
+    ts_close(t, n == UV_EOF ? NULL : uv_strerror((int)n));
+    return;
+  }
+  t->rbuf.len += (size_t)n;
+  parse_all(t);
+}
+
+static void ts_read_more(struct ts_conn *t) {
+  if (t->closing || t->reading)
+    return;
+  t->reading = true;
+  uv_read_start((uv_stream_t *)&t->tcp, on_alloc, on_read);
+  parse_all(t); /* what is buffered already */
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+static void on_closed(uv_handle_t *h) {
+  struct ts_conn *t = h->data;
+  struct ts_pending *p;
+  while ((p = t->pending) != NULL) {
+    t->pending = p->next;
+    pending_free(p);
+  }
+  rdzv_buf_free(&t->rbuf);
+  rdzv_buf_free(&t->out);
+  rdzv_buf_free(&t->writing);
+  free(t);
+}
+
+static void ts_close(struct ts_conn *t, const char *why) {
+  struct ts_server *s = t->srv;
+  if (t->closing && why != NULL)
+    return;
+  if (!t->closing) {
+    t->closing = true;
+    /* A client that hangs up is ordinary (debug); a broken rule is not. */
+    if (why != NULL && t->broke_rule)
+      rdzv__log_drop(s->d, "tcpstore conn closed: %s", why);
+    else if (why != NULL)
+      rdzv__log(s->d, 2, "tcpstore conn closed: %s", why);
+    if (t->in != NULL) {
+      struct conn *in = t->in;
+      t->in = NULL;
+      rdzv_daemon_inproc_close(in); /* a no-op if already closed */
+      rdzv__conn_unref(in);
+    }
+    if (t->prev != NULL)
+      t->prev->next = t->next;
+    else
+      s->conns = t->next;
+    if (t->next != NULL)
+      t->next->prev = t->prev;
+  }
+  if (t->write_active)
+    return; /* on_written comes back here */
+  if (!uv_is_closing((uv_handle_t *)&t->tcp))
+    uv_close((uv_handle_t *)&t->tcp, on_closed);
+}
+
+static void on_connection(uv_stream_t *ls, int status) {
+  struct ts_server *s = ls->data;
+  if (status < 0 || s->closing)
+    return;
+  struct ts_conn *t = calloc(1, sizeof(*t));
+  if (t == NULL)
+    return;
+  t->srv = s;
+  uv_tcp_init(s->d->loop, &t->tcp);
+  t->tcp.data = t;
+  if (uv_accept(ls, (uv_stream_t *)&t->tcp) < 0) {
+    uv_close((uv_handle_t *)&t->tcp, on_closed);
+    return;
+  }
+  uv_tcp_nodelay(&t->tcp, 1);
+  t->in = rdzv_daemon_inproc_connect(s->d, s->job, on_reply, t);
+  if (t->in == NULL) {
+    uv_close((uv_handle_t *)&t->tcp, on_closed);
+    return;
+  }
+  /* Ours until ts_close, even if the daemon closes it first (limits, a
+   * stop): sending to it then fails cleanly instead of touching freed
+   * memory. */
+  rdzv__conn_ref(t->in);
+  t->next = s->conns;
+  if (s->conns != NULL)
+    s->conns->prev = t;
+  s->conns = t;
+  ts_read_more(t);
+}
+
+/* ---- the listener --------------------------------------------------------- */
+
+int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
+                         const char *port_file, struct ts_server **out) {
+  char host[256];
+  int port, rc;
+  struct sockaddr_storage ss;
+
+  *out = NULL;
+  if (job == NULL || job[0] == '\0' || strlen(job) > 255) {
+    fprintf(stderr, "rdzvd: --tcpstore-listen needs --tcpstore-job JOB "
+                    "(1..255 bytes): the job whose keys TCPStore clients "
+                    "use\n");
+    return -EINVAL;
+  }
+  if (rdzv__split_host_port(listen, host, sizeof(host), &port) < 0) {
+    fprintf(stderr, "rdzvd: --tcpstore-listen '%s' is not HOST:PORT\n",
+            listen);
+    return RDZV_EBAD_ADDR;
+  }
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) < 0 &&
+      uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) < 0) {
+    fprintf(stderr, "rdzvd: --tcpstore-listen '%s': not a numeric address\n",
+            host);
+    return RDZV_EBAD_ADDR;
+  }
+  struct ts_server *s = calloc(1, sizeof(*s));
+  if (s == NULL)
+    return RDZV_ENOMEM;
+  s->keys = calloc(TS_KEYS_CAP, sizeof(*s->keys));
+  s->vals = calloc(TS_KEYS_CAP, sizeof(*s->vals));
+  if (s->keys == NULL || s->vals == NULL) {
+    free(s->keys);
+    free(s->vals);
+    free(s);
+    return RDZV_ENOMEM;
+  }
+  s->d = d;
+  snprintf(s->job, sizeof(s->job), "%s", job);
+  s->lim.max_key_bytes = d->cfg.max_key_bytes;
+  s->lim.max_value_bytes = d->cfg.max_value_bytes;
+  s->lim.max_keys = TS_KEYS_CAP;
+  s->max_pending = d->cfg.max_outstanding < TS_MAX_PENDING
+                       ? d->cfg.max_outstanding
+                       : TS_MAX_PENDING;
+  uv_tcp_init(d->loop, &s->listen);
+  s->listen.data = s;
+  uv_idle_init(d->loop, &s->deferred);
+  s->deferred.data = s;
+  *out = s; /* from here rdzv__tcpstore_stop releases it */
+  rc = uv_tcp_bind(&s->listen, (struct sockaddr *)&ss, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&s->listen, (int)d->cfg.backlog,
+                   on_connection);
+  if (rc < 0) {
+    fprintf(stderr, "rdzvd: --tcpstore-listen %s: %s\n", listen,
+            uv_strerror(rc));
+    return rc;
+  }
+  int len = sizeof(ss);
+  uv_tcp_getsockname(&s->listen, (struct sockaddr *)&ss, &len);
+  int bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  if (port_file != NULL && port_file[0] != '\0' &&
+      (rc = rdzv__write_port_file(port_file, bound)) < 0) {
+    fprintf(stderr, "rdzvd: --tcpstore-port-file %s: %s\n", port_file,
+            strerror(-rc));
+    return rc;
+  }
+  rdzv__log(d, 1, "TCPStore front end on %s:%d for job %s", host, bound,
+            job);
+  return 0;
+}
+
+static void on_listen_closed(uv_handle_t *h) {
+  struct ts_server *s = h->data;
+  rdzv_buf_free(&s->frame);
+  free(s->keys);
+  free(s->vals);
+  free(s);
+}
+
+static void on_deferred_closed(uv_handle_t *h) {
+  struct ts_server *s = h->data;
+  uv_close((uv_handle_t *)&s->listen, on_listen_closed);
+}
+
+void rdzv__tcpstore_stop(struct ts_server *s) {
+  if (s == NULL || s->closing)
+    return;
+  s->closing = true;
+  while (s->conns != NULL)
+    ts_close(s->conns, "stopping");
+  uv_close((uv_handle_t *)&s->deferred, on_deferred_closed);
+}

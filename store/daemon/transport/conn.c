@@ -1,0 +1,364 @@
+/* rdzvd transport: a connection's life (references, close), its write
+ * path (frames queued during a loop iteration, written at its end) and its
+ * read path (framing, the hello, request validation and limits, then the
+ * role's handle hook). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/daemon/transport/transport.h"
+#include "store/daemon/transport/transport_int.h"
+
+static const char *const state_names[] = {"HELLO_WAIT", "READY", "CLOSING",
+                                          "CLOSED"};
+
+static void conn_set_state(struct conn *c, enum conn_state s) {
+  rdzv__log(c->d, 2, "conn %s: %s -> %s", c->name, state_names[c->state],
+            state_names[s]);
+  c->state = s;
+}
+
+/* ---- connection lifetime ------------------------------------------------------ */
+
+void rdzv__conn_ref(struct conn *c) { c->refs++; }
+
+static void conn_free(struct conn *c) {
+  rdzv_buf_free(&c->in);
+  rdzv_buf_free(&c->out);
+  rdzv_buf_free(&c->writing);
+  free(c);
+}
+
+void rdzv__conn_unref(struct conn *c) {
+  if (--c->refs == 0)
+    conn_free(c);
+}
+
+bool rdzv__conn_alive(const struct conn *c) { return c->state == CONN_READY; }
+
+static void on_timer_closed(uv_handle_t *h) {
+  rdzv__conn_unref((struct conn *)h->data);
+}
+
+static void on_conn_closed(uv_handle_t *h) {
+  struct conn *c = h->data;
+  uv_close((uv_handle_t *)&c->hello_timer, on_timer_closed);
+}
+
+void rdzv__conn_close_now(struct conn *c) {
+  if (c->state == CONN_CLOSED)
+    return;
+  if (c->inproc) {
+    struct daemon *d = c->d;
+    conn_set_state(c, CONN_CLOSED);
+    TAILQ_REMOVE(&d->conns, c, link);
+    if (c->dirty)
+      TAILQ_REMOVE(&d->dirty, c, dirty_link);
+    c->dirty = false;
+    d->nconns--;
+    d->stats.conns_open--;
+    rdzv__conn_unref(c);
+    return;
+  }
+  struct daemon *d = c->d;
+  conn_set_state(c, CONN_CLOSED);
+  TAILQ_REMOVE(&d->conns, c, link);
+  if (c->dirty) {
+    TAILQ_REMOVE(&d->dirty, c, dirty_link);
+    c->dirty = false;
+  }
+  d->nconns--;
+  d->stats.conns_open--;
+  if (!d->stopping && c->job != NULL && c->job->role_data != NULL)
+    d->role->conn_closed(d, c);
+  /* Pending operations may hold c a while longer: nothing more is
+   * written, so its output buffer goes now (a write in flight keeps its
+   * own; the input may still be referenced by the frame being handled). */
+  rdzv_buf_free(&c->out);
+  /* Two handles (stream, timer) each hold the conn until closed; the
+   * stream's close callback closes the timer, whose callback drops the
+   * handle reference taken at accept. */
+  uv_close(&c->h.handle, on_conn_closed);
+}
+
+/* ---- write path -------------------------------------------------------------- */
+
+static void start_write(struct conn *c);
+
+static void on_write(uv_write_t *req, int status) {
+  struct conn *c = req->data;
+  c->write_active = false;
+  c->writing.len = 0;
+  if (c->writing.cap > READ_MIN)
+    rdzv_buf_free(&c->writing); /* a big reply must not stay pinned */
+  if (status < 0) {
+    rdzv__log(c->d, 2, "conn %s: write failed: %s", c->name,
+              uv_strerror(status));
+    rdzv__conn_close_now(c);
+  } else if (c->state == CONN_CLOSING && c->out.len == 0) {
+    rdzv__conn_close_now(c);
+  } else if (c->state != CONN_CLOSED && c->out.len > 0) {
+    start_write(c);
+  }
+  rdzv__conn_unref(c);
+}
+
+static void start_write(struct conn *c) {
+  if (c->write_active || c->out.len == 0 || c->state == CONN_CLOSED)
+    return;
+
+  struct rdzv_buf t = c->writing;
+  c->writing = c->out;
+  c->out = t;
+  c->out.len = 0;
+  uv_buf_t b = uv_buf_init((char *)c->writing.data, (unsigned)c->writing.len);
+  c->wreq.data = c;
+  int rc = uv_write(&c->wreq, &c->h.stream, &b, 1, on_write);
+  if (rc < 0) {
+    c->writing.len = 0;
+    rdzv__conn_close_now(c);
+    return;
+  }
+  c->d->stats.bytes_out += b.len;
+  c->write_active = true;
+  rdzv__conn_ref(c);
+}
+
+static void on_idle(uv_idle_t *h) { (void)h; }
+
+static void mark_dirty(struct conn *c) {
+  struct daemon *d = c->d;
+  if (c->dirty)
+    return;
+  c->dirty = true;
+  TAILQ_INSERT_TAIL(&d->dirty, c, dirty_link);
+  /* An active idle handle keeps the next poll from blocking, so the check
+   * callback below flushes within this loop iteration. */
+  uv_idle_start(&d->flush_idle, on_idle);
+}
+
+void rdzv__conn_flush_check(uv_check_t *h) {
+  struct daemon *d = h->data;
+  struct conn *c;
+  while ((c = TAILQ_FIRST(&d->dirty)) != NULL) {
+    TAILQ_REMOVE(&d->dirty, c, dirty_link);
+    c->dirty = false;
+    start_write(c);
+  }
+  uv_idle_stop(&d->flush_idle);
+}
+
+/* Bytes the frame of m takes on the wire (for in-process peers' stats). */
+static size_t frame_size(const struct rdzv_msg *m) {
+  size_t n = RDZV_WIRE_HEADER_BYTES + RDZV_WIRE_MIN_BODY_BYTES, pos = 0;
+  struct rdzv_slice s;
+  while (rdzv_items_next(&m->keys, &pos, &s))
+    n += 4 + s.n;
+  pos = 0;
+  while (rdzv_items_next(&m->vals, &pos, &s))
+    n += 4 + s.n;
+  return n;
+}
+
+void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m) {
+  if (c->inproc) {
+    /* No socket, no encoding: the peer sees the message now (it must not
+     * call back into the daemon from deliver; see serve.c). */
+    if (c->state == CONN_READY) {
+      c->d->stats.frames_out++;
+      c->d->stats.bytes_out += frame_size(m);
+      c->deliver(c->deliver_arg, m);
+    }
+    return;
+  }
+  if (c->state != CONN_READY && c->state != CONN_HELLO_WAIT &&
+      !(c->state == CONN_CLOSING && m->type == RDZV_MSG_ERROR))
+    return;
+  if (rdzv_msg_encode(m, &c->out) < 0) {
+    rdzv__log(c->d, 0, "conn %s: cannot encode a reply; closing", c->name);
+    rdzv__conn_close_now(c);
+    return;
+  }
+  c->d->stats.frames_out++;
+  mark_dirty(c);
+}
+
+void rdzv__conn_reply(struct conn *c, struct rdzv_msg *reply) {
+  struct daemon *d = c->d;
+  reply->flags |= RDZV_F_REPLY;
+  if (reply->status != 0 && reply->type <= RDZV_MSG_TYPE_MAX)
+    d->stats.ops[reply->type].errors++;
+  if (c->outstanding > 0)
+    c->outstanding--;
+  if (c->state == CONN_READY)
+    rdzv__conn_send(c, reply);
+}
+
+void rdzv__conn_fail(struct conn *c, int status, const char *text) {
+  rdzv__conn_fail_req(c, 0, status, text);
+}
+
+void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
+                         const char *text) {
+  if (c->state == CONN_CLOSING || c->state == CONN_CLOSED)
+    return;
+  struct daemon *d = c->d;
+  d->stats.proto_errors++;
+  rdzv__log_drop(d, "conn %s: dropped: %s (%s)", c->name,
+                 rdzv_strerror(status), text);
+  struct rdzv_slice s = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_ERROR;
+  m.flags = RDZV_F_REPLY;
+  m.req_id = req_id;
+  m.status = status;
+  m.keys.n = 1;
+  m.keys.v = &s;
+  conn_set_state(c, CONN_CLOSING);
+  uv_read_stop(&c->h.stream);
+  rdzv__conn_send(c, &m);
+  if (c->dirty) {
+    TAILQ_REMOVE(&d->dirty, c, dirty_link);
+    c->dirty = false;
+  }
+  start_write(c);
+  if (!c->write_active)
+    rdzv__conn_close_now(c);
+}
+
+/* ---- read path --------------------------------------------------------------- */
+
+static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
+  struct daemon *d = c->d;
+  struct rdzv_slice job, name = {NULL, 0};
+  if (m->type != RDZV_MSG_HELLO) {
+    rdzv__conn_fail(c, RDZV_EHELLO, "the first frame must be a hello");
+    return;
+  }
+  if (rdzv_items_get(&m->keys, 0, &job) < 0 || job.n == 0 || job.n > 255) {
+    rdzv__conn_fail(c, RDZV_EJOB_ID_MISSING,
+                    "hello: job id missing, empty or over 255 bytes");
+    return;
+  }
+  if (m->a != RDZV_ROLE_CLIENT && m->a != RDZV_ROLE_NODE) {
+    rdzv__conn_fail(c, RDZV_EBAD_ROLE, "hello: unknown peer role");
+    return;
+  }
+  c->job = rdzv__job_get(d, job.p, job.n);
+  if (c->job == NULL) {
+    rdzv__conn_fail(c, RDZV_ENOMEM, "out of memory");
+    return;
+  }
+  if (rdzv_items_get(&m->keys, 1, &name) == 0 && name.n > 0) {
+    size_t n = name.n < sizeof(c->name) - 1 ? name.n : sizeof(c->name) - 1;
+    memcpy(c->name, name.p, n);
+    c->name[n] = '\0';
+  }
+  c->role = (int)m->a;
+  uv_timer_stop(&c->hello_timer);
+  conn_set_state(c, CONN_READY);
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, 0);
+  r.flags = RDZV_F_REPLY;
+  rdzv__conn_send(c, &r);
+}
+
+void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
+  struct daemon *d = c->d;
+  d->stats.frames_in++;
+  if (c->state == CONN_HELLO_WAIT) {
+    d->stats.ops[RDZV_MSG_HELLO].received++;
+    handle_hello(c, m);
+    return;
+  }
+  int rc = rdzv_msg_validate_request(m, &d->limits);
+  if (rc < 0) {
+    char text[96];
+    snprintf(text, sizeof(text), "%s request rejected",
+             rdzv_msg_type_name(m->type));
+    rdzv__conn_fail_req(c, m->req_id, rc, text);
+    return;
+  }
+  if (m->type == RDZV_MSG_HELLO) {
+    rdzv__conn_fail(c, RDZV_EPROTO, "a second hello");
+    return;
+  }
+  if (++c->outstanding > d->cfg.max_outstanding) {
+    rdzv__conn_fail_req(c, m->req_id, RDZV_ETOO_MANY_REQUESTS,
+                        "over --max-outstanding requests");
+    return;
+  }
+  d->stats.ops[m->type].received++;
+  d->role->handle(d, c, m);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  struct conn *c = h->data;
+  (void)suggested;
+  if (rdzv_buf_reserve(&c->in, c->in.len > READ_MIN ? c->in.len : READ_MIN) <
+      0) {
+    buf->base = NULL;
+    buf->len = 0;
+    return;
+  }
+  buf->base = (char *)c->in.data + c->in.len;
+  buf->len = c->in.cap - c->in.len;
+}
+
+static void decode_frames(struct conn *c) {
+  struct daemon *d = c->d;
+  size_t off = 0;
+  /* A reference keeps c valid while handlers run, even if one closes it. */
+  rdzv__conn_ref(c);
+  while (c->state == CONN_HELLO_WAIT || c->state == CONN_READY) {
+    struct rdzv_msg m;
+    size_t used = 0;
+    int rc = rdzv_msg_decode(c->in.data + off, c->in.len - off,
+                             d->cfg.max_frame_bytes, &m, &used);
+    if (rc == RDZV_ENEEDMORE)
+      break;
+    if (rc < 0) {
+      rdzv__conn_fail(c, rc, "undecodable frame");
+      break;
+    }
+    if (m.flags & RDZV_F_REPLY) {
+      rdzv__conn_fail(c, RDZV_EPROTO, "a reply frame sent as a request");
+      break;
+    }
+    rdzv__conn_handle_frame(c, &m);
+    off += used;
+  }
+  if (c->state != CONN_CLOSED)
+    rdzv_buf_consume(&c->in, off);
+  if (c->in.len == 0)
+    rdzv_buf_free(&c->in); /* idle connections hold no buffer */
+  rdzv__conn_unref(c);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  struct conn *c = s->data;
+  (void)buf;
+  if (nread < 0) {
+    if (nread != UV_EOF)
+      rdzv__log(c->d, 2, "conn %s: read: %s", c->name, uv_strerror((int)nread));
+    rdzv__conn_close_now(c);
+    return;
+  }
+  if (nread == 0)
+    return;
+  c->in.len += (size_t)nread;
+  c->d->stats.bytes_in += (uint64_t)nread;
+  decode_frames(c);
+}
+
+static void on_hello_timeout(uv_timer_t *t) {
+  struct conn *c = t->data;
+  rdzv__conn_fail(c, RDZV_EHELLO, "no hello before --hello-timeout-ms");
+}
+
+void rdzv__conn_start_reading(struct conn *c) {
+  uv_timer_start(&c->hello_timer, on_hello_timeout, c->d->cfg.hello_timeout_ms,
+                 0);
+  uv_read_start(&c->h.stream, on_alloc, on_read);
+}

@@ -1,0 +1,327 @@
+/* rdzvd transport: the listeners (TCP, and the Unix socket with the lock
+ * that owns its path), accepting connections, and the address and port
+ * file helpers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "store/daemon/transport/transport.h"
+#include "store/daemon/transport/transport_int.h"
+
+static void on_connection(uv_stream_t *server, int status) {
+  struct daemon *d = server->data;
+  if (status < 0)
+    return;
+  struct conn *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return;
+  c->d = d;
+  c->refs = 1;
+  int rc = server == (uv_stream_t *)&d->tcp_listen
+               ? uv_tcp_init(d->loop, &c->h.tcp)
+               : uv_pipe_init(d->loop, &c->h.pipe, 0);
+  if (rc == 0)
+    rc = uv_accept(server, &c->h.stream);
+  c->h.handle.data = c;
+  uv_timer_init(d->loop, &c->hello_timer);
+  c->hello_timer.data = c;
+  snprintf(c->name, sizeof(c->name), "#%llu",
+           (unsigned long long)d->stats.conns_total + 1);
+  TAILQ_INSERT_TAIL(&d->conns, c, link);
+  d->nconns++;
+  d->stats.conns_open++;
+  d->stats.conns_total++;
+  if (rc < 0) {
+    rdzv__conn_close_now(c);
+    return;
+  }
+  if (server == (uv_stream_t *)&d->tcp_listen)
+    uv_tcp_nodelay(&c->h.tcp, 1);
+  if (d->nconns > d->cfg.max_connections) {
+    d->stats.conns_rejected++;
+    rdzv__conn_fail(c, RDZV_ETOO_MANY_CONNECTIONS,
+                    "over --max-connections");
+    return;
+  }
+  rdzv__conn_start_reading(c);
+}
+
+int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
+                           int *port) {
+  const char *colon = strrchr(addr, ':');
+  if (colon == NULL)
+    return RDZV_EBAD_ADDR;
+  const char *h = addr;
+  size_t hl = (size_t)(colon - addr);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  char *end = NULL;
+  long p = strtol(colon + 1, &end, 10);
+  if (hl == 0 || hl >= hostlen || end == colon + 1 || *end != '\0' ||
+      p < 0 || p > 65535)
+    return RDZV_EBAD_ADDR;
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  *port = (int)p;
+  return 0;
+}
+
+int rdzv__write_port_file(const char *path, int port) {
+  char tmp[300];
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (f == NULL)
+    return -errno;
+  fprintf(f, "%d\n", port);
+  if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return -e;
+  }
+  return 0;
+}
+
+/* The port the TCP listener is bound to (the kernel's choice for port 0). */
+int rdzv__transport_tcp_port(struct daemon *d) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (uv_tcp_getsockname(&d->tcp_listen, (struct sockaddr *)&ss, &len) < 0)
+    return 0;
+  /* sin_port and sin6_port sit at the same offset. */
+  return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+int rdzv__listen_tcp(struct daemon *d) {
+  char host[256];
+  int port;
+  struct sockaddr_storage ss;
+  int rc = rdzv__split_host_port(d->cfg.listen, host, sizeof(host), &port);
+  if (rc < 0) {
+    fprintf(stderr, "rdzvd: --listen '%s' is not HOST:PORT\n", d->cfg.listen);
+    return rc;
+  }
+  rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+  if (rc < 0)
+    rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss);
+  if (rc < 0) {
+    fprintf(stderr, "rdzvd: --listen '%s': not a numeric address\n", host);
+    return RDZV_EBAD_ADDR;
+  }
+  uv_tcp_init(d->loop, &d->tcp_listen);
+  d->tcp_listen.data = d;
+  d->have_tcp = true;
+  rc = uv_tcp_bind(&d->tcp_listen, (struct sockaddr *)&ss, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&d->tcp_listen, (int)d->cfg.backlog,
+                   on_connection);
+  if (rc < 0) {
+    fprintf(stderr, "rdzvd: listen on %s: %s\n", d->cfg.listen,
+            uv_strerror(rc));
+    return rc;
+  }
+  snprintf(d->bound_addr, sizeof(d->bound_addr), "%s:%d", host,
+           rdzv__transport_tcp_port(d));
+  return 0;
+}
+
+/* True if something accepts connections on the Unix socket at path: a
+ * daemon that does not take the lock below (an older rdzvd), whose socket
+ * must not be taken over either. */
+static bool unix_socket_live(const char *path) {
+  struct sockaddr_un sa;
+  if (strlen(path) >= sizeof(sa.sun_path))
+    return false;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  bool live = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+  close(fd);
+  return live;
+}
+
+/* Whether the directory that would hold path exists (libuv reports a
+ * bind into a missing directory as "permission denied"). */
+static bool parent_dir_exists(const char *path) {
+  char dir[PATH_MAX];
+  struct stat st;
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL)
+    return true; /* the working directory */
+  if (slash == path)
+    return true; /* "/" */
+  snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+  return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The Unix socket's lock: whoever holds an exclusive flock on PATH.lock
+ * owns PATH, for its whole life. Taken before PATH is looked at, so two
+ * daemons started at once cannot both find PATH free, unlink and bind;
+ * the loser touches nothing. The holder removes PATH.lock (while still
+ * holding it) when it stops, so a lock taken on a file that was removed
+ * meanwhile is dropped and taken again on the current file. */
+static void unix_lock_path(const struct daemon *d, char *out, size_t n) {
+  snprintf(out, n, "%s.lock", d->cfg.unix_path);
+}
+
+/* Returns the locked descriptor, -EWOULDBLOCK when another process holds
+ * the lock, or -errno. */
+static int unix_lock_take(const char *lock_path) {
+  for (int tries = 0; tries < 100; tries++) {
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+      return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+      int e = errno;
+      close(fd);
+      return e == EAGAIN ? -EWOULDBLOCK : -e;
+    }
+    struct stat held, now;
+    if (fstat(fd, &held) == 0 && stat(lock_path, &now) == 0 &&
+        held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+      return fd;
+    close(fd); /* its holder removed that file as it stopped: retry */
+  }
+  return -EWOULDBLOCK;
+}
+
+/* The locks held by the daemons of this process (several share a process
+ * in the benchmark), by daemon. */
+struct unix_lock {
+  const struct daemon *d;
+  int fd;
+  struct unix_lock *next;
+};
+static struct unix_lock *unix_locks;
+static pthread_mutex_t unix_locks_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int unix_lock_keep(const struct daemon *d, int fd) {
+  struct unix_lock *l = malloc(sizeof(*l));
+  if (l == NULL)
+    return RDZV_ENOMEM;
+  l->d = d;
+  l->fd = fd;
+  pthread_mutex_lock(&unix_locks_mu);
+  l->next = unix_locks;
+  unix_locks = l;
+  pthread_mutex_unlock(&unix_locks_mu);
+  return 0;
+}
+
+/* Removes PATH.lock and releases the lock, if d holds it. */
+void rdzv__unix_lock_release(const struct daemon *d) {
+  struct unix_lock *l = NULL;
+  pthread_mutex_lock(&unix_locks_mu);
+  for (struct unix_lock **p = &unix_locks; *p != NULL; p = &(*p)->next) {
+    if ((*p)->d == d) {
+      l = *p;
+      *p = l->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&unix_locks_mu);
+  if (l == NULL)
+    return;
+  char lock_path[sizeof(d->cfg.unix_path) + 8];
+  unix_lock_path(d, lock_path, sizeof(lock_path));
+  unlink(lock_path);
+  close(l->fd);
+  free(l);
+}
+
+/* With the lock held: PATH may be free, or a stale socket of an earlier
+ * run (removed here); anything else is refused and left alone. */
+static int unix_path_claim(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) < 0)
+    return errno == ENOENT ? 0 : -errno;
+  if (!S_ISSOCK(st.st_mode)) {
+    fprintf(stderr, "rdzvd: unix:%s exists and is not a socket\n", path);
+    return -EEXIST;
+  }
+  if (unix_socket_live(path)) {
+    fprintf(stderr, "rdzvd: unix:%s is in use by a live daemon\n", path);
+    return -EADDRINUSE;
+  }
+  if (unlink(path) < 0 && errno != ENOENT) {
+    int e = errno;
+    fprintf(stderr, "rdzvd: unix:%s: cannot remove the stale socket: %s\n",
+            path, strerror(e));
+    return -e;
+  }
+  return 0;
+}
+
+int rdzv__listen_unix(struct daemon *d) {
+  const char *path = d->cfg.unix_path;
+  struct sockaddr_un sa;
+  if (path[0] == '\0')
+    return 0;
+  if (strlen(path) >= sizeof(sa.sun_path)) {
+    fprintf(stderr,
+            "rdzvd: unix:%s: the path is %zu bytes; a Unix socket path holds "
+            "at most %zu bytes\n",
+            path, strlen(path), sizeof(sa.sun_path) - 1);
+    return RDZV_EBAD_ADDR;
+  }
+  char lock_path[sizeof(d->cfg.unix_path) + 8];
+  unix_lock_path(d, lock_path, sizeof(lock_path));
+  int fd = unix_lock_take(lock_path);
+  if (fd == -EWOULDBLOCK) {
+    fprintf(stderr, "rdzvd: unix:%s is in use by a live daemon\n", path);
+    return -EADDRINUSE;
+  }
+  if (fd < 0 && !parent_dir_exists(path)) {
+    fprintf(stderr,
+            "rdzvd: listen on unix:%s: its directory does not exist "
+            "(create it first)\n",
+            path);
+    return UV_ENOENT;
+  }
+  if (fd < 0) {
+    fprintf(stderr, "rdzvd: unix:%s: cannot take its lock file %s: %s\n",
+            path, lock_path, strerror(-fd));
+    return fd;
+  }
+  bool bound = false;
+  int rc = unix_path_claim(path);
+  if (rc == 0) {
+    uv_pipe_init(d->loop, &d->unix_listen, 0);
+    d->unix_listen.data = d;
+    d->have_unix = true;
+    rc = uv_pipe_bind(&d->unix_listen, path);
+    bound = rc == 0;
+    if (rc == 0)
+      rc = uv_listen((uv_stream_t *)&d->unix_listen, (int)d->cfg.backlog,
+                     on_connection);
+    if (rc < 0)
+      fprintf(stderr, "rdzvd: listen on unix:%s: %s\n", path, uv_strerror(rc));
+  }
+  if (rc == 0)
+    rc = unix_lock_keep(d, fd);
+  if (rc < 0) {
+    if (d->have_unix) {
+      uv_close((uv_handle_t *)&d->unix_listen, rdzv__close_noop);
+      d->have_unix = false;
+    }
+    if (bound)
+      unlink(path);
+    unlink(lock_path);
+    close(fd);
+  }
+  return rc;
+}
+

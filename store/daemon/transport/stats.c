@@ -1,0 +1,51 @@
+/* Statistics as one JSON object (jansson): the proof that the tree works.
+ * Shape (every number an integer):
+ *   {"name", "role", "uptime_ms", "jobs", "connections": {"open", "total",
+ *    "rejected"}, "bytes": {"in", "out"}, "frames": {"in", "out"},
+ *    "proto_errors", "cache_hits", "coalesced", "combined",
+ *    "upstream_reconnects",
+ *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
+#include <stdlib.h>
+#include <jansson.h>
+
+#include "store/daemon/transport/transport.h"
+
+static json_t *op_json(const struct op_stats *o) {
+  return json_pack("{s:I,s:I,s:I,s:I}", "received", (json_int_t)o->received,
+                   "forwarded", (json_int_t)o->forwarded, "local",
+                   (json_int_t)o->local, "errors", (json_int_t)o->errors);
+}
+
+char *rdzv__stats_json(const struct daemon *d) {
+  const struct stats *s = &d->stats;
+  json_t *ops = json_object();
+  for (int t = RDZV_MSG_HELLO; t <= RDZV_MSG_TYPE_MAX; t++)
+    if (t != RDZV_MSG_ERROR)
+      json_object_set_new(ops, rdzv_msg_type_name(t), op_json(&s->ops[t]));
+  int njobs = 0;
+  for (const struct job *j = d->jobs; j != NULL; j = j->next)
+    njobs++;
+  json_t *o = json_pack(
+      "{s:s,s:s,s:s,s:I,s:i,s:{s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},"
+      "s:I,s:I,s:I,s:I,s:I}",
+      "name", d->cfg.name, "role",
+      d->role->name, "listen",
+      d->bound_addr, "uptime_ms",
+      (json_int_t)(uv_now(d->loop) - d->start_ms), "jobs", njobs,
+      "connections", "open", (json_int_t)s->conns_open, "total",
+      (json_int_t)s->conns_total, "rejected", (json_int_t)s->conns_rejected,
+      "bytes", "in", (json_int_t)s->bytes_in, "out", (json_int_t)s->bytes_out,
+      "frames", "in", (json_int_t)s->frames_in, "out",
+      (json_int_t)s->frames_out, "proto_errors", (json_int_t)s->proto_errors,
+      "cache_hits", (json_int_t)s->cache_hits, "coalesced",
+      (json_int_t)s->coalesced, "combined", (json_int_t)s->combined,
+      "upstream_reconnects", (json_int_t)s->upstream_reconnects);
+  if (o == NULL) {
+    json_decref(ops);
+    return NULL;
+  }
+  json_object_set_new(o, "ops", ops);
+  char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  return text;
+}

@@ -1,0 +1,168 @@
+/* rdzvd transport: the daemon object (start, stop, free), its jobs by id,
+ * logging and the small helpers the roles use. Listeners are in listen.c,
+ * connections in conn.c, in-process peers in inproc.c. The role (root or
+ * node) is reached only through the struct rdzv_role given at start. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store/daemon/transport/transport.h"
+#include "store/daemon/transport/transport_int.h"
+
+void rdzv__log(struct daemon *d, int level, const char *fmt, ...) {
+  if ((uint32_t)level > d->cfg.log_level)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "rdzvd[%s] ", d->cfg.name);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+/* Dropped connections are logged at most this often per second: a peer
+ * that breaks rules in a loop (a scanner, a broken client) must not fill
+ * the disk. The next line logged says how many were left out. */
+#define DROP_LOGS_PER_S 10u
+
+void rdzv__log_drop(struct daemon *d, const char *fmt, ...) {
+  if (d->cfg.log_level < 1)
+    return;
+  uint64_t sec = uv_now(d->loop) / 1000;
+  if (sec != d->drop_log_sec) {
+    d->drop_log_sec = sec;
+    d->drop_log_n = 0;
+  }
+  if (d->drop_log_n >= DROP_LOGS_PER_S) {
+    d->drop_log_skipped++;
+    return;
+  }
+  d->drop_log_n++;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "rdzvd[%s] ", d->cfg.name);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  if (d->drop_log_skipped > 0)
+    fprintf(stderr, " (%llu more dropped connections not logged)",
+            (unsigned long long)d->drop_log_skipped);
+  d->drop_log_skipped = 0;
+  fputc('\n', stderr);
+}
+
+uint64_t rdzv__now_ms(struct daemon *d) { return uv_now(d->loop); }
+
+void rdzv__reply_init(struct rdzv_msg *r, const struct rdzv_msg *m,
+                      int status) {
+  memset(r, 0, sizeof(*r));
+  r->type = m->type;
+  r->req_id = m->req_id;
+  r->status = status;
+}
+
+/* ---- jobs ------------------------------------------------------------------ */
+
+struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len) {
+  for (struct job *j = d->jobs; j != NULL; j = j->next)
+    if (strlen(j->id) == len && memcmp(j->id, id, len) == 0)
+      return j;
+  struct job *j = calloc(1, sizeof(*j));
+  if (j == NULL)
+    return NULL;
+  j->id = strndup((const char *)id, len);
+  if (j->id == NULL) {
+    free(j);
+    return NULL;
+  }
+  j->next = d->jobs;
+  d->jobs = j;
+  rdzv__log(d, 1, "job '%s' created", j->id);
+  return j;
+}
+
+/* ---- start and stop ------------------------------------------------------- */
+
+void rdzv__close_noop(uv_handle_t *h) { (void)h; }
+
+void rdzv_daemon_stop(struct daemon *d) {
+  if (d->stopping)
+    return;
+  d->stopping = true;
+  rdzv__log(d, 1, "stopping");
+  if (d->stop_hook != NULL) /* a front end's in-process connections first */
+    d->stop_hook(d->stop_hook_arg);
+  d->stop_hook = NULL;
+  struct conn *c;
+  while ((c = TAILQ_FIRST(&d->conns)) != NULL)
+    rdzv__conn_close_now(c);
+  for (struct job *j = d->jobs; j != NULL; j = j->next)
+    d->role->job_free(d, j);
+  if (d->have_tcp)
+    uv_close((uv_handle_t *)&d->tcp_listen, rdzv__close_noop);
+  if (d->have_unix) {
+    uv_close((uv_handle_t *)&d->unix_listen, rdzv__close_noop);
+    unlink(d->cfg.unix_path); /* ours: we hold its lock */
+  }
+  rdzv__unix_lock_release(d);
+  uv_close((uv_handle_t *)&d->flush_idle, rdzv__close_noop);
+  uv_close((uv_handle_t *)&d->flush_check, rdzv__close_noop);
+}
+
+static void free_jobs(struct daemon *d) {
+  struct job *j = d->jobs;
+  while (j != NULL) {
+    struct job *next = j->next;
+    free(j->id);
+    free(j);
+    j = next;
+  }
+  d->jobs = NULL;
+}
+
+void rdzv_daemon_free(struct daemon *d) {
+  if (d == NULL)
+    return;
+  rdzv__unix_lock_release(d); /* stopped already, unless the caller skipped it */
+  free_jobs(d);
+  free(d);
+}
+
+int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
+                          const struct rdzv_role *role, void *role_ctx,
+                          struct daemon **out) {
+  struct daemon *d = calloc(1, sizeof(*d));
+  if (d == NULL)
+    return RDZV_ENOMEM;
+  d->cfg = *cfg;
+  d->role = role;
+  d->role_ctx = role_ctx;
+  if (d->cfg.name[0] == '\0') {
+    char host[64] = "host";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(d->cfg.name, sizeof(d->cfg.name), "%s:%d", host, (int)getpid());
+  }
+  d->limits.max_key_bytes = cfg->max_key_bytes;
+  d->limits.max_value_bytes = cfg->max_value_bytes;
+  d->loop = loop;
+  TAILQ_INIT(&d->conns);
+  TAILQ_INIT(&d->dirty);
+  uv_idle_init(d->loop, &d->flush_idle);
+  uv_check_init(d->loop, &d->flush_check);
+  d->flush_check.data = d;
+  uv_check_start(&d->flush_check, rdzv__conn_flush_check);
+  d->start_ms = uv_now(d->loop);
+  int rc = cfg->listen[0] != '\0' ? rdzv__listen_tcp(d) : 0;
+  if (rc == 0)
+    rc = rdzv__listen_unix(d);
+  if (rc < 0)
+    rdzv_daemon_stop(d);
+  *out = d; /* on failure the caller runs the loop to close handles */
+  return rc;
+}
+
+char *rdzv_daemon_stats_json(const struct daemon *d) {
+  return rdzv__stats_json(d);
+}
+

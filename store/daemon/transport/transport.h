@@ -1,0 +1,211 @@
+/* The transport's API: what a role (store/daemon/root, store/daemon/node)
+ * and a front end (store/daemon/tcpstore) may use of rdzvd's transport.
+ *
+ * The transport owns listeners, connections, framing, the hello, limits,
+ * the write path, jobs (by id) and statistics. It reaches the role chosen
+ * at start-up only through struct rdzv_role below, and never names a role
+ * function; a role answers only through the calls declared here
+ * (rdzv__conn_reply, rdzv__conn_send, rdzv__conn_fail, ...).
+ *
+ * Roles may read the fields documented as readable in struct conn, struct
+ * job and struct daemon; everything else is the transport's. Private:
+ * never installed. */
+#ifndef RDZV_STORE_DAEMON_TRANSPORT_H
+#define RDZV_STORE_DAEMON_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <uv.h>
+
+#include "store/daemon/config.h"
+#include "store/daemon/daemon.h"
+#include "store/wire/wire.h"
+
+struct daemon;
+struct conn;
+struct job;
+
+/* ---- statistics (stats.c) ----------------------------------------------- */
+
+struct op_stats {
+  uint64_t received;  /* requests of this type from peers below */
+  uint64_t forwarded; /* requests of this type sent to the parent */
+  uint64_t local;     /* answered here without the parent (cache, root) */
+  uint64_t errors;    /* answered with a non-zero status */
+};
+
+struct stats {
+  struct op_stats ops[RDZV_MSG_TYPE_MAX + 1];
+  uint64_t conns_open;
+  uint64_t conns_total;
+  uint64_t conns_rejected; /* over the connection limit */
+  uint64_t proto_errors;   /* peers dropped for malformed input/limits */
+  uint64_t bytes_in;
+  uint64_t bytes_out;
+  uint64_t frames_in;
+  uint64_t frames_out;
+  uint64_t cache_hits;      /* write-once reads served from the cache */
+  uint64_t coalesced;       /* reads/waits joined to one upstream request */
+  uint64_t combined;        /* adds/contributions merged into another */
+  uint64_t upstream_reconnects;
+};
+
+/* Returns the daemon's statistics as one JSON object (malloc'd text). */
+char *rdzv__stats_json(const struct daemon *d);
+
+/* ---- connections (conn.c) ---------------------------------------------- */
+
+enum conn_state {
+  CONN_HELLO_WAIT = 0, /* accepted, no hello yet */
+  CONN_READY,          /* hello accepted */
+  CONN_CLOSING,        /* flushing a last frame, then closing */
+  CONN_CLOSED,         /* handle closed; freed when refs drop to 0 */
+};
+
+struct conn {
+  union {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+    uv_stream_t stream;
+    uv_handle_t handle;
+  } h;
+  /* Readable by roles: d, role, job and name. */
+  struct daemon *d;
+  enum conn_state state;
+  int role;          /* enum rdzv_peer_role, once READY */
+  struct job *job;   /* once READY */
+  char name[64];
+  struct rdzv_buf in;
+  struct rdzv_buf out;     /* frames waiting to be written */
+  struct rdzv_buf writing; /* frames being written by wreq */
+  uv_write_t wreq;
+  bool write_active;
+  bool dirty; /* on d->dirty: out has bytes to flush */
+  uv_timer_t hello_timer;
+  uint32_t outstanding;
+  uint32_t refs; /* the handle's own reference plus pending operations */
+  /* In-process peer (benchmark): no socket; frames written to it are
+   * decoded and handed to deliver(deliver_arg, msg) instead. */
+  bool inproc;
+  void (*deliver)(void *arg, const struct rdzv_msg *m);
+  void *deliver_arg;
+  TAILQ_ENTRY(conn) link;
+  TAILQ_ENTRY(conn) dirty_link;
+};
+TAILQ_HEAD(conn_list, conn);
+
+void rdzv__conn_ref(struct conn *c);
+void rdzv__conn_unref(struct conn *c);
+/* True while replies can still be sent to c. */
+bool rdzv__conn_alive(const struct conn *c);
+/* Queues a reply (flag REPLY set here) to c, unless c is gone; it is
+ * written at the end of this loop iteration. Counts errors in stats, and
+ * ends one outstanding request. */
+void rdzv__conn_reply(struct conn *c, struct rdzv_msg *reply);
+/* Queues a frame without touching the outstanding count. */
+void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m);
+/* Sends an ERROR frame with status and text, then closes c. */
+void rdzv__conn_fail(struct conn *c, int status, const char *text);
+/* The same, naming the request that broke the rule. */
+void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
+                         const char *text);
+
+/* ---- jobs and the role interface ----------------------------------------- */
+
+/* A job as the transport knows it: its id, and what the role keeps for it
+ * (role_data, owned by the role; the role frees it in job_free). */
+struct job {
+  char *id;
+  void *role_data;
+  struct job *next;
+};
+
+/* What a role provides: the transport finds the role through this table,
+ * given at start-up (rdzv__transport_start), and calls nothing else of it.
+ * Every hook runs on the daemon's loop thread. */
+struct rdzv_role {
+  const char *name; /* "root" or "node": logs and stats */
+  /* One validated request m (never a hello) from READY connection c. The
+   * role answers it once, now or later, with rdzv__conn_reply (or closes
+   * c with rdzv__conn_fail); m is valid during the call only. */
+  void (*handle)(struct daemon *d, struct conn *c, const struct rdzv_msg *m);
+  /* c (a socket peer) closed while the daemon runs, and c->job has role
+   * data: release or withdraw what c held. Replies to c are dropped from
+   * now on; references the role holds on c stay valid until unref'd. */
+  void (*conn_closed)(struct daemon *d, struct conn *c);
+  /* Free j->role_data (it may be NULL) and set it to NULL: the daemon is
+   * stopping, every connection is closed already. */
+  void (*job_free)(struct daemon *d, struct job *j);
+};
+
+struct daemon {
+  /* Readable by roles: loop, cfg and stats (roles count into stats). */
+  uv_loop_t *loop;
+  struct rdzv_daemon_config cfg;
+  struct rdzv_wire_limits limits;
+  const struct rdzv_role *role;
+  void *role_ctx; /* given with the role at start-up (e.g. a state backend) */
+  uv_tcp_t tcp_listen;
+  uv_pipe_t unix_listen;
+  bool have_tcp, have_unix;
+  uv_idle_t flush_idle;
+  uv_check_t flush_check;
+  struct conn_list conns;
+  struct conn_list dirty;
+  uint32_t nconns;
+  struct job *jobs;
+  struct stats stats;
+  char bound_addr[300];
+  uint64_t start_ms;
+  bool stopping;
+  /* Run first by rdzv_daemon_stop (a front end closing its in-process
+   * connections before the transport closes the rest), or NULL. */
+  void (*stop_hook)(void *arg);
+  void *stop_hook_arg;
+  /* rdzv__log_drop's rate limit: the second, lines in it, lines left out */
+  uint64_t drop_log_sec;
+  uint32_t drop_log_n;
+  uint64_t drop_log_skipped;
+};
+
+/* Creates the daemon of cfg on loop with role (and role_ctx, kept for the
+ * role in d->role_ctx): binds and listens (cfg->listen "" means no TCP
+ * listener; cfg->unix_path "" no Unix socket). Writes no port file (the
+ * caller does, once every listener of its own is up too). *out is set even
+ * on failure: the caller stops it, runs the loop until its handles are
+ * closed, then calls rdzv_daemon_free. Returns 0 or a negative status (a
+ * message went to stderr). */
+int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
+                          const struct rdzv_role *role, void *role_ctx,
+                          struct daemon **out);
+/* The port the TCP listener is bound to (the kernel's choice for port 0),
+ * or 0 without one. */
+int rdzv__transport_tcp_port(struct daemon *d);
+
+/* Logs (at level 1) that a connection was dropped for breaking a rule, at
+ * most 10 lines a second; the next line says how many were left out
+ * (statistics still count every one: proto_errors). */
+void rdzv__log_drop(struct daemon *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* "HOST:PORT" or "[V6]:PORT" into host and port. 0 or RDZV_EBAD_ADDR. */
+int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
+                          int *port);
+/* Writes "PORT\n" to path atomically (a temporary file renamed). 0 or
+ * -errno. */
+int rdzv__write_port_file(const char *path, int port);
+
+/* Finds or creates the job named id (len bytes). NULL on ENOMEM. */
+struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len);
+
+/* ---- helpers --------------------------------------------------------------- */
+
+uint64_t rdzv__now_ms(struct daemon *d);
+void rdzv__log(struct daemon *d, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A reply skeleton for request m. */
+void rdzv__reply_init(struct rdzv_msg *r, const struct rdzv_msg *m,
+                      int status);
+
+#endif /* RDZV_STORE_DAEMON_TRANSPORT_H */

@@ -1,0 +1,247 @@
+/* The c10d TCPStore wire codec: see store/tcpstore_wire.h. */
+#include "store/wire/tcpstore_wire.h"
+
+#include <string.h>
+
+/* A read cursor over p[0..n). */
+struct cur {
+  const uint8_t *p;
+  size_t n, off;
+};
+
+/* 1: read; 0: not all there yet. */
+static int get_u8(struct cur *c, uint8_t *v) {
+  if (c->n - c->off < 1)
+    return 0;
+  *v = c->p[c->off++];
+  return 1;
+}
+
+static int get_u32(struct cur *c, uint32_t *v) {
+  if (c->n - c->off < 4)
+    return 0;
+  const uint8_t *q = c->p + c->off;
+  *v = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+       (uint32_t)q[3] << 24;
+  c->off += 4;
+  return 1;
+}
+
+static int get_u64(struct cur *c, uint64_t *v) {
+  if (c->n - c->off < 8)
+    return 0;
+  *v = rdzv_load_u64le(c->p + c->off);
+  c->off += 8;
+  return 1;
+}
+
+/* A u64 length and that many bytes, at most max (else err). 1, 0 or err. */
+static int get_bytes(struct cur *c, uint32_t max, int err,
+                     struct rdzv_slice *out) {
+  uint64_t len;
+  if (!get_u64(c, &len))
+    return 0;
+  if (len > max)
+    return err;
+  if (c->n - c->off < len)
+    return 0;
+  out->p = c->p + c->off;
+  out->n = (uint32_t)len;
+  c->off += (size_t)len;
+  return 1;
+}
+
+static int get_key(struct cur *c, const struct rdzv_ts_limits *lim,
+                   struct rdzv_slice *out) {
+  return get_bytes(c, lim->max_key_bytes, RDZV_EKEY_TOO_LONG, out);
+}
+
+static int get_value(struct cur *c, const struct rdzv_ts_limits *lim,
+                     struct rdzv_slice *out) {
+  return get_bytes(c, lim->max_value_bytes, RDZV_EVALUE_TOO_BIG, out);
+}
+
+/* A u64 count and that many keys (with values for MULTI_SET). */
+static int get_list(struct cur *c, const struct rdzv_ts_limits *lim,
+                    uint32_t cap, int with_values, struct rdzv_ts_req *r) {
+  uint64_t n;
+  int rc;
+  if (!get_u64(c, &n))
+    return 0;
+  if (n > lim->max_keys || n > cap)
+    return RDZV_EFRAME_TOO_BIG;
+  for (uint64_t i = 0; i < n; i++) {
+    if ((rc = get_key(c, lim, &r->keys[i])) != 1)
+      return rc;
+    if (with_values && (rc = get_value(c, lim, &r->vals[i])) != 1)
+      return rc;
+  }
+  r->nkeys = (uint32_t)n;
+  r->nvals = with_values ? (uint32_t)n : 0;
+  return 1;
+}
+
+/* Opcode tables: index = wire byte, value = operation (0: not served). */
+static const enum rdzv_ts_op legacy_ops[] = {
+    RDZV_TS_SET,   RDZV_TS_COMPARE_SET, RDZV_TS_GET,
+    RDZV_TS_ADD,   RDZV_TS_CHECK,       RDZV_TS_WAIT,
+    RDZV_TS_GETNUMKEYS, RDZV_TS_WATCH_KEY, RDZV_TS_DELETE_KEY,
+};
+static const enum rdzv_ts_op v2_ops[] = {
+    RDZV_TS_VALIDATE,   RDZV_TS_SET,        RDZV_TS_COMPARE_SET,
+    RDZV_TS_GET,        RDZV_TS_ADD,        RDZV_TS_CHECK,
+    RDZV_TS_WAIT,       RDZV_TS_GETNUMKEYS, RDZV_TS_DELETE_KEY,
+    RDZV_TS_APPEND,     RDZV_TS_MULTI_GET,  RDZV_TS_MULTI_SET,
+    RDZV_TS_CANCEL_WAIT, RDZV_TS_PING,
+};
+
+/* The arguments of op. 1, 0 or an error. */
+static int get_args(struct cur *c, const struct rdzv_ts_limits *lim,
+                    uint32_t cap, struct rdzv_ts_req *r) {
+  int rc;
+  switch (r->op) {
+  case RDZV_TS_SET:
+  case RDZV_TS_APPEND:
+    r->nkeys = r->nvals = 1;
+    if ((rc = get_key(c, lim, &r->keys[0])) != 1)
+      return rc;
+    return get_value(c, lim, &r->vals[0]);
+  case RDZV_TS_COMPARE_SET:
+    if (cap < 2)
+      return RDZV_EFRAME_TOO_BIG;
+    r->nkeys = 1;
+    r->nvals = 2;
+    if ((rc = get_key(c, lim, &r->keys[0])) != 1 ||
+        (rc = get_value(c, lim, &r->vals[0])) != 1)
+      return rc;
+    return get_value(c, lim, &r->vals[1]);
+  case RDZV_TS_GET:
+  case RDZV_TS_DELETE_KEY:
+  case RDZV_TS_WATCH_KEY:
+    r->nkeys = 1;
+    return get_key(c, lim, &r->keys[0]);
+  case RDZV_TS_ADD: {
+    uint64_t d;
+    r->nkeys = 1;
+    if ((rc = get_key(c, lim, &r->keys[0])) != 1)
+      return rc;
+    if (!get_u64(c, &d))
+      return 0;
+    r->delta = (int64_t)d;
+    return 1;
+  }
+  case RDZV_TS_CHECK:
+  case RDZV_TS_WAIT:
+  case RDZV_TS_MULTI_GET:
+    return get_list(c, lim, cap, 0, r);
+  case RDZV_TS_MULTI_SET:
+    return get_list(c, lim, cap, 1, r);
+  case RDZV_TS_PING:
+  case RDZV_TS_VALIDATE:
+    return get_u32(c, &r->u32);
+  case RDZV_TS_GETNUMKEYS:
+  case RDZV_TS_CANCEL_WAIT:
+    return 1;
+  }
+  return RDZV_EPROTO;
+}
+
+int rdzv_ts_parse(struct rdzv_ts_parser *ps, const uint8_t *p, size_t n,
+                  const struct rdzv_ts_limits *lim, struct rdzv_slice *keys,
+                  struct rdzv_slice *vals, uint32_t cap,
+                  struct rdzv_ts_req *req, size_t *used) {
+  struct cur c = {p, n, 0};
+  uint8_t code;
+  int rc;
+
+  if (n == 0)
+    return 0;
+  if (ps->dialect == RDZV_TS_UNKNOWN) {
+    /* v2 always opens with VALIDATE (00 + magic); a legacy request that
+     * starts with 00 (SET) goes on with an 8-byte key length, so 5 bytes
+     * always come. */
+    if (p[0] != 0) {
+      ps->dialect = RDZV_TS_LEGACY;
+    } else {
+      uint32_t magic;
+      struct cur m = {p, n, 1};
+      if (!get_u32(&m, &magic))
+        return 0;
+      ps->dialect = magic == RDZV_TS_MAGIC ? RDZV_TS_V2 : RDZV_TS_LEGACY;
+    }
+  }
+  memset(req, 0, sizeof(*req));
+  req->keys = keys;
+  req->vals = vals;
+  get_u8(&c, &code);
+  if (ps->dialect == RDZV_TS_LEGACY) {
+    if (code >= sizeof(legacy_ops) / sizeof(legacy_ops[0]))
+      return RDZV_EPROTO;
+    req->op = legacy_ops[code];
+    if (req->op == RDZV_TS_WATCH_KEY)
+      return RDZV_EPROTO; /* C++ watchKey callbacks are not served */
+  } else {
+    if (code >= sizeof(v2_ops) / sizeof(v2_ops[0]))
+      return RDZV_EPROTO;
+    req->op = v2_ops[code];
+    /* VALIDATE once, first; nothing before it. */
+    if ((req->op == RDZV_TS_VALIDATE) == (ps->validated != 0))
+      return RDZV_EPROTO;
+  }
+  rc = get_args(&c, lim, cap, req);
+  if (rc != 1)
+    return rc;
+  if (req->op == RDZV_TS_VALIDATE) {
+    if (req->u32 != RDZV_TS_MAGIC)
+      return RDZV_EPROTO;
+    ps->validated = 1;
+  }
+  *used = c.off;
+  return 1;
+}
+
+int rdzv_ts_put_u8(struct rdzv_buf *b, uint8_t v) {
+  return rdzv_buf_append(b, &v, 1);
+}
+
+int rdzv_ts_put_u32(struct rdzv_buf *b, uint32_t v) {
+  uint8_t q[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16),
+                  (uint8_t)(v >> 24)};
+  return rdzv_buf_append(b, q, sizeof(q));
+}
+
+int rdzv_ts_put_i64(struct rdzv_buf *b, int64_t v) {
+  uint8_t q[8];
+  rdzv_store_u64le(q, (uint64_t)v);
+  return rdzv_buf_append(b, q, sizeof(q));
+}
+
+int rdzv_ts_put_blob(struct rdzv_buf *b, const void *p, size_t n) {
+  if (rdzv_buf_reserve(b, 8 + n) < 0)
+    return RDZV_ENOMEM;
+  rdzv_ts_put_i64(b, (int64_t)n);
+  return n > 0 ? rdzv_buf_append(b, p, n) : 0;
+}
+
+const char *rdzv_ts_op_name(enum rdzv_ts_op op) {
+  static const char *const names[] = {
+      [RDZV_TS_SET] = "set",
+      [RDZV_TS_COMPARE_SET] = "compare_set",
+      [RDZV_TS_GET] = "get",
+      [RDZV_TS_ADD] = "add",
+      [RDZV_TS_CHECK] = "check",
+      [RDZV_TS_WAIT] = "wait",
+      [RDZV_TS_GETNUMKEYS] = "getnumkeys",
+      [RDZV_TS_WATCH_KEY] = "watch_key",
+      [RDZV_TS_DELETE_KEY] = "delete_key",
+      [RDZV_TS_APPEND] = "append",
+      [RDZV_TS_MULTI_GET] = "multi_get",
+      [RDZV_TS_MULTI_SET] = "multi_set",
+      [RDZV_TS_CANCEL_WAIT] = "cancel_wait",
+      [RDZV_TS_PING] = "ping",
+      [RDZV_TS_VALIDATE] = "validate",
+  };
+  if ((unsigned)op >= sizeof(names) / sizeof(names[0]) || names[op] == NULL)
+    return "unknown";
+  return names[op];
+}
