@@ -1,0 +1,473 @@
+/* A rendezvous round's life at the root: created by name, a generation
+ * opened, completed (ranks assigned by the pure rdzv_assign, the host
+ * table and per-host topology published as write-once keys of that
+ * generation, older generations' keys removed) or failed (at its
+ * deadline, naming who is missing), and its records kept in the job's
+ * state. Requests for older generations get RDZV_ESTALE_GENERATION.
+ * Joining is in root_join.c. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+#include "rendezvous/assign.h"
+#include "rendezvous/join_wire.h"
+#include "store/daemon/root/round.h"
+
+/* ---- the round's records in the job's state ------------------------------------ */
+
+/* RDZV_STATE_REC_ROUND of a round: { i64 generation, u8 state, the reason
+ * text }, little-endian; written at every change of generation or state,
+ * so a durable backend has what a restarted root needs. */
+static void round_save(struct round *r) {
+  uint8_t rec[9 + sizeof(r->reason)];
+  size_t rl = strlen(r->reason);
+  rdzv_store_u64le(rec, (uint64_t)r->gen);
+  rec[8] = (uint8_t)r->state;
+  memcpy(rec + 9, r->reason, rl);
+  if (rdzv__state_rec_put(r->s->st, RDZV_STATE_REC_ROUND,
+                          (const uint8_t *)r->name, (uint32_t)strlen(r->name),
+                          rec, (uint32_t)(9 + rl)) < 0)
+    rdzv__log(r->s->d, 0, "round %s generation %" PRId64 ": cannot record it",
+              r->name, r->gen);
+}
+
+/* A round's record, if the state has one (a backend that outlived an
+ * earlier root): its generation and outcome carry on; one that was open
+ * cannot (its members were that root's), so it counts as failed. */
+static void round_load(struct round *r) {
+  struct rdzv_state_val v;
+  if (rdzv__state_rec_get(r->s->st, RDZV_STATE_REC_ROUND,
+                          (const uint8_t *)r->name, (uint32_t)strlen(r->name),
+                          &v) < 0 ||
+      v.n < 9)
+    return;
+  r->gen = (int64_t)rdzv_load_u64le(v.p);
+  r->state = v.p[8] == ROUND_DONE ? ROUND_DONE : ROUND_FAILED;
+  snprintf(r->reason, sizeof(r->reason), "%.*s", (int)(v.n - 9), v.p + 9);
+  if (v.p[8] == ROUND_OPEN)
+    snprintf(r->reason, sizeof(r->reason),
+             "generation %" PRId64 " was open when the root stopped", r->gen);
+}
+
+/* RDZV_STATE_REC_ASSIGN of a round: the generation's assignments, one
+ * JOIN assignment encoding (rendezvous/join_wire.h) a rank, in rank
+ * order. */
+static void assignments_save(struct round *r, struct jmember **by_rank) {
+  struct rdzv_buf b = {0};
+  uint8_t item[RDZV_JOIN_ASSIGN_BYTES];
+  int rc = by_rank != NULL ? 0 : RDZV_ENOMEM;
+  for (uint32_t i = 0; rc == 0 && i < r->n; i++) {
+    rdzv_join_assign_encode(by_rank[i]->j.rec.claim, &by_rank[i]->asg, item);
+    rc = rdzv_buf_append(&b, item, sizeof(item));
+  }
+  if (rc == 0)
+    rc = rdzv__state_rec_put(r->s->st, RDZV_STATE_REC_ASSIGN,
+                             (const uint8_t *)r->name,
+                             (uint32_t)strlen(r->name), b.data,
+                             (uint32_t)b.len);
+  if (rc < 0)
+    rdzv__log(r->s->d, 0,
+              "round %s generation %" PRId64 ": cannot record its ranks",
+              r->name, r->gen);
+  rdzv_buf_free(&b);
+}
+
+static void member_free_all(struct round *r) {
+  struct jmember *m, *t;
+  HASH_ITER(hh, r->by_claim, m, t) {
+    HASH_DEL(r->by_claim, m);
+    HASH_DELETE(hh_slot, r->by_slot, m);
+    if (m->in_host)
+      HASH_DELETE(hh_host, r->by_host, m);
+    free(m);
+  }
+  r->n = 0;
+}
+
+static void contrib_clear(struct round *r) {
+  for (size_t i = 0; i < r->ncontrib; i++)
+    rdzv__conn_unref(r->contrib[i].c);
+  r->ncontrib = 0;
+}
+
+struct contrib *rdzv__round_contrib_find(struct round *r, const struct conn *c) {
+  for (size_t i = 0; i < r->ncontrib; i++)
+    if (r->contrib[i].c == c)
+      return &r->contrib[i];
+  return NULL;
+}
+
+void rdzv__round_contrib_add(struct round *r, struct conn *c) {
+  if (rdzv__round_contrib_find(r, c) != NULL)
+    return;
+  if (r->ncontrib == r->capcontrib) {
+    size_t cap = r->capcontrib ? r->capcontrib * 2 : 16;
+    struct contrib *n = realloc(r->contrib, cap * sizeof(*n));
+    if (n == NULL)
+      return; /* its death will then go unnoticed until a deadline */
+    r->contrib = n;
+    r->capcontrib = cap;
+  }
+  rdzv__conn_ref(c);
+  r->contrib[r->ncontrib].c = c;
+  r->contrib[r->ncontrib++].left = false;
+}
+
+static void pend_free_all(struct round *r) {
+  struct jpend *p;
+  while ((p = r->pend) != NULL) {
+    r->pend = p->next;
+    rdzv_buf_free(&p->out);
+    rdzv__conn_unref(p->c);
+    free(p);
+  }
+}
+
+static void on_round_timer_closed(uv_handle_t *h) {
+  struct round *r = h->data;
+  if (--r->open_timers == 0)
+    free(r);
+}
+
+struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name) {
+  struct round *r = NULL;
+  if (name->n >= sizeof(r->name) || memchr(name->p, '/', name->n) != NULL)
+    return NULL;
+  HASH_FIND(hh, s->rounds, name->p, name->n, r);
+  if (r != NULL)
+    return r;
+  r = calloc(1, sizeof(*r));
+  if (r == NULL)
+    return NULL;
+  memcpy(r->name, name->p, name->n);
+  r->s = s;
+  r->gen = 0;
+  r->state = ROUND_FAILED; /* no generation open yet */
+  uv_timer_init(s->d->loop, &r->deadline);
+  uv_timer_init(s->d->loop, &r->last_call);
+  r->deadline.data = r->last_call.data = r;
+  r->open_timers = 2;
+  round_load(r);
+  HASH_ADD(hh, s->rounds, name, strlen(r->name), r);
+  return r;
+}
+
+/* ---- replies ------------------------------------------------------------------ */
+
+void rdzv__round_reply(struct conn *c, uint32_t req_id, int status,
+                       uint16_t flags, const struct rdzv_buf *items,
+                       uint32_t nitems, const char *text, int64_t gen,
+                       int64_t world) {
+  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  struct rdzv_msg r;
+  memset(&r, 0, sizeof(r));
+  r.type = RDZV_MSG_JOIN;
+  r.req_id = req_id;
+  r.status = status;
+  r.flags = flags;
+  r.a = gen;
+  r.b = world;
+  if (t.n > 0) {
+    r.keys.n = 1;
+    r.keys.v = &t;
+  }
+  if (items != NULL) {
+    r.vals.n = nitems;
+    r.vals.raw = items->data;
+    r.vals.raw_len = items->len;
+  }
+  if (flags & RDZV_F_PARTIAL) {
+    r.flags |= RDZV_F_REPLY;
+    rdzv__conn_send(c, &r); /* not the last reply: outstanding stays */
+  }
+  else
+    rdzv__conn_reply(c, &r);
+}
+
+/* The current generation fails: every requester and waiter of its keys
+ * gets status with why, and its pending collectives fail too. */
+void rdzv__round_fail(struct round *r, int status, const char *why) {
+  snprintf(r->reason, sizeof(r->reason), "%s", why);
+  r->state = ROUND_FAILED;
+  round_save(r);
+  uv_timer_stop(&r->deadline);
+  uv_timer_stop(&r->last_call);
+  for (struct jpend *p = r->pend; p != NULL; p = p->next)
+    rdzv__round_reply(p->c, p->req_id, status, 0, NULL, 0, why, r->gen, 0);
+  pend_free_all(r);
+  char prefix[160];
+  int n = snprintf(prefix, sizeof(prefix), "rdzv/%s/g%" PRId64 "/", r->name,
+                   r->gen);
+  rdzv__waits_fail_prefix(&r->s->waits, (const uint8_t *)prefix, (uint32_t)n,
+                          status, why);
+  rdzv__root_colls_fail_prefix(r->s, prefix, status, why);
+  rdzv__log(r->s->d, 1, "round %s generation %" PRId64 " failed: %s",
+            r->name, r->gen, why);
+}
+
+/* ---- missing ranks --------------------------------------------------------- */
+
+struct hostcount {
+  UT_hash_handle hh;
+  const uint8_t *host;
+  uint32_t host_len;
+  int32_t have, want;
+};
+
+/* Describes what is missing: hosts with fewer ranks than their local
+ * size, and hosts of the expected list ("rdzv/<round>/expected-hosts",
+ * newline-separated, set by a launcher) that never joined. */
+static void describe_missing(struct round *r, char *out, size_t n) {
+  struct hostcount *hosts = NULL, *h, *t;
+  struct jmember *m, *mt;
+  HASH_ITER(hh, r->by_claim, m, mt) {
+    HASH_FIND(hh, hosts, m->j.rec.host, m->j.rec.host_len, h);
+    if (h == NULL && (h = calloc(1, sizeof(*h))) != NULL) {
+      h->host = m->j.rec.host;
+      h->host_len = m->j.rec.host_len;
+      HASH_ADD_KEYPTR(hh, hosts, h->host, h->host_len, h);
+    }
+    if (h != NULL) {
+      h->have++;
+      if (m->j.local_size > h->want)
+        h->want = m->j.local_size;
+    }
+  }
+  size_t off = (size_t)snprintf(
+      out, n, "round '%s' generation %" PRId64 ": %u of %u ranks joined", r->name,
+      r->gen, r->n, r->params.max_size);
+  HASH_ITER(hh, hosts, h, t) {
+    if (h->have < h->want && off < n)
+      off += (size_t)snprintf(out + off, n - off, "; host %.*s lacks %d of %d",
+                              (int)h->host_len, h->host, h->want - h->have,
+                              h->want);
+  }
+  char key[160];
+  snprintf(key, sizeof(key), "rdzv/%s/expected-hosts", r->name);
+  struct rdzv_state_val e = {NULL, 0, false};
+  rdzv__state_get(r->s->st, (const uint8_t *)key, (uint32_t)strlen(key), &e);
+  uint32_t never = 0;
+  for (uint32_t i = 0; i < e.n;) {
+    uint32_t j = i;
+    while (j < e.n && e.p[j] != '\n')
+      j++;
+    HASH_FIND(hh, hosts, e.p + i, j - i, h);
+    if (j > i && h == NULL) {
+      if (never++ < 20 && off < n)
+        off += (size_t)snprintf(out + off, n - off, "; host %.*s never joined",
+                                (int)(j - i), e.p + i);
+    }
+    i = j + 1;
+  }
+  if (never > 20 && off < n)
+    snprintf(out + off, n - off, "; %u more hosts never joined", never - 20);
+  HASH_ITER(hh, hosts, h, t) {
+    HASH_DEL(hosts, h);
+    free(h);
+  }
+}
+
+static void on_deadline(uv_timer_t *t) {
+  struct round *r = t->data;
+  if (r->state != ROUND_OPEN)
+    return;
+  if (r->n >= r->params.min_size && r->params.min_size < r->params.max_size) {
+    uv_timer_stop(&r->last_call);
+    rdzv__round_complete(r);
+    return;
+  }
+  char why[1024];
+  describe_missing(r, why, sizeof(why));
+  size_t off = strlen(why);
+  snprintf(why + off, sizeof(why) - off, " (deadline %.1f s)",
+           r->params.timeout_ms / 1000.0);
+  rdzv__round_fail(r, RDZV_EDEADLINE, why);
+}
+
+/* ---- completion -------------------------------------------------------------- */
+
+int rdzv__root_put(struct root_job *s, const char *key, const uint8_t *v,
+                   uint32_t vlen) {
+  uint32_t kl = (uint32_t)strlen(key);
+  int rc = rdzv__state_set(s->st, (const uint8_t *)key, kl, v, vlen, true);
+  if (rc == 0)
+    rdzv__waits_notify(&s->waits, (const uint8_t *)key, kl);
+  return rc;
+}
+
+/* Removes the keys of generations older than r->gen. */
+struct old_gen_scan {
+  uint32_t plen; /* of "rdzv/<round>/g" */
+  int64_t gen;   /* keys of generations below this one go */
+};
+
+static int old_generation_key(void *arg, const uint8_t *k, uint32_t klen,
+                              const struct rdzv_state_val *v) {
+  const struct old_gen_scan *o = arg;
+  (void)v;
+  int64_t g = 0;
+  uint32_t i = o->plen;
+  while (i < klen && k[i] >= '0' && k[i] <= '9' && g < INT32_MAX)
+    g = g * 10 + (k[i++] - '0');
+  return i < klen && k[i] == '/' && g < o->gen
+             ? RDZV_STATE_DELETE
+             : RDZV_STATE_KEEP;
+}
+
+static void drop_old_generations(struct round *r) {
+  char prefix[160];
+  int pl = snprintf(prefix, sizeof(prefix), "rdzv/%s/g", r->name);
+  struct old_gen_scan o = {(uint32_t)pl, r->gen};
+  rdzv__state_scan(r->s->st, (const uint8_t *)prefix, (uint32_t)pl,
+                   old_generation_key, &o);
+}
+
+/* Publishes "rdzv/<round>/g<gen>/hosts" (one line per host in node-rank
+ * order: node_rank first_rank local_size host location) and, per host,
+ * "rdzv/<round>/g<gen>/topo/<node_rank>" (one line per rank: rank
+ * local_rank topology-record, with the record's newlines as ';'). */
+static void publish_topology(struct round *r, struct jmember **by_rank) {
+  struct rdzv_buf hosts = {0}, topo = {0};
+  char line[640], key[192];
+  for (uint32_t i = 0; i < r->n; i++) {
+    struct jmember *m = by_rank[i];
+    const struct rdzv_assignment *a = &m->asg;
+    if (a->local_rank == 0) {
+      int n = snprintf(line, sizeof(line), "%d %d %d %.*s %.*s\n",
+                       a->node_rank, a->rank, a->local_size,
+                       (int)m->j.rec.host_len, m->j.rec.host,
+                       (int)m->j.rec.location_len, m->j.rec.location);
+      rdzv_buf_append(&hosts, line, (size_t)n);
+      topo.len = 0;
+    }
+    rdzv_topo_append_line(&topo, a->rank, a->local_rank, m->j.topo,
+                          m->j.topo_len);
+    if (a->local_rank == a->local_size - 1) {
+      snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/topo/%d", r->name,
+               r->gen, a->node_rank);
+      rdzv__root_put(r->s, key, topo.data, (uint32_t)topo.len);
+    }
+  }
+  snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/hosts", r->name, r->gen);
+  rdzv__root_put(r->s, key, hosts.data, (uint32_t)hosts.len);
+  rdzv_buf_free(&hosts);
+  rdzv_buf_free(&topo);
+}
+
+void rdzv__round_complete(struct round *r) {
+  struct rdzv_join_rec *recs = calloc(r->n, sizeof(*recs));
+  struct rdzv_assignment *asg = calloc(r->n, sizeof(*asg));
+  struct jmember **ms = calloc(r->n, sizeof(*ms));
+  size_t *scratch = calloc(r->n, sizeof(*scratch));
+  size_t da = 0, db = 0, i = 0;
+  struct jmember *m, *t;
+  int rc = RDZV_ENOMEM;
+  if (recs && asg && ms && scratch) {
+    HASH_ITER(hh, r->by_claim, m, t) {
+      ms[i] = m;
+      recs[i++] = m->j.rec;
+    }
+    rc = rdzv_assign(recs, r->n, asg, scratch, &da, &db);
+  }
+  if (rc < 0) {
+    rdzv__round_fail(r, rc, "rank assignment failed");
+  } else {
+    /* ms[] by rank, for publishing in rank order. */
+    for (i = 0; i < r->n; i++) {
+      ms[i]->asg = asg[i];
+      scratch[asg[i].rank] = i;
+    }
+    struct jmember **by_rank = calloc(r->n, sizeof(*by_rank));
+    for (i = 0; by_rank != NULL && i < r->n; i++)
+      by_rank[i] = ms[scratch[i]];
+    r->state = ROUND_DONE;
+    uv_timer_stop(&r->deadline);
+    uv_timer_stop(&r->last_call);
+    drop_old_generations(r);
+    if (by_rank != NULL)
+      publish_topology(r, by_rank);
+    assignments_save(r, by_rank);
+    round_save(r);
+    free(by_rank);
+    uint8_t item[RDZV_JOIN_ASSIGN_BYTES];
+    for (i = 0; i < r->n; i++) {
+      rdzv_join_assign_encode(ms[i]->j.rec.claim, &ms[i]->asg, item);
+      rdzv_items_append(&ms[i]->via->out, item, sizeof(item));
+      ms[i]->via->nout++;
+    }
+    for (struct jpend *p = r->pend; p != NULL; p = p->next)
+      rdzv__round_reply(p->c, p->req_id, 0, 0, &p->out, p->nout, "", r->gen, r->n);
+    pend_free_all(r);
+    for (i = 0; i < r->n; i++)
+      ms[i]->via = NULL;
+    rdzv__log(r->s->d, 1, "round %s generation %" PRId64 ": %u ranks",
+              r->name, r->gen, r->n);
+  }
+  free(recs);
+  free(asg);
+  free(ms);
+  free(scratch);
+}
+
+void rdzv__round_on_last_call(uv_timer_t *t) {
+  struct round *r = t->data;
+  if (r->state == ROUND_OPEN && r->n >= r->params.min_size)
+    rdzv__round_complete(r);
+}
+
+void rdzv__round_open(struct round *r, const struct rdzv_join_params *p) {
+  member_free_all(r);
+  pend_free_all(r);
+  contrib_clear(r);
+  r->gen++;
+  r->state = ROUND_OPEN;
+  r->params = *p;
+  r->reason[0] = '\0';
+  r->opened_ms = rdzv__now_ms(r->s->d);
+  round_save(r);
+  uv_timer_start(&r->deadline, on_deadline, p->timeout_ms, 0);
+}
+
+int rdzv__root_gen_check(struct root_job *s, const struct rdzv_msg *m,
+                         const char **why) {
+  struct rdzv_slice k;
+  if (s->rounds == NULL || rdzv_items_get(&m->keys, 0, &k) < 0 || k.n < 8 ||
+      memcmp(k.p, "rdzv/", 5) != 0)
+    return 0;
+  const uint8_t *name = k.p + 5, *end = k.p + k.n;
+  const uint8_t *slash = memchr(name, '/', (size_t)(end - name));
+  if (slash == NULL || end - slash < 3 || slash[1] != 'g')
+    return 0;
+  int64_t g = 0;
+  const uint8_t *q = slash + 2;
+  while (q < end && *q >= '0' && *q <= '9' && g < INT32_MAX)
+    g = g * 10 + (*q++ - '0');
+  if (q == slash + 2 || q >= end || *q != '/')
+    return 0;
+  struct round *r = NULL;
+  HASH_FIND(hh, s->rounds, name, (size_t)(slash - name), r);
+  if (r == NULL)
+    return 0;
+  if (g < r->gen)
+    return RDZV_ESTALE_GENERATION;
+  if (g == r->gen && r->state == ROUND_FAILED) {
+    *why = r->reason;
+    return RDZV_EABORTED;
+  }
+  return 0;
+}
+
+void rdzv__root_rounds_free(struct root_job *s) {
+  struct round *r, *t;
+  HASH_ITER(hh, s->rounds, r, t) {
+    HASH_DEL(s->rounds, r);
+    member_free_all(r);
+    pend_free_all(r);
+    contrib_clear(r);
+    free(r->contrib);
+    uv_close((uv_handle_t *)&r->deadline, on_round_timer_closed);
+    uv_close((uv_handle_t *)&r->last_call, on_round_timer_closed);
+  }
+}

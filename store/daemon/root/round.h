@@ -1,0 +1,87 @@
+/* A rendezvous round at the root, shared by round.c (its life: records,
+ * generations, completion, failure) and root_join.c (joining). Private. */
+#ifndef RDZV_STORE_DAEMON_ROOT_ROUND_H
+#define RDZV_STORE_DAEMON_ROOT_ROUND_H
+
+#include <uthash.h>
+
+#include "rendezvous/assign.h"
+#include "rendezvous/join_wire.h"
+#include "store/daemon/root/root_int.h"
+
+enum round_state { ROUND_OPEN, ROUND_DONE, ROUND_FAILED };
+
+struct jpend { /* a requester (connection) waiting in the open round */
+  struct conn *c;
+  uint32_t req_id;
+  uint32_t nmembers;
+  struct rdzv_buf out; /* its assignments, built at completion */
+  uint32_t nout;
+  struct jpend *next;
+};
+
+struct jmember {
+  UT_hash_handle hh;      /* by claim */
+  UT_hash_handle hh_slot; /* by host + local rank */
+  UT_hash_handle hh_host; /* the first member of each host, by host */
+  bool in_host;
+  struct jpend *via;
+  bool left; /* left cleanly: its slot is free for another process */
+  struct rdzv_join_full j; /* points into data */
+  struct rdzv_assignment asg;
+  uint32_t slot_len;
+  uint8_t *slot;
+  uint32_t len;
+  uint8_t data[]; /* the encoded record, then the slot key */
+};
+
+struct round {
+  UT_hash_handle hh;
+  char name[128];
+  struct root_job *s;
+  int64_t gen;
+  enum round_state state;
+  struct rdzv_join_params params;
+  struct jmember *by_claim, *by_slot, *by_host;
+  uint32_t n;
+  struct jpend *pend;
+  uv_timer_t deadline, last_call;
+  int open_timers;
+  /* Connections whose joins are in the current generation: one closing
+   * (a node or a directly connected rank dying) aborts the generation. */
+  struct contrib {
+    struct conn *c;
+    bool left; /* a rank that left cleanly */
+  } *contrib;
+  size_t ncontrib, capcontrib;
+  uint64_t opened_ms;
+  char reason[512];
+};
+
+
+/* The round named name (no '/', under 128 bytes), created (no generation
+ * open yet, or what the state's record says) if new. NULL for a bad name
+ * or on ENOMEM. */
+struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name);
+/* Opens the next generation with params p (members, requesters and
+ * contributing connections of the last one are dropped). */
+void rdzv__round_open(struct round *r, const struct rdzv_join_params *p);
+/* Assigns ranks to the members, publishes the generation's keys and
+ * answers every requester; a failed assignment fails the round. */
+void rdzv__round_complete(struct round *r);
+/* The current generation fails: every requester and waiter of its keys
+ * gets status with why, and its pending collectives fail too. */
+void rdzv__round_fail(struct round *r, int status, const char *why);
+/* The last-call timer's callback (elastic rounds). */
+void rdzv__round_on_last_call(uv_timer_t *t);
+/* A JOIN answer to c: status, flags (RDZV_F_PARTIAL: not the last), the
+ * nitems encoded items, text (may be ""), the generation and world size. */
+void rdzv__round_reply(struct conn *c, uint32_t req_id, int status,
+                       uint16_t flags, const struct rdzv_buf *items,
+                       uint32_t nitems, const char *text, int64_t gen,
+                       int64_t world);
+/* The connections whose joins are in the current generation. */
+struct contrib *rdzv__round_contrib_find(struct round *r, const struct conn *c);
+void rdzv__round_contrib_add(struct round *r, struct conn *c);
+
+#endif /* RDZV_STORE_DAEMON_ROOT_ROUND_H */
