@@ -1,5 +1,5 @@
 /* Encodings of the rendezvous JOIN exchange, carried in the values of a
- * RDZV_MSG_JOIN frame (store/wire.h). Pure: bytes in, structs out; decoded
+ * RDZV_MSG_JOIN frame (store/wire/wire.h). Pure: bytes in, structs out; decoded
  * structs point into the input. All integers little-endian.
  *
  *   round params (vals[0] of a JOIN request), 16 bytes:

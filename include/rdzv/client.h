@@ -126,7 +126,7 @@ struct rdzv_bytes {
 };
 
 /* A request: the fields each op uses are those of the wire message of the
- * same number (store/wire.h). Keys and values are copied at submission. */
+ * same number (store/wire/wire.h). Keys and values are copied at submission. */
 struct rdzv_request {
   enum rdzv_op op;
   /* RDZV_STORE_WRITE_ONCE: for SET and MSET, make the keys immutable; for

@@ -1,4 +1,4 @@
-/* Fuzz target for the wire decoder (store/wire.c).
+/* Fuzz target for the wire decoder (store/wire/wire.c).
  *
  * The input is a byte stream. Frames are decoded from its start one after
  * another until the decoder stops with an error or needs more bytes. For

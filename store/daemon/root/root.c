@@ -3,7 +3,7 @@
  * dispatch, and the key operations (set, get, add, compare-and-set,
  * delete, multi-get and -set, append, number of keys) over the job's
  * state (store/daemon/state); collectives are in coll.c, rendezvous
- * rounds in root_join.c. */
+ * rounds in round.c and root_join.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

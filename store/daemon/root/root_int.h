@@ -1,5 +1,5 @@
 /* The root's per-job data, shared by root.c (dispatch, key operations),
- * coll.c (barriers and gathers) and root_join.c (rendezvous rounds).
+ * coll.c (barriers and gathers), round.c and root_join.c (rendezvous rounds).
  * Private. */
 #ifndef RDZV_STORE_ROOT_INT_H
 #define RDZV_STORE_ROOT_INT_H
@@ -18,7 +18,7 @@ struct root_job {
   struct daemon *d;
   struct rdzv_state *st;
   struct coll *colls;   /* coll.c: collectives seen, done or not */
-  struct round *rounds; /* root_join.c: rounds by name */
+  struct round *rounds; /* round.c: rounds by name */
   struct waitset waits;
 };
 
@@ -46,7 +46,7 @@ void rdzv__root_colls_fail_prefix(struct root_job *s, const char *prefix,
 /* Frees every collective's live data (the job ends). */
 void rdzv__root_colls_free(struct root_job *s);
 
-/* ---- root_join.c ------------------------------------------------------------ */
+/* ---- round.c, root_join.c ------------------------------------------------ */
 
 /* RDZV_MSG_JOIN and RDZV_MSG_ABORT at the root. */
 void rdzv__root_join(struct root_job *s, struct conn *c,
