@@ -1,4 +1,4 @@
-/* Unit tests of librdzv (store/client/*.c) against the
+/* Unit tests of librdzv (store/client/) against the
  * FAKE SERVER in fake_server.c, a forked child on a Unix socket and TCP.
  *
  * Every test checks at teardown that the process holds exactly the file

@@ -148,21 +148,27 @@ static int add_member(struct round *r, struct jpend *p,
 static int answer_known(struct round *r, struct conn *c,
                         const struct rdzv_msg *m) {
   struct rdzv_buf out = {0};
-  uint8_t item[RDZV_JOIN_ASSIGN_BYTES];
   struct rdzv_slice v;
+  struct rdzv_state_val asg;
   size_t pos = 0;
+  /* The generation's assignments, as round.c recorded them. */
+  if (rdzv__state_rec_get(r->s->st, RDZV_STATE_REC_ASSIGN,
+                          (const uint8_t *)r->name, (uint32_t)strlen(r->name),
+                          &asg) < 0 ||
+      asg.n != (uint64_t)r->n * RDZV_JOIN_ASSIGN_BYTES)
+    return 0;
   rdzv_items_next(&m->vals, &pos, &v); /* params */
   while (rdzv_items_next(&m->vals, &pos, &v)) {
     struct rdzv_join_full j;
     struct jmember *old = NULL;
     if (rdzv_join_rec_decode(v.p, v.n, &j) == 0)
       HASH_FIND(hh, r->by_claim, &j.rec.claim, sizeof(uint64_t), old);
-    if (old == NULL) {
+    if (old == NULL || old->rank < 0 || (uint32_t)old->rank >= r->n) {
       rdzv_buf_free(&out);
       return 0;
     }
-    rdzv_join_assign_encode(old->j.rec.claim, &old->asg, item);
-    rdzv_items_append(&out, item, sizeof(item));
+    rdzv_items_append(&out, asg.p + (size_t)old->rank * RDZV_JOIN_ASSIGN_BYTES,
+                      RDZV_JOIN_ASSIGN_BYTES);
   }
   rdzv__round_reply(c, m->req_id, 0, 0, &out, m->vals.n - 1, "", r->gen, r->n);
   rdzv_buf_free(&out);

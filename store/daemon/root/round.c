@@ -52,14 +52,18 @@ static void round_load(struct round *r) {
 }
 
 /* RDZV_STATE_REC_ASSIGN of a round: the generation's assignments, one
- * JOIN assignment encoding (rendezvous/join_wire.h) a rank, in rank
- * order. */
-static void assignments_save(struct round *r, struct jmember **by_rank) {
+ * JOIN assignment encoding (rendezvous/join_wire.h, the claim and the
+ * assignment) a rank, in rank order. A re-sent join is answered from it
+ * (root_join.c). Rank k's member is ms[idx[k]], its assignment
+ * asg[idx[k]]. */
+static void assignments_save(struct round *r, struct jmember *const *ms,
+                             const struct rdzv_assignment *asg,
+                             const size_t *idx) {
   struct rdzv_buf b = {0};
   uint8_t item[RDZV_JOIN_ASSIGN_BYTES];
-  int rc = by_rank != NULL ? 0 : RDZV_ENOMEM;
-  for (uint32_t i = 0; rc == 0 && i < r->n; i++) {
-    rdzv_join_assign_encode(by_rank[i]->j.rec.claim, &by_rank[i]->asg, item);
+  int rc = 0;
+  for (uint32_t k = 0; rc == 0 && k < r->n; k++) {
+    rdzv_join_assign_encode(ms[idx[k]]->j.rec.claim, &asg[idx[k]], item);
     rc = rdzv_buf_append(&b, item, sizeof(item));
   }
   if (rc == 0)
@@ -328,12 +332,14 @@ static void drop_old_generations(struct round *r) {
  * order: node_rank first_rank local_size host location) and, per host,
  * "rdzv/<round>/g<gen>/topo/<node_rank>" (one line per rank: rank
  * local_rank topology-record, with the record's newlines as ';'). */
-static void publish_topology(struct round *r, struct jmember **by_rank) {
+static void publish_topology(struct round *r, struct jmember *const *ms,
+                             const struct rdzv_assignment *asg,
+                             const size_t *idx) {
   struct rdzv_buf hosts = {0}, topo = {0};
   char line[640], key[192];
   for (uint32_t i = 0; i < r->n; i++) {
-    struct jmember *m = by_rank[i];
-    const struct rdzv_assignment *a = &m->asg;
+    struct jmember *m = ms[idx[i]];
+    const struct rdzv_assignment *a = &asg[idx[i]];
     if (a->local_rank == 0) {
       int n = snprintf(line, sizeof(line), "%d %d %d %.*s %.*s\n",
                        a->node_rank, a->rank, a->local_size,
@@ -374,26 +380,22 @@ void rdzv__round_complete(struct round *r) {
   if (rc < 0) {
     rdzv__round_fail(r, rc, "rank assignment failed");
   } else {
-    /* ms[] by rank, for publishing in rank order. */
+    /* scratch[k]: the index (in ms and asg) of rank k, for publishing in
+     * rank order. */
     for (i = 0; i < r->n; i++) {
-      ms[i]->asg = asg[i];
+      ms[i]->rank = asg[i].rank;
       scratch[asg[i].rank] = i;
     }
-    struct jmember **by_rank = calloc(r->n, sizeof(*by_rank));
-    for (i = 0; by_rank != NULL && i < r->n; i++)
-      by_rank[i] = ms[scratch[i]];
     r->state = ROUND_DONE;
     uv_timer_stop(&r->deadline);
     uv_timer_stop(&r->last_call);
     drop_old_generations(r);
-    if (by_rank != NULL)
-      publish_topology(r, by_rank);
-    assignments_save(r, by_rank);
+    publish_topology(r, ms, asg, scratch);
+    assignments_save(r, ms, asg, scratch);
     round_save(r);
-    free(by_rank);
     uint8_t item[RDZV_JOIN_ASSIGN_BYTES];
     for (i = 0; i < r->n; i++) {
-      rdzv_join_assign_encode(ms[i]->j.rec.claim, &ms[i]->asg, item);
+      rdzv_join_assign_encode(ms[i]->j.rec.claim, &asg[i], item);
       rdzv_items_append(&ms[i]->via->out, item, sizeof(item));
       ms[i]->via->nout++;
     }

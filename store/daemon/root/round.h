@@ -28,7 +28,8 @@ struct jmember {
   struct jpend *via;
   bool left; /* left cleanly: its slot is free for another process */
   struct rdzv_join_full j; /* points into data */
-  struct rdzv_assignment asg;
+  int32_t rank; /* once the generation completed (its assignment is the
+                 * state's RDZV_STATE_REC_ASSIGN record) */
   uint32_t slot_len;
   uint8_t *slot;
   uint32_t len;
