@@ -55,14 +55,18 @@ int rdzv__kv_set(struct kv_table *t, const uint8_t *k, uint32_t klen,
       return 0;
     return RDZV_EWRITE_ONCE;
   }
-  if (e == NULL) {
+  bool added = e == NULL;
+  if (added) {
     e = insert(t, k, klen);
     if (e == NULL)
       return RDZV_ENOMEM;
   }
   int rc = set_value(e, v, vlen);
-  if (rc < 0)
+  if (rc < 0) {
+    if (added) /* nothing changes on failure */
+      rdzv__kv_delete(t, k, klen);
     return rc;
+  }
   e->write_once = write_once;
   if (out != NULL)
     *out = e;
@@ -79,7 +83,8 @@ int rdzv__kv_append(struct kv_table *t, const uint8_t *k, uint32_t klen,
   uint8_t *nv = realloc(e->val, (size_t)e->vlen + vlen + 1);
   if (nv == NULL)
     return RDZV_ENOMEM;
-  memcpy(nv + e->vlen, v, vlen);
+  if (vlen > 0)
+    memcpy(nv + e->vlen, v, vlen);
   e->val = nv;
   e->vlen += vlen;
   nv[e->vlen] = 0;

@@ -82,14 +82,18 @@ static struct coll *coll_get(struct root_job *s, const struct rdzv_msg *m) {
   return coll_lookup(s, m->type, name, true, (uint64_t)m->b);
 }
 
-/* The outcome record of co: { i32 status, then the result (status 0: the
- * encoded vals list, member order) or the failure text }, little-endian. */
+/* The outcome record of co: { i32 status, u64 member count, then the
+ * result (status 0: the encoded vals list, member order) or the failure
+ * text }, little-endian: what answers a member without the live struct. */
+#define COLL_REC_HEAD 12u
+
 static int coll_save(struct root_job *s, struct coll *co, int status,
                      const uint8_t *p, size_t n) {
   struct rdzv_buf rec = {0};
-  uint8_t head[4];
+  uint8_t head[COLL_REC_HEAD];
   for (int i = 0; i < 4; i++)
     head[i] = (uint8_t)((uint32_t)status >> (8 * i));
+  rdzv_store_u64le(head + 4, co->count);
   int rc = rdzv_buf_append(&rec, head, sizeof(head));
   if (rc == 0 && n > 0)
     rc = rdzv_buf_append(&rec, p, n);
@@ -100,18 +104,23 @@ static int coll_save(struct root_job *s, struct coll *co, int status,
   return rc;
 }
 
-/* What coll_save stored after the status (empty if nothing was). */
-static struct rdzv_slice coll_outcome(struct root_job *s,
-                                      const struct coll *co) {
+/* What coll_save stored after its head, in *out (borrowed from the
+ * state). 0, RDZV_ENOKEY (no record, or a short one), or the state's
+ * error. */
+static int coll_outcome(struct root_job *s, const struct coll *co,
+                        struct rdzv_slice *out) {
   struct rdzv_state_val v;
-  struct rdzv_slice out = {NULL, 0};
-  if (rdzv__state_rec_get(s->st, RDZV_STATE_REC_COLL, co->name, co->nlen,
-                          &v) == 0 &&
-      v.n >= 4) {
-    out.p = v.p + 4;
-    out.n = v.n - 4;
-  }
-  return out;
+  out->p = NULL;
+  out->n = 0;
+  int rc = rdzv__state_rec_get(s->st, RDZV_STATE_REC_COLL, co->name,
+                               co->nlen, &v);
+  if (rc < 0)
+    return rc;
+  if (v.n < COLL_REC_HEAD)
+    return RDZV_ENOKEY;
+  out->p = v.p + COLL_REC_HEAD;
+  out->n = v.n - COLL_REC_HEAD;
+  return 0;
 }
 
 static void coll_reply(struct root_job *s, struct coll *co, struct conn *c,
@@ -124,8 +133,12 @@ static void coll_reply(struct root_job *s, struct coll *co, struct conn *c,
   r.flags = flags;
   if (status == 0 && !(flags & RDZV_F_SUPERSEDED)) {
     r.a = (int64_t)co->count;
-    if (co->type == RDZV_MSG_GATHER) {
-      struct rdzv_slice res = coll_outcome(s, co);
+    struct rdzv_slice res;
+    int rc = co->type == RDZV_MSG_GATHER ? coll_outcome(s, co, &res) : 0;
+    if (rc < 0) { /* the result cannot be read: say so, send no part */
+      r.status = rc;
+      r.a = 0;
+    } else if (co->type == RDZV_MSG_GATHER) {
       r.vals.n = (uint32_t)co->count;
       r.vals.raw = res.p;
       r.vals.raw_len = res.n;
@@ -277,7 +290,11 @@ void rdzv__root_collective(struct root_job *s, struct conn *c,
     return;
   }
   if (co->fail_status != 0) {
-    struct rdzv_slice t = coll_outcome(s, co);
+    struct rdzv_slice t;
+    if (coll_outcome(s, co, &t) < 0) { /* no text kept: the status's */
+      t.p = (const uint8_t *)rdzv_strerror(co->fail_status);
+      t.n = (uint32_t)strlen((const char *)t.p);
+    }
     reply_text(c, co->type, m->req_id, co->fail_status, (const char *)t.p,
                t.n);
     return;
@@ -433,8 +450,10 @@ static void coll_free(struct root_job *s, struct coll *co, bool forget) {
     free(p);
   }
   HASH_DEL(s->colls, co);
-  if (forget)
-    rdzv__state_rec_del(s->st, RDZV_STATE_REC_COLL, co->name, co->nlen);
+  if (forget &&
+      rdzv__state_rec_del(s->st, RDZV_STATE_REC_COLL, co->name, co->nlen) < 0)
+    rdzv__log(s->d, 0, "%s '%.*s': its record stays: out of memory",
+              rdzv_msg_type_name(co->type), (int)(co->nlen - 1), co->name + 1);
   free(co->name);
   free(co);
 }

@@ -283,7 +283,7 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
   if (rdzv_join_params_decode(pv.p, pv.n, &params) < 0 ||
       (r = rdzv__round_get(s, &name)) == NULL) {
     rdzv__round_reply(c, m->req_id, RDZV_EPROTO, 0, NULL, 0,
-               "join: bad round name (1..127 bytes, no '/') or parameters",
+               "join: bad round name (1..127 bytes, no '/' or NUL) or parameters",
                0, 0);
     return;
   }

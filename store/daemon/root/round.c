@@ -137,7 +137,10 @@ static void on_round_timer_closed(uv_handle_t *h) {
 
 struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name) {
   struct round *r = NULL;
-  if (name->n >= sizeof(r->name) || memchr(name->p, '/', name->n) != NULL)
+  /* Names are kept NUL-terminated (records and keys are named with
+   * them), so a NUL inside one is refused like a '/'. */
+  if (name->n >= sizeof(r->name) || memchr(name->p, '/', name->n) != NULL ||
+      memchr(name->p, '\0', name->n) != NULL)
     return NULL;
   HASH_FIND(hh, s->rounds, name->p, name->n, r);
   if (r != NULL)

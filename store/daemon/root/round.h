@@ -60,7 +60,7 @@ struct round {
 };
 
 
-/* The round named name (no '/', under 128 bytes), created (no generation
+/* The round named name (no '/' or NUL, under 128 bytes), created (no generation
  * open yet, or what the state's record says) if new. NULL for a bad name
  * or on ENOMEM. */
 struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name);

@@ -111,15 +111,16 @@ static int mem_rec_get(struct rdzv_state *st, enum rdzv_state_rec kind,
   return 0;
 }
 
-static void mem_rec_del(struct rdzv_state *st, enum rdzv_state_rec kind,
-                        const uint8_t *name, uint32_t nlen) {
+static int mem_rec_del(struct rdzv_state *st, enum rdzv_state_rec kind,
+                       const uint8_t *name, uint32_t nlen) {
   uint8_t buf[256];
   uint8_t *k = rec_key(kind, name, nlen, buf, sizeof(buf));
   if (k == NULL)
-    return;
+    return RDZV_ENOMEM;
   rdzv__kv_delete(&mem(st)->recs, k, nlen + 1);
   if (k != buf)
     free(k);
+  return 0;
 }
 
 static void mem_close(struct rdzv_state *st) {

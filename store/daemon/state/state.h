@@ -15,6 +15,13 @@
  * members of a round still open, timers) is not state: it stays in the
  * role and ends with its connection.
  *
+ * How the root uses the records today: it reads a round's record when it
+ * first meets the round (so generations carry on where a backend outlived
+ * an earlier root), the assignment record to answer a re-sent join, and a
+ * collective's record for every answer after it completed or failed.
+ * Bringing a collective's live struct back from its record after a
+ * restart is left to the durable root.
+ *
  * Implementations: the in-memory table (mem.h), the default and the
  * embedded root; an etcd-backed one is meant to sit beside it. A backend
  * is a table of functions (struct rdzv_state_backend) that opens a job's
@@ -24,10 +31,11 @@
  * for the call; a backend copies what it keeps. Values returned in a
  * struct rdzv_state_val are borrowed from st and valid until the next
  * call that changes st (set, append, del, scan, rec_put, rec_del) or its
- * close. Keys and names are binary (klen bytes, no terminator). Errors
- * are the project's status codes (rdzv/error.h): RDZV_ENOMEM, and those
- * named per call; a backend with storage of its own may also return
- * -errno from that storage. All calls run on the
+ * close. Keys and names are binary (klen bytes, no terminator); a value
+ * pointer may be NULL when its length is 0. A call that fails changes
+ * nothing. Errors are the project's status codes (rdzv/error.h):
+ * RDZV_ENOMEM, and those named per call; a backend with storage of its
+ * own may also return -errno from that storage. All calls run on the
  * daemon's loop thread. Private: never installed. */
 #ifndef RDZV_STORE_DAEMON_STATE_H
 #define RDZV_STORE_DAEMON_STATE_H
@@ -61,9 +69,10 @@ struct rdzv_state_ops {
   /* The value of key k: 0, or RDZV_ENOKEY (out untouched). */
   int (*get)(struct rdzv_state *st, const uint8_t *k, uint32_t klen,
              struct rdzv_state_val *out);
-  /* Sets k to v (vlen bytes; v may be NULL when vlen is 0), write-once if
-   * write_once. A write-once key may be set again only to equal bytes
-   * (then 0, nothing changes). 0, RDZV_EWRITE_ONCE, RDZV_ENOMEM. */
+  /* Sets k to v (vlen bytes), write-once if write_once (a mutable key
+   * set with write_once becomes write-once). A write-once key may be set
+   * again only to equal bytes (then 0, and it stays write-once). 0,
+   * RDZV_EWRITE_ONCE, RDZV_ENOMEM. */
   int (*set)(struct rdzv_state *st, const uint8_t *k, uint32_t klen,
              const uint8_t *v, uint32_t vlen, bool write_once);
   /* Appends v to k's value, creating k (mutable) if absent. 0,
@@ -79,22 +88,23 @@ struct rdzv_state_ops {
   /* Calls cb for every key starting with prefix (plen bytes, 0 for all),
    * in no particular order; cb answers RDZV_STATE_KEEP or
    * RDZV_STATE_DELETE (the key is removed after cb returns), or a negative
-   * status, which ends the scan and is returned. cb must not call into st.
+   * status, which ends the scan and is returned (deletions already made
+   * stay). k and v are valid during cb only; cb must not call into st.
    * Returns 0 or that status. */
   int (*scan)(struct rdzv_state *st, const uint8_t *prefix, uint32_t plen,
               int (*cb)(void *arg, const uint8_t *k, uint32_t klen,
                         const struct rdzv_state_val *v),
               void *arg);
-  /* Records: put replaces, get answers 0 or RDZV_ENOKEY, del removes (no
-   * error when absent). put: 0 or RDZV_ENOMEM. */
+  /* Records: put replaces (0 or RDZV_ENOMEM); get answers 0, RDZV_ENOKEY
+   * or RDZV_ENOMEM; del removes (0 also when absent, or RDZV_ENOMEM). */
   int (*rec_put)(struct rdzv_state *st, enum rdzv_state_rec kind,
                  const uint8_t *name, uint32_t nlen, const uint8_t *v,
                  uint32_t vlen);
   int (*rec_get)(struct rdzv_state *st, enum rdzv_state_rec kind,
                  const uint8_t *name, uint32_t nlen,
                  struct rdzv_state_val *out);
-  void (*rec_del)(struct rdzv_state *st, enum rdzv_state_rec kind,
-                  const uint8_t *name, uint32_t nlen);
+  int (*rec_del)(struct rdzv_state *st, enum rdzv_state_rec kind,
+                 const uint8_t *name, uint32_t nlen);
   /* Frees st and what it holds in memory (a durable backend keeps what it
    * persisted). NULL is not passed. */
   void (*close)(struct rdzv_state *st);
@@ -154,10 +164,10 @@ static inline int rdzv__state_rec_get(struct rdzv_state *st,
                                       struct rdzv_state_val *out) {
   return st->ops->rec_get(st, kind, name, nlen, out);
 }
-static inline void rdzv__state_rec_del(struct rdzv_state *st,
-                                       enum rdzv_state_rec kind,
-                                       const uint8_t *name, uint32_t nlen) {
-  st->ops->rec_del(st, kind, name, nlen);
+static inline int rdzv__state_rec_del(struct rdzv_state *st,
+                                      enum rdzv_state_rec kind,
+                                      const uint8_t *name, uint32_t nlen) {
+  return st->ops->rec_del(st, kind, name, nlen);
 }
 static inline void rdzv__state_close(struct rdzv_state *st) {
   if (st != NULL)

@@ -23,17 +23,17 @@ struct conn *rdzv_daemon_inproc_connect(struct daemon *d, const char *job,
   c->deliver_arg = arg;
   c->role = RDZV_ROLE_CLIENT;
   c->job = rdzv__job_get(d, (const uint8_t *)job, strlen(job));
+  if (c->job == NULL) { /* never listed: nothing to close */
+    free(c);
+    return NULL;
+  }
   snprintf(c->name, sizeof(c->name), "inproc#%llu",
            (unsigned long long)d->stats.conns_total + 1);
-  c->state = c->job != NULL ? CONN_READY : CONN_CLOSED;
+  c->state = CONN_READY;
   TAILQ_INSERT_TAIL(&d->conns, c, link);
   d->nconns++;
   d->stats.conns_open++;
   d->stats.conns_total++;
-  if (c->job == NULL) {
-    rdzv__conn_close_now(c);
-    return NULL;
-  }
   return c;
 }
 
