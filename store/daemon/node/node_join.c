@@ -406,6 +406,12 @@ static void send_abort(struct node_job *nj, const char *round, int64_t gen,
 
 void rdzv__node_abort(struct node_job *nj, struct conn *c,
                       const struct rdzv_msg *m) {
+  if ((m->flags & RDZV_F_LEAVE) && c->role == RDZV_ROLE_NODE) {
+    /* A rank further down left: the root must hear of it (it frees the
+     * rank's slot), whatever the depth. */
+    rdzv__node_forward(nj, c, m);
+    return;
+  }
   if (m->flags & RDZV_F_LEAVE) {
     /* A clean leave: this connection's end is no failure. */
     struct joined *jn = NULL;
