@@ -22,9 +22,18 @@ struct watch {
   struct waitref_list refs;
 };
 
+/* The waiters of one connection, so that its close drops them at once. */
+struct conn_waiters {
+  UT_hash_handle hh;
+  struct conn *c;
+  struct waiter_list list; /* by waiter.conn_link */
+};
+
 struct waiter {
   struct waitset *ws;
   struct conn *c;
+  struct conn_waiters *by_conn; /* NULL if it could not be indexed */
+  TAILQ_ENTRY(waiter) conn_link;
   uint32_t req_id;
   uint32_t nkeys;
   uint32_t nmissing;
@@ -67,11 +76,37 @@ static void unlink_ref(struct waitset *ws, struct waiter *w, uint32_t i) {
   r->linked = false;
 }
 
+/* Indexes w under its connection (best effort: without memory it is
+ * only not dropped early). */
+static void index_by_conn(struct waitset *ws, struct waiter *w) {
+  struct conn_waiters *b = NULL;
+  HASH_FIND_PTR(ws->by_conn, &w->c, b);
+  if (b == NULL) {
+    b = calloc(1, sizeof(*b));
+    if (b == NULL)
+      return;
+    b->c = w->c;
+    TAILQ_INIT(&b->list);
+    HASH_ADD_PTR(ws->by_conn, c, b);
+  }
+  TAILQ_INSERT_TAIL(&b->list, w, conn_link);
+  w->by_conn = b;
+}
+
 static void waiter_free(struct waiter *w) {
   struct waitset *ws = w->ws;
   for (uint32_t i = 0; i < w->nkeys; i++)
     unlink_ref(ws, w, i);
   TAILQ_REMOVE(&ws->waiters, w, link);
+  struct conn_waiters *b = w->by_conn;
+  if (b != NULL) {
+    TAILQ_REMOVE(&b->list, w, conn_link);
+    if (TAILQ_EMPTY(&b->list)) {
+      HASH_DEL(ws->by_conn, b);
+      free(b);
+    }
+    w->by_conn = NULL;
+  }
   uv_timer_stop(&w->timer);
   uv_close((uv_handle_t *)&w->timer, on_waiter_closed);
 }
@@ -236,6 +271,7 @@ int rdzv__waits_add(struct waitset *ws, struct conn *c,
   uv_timer_init(ws->loop, &w->timer);
   w->timer.data = w;
   TAILQ_INSERT_TAIL(&ws->waiters, w, link);
+  index_by_conn(ws, w);
   /* Count first, then announce new watches: an announcement may answer
    * synchronously (e.g. from a cache) and must see a complete waiter. */
   bool *fresh = calloc(w->nkeys, sizeof(*fresh));
@@ -262,6 +298,18 @@ int rdzv__waits_add(struct waitset *ws, struct conn *c,
       ws->hooks.first_waiter(ws->ctx, keys[i].p, keys[i].n, deadline);
   free(fresh);
   return (int)missing;
+}
+
+void rdzv__waits_drop_conn(struct waitset *ws, struct conn *c) {
+  struct conn_waiters *b = NULL;
+  /* Each free may free the bucket: look it up again every time. */
+  for (;;) {
+    b = NULL;
+    HASH_FIND_PTR(ws->by_conn, &c, b);
+    if (b == NULL)
+      return;
+    waiter_free(TAILQ_FIRST(&b->list));
+  }
 }
 
 void rdzv__waits_clear(struct waitset *ws) {

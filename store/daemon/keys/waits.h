@@ -15,6 +15,7 @@
 struct conn;
 struct watch;
 struct waiter;
+struct conn_waiters;
 TAILQ_HEAD(waiter_list, waiter);
 
 struct waits_hooks {
@@ -35,6 +36,7 @@ struct waitset {
   void *ctx;
   struct watch *watches;
   struct waiter_list waiters;
+  struct conn_waiters *by_conn; /* each connection's waiters */
 };
 
 void rdzv__waits_init(struct waitset *ws, uv_loop_t *loop,
@@ -56,6 +58,9 @@ void rdzv__waits_fail_key(struct waitset *ws, const uint8_t *k,
  * and text (keys[0] of the reply); e.g. an aborted generation. */
 void rdzv__waits_fail_prefix(struct waitset *ws, const uint8_t *prefix,
                              uint32_t plen, int status, const char *text);
+/* Drops every waiter of c without replying (c closed): its memory and
+ * its reference on c go now, not at its deadline. O(c's waiters). */
+void rdzv__waits_drop_conn(struct waitset *ws, struct conn *c);
 /* Drops every waiter without replying (shutdown). */
 void rdzv__waits_clear(struct waitset *ws);
 

@@ -101,7 +101,13 @@ void rdzv__node_cache_put(struct node_job *nj, struct rdzv_slice k,
 
 /* ---- waits: one upstream wait per key ------------------------------------- */
 
+/* An upstream wait in flight, by key: at most one per key, whatever the
+ * local waiters do (a waiter that comes while one is in flight rides on
+ * it; at its deadline it is asked again for those still waiting). So
+ * waiters that come and go (their connections closing) do not pile up
+ * upstream waits. */
 struct upwait {
+  UT_hash_handle hh; /* nj->upwaits */
   struct node_job *nj;
   uint32_t klen;
   uint8_t key[];
@@ -113,6 +119,7 @@ static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
 static void on_upwait(struct daemon *d, const struct rdzv_msg *r, void *arg) {
   struct upwait *uw = arg;
   struct node_job *nj = uw->nj;
+  HASH_DEL(nj->upwaits, uw);
   if (r->status == 0) {
     struct rdzv_slice k = {uw->key, uw->klen}, v;
     if ((r->a & 1) && rdzv_items_get(&r->vals, 0, &v) == 0)
@@ -131,7 +138,11 @@ static void on_upwait(struct daemon *d, const struct rdzv_msg *r, void *arg) {
 
 static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
                         uint64_t deadline_ms) {
-  struct upwait *uw = malloc(sizeof(*uw) + klen);
+  struct upwait *uw = NULL;
+  HASH_FIND(hh, nj->upwaits, k, klen, uw);
+  if (uw != NULL)
+    return; /* in flight already: it is asked again at its deadline */
+  uw = malloc(sizeof(*uw) + klen);
   if (uw == NULL) {
     rdzv__waits_fail_key(&nj->waits, k, klen, RDZV_ENOMEM);
     return;
@@ -147,8 +158,11 @@ static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
   m.a = (int64_t)(deadline_ms > now ? deadline_ms - now : 0);
   m.keys.n = 1;
   m.keys.v = &ks;
+  /* Listed first: the reply may come inside the send. */
+  HASH_ADD_KEYPTR(hh, nj->upwaits, uw->key, uw->klen, uw);
   int rc = rdzv__upstream_send(nj->up, &m, on_upwait, uw);
   if (rc < 0) {
+    HASH_DEL(nj->upwaits, uw);
     free(uw);
     rdzv__waits_fail_key(&nj->waits, k, klen, rc);
   }
@@ -760,9 +774,28 @@ static void on_ncoll_closed(uv_handle_t *h) {
   free(co);
 }
 
+/* c closed: its waits and its places among a collective's waiters go now
+ * (their replies would go nowhere, and each holds c). Its contributions
+ * stay: accepted data is kept. */
 static void node_conn_closed(struct daemon *d, struct conn *c) {
+  struct node_job *nj = c->job->role_data;
   (void)d;
-  rdzv__node_conn_closed(c->job->role_data, c);
+  rdzv__waits_drop_conn(&nj->waits, c);
+  struct ncoll *co, *ct;
+  HASH_ITER(hh, nj->colls, co, ct) {
+    struct lreq **pp = &co->waiters;
+    while (*pp != NULL) {
+      struct lreq *l = *pp;
+      if (l->c != c) {
+        pp = &l->next;
+        continue;
+      }
+      *pp = l->next;
+      rdzv__conn_unref(l->c);
+      free(l);
+    }
+  }
+  rdzv__node_conn_closed(nj, c);
 }
 
 static void node_job_free(struct daemon *d, struct job *j) {

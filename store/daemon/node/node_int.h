@@ -13,6 +13,7 @@ struct ncoll;
 struct njround;
 struct joined;
 struct upstream;
+struct upwait;
 
 struct node_job {
   struct daemon *d;
@@ -20,6 +21,7 @@ struct node_job {
   struct upstream *up;
   struct kv_table cache; /* write-once keys */
   struct waitset waits;
+  struct upwait *upwaits; /* node.c: upstream waits in flight, by key */
   struct nget *gets;
   struct nadd *adds;
   struct ncoll *colls;

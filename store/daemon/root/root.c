@@ -341,12 +341,14 @@ static void root_handle(struct daemon *d, struct conn *c,
 }
 
 static void root_conn_closed(struct daemon *d, struct conn *c) {
-  /* Waiters and collective entries hold a reference to c and answer into
-   * the void once c is closed; waits end at their deadline. A generation
-   * c joined ranks to is aborted at once. (The transport calls this only
+  /* c's waits go now. Collective entries hold a reference to c and answer
+   * into the void once c is closed. A generation c joined ranks to is
+   * aborted at once. (The transport calls this only
    * while it runs, for a job with role data.) */
+  struct root_job *s = c->job->role_data;
   (void)d;
-  rdzv__root_rounds_conn_closed(c->job->role_data, c);
+  rdzv__waits_drop_conn(&s->waits, c); /* their replies would go nowhere */
+  rdzv__root_rounds_conn_closed(s, c);
 }
 
 static void root_job_free(struct daemon *d, struct job *j) {

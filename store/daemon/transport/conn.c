@@ -72,9 +72,12 @@ void rdzv__conn_close_now(struct conn *c) {
   if (!d->stopping && c->job != NULL && c->job->role_data != NULL)
     d->role->conn_closed(d, c);
   /* Pending operations may hold c a while longer: nothing more is
-   * written, so its output buffer goes now (a write in flight keeps its
-   * own; the input may still be referenced by the frame being handled). */
+   * written or read, so its buffers go now (a write in flight keeps its
+   * own; the input goes at the end of decode_frames when a frame being
+   * handled may still point into it). */
   rdzv_buf_free(&c->out);
+  if (!c->decoding)
+    rdzv_buf_free(&c->in);
   /* Two handles (stream, timer) each hold the conn until closed; the
    * stream's close callback closes the timer, whose callback drops the
    * handle reference taken at accept. */
@@ -311,6 +314,7 @@ static void decode_frames(struct conn *c) {
   size_t off = 0;
   /* A reference keeps c valid while handlers run, even if one closes it. */
   rdzv__conn_ref(c);
+  c->decoding = true;
   while (c->state == CONN_HELLO_WAIT || c->state == CONN_READY) {
     struct rdzv_msg m;
     size_t used = 0;
@@ -329,10 +333,11 @@ static void decode_frames(struct conn *c) {
     rdzv__conn_handle_frame(c, &m);
     off += used;
   }
+  c->decoding = false;
   if (c->state != CONN_CLOSED)
     rdzv_buf_consume(&c->in, off);
-  if (c->in.len == 0)
-    rdzv_buf_free(&c->in); /* idle connections hold no buffer */
+  if (c->in.len == 0 || c->state == CONN_CLOSED)
+    rdzv_buf_free(&c->in); /* idle or closed connections hold no buffer */
   rdzv__conn_unref(c);
 }
 

@@ -85,6 +85,7 @@ struct conn {
   uv_timer_t hello_timer;
   uint32_t outstanding;
   uint32_t refs; /* the handle's own reference plus pending operations */
+  bool decoding; /* inside decode_frames: c->in is being read */
   /* In-process peer (benchmark): no socket; frames written to it are
    * decoded and handed to deliver(deliver_arg, msg) instead. */
   bool inproc;
