@@ -56,6 +56,9 @@ static const struct opt opts[] = {
           "node: never hold a combined contribution longer than this"),
   U32_OPT("hello-timeout-ms", "RDZVD_HELLO_TIMEOUT_MS", "10000",
           hello_timeout_ms, "drop a connection that sends no hello"),
+  U32_OPT("job-linger-ms", "RDZVD_JOB_LINGER_MS", "30000", job_linger_ms,
+          "free a job (keys, rounds, caches, its upstream connection) this "
+          "long after its last connection closed"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen,

@@ -713,22 +713,6 @@ static struct node_job *node_job(struct daemon *d, struct job *j) {
   return nj;
 }
 
-static void handle_stats(struct daemon *d, struct conn *c,
-                         const struct rdzv_msg *m) {
-  char *json = rdzv__stats_json(d);
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, json ? 0 : RDZV_ENOMEM);
-  struct rdzv_slice v = {(const uint8_t *)json,
-                         json ? (uint32_t)strlen(json) : 0};
-  if (json != NULL) {
-    r.vals.n = 1;
-    r.vals.v = &v;
-  }
-  d->stats.ops[RDZV_MSG_STATS].local++;
-  rdzv__conn_reply(c, &r);
-  free(json);
-}
-
 static void node_handle(struct daemon *d, struct conn *c,
                         const struct rdzv_msg *m) {
   struct node_job *nj = node_job(d, c->job);
@@ -744,7 +728,6 @@ static void node_handle(struct daemon *d, struct conn *c,
   case RDZV_MSG_BARRIER:
   case RDZV_MSG_GATHER: handle_collective(nj, c, m); break;
   case RDZV_MSG_COLL_STATUS: handle_coll_status(nj, c, m); break;
-  case RDZV_MSG_STATS: handle_stats(d, c, m); break;
   case RDZV_MSG_JOIN: rdzv__node_join(nj, c, m); break;
   case RDZV_MSG_ABORT: rdzv__node_abort(nj, c, m); break;
   default: rdzv__node_forward(nj, c, m); break;

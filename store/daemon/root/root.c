@@ -270,21 +270,6 @@ static void handle_append(struct root_job *s, struct conn *c,
     rdzv__waits_notify(&s->waits, k.p, k.n);
 }
 
-static void handle_stats(struct daemon *d, struct conn *c,
-                         const struct rdzv_msg *m) {
-  char *json = rdzv__stats_json(d);
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, json ? 0 : RDZV_ENOMEM);
-  struct rdzv_slice v = {(const uint8_t *)json,
-                         json ? (uint32_t)strlen(json) : 0};
-  if (json != NULL) {
-    r.vals.n = 1;
-    r.vals.v = &v;
-  }
-  rdzv__conn_reply(c, &r);
-  free(json);
-}
-
 /* ---- dispatch and teardown ------------------------------------------------ */
 
 static void root_handle(struct daemon *d, struct conn *c,
@@ -335,7 +320,6 @@ static void root_handle(struct daemon *d, struct conn *c,
   case RDZV_MSG_BARRIER:
   case RDZV_MSG_GATHER: rdzv__root_collective(s, c, m); break;
   case RDZV_MSG_COLL_STATUS: rdzv__root_coll_status(s, c, m); break;
-  case RDZV_MSG_STATS: handle_stats(d, c, m); break;
   default: rdzv__root_reply_status(c, m, RDZV_EPROTO); break;
   }
 }

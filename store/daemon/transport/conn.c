@@ -57,6 +57,7 @@ void rdzv__conn_close_now(struct conn *c) {
     c->dirty = false;
     d->nconns--;
     d->stats.conns_open--;
+    rdzv__job_detach(c);
     rdzv__conn_unref(c);
     return;
   }
@@ -71,6 +72,7 @@ void rdzv__conn_close_now(struct conn *c) {
   d->stats.conns_open--;
   if (!d->stopping && c->job != NULL && c->job->role_data != NULL)
     d->role->conn_closed(d, c);
+  rdzv__job_detach(c);
   /* Pending operations may hold c a while longer: nothing more is
    * written or read, so its buffers go now (a write in flight keeps its
    * own; the input goes at the end of decode_frames when a frame being
@@ -248,8 +250,8 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
     rdzv__conn_fail(c, RDZV_EBAD_ROLE, "hello: unknown peer role");
     return;
   }
-  c->job = rdzv__job_get(d, job.p, job.n);
-  if (c->job == NULL) {
+  struct job *j = rdzv__job_get(d, job.p, job.n);
+  if (j == NULL) {
     rdzv__conn_fail(c, RDZV_ENOMEM, "out of memory");
     return;
   }
@@ -260,6 +262,7 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   }
   c->role = (int)m->a;
   uv_timer_stop(&c->hello_timer);
+  rdzv__job_attach(c, j);
   conn_set_state(c, CONN_READY);
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, 0);
@@ -293,6 +296,11 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
     return;
   }
   d->stats.ops[m->type].received++;
+  if (m->type == RDZV_MSG_STATS) { /* the daemon's, not a job's */
+    d->stats.ops[m->type].local++;
+    rdzv__reply_stats(c, m);
+    return;
+  }
   d->role->handle(d, c, m);
 }
 

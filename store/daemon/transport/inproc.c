@@ -22,11 +22,12 @@ struct conn *rdzv_daemon_inproc_connect(struct daemon *d, const char *job,
   c->deliver = deliver;
   c->deliver_arg = arg;
   c->role = RDZV_ROLE_CLIENT;
-  c->job = rdzv__job_get(d, (const uint8_t *)job, strlen(job));
-  if (c->job == NULL) { /* never listed: nothing to close */
+  struct job *j = rdzv__job_get(d, (const uint8_t *)job, strlen(job));
+  if (j == NULL) { /* never listed: nothing to close */
     free(c);
     return NULL;
   }
+  rdzv__job_attach(c, j);
   snprintf(c->name, sizeof(c->name), "inproc#%llu",
            (unsigned long long)d->stats.conns_total + 1);
   c->state = CONN_READY;

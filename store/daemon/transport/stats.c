@@ -6,6 +6,7 @@
  *    "upstream_reconnects",
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
 #include <stdlib.h>
+#include <string.h>
 #include <jansson.h>
 
 #include "store/daemon/transport/transport.h"
@@ -16,6 +17,20 @@ static json_t *op_json(const struct op_stats *o) {
                    (json_int_t)o->local, "errors", (json_int_t)o->errors);
 }
 
+void rdzv__reply_stats(struct conn *c, const struct rdzv_msg *m) {
+  char *json = rdzv__stats_json(c->d);
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, json ? 0 : RDZV_ENOMEM);
+  struct rdzv_slice v = {(const uint8_t *)json,
+                         json ? (uint32_t)strlen(json) : 0};
+  if (json != NULL) {
+    r.vals.n = 1;
+    r.vals.v = &v;
+  }
+  rdzv__conn_reply(c, &r);
+  free(json);
+}
+
 char *rdzv__stats_json(const struct daemon *d) {
   const struct stats *s = &d->stats;
   json_t *ops = json_object();
@@ -24,7 +39,8 @@ char *rdzv__stats_json(const struct daemon *d) {
       json_object_set_new(ops, rdzv_msg_type_name(t), op_json(&s->ops[t]));
   int njobs = 0;
   for (const struct job *j = d->jobs; j != NULL; j = j->next)
-    njobs++;
+    if (j->role_data != NULL) /* used by a job operation */
+      njobs++;
   json_t *o = json_pack(
       "{s:s,s:s,s:s,s:I,s:i,s:{s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},"
       "s:I,s:I,s:I,s:I,s:I}",

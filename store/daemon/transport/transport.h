@@ -115,10 +115,17 @@ void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
 /* ---- jobs and the role interface ----------------------------------------- */
 
 /* A job as the transport knows it: its id, and what the role keeps for it
- * (role_data, owned by the role; the role frees it in job_free). */
+ * (role_data, owned by the role; the role frees it in job_free). A job
+ * lives while connections of it are open; once the last one closes it
+ * lingers --job-linger-ms (a relaunch with the same id finds its state),
+ * then the role's job_free runs and the job is gone. A job no request
+ * ever used (role_data NULL: a hello, statistics) goes at once. */
 struct job {
   char *id;
   void *role_data;
+  struct daemon *d;
+  uint32_t nconns; /* READY connections of this job */
+  uv_timer_t linger;
   struct job *next;
 };
 
@@ -135,8 +142,10 @@ struct rdzv_role {
    * data: release or withdraw what c held. Replies to c are dropped from
    * now on; references the role holds on c stay valid until unref'd. */
   void (*conn_closed)(struct daemon *d, struct conn *c);
-  /* Free j->role_data (it may be NULL) and set it to NULL: the daemon is
-   * stopping, every connection is closed already. */
+  /* Free j->role_data (it may be NULL) and set it to NULL, with all it
+   * holds (timers, the node's connection to its parent): the daemon is
+   * stopping, or the job has had no connection for --job-linger-ms. No
+   * connection of j is open either way. */
   void (*job_free)(struct daemon *d, struct job *j);
 };
 
@@ -199,6 +208,11 @@ int rdzv__write_port_file(const char *path, int port);
 
 /* Finds or creates the job named id (len bytes). NULL on ENOMEM. */
 struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len);
+/* c (becoming READY) belongs to j from now on. */
+void rdzv__job_attach(struct conn *c, struct job *j);
+/* c closed: j = c->job loses a connection; the last one starts its
+ * linger. */
+void rdzv__job_detach(struct conn *c);
 
 /* ---- helpers --------------------------------------------------------------- */
 

@@ -26,6 +26,9 @@ int rdzv__listen_unix(struct daemon *d);
 /* Removes PATH.lock and releases the Unix socket's lock, if d holds it. */
 void rdzv__unix_lock_release(const struct daemon *d);
 
+/* stats.c: answers RDZV_MSG_STATS (the daemon's statistics, no job's). */
+void rdzv__reply_stats(struct conn *c, const struct rdzv_msg *m);
+
 /* transport.c */
 void rdzv__close_noop(uv_handle_t *h);
 
