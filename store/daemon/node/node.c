@@ -783,12 +783,16 @@ static void node_conn_closed(struct daemon *d, struct conn *c) {
 
 static void node_job_free(struct daemon *d, struct job *j) {
   struct node_job *nj = j->role_data;
-  (void)d;
   if (nj == NULL)
     return;
+  /* A clean end (the linger passed, not a stop): the parent hears that
+   * this node leaves, before its connection closes. */
+  bool clean = !d->stopping;
+  if (clean)
+    rdzv__node_joins_leave(nj);
   /* Upstream callbacks run (with RDZV_ECANCELED) and release their
    * requests before the tables go. */
-  rdzv__upstream_destroy(nj->up);
+  rdzv__upstream_destroy(nj->up, clean);
   rdzv__waits_clear(&nj->waits);
   rdzv__node_joins_free(nj);
   struct nadd *ad, *at;

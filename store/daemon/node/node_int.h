@@ -51,6 +51,11 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
                       const struct rdzv_msg *m);
 void rdzv__node_conn_closed(struct node_job *nj, struct conn *c);
 void rdzv__node_joins_free(struct node_job *nj);
+/* The job ends here cleanly (no connection of it is left): tells the
+ * parent, for each round this node joined ranks to, that this node leaves
+ * (ABORT with RDZV_F_LEAVE and no claim), so that closing the connection
+ * to it aborts nothing. */
+void rdzv__node_joins_leave(struct node_job *nj);
 
 /* ---- the connection to the parent (upstream.c) ---------------------------- */
 
@@ -60,7 +65,10 @@ typedef void (*upstream_cb)(struct daemon *d, const struct rdzv_msg *reply,
                             void *arg);
 
 struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id);
-void rdzv__upstream_destroy(struct upstream *u);
+/* Fails every request (RDZV_ECANCELED) and closes the connection; with
+ * flush, what was sent but not written yet is written first (a clean
+ * end's last messages). NULL is a no-op. */
+void rdzv__upstream_destroy(struct upstream *u, bool flush);
 /* Sends m (its req_id is replaced) to the parent; queued until connected. */
 int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
                         upstream_cb cb, void *arg);

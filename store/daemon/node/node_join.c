@@ -380,8 +380,9 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     rdzv_items_append(&jr->pending, v.p, v.n);
     jr->npending++;
   }
-  if (c->role != RDZV_ROLE_NODE)
-    mark_joined(jr, c, 0, 0, NULL);
+  /* A rank's or a child node's: either one closing before the round
+   * completes loses joins, so the generation must abort. */
+  mark_joined(jr, c, 0, 0, NULL);
   if (jr->seen >= jr->max_size)
     join_flush(jr);
   else
@@ -406,10 +407,24 @@ static void send_abort(struct node_job *nj, const char *round, int64_t gen,
 
 void rdzv__node_abort(struct node_job *nj, struct conn *c,
                       const struct rdzv_msg *m) {
-  if ((m->flags & RDZV_F_LEAVE) && c->role == RDZV_ROLE_NODE) {
+  if ((m->flags & RDZV_F_LEAVE) && c->role == RDZV_ROLE_NODE && m->b != 0) {
     /* A rank further down left: the root must hear of it (it frees the
      * rank's slot), whatever the depth. */
     rdzv__node_forward(nj, c, m);
+    return;
+  }
+  if ((m->flags & RDZV_F_LEAVE) && c->role == RDZV_ROLE_NODE) {
+    /* A child node whose job ended (every rank below it left or was
+     * reported dead): its connection's end is no failure. */
+    struct joined *jn = NULL;
+    HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
+    if (jn != NULL) {
+      HASH_DEL(nj->joined, jn);
+      rdzv__conn_unref(jn->c);
+      free(jn);
+    }
+    nj->d->stats.ops[RDZV_MSG_ABORT].local++;
+    rdzv__node_reply_status(c, m, 0);
     return;
   }
   if (m->flags & RDZV_F_LEAVE) {
@@ -459,6 +474,14 @@ static void on_jround_closed(uv_handle_t *h) {
   struct njround *jr = h->data;
   rdzv_buf_free(&jr->pending);
   free(jr);
+}
+
+void rdzv__node_joins_leave(struct node_job *nj) {
+  char why[200];
+  snprintf(why, sizeof(why), "node %s: the job ended", nj->d->cfg.name);
+  struct njround *jr, *t;
+  HASH_ITER(hh, nj->jrounds, jr, t)
+    send_abort(nj, jr->name, 0, 0, RDZV_F_LEAVE, why);
 }
 
 void rdzv__node_joins_free(struct node_job *nj) {

@@ -385,14 +385,60 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id) {
 
 static void on_timer_closed(uv_handle_t *h) { up_unref(h->data); }
 
-void rdzv__upstream_destroy(struct upstream *u) {
+static void on_final_shutdown(uv_shutdown_t *req, int status) {
+  struct upstream *u = req->data;
+  (void)status;
+  free(req);
+  uv_close(&u->h.handle, on_stream_closed); /* holds the ref taken below */
+}
+
+static void on_final_write(uv_write_t *req, int status) {
+  struct upstream *u = req->data;
+  (void)status;
+  free(req);
+  up_unref(u);
+}
+
+/* Writes u->out after what is being written, then shuts the write side
+ * down and closes the stream. Returns false if it could not start (then
+ * nothing was taken). */
+static bool flush_and_close(struct upstream *u) {
+  uv_shutdown_t *sreq = malloc(sizeof(*sreq));
+  if (sreq == NULL)
+    return false;
+  if (u->out.len > 0) {
+    uv_write_t *w = malloc(sizeof(*w));
+    uv_buf_t b = uv_buf_init((char *)u->out.data, (unsigned)u->out.len);
+    if (w == NULL || uv_write(w, &u->h.stream, &b, 1, on_final_write) < 0) {
+      free(w);
+      free(sreq);
+      return false;
+    }
+    /* libuv writes from the buffer later: it stays with u until u goes
+     * (up_unref frees it), and u stays until the write completes. */
+    w->data = u;
+    u->refs++;
+    u->d->stats.bytes_out += b.len;
+  }
+  sreq->data = u;
+  if (uv_shutdown(sreq, &u->h.stream, on_final_shutdown) < 0) {
+    free(sreq);
+    return false;
+  }
+  u->refs++; /* dropped by on_stream_closed */
+  return true;
+}
+
+void rdzv__upstream_destroy(struct upstream *u, bool flush) {
   if (u == NULL)
     return;
   fail_requests(u, RDZV_ECANCELED, true);
   if (u->have_stream) {
     u->have_stream = false;
-    u->refs++;
-    uv_close(&u->h.handle, on_stream_closed);
+    if (!(flush && u->state == UP_READY && flush_and_close(u))) {
+      u->refs++;
+      uv_close(&u->h.handle, on_stream_closed);
+    }
   }
   up_set_state(u, UP_CLOSED);
   uv_close((uv_handle_t *)&u->timer, on_timer_closed);

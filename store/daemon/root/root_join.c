@@ -319,8 +319,10 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
     if (mb != NULL)
       mb->left = true;
     struct contrib *ct = rdzv__round_contrib_find(r, c);
-    if (ct != NULL && c->role != RDZV_ROLE_NODE)
-      ct->left = true; /* a rank on the root itself left cleanly */
+    /* A rank on the root itself left cleanly, or a child node whose job
+     * ended (no claim): that connection's end aborts nothing. */
+    if (ct != NULL && (c->role != RDZV_ROLE_NODE || claim == 0))
+      ct->left = true;
   } else if (r != NULL && gen == r->gen && r->state != ROUND_FAILED) {
     char text[400];
     snprintf(text, sizeof(text), "generation %" PRId64 " aborted: %.*s", gen,
