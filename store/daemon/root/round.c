@@ -91,32 +91,29 @@ static void member_free_all(struct round *r) {
 }
 
 static void contrib_clear(struct round *r) {
-  for (size_t i = 0; i < r->ncontrib; i++)
-    rdzv__conn_unref(r->contrib[i].c);
-  r->ncontrib = 0;
+  struct contrib *ct, *t;
+  HASH_ITER(hh, r->contribs, ct, t) {
+    HASH_DEL(r->contribs, ct);
+    rdzv__conn_unref(ct->c);
+    free(ct);
+  }
 }
 
 struct contrib *rdzv__round_contrib_find(struct round *r, const struct conn *c) {
-  for (size_t i = 0; i < r->ncontrib; i++)
-    if (r->contrib[i].c == c)
-      return &r->contrib[i];
-  return NULL;
+  struct contrib *ct = NULL;
+  HASH_FIND_PTR(r->contribs, &c, ct);
+  return ct;
 }
 
 void rdzv__round_contrib_add(struct round *r, struct conn *c) {
   if (rdzv__round_contrib_find(r, c) != NULL)
     return;
-  if (r->ncontrib == r->capcontrib) {
-    size_t cap = r->capcontrib ? r->capcontrib * 2 : 16;
-    struct contrib *n = realloc(r->contrib, cap * sizeof(*n));
-    if (n == NULL)
-      return; /* its death will then go unnoticed until a deadline */
-    r->contrib = n;
-    r->capcontrib = cap;
-  }
+  struct contrib *ct = calloc(1, sizeof(*ct));
+  if (ct == NULL)
+    return; /* its death will then go unnoticed until a deadline */
   rdzv__conn_ref(c);
-  r->contrib[r->ncontrib].c = c;
-  r->contrib[r->ncontrib++].left = false;
+  ct->c = c;
+  HASH_ADD_PTR(r->contribs, c, ct);
 }
 
 static void pend_free_all(struct round *r) {
@@ -471,7 +468,6 @@ void rdzv__root_rounds_free(struct root_job *s) {
     member_free_all(r);
     pend_free_all(r);
     contrib_clear(r);
-    free(r->contrib);
     uv_close((uv_handle_t *)&r->deadline, on_round_timer_closed);
     uv_close((uv_handle_t *)&r->last_call, on_round_timer_closed);
   }

@@ -51,10 +51,10 @@ struct round {
   /* Connections whose joins are in the current generation: one closing
    * (a node or a directly connected rank dying) aborts the generation. */
   struct contrib {
+    UT_hash_handle hh; /* by c: one lookup per join and per close */
     struct conn *c;
-    bool left; /* a rank that left cleanly */
-  } *contrib;
-  size_t ncontrib, capcontrib;
+    bool left; /* a rank that left cleanly, or a node whose job ended */
+  } *contribs;
   uint64_t opened_ms;
   char reason[512];
 };
