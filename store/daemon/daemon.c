@@ -43,6 +43,7 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
    * waits for the port file must never find a daemon that gave up. */
   if (rc == 0 && d->have_tcp && cfg->port_file[0] != '\0') {
     rc = rdzv__write_port_file(cfg->port_file, rdzv__transport_tcp_port(d));
+    d->port_file_written = rc == 0;
     if (rc < 0)
       fprintf(stderr, "rdzvd: --port-file %s: %s\n", cfg->port_file,
               strerror(-rc));

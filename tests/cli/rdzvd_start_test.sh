@@ -213,6 +213,15 @@ else
   echo "ok: 201 bad peers, $logged log lines: $(grep 'not logged' "$dir/flood.log" | tail -1)"
 fi
 
+# A clean stop removes the port file it wrote (a script waiting for it
+# must not read a stale port); the flood daemon above stopped with SIGTERM.
+if [ -e "$dir/flood.port" ]; then
+  echo "FAIL: the port file outlived a clean stop"
+  fails=$((fails + 1))
+else
+  echo "ok: a clean stop removed its port file"
+fi
+
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed"
   exit 1

@@ -161,6 +161,8 @@ void rdzv_daemon_stop(struct daemon *d) {
     unlink(d->cfg.unix_path); /* ours: we hold its lock */
   }
   rdzv__unix_lock_release(d);
+  if (d->port_file_written) /* a script must not find a stale port */
+    unlink(d->cfg.port_file);
   uv_close((uv_handle_t *)&d->flush_idle, rdzv__close_noop);
   uv_close((uv_handle_t *)&d->flush_check, rdzv__close_noop);
 }
