@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/resource.h>
 
 #include "store/daemon/node/node.h"
 #include "store/daemon/root/root.h"
@@ -14,6 +16,24 @@
 #include "store/daemon/transport/transport.h"
 
 static void tcpstore_stop_hook(void *arg) { rdzv__tcpstore_stop(arg); }
+
+/* --max-connections above the process's open-file limit cannot be kept:
+ * the kernel refuses accepts first (EMFILE). Said at start. */
+static void warn_fd_limit(struct daemon *d) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+    return;
+  /* Listeners, the loop's own descriptors, a node's parent connections. */
+  uint64_t reserve = 32;
+  if ((uint64_t)d->cfg.max_connections + reserve > (uint64_t)rl.rlim_cur)
+    rdzv__log(d, 0,
+              "warning: --max-connections %u is above what the open-file "
+              "limit allows (ulimit -n %llu): connections past about %llu "
+              "will be refused by the kernel",
+              d->cfg.max_connections, (unsigned long long)rl.rlim_cur,
+              (unsigned long long)(rl.rlim_cur > reserve ? rl.rlim_cur - reserve
+                                                         : 0));
+}
 
 int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
                       struct daemon **out) {
@@ -52,6 +72,8 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
     rdzv_daemon_stop(d); /* the caller runs the loop to close handles */
     return rc;
   }
+  d->started = true;
+  warn_fd_limit(d);
   rdzv__log(d, 1, "%s listening on tcp:%s%s%s", role->name,
             d->have_tcp ? d->bound_addr : "(none)",
             d->have_unix ? " and unix:" : "", d->have_unix ? cfg->unix_path : "");
@@ -60,23 +82,67 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
 
 static void close_noop(uv_handle_t *h) { (void)h; }
 
+/* Signals that would end the process by default but mean nothing to a
+ * daemon (a terminal hanging up, a stray kill -USR1, timers of a
+ * profiler): logged and ignored, so they cannot abort a job silently. */
+static const int ignored_signals[] = {SIGHUP,  SIGUSR1, SIGUSR2,
+                                      SIGALRM, SIGPROF, SIGVTALRM};
+#define NIGNORED (sizeof(ignored_signals) / sizeof(ignored_signals[0]))
+
 struct run_ctx {
   struct daemon *d;
   uv_signal_t sigint, sigterm;
+  uv_signal_t ignored[NIGNORED];
 };
 
 static void on_signal(uv_signal_t *s, int signum) {
   struct run_ctx *r = s->data;
-  (void)signum;
+  rdzv__log(r->d, 1, "received %s", strsignal(signum));
   rdzv_daemon_stop(r->d);
   uv_close((uv_handle_t *)&r->sigint, close_noop);
   uv_close((uv_handle_t *)&r->sigterm, close_noop);
+  for (size_t i = 0; i < NIGNORED; i++)
+    uv_close((uv_handle_t *)&r->ignored[i], close_noop);
+}
+
+static void on_ignored_signal(uv_signal_t *s, int signum) {
+  struct run_ctx *r = s->data;
+  rdzv__log(r->d, 1, "%s (signal %d): ignored", strsignal(signum), signum);
+}
+
+/* A fatal signal (a crash) is said on stderr before the process dies of
+ * it, with async-signal-safe calls only. */
+static void on_fatal_signal(int signum) {
+  static const char head[] = "rdzvd: fatal signal ";
+  char num[4];
+  int n = 0;
+  for (int v = signum; v > 0 && n < 3; v /= 10)
+    num[n++] = (char)('0' + v % 10);
+  ssize_t rc = write(2, head, sizeof(head) - 1);
+  while (n > 0 && rc >= 0)
+    rc = write(2, &num[--n], 1);
+  rc = write(2, "\n", 1);
+  (void)rc;
+  signal(signum, SIG_DFL);
+  raise(signum);
+}
+
+static void catch_fatal_signals(void) {
+  static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_fatal_signal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
+    sigaction(fatal[i], &sa, NULL);
 }
 
 int rdzv_daemon_run(const struct rdzv_daemon_config *cfg) {
   /* libuv writes with write(2): a peer that hung up must cost an EPIPE on
    * that connection, not the process. */
   signal(SIGPIPE, SIG_IGN);
+  catch_fatal_signals();
   uv_loop_t *loop = uv_default_loop();
   struct run_ctx r;
   int rc = rdzv_daemon_start(loop, cfg, &r.d);
@@ -86,6 +152,11 @@ int rdzv_daemon_run(const struct rdzv_daemon_config *cfg) {
     r.sigint.data = r.sigterm.data = &r;
     uv_signal_start(&r.sigint, on_signal, SIGINT);
     uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+    for (size_t i = 0; i < NIGNORED; i++) {
+      uv_signal_init(loop, &r.ignored[i]);
+      r.ignored[i].data = &r;
+      uv_signal_start(&r.ignored[i], on_ignored_signal, ignored_signals[i]);
+    }
   }
   uv_run(loop, UV_RUN_DEFAULT); /* until stopped; then close callbacks */
   uv_loop_close(loop);

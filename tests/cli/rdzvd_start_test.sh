@@ -213,6 +213,40 @@ else
   echo "ok: 201 bad peers, $logged log lines: $(grep 'not logged' "$dir/flood.log" | tail -1)"
 fi
 
+# Signals that end a process by default but mean nothing to a daemon are
+# logged and ignored; a crash is said before the process dies of it.
+"$rdzvd" --role=root --listen=127.0.0.1:0 --port-file="$dir/sig.port" \
+  --log-level=1 2>"$dir/sig.log" &
+spid=$!
+for _ in $(seq 100); do [ -s "$dir/sig.port" ] && break; sleep 0.1; done
+for s in HUP USR1 USR2 ALRM PROF VTALRM; do kill -"$s" "$spid"; done
+sleep 0.5
+if kill -0 "$spid" 2>/dev/null && [ "$(grep -c ': ignored' "$dir/sig.log")" -eq 6 ]; then
+  echo "ok: SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGPROF, SIGVTALRM logged and ignored"
+else
+  echo "FAIL: an ignorable signal ended the daemon or went unlogged: [$(cat "$dir/sig.log")]"
+  fails=$((fails + 1))
+fi
+kill -SEGV "$spid"
+wait "$spid" 2>/dev/null
+st=$?
+if [ "$st" -eq 139 ] && grep -q "fatal signal 11" "$dir/sig.log"; then
+  echo "ok: a fatal signal is logged (exit status $st)"
+else
+  echo "FAIL: SIGSEGV: exit status $st, log [$(tail -2 "$dir/sig.log")]"
+  fails=$((fails + 1))
+fi
+
+# A failed start does not say "stopping" (it never started).
+"$rdzvd" --role=root --listen=192.0.2.1:1 --log-level=1 >/dev/null 2>"$dir/fail.log"
+[ -s "$dir/fail.log" ] || { echo "FAIL: a start that cannot bind said nothing"; fails=$((fails + 1)); }
+if grep -q stopping "$dir/fail.log"; then
+  echo "FAIL: a failed start said 'stopping': [$(cat "$dir/fail.log")]"
+  fails=$((fails + 1))
+else
+  echo "ok: a failed start says only why"
+fi
+
 # A clean stop removes the port file it wrote (a script waiting for it
 # must not read a stale port); the flood daemon above stopped with SIGTERM.
 if [ -e "$dir/flood.port" ]; then

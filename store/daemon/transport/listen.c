@@ -19,8 +19,11 @@
 
 static void on_connection(uv_stream_t *server, int status) {
   struct daemon *d = server->data;
-  if (status < 0)
+  if (status < 0) {
+    /* EMFILE and friends: the peer waits in the backlog; say why. */
+    rdzv__log_drop(d, "accept failed: %s", uv_strerror(status));
     return;
+  }
   struct conn *c = calloc(1, sizeof(*c));
   if (c == NULL)
     return;
@@ -41,6 +44,7 @@ static void on_connection(uv_stream_t *server, int status) {
   d->stats.conns_open++;
   d->stats.conns_total++;
   if (rc < 0) {
+    rdzv__log_drop(d, "accept failed: %s", uv_strerror(rc));
     rdzv__conn_close_now(c);
     return;
   }

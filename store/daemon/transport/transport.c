@@ -143,7 +143,8 @@ void rdzv_daemon_stop(struct daemon *d) {
   if (d->stopping)
     return;
   d->stopping = true;
-  rdzv__log(d, 1, "stopping");
+  if (d->started) /* a start that failed said why already */
+    rdzv__log(d, 1, "stopping");
   if (d->stop_hook != NULL) /* a front end's in-process connections first */
     d->stop_hook(d->stop_hook_arg);
   d->stop_hook = NULL;

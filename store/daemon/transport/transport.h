@@ -169,6 +169,7 @@ struct daemon {
   char bound_addr[300];
   uint64_t start_ms;
   bool stopping;
+  bool started;           /* the start succeeded (daemon.c) */
   bool port_file_written; /* cfg.port_file is ours: removed at stop */
   /* Run first by rdzv_daemon_stop (a front end closing its in-process
    * connections before the transport closes the rest), or NULL. */
