@@ -48,7 +48,8 @@ extern "C" {
   X(ETOPOLOGY, -1032, "no topology record for that rank or host")          \
   X(ENOT_MEMBER, -1033, "this rank is not a member of the communicator")    \
   X(ENAME_USED, -1034,                                                       \
-    "communicator name already initialized in this generation")
+    "communicator name already initialized in this generation")             \
+  X(EUNREACHABLE, -1035, "a daemon on the way could not reach its parent")
 
 enum rdzv_status {
   RDZV_OK = 0,

@@ -59,6 +59,10 @@ static const struct opt opts[] = {
   U32_OPT("job-linger-ms", "RDZVD_JOB_LINGER_MS", "30000", job_linger_ms,
           "free a job (keys, rounds, caches, its upstream connection) this "
           "long after its last connection closed"),
+  U32_OPT("upstream-timeout-ms", "RDZVD_UPSTREAM_TIMEOUT_MS", "10000",
+          upstream_timeout_ms,
+          "node: a request that cannot reach the parent this long fails, "
+          "naming the parent and why"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen,
@@ -308,6 +312,11 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
   if (cfg->hello_timeout_ms == 0) {
     snprintf(err, errlen, "--hello-timeout-ms must be at least 1 (0 would "
                           "drop every connection before its hello)");
+    return -EINVAL;
+  }
+  if (cfg->upstream_timeout_ms == 0) {
+    snprintf(err, errlen, "--upstream-timeout-ms must be at least 1 (0 would "
+                          "fail every request before the parent answers)");
     return -EINVAL;
   }
   if (cfg->flush_ms > cfg->flush_max_ms) {

@@ -27,7 +27,9 @@ struct rdzv_daemon_config {
   uint32_t flush_ms;       /* collective/add combining quiet interval */
   uint32_t flush_max_ms;   /* ... and the longest a contribution is held */
   uint32_t hello_timeout_ms;
-  uint32_t job_linger_ms;  /* free a job this long after its last connection */
+  uint32_t job_linger_ms;
+  uint32_t upstream_timeout_ms; /* node: fail what waits this long for a
+                                   parent that cannot be reached */  /* free a job this long after its last connection */
   uint32_t log_level;      /* 0 errors, 1 info, 2 debug */
   /* PyTorch c10d TCPStore front end (store/daemon/tcpstore/tcpstore.c): HOST:PORT, "" for
    * none; the job its clients' keys live in; where to write its port. */

@@ -1,11 +1,17 @@
 /* A node's connection to its parent for one job: connect (with backoff and
  * jitter, names resolved asynchronously), hello as role NODE, then many
  * outstanding requests multiplexed by request id. Requests submitted while
- * not connected wait in a queue; requests in flight when the connection
- * fails complete with RDZV_ECONN_CLOSED. */
+ * not connected wait in a queue, at most --upstream-timeout-ms: then they
+ * complete with RDZV_EUNREACHABLE and a text naming the parent and the
+ * last failure. Requests in flight when the connection fails complete with
+ * RDZV_ECONN_CLOSED, also naming the parent. Losing and regaining the
+ * parent is logged at the default level. */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <uthash.h>
 
 #include "store/daemon/node/node_int.h"
@@ -21,7 +27,13 @@ struct upreq {
   bool sent;
   upstream_cb cb;
   void *arg;
+  /* While queued (not sent): when, and its frame's bytes in u->queued. */
+  bool queued;
+  uint64_t queued_ms;
+  uint32_t frame_len;
+  TAILQ_ENTRY(upreq) qlink;
 };
+TAILQ_HEAD(upreq_queue, upreq);
 
 struct upstream {
   struct daemon *d;
@@ -44,6 +56,11 @@ struct upstream {
   struct rdzv_buf writing;
   struct rdzv_buf in;
   struct upreq *reqs;
+  struct upreq_queue queue; /* queued requests, oldest first */
+  uv_timer_t expire;        /* fails queued requests past the timeout */
+  char why[200];            /* the last failure, for errors and logs */
+  uint64_t down_since_ms;   /* since when the parent is not connected */
+  bool was_up;              /* READY once: a loss is logged */
   uint32_t next_id;
   uint32_t hello_id;
   uint64_t backoff_ms;
@@ -71,8 +88,21 @@ static void up_unref(struct upstream *u) {
   free(u);
 }
 
+/* libuv's codes (errno, getaddrinfo) and ours: the text of either. */
+static const char *err_text(int err) {
+  return err <= -1000 && err > -2000 ? rdzv_strerror(err) : uv_strerror(err);
+}
+
+static void unqueue(struct upstream *u, struct upreq *r) {
+  if (!r->queued)
+    return;
+  TAILQ_REMOVE(&u->queue, r, qlink);
+  r->queued = false;
+}
+
 static void complete(struct upstream *u, struct upreq *r,
                      const struct rdzv_msg *reply) {
+  unqueue(u, r);
   HASH_DEL(u->reqs, r);
   upstream_cb cb = r->cb;
   void *arg = r->arg;
@@ -81,20 +111,51 @@ static void complete(struct upstream *u, struct upreq *r,
     cb(u->d, reply, arg);
 }
 
+/* Completes r with a synthesized status and text (keys[0]; "" for
+ * none). */
+static void fail_one(struct upstream *u, struct upreq *r, int status,
+                     const char *text) {
+  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.req_id = r->id;
+  m.flags = RDZV_F_REPLY;
+  m.status = status;
+  m.keys.n = t.n > 0 ? 1 : 0;
+  m.keys.v = &t;
+  complete(u, r, &m);
+}
+
 /* Completes every request (only those already sent, unless all) with a
- * synthesized status. */
-static void fail_requests(struct upstream *u, int status, bool all) {
+ * synthesized status and text. */
+static void fail_requests(struct upstream *u, int status, bool all,
+                          const char *text) {
   struct upreq *r, *tmp;
   HASH_ITER(hh, u->reqs, r, tmp) {
     if (!r->sent && !all)
       continue;
-    struct rdzv_msg m;
-    memset(&m, 0, sizeof(m));
-    m.req_id = r->id;
-    m.flags = RDZV_F_REPLY;
-    m.status = status;
-    complete(u, r, &m);
+    fail_one(u, r, status, text);
   }
+}
+
+/* Fails the queued requests that have waited --upstream-timeout-ms (the
+ * oldest first: they are a prefix of u->queued), then waits for the next
+ * one's turn. */
+static void on_expire(uv_timer_t *t) {
+  struct upstream *u = t->data;
+  uint64_t now = uv_now(u->d->loop), limit = u->d->cfg.upstream_timeout_ms;
+  char text[800];
+  snprintf(text, sizeof(text),
+           "parent %s unreachable for %" PRIu64 " ms (node %s): %s",
+           u->d->cfg.parent, now - u->down_since_ms, u->d->cfg.name,
+           u->why[0] ? u->why : "not connected yet");
+  struct upreq *r;
+  while ((r = TAILQ_FIRST(&u->queue)) != NULL && r->queued_ms + limit <= now) {
+    rdzv_buf_consume(&u->queued, r->frame_len);
+    fail_one(u, r, RDZV_EUNREACHABLE, text);
+  }
+  if (r != NULL)
+    uv_timer_start(&u->expire, on_expire, r->queued_ms + limit - now, 0);
 }
 
 static void on_stream_closed(uv_handle_t *h) {
@@ -109,9 +170,18 @@ static void on_backoff(uv_timer_t *t) { up_connect(t->data); }
 static void up_reset(struct upstream *u, const char *why, int err) {
   if (u->state == UP_CLOSED)
     return;
-  rdzv__log(u->d, u->attempts % 50 == 1 ? 1 : 2,
-            "upstream %s: %s: %s (attempt %u)", u->job_id, why,
-            err ? rdzv_strerror(err) : "closed", u->attempts);
+  snprintf(u->why, sizeof(u->why), "%s: %s", why,
+           err ? err_text(err) : "closed");
+  if (u->state == UP_READY) {
+    /* Losing the parent is news: said at the default level. */
+    rdzv__log(u->d, 1, "job %s: lost the parent %s: %s", u->job_id,
+              u->d->cfg.parent, u->why);
+    u->down_since_ms = uv_now(u->d->loop);
+  } else {
+    rdzv__log(u->d, u->attempts % 50 == 1 ? 1 : 2,
+              "job %s: parent %s: %s (attempt %u)", u->job_id,
+              u->d->cfg.parent, u->why, u->attempts);
+  }
   if (u->have_stream) {
     u->have_stream = false;
     u->refs++;
@@ -119,7 +189,11 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   }
   u->out.len = 0;
   u->in.len = 0;
-  fail_requests(u, RDZV_ECONN_CLOSED, false);
+  char text[800];
+  snprintf(text, sizeof(text), "the connection of node %s to its parent %s "
+           "failed: %s; the request's outcome is unknown",
+           u->d->cfg.name, u->d->cfg.parent, u->why);
+  fail_requests(u, RDZV_ECONN_CLOSED, false, text);
   if (u->state == UP_READY)
     u->d->stats.upstream_reconnects++;
   up_set_state(u, UP_BACKOFF);
@@ -162,12 +236,20 @@ static void up_start_write(struct upstream *u) {
 /* ---- read path ------------------------------------------------------------- */
 
 static void up_ready(struct upstream *u) {
+  if (u->was_up)
+    rdzv__log(u->d, 1, "job %s: parent %s back after %" PRIu64 " ms",
+              u->job_id, u->d->cfg.parent,
+              uv_now(u->d->loop) - u->down_since_ms);
+  u->was_up = true;
   up_set_state(u, UP_READY);
   u->backoff_ms = 10;
   u->attempts = 0;
   struct upreq *r, *tmp;
-  HASH_ITER(hh, u->reqs, r, tmp)
+  HASH_ITER(hh, u->reqs, r, tmp) {
     r->sent = true;
+    unqueue(u, r);
+  }
+  uv_timer_stop(&u->expire);
   rdzv_buf_append(&u->out, u->queued.data, u->queued.len);
   u->queued.len = 0;
   up_start_write(u);
@@ -376,9 +458,14 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id) {
   u->refs = 1;
   u->next_id = 1;
   u->backoff_ms = 10;
+  TAILQ_INIT(&u->queue);
+  u->down_since_ms = uv_now(d->loop);
   uv_timer_init(d->loop, &u->timer);
   u->timer.data = u;
   u->refs++; /* the timer's */
+  uv_timer_init(d->loop, &u->expire);
+  u->expire.data = u;
+  u->refs++; /* the expiry timer's */
   up_connect(u);
   return u;
 }
@@ -432,7 +519,8 @@ static bool flush_and_close(struct upstream *u) {
 void rdzv__upstream_destroy(struct upstream *u, bool flush) {
   if (u == NULL)
     return;
-  fail_requests(u, RDZV_ECANCELED, true);
+  fail_requests(u, RDZV_ECANCELED, true, "");
+  uv_close((uv_handle_t *)&u->expire, on_timer_closed);
   if (u->have_stream) {
     u->have_stream = false;
     if (!(flush && u->state == UP_READY && flush_and_close(u))) {
@@ -456,6 +544,7 @@ int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
     copy.req_id = u->next_id++;
   copy.flags &= (uint16_t)~RDZV_F_REPLY;
   bool ready = u->state == UP_READY;
+  size_t before = u->queued.len;
   int rc = rdzv_msg_encode(&copy, ready ? &u->out : &u->queued);
   if (rc < 0) {
     free(r);
@@ -466,6 +555,14 @@ int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
   r->cb = cb;
   r->arg = arg;
   HASH_ADD(hh, u->reqs, id, sizeof(r->id), r);
+  if (!ready) {
+    r->queued = true;
+    r->queued_ms = uv_now(u->d->loop);
+    r->frame_len = (uint32_t)(u->queued.len - before);
+    if (TAILQ_EMPTY(&u->queue))
+      uv_timer_start(&u->expire, on_expire, u->d->cfg.upstream_timeout_ms, 0);
+    TAILQ_INSERT_TAIL(&u->queue, r, qlink);
+  }
   u->d->stats.frames_out++;
   if (m->type <= RDZV_MSG_TYPE_MAX)
     u->d->stats.ops[m->type].forwarded++;

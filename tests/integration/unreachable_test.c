@@ -1,0 +1,125 @@
+/* A node whose parent cannot be reached fails what it cannot forward
+ * after --upstream-timeout-ms, whatever the caller's own deadline, with
+ * RDZV_EUNREACHABLE and a text that names the parent and why (not the
+ * caller's own healthy node); once the parent is up the node serves.
+ * Real daemons. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "rdzv/rdzv.h"
+
+#define RDZVD "tools/rdzvd"
+
+static char dir[64];
+static struct proc node, root;
+static int parent_port;
+static char node_addr[160];
+static int fds_before;
+
+/* A TCP port on loopback that nothing listens on (bound, then closed). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+    return -1;
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+static int setup(void **state) {
+  (void)state;
+  fds_before = count_open_fds();
+  snprintf(dir, sizeof(dir), "/tmp/rdzv-unreach-XXXXXX");
+  if (mkdtemp(dir) == NULL || (parent_port = free_port()) < 0)
+    return -1;
+  char npf[128], npfa[160], una[160], par[96];
+  snprintf(npf, sizeof(npf), "%s/node.port", dir);
+  snprintf(npfa, sizeof(npfa), "--port-file=%s", npf);
+  snprintf(una, sizeof(una), "--unix=%s/node.sock", dir);
+  snprintf(par, sizeof(par), "--parent=127.0.0.1:%d", parent_port);
+  char *argv[] = {RDZVD, "--role=node", "--listen=127.0.0.1:0", npfa, una,
+                  par, "--upstream-timeout-ms=500", "--log-level=0", NULL};
+  if (proc_start(&node, argv, 0) < 0 || wait_port_file(npf, 30) < 0)
+    return -1;
+  snprintf(node_addr, sizeof(node_addr), "unix:%s/node.sock", dir);
+  root.pid = 0;
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  int bad = proc_stop(&node) != 0;
+  if (root.pid != 0)
+    bad |= proc_stop(&root) != 0;
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  bad |= system(cmd) != 0;
+  bad |= count_open_fds() != fds_before;
+  return bad ? -1 : 0;
+}
+
+static void test_unreachable_parent_named(void **state) {
+  (void)state;
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = node_addr;
+  o.job_id = "unreach";
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  char want[64];
+  snprintf(want, sizeof(want), "parent 127.0.0.1:%d unreachable", parent_port);
+
+  /* Each with a 60 s deadline of its own: the node answers first. */
+  void *v = NULL;
+  size_t n = 0;
+  assert_int_equal(rdzv_store_get(c, "k", &v, &n, 60), RDZV_EUNREACHABLE);
+  const char *e = rdzv_client_last_error(c);
+  if (strstr(e, want) == NULL || strstr(e, "connection refused") == NULL)
+    fail_msg("get: the error names no parent or reason: %s", e);
+  assert_int_equal(rdzv_store_set(c, "k", "v", 1, 0, 60), RDZV_EUNREACHABLE);
+  assert_non_null(strstr(rdzv_client_last_error(c), want));
+  int64_t out = 0;
+  assert_int_equal(rdzv_store_add(c, "n", 1, &out, 60), RDZV_EUNREACHABLE);
+  const char *keys[] = {"w"};
+  assert_int_equal(rdzv_store_wait(c, keys, 1, 60), RDZV_EUNREACHABLE);
+
+  /* The parent comes up on that port: the node serves. */
+  char port[64];
+  snprintf(port, sizeof(port), "--listen=127.0.0.1:%d", parent_port);
+  char *argv[] = {RDZVD, "--role=root", port, "--log-level=0", NULL};
+  assert_int_equal(proc_start(&root, argv, 0), 0);
+  int rc = -1;
+  for (int tries = 0; tries < 100 && rc != 0; tries++) {
+    rc = rdzv_store_set(c, "k", "v", 1, 0, 60);
+    if (rc != 0)
+      usleep(100 * 1000);
+  }
+  assert_int_equal(rc, 0);
+  assert_int_equal(rdzv_store_get(c, "k", &v, &n, 60), 0);
+  assert_int_equal(n, 1);
+  rdzv_free(v);
+  rdzv_client_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_unreachable_parent_named, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
