@@ -59,8 +59,14 @@ int rdzv_store_set(rdzv_client_t *c, const char *key, const void *val,
 int rdzv_store_get(rdzv_client_t *c, const char *key, void **val,
                    size_t *len, double timeout_s);
 
-/* Waits until all nkeys keys exist (1 .. 65536 keys). On RDZV_EDEADLINE
- * rdzv_client_last_error lists the keys still missing. */
+/* Waits until each of the nkeys keys (1 .. 65536) has existed since the
+ * wait began: a key that appears and is deleted again before the others
+ * appear still counts (as in PyTorch's TCPStore, whose wait behaves the
+ * same). Blocks up to timeout_s seconds. Returns 0; RDZV_EDEADLINE, with
+ * rdzv_client_last_error listing the keys not seen; RDZV_EUNREACHABLE
+ * when a node on the way could not reach its parent (the error names it);
+ * RDZV_EABORTED or RDZV_ESTALE_GENERATION for a key of a failed or older
+ * rendezvous generation; connection errors as for every call. */
 int rdzv_store_wait(rdzv_client_t *c, const char *const *keys, size_t nkeys,
                     double timeout_s);
 
