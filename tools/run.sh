@@ -8,8 +8,23 @@
 #   tools/run.sh [rdzv-bench options]   (default: the four scales above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install-deps.sh >/dev/null
-bazel build //tools/bench:rdzv-bench 2>/dev/null
+# Progress on stderr, so that stdout stays one line per run. A cold
+# machine spends minutes here (apt-get, then Bazel's first build); a warm
+# one a second.
+echo "run.sh: checking and installing what is missing (tools/install-deps.sh)" >&2
+if ! tools/install-deps.sh >"${TMPDIR:-/tmp}/rdzv-install.log" 2>&1; then
+  tail -20 "${TMPDIR:-/tmp}/rdzv-install.log" >&2
+  echo "run.sh: tools/install-deps.sh failed (log: ${TMPDIR:-/tmp}/rdzv-install.log)" >&2
+  exit 1
+fi
+echo "run.sh: building rdzv-bench (bazel build //tools/bench:rdzv-bench)" >&2
+if ! bazel build --noshow_progress //tools/bench:rdzv-bench \
+    >"${TMPDIR:-/tmp}/rdzv-build.log" 2>&1; then
+  tail -30 "${TMPDIR:-/tmp}/rdzv-build.log" >&2
+  echo "run.sh: the build failed (log: ${TMPDIR:-/tmp}/rdzv-build.log)" >&2
+  exit 1
+fi
+echo "run.sh: running the benchmark (about 20 s on 2 cores)" >&2
 args=("$@")
 if [ "${#args[@]}" -eq 0 ]; then
   args=(--ranks 1000,10000,16384,100000)

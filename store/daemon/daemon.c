@@ -73,7 +73,6 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
     return rc;
   }
   d->started = true;
-  warn_fd_limit(d);
   rdzv__log(d, 1, "%s listening on tcp:%s%s%s", role->name,
             d->have_tcp ? d->bound_addr : "(none)",
             d->have_unix ? " and unix:" : "", d->have_unix ? cfg->unix_path : "");
@@ -147,6 +146,7 @@ int rdzv_daemon_run(const struct rdzv_daemon_config *cfg) {
   struct run_ctx r;
   int rc = rdzv_daemon_start(loop, cfg, &r.d);
   if (rc == 0) {
+    warn_fd_limit(r.d); /* the process's own limit: rdzvd's alone here */
     uv_signal_init(loop, &r.sigint);
     uv_signal_init(loop, &r.sigterm);
     r.sigint.data = r.sigterm.data = &r;
