@@ -462,7 +462,7 @@ void rdzv__node_conn_closed(struct node_job *nj, struct conn *c) {
   else
     snprintf(why, sizeof(why), "a joining rank (process %s) disconnected "
              "from node %s", c->name, nj->d->cfg.name);
-  rdzv__log(nj->d, 1, "round %s generation %" PRId64 ": %s", jn->round,
+  rdzv__log_event(nj->d, "round %s generation %" PRId64 ": %s", jn->round,
             jn->gen, why);
   send_abort(nj, jn->round, jn->gen, 0, 0, why);
   HASH_DEL(nj->joined, jn);

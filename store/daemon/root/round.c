@@ -207,7 +207,7 @@ void rdzv__round_fail(struct round *r, int status, const char *why) {
   rdzv__waits_fail_prefix(&r->s->waits, (const uint8_t *)prefix, (uint32_t)n,
                           status, why);
   rdzv__root_colls_fail_prefix(r->s, prefix, status, why);
-  rdzv__log(r->s->d, 1, "round %s generation %" PRId64 " failed: %s",
+  rdzv__log_event(r->s->d, "round %s generation %" PRId64 " failed: %s",
             r->name, r->gen, why);
 }
 
@@ -404,7 +404,7 @@ void rdzv__round_complete(struct round *r) {
     pend_free_all(r);
     for (i = 0; i < r->n; i++)
       ms[i]->via = NULL;
-    rdzv__log(r->s->d, 1, "round %s generation %" PRId64 ": %u ranks",
+    rdzv__log_event(r->s->d, "round %s generation %" PRId64 ": %u ranks",
               r->name, r->gen, r->n);
   }
   free(recs);

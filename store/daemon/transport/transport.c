@@ -25,34 +25,46 @@ void rdzv__log(struct daemon *d, int level, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Dropped connections are logged at most this often per second: a peer
- * that breaks rules in a loop (a scanner, a broken client) must not fill
- * the disk. The next line logged says how many were left out. */
-#define DROP_LOGS_PER_S 10u
+/* Lines a peer can cause in a loop are logged at most this often per
+ * second: a scanner, a broken client or a fuzzer must not fill the disk.
+ * The next line logged says how many were left out. */
+#define LIMITED_LOGS_PER_S 10u
 
-void rdzv__log_drop(struct daemon *d, const char *fmt, ...) {
+static void log_limited(struct daemon *d, struct rdzv_log_limit *ll,
+                        const char *fmt, va_list ap) {
   if (d->cfg.log_level < 1)
     return;
   uint64_t sec = uv_now(d->loop) / 1000;
-  if (sec != d->drop_log_sec) {
-    d->drop_log_sec = sec;
-    d->drop_log_n = 0;
+  if (sec != ll->sec) {
+    ll->sec = sec;
+    ll->n = 0;
   }
-  if (d->drop_log_n >= DROP_LOGS_PER_S) {
-    d->drop_log_skipped++;
+  if (ll->n >= LIMITED_LOGS_PER_S) {
+    ll->skipped++;
     return;
   }
-  d->drop_log_n++;
-  va_list ap;
-  va_start(ap, fmt);
+  ll->n++;
   fprintf(stderr, "rdzvd[%s] ", d->cfg.name);
   vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  if (d->drop_log_skipped > 0)
-    fprintf(stderr, " (%llu more dropped connections not logged)",
-            (unsigned long long)d->drop_log_skipped);
-  d->drop_log_skipped = 0;
+  if (ll->skipped > 0)
+    fprintf(stderr, " (%llu more %s not logged)",
+            (unsigned long long)ll->skipped, ll->what);
+  ll->skipped = 0;
   fputc('\n', stderr);
+}
+
+void rdzv__log_drop(struct daemon *d, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_limited(d, &d->drop_limit, fmt, ap);
+  va_end(ap);
+}
+
+void rdzv__log_event(struct daemon *d, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_limited(d, &d->event_limit, fmt, ap);
+  va_end(ap);
 }
 
 uint64_t rdzv__now_ms(struct daemon *d) { return uv_now(d->loop); }
@@ -102,7 +114,7 @@ static void on_linger(uv_timer_t *t) {
   if (j->nconns > 0 || d->stopping)
     return;
   if (j->role_data != NULL)
-    rdzv__log(d, 1, "job '%s' freed: no connection for %u ms", j->id,
+    rdzv__log_event(d, "job '%s' freed: no connection for %u ms", j->id,
               d->cfg.job_linger_ms);
   d->role->job_free(d, j);
   for (struct job **p = &d->jobs; *p != NULL; p = &(*p)->next) {
@@ -194,6 +206,8 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   if (d == NULL)
     return RDZV_ENOMEM;
   d->cfg = *cfg;
+  d->drop_limit.what = "dropped connections";
+  d->event_limit.what = "round and job events";
   d->role = role;
   d->role_ctx = role_ctx;
   if (d->cfg.name[0] == '\0') {

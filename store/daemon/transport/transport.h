@@ -149,6 +149,16 @@ struct rdzv_role {
   void (*job_free)(struct daemon *d, struct job *j);
 };
 
+/* A rate limit for a kind of log line: at most 10 lines a second; the
+ * next line logged says how many were left out (what: "dropped
+ * connections", ...). */
+struct rdzv_log_limit {
+  const char *what;
+  uint64_t sec;
+  uint32_t n;
+  uint64_t skipped;
+};
+
 struct daemon {
   /* Readable by roles: loop, cfg and stats (roles count into stats). */
   uv_loop_t *loop;
@@ -175,10 +185,9 @@ struct daemon {
    * connections before the transport closes the rest), or NULL. */
   void (*stop_hook)(void *arg);
   void *stop_hook_arg;
-  /* rdzv__log_drop's rate limit: the second, lines in it, lines left out */
-  uint64_t drop_log_sec;
-  uint32_t drop_log_n;
-  uint64_t drop_log_skipped;
+  /* Rate limits of rdzv__log_drop and of the roles' events. */
+  struct rdzv_log_limit drop_limit;
+  struct rdzv_log_limit event_limit;
 };
 
 /* Creates the daemon of cfg on loop with role (and role_ctx, kept for the
@@ -199,6 +208,10 @@ int rdzv__transport_tcp_port(struct daemon *d);
  * most 10 lines a second; the next line says how many were left out
  * (statistics still count every one: proto_errors). */
 void rdzv__log_drop(struct daemon *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Logs (at level 1) an event a peer can cause in a loop (a round failing,
+ * ...) under the daemon's event rate limit, as rdzv__log_drop does. */
+void rdzv__log_event(struct daemon *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* "HOST:PORT" or "[V6]:PORT" into host and port. 0 or RDZV_EBAD_ADDR. */
