@@ -12,13 +12,6 @@
 #include "store/daemon/node/node.h"
 #include "store/daemon/node/node_int.h"
 
-struct lreq { /* a local request waiting for an upstream answer */
-  struct conn *c;
-  uint32_t req_id;
-  int64_t delta; /* adds */
-  struct lreq *next;
-};
-
 struct nget { /* coalesced reads of one key */
   UT_hash_handle hh;
   struct node_job *nj;
@@ -45,23 +38,6 @@ struct add_batch {
   int64_t sum;
 };
 
-struct ncoll { /* combined contributions to one barrier or gather */
-  UT_hash_handle hh;
-  struct node_job *nj;
-  uint8_t *name; /* type byte + name */
-  uint32_t nlen;
-  uint8_t type;
-  uint64_t count;
-  uint64_t seen;           /* contributions that passed through here */
-  struct rdzv_buf pending; /* encoded items not yet forwarded */
-  uint32_t npending;
-  struct lreq *waiters;
-  bool done;
-  struct rdzv_buf result;
-  uint64_t first_ms;
-  uv_timer_t timer;
-};
-
 void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,
                              int st) {
   struct rdzv_msg r;
@@ -69,7 +45,7 @@ void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,
   rdzv__conn_reply(c, &r);
 }
 
-static struct lreq *lreq_new(struct conn *c, uint32_t req_id) {
+struct lreq *rdzv__node_lreq_new(struct conn *c, uint32_t req_id) {
   struct lreq *l = calloc(1, sizeof(*l));
   if (l == NULL)
     return NULL;
@@ -79,10 +55,8 @@ static struct lreq *lreq_new(struct conn *c, uint32_t req_id) {
   return l;
 }
 
-/* Sends reply (type/status/fields of an upstream reply) to a local
- * request and frees it. */
-static void lreq_answer(struct lreq *l, uint8_t type,
-                        const struct rdzv_msg *up) {
+void rdzv__node_lreq_answer(struct lreq *l, uint8_t type,
+                            const struct rdzv_msg *up) {
   struct rdzv_msg r = *up;
   r.type = type;
   r.req_id = l->req_id;
@@ -227,7 +201,7 @@ static void on_fwd_reply(struct daemon *d, const struct rdzv_msg *r,
     k.n = f->klen;
     rdzv__node_cache_put(f->nj, k, v);
   }
-  lreq_answer(f->l, f->type, r);
+  rdzv__node_lreq_answer(f->l, f->type, r);
   free(f);
 }
 
@@ -242,7 +216,7 @@ void rdzv__node_forward(struct node_job *nj, struct conn *c,
   if (cache_set)
     rdzv_items_get(&m->vals, 0, &v);
   struct fwd *f = calloc(1, sizeof(*f) + k.n + v.n);
-  struct lreq *l = f ? lreq_new(c, m->req_id) : NULL;
+  struct lreq *l = f ? rdzv__node_lreq_new(c, m->req_id) : NULL;
   if (l == NULL) {
     free(f);
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
@@ -262,7 +236,7 @@ void rdzv__node_forward(struct node_job *nj, struct conn *c,
   if (rc < 0) {
     struct rdzv_msg r;
     rdzv__reply_init(&r, m, rc);
-    lreq_answer(l, m->type, &r);
+    rdzv__node_lreq_answer(l, m->type, &r);
     free(f);
   }
 }
@@ -281,7 +255,7 @@ static void on_get_reply(struct daemon *d, const struct rdzv_msg *r,
   struct lreq *l;
   while ((l = g->reqs) != NULL) {
     g->reqs = l->next;
-    lreq_answer(l, RDZV_MSG_GET, r);
+    rdzv__node_lreq_answer(l, RDZV_MSG_GET, r);
   }
   free(g->key);
   free(g);
@@ -315,7 +289,7 @@ static void handle_get(struct node_job *nj, struct conn *c,
   }
   struct nget *g = NULL;
   HASH_FIND(hh, nj->gets, k.p, k.n, g);
-  struct lreq *l = lreq_new(c, m->req_id);
+  struct lreq *l = rdzv__node_lreq_new(c, m->req_id);
   if (l == NULL) {
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
@@ -331,7 +305,7 @@ static void handle_get(struct node_job *nj, struct conn *c,
     free(g);
     struct rdzv_msg r;
     rdzv__reply_init(&r, m, RDZV_ENOMEM);
-    lreq_answer(l, RDZV_MSG_GET, &r);
+    rdzv__node_lreq_answer(l, RDZV_MSG_GET, &r);
     return;
   }
   memcpy(g->key, k.p, k.n);
@@ -398,7 +372,7 @@ static void on_add_reply(struct daemon *d, const struct rdzv_msg *r,
       running += (uint64_t)l->delta;
       out.a = (int64_t)running;
     }
-    lreq_answer(l, RDZV_MSG_ADD, &out);
+    rdzv__node_lreq_answer(l, RDZV_MSG_ADD, &out);
   }
   free(b);
   ad->inflight = false;
@@ -476,7 +450,7 @@ static void handle_add(struct node_job *nj, struct conn *c,
   struct rdzv_slice k;
   rdzv_items_get(&m->keys, 0, &k);
   struct nadd *ad = nadd_get(nj, k);
-  struct lreq *l = ad ? lreq_new(c, m->req_id) : NULL;
+  struct lreq *l = ad ? rdzv__node_lreq_new(c, m->req_id) : NULL;
   if (l == NULL) {
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
@@ -500,197 +474,6 @@ static void handle_add(struct node_job *nj, struct conn *c,
   ad->pending_sum = ad->pending == l ? m->a : sum;
   if (!ad->inflight)
     rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
-}
-
-/* ---- collectives: combined per node ---------------------------------------- */
-
-static void coll_flush(struct ncoll *co);
-
-static void coll_answer_all(struct ncoll *co, const struct rdzv_msg *r) {
-  struct lreq *l;
-  while ((l = co->waiters) != NULL) {
-    co->waiters = l->next;
-    lreq_answer(l, co->type, r);
-  }
-}
-
-static void on_coll_reply(struct daemon *d, const struct rdzv_msg *r,
-                          void *arg) {
-  struct ncoll *co = arg;
-  (void)d;
-  if (r->flags & RDZV_F_SUPERSEDED)
-    return; /* a newer request of ours carries the result */
-  if (r->status != 0) {
-    coll_answer_all(co, r);
-    return;
-  }
-  if (!co->done) {
-    co->done = true;
-    rdzv_buf_append(&co->result, r->vals.raw, r->vals.raw_len);
-    co->npending = 0;
-    co->pending.len = 0;
-  }
-  struct rdzv_msg out = *r;
-  out.vals.raw = co->result.data;
-  out.vals.raw_len = co->result.len;
-  coll_answer_all(co, &out);
-}
-
-static void coll_reply_done(struct ncoll *co, struct conn *c,
-                            const struct rdzv_msg *m) {
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, 0);
-  r.a = (int64_t)co->count;
-  if (co->type == RDZV_MSG_GATHER) {
-    r.vals.n = (uint32_t)co->count;
-    r.vals.raw = co->result.data;
-    r.vals.raw_len = co->result.len;
-  }
-  co->nj->d->stats.ops[co->type].local++;
-  rdzv__conn_reply(c, &r);
-}
-
-static void coll_flush(struct ncoll *co) {
-  struct node_job *nj = co->nj;
-  uv_timer_stop(&co->timer);
-  if (co->npending == 0 || co->done)
-    return;
-  struct rdzv_slice name = {co->name + 1, co->nlen - 1};
-  struct rdzv_msg m;
-  memset(&m, 0, sizeof(m));
-  m.type = co->type;
-  m.b = (int64_t)co->count;
-  m.keys.n = 1;
-  m.keys.v = &name;
-  m.vals.n = co->npending;
-  m.vals.raw = co->pending.data;
-  m.vals.raw_len = co->pending.len;
-  int rc = rdzv__upstream_send(nj->up, &m, on_coll_reply, co);
-  co->npending = 0;
-  co->pending.len = 0;
-  if (rc < 0) {
-    struct rdzv_msg r;
-    memset(&r, 0, sizeof(r));
-    r.status = rc;
-    coll_answer_all(co, &r);
-  }
-}
-
-static void on_coll_timer(uv_timer_t *t) { coll_flush(t->data); }
-
-/* The combined collective of that type and name (keys[0] of a BARRIER,
- * GATHER or COLL_STATUS); if absent, created with count when create is
- * set, else NULL (NULL also when out of memory). */
-static struct ncoll *ncoll_lookup(struct node_job *nj, uint8_t type,
-                                  const struct rdzv_msg *m, bool create,
-                                  uint64_t count) {
-  struct rdzv_slice name;
-  rdzv_items_get(&m->keys, 0, &name);
-  uint32_t nlen = name.n + 1;
-  uint8_t *key = malloc(nlen);
-  if (key == NULL)
-    return NULL;
-  key[0] = type;
-  memcpy(key + 1, name.p, name.n);
-  struct ncoll *co = NULL;
-  HASH_FIND(hh, nj->colls, key, nlen, co);
-  if (co != NULL || !create) {
-    free(key);
-    return co;
-  }
-  co = calloc(1, sizeof(*co));
-  if (co == NULL) {
-    free(key);
-    return NULL;
-  }
-  co->name = key;
-  co->nlen = nlen;
-  co->type = type;
-  co->count = count;
-  co->nj = nj;
-  uv_timer_init(nj->d->loop, &co->timer);
-  co->timer.data = co;
-  HASH_ADD_KEYPTR(hh, nj->colls, co->name, co->nlen, co);
-  return co;
-}
-
-/* A child node's older request is answered "superseded": only its newest
- * request will carry the result (one result per child, not per batch). */
-static void supersede(struct ncoll *co, struct conn *c) {
-  if (c->role != RDZV_ROLE_NODE)
-    return;
-  for (struct lreq **pp = &co->waiters; *pp != NULL; pp = &(*pp)->next) {
-    struct lreq *old = *pp;
-    if (old->c != c)
-      continue;
-    *pp = old->next;
-    struct rdzv_msg r;
-    memset(&r, 0, sizeof(r));
-    r.type = co->type;
-    r.req_id = old->req_id;
-    r.flags = RDZV_F_SUPERSEDED;
-    rdzv__conn_reply(c, &r);
-    rdzv__conn_unref(c);
-    free(old);
-    return;
-  }
-}
-
-static void handle_collective(struct node_job *nj, struct conn *c,
-                              const struct rdzv_msg *m) {
-  struct ncoll *co = ncoll_lookup(nj, m->type, m, true, (uint64_t)m->b);
-  if (co == NULL) {
-    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
-    return;
-  }
-  if (co->count != (uint64_t)m->b && co->done) {
-    rdzv__node_reply_status(c, m, RDZV_ECOUNT_MISMATCH);
-    return;
-  }
-  if (co->count != (uint64_t)m->b) {
-    /* Up as it is: the root fails every member of the collective, ours
-     * included, with both counts (one side alone cannot complete). */
-    rdzv__node_forward(nj, c, m);
-    return;
-  }
-  if (co->done) {
-    coll_reply_done(co, c, m);
-    return;
-  }
-  struct lreq *l = lreq_new(c, m->req_id);
-  if (l == NULL ||
-      rdzv_buf_append(&co->pending, m->vals.raw, m->vals.raw_len) < 0) {
-    if (l != NULL) {
-      rdzv__conn_unref(c);
-      free(l);
-    }
-    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
-    return;
-  }
-  if (co->npending == 0)
-    co->first_ms = rdzv__now_ms(nj->d);
-  else
-    nj->d->stats.combined += m->vals.n;
-  co->npending += m->vals.n;
-  co->seen += m->vals.n;
-  supersede(co, c);
-  l->next = co->waiters;
-  co->waiters = l;
-  /* The whole job passed through here: no point waiting any longer. */
-  if (co->seen >= co->count)
-    coll_flush(co);
-  else
-    rdzv__node_schedule(nj->d, &co->timer, co->first_ms, on_coll_timer);
-}
-
-/* COLL_STATUS: what this node holds of that collective goes up first, on
- * the same ordered link, so the root's answer counts it. */
-static void handle_coll_status(struct node_job *nj, struct conn *c,
-                               const struct rdzv_msg *m) {
-  struct ncoll *co = ncoll_lookup(nj, (uint8_t)m->a, m, false, 0);
-  if (co != NULL)
-    coll_flush(co);
-  rdzv__node_forward(nj, c, m);
 }
 
 /* ---- dispatch, job state --------------------------------------------------- */
@@ -726,15 +509,15 @@ static void node_handle(struct daemon *d, struct conn *c,
   case RDZV_MSG_MGET: handle_mget(nj, c, m); break;
   case RDZV_MSG_ADD: handle_add(nj, c, m); break;
   case RDZV_MSG_BARRIER:
-  case RDZV_MSG_GATHER: handle_collective(nj, c, m); break;
-  case RDZV_MSG_COLL_STATUS: handle_coll_status(nj, c, m); break;
+  case RDZV_MSG_GATHER: rdzv__node_collective(nj, c, m); break;
+  case RDZV_MSG_COLL_STATUS: rdzv__node_coll_status(nj, c, m); break;
   case RDZV_MSG_JOIN: rdzv__node_join(nj, c, m); break;
   case RDZV_MSG_ABORT: rdzv__node_abort(nj, c, m); break;
   default: rdzv__node_forward(nj, c, m); break;
   }
 }
 
-static void free_lreqs(struct lreq *l) {
+void rdzv__node_lreqs_free(struct lreq *l) {
   while (l != NULL) {
     struct lreq *next = l->next;
     rdzv__conn_unref(l->c);
@@ -749,14 +532,6 @@ static void on_nadd_closed(uv_handle_t *h) {
   free(ad);
 }
 
-static void on_ncoll_closed(uv_handle_t *h) {
-  struct ncoll *co = h->data;
-  rdzv_buf_free(&co->pending);
-  rdzv_buf_free(&co->result);
-  free(co->name);
-  free(co);
-}
-
 /* c closed: its waits and its places among a collective's waiters go now
  * (their replies would go nowhere, and each holds c). Its contributions
  * stay: accepted data is kept. */
@@ -764,20 +539,7 @@ static void node_conn_closed(struct daemon *d, struct conn *c) {
   struct node_job *nj = c->job->role_data;
   (void)d;
   rdzv__waits_drop_conn(&nj->waits, c);
-  struct ncoll *co, *ct;
-  HASH_ITER(hh, nj->colls, co, ct) {
-    struct lreq **pp = &co->waiters;
-    while (*pp != NULL) {
-      struct lreq *l = *pp;
-      if (l->c != c) {
-        pp = &l->next;
-        continue;
-      }
-      *pp = l->next;
-      rdzv__conn_unref(l->c);
-      free(l);
-    }
-  }
+  rdzv__node_colls_drop_conn(nj, c);
   rdzv__node_conn_closed(nj, c);
 }
 
@@ -798,15 +560,10 @@ static void node_job_free(struct daemon *d, struct job *j) {
   struct nadd *ad, *at;
   HASH_ITER(hh, nj->adds, ad, at) {
     HASH_DEL(nj->adds, ad);
-    free_lreqs(ad->pending);
+    rdzv__node_lreqs_free(ad->pending);
     uv_close((uv_handle_t *)&ad->timer, on_nadd_closed);
   }
-  struct ncoll *co, *ct;
-  HASH_ITER(hh, nj->colls, co, ct) {
-    HASH_DEL(nj->colls, co);
-    free_lreqs(co->waiters);
-    uv_close((uv_handle_t *)&co->timer, on_ncoll_closed);
-  }
+  rdzv__node_colls_free(nj);
   rdzv__kv_clear(&nj->cache);
   free(nj);
   j->role_data = NULL;

@@ -8,6 +8,7 @@
 #include "store/daemon/keys/waits.h"
 
 struct nget;
+struct lreq;
 struct nadd;
 struct ncoll;
 struct njround;
@@ -28,6 +29,31 @@ struct node_job {
   struct njround *jrounds;
   struct joined *joined; /* connections that joined, by conn */
 };
+
+struct lreq { /* a local request waiting for an upstream answer */
+  struct conn *c;
+  uint32_t req_id;
+  int64_t delta; /* adds */
+  struct lreq *next;
+};
+
+struct lreq *rdzv__node_lreq_new(struct conn *c, uint32_t req_id);
+/* Sends reply (type/status/fields of an upstream reply) to a local
+ * request and frees it. */
+void rdzv__node_lreq_answer(struct lreq *l, uint8_t type,
+                            const struct rdzv_msg *up);
+/* Frees a list of local requests without answering (their connections'
+ * references dropped). */
+void rdzv__node_lreqs_free(struct lreq *l);
+
+/* coll.c: RDZV_MSG_BARRIER / GATHER and COLL_STATUS; c closed (its places
+ * among the waiters go; its contributions stay); the job ends. */
+void rdzv__node_collective(struct node_job *nj, struct conn *c,
+                           const struct rdzv_msg *m);
+void rdzv__node_coll_status(struct node_job *nj, struct conn *c,
+                            const struct rdzv_msg *m);
+void rdzv__node_colls_drop_conn(struct node_job *nj, struct conn *c);
+void rdzv__node_colls_free(struct node_job *nj);
 
 /* Replies status (no fields) to request m of c. */
 void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,

@@ -1,0 +1,252 @@
+/* Barriers and gathers at a node: contributions of the subtree are
+ * combined and forwarded as one request when every member has passed
+ * through or after --flush-ms of quiet (at most --flush-max-ms), each
+ * member counted once by its id; the parent's answer fans out to every
+ * local requester; COLL_STATUS is asked of the root after sending up what
+ * is held here. */
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+#include "store/daemon/node/node_int.h"
+
+struct ncoll { /* combined contributions to one barrier or gather */
+  UT_hash_handle hh;
+  struct node_job *nj;
+  uint8_t *name; /* type byte + name */
+  uint32_t nlen;
+  uint8_t type;
+  uint64_t count;
+  uint64_t seen;           /* contributions that passed through here */
+  struct rdzv_buf pending; /* encoded items not yet forwarded */
+  uint32_t npending;
+  struct lreq *waiters;
+  bool done;
+  struct rdzv_buf result;
+  uint64_t first_ms;
+  uv_timer_t timer;
+};
+
+static void coll_flush(struct ncoll *co);
+
+static void coll_answer_all(struct ncoll *co, const struct rdzv_msg *r) {
+  struct lreq *l;
+  while ((l = co->waiters) != NULL) {
+    co->waiters = l->next;
+    rdzv__node_lreq_answer(l, co->type, r);
+  }
+}
+
+static void on_coll_reply(struct daemon *d, const struct rdzv_msg *r,
+                          void *arg) {
+  struct ncoll *co = arg;
+  (void)d;
+  if (r->flags & RDZV_F_SUPERSEDED)
+    return; /* a newer request of ours carries the result */
+  if (r->status != 0) {
+    coll_answer_all(co, r);
+    return;
+  }
+  if (!co->done) {
+    co->done = true;
+    rdzv_buf_append(&co->result, r->vals.raw, r->vals.raw_len);
+    co->npending = 0;
+    co->pending.len = 0;
+  }
+  struct rdzv_msg out = *r;
+  out.vals.raw = co->result.data;
+  out.vals.raw_len = co->result.len;
+  coll_answer_all(co, &out);
+}
+
+static void coll_reply_done(struct ncoll *co, struct conn *c,
+                            const struct rdzv_msg *m) {
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, 0);
+  r.a = (int64_t)co->count;
+  if (co->type == RDZV_MSG_GATHER) {
+    r.vals.n = (uint32_t)co->count;
+    r.vals.raw = co->result.data;
+    r.vals.raw_len = co->result.len;
+  }
+  co->nj->d->stats.ops[co->type].local++;
+  rdzv__conn_reply(c, &r);
+}
+
+static void coll_flush(struct ncoll *co) {
+  struct node_job *nj = co->nj;
+  uv_timer_stop(&co->timer);
+  if (co->npending == 0 || co->done)
+    return;
+  struct rdzv_slice name = {co->name + 1, co->nlen - 1};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = co->type;
+  m.b = (int64_t)co->count;
+  m.keys.n = 1;
+  m.keys.v = &name;
+  m.vals.n = co->npending;
+  m.vals.raw = co->pending.data;
+  m.vals.raw_len = co->pending.len;
+  int rc = rdzv__upstream_send(nj->up, &m, on_coll_reply, co);
+  co->npending = 0;
+  co->pending.len = 0;
+  if (rc < 0) {
+    struct rdzv_msg r;
+    memset(&r, 0, sizeof(r));
+    r.status = rc;
+    coll_answer_all(co, &r);
+  }
+}
+
+static void on_coll_timer(uv_timer_t *t) { coll_flush(t->data); }
+
+/* The combined collective of that type and name (keys[0] of a BARRIER,
+ * GATHER or COLL_STATUS); if absent, created with count when create is
+ * set, else NULL (NULL also when out of memory). */
+static struct ncoll *ncoll_lookup(struct node_job *nj, uint8_t type,
+                                  const struct rdzv_msg *m, bool create,
+                                  uint64_t count) {
+  struct rdzv_slice name;
+  rdzv_items_get(&m->keys, 0, &name);
+  uint32_t nlen = name.n + 1;
+  uint8_t *key = malloc(nlen);
+  if (key == NULL)
+    return NULL;
+  key[0] = type;
+  memcpy(key + 1, name.p, name.n);
+  struct ncoll *co = NULL;
+  HASH_FIND(hh, nj->colls, key, nlen, co);
+  if (co != NULL || !create) {
+    free(key);
+    return co;
+  }
+  co = calloc(1, sizeof(*co));
+  if (co == NULL) {
+    free(key);
+    return NULL;
+  }
+  co->name = key;
+  co->nlen = nlen;
+  co->type = type;
+  co->count = count;
+  co->nj = nj;
+  uv_timer_init(nj->d->loop, &co->timer);
+  co->timer.data = co;
+  HASH_ADD_KEYPTR(hh, nj->colls, co->name, co->nlen, co);
+  return co;
+}
+
+/* A child node's older request is answered "superseded": only its newest
+ * request will carry the result (one result per child, not per batch). */
+static void supersede(struct ncoll *co, struct conn *c) {
+  if (c->role != RDZV_ROLE_NODE)
+    return;
+  for (struct lreq **pp = &co->waiters; *pp != NULL; pp = &(*pp)->next) {
+    struct lreq *old = *pp;
+    if (old->c != c)
+      continue;
+    *pp = old->next;
+    struct rdzv_msg r;
+    memset(&r, 0, sizeof(r));
+    r.type = co->type;
+    r.req_id = old->req_id;
+    r.flags = RDZV_F_SUPERSEDED;
+    rdzv__conn_reply(c, &r);
+    rdzv__conn_unref(c);
+    free(old);
+    return;
+  }
+}
+
+void rdzv__node_collective(struct node_job *nj, struct conn *c,
+                              const struct rdzv_msg *m) {
+  struct ncoll *co = ncoll_lookup(nj, m->type, m, true, (uint64_t)m->b);
+  if (co == NULL) {
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  if (co->count != (uint64_t)m->b && co->done) {
+    rdzv__node_reply_status(c, m, RDZV_ECOUNT_MISMATCH);
+    return;
+  }
+  if (co->count != (uint64_t)m->b) {
+    /* Up as it is: the root fails every member of the collective, ours
+     * included, with both counts (one side alone cannot complete). */
+    rdzv__node_forward(nj, c, m);
+    return;
+  }
+  if (co->done) {
+    coll_reply_done(co, c, m);
+    return;
+  }
+  struct lreq *l = rdzv__node_lreq_new(c, m->req_id);
+  if (l == NULL ||
+      rdzv_buf_append(&co->pending, m->vals.raw, m->vals.raw_len) < 0) {
+    if (l != NULL) {
+      rdzv__conn_unref(c);
+      free(l);
+    }
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  if (co->npending == 0)
+    co->first_ms = rdzv__now_ms(nj->d);
+  else
+    nj->d->stats.combined += m->vals.n;
+  co->npending += m->vals.n;
+  co->seen += m->vals.n;
+  supersede(co, c);
+  l->next = co->waiters;
+  co->waiters = l;
+  /* The whole job passed through here: no point waiting any longer. */
+  if (co->seen >= co->count)
+    coll_flush(co);
+  else
+    rdzv__node_schedule(nj->d, &co->timer, co->first_ms, on_coll_timer);
+}
+
+/* COLL_STATUS: what this node holds of that collective goes up first, on
+ * the same ordered link, so the root's answer counts it. */
+void rdzv__node_coll_status(struct node_job *nj, struct conn *c,
+                               const struct rdzv_msg *m) {
+  struct ncoll *co = ncoll_lookup(nj, (uint8_t)m->a, m, false, 0);
+  if (co != NULL)
+    coll_flush(co);
+  rdzv__node_forward(nj, c, m);
+}
+
+
+static void on_ncoll_closed(uv_handle_t *h) {
+  struct ncoll *co = h->data;
+  rdzv_buf_free(&co->pending);
+  rdzv_buf_free(&co->result);
+  free(co->name);
+  free(co);
+}
+
+void rdzv__node_colls_drop_conn(struct node_job *nj, struct conn *c) {
+  struct ncoll *co, *ct;
+  HASH_ITER(hh, nj->colls, co, ct) {
+    struct lreq **pp = &co->waiters;
+    while (*pp != NULL) {
+      struct lreq *l = *pp;
+      if (l->c != c) {
+        pp = &l->next;
+        continue;
+      }
+      *pp = l->next;
+      rdzv__conn_unref(l->c);
+      free(l);
+    }
+  }
+}
+
+void rdzv__node_colls_free(struct node_job *nj) {
+  struct ncoll *co, *ct;
+  HASH_ITER(hh, nj->colls, co, ct) {
+    HASH_DEL(nj->colls, co);
+    rdzv__node_lreqs_free(co->waiters);
+    uv_close((uv_handle_t *)&co->timer, on_ncoll_closed);
+  }
+}
