@@ -131,6 +131,9 @@ static int publish_id(rdzv_rendezvous_t *r, const char *key, int64_t b,
 static int exchange(rdzv_rendezvous_t *r, const char *key, int64_t mine,
                     int64_t n, rdzv_make_id_fn make_id, void *arg,
                     uint8_t *out, double timeout_s);
+static void name_missing(rdzv_rendezvous_t *r, const char *what,
+                         const char *key, int gather, const int32_t *members,
+                         int64_t n, int64_t count, int by_block);
 
 int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
                                int64_t ranks_per_root, rdzv_make_id_fn make_id,
@@ -149,6 +152,15 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
     return RDZV_ENOMEM;
   int64_t mine = rdzv_nccl_block_first(b, w, n) == r->a.rank ? b : -1;
   int rc = exchange(r, key, mine, n, make_id, arg, out, timeout_s);
+  if (rc == RDZV_EDEADLINE) {
+    /* Name the ranks whose ids never came (each block's first rank), as
+     * a barrier names its missing members. */
+    char what[200];
+    snprintf(what, sizeof(what),
+             "unique ids of '%s' (%" PRId64 " ranks, %" PRId64 " ids)", comm,
+             w, n);
+    name_missing(r, what, key, 1, NULL, w, n, 1);
+  }
   if (rc < 0) {
     free(out);
     return rc;

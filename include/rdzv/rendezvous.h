@@ -112,9 +112,11 @@ typedef int (*rdzv_make_id_fn)(void *arg, uint8_t *id);
  * of each block (NCCL's block rule, rendezvous/topo.h) makes its block's id
  * with make_id and publishes it, every other rank waits for them through
  * the tree. On success *ids (malloc'd, *nids * 128 bytes; rdzv_free) is
- * identical on every rank. Returns 0, -EINVAL, RDZV_EDEADLINE,
- * RDZV_ESTALE_GENERATION, RDZV_EABORTED, make_id's error, or a store
- * error. */
+ * identical on every rank. Returns 0, -EINVAL, RDZV_EDEADLINE (last_error
+ * names the ranks whose ids never came, with their hosts: "unique ids of
+ * 'world' (2 ranks, 1 ids): deadline passed; 1 of 1 missing: rank 0
+ * (block 0 of 1) (host a)"), RDZV_ESTALE_GENERATION, RDZV_EABORTED, make_id's
+ * error, or a store error. */
 int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
                                int64_t ranks_per_root, rdzv_make_id_fn make_id,
                                void *arg, uint8_t **ids, int64_t *nids,

@@ -318,6 +318,45 @@ static void test_interior_node_dies_during_join(void **state) {
   assert_int_equal(gb, 2);
 }
 
+static int fake_id(void *arg, uint8_t *id) {
+  (void)arg;
+  memset(id, 7, RDZV_UNIQUE_ID_BYTES);
+  return 0;
+}
+
+/* The world's unique-id exchange at its deadline names the rank that
+ * never made its id, with its host, as a barrier names its missing
+ * members: rank 0 (hostA) joins but never publishes. */
+static void test_ids_deadline_names_the_maker(void **state) {
+  (void)state;
+  int *res = pipe_res, *stop = pipe_stop;
+  assert_int_equal(pipe(res), 0);
+  assert_int_equal(pipe(stop), 0);
+  pid_t maker = rank_child(mid_addr, "hostA", res[1], stop[0]);
+  rdzv_rendezvous_t *r = NULL;
+  char err[512] = "";
+  int rc = join_as(mid_addr, "hostB", 0, 1, 2, &r, err, sizeof(err));
+  if (rc != 0)
+    fail_msg("join: %s (%s)", rdzv_strerror(rc), err);
+  assert_int_equal(rdzv_rendezvous_rank(r), 1);
+  uint8_t *ids = NULL;
+  int64_t nids = 0;
+  rc = rdzv_rendezvous_unique_ids(r, "world", 128, fake_id, NULL, &ids, &nids,
+                                  1.0);
+  assert_int_equal(rc, RDZV_EDEADLINE);
+  const char *e = rdzv_rendezvous_last_error(r);
+  if (strstr(e, "1 of 1 missing: rank 0") == NULL ||
+      strstr(e, "(host hostA)") == NULL)
+    fail_msg("the deadline names nobody: %s", e);
+  rdzv_rendezvous_destroy(r);
+  close(stop[1]);
+  int st;
+  waitpid(maker, &st, 0);
+  close(stop[0]);
+  close(res[0]);
+  close(res[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_relaunch_two_levels_down, setup,
@@ -330,6 +369,8 @@ int main(void) {
                                       setup_short_node_linger, teardown),
       cmocka_unit_test_setup_teardown(test_interior_node_dies_during_join,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ids_deadline_names_the_maker, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
