@@ -15,6 +15,47 @@ static int bytes_cmp(const uint8_t *a, uint32_t an, const uint8_t *b,
   return an < bn ? -1 : an > bn;
 }
 
+/* Natural order: runs of digits compare as numbers ("n2" < "n10",
+ * "pod-9" < "pod-10", "rack2" < "rack10"), so a launcher's node index in
+ * a host name gives the rank order its own index gives; the rest
+ * compares bytewise. Digit runs are compared by length after their
+ * leading zeros, so no run overflows; equal numbers with more leading
+ * zeros come after ("n1" < "n01"). 0 only for equal bytes. */
+static int natural_cmp(const uint8_t *a, uint32_t an, const uint8_t *b,
+                       uint32_t bn) {
+  uint32_t i = 0, j = 0;
+  while (i < an && j < bn) {
+    int da = a[i] >= '0' && a[i] <= '9', db = b[j] >= '0' && b[j] <= '9';
+    if (!da || !db) {
+      if (a[i] != b[j])
+        return a[i] < b[j] ? -1 : 1;
+      i++;
+      j++;
+      continue;
+    }
+    uint32_t si = i, sj = j;
+    while (i < an && a[i] == '0')
+      i++;
+    while (j < bn && b[j] == '0')
+      j++;
+    uint32_t ni = i, nj = j; /* first significant digits */
+    while (i < an && a[i] >= '0' && a[i] <= '9')
+      i++;
+    while (j < bn && b[j] >= '0' && b[j] <= '9')
+      j++;
+    if (i - ni != j - nj)
+      return i - ni < j - nj ? -1 : 1;
+    int c = memcmp(a + ni, b + nj, i - ni);
+    if (c != 0)
+      return c < 0 ? -1 : 1;
+    if (ni - si != nj - sj) /* the same number: fewer zeros first */
+      return ni - si < nj - sj ? -1 : 1;
+  }
+  if (i < an || j < bn)
+    return i < an ? 1 : -1;
+  return 0;
+}
+
 static int same_host(const struct rdzv_join_rec *a,
                      const struct rdzv_join_rec *b) {
   return bytes_cmp(a->location, a->location_len, b->location,
@@ -24,10 +65,10 @@ static int same_host(const struct rdzv_join_rec *a,
 
 int rdzv_join_cmp(const struct rdzv_join_rec *a,
                   const struct rdzv_join_rec *b) {
-  int c = bytes_cmp(a->location, a->location_len, b->location,
-                    b->location_len);
+  int c = natural_cmp(a->location, a->location_len, b->location,
+                      b->location_len);
   if (c == 0)
-    c = bytes_cmp(a->host, a->host_len, b->host, b->host_len);
+    c = natural_cmp(a->host, a->host_len, b->host, b->host_len);
   if (c == 0)
     c = a->local_rank < b->local_rank ? -1 : a->local_rank > b->local_rank;
   return c;

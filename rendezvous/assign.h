@@ -1,5 +1,8 @@
 /* Rank assignment: a pure, deterministic function from the set of joins to
- * ranks. Hosts are ordered by network location label, then host name;
+ * ranks. Hosts are ordered by network location label, then host name,
+ * both in natural order (digit runs as numbers: a launcher's index in a
+ * host name, Slurm's n1..n12 or an Indexed Job's pod-0..pod-11, gives the
+ * launcher's own order);
  * ranks are contiguous per host, ordered by the launcher's local rank. The
  * result depends only on the set of joins, never on arrival order. */
 #ifndef RDZV_RENDEZVOUS_ASSIGN_H

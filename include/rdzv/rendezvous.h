@@ -5,7 +5,9 @@
  * host's node agent. The root completes the round at the expected world
  * size (or, for an elastic job, between min_size and world_size after a
  * last call), assigns ranks (hosts ordered by network location, then
- * name; ranks contiguous per host by local rank) and answers every rank,
+ * name, both in natural order: digit runs compare as numbers, so n2 comes
+ * before n10 and pod-9 before pod-10; ranks contiguous per host by local
+ * rank) and answers every rank,
  * down the tree, with its rank, sizes and the round's generation. Keys of a
  * generation are named "rdzv/<round>/g<generation>/..." (never from a
  * counter a process keeps): a request for an older generation fails with

@@ -81,9 +81,9 @@ static const struct layout layouts[] = {
       {"z", "rack1", 2, 2, {1, 0}},
       {"m", NULL, 0, 1, {0}},
       {"b", "rack1", 1, 1, {0}}}},
-    {"byte order of names",
-     {{"node10", NULL, 1, 1, {0}},
-      {"node2", NULL, 2, 1, {0}},
+    {"natural order of names (digit runs as numbers)",
+     {{"node10", NULL, 2, 1, {0}},
+      {"node2", NULL, 1, 1, {0}},
       {"node1", NULL, 0, 2, {0, 1}},
       {"node\xff", NULL, 3, 1, {0}}}},
     {"prefix names and locations",
@@ -253,6 +253,17 @@ static const struct cmp_case cmp_cases[] = {
     {"", "z", 0, "r", "a", 0, -1},
     {"r", "a", 0, "r/x", "a", 0, -1},
     {"", "\xff", 0, "", "a", 0, 1},
+    /* natural order: digit runs as numbers */
+    {"", "n2", 0, "", "n10", 0, -1},
+    {"", "pod-9", 0, "", "pod-10", 0, -1},
+    {"rack2", "z", 0, "rack10", "a", 0, -1},
+    {"", "n1", 0, "", "n01", 0, -1},
+    {"", "n007", 0, "", "n7", 0, 1},
+    {"", "n1a", 0, "", "n1b", 0, -1},
+    {"", "a10b2", 0, "", "a10b10", 0, -1},
+    {"", "n99999999999999999999", 0, "", "n100000000000000000000", 0, -1},
+    {"", "n10", 0, "", "n10x", 0, -1},
+    {"", "n10", 0, "", "n1x", 0, 1},
 };
 /* clang-format on */
 
@@ -267,6 +278,30 @@ static void test_join_cmp(void **state) {
     int sab = (ab > 0) - (ab < 0), sba = (ba > 0) - (ba < 0);
     if (sab != tc->sign || sba != -tc->sign)
       fail_msg("cmp case %zu: %d and %d, want sign %d", k, ab, ba, tc->sign);
+  }
+}
+
+/* Hosts named by a launcher's index (Slurm's n1..n12, an Indexed Job's
+ * pod-0..pod-11), joined in reverse: node ranks follow the index, not
+ * the names' text order (where n10 < n2). */
+static void test_natural_order(void **state) {
+  (void)state;
+  static const char *const fmts[] = {"n%d", "pod-%d"};
+  for (size_t f = 0; f < 2; f++) {
+    char names[12][16];
+    struct rdzv_join_rec recs[12];
+    struct rdzv_assignment out[12];
+    size_t scratch[12], da, db;
+    for (int i = 0; i < 12; i++) {
+      int idx = 11 - i + (f == 0); /* n12..n1, pod-11..pod-0 */
+      snprintf(names[i], sizeof(names[i]), fmts[f], idx);
+      set_rec(&recs[i], names[i], NULL, 0, (uint64_t)i + 1);
+    }
+    assert_int_equal(rdzv_assign(recs, 12, out, scratch, &da, &db), 0);
+    for (int i = 0; i < 12; i++)
+      if (out[i].node_rank != 11 - i)
+        fail_msg("%s: node rank %d, want %d", names[i], out[i].node_rank,
+                 11 - i);
   }
 }
 
@@ -416,6 +451,7 @@ int main(void) {
       cmocka_unit_test(test_layouts),
       cmocka_unit_test(test_arrival_order),
       cmocka_unit_test(test_join_cmp),
+      cmocka_unit_test(test_natural_order),
       cmocka_unit_test(test_duplicates),
       cmocka_unit_test(test_large),
   };
