@@ -16,6 +16,9 @@ if [ -s "$ts" ]; then
   echo "export MASTER_PORT=$(cat "$ts")"
   echo "export TORCHELASTIC_USE_AGENT_STORE=True"
   # torch's env:// reads it whenever the agent store is used (torchrun
-  # sets its own; a plain srun launch has none).
-  echo "export TORCHELASTIC_RESTART_COUNT=${TORCHELASTIC_RESTART_COUNT:-0}"
+  # sets its own; a plain srun launch has none) and prefixes every key
+  # with it ("/worker/attempt_<it>/"): the step's id gives each srun step
+  # of the job its own keys (with 0 for all, a second step read the first
+  # step's keys, and gloo connected to its dead ports).
+  echo "export TORCHELASTIC_RESTART_COUNT=${TORCHELASTIC_RESTART_COUNT:-${SLURM_STEP_ID:-0}}"
 fi

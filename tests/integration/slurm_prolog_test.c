@@ -68,7 +68,7 @@ static int run_job_script(const char *script, int h, int job,
   snprintf(base, sizeof(base), "RDZV_PORT_BASE=%d", job_port);
   char *argv[] = {"/usr/bin/env", env_path, host, listen, rundir, bin, base,
                   "RDZV_PORT_RANGE=7", "RDZV_FANOUT=1", "RDZV_TCPSTORE=1",
-                  "RDZV_START_TIMEOUT=10", job_env,
+                  "RDZV_START_TIMEOUT=10", job_env, "SLURM_STEP_ID=3",
                   "SLURM_JOB_NODELIST=127.0.0.[1-3]", "/bin/sh", "-c",
                   "exec \"$0\" 2>&1", sc, NULL};
   struct proc p;
@@ -225,7 +225,8 @@ static void test_prolog_task_prolog_epilog(void **state) {
     ts_port[i / 2] = atoi(mp + strlen("export MASTER_PORT="));
     assert_non_null(strstr(env, "export MASTER_ADDR=127.0.0.1\n"));
     assert_non_null(strstr(env, "export TORCHELASTIC_USE_AGENT_STORE=True\n"));
-    assert_non_null(strstr(env, "export TORCHELASTIC_RESTART_COUNT=0\n"));
+    /* The step's own key space: torch prefixes keys with it. */
+    assert_non_null(strstr(env, "export TORCHELASTIC_RESTART_COUNT=3\n"));
     free(env);
     char a[300], j[80], hn[40], lr[32];
     snprintf(a, sizeof(a), "RDZV_ADDR=%s", addr);
