@@ -3,6 +3,7 @@
  * waits (and reads hinted write-once) into one upstream request per key,
  * combines concurrent adds and collective contributions, and forwards the
  * rest to its parent unchanged. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -478,6 +479,33 @@ static void handle_add(struct node_job *nj, struct conn *c,
 
 /* ---- dispatch, job state --------------------------------------------------- */
 
+/* The parent restarted (a new incarnation in its hello): what this node
+ * holds of it is stale. Cached write-once values go (the new parent may
+ * hold other values under those keys), the generations joined so far are
+ * lost, and the child nodes of this job are disconnected: they reconnect,
+ * meet a new incarnation of ours (epoch) and do the same below. */
+static void on_parent_restart(void *arg) {
+  struct node_job *nj = arg;
+  struct daemon *d = nj->d;
+  d->stats.parent_restarts++;
+  rdzv__log(d, 1, "job %s: the parent %s restarted: its job state is lost; "
+            "cached values dropped, ranks must rejoin",
+            nj->job->id, d->cfg.parent);
+  rdzv__kv_clear(&nj->cache);
+  rdzv__node_joins_lost(nj);
+  nj->epoch++;
+  char text[400];
+  snprintf(text, sizeof(text), "the root restarted above node %s: job "
+           "state lost; reconnect", d->cfg.name);
+  rdzv__job_close_peers(d, nj->job, RDZV_ROLE_NODE, RDZV_EABORTED, text);
+}
+
+static uint64_t node_hello_epoch(struct daemon *d, struct job *j) {
+  struct node_job *nj = j->role_data;
+  (void)d;
+  return nj != NULL ? nj->epoch : 0;
+}
+
 static struct node_job *node_job(struct daemon *d, struct job *j) {
   if (j->role_data != NULL)
     return j->role_data;
@@ -486,7 +514,7 @@ static struct node_job *node_job(struct daemon *d, struct job *j) {
     return NULL;
   nj->d = d;
   nj->job = j;
-  nj->up = rdzv__upstream_create(d, j->id);
+  nj->up = rdzv__upstream_create(d, j->id, on_parent_restart, nj);
   if (nj->up == NULL) {
     free(nj);
     return NULL;
@@ -503,6 +531,9 @@ static void node_handle(struct daemon *d, struct conn *c,
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
+  if (m->type != RDZV_MSG_JOIN && m->type != RDZV_MSG_ABORT &&
+      rdzv__node_lost_generation(nj, c, m))
+    return;
   switch (m->type) {
   case RDZV_MSG_GET: handle_get(nj, c, m); break;
   case RDZV_MSG_WAIT: handle_wait(nj, c, m); break;
@@ -570,8 +601,5 @@ static void node_job_free(struct daemon *d, struct job *j) {
 }
 
 const struct rdzv_role rdzv__node_role = {
-    "node",
-    node_handle,
-    node_conn_closed,
-    node_job_free,
+    "node", node_handle, node_conn_closed, node_hello_epoch, node_job_free,
 };

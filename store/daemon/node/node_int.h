@@ -28,6 +28,7 @@ struct node_job {
   struct ncoll *colls;
   struct njround *jrounds;
   struct joined *joined; /* connections that joined, by conn */
+  uint64_t epoch; /* parent restarts seen: mixed into our hello replies */
 };
 
 struct lreq { /* a local request waiting for an upstream answer */
@@ -82,6 +83,15 @@ void rdzv__node_joins_free(struct node_job *nj);
  * (ABORT with RDZV_F_LEAVE and no claim), so that closing the connection
  * to it aborts nothing. */
 void rdzv__node_joins_leave(struct node_job *nj);
+/* The parent restarted: every generation joined so far is lost (requests
+ * for its keys fail with RDZV_EABORTED, saying so, until a new join of
+ * that round succeeds). */
+void rdzv__node_joins_lost(struct node_job *nj);
+/* If m's first key is "rdzv/<round>/g<N>/..." of a generation lost to a
+ * parent's restart, answers it (RDZV_EABORTED with the reason) and returns
+ * true. */
+bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
+                                const struct rdzv_msg *m);
 
 /* ---- the connection to the parent (upstream.c) ---------------------------- */
 
@@ -90,7 +100,12 @@ void rdzv__node_joins_leave(struct node_job *nj);
 typedef void (*upstream_cb)(struct daemon *d, const struct rdzv_msg *reply,
                             void *arg);
 
-struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id);
+/* Connects to cfg.parent for job_id. on_restart(arg) runs when the parent
+ * is met again with another incarnation than before (it restarted and lost
+ * what it held), before anything queued is sent to it. */
+struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
+                                       void (*on_restart)(void *arg),
+                                       void *arg);
 /* Fails every request (RDZV_ECANCELED) and closes the connection; with
  * flush, what was sent but not written yet is written first (a clean
  * end's last messages). NULL is a no-op. */

@@ -51,6 +51,8 @@ struct njround {
   struct jwait *waiters;
   struct claimref *claims;
   uv_timer_t timer;
+  int64_t last_gen; /* the newest generation a reply brought */
+  int64_t lost_gen; /* generations up to this one died with the parent */
 };
 
 struct joined { /* a connection that has joined a generation */
@@ -249,6 +251,11 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
    * next generation are combined again. */
   if (!partial)
     jr->seen = HASH_COUNT(jr->claims);
+  if (r->status == 0 && r->a > 0) {
+    if (r->a > jr->last_gen)
+      jr->last_gen = r->a;
+    jr->lost_gen = 0; /* a generation of the new parent supersedes */
+  }
 }
 
 /* ---- forwarding ---------------------------------------------------------------- */
@@ -482,6 +489,45 @@ void rdzv__node_joins_leave(struct node_job *nj) {
   struct njround *jr, *t;
   HASH_ITER(hh, nj->jrounds, jr, t)
     send_abort(nj, jr->name, 0, 0, RDZV_F_LEAVE, why);
+}
+
+void rdzv__node_joins_lost(struct node_job *nj) {
+  struct njround *jr, *t;
+  HASH_ITER(hh, nj->jrounds, jr, t)
+    jr->lost_gen = jr->last_gen;
+}
+
+bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
+                                const struct rdzv_msg *m) {
+  struct rdzv_slice k;
+  if (nj->jrounds == NULL || rdzv_items_get(&m->keys, 0, &k) < 0 ||
+      k.n < 8 || memcmp(k.p, "rdzv/", 5) != 0)
+    return false;
+  const uint8_t *name = k.p + 5, *end = k.p + k.n;
+  const uint8_t *slash = memchr(name, '/', (size_t)(end - name));
+  if (slash == NULL || slash + 2 >= end || slash[1] != 'g')
+    return false;
+  int64_t g = 0;
+  const uint8_t *p = slash + 2;
+  while (p < end && *p >= '0' && *p <= '9' && g < INT32_MAX)
+    g = g * 10 + (*p++ - '0');
+  struct njround *jr = NULL;
+  HASH_FIND(hh, nj->jrounds, name, (size_t)(slash - name), jr);
+  if (jr == NULL || jr->lost_gen == 0 || g == 0 || g > jr->lost_gen)
+    return false;
+  char text[400];
+  snprintf(text, sizeof(text),
+           "generation %" PRId64 " of round %s is lost: the root restarted "
+           "(seen by node %s); rejoin",
+           g, jr->name, nj->d->cfg.name);
+  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, RDZV_EABORTED);
+  r.keys.n = 1;
+  r.keys.v = &t;
+  nj->d->stats.ops[m->type].local++;
+  rdzv__conn_reply(c, &r);
+  return true;
 }
 
 void rdzv__node_joins_free(struct node_job *nj) {

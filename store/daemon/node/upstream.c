@@ -63,6 +63,9 @@ struct upstream {
   bool was_up;              /* READY once: a loss is logged */
   uint32_t next_id;
   uint32_t hello_id;
+  uint64_t parent_inc; /* the parent's incarnation, 0 before the first */
+  void (*on_restart)(void *arg);
+  void *restart_arg;
   uint64_t backoff_ms;
   uint32_t attempts;
   uint32_t refs;
@@ -272,6 +275,11 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
       up_reset(u, "hello refused", m->status ? m->status : RDZV_EHELLO);
       return false;
     }
+    uint64_t inc = (uint64_t)m->b;
+    bool restarted = u->parent_inc != 0 && inc != u->parent_inc;
+    u->parent_inc = inc;
+    if (restarted && u->on_restart != NULL)
+      u->on_restart(u->restart_arg);
     up_ready(u);
     return true;
   }
@@ -445,7 +453,9 @@ static void up_connect(struct upstream *u) {
 
 /* ---- public (daemon-internal) API -------------------------------------------- */
 
-struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id) {
+struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
+                                       void (*on_restart)(void *arg),
+                                       void *arg) {
   struct upstream *u = calloc(1, sizeof(*u));
   if (u == NULL)
     return NULL;
@@ -455,6 +465,8 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id) {
     return NULL;
   }
   u->d = d;
+  u->on_restart = on_restart;
+  u->restart_arg = arg;
   u->refs = 1;
   u->next_id = 1;
   u->backoff_ms = 10;

@@ -349,8 +349,5 @@ static void root_job_free(struct daemon *d, struct job *j) {
 }
 
 const struct rdzv_role rdzv__root_role = {
-    "root",
-    root_handle,
-    root_conn_closed,
-    root_job_free,
+    "root", root_handle, root_conn_closed, NULL, root_job_free,
 };

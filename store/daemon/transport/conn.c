@@ -266,6 +266,8 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   conn_set_state(c, CONN_READY);
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, 0);
+  uint64_t epoch = d->role->hello_epoch != NULL ? d->role->hello_epoch(d, j) : 0;
+  r.b = (int64_t)(d->incarnation ^ (epoch * 0x9E3779B97F4A7C15ull));
   r.flags = RDZV_F_REPLY;
   rdzv__conn_send(c, &r);
 }

@@ -3,7 +3,7 @@
  *   {"name", "role", "uptime_ms", "jobs", "connections": {"open", "total",
  *    "rejected"}, "bytes": {"in", "out"}, "frames": {"in", "out"},
  *    "proto_errors", "cache_hits", "coalesced", "combined",
- *    "upstream_reconnects",
+ *    "upstream_reconnects", "parent_restarts",
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +43,7 @@ char *rdzv__stats_json(const struct daemon *d) {
       njobs++;
   json_t *o = json_pack(
       "{s:s,s:s,s:s,s:I,s:i,s:{s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},"
-      "s:I,s:I,s:I,s:I,s:I}",
+      "s:I,s:I,s:I,s:I,s:I,s:I}",
       "name", d->cfg.name, "role",
       d->role->name, "listen",
       d->bound_addr, "uptime_ms",
@@ -55,7 +55,8 @@ char *rdzv__stats_json(const struct daemon *d) {
       (json_int_t)s->frames_out, "proto_errors", (json_int_t)s->proto_errors,
       "cache_hits", (json_int_t)s->cache_hits, "coalesced",
       (json_int_t)s->coalesced, "combined", (json_int_t)s->combined,
-      "upstream_reconnects", (json_int_t)s->upstream_reconnects);
+      "upstream_reconnects", (json_int_t)s->upstream_reconnects,
+      "parent_restarts", (json_int_t)s->parent_restarts);
   if (o == NULL) {
     json_decref(ops);
     return NULL;

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -131,6 +133,29 @@ static void on_linger(uv_timer_t *t) {
 #endif
 }
 
+void rdzv__job_close_peers(struct daemon *d, struct job *j, int peer_role,
+                           int status, const char *text) {
+  struct conn *c, *next;
+  for (c = TAILQ_FIRST(&d->conns); c != NULL; c = next) {
+    next = TAILQ_NEXT(c, link); /* c leaves the list when it closes */
+    if (c->job == j && c->role == peer_role && c->state == CONN_READY &&
+        !c->inproc)
+      rdzv__conn_fail(c, status, text);
+  }
+}
+
+/* A random, non-zero incarnation id (the kernel's generator; the time
+ * and pid only if it fails). */
+static uint64_t new_incarnation(void) {
+  uint64_t v = 0;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+    v = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid() << 20;
+  if (fd >= 0)
+    close(fd);
+  return v != 0 ? v : 1;
+}
+
 void rdzv__job_attach(struct conn *c, struct job *j) {
   c->job = j;
   j->nconns++;
@@ -210,6 +235,7 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   d->event_limit.what = "round and job events";
   d->role = role;
   d->role_ctx = role_ctx;
+  d->incarnation = new_incarnation();
   if (d->cfg.name[0] == '\0') {
     char host[64] = "host";
     gethostname(host, sizeof(host) - 1);

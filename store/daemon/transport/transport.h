@@ -49,6 +49,7 @@ struct stats {
   uint64_t coalesced;       /* reads/waits joined to one upstream request */
   uint64_t combined;        /* adds/contributions merged into another */
   uint64_t upstream_reconnects;
+  uint64_t parent_restarts; /* a parent met again with a new incarnation */
 };
 
 /* Returns the daemon's statistics as one JSON object (malloc'd text). */
@@ -142,6 +143,10 @@ struct rdzv_role {
    * data: release or withdraw what c held. Replies to c are dropped from
    * now on; references the role holds on c stay valid until unref'd. */
   void (*conn_closed)(struct daemon *d, struct conn *c);
+  /* Optional (NULL: 0): what the role mixes into the incarnation this
+   * daemon announces to peers of j in the hello reply. A node changes it
+   * when its own parent restarted, so that its children notice too. */
+  uint64_t (*hello_epoch)(struct daemon *d, struct job *j);
   /* Free j->role_data (it may be NULL) and set it to NULL, with all it
    * holds (timers, the node's connection to its parent): the daemon is
    * stopping, or the job has had no connection for --job-linger-ms. No
@@ -166,6 +171,10 @@ struct daemon {
   struct rdzv_wire_limits limits;
   const struct rdzv_role *role;
   void *role_ctx; /* given with the role at start-up (e.g. a state backend) */
+  /* Random at each start, never 0: told to every peer in the hello reply
+   * (b), so a peer that meets a different one knows this daemon restarted
+   * and lost what it held. */
+  uint64_t incarnation;
   uv_tcp_t tcp_listen;
   uv_pipe_t unix_listen;
   bool have_tcp, have_unix;
@@ -223,6 +232,10 @@ int rdzv__write_port_file(const char *path, int port);
 
 /* Finds or creates the job named id (len bytes). NULL on ENOMEM. */
 struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len);
+/* Closes (with an ERROR frame of status and text) every READY connection
+ * of job j whose peer has role peer_role (enum rdzv_peer_role). */
+void rdzv__job_close_peers(struct daemon *d, struct job *j, int peer_role,
+                           int status, const char *text);
 /* c (becoming READY) belongs to j from now on. */
 void rdzv__job_attach(struct conn *c, struct job *j);
 /* c closed: j = c->job loses a connection; the last one starts its

@@ -1,0 +1,200 @@
+/* A root that restarts (kill -9, started again on its port) has lost
+ * every job's state; the nodes below notice (the root's hello carries a
+ * new incarnation), two levels down too: they drop write-once values
+ * cached from the old root, so a value written to the new root is what
+ * every node answers (not the old one from a cache), and a rank's request
+ * for a generation of the old root fails at once with RDZV_EABORTED
+ * saying the root restarted. Real daemons (root <- mid <- leaf). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "rdzv/rdzv.h"
+#include "rdzv/rendezvous.h"
+
+#define RDZVD "tools/rdzvd"
+
+static char dir[64];
+static struct proc root, mid, leaf;
+static int root_port;
+static char root_arg[64], mid_tcp[64], leaf_tcp[64];
+static char leaf_addr[160], mid_addr[160];
+static int fds_before;
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+    return -1;
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+static int start_root(void) {
+  char pf[128], pfa[160];
+  snprintf(pf, sizeof(pf), "%s/root.port", dir);
+  snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
+  unlink(pf);
+  char *argv[] = {RDZVD, "--role=root", root_arg, pfa, "--log-level=0", NULL};
+  if (proc_start(&root, argv, 0) < 0)
+    return -1;
+  return wait_port_file(pf, 30) < 0 ? -1 : 0;
+}
+
+static int start_node(struct proc *p, const char *name, const char *parent,
+                      char *tcp) {
+  char pf[128], pfa[160], una[160], par[96], nm[64];
+  snprintf(pf, sizeof(pf), "%s/%s.port", dir, name);
+  snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
+  snprintf(una, sizeof(una), "--unix=%s/%s.sock", dir, name);
+  snprintf(par, sizeof(par), "--parent=%s", parent);
+  snprintf(nm, sizeof(nm), "--name=%s", name);
+  char *argv[] = {RDZVD, "--role=node", "--listen=127.0.0.1:0", pfa, una, par,
+                  nm, "--log-level=0", NULL};
+  if (proc_start(p, argv, 0) < 0)
+    return -1;
+  int port = wait_port_file(pf, 30);
+  if (port < 0)
+    return -1;
+  snprintf(tcp, 64, "127.0.0.1:%d", port);
+  return 0;
+}
+
+static int setup(void **state) {
+  (void)state;
+  fds_before = count_open_fds();
+  snprintf(dir, sizeof(dir), "/tmp/rdzv-restart-XXXXXX");
+  if (mkdtemp(dir) == NULL || (root_port = free_port()) < 0)
+    return -1;
+  snprintf(root_arg, sizeof(root_arg), "--listen=127.0.0.1:%d", root_port);
+  char root_tcp[64];
+  snprintf(root_tcp, sizeof(root_tcp), "127.0.0.1:%d", root_port);
+  if (start_root() < 0 || start_node(&mid, "mid", root_tcp, mid_tcp) < 0 ||
+      start_node(&leaf, "leaf", mid_tcp, leaf_tcp) < 0)
+    return -1;
+  snprintf(leaf_addr, sizeof(leaf_addr), "unix:%s/leaf.sock", dir);
+  snprintf(mid_addr, sizeof(mid_addr), "unix:%s/mid.sock", dir);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  int bad = proc_stop(&leaf) != 0;
+  bad |= proc_stop(&mid) != 0;
+  bad |= proc_stop(&root) != 0;
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  bad |= system(cmd) != 0;
+  bad |= count_open_fds() != fds_before;
+  return bad ? -1 : 0;
+}
+
+static rdzv_client_t *client(const char *addr) {
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = addr;
+  o.job_id = "restart-job";
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  return c;
+}
+
+static void assert_get(rdzv_client_t *c, const char *key, const char *want) {
+  void *v = NULL;
+  size_t n = 0;
+  int rc = rdzv_store_get(c, key, &v, &n, 20);
+  if (rc != 0)
+    fail_msg("get %s: %s (%s)", key, rdzv_strerror(rc),
+             rdzv_client_last_error(c));
+  if (n != strlen(want) || memcmp(v, want, n) != 0)
+    fail_msg("get %s: '%.*s', want '%s'", key, (int)n, (char *)v, want);
+  rdzv_free(v);
+}
+
+static void test_root_restart(void **state) {
+  (void)state;
+  /* A rank of a world of 1 through leaf: generation 1 of the old root. */
+  struct rdzv_rendezvous_opts o;
+  rdzv_rendezvous_opts_init(&o);
+  o.addr = leaf_addr;
+  o.job_id = "restart-job";
+  o.host = "hostR";
+  o.local_rank = 0;
+  o.local_size = 1;
+  o.world_size = 1;
+  o.timeout_s = 20;
+  o.topology = "gpu=test\n";
+  rdzv_rendezvous_t *r = NULL;
+  char err[512] = "";
+  assert_int_equal(rdzv_rendezvous_join(&o, &r, err, sizeof(err)), 0);
+  assert_int_equal(rdzv_rendezvous_generation(r), 1);
+
+  /* A write-once value, read back through both nodes (cached there). */
+  rdzv_client_t *cl = client(leaf_addr), *cm = client(mid_addr);
+  assert_int_equal(rdzv_store_set(cl, "id", "old", 3, RDZV_STORE_WRITE_ONCE, 20),
+                   0);
+  assert_get(cl, "id", "old");
+  assert_get(cm, "id", "old");
+
+  /* The root dies and comes back on its port, empty. */
+  kill(root.pid, SIGKILL);
+  int st;
+  waitpid(root.pid, &st, 0);
+  assert_int_equal(start_root(), 0);
+  /* Until the restart reached leaf (mid sees the new incarnation and
+   * disconnects leaf, which meets a new one of mid's). */
+  int64_t seen = 0;
+  for (int tries = 0; tries < 300 && seen < 1; tries++) {
+    rdzv_store_set(cm, "probe", "1", 1, 0, 5); /* makes mid reconnect */
+    seen = stats_at(leaf_tcp, "parent_restarts");
+    if (seen < 1)
+      usleep(100 * 1000);
+  }
+  assert_int_equal(stats_at(mid_tcp, "parent_restarts"), 1);
+  assert_true(seen >= 1);
+
+  /* The new root holds no "id": a new write-once value is accepted, and
+   * every node answers it, none the old one. */
+  assert_int_equal(rdzv_store_set(cl, "id", "new", 3, RDZV_STORE_WRITE_ONCE, 20),
+                   0);
+  assert_get(cl, "id", "new");
+  assert_get(cm, "id", "new");
+
+  /* The rank's generation died with the old root: said at once. */
+  int rc = rdzv_rendezvous_barrier(r, "after", 20);
+  assert_int_equal(rc, RDZV_EABORTED);
+  if (strstr(rdzv_rendezvous_last_error(r), "root restarted") == NULL)
+    fail_msg("the error does not say why: %s", rdzv_rendezvous_last_error(r));
+  rdzv_rendezvous_destroy(r);
+
+  /* Rejoining works: generation 1 of the new root. */
+  assert_int_equal(rdzv_rendezvous_join(&o, &r, err, sizeof(err)), 0);
+  assert_int_equal(rdzv_rendezvous_generation(r), 1);
+  assert_int_equal(rdzv_rendezvous_barrier(r, "again", 20), 0);
+  rdzv_rendezvous_destroy(r);
+  rdzv_client_destroy(cl);
+  rdzv_client_destroy(cm);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_root_restart, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
