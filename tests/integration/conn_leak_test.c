@@ -20,7 +20,6 @@
 #include "rdzv/rdzv.h"
 #include "rendezvous/join_wire.h"
 
-#define RDZVD "tools/rdzvd"
 #define WARMUP 400
 #define ROUNDS 4000
 /* Allowed growth of the node's RSS over ROUNDS connections (each with 5
@@ -34,35 +33,16 @@ static struct proc root, node;
 static char node_addr[160];
 static int fds_before;
 
-static int start(struct proc *p, char *const argv[], const char *pf) {
-  if (proc_start(p, argv, 0) < 0)
-    return -1;
-  return wait_port_file(pf, 30);
-}
-
 static int setup(void **state) {
   (void)state;
   fds_before = count_open_fds();
   snprintf(dir, sizeof(dir), "/tmp/rdzv-leak-XXXXXX");
-  if (mkdtemp(dir) == NULL)
+  char root_tcp[64], node_tcp[64];
+  if (mkdtemp(dir) == NULL ||
+      daemon_start(&root, dir, "root", NULL, NULL, root_tcp) < 0 ||
+      daemon_start(&node, dir, "node", root_tcp, NULL, node_tcp) < 0)
     return -1;
-  char pf[128], pfa[160], npf[128], npfa[160], una[160], par[96];
-  snprintf(pf, sizeof(pf), "%s/root.port", dir);
-  snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
-  char *rargv[] = {RDZVD, "--role=root", "--listen=127.0.0.1:0", pfa,
-                   "--log-level=0", NULL};
-  int port = start(&root, rargv, pf);
-  if (port < 0)
-    return -1;
-  snprintf(npf, sizeof(npf), "%s/node.port", dir);
-  snprintf(npfa, sizeof(npfa), "--port-file=%s", npf);
-  snprintf(una, sizeof(una), "--unix=%s/node.sock", dir);
-  snprintf(par, sizeof(par), "--parent=127.0.0.1:%d", port);
-  char *nargv[] = {RDZVD, "--role=node", "--listen=127.0.0.1:0", npfa, una,
-                   par, "--log-level=0", NULL};
-  if (start(&node, nargv, npf) < 0)
-    return -1;
-  snprintf(node_addr, sizeof(node_addr), "unix:%s/node.sock", dir);
+  daemon_unix_addr(dir, "node", node_addr, sizeof(node_addr));
   return 0;
 }
 
@@ -70,24 +50,9 @@ static int teardown(void **state) {
   (void)state;
   int bad = proc_stop(&node) != 0;
   bad |= proc_stop(&root) != 0;
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  bad |= system(cmd) != 0;
+  bad |= rm_rf(dir) != 0;
   bad |= count_open_fds() != fds_before;
   return bad ? -1 : 0;
-}
-
-static long rss_kb(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  long kb = -1;
-  while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-    if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-      break;
-  if (f != NULL)
-    fclose(f);
-  return kb;
 }
 
 enum kind { K_WAIT, K_BARRIER, K_GATHER, K_JOIN, K_ADD, K_GET, K_STATS };

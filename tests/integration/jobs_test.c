@@ -11,7 +11,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +20,6 @@
 #include "rdzv/rdzv.h"
 #include "rdzv/rendezvous.h"
 
-#define RDZVD "tools/rdzvd"
 #define JOBS 50
 #define LINGER_MS "300"
 
@@ -31,25 +29,10 @@ static char tcp[3][64];
 static char leaf_addr[160];
 static int fds_before;
 
-static int fds_of(pid_t pid);
 
 static int start(int i, const char *name, const char *parent) {
-  char pf[128], pfa[160], una[160], par[192], nm[64];
-  snprintf(pf, sizeof(pf), "%s/%s.port", dir, name);
-  snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
-  snprintf(una, sizeof(una), "--unix=%s/%s.sock", dir, name);
-  snprintf(par, sizeof(par), "--parent=%s", parent ? parent : "");
-  snprintf(nm, sizeof(nm), "--name=%s", name);
-  char *argv[] = {RDZVD, parent ? "--role=node" : "--role=root",
-                  "--listen=127.0.0.1:0", pfa, una, nm, "--log-level=0",
-                  "--job-linger-ms=" LINGER_MS, parent ? par : NULL, NULL};
-  if (proc_start(&procs[i], argv, 0) < 0)
-    return -1;
-  int port = wait_port_file(pf, 30);
-  if (port < 0)
-    return -1;
-  snprintf(tcp[i], sizeof(tcp[i]), "127.0.0.1:%d", port);
-  return 0;
+  const char *extra[] = {"--job-linger-ms=" LINGER_MS, NULL};
+  return daemon_start(&procs[i], dir, name, parent, extra, tcp[i]);
 }
 
 static int setup(void **state) {
@@ -61,7 +44,7 @@ static int setup(void **state) {
   if (start(0, "root", NULL) < 0 || start(1, "mid", tcp[0]) < 0 ||
       start(2, "leaf", tcp[1]) < 0)
     return -1;
-  snprintf(leaf_addr, sizeof(leaf_addr), "unix:%s/leaf.sock", dir);
+  daemon_unix_addr(dir, "leaf", leaf_addr, sizeof(leaf_addr));
   return 0;
 }
 
@@ -70,37 +53,9 @@ static int teardown(void **state) {
   int bad = 0;
   for (int i = 2; i >= 0; i--)
     bad |= proc_stop(&procs[i]) != 0;
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  bad |= system(cmd) != 0;
+  bad |= rm_rf(dir) != 0;
   bad |= count_open_fds() != fds_before;
   return bad ? -1 : 0;
-}
-
-static int fds_of(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-  DIR *d = opendir(path);
-  int n = 0;
-  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
-    if (e->d_name[0] != '.')
-      n++;
-  if (d != NULL)
-    closedir(d);
-  return n;
-}
-
-static long rss_kb(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  long kb = -1;
-  while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-    if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-      break;
-  if (f != NULL)
-    fclose(f);
-  return kb;
 }
 
 /* One job: a rank of a world of 1 joins, writes, leaves. Returns its

@@ -21,7 +21,6 @@
 #include "rdzv/rdzv.h"
 #include "rdzv/rendezvous.h"
 
-#define RDZVD "tools/rdzvd"
 
 static char dir[64];
 static struct proc root, mid, leaf;
@@ -31,29 +30,16 @@ static int fds_before;
 /* The nodes' --job-linger-ms (the root keeps the daemon default). */
 static const char *node_linger = "30000";
 
-/* Starts a daemon of role with --parent parent (NULL for the root); its
- * TCP address goes to tcp, its Unix socket is DIR/<name>.sock. */
+/* Starts a daemon (a node of parent, or the root when parent is NULL)
+ * with the --job-linger-ms of its kind. */
 static int start(struct proc *p, const char *name, const char *parent,
                  char *tcp, size_t tcplen) {
-  char pf[128], pfa[160], una[160], par[192], nm[64];
-  snprintf(pf, sizeof(pf), "%s/%s.port", dir, name);
-  snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
-  snprintf(una, sizeof(una), "--unix=%s/%s.sock", dir, name);
-  snprintf(par, sizeof(par), "--parent=%s", parent ? parent : "");
-  snprintf(nm, sizeof(nm), "--name=%s", name);
   char linger[64];
+  (void)tcplen;
   snprintf(linger, sizeof(linger), "--job-linger-ms=%s",
            parent ? node_linger : "30000");
-  char *argv[] = {RDZVD, parent ? "--role=node" : "--role=root",
-                  "--listen=127.0.0.1:0", pfa, una, nm, "--log-level=0",
-                  linger, parent ? par : NULL, NULL};
-  if (proc_start(p, argv, 0) < 0)
-    return -1;
-  int port = wait_port_file(pf, 30);
-  if (port < 0)
-    return -1;
-  snprintf(tcp, tcplen, "127.0.0.1:%d", port);
-  return 0;
+  const char *extra[] = {linger, NULL};
+  return daemon_start(p, dir, name, parent, extra, tcp);
 }
 
 static int setup(void **state) {
@@ -66,8 +52,8 @@ static int setup(void **state) {
       start(&mid, "mid", root_tcp, mid_tcp, sizeof(mid_tcp)) < 0 ||
       start(&leaf, "leaf", mid_tcp, leaf_tcp, sizeof(leaf_tcp)) < 0)
     return -1;
-  snprintf(leaf_addr, sizeof(leaf_addr), "unix:%s/leaf.sock", dir);
-  snprintf(mid_addr, sizeof(mid_addr), "unix:%s/mid.sock", dir);
+  daemon_unix_addr(dir, "leaf", leaf_addr, sizeof(leaf_addr));
+  daemon_unix_addr(dir, "mid", mid_addr, sizeof(mid_addr));
   return 0;
 }
 
@@ -77,9 +63,7 @@ static int teardown(void **state) {
   int bad = leaf.pid != 0 && proc_stop(&leaf) != 0;
   bad |= proc_stop(&mid) != 0;
   bad |= proc_stop(&root) != 0;
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  bad |= system(cmd) != 0;
+  bad |= rm_rf(dir) != 0;
   bad |= count_open_fds() != fds_before;
   return bad ? -1 : 0;
 }

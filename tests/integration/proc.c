@@ -2,6 +2,8 @@
 #include "proc.h"
 
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -142,4 +144,83 @@ int64_t stats_at(const char *addr, const char *path) {
   rdzv_free(json);
   rdzv_client_destroy(c);
   return v;
+}
+
+int daemon_start(struct proc *p, const char *dir, const char *name,
+                 const char *parent, const char *const *extra, char *tcp) {
+  char pf[256], pfa[300], una[300], par[300], nm[128];
+  snprintf(pf, sizeof(pf), "%s/%s.port", dir, name);
+  snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
+  snprintf(una, sizeof(una), "--unix=%s/%s.sock", dir, name);
+  snprintf(par, sizeof(par), "--parent=%s", parent ? parent : "");
+  snprintf(nm, sizeof(nm), "--name=%s", name);
+  char *argv[32] = {"tools/rdzvd", parent ? "--role=node" : "--role=root",
+                    "--listen=127.0.0.1:0", pfa, una, nm, "--log-level=0"};
+  int n = 7;
+  if (parent != NULL)
+    argv[n++] = par;
+  for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
+    argv[n++] = (char *)extra[i];
+  argv[n] = NULL;
+  unlink(pf); /* a restart must not read the last run's port */
+  if (proc_start(p, argv, 0) < 0)
+    return -1;
+  int port = wait_port_file(pf, 30);
+  if (port < 0)
+    return -1;
+  snprintf(tcp, 64, "127.0.0.1:%d", port);
+  return 0;
+}
+
+void daemon_unix_addr(const char *dir, const char *name, char *out, size_t n) {
+  snprintf(out, n, "unix:%s/%s.sock", dir, name);
+}
+
+int fds_of(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL)
+    return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n;
+}
+
+long rss_kb(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  long kb = -1;
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+    if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+      break;
+  if (f != NULL)
+    fclose(f);
+  return kb;
+}
+
+int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+    port = ntohs(sa.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+int rm_rf(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : -1;
 }

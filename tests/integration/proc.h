@@ -36,4 +36,24 @@ int64_t stats_get(const char *json, const char *path);
  * or -1 on failure. */
 int64_t stats_at(const char *addr, const char *path);
 
+/* Starts tools/rdzvd (a root when parent is NULL, else a node of parent)
+ * named name, with its port file DIR/<name>.port and Unix socket
+ * DIR/<name>.sock, listening on 127.0.0.1:0, log level 0, then the
+ * NULL-terminated extra options (which may override those: a later
+ * option wins). Waits for its port file; tcp (64 bytes) gets
+ * "127.0.0.1:PORT". Returns 0 or -1. */
+int daemon_start(struct proc *p, const char *dir, const char *name,
+                 const char *parent, const char *const *extra, char *tcp);
+/* "unix:DIR/<name>.sock" into out (n bytes). */
+void daemon_unix_addr(const char *dir, const char *name, char *out, size_t n);
+/* Open file descriptors and resident memory (KiB) of process pid; -1 if
+ * it cannot be read. */
+int fds_of(pid_t pid);
+long rss_kb(pid_t pid);
+/* A TCP port on loopback that nothing listens on now (bound, then
+ * closed), or -1. */
+int free_port(void);
+/* Removes the directory tree dir. Returns 0 or -1. */
+int rm_rf(const char *dir);
+
 #endif

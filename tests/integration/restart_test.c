@@ -10,20 +10,16 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "proc.h"
 #include "rdzv/rdzv.h"
 #include "rdzv/rendezvous.h"
-
-#define RDZVD "tools/rdzvd"
 
 static char dir[64];
 static struct proc root, mid, leaf;
@@ -32,48 +28,10 @@ static char root_arg[64], mid_tcp[64], leaf_tcp[64];
 static char leaf_addr[160], mid_addr[160];
 static int fds_before;
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(sa);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-      getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
-    return -1;
-  close(fd);
-  return ntohs(sa.sin_port);
-}
-
 static int start_root(void) {
-  char pf[128], pfa[160];
-  snprintf(pf, sizeof(pf), "%s/root.port", dir);
-  snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
-  unlink(pf);
-  char *argv[] = {RDZVD, "--role=root", root_arg, pfa, "--log-level=0", NULL};
-  if (proc_start(&root, argv, 0) < 0)
-    return -1;
-  return wait_port_file(pf, 30) < 0 ? -1 : 0;
-}
-
-static int start_node(struct proc *p, const char *name, const char *parent,
-                      char *tcp) {
-  char pf[128], pfa[160], una[160], par[96], nm[64];
-  snprintf(pf, sizeof(pf), "%s/%s.port", dir, name);
-  snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
-  snprintf(una, sizeof(una), "--unix=%s/%s.sock", dir, name);
-  snprintf(par, sizeof(par), "--parent=%s", parent);
-  snprintf(nm, sizeof(nm), "--name=%s", name);
-  char *argv[] = {RDZVD, "--role=node", "--listen=127.0.0.1:0", pfa, una, par,
-                  nm, "--log-level=0", NULL};
-  if (proc_start(p, argv, 0) < 0)
-    return -1;
-  int port = wait_port_file(pf, 30);
-  if (port < 0)
-    return -1;
-  snprintf(tcp, 64, "127.0.0.1:%d", port);
-  return 0;
+  char tcp[64];
+  const char *extra[] = {root_arg, NULL};
+  return daemon_start(&root, dir, "root", NULL, extra, tcp);
 }
 
 static int setup(void **state) {
@@ -85,11 +43,12 @@ static int setup(void **state) {
   snprintf(root_arg, sizeof(root_arg), "--listen=127.0.0.1:%d", root_port);
   char root_tcp[64];
   snprintf(root_tcp, sizeof(root_tcp), "127.0.0.1:%d", root_port);
-  if (start_root() < 0 || start_node(&mid, "mid", root_tcp, mid_tcp) < 0 ||
-      start_node(&leaf, "leaf", mid_tcp, leaf_tcp) < 0)
+  if (start_root() < 0 ||
+      daemon_start(&mid, dir, "mid", root_tcp, NULL, mid_tcp) < 0 ||
+      daemon_start(&leaf, dir, "leaf", mid_tcp, NULL, leaf_tcp) < 0)
     return -1;
-  snprintf(leaf_addr, sizeof(leaf_addr), "unix:%s/leaf.sock", dir);
-  snprintf(mid_addr, sizeof(mid_addr), "unix:%s/mid.sock", dir);
+  daemon_unix_addr(dir, "leaf", leaf_addr, sizeof(leaf_addr));
+  daemon_unix_addr(dir, "mid", mid_addr, sizeof(mid_addr));
   return 0;
 }
 
@@ -98,9 +57,7 @@ static int teardown(void **state) {
   int bad = proc_stop(&leaf) != 0;
   bad |= proc_stop(&mid) != 0;
   bad |= proc_stop(&root) != 0;
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  bad |= system(cmd) != 0;
+  bad |= rm_rf(dir) != 0;
   bad |= count_open_fds() != fds_before;
   return bad ? -1 : 0;
 }

@@ -8,17 +8,13 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "proc.h"
 #include "rdzv/rdzv.h"
-
-#define RDZVD "tools/rdzvd"
 
 static char dir[64];
 static struct proc node, root;
@@ -26,37 +22,18 @@ static int parent_port;
 static char node_addr[160];
 static int fds_before;
 
-/* A TCP port on loopback that nothing listens on (bound, then closed). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(sa);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-      getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
-    return -1;
-  close(fd);
-  return ntohs(sa.sin_port);
-}
-
 static int setup(void **state) {
   (void)state;
   fds_before = count_open_fds();
   snprintf(dir, sizeof(dir), "/tmp/rdzv-unreach-XXXXXX");
   if (mkdtemp(dir) == NULL || (parent_port = free_port()) < 0)
     return -1;
-  char npf[128], npfa[160], una[160], par[96];
-  snprintf(npf, sizeof(npf), "%s/node.port", dir);
-  snprintf(npfa, sizeof(npfa), "--port-file=%s", npf);
-  snprintf(una, sizeof(una), "--unix=%s/node.sock", dir);
-  snprintf(par, sizeof(par), "--parent=127.0.0.1:%d", parent_port);
-  char *argv[] = {RDZVD, "--role=node", "--listen=127.0.0.1:0", npfa, una,
-                  par, "--upstream-timeout-ms=500", "--log-level=0", NULL};
-  if (proc_start(&node, argv, 0) < 0 || wait_port_file(npf, 30) < 0)
+  char par[64], tcp[64];
+  snprintf(par, sizeof(par), "127.0.0.1:%d", parent_port);
+  const char *extra[] = {"--upstream-timeout-ms=500", NULL};
+  if (daemon_start(&node, dir, "node", par, extra, tcp) < 0)
     return -1;
-  snprintf(node_addr, sizeof(node_addr), "unix:%s/node.sock", dir);
+  daemon_unix_addr(dir, "node", node_addr, sizeof(node_addr));
   root.pid = 0;
   return 0;
 }
@@ -66,9 +43,7 @@ static int teardown(void **state) {
   int bad = proc_stop(&node) != 0;
   if (root.pid != 0)
     bad |= proc_stop(&root) != 0;
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  bad |= system(cmd) != 0;
+  bad |= rm_rf(dir) != 0;
   bad |= count_open_fds() != fds_before;
   return bad ? -1 : 0;
 }
@@ -101,7 +76,7 @@ static void test_unreachable_parent_named(void **state) {
   /* The parent comes up on that port: the node serves. */
   char port[64];
   snprintf(port, sizeof(port), "--listen=127.0.0.1:%d", parent_port);
-  char *argv[] = {RDZVD, "--role=root", port, "--log-level=0", NULL};
+  char *argv[] = {"tools/rdzvd", "--role=root", port, "--log-level=0", NULL};
   assert_int_equal(proc_start(&root, argv, 0), 0);
   int rc = -1;
   for (int tries = 0; tries < 100 && rc != 0; tries++) {
