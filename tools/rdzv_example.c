@@ -153,9 +153,16 @@ static int run(rdzv_rendezvous_t *r, const struct args *a,
 
 int main(int argc, char **argv) {
   struct args a;
+  static const char usage[] =
+      "usage: rdzv-example [--nccl PATH|none] [--ranks-per-root N] "
+      "[--timeout S]\n";
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(usage, stdout);
+      return 0;
+    }
   if (parse_args(argc, argv, &a) < 0) {
-    fprintf(stderr, "usage: rdzv-example [--nccl PATH|none] "
-                    "[--ranks-per-root N] [--timeout S]\n");
+    fputs(usage, stderr);
     return 2;
   }
   char err[1024] = "";

@@ -203,14 +203,16 @@ static int run_until_done(struct swarm *s, double timeout_s) {
   return rc;
 }
 
-static int usage(void) {
-  fprintf(stderr,
+static int usage_to(FILE *f, int rc) {
+  fprintf(f,
           "usage: rdzv-swarm --addrs A[,B...] --job JOB --clients N\n"
           "       [--member-base B] [--timeout S] [--sync] SCENARIO ARGS\n"
           "scenarios: wait KEY | add KEY | get KEY | barrier NAME COUNT |\n"
           "           gather NAME COUNT | ops SECONDS set|get|add\n");
-  return 2;
+  return rc;
 }
+
+static int usage(void) { return usage_to(stderr, 2); }
 
 static int create_clients(struct swarm *s, char *addrs, const char *job,
                           uint64_t base) {
@@ -297,6 +299,9 @@ int main(int argc, char **argv) {
   uint64_t n = 0, base = 0;
   bool sync = false;
   int i = 1;
+  for (int k = 1; k < argc; k++)
+    if (strcmp(argv[k], "--help") == 0 || strcmp(argv[k], "-h") == 0)
+      return usage_to(stdout, 0);
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
     const char *o = argv[i];
     if (strcmp(o, "--sync") == 0) {

@@ -17,4 +17,7 @@
 #include "rdzv/client.h"
 #include "rdzv/store.h"
 
+/* This release of rdzv (what `rdzvd --version` prints). */
+#define RDZV_VERSION_STRING "0.3.0"
+
 #endif /* RDZV_RDZV_H */

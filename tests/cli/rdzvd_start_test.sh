@@ -247,6 +247,14 @@ else
   echo "ok: a failed start says only why"
 fi
 
+# --version and --help: stdout, exit status 0.
+if v=$("$rdzvd" --version) && [ -n "$v" ] && "$rdzvd" --help | grep -q -- --job-linger-ms; then
+  echo "ok: $v; --help lists the options"
+else
+  echo "FAIL: rdzvd --version or --help"
+  fails=$((fails + 1))
+fi
+
 # A clean stop removes the port file it wrote (a script waiting for it
 # must not read a stale port); the flood daemon above stopped with SIGTERM.
 if [ -e "$dir/flood.port" ]; then

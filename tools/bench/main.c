@@ -38,8 +38,8 @@ struct run {
   const char *transport;
 };
 
-static void usage(void) {
-  fprintf(stderr,
+static void usage_to(FILE *f) {
+  fprintf(f,
       "usage: rdzv-bench --ranks N[,N...] [--ranks-per-host R] [--fanout F]\n"
       "       [--mode tree|flat|both] [--json FILE] [--plot FILE.png]\n"
       "       [--transport auto|sockets|inproc] [--sockets-max N]\n"
@@ -48,6 +48,8 @@ static void usage(void) {
       "  --mode both --transport auto (sockets up to --sockets-max 20000\n"
       "  ranks, in-process rank hop above) --rtt-us 50 --flush-ms 2\n");
 }
+
+static void usage(void) { usage_to(stderr); }
 
 static int spawn(struct run *rn, const char *kind, int64_t first,
                  int64_t count, int flags, int holds_ranks) {
@@ -450,7 +452,7 @@ int main(int argc, char **argv) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
     if (strcmp(k, "--help") == 0 || strcmp(k, "-h") == 0) {
-      usage();
+      usage_to(stdout);
       return 0;
     }
     if (v == NULL) {
