@@ -63,6 +63,10 @@ static const struct opt opts[] = {
           upstream_timeout_ms,
           "node: a request that cannot reach the parent this long fails, "
           "naming the parent and why"),
+  U32_OPT("upstream-wait-max-ms", "RDZVD_UPSTREAM_WAIT_MAX_MS", "60000",
+          upstream_wait_max_ms,
+          "node: a wait is asked of the parent for at most this long, then "
+          "again while a local waiter remains (abandoned waits end)"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen,
@@ -312,6 +316,10 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
   if (cfg->hello_timeout_ms == 0) {
     snprintf(err, errlen, "--hello-timeout-ms must be at least 1 (0 would "
                           "drop every connection before its hello)");
+    return -EINVAL;
+  }
+  if (cfg->upstream_wait_max_ms == 0) {
+    snprintf(err, errlen, "--upstream-wait-max-ms must be at least 1");
     return -EINVAL;
   }
   if (cfg->upstream_timeout_ms == 0) {

@@ -29,7 +29,9 @@ struct rdzv_daemon_config {
   uint32_t hello_timeout_ms;
   uint32_t job_linger_ms;
   uint32_t upstream_timeout_ms; /* node: fail what waits this long for a
-                                   parent that cannot be reached */  /* free a job this long after its last connection */
+                                   parent that cannot be reached */
+  uint32_t upstream_wait_max_ms; /* node: longest wait asked of the parent
+                                    at once (asked again while needed) */  /* free a job this long after its last connection */
   uint32_t log_level;      /* 0 errors, 1 info, 2 debug */
   /* PyTorch c10d TCPStore front end (store/daemon/tcpstore/tcpstore.c): HOST:PORT, "" for
    * none; the job its clients' keys live in; where to write its port. */

@@ -98,7 +98,7 @@ tsargs() {
 start root root || finish
 root=127.0.0.1:$(cat "$dir/root.port")
 # shellcheck disable=SC2046
-start a node --parent="$root" $(tsargs a) || finish
+start a node --parent="$root" --upstream-wait-max-ms=300 $(tsargs a) || finish
 # shellcheck disable=SC2046
 start b node --parent="$root" $(tsargs b) || finish
 port_a=$(cat "$dir/a.tsport")
@@ -116,6 +116,40 @@ done
   --ctl "$ctl" --job "$job"
 rc=$?
 [ "$rc" = 0 ] || fail "tcpstore_test.py: failed checks (status $rc)"
+
+# TCPStore clients that hang up inside a WAIT leave nothing behind at the
+# node (each held its waiters for the WAIT's 24-day timeout before): node
+# A's RSS over 2,000 such clients, each waiting on 20 missing keys. Node A
+# asks its parent for at most 300 ms of a wait at once
+# (--upstream-wait-max-ms), so the upstream waits of the keys nobody
+# waits for any more end within that.
+leak=$("$py" - "$port_a" "${pids[1]}" <<'PYEOF'
+import socket, struct, sys, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+def key(b): return struct.pack('<Q', len(b)) + b
+def rss():
+    for l in open('/proc/%d/status' % pid):
+        if l.startswith('VmRSS'):
+            return int(l.split()[1])
+def storm(n, base):
+    for i in range(n):
+        s = socket.create_connection(('127.0.0.1', port))
+        ks = [b'/never/%d/%d/' % (base + i, j) + b'x' * 200 for j in range(20)]
+        s.sendall(b'\x05' + struct.pack('<Q', len(ks)) + b''.join(key(k) for k in ks))
+        time.sleep(0.001)
+        s.close()
+    time.sleep(1.0)
+storm(200, 0)
+before = rss()
+storm(2000, 1000)
+print(rss() - before)
+PYEOF
+)
+if [[ "$leak" =~ ^-?[0-9]+$ ]] && [ "$leak" -lt 4096 ]; then
+  echo "PASS: 2,000 TCPStore clients hanging up in a WAIT: node RSS ${leak} KB"
+else
+  fail "2,000 TCPStore clients hanging up in a WAIT grew node A by [$leak] KB"
+fi
 
 # The daemons kept serving through every bad input above...
 for i in "${!pids[@]}"; do

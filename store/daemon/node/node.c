@@ -130,7 +130,14 @@ static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_WAIT;
-  m.a = (int64_t)(deadline_ms > now ? deadline_ms - now : 0);
+  /* At most --upstream-wait-max-ms at once: at its end it is asked again
+   * if a local waiter still needs it (on_upwait), so a wait whose waiters
+   * all hung up (a TCPStore WAIT has a 24-day timeout) ends here and at
+   * the parent within that time. */
+  uint64_t left = deadline_ms > now ? deadline_ms - now : 0;
+  if (left > nj->d->cfg.upstream_wait_max_ms)
+    left = nj->d->cfg.upstream_wait_max_ms;
+  m.a = (int64_t)left;
   m.keys.n = 1;
   m.keys.v = &ks;
   /* Listed first: the reply may come inside the send. */

@@ -152,11 +152,15 @@ static void on_expire(uv_timer_t *t) {
            "parent %s unreachable for %" PRIu64 " ms (node %s): %s",
            u->d->cfg.parent, now - u->down_since_ms, u->d->cfg.name,
            u->why[0] ? u->why : "not connected yet");
+  /* Their frames go in one cut (one memmove, not one per request):
+   * callbacks only append to the queue, so the prefix stays in place. */
   struct upreq *r;
+  size_t cut = 0;
   while ((r = TAILQ_FIRST(&u->queue)) != NULL && r->queued_ms + limit <= now) {
-    rdzv_buf_consume(&u->queued, r->frame_len);
+    cut += r->frame_len;
     fail_one(u, r, RDZV_EUNREACHABLE, text);
   }
+  rdzv_buf_consume(&u->queued, cut);
   if (r != NULL)
     uv_timer_start(&u->expire, on_expire, r->queued_ms + limit - now, 0);
 }
@@ -190,6 +194,12 @@ static void up_reset(struct upstream *u, const char *why, int err) {
     u->refs++;
     uv_close(&u->h.handle, on_stream_closed);
   }
+  if (u->state == UP_READY)
+    u->d->stats.upstream_reconnects++;
+  /* Not READY before the failure callbacks run: what they send again
+   * waits in the queue for the next connection, never in u->out ahead of
+   * its hello. */
+  up_set_state(u, UP_BACKOFF);
   u->out.len = 0;
   u->in.len = 0;
   char text[800];
@@ -197,9 +207,6 @@ static void up_reset(struct upstream *u, const char *why, int err) {
            "failed: %s; the request's outcome is unknown",
            u->d->cfg.name, u->d->cfg.parent, u->why);
   fail_requests(u, RDZV_ECONN_CLOSED, false, text);
-  if (u->state == UP_READY)
-    u->d->stats.upstream_reconnects++;
-  up_set_state(u, UP_BACKOFF);
   uint64_t b = u->backoff_ms;
   uint64_t jitter = b / 4 > 0 ? (uint64_t)rand() % (b / 2 + 1) : 0;
   uv_timer_start(&u->timer, on_backoff, b - b / 4 + jitter, 0);
@@ -531,22 +538,27 @@ static bool flush_and_close(struct upstream *u) {
 void rdzv__upstream_destroy(struct upstream *u, bool flush) {
   if (u == NULL)
     return;
+  /* Closed before the callbacks run: one that sends again is refused
+   * (RDZV_ECANCELED) instead of queueing a request nobody would end. */
+  bool ready = u->state == UP_READY;
+  up_set_state(u, UP_CLOSED);
   fail_requests(u, RDZV_ECANCELED, true, "");
   uv_close((uv_handle_t *)&u->expire, on_timer_closed);
   if (u->have_stream) {
     u->have_stream = false;
-    if (!(flush && u->state == UP_READY && flush_and_close(u))) {
+    if (!(flush && ready && flush_and_close(u))) {
       u->refs++;
       uv_close(&u->h.handle, on_stream_closed);
     }
   }
-  up_set_state(u, UP_CLOSED);
   uv_close((uv_handle_t *)&u->timer, on_timer_closed);
   up_unref(u);
 }
 
 int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
                         upstream_cb cb, void *arg) {
+  if (u->state == UP_CLOSED) /* e.g. from a callback of its destroy */
+    return RDZV_ECANCELED;
   struct upreq *r = calloc(1, sizeof(*r));
   if (r == NULL)
     return RDZV_ENOMEM;

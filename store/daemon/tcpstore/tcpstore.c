@@ -595,6 +595,16 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
   }
   s->d = d;
   snprintf(s->job, sizeof(s->job), "%s", job);
+  /* A TCPStore server keeps its keys for its whole life, clients or not:
+   * so does this job (it never lingers out). */
+  struct job *j = rdzv__job_get(d, (const uint8_t *)job, strlen(job));
+  if (j == NULL) {
+    free(s->keys);
+    free(s->vals);
+    free(s);
+    return RDZV_ENOMEM;
+  }
+  rdzv__job_pin(j);
   s->lim.max_key_bytes = d->cfg.max_key_bytes;
   s->lim.max_value_bytes = d->cfg.max_value_bytes;
   s->lim.max_keys = TS_KEYS_CAP;

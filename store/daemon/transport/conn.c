@@ -57,6 +57,10 @@ void rdzv__conn_close_now(struct conn *c) {
     c->dirty = false;
     d->nconns--;
     d->stats.conns_open--;
+    /* What it held goes as for a socket peer (a TCPStore client that
+     * hangs up in a WAIT must not keep it for its 24-day timeout). */
+    if (!d->stopping && c->job != NULL && c->job->role_data != NULL)
+      d->role->conn_closed(d, c);
     rdzv__job_detach(c);
     rdzv__conn_unref(c);
     return;

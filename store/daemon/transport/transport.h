@@ -236,6 +236,9 @@ struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len);
  * of job j whose peer has role peer_role (enum rdzv_peer_role). */
 void rdzv__job_close_peers(struct daemon *d, struct job *j, int peer_role,
                            int status, const char *text);
+/* Holds job j for good (it never lingers out): the TCPStore front end's
+ * job, whose keys a TCPStore server keeps for its whole life. */
+void rdzv__job_pin(struct job *j);
 /* c (becoming READY) belongs to j from now on. */
 void rdzv__job_attach(struct conn *c, struct job *j);
 /* c closed: j = c->job loses a connection; the last one starts its
