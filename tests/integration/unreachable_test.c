@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,9 +92,72 @@ static void test_unreachable_parent_named(void **state) {
   rdzv_client_destroy(c);
 }
 
+struct reply {
+  int done, status;
+};
+
+static void on_reply(rdzv_client_t *c, const struct rdzv_result *res,
+                     void *arg) {
+  struct reply *r = arg;
+  (void)c;
+  r->done = 1;
+  r->status = res->status;
+}
+
+/* The parent drops the node's connection while adds are in flight (it
+ * refuses an oversized value sent after them): the add that waited behind
+ * the one in flight is sent again from the failure's callback, and goes
+ * on the next connection after its hello, so it succeeds (it used to sit
+ * in front of the next hello, which the parent then refused). */
+static void test_resend_after_reset(void **state) {
+  (void)state;
+  char port[64];
+  snprintf(port, sizeof(port), "--listen=127.0.0.1:%d", parent_port);
+  char *argv[] = {"tools/rdzvd", "--role=root", port, "--log-level=0",
+                  "--max-value-bytes=100", NULL};
+  assert_int_equal(proc_start(&root, argv, 0), 0);
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = node_addr;
+  o.job_id = "reset";
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  int rc = -1;
+  for (int tries = 0; tries < 100 && rc != 0; tries++) {
+    rc = rdzv_store_set(c, "warm", "1", 1, 0, 20);
+    if (rc != 0)
+      usleep(100 * 1000);
+  }
+  assert_int_equal(rc, 0);
+  kill(root.pid, SIGSTOP);
+  static char big[300];
+  memset(big, 'b', sizeof(big));
+  struct rdzv_bytes k1 = {"big", 3}, v1 = {big, sizeof(big)};
+  struct rdzv_bytes k2 = {"cnt", 3};
+  struct rdzv_request set = {.op = RDZV_OP_SET, .nkeys = 1, .keys = &k1,
+                             .nvals = 1, .vals = &v1};
+  struct rdzv_request add = {.op = RDZV_OP_ADD, .a = 1, .nkeys = 1,
+                             .keys = &k2};
+  struct reply rs = {0}, ra1 = {0}, ra2 = {0};
+  assert_int_equal(rdzv_client_submit(c, &set, 30, on_reply, &rs), 0);
+  assert_int_equal(rdzv_client_submit(c, &add, 30, on_reply, &ra1), 0);
+  rdzv_client_run(c, 0.2); /* the node sends the first add up */
+  assert_int_equal(rdzv_client_submit(c, &add, 30, on_reply, &ra2), 0);
+  rdzv_client_run(c, 0.2); /* the second waits behind it */
+  kill(root.pid, SIGCONT);
+  assert_int_equal(rdzv_client_run(c, 30), 0);
+  assert_true(rs.done && ra1.done && ra2.done);
+  assert_true(rs.status < 0);                   /* refused or cut off */
+  assert_int_equal(ra1.status, RDZV_ECONN_CLOSED); /* outcome unknown */
+  assert_int_equal(ra2.status, 0);              /* sent again, applied */
+  rdzv_client_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_unreachable_parent_named, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_resend_after_reset, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
