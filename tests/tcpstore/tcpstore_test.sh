@@ -145,7 +145,11 @@ storm(2000, 1000)
 print(rss() - before)
 PYEOF
 )
-if [[ "$leak" =~ ^-?[0-9]+$ ]] && [ "$leak" -lt 4096 ]; then
+if grep -aq __asan_init "$rdzvd"; then
+  # ASan keeps freed memory in quarantine: RSS says nothing there (the
+  # plain build checks it; this one checks that nothing crashes or leaks).
+  echo "PASS: 2,000 TCPStore clients hanging up in a WAIT (ASan build: RSS ${leak} KB, not judged)"
+elif [[ "$leak" =~ ^-?[0-9]+$ ]] && [ "$leak" -lt 4096 ]; then
   echo "PASS: 2,000 TCPStore clients hanging up in a WAIT: node RSS ${leak} KB"
 else
   fail "2,000 TCPStore clients hanging up in a WAIT grew node A by [$leak] KB"
