@@ -178,6 +178,10 @@ typedef void (*rdzv_request_cb)(rdzv_client_t *c,
  * Returns 0; -EINVAL (bad op or shape); RDZV_EKEY_TOO_LONG,
  * RDZV_EVALUE_TOO_BIG, RDZV_EFRAME_TOO_BIG (too big to encode); RDZV_ENOMEM.
  * On a non-zero return cb never runs. May be called from a callback. */
+/* (A request that passes its deadline completes with RDZV_EDEADLINE; when
+ * it had been sent and changes the store (set, add, cas, delete, mset,
+ * append), last_error says that its outcome is unknown: it may have been
+ * applied.) */
 int rdzv_client_submit(rdzv_client_t *c, const struct rdzv_request *req,
                        double timeout_s, rdzv_request_cb cb, void *arg);
 

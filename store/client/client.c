@@ -519,6 +519,13 @@ void rdzv__finish_all(struct rdzv_client *c, struct rdzv__req_list *l,
   }
 }
 
+/* Whether a request changes the store: one that was sent and got no
+ * answer may have been applied, or may still be. */
+static int mutates(int op) {
+  return op == RDZV_OP_SET || op == RDZV_OP_ADD || op == RDZV_OP_CAS ||
+         op == RDZV_OP_DELETE || op == RDZV_OP_MSET || op == RDZV_OP_APPEND;
+}
+
 /* A request whose deadline passed. WAIT and MGET report every key as
  * missing: which of them exist is the server's to know. */
 static void req_expire(struct rdzv_client *c, struct rdzv__req *r) {
@@ -527,8 +534,13 @@ static void req_expire(struct rdzv_client *c, struct rdzv__req *r) {
   const char *op = rdzv_msg_type_name(r->op);
 
   if (c->state == RDZV__CS_READY || r->where == RDZV__REQ_SENT)
-    rdzv__set_error(c, "%s: no reply from %s within %.3g s", op, c->addr_str,
-                    r->timeout_s);
+    rdzv__set_error(c,
+                    "%s: no reply from %s within %.3g s (from the daemon "
+                    "there or one above it)%s",
+                    op, c->addr_str, r->timeout_s,
+                    mutates(r->op) ? "; the request was sent: its outcome is "
+                                     "unknown (it may have been applied)"
+                                   : "");
   else if (c->conn_err[0] != '\0')
     rdzv__set_error(c, "%s: deadline of %.3g s passed while not connected: %s",
                     op, r->timeout_s, c->conn_err);

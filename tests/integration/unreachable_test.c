@@ -153,11 +153,47 @@ static void test_resend_after_reset(void **state) {
   rdzv_client_destroy(c);
 }
 
+/* A mutating request that gets no answer before its deadline (the root
+ * is stopped) says that its outcome is unknown; a read does not. */
+static void test_deadline_outcome_unknown(void **state) {
+  (void)state;
+  char port[64];
+  snprintf(port, sizeof(port), "--listen=127.0.0.1:%d", parent_port);
+  char *argv[] = {"tools/rdzvd", "--role=root", port, "--log-level=0", NULL};
+  assert_int_equal(proc_start(&root, argv, 0), 0);
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = node_addr;
+  o.job_id = "unknown";
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  int rc = -1;
+  for (int tries = 0; tries < 100 && rc != 0; tries++) {
+    rc = rdzv_store_set(c, "warm", "1", 1, 0, 20);
+    if (rc != 0)
+      usleep(100 * 1000);
+  }
+  assert_int_equal(rc, 0);
+  kill(root.pid, SIGSTOP);
+  int64_t out = 0;
+  assert_int_equal(rdzv_store_add(c, "n", 1, &out, 0.5), RDZV_EDEADLINE);
+  if (strstr(rdzv_client_last_error(c), "outcome is unknown") == NULL)
+    fail_msg("add: %s", rdzv_client_last_error(c));
+  void *v = NULL;
+  size_t n = 0;
+  assert_int_equal(rdzv_store_get(c, "warm", &v, &n, 0.5), RDZV_EDEADLINE);
+  assert_null(strstr(rdzv_client_last_error(c), "outcome"));
+  kill(root.pid, SIGCONT);
+  rdzv_client_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_unreachable_parent_named, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_resend_after_reset, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_deadline_outcome_unknown, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
