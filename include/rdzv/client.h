@@ -177,11 +177,12 @@ typedef void (*rdzv_request_cb)(rdzv_client_t *c,
  * that answer before expiring it locally.
  * Returns 0; -EINVAL (bad op or shape); RDZV_EKEY_TOO_LONG,
  * RDZV_EVALUE_TOO_BIG, RDZV_EFRAME_TOO_BIG (too big to encode); RDZV_ENOMEM.
+ * A request that was sent, changes the store (set, add, cas, delete,
+ * mset, append) and passes its deadline unanswered may still have been
+ * applied: rdzv_client_last_error then says that its outcome is unknown.
+ * Requests failed by a node for a parent it cannot reach complete with
+ * RDZV_EUNREACHABLE (never sent up: not applied).
  * On a non-zero return cb never runs. May be called from a callback. */
-/* (A request that passes its deadline completes with RDZV_EDEADLINE; when
- * it had been sent and changes the store (set, add, cas, delete, mset,
- * append), last_error says that its outcome is unknown: it may have been
- * applied.) */
 int rdzv_client_submit(rdzv_client_t *c, const struct rdzv_request *req,
                        double timeout_s, rdzv_request_cb cb, void *arg);
 
