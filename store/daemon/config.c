@@ -348,8 +348,14 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
     if (v == NULL)
       continue;
     int rc = set_opt(cfg, &opts[i], v, err, errlen);
-    if (rc < 0)
+    if (rc < 0) {
+      /* Say where the value came from: the environment, not argv. */
+      char why[512];
+      snprintf(why, sizeof(why), "%s", err);
+      snprintf(err, errlen, "%s (from the environment: %s=%s)", why,
+               opts[i].env, v);
       return rc;
+    }
   }
   int rc = parse_argv(cfg, argc, argv, out, err, errlen);
   if (rc != 0)

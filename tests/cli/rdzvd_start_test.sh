@@ -247,6 +247,16 @@ else
   echo "ok: a failed start says only why"
 fi
 
+# A bad value from the environment names the variable.
+out=$(RDZVD_MAX_CONNECTIONS=lots "$rdzvd" --role=root 2>&1)
+st=$?
+if [ "$st" -eq 2 ] && [[ "$out" == *"RDZVD_MAX_CONNECTIONS=lots"* ]]; then
+  echo "ok: a bad environment value is named (exit 2): $out"
+else
+  echo "FAIL: RDZVD_MAX_CONNECTIONS=lots: exit $st: $out"
+  fails=$((fails + 1))
+fi
+
 # --version and --help: stdout, exit status 0.
 if v=$("$rdzvd" --version) && [ -n "$v" ] && "$rdzvd" --help | grep -q -- --job-linger-ms; then
   echo "ok: $v; --help lists the options"
