@@ -173,3 +173,23 @@ int rdzv_topo_append_line(struct rdzv_buf *b, int32_t rank,
   b->data[b->len++] = '\n';
   return 0;
 }
+
+int rdzv_gen_key_parse(const uint8_t *key, size_t n, const uint8_t **round,
+                       size_t *round_len, int64_t *gen) {
+  if (n < 8 || memcmp(key, "rdzv/", 5) != 0)
+    return -1;
+  const uint8_t *name = key + 5, *end = key + n;
+  const uint8_t *slash = memchr(name, '/', (size_t)(end - name));
+  if (slash == NULL || end - slash < 3 || slash[1] != 'g')
+    return -1;
+  int64_t g = 0;
+  const uint8_t *q = slash + 2;
+  while (q < end && *q >= '0' && *q <= '9' && g < INT32_MAX)
+    g = g * 10 + (*q++ - '0');
+  if (q == slash + 2 || q >= end || *q != '/')
+    return -1;
+  *round = name;
+  *round_len = (size_t)(slash - name);
+  *gen = g;
+  return 0;
+}

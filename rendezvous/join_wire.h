@@ -81,4 +81,11 @@ int rdzv_topo_append_line(struct rdzv_buf *b, int32_t rank,
                           int32_t local_rank, const uint8_t *topo,
                           uint32_t topo_len);
 
+/* A generation's key, "rdzv/<round>/g<N>/<rest>" (N decimal, at least
+ * one digit, below INT32_MAX; rest may be empty): 0 with *round pointing
+ * into key (its bytes between "rdzv/" and "/g") and *gen = N, or -1 for
+ * any other key. Pure. */
+int rdzv_gen_key_parse(const uint8_t *key, size_t n, const uint8_t **round,
+                       size_t *round_len, int64_t *gen);
+
 #endif /* RDZV_RENDEZVOUS_JOIN_WIRE_H */

@@ -687,6 +687,43 @@ static void test_random(void **state) {
   assert_true(accepted > 0);
 }
 
+/* rdzv_gen_key_parse: what is a generation's key, and what is not. */
+static void test_gen_key_parse(void **state) {
+  (void)state;
+  static const struct {
+    const char *key;
+    int rc;
+    const char *round;
+    int64_t gen;
+  } cases[] = {
+      {"rdzv/world/g1/uid/world", 0, "world", 1},
+      {"rdzv/w/g12/", 0, "w", 12},
+      {"rdzv/r/g0/x", 0, "r", 0},
+      {"rdzv/world/g1", -1, NULL, 0},  /* no '/' after the number */
+      {"rdzv/world/g/x", -1, NULL, 0}, /* no digits */
+      {"rdzv/world/gx1/", -1, NULL, 0},
+      {"rdzv/world/1/x", -1, NULL, 0}, /* no 'g' */
+      {"rdzv/world", -1, NULL, 0},
+      {"rdzX/world/g1/x", -1, NULL, 0},
+      {"other/key/g1/x", -1, NULL, 0},
+      {"", -1, NULL, 0},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const uint8_t *round = NULL;
+    size_t rl = 0;
+    int64_t gen = -1;
+    int rc = rdzv_gen_key_parse((const uint8_t *)cases[i].key,
+                                strlen(cases[i].key), &round, &rl, &gen);
+    if (rc != cases[i].rc)
+      fail_msg("%s: rc %d, want %d", cases[i].key, rc, cases[i].rc);
+    if (rc == 0 && (rl != strlen(cases[i].round) ||
+                    memcmp(round, cases[i].round, rl) != 0 ||
+                    gen != cases[i].gen))
+      fail_msg("%s: round '%.*s' gen %lld", cases[i].key, (int)rl, round,
+               (long long)gen);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_params_roundtrip),
@@ -702,6 +739,7 @@ int main(void) {
       cmocka_unit_test(test_assign_malformed),
       cmocka_unit_test(test_refusal),
       cmocka_unit_test(test_random),
+      cmocka_unit_test(test_gen_key_parse),
   };
 
   return cmocka_run_group_tests(tests, NULL, NULL);

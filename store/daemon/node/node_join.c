@@ -500,19 +500,14 @@ void rdzv__node_joins_lost(struct node_job *nj) {
 bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
                                 const struct rdzv_msg *m) {
   struct rdzv_slice k;
+  const uint8_t *name;
+  size_t nlen;
+  int64_t g;
   if (nj->jrounds == NULL || rdzv_items_get(&m->keys, 0, &k) < 0 ||
-      k.n < 8 || memcmp(k.p, "rdzv/", 5) != 0)
+      rdzv_gen_key_parse(k.p, k.n, &name, &nlen, &g) < 0)
     return false;
-  const uint8_t *name = k.p + 5, *end = k.p + k.n;
-  const uint8_t *slash = memchr(name, '/', (size_t)(end - name));
-  if (slash == NULL || slash + 2 >= end || slash[1] != 'g')
-    return false;
-  int64_t g = 0;
-  const uint8_t *p = slash + 2;
-  while (p < end && *p >= '0' && *p <= '9' && g < INT32_MAX)
-    g = g * 10 + (*p++ - '0');
   struct njround *jr = NULL;
-  HASH_FIND(hh, nj->jrounds, name, (size_t)(slash - name), jr);
+  HASH_FIND(hh, nj->jrounds, name, nlen, jr);
   if (jr == NULL || jr->lost_gen == 0 || g == 0 || g > jr->lost_gen)
     return false;
   char text[400];

@@ -435,21 +435,14 @@ void rdzv__round_open(struct round *r, const struct rdzv_join_params *p) {
 int rdzv__root_gen_check(struct root_job *s, const struct rdzv_msg *m,
                          const char **why) {
   struct rdzv_slice k;
-  if (s->rounds == NULL || rdzv_items_get(&m->keys, 0, &k) < 0 || k.n < 8 ||
-      memcmp(k.p, "rdzv/", 5) != 0)
-    return 0;
-  const uint8_t *name = k.p + 5, *end = k.p + k.n;
-  const uint8_t *slash = memchr(name, '/', (size_t)(end - name));
-  if (slash == NULL || end - slash < 3 || slash[1] != 'g')
-    return 0;
-  int64_t g = 0;
-  const uint8_t *q = slash + 2;
-  while (q < end && *q >= '0' && *q <= '9' && g < INT32_MAX)
-    g = g * 10 + (*q++ - '0');
-  if (q == slash + 2 || q >= end || *q != '/')
+  const uint8_t *name;
+  size_t nlen;
+  int64_t g;
+  if (s->rounds == NULL || rdzv_items_get(&m->keys, 0, &k) < 0 ||
+      rdzv_gen_key_parse(k.p, k.n, &name, &nlen, &g) < 0)
     return 0;
   struct round *r = NULL;
-  HASH_FIND(hh, s->rounds, name, (size_t)(slash - name), r);
+  HASH_FIND(hh, s->rounds, name, nlen, r);
   if (r == NULL)
     return 0;
   if (g < r->gen)
