@@ -303,29 +303,30 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
                           "--tcpstore-listen HOST:PORT");
     return -EINVAL;
   }
-  if (cfg->max_connections == 0) {
-    snprintf(err, errlen, "--max-connections must be at least 1 (0 would "
-                          "refuse every connection)");
-    return -EINVAL;
-  }
-  if (cfg->max_outstanding == 0) {
-    snprintf(err, errlen, "--max-outstanding must be at least 1 (0 would "
-                          "refuse every request)");
-    return -EINVAL;
-  }
-  if (cfg->hello_timeout_ms == 0) {
-    snprintf(err, errlen, "--hello-timeout-ms must be at least 1 (0 would "
-                          "drop every connection before its hello)");
-    return -EINVAL;
-  }
-  if (cfg->upstream_wait_max_ms == 0) {
-    snprintf(err, errlen, "--upstream-wait-max-ms must be at least 1");
-    return -EINVAL;
-  }
-  if (cfg->upstream_timeout_ms == 0) {
-    snprintf(err, errlen, "--upstream-timeout-ms must be at least 1 (0 would "
-                          "fail every request before the parent answers)");
-    return -EINVAL;
+  /* Values that must not be 0, and what 0 would do. */
+  static const struct {
+    size_t off;
+    const char *name, *why;
+  } nonzero[] = {
+      {offsetof(struct rdzv_daemon_config, max_connections), "max-connections",
+       "refuse every connection"},
+      {offsetof(struct rdzv_daemon_config, max_outstanding), "max-outstanding",
+       "refuse every request"},
+      {offsetof(struct rdzv_daemon_config, hello_timeout_ms),
+       "hello-timeout-ms", "drop every connection before its hello"},
+      {offsetof(struct rdzv_daemon_config, upstream_wait_max_ms),
+       "upstream-wait-max-ms", "ask the parent for no wait at all"},
+      {offsetof(struct rdzv_daemon_config, upstream_timeout_ms),
+       "upstream-timeout-ms", "fail every request before the parent answers"},
+  };
+  for (size_t i = 0; i < sizeof(nonzero) / sizeof(nonzero[0]); i++) {
+    uint32_t v;
+    memcpy(&v, (const char *)cfg + nonzero[i].off, sizeof(v));
+    if (v == 0) {
+      snprintf(err, errlen, "--%s must be at least 1 (0 would %s)",
+               nonzero[i].name, nonzero[i].why);
+      return -EINVAL;
+    }
   }
   if (cfg->flush_ms > cfg->flush_max_ms) {
     snprintf(err, errlen, "--flush-ms (%u) must not exceed --flush-max-ms (%u)",
