@@ -49,6 +49,31 @@ static int teardown(void **state) {
   return bad ? -1 : 0;
 }
 
+/* Starts the root on the node's parent port with extra (one option, or
+ * NULL) and returns a client of the node in job, once a set through the
+ * node works (the node has reconnected). */
+static rdzv_client_t *root_up(const char *extra, const char *job) {
+  char port[64];
+  snprintf(port, sizeof(port), "--listen=127.0.0.1:%d", parent_port);
+  char *argv[] = {"tools/rdzvd", "--role=root", port, "--log-level=0",
+                  (char *)extra, NULL};
+  assert_int_equal(proc_start(&root, argv, 0), 0);
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = node_addr;
+  o.job_id = job;
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  int rc = -1;
+  for (int tries = 0; tries < 100 && rc != 0; tries++) {
+    rc = rdzv_store_set(c, "warm", "1", 1, 0, 20);
+    if (rc != 0)
+      usleep(100 * 1000);
+  }
+  assert_int_equal(rc, 0);
+  return c;
+}
+
 static void test_unreachable_parent_named(void **state) {
   (void)state;
   struct rdzv_client_opts o;
@@ -74,18 +99,11 @@ static void test_unreachable_parent_named(void **state) {
   const char *keys[] = {"w"};
   assert_int_equal(rdzv_store_wait(c, keys, 1, 60), RDZV_EUNREACHABLE);
 
+  rdzv_client_destroy(c);
+
   /* The parent comes up on that port: the node serves. */
-  char port[64];
-  snprintf(port, sizeof(port), "--listen=127.0.0.1:%d", parent_port);
-  char *argv[] = {"tools/rdzvd", "--role=root", port, "--log-level=0", NULL};
-  assert_int_equal(proc_start(&root, argv, 0), 0);
-  int rc = -1;
-  for (int tries = 0; tries < 100 && rc != 0; tries++) {
-    rc = rdzv_store_set(c, "k", "v", 1, 0, 60);
-    if (rc != 0)
-      usleep(100 * 1000);
-  }
-  assert_int_equal(rc, 0);
+  c = root_up(NULL, "unreach");
+  assert_int_equal(rdzv_store_set(c, "k", "v", 1, 0, 60), 0);
   assert_int_equal(rdzv_store_get(c, "k", &v, &n, 60), 0);
   assert_int_equal(n, 1);
   rdzv_free(v);
@@ -111,24 +129,7 @@ static void on_reply(rdzv_client_t *c, const struct rdzv_result *res,
  * in front of the next hello, which the parent then refused). */
 static void test_resend_after_reset(void **state) {
   (void)state;
-  char port[64];
-  snprintf(port, sizeof(port), "--listen=127.0.0.1:%d", parent_port);
-  char *argv[] = {"tools/rdzvd", "--role=root", port, "--log-level=0",
-                  "--max-value-bytes=100", NULL};
-  assert_int_equal(proc_start(&root, argv, 0), 0);
-  struct rdzv_client_opts o;
-  rdzv_client_opts_init(&o);
-  o.addr = node_addr;
-  o.job_id = "reset";
-  rdzv_client_t *c = NULL;
-  assert_int_equal(rdzv_client_create(&o, &c), 0);
-  int rc = -1;
-  for (int tries = 0; tries < 100 && rc != 0; tries++) {
-    rc = rdzv_store_set(c, "warm", "1", 1, 0, 20);
-    if (rc != 0)
-      usleep(100 * 1000);
-  }
-  assert_int_equal(rc, 0);
+  rdzv_client_t *c = root_up("--max-value-bytes=100", "reset");
   kill(root.pid, SIGSTOP);
   static char big[300];
   memset(big, 'b', sizeof(big));
@@ -157,23 +158,7 @@ static void test_resend_after_reset(void **state) {
  * is stopped) says that its outcome is unknown; a read does not. */
 static void test_deadline_outcome_unknown(void **state) {
   (void)state;
-  char port[64];
-  snprintf(port, sizeof(port), "--listen=127.0.0.1:%d", parent_port);
-  char *argv[] = {"tools/rdzvd", "--role=root", port, "--log-level=0", NULL};
-  assert_int_equal(proc_start(&root, argv, 0), 0);
-  struct rdzv_client_opts o;
-  rdzv_client_opts_init(&o);
-  o.addr = node_addr;
-  o.job_id = "unknown";
-  rdzv_client_t *c = NULL;
-  assert_int_equal(rdzv_client_create(&o, &c), 0);
-  int rc = -1;
-  for (int tries = 0; tries < 100 && rc != 0; tries++) {
-    rc = rdzv_store_set(c, "warm", "1", 1, 0, 20);
-    if (rc != 0)
-      usleep(100 * 1000);
-  }
-  assert_int_equal(rc, 0);
+  rdzv_client_t *c = root_up(NULL, "unknown");
   kill(root.pid, SIGSTOP);
   int64_t out = 0;
   assert_int_equal(rdzv_store_add(c, "n", 1, &out, 0.5), RDZV_EDEADLINE);
