@@ -135,14 +135,17 @@ static void mark_joined(struct njround *jr, struct conn *c, int64_t gen,
   }
 }
 
-static void unmark_joined(struct node_job *nj, struct conn *c) {
-  struct joined *jn = NULL;
-  HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
-  if (jn == NULL || c->role == RDZV_ROLE_NODE)
-    return;
+static void joined_free(struct node_job *nj, struct joined *jn) {
   HASH_DEL(nj->joined, jn);
   rdzv__conn_unref(jn->c);
   free(jn);
+}
+
+static void unmark_joined(struct node_job *nj, struct conn *c) {
+  struct joined *jn = NULL;
+  HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
+  if (jn != NULL && c->role != RDZV_ROLE_NODE)
+    joined_free(nj, jn);
 }
 
 /* ---- replies from the parent ------------------------------------------------ */
@@ -420,31 +423,18 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
     rdzv__node_forward(nj, c, m);
     return;
   }
-  if ((m->flags & RDZV_F_LEAVE) && c->role == RDZV_ROLE_NODE) {
-    /* A child node whose job ended (every rank below it left or was
-     * reported dead): its connection's end is no failure. */
-    struct joined *jn = NULL;
-    HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
-    if (jn != NULL) {
-      HASH_DEL(nj->joined, jn);
-      rdzv__conn_unref(jn->c);
-      free(jn);
-    }
-    nj->d->stats.ops[RDZV_MSG_ABORT].local++;
-    rdzv__node_reply_status(c, m, 0);
-    return;
-  }
   if (m->flags & RDZV_F_LEAVE) {
-    /* A clean leave: this connection's end is no failure. */
+    /* A clean leave of a rank here, or of a child node whose job ended
+     * (no claim: every rank below it left or was reported dead): this
+     * connection's end is no failure. */
     struct joined *jn = NULL;
     HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
     if (jn != NULL) {
-      /* The root frees this rank's slot for a later job with this id. */
+      /* The root frees a rank's slot for a later job with this id (a
+       * child node's record has no claim). */
       if (jn->gen > 0 && jn->claim != 0)
         send_abort(nj, jn->round, jn->gen, jn->claim, RDZV_F_LEAVE, "left");
-      HASH_DEL(nj->joined, jn);
-      rdzv__conn_unref(jn->c);
-      free(jn);
+      joined_free(nj, jn);
     }
     nj->d->stats.ops[RDZV_MSG_ABORT].local++;
     rdzv__node_reply_status(c, m, 0);
@@ -472,9 +462,7 @@ void rdzv__node_conn_closed(struct node_job *nj, struct conn *c) {
   rdzv__log_event(nj->d, "round %s generation %" PRId64 ": %s", jn->round,
             jn->gen, why);
   send_abort(nj, jn->round, jn->gen, 0, 0, why);
-  HASH_DEL(nj->joined, jn);
-  rdzv__conn_unref(jn->c);
-  free(jn);
+  joined_free(nj, jn);
 }
 
 static void on_jround_closed(uv_handle_t *h) {
@@ -534,9 +522,6 @@ void rdzv__node_joins_free(struct node_job *nj) {
     uv_close((uv_handle_t *)&jr->timer, on_jround_closed);
   }
   struct joined *jn, *jt;
-  HASH_ITER(hh, nj->joined, jn, jt) {
-    HASH_DEL(nj->joined, jn);
-    rdzv__conn_unref(jn->c);
-    free(jn);
-  }
+  HASH_ITER(hh, nj->joined, jn, jt)
+    joined_free(nj, jn);
 }
