@@ -3,8 +3,9 @@
  * rdzv/store.h and maps the outcome to an exit status a shell can test
  * (see usage_text below, printed by `rdzvctl help`).
  *
- * Configuration is read in one place, parse_globals(): the options before
- * the command, then RDZV_ADDR and RDZV_JOB for what they did not give. */
+ * Configuration is read in three steps: parse_globals() takes the options
+ * before the command, parse_trailing() those among its arguments, and
+ * finish_globals() RDZV_ADDR and RDZV_JOB for what they did not give. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -30,9 +31,10 @@ enum {
 
 static const char usage_text[] =
     "usage: rdzvctl [--addr ADDR] [--job JOB] [--timeout SECONDS] COMMAND "
-    "ARGS...\n"
+    "ARGS... [--] [ARGS...]\n"
     "\n"
-    "Options (before the command):\n"
+    "Options (before or after the command; \"--\" ends them, so that a\n"
+    "value may begin with \"--\"):\n"
     "  --addr ADDR        server: unix:/path, tcp:HOST:PORT or HOST:PORT\n"
     "                     (default: $RDZV_ADDR)\n"
     "  --job JOB          job id, the namespace of every key (default:\n"
@@ -81,6 +83,7 @@ struct ctl {
   double timeout_s;
   struct timespec start;
   const char *cmd;
+  unsigned set_flags; /* RDZV_STORE_WRITE_ONCE from --write-once */
   rdzv_client_t *client;
 };
 
@@ -252,14 +255,13 @@ static int parse_one_global(struct ctl *ctl, int argc, char **argv, int *i,
   return EXIT_USAGE;
 }
 
-/* Reads the options before the command, then the environment for what
- * they left unset. *cmd_idx receives the index of the command word. */
-static int parse_globals(struct ctl *ctl, int argc, char **argv, int *cmd_idx) {
-  const char *timeout = NULL;
+/* Reads the options before the command. *cmd_idx receives the index of
+ * the command word. */
+static int parse_globals(struct ctl *ctl, int argc, char **argv, int *cmd_idx,
+                         const char **timeout) {
   int i = 1;
   int err;
 
-  ctl->timeout_s = DEFAULT_TIMEOUT_S;
   while (i < argc && strncmp(argv[i], "--", 2) == 0) {
     if (strcmp(argv[i], "--") == 0) {
       i++;
@@ -267,10 +269,64 @@ static int parse_globals(struct ctl *ctl, int argc, char **argv, int *cmd_idx) {
     }
     if (strcmp(argv[i], "--help") == 0)
       break;
-    err = parse_one_global(ctl, argc, argv, &i, &timeout);
+    err = parse_one_global(ctl, argc, argv, &i, timeout);
     if (err != 0)
       return err;
   }
+  *cmd_idx = i;
+  return 0;
+}
+
+/* Options after the command word, as getopt permutes them: --addr, --job
+ * and --timeout anywhere among the command's arguments are taken out of
+ * argv[0..*argc), as is --write-once (set and mset only), and
+ * "--" ends the options (it is removed; what follows is taken as it is,
+ * even a value that begins with "--"). Any other "--NAME" is a usage
+ * error, so a typo is never stored as a value. Returns 0 or EXIT_USAGE. */
+static int parse_trailing(struct ctl *ctl, int *argc, char **argv,
+                          const char **timeout) {
+  int i = 0;
+  int j = 0;
+  int err;
+
+  while (i < *argc) {
+    if (strcmp(argv[i], "--") == 0) {
+      for (i++; i < *argc; i++)
+        argv[j++] = argv[i];
+      break;
+    }
+    if (strncmp(argv[i], "--", 2) != 0) {
+      argv[j++] = argv[i++];
+      continue;
+    }
+    if (strcmp(argv[i], "--write-once") == 0) {
+      if (strcmp(ctl->cmd, "set") != 0 && strcmp(ctl->cmd, "mset") != 0) {
+        usage_error("--write-once is an option of set and mset only");
+        return EXIT_USAGE;
+      }
+      ctl->set_flags = RDZV_STORE_WRITE_ONCE;
+      i++;
+      continue;
+    }
+    if (strcmp(argv[i], "--help") == 0) {
+      usage_error("--help after the command: run 'rdzvctl help'");
+      return EXIT_USAGE;
+    }
+    err = parse_one_global(ctl, *argc, argv, &i, timeout);
+    if (err != 0) {
+      fprintf(stderr, "rdzvctl: (put -- before an argument that begins "
+                      "with --)\n");
+      return err;
+    }
+  }
+  *argc = j;
+  return 0;
+}
+
+/* After every option is read: the timeout's value, then the environment
+ * for what the options left unset. 0 or EXIT_USAGE. */
+static int finish_globals(struct ctl *ctl, const char *timeout) {
+  ctl->timeout_s = DEFAULT_TIMEOUT_S;
   if (timeout != NULL && parse_seconds(timeout, &ctl->timeout_s) < 0) {
     usage_error("--timeout '%s' is not a positive number of seconds", timeout);
     return EXIT_USAGE;
@@ -279,24 +335,7 @@ static int parse_globals(struct ctl *ctl, int argc, char **argv, int *cmd_idx) {
     ctl->addr = getenv("RDZV_ADDR");
   if (ctl->job == NULL)
     ctl->job = getenv("RDZV_JOB");
-  *cmd_idx = i;
   return 0;
-}
-
-/* Removes every "--write-once" from argv[0..*argc); returns the flags. */
-static unsigned take_write_once(int *argc, char **argv) {
-  unsigned flags = 0;
-  int i;
-  int j = 0;
-
-  for (i = 0; i < *argc; i++) {
-    if (strcmp(argv[i], "--write-once") == 0)
-      flags = RDZV_STORE_WRITE_ONCE;
-    else
-      argv[j++] = argv[i];
-  }
-  *argc = j;
-  return flags;
 }
 
 /* ---- Deadline and connection ------------------------------------------ */
@@ -382,13 +421,9 @@ static void put_line(const void *data, size_t len) {
 /* ---- Commands --------------------------------------------------------- */
 
 static int cmd_set(struct ctl *ctl, int argc, char **argv) {
-  unsigned flags = take_write_once(&argc, argv);
+  unsigned flags = ctl->set_flags;
   int err;
 
-  if (argc != 2) {
-    usage_error("usage: set KEY VALUE [--write-once]");
-    return EXIT_USAGE;
-  }
   err = rdzv_store_set(ctl->client, argv[0], argv[1], strlen(argv[1]), flags,
                        remaining(ctl));
   return err < 0 ? fail(ctl, argv[0], err) : EXIT_OK;
@@ -480,7 +515,7 @@ static int cmd_mget(struct ctl *ctl, int argc, char **argv) {
 
 /* mset: argv holds KEY VALUE pairs, --write-once anywhere. */
 static int cmd_mset(struct ctl *ctl, int argc, char **argv) {
-  unsigned flags = take_write_once(&argc, argv);
+  unsigned flags = ctl->set_flags;
   size_t n = (size_t)argc / 2;
   const char **keys;
   struct rdzv_value *vals;
@@ -618,7 +653,7 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv) {
 }
 
 static const struct command commands[] = {
-    {"set", 2, -1, cmd_set},        {"get", 1, 1, cmd_get},
+    {"set", 2, 2, cmd_set},        {"get", 1, 1, cmd_get},
     {"wait", 1, 65536, cmd_wait},   {"add", 2, 2, cmd_add},
     {"cas", 3, 3, cmd_cas},         {"delete", 1, 1, cmd_delete},
     {"mget", 1, -1, cmd_mget},      {"mset", 2, -1, cmd_mset},
@@ -669,11 +704,13 @@ static int finish_output(int code) {
 int main(int argc, char **argv) {
   struct ctl ctl = {0};
   const struct command *cmd;
+  const char *timeout = NULL;
   int idx = 0;
+  int nargs;
   int code;
 
   clock_gettime(CLOCK_MONOTONIC, &ctl.start);
-  code = parse_globals(&ctl, argc, argv, &idx);
+  code = parse_globals(&ctl, argc, argv, &idx, &timeout);
   if (code != EXIT_OK)
     return code;
   if (idx >= argc) {
@@ -691,11 +728,16 @@ int main(int argc, char **argv) {
     usage_error("unknown command '%s'", ctl.cmd);
     return EXIT_USAGE;
   }
-  code = check_call(&ctl, cmd, argc - idx - 1);
+  nargs = argc - idx - 1;
+  code = parse_trailing(&ctl, &nargs, argv + idx + 1, &timeout);
+  if (code == EXIT_OK)
+    code = finish_globals(&ctl, timeout);
+  if (code == EXIT_OK)
+    code = check_call(&ctl, cmd, nargs);
   if (code == EXIT_OK)
     code = open_client(&ctl);
   if (code == EXIT_OK)
-    code = cmd->run(&ctl, argc - idx - 1, argv + idx + 1);
+    code = cmd->run(&ctl, nargs, argv + idx + 1);
   rdzv_client_destroy(ctl.client);
   return finish_output(code);
 }

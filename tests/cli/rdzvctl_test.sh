@@ -81,6 +81,29 @@ else
   echo "ok: rdzvctl --addr unix:<125 bytes> refused"
 fi
 
+# Options after the command, as getopt permutes them; "--" ends them so
+# that a value may begin with "--"; an unknown "--NAME" is never stored.
+out=$("$ctl_bin" get k --job cli --addr "unix:$dir/node.sock" 2>"$dir/err")
+rc=$?
+if [ "$rc" != 0 ] || [ "$out" != v1 ]; then
+  echo "FAIL: rdzvctl get k --job --addr: status $rc, stdout [$out], stderr [$(cat "$dir/err")]"
+  fails=$((fails + 1))
+else
+  echo "ok: options after the command"
+fi
+expect 0 "" set dashed -- --not-an-option
+expect 0 "--not-an-option" get dashed
+expect 0 "" set once2 --write-once x
+expect 1 "" set once2 y
+stderr_has "write-once"
+expect 2 "" set k --bogus
+stderr_has "unknown option '--bogus'"
+stderr_has "put -- before an argument that begins with --"
+expect 2 "" get k --write-once
+stderr_has "--write-once is an option of set and mset only"
+expect 0 "v1" get k --timeout 5
+expect 2 "" get k --timeout 0
+
 # A barrier with members 1 and 2 of 4 present: both time out (status 3)
 # and stderr names the missing members 0 and 3.
 ctl --timeout 1 barrier b 1 4 2>"$dir/b1" &
