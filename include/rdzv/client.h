@@ -47,6 +47,16 @@ struct rdzv_client_opts {
   /* Deadline of one connect attempt, seconds (a peer that drops SYNs must
    * not stall us for the kernel's minutes-long SYN timeout). Default 5. */
   double attempt_timeout_s;
+  /* Liveness of the daemon, seconds. While a request waits for its reply
+   * and nothing has come from the daemon for heartbeat_s, a PING is sent
+   * (at most one per heartbeat_s); when nothing at all has come for
+   * liveness_timeout_s the daemon is taken for stopped or wedged: the
+   * requests it holds fail with RDZV_ESILENT (last_error names the
+   * address) and the connection is opened again. Defaults 1 and 5;
+   * liveness_timeout_s must exceed heartbeat_s; liveness_timeout_s INFINITY
+   * turns both off. */
+  double heartbeat_s;
+  double liveness_timeout_s;
 };
 
 /* Fills *opts with defaults. opts must not be NULL. */

@@ -49,7 +49,9 @@ extern "C" {
   X(ENOT_MEMBER, -1033, "this rank is not a member of the communicator")    \
   X(ENAME_USED, -1034,                                                       \
     "communicator name already initialized in this generation")             \
-  X(EUNREACHABLE, -1035, "a daemon on the way could not reach its parent")
+  X(EUNREACHABLE, -1035, "a daemon on the way could not reach its parent")  \
+  X(ESILENT, -1036,                                                          \
+    "a daemon went silent past the liveness timeout (stopped or wedged)")
 
 enum rdzv_status {
   RDZV_OK = 0,

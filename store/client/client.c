@@ -26,6 +26,8 @@
 #define DEFAULT_BACKOFF_INITIAL 0.01
 #define DEFAULT_BACKOFF_MAX 2.0
 #define DEFAULT_ATTEMPT_TIMEOUT 5.0
+#define DEFAULT_HEARTBEAT 1.0
+#define DEFAULT_LIVENESS 5.0
 #define MAX_JOB_ID 255
 /* A WAIT's server-side timeout is sent in ms; cap it at about 24 days. */
 #define MAX_WAIT_MS ((int64_t)INT32_MAX)
@@ -70,6 +72,8 @@ void rdzv_client_opts_init(struct rdzv_client_opts *opts) {
   opts->backoff_initial_s = DEFAULT_BACKOFF_INITIAL;
   opts->backoff_max_s = DEFAULT_BACKOFF_MAX;
   opts->attempt_timeout_s = DEFAULT_ATTEMPT_TIMEOUT;
+  opts->heartbeat_s = DEFAULT_HEARTBEAT;
+  opts->liveness_timeout_s = DEFAULT_LIVENESS;
 }
 
 static int parse_port(const char *s, char out[8]) {
@@ -156,11 +160,17 @@ static int opts_check(const struct rdzv_client_opts *o, struct rdzv_client *c) {
       o->backoff_max_s != 0 ? o->backoff_max_s : DEFAULT_BACKOFF_MAX;
   c->attempt_timeout = o->attempt_timeout_s != 0 ? o->attempt_timeout_s
                                                  : DEFAULT_ATTEMPT_TIMEOUT;
+  double hb = o->heartbeat_s != 0 ? o->heartbeat_s : DEFAULT_HEARTBEAT;
+  double live =
+      o->liveness_timeout_s != 0 ? o->liveness_timeout_s : DEFAULT_LIVENESS;
   /* The negations also reject NaN. */
   if (!(c->backoff_initial > 0) || !(c->backoff_max >= c->backoff_initial) ||
       !(c->attempt_timeout > 0) || isinf(c->backoff_max) ||
-      c->max_frame < RDZV_WIRE_MIN_BODY_BYTES)
+      c->max_frame < RDZV_WIRE_MIN_BODY_BYTES || !(hb > 0) || isinf(hb) ||
+      !(live > hb))
     return -EINVAL;
+  c->heartbeat_ns = (int64_t)(hb * 1e9);
+  c->liveness_ns = isinf(live) ? RDZV__NO_DEADLINE : (int64_t)(live * 1e9);
   return 0;
 }
 
@@ -316,6 +326,8 @@ int rdzv_client_timeout_ms(const rdzv_client_t *c) {
     t = c->timer;
   if (c->heap_n > 0 && c->heap[0]->deadline < t)
     t = c->heap[0]->deadline;
+  if (rdzv__conn_heartbeat_due(c) < t)
+    t = rdzv__conn_heartbeat_due(c);
   if (t == RDZV__NO_DEADLINE)
     return -1;
   now = rdzv__now_ns();

@@ -350,6 +350,8 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
 }
 
 static void hello_accepted(struct rdzv_client *c) {
+  c->last_rx = rdzv__now_ns();
+  c->last_ping = c->last_rx;
   c->attempts = 0;
   c->backoff_cur = c->backoff_initial;
   c->timer = RDZV__NO_DEADLINE;
@@ -469,6 +471,7 @@ static int conn_read(struct rdzv_client *c) {
     n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
     if (n > 0) {
       c->in.len += (size_t)n;
+      c->last_rx = rdzv__now_ns();
       if (frames_handle(c))
         return 1;
       if (c->in.len == 0)
@@ -545,6 +548,49 @@ static void pump(struct rdzv_client *c, int64_t now) {
   }
 }
 
+int64_t rdzv__conn_heartbeat_due(const struct rdzv_client *c) {
+  int64_t ping, lost;
+
+  if (c->state != RDZV__CS_READY || c->sent.n == 0 ||
+      c->liveness_ns == RDZV__NO_DEADLINE)
+    return RDZV__NO_DEADLINE;
+  ping = (c->last_rx > c->last_ping ? c->last_rx : c->last_ping) +
+         c->heartbeat_ns;
+  lost = c->last_rx + c->liveness_ns;
+  return ping < lost ? ping : lost;
+}
+
+/* READY, requests awaiting replies: a daemon silent for the liveness
+ * timeout is lost (returns 1: the connection was closed); one silent for
+ * a heartbeat is pinged (its reply matches no request and is dropped; it
+ * only refreshes last_rx). */
+static int heartbeat(struct rdzv_client *c, int64_t now) {
+  struct rdzv_msg m;
+  char what[200];
+  size_t before;
+
+  if (rdzv__conn_heartbeat_due(c) > now)
+    return 0;
+  if (now - c->last_rx >= c->liveness_ns) {
+    snprintf(what, sizeof what,
+             "the daemon sent nothing for %.3g s (liveness_timeout_s), not "
+             "even a heartbeat reply: %s",
+             (double)(now - c->last_rx) / 1e9, rdzv_strerror(RDZV_ESILENT));
+    conn_lost(c, RDZV_ESILENT, what);
+    return 1;
+  }
+  memset(&m, 0, sizeof m);
+  m.type = RDZV_MSG_PING;
+  do
+    m.req_id = c->next_id++;
+  while (m.req_id == 0 || rdzv__tab_find(c, m.req_id) != NULL);
+  before = c->out.len;
+  if (rdzv_msg_encode(&m, &c->out) == 0)
+    c->out_total += c->out.len - before;
+  c->last_ping = now;
+  return 0;
+}
+
 static void conn_io(struct rdzv_client *c, int64_t now) {
   if (conn_flush(c) || conn_read(c))
     return;
@@ -555,6 +601,8 @@ static void conn_io(struct rdzv_client *c, int64_t now) {
   if (c->state != RDZV__CS_READY)
     return;
   pump(c, now);
+  if (heartbeat(c, now))
+    return;
   conn_flush(c);
 }
 

@@ -93,6 +93,8 @@ struct rdzv_client {
   double backoff_initial;
   double backoff_max;
   double attempt_timeout;
+  int64_t heartbeat_ns;
+  int64_t liveness_ns; /* RDZV__NO_DEADLINE: no heartbeats */
 
   /* Connection. */
   struct sockaddr_storage ai[RDZV__MAX_ADDRS];
@@ -108,6 +110,8 @@ struct rdzv_client {
   struct rdzv_buf out;
   uint64_t out_total;  /* bytes appended to `out` on this connection */
   uint64_t sent_total; /* bytes handed to the kernel on this connection */
+  int64_t last_rx;     /* ns: bytes last came from the daemon (or READY) */
+  int64_t last_ping;   /* ns: the last PING was queued */
 
   /* Requests. */
   uint32_t next_id;
@@ -183,6 +187,10 @@ int rdzv__conn_wanted(const struct rdzv_client *c);
 void rdzv__conn_step(struct rdzv_client *c, int64_t now);
 /* Closes the socket, if any, without completing anything. */
 void rdzv__conn_close(struct rdzv_client *c);
+/* READY with requests awaiting replies: when the heartbeat next needs the
+ * core to run (a PING due, or the liveness timeout), else
+ * RDZV__NO_DEADLINE. */
+int64_t rdzv__conn_heartbeat_due(const struct rdzv_client *c);
 /* "IDLE", "READY", ... */
 const char *rdzv__conn_state_name(enum rdzv__conn_state s);
 

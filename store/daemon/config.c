@@ -67,6 +67,13 @@ static const struct opt opts[] = {
           upstream_wait_max_ms,
           "node: a wait is asked of the parent for at most this long, then "
           "again while a local waiter remains (abandoned waits end)"),
+  U32_OPT("heartbeat-ms", "RDZVD_HEARTBEAT_MS", "1000", heartbeat_ms,
+          "node: ping the parent after this long without a frame from it"),
+  U32_OPT("liveness-timeout-ms", "RDZVD_LIVENESS_TIMEOUT_MS", "5000",
+          liveness_timeout_ms,
+          "a parent or child node silent this long (stopped, wedged, cut "
+          "off) is lost: its connection is closed and what it carried fails, "
+          "naming it"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen,
@@ -318,6 +325,10 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
        "upstream-wait-max-ms", "ask the parent for no wait at all"},
       {offsetof(struct rdzv_daemon_config, upstream_timeout_ms),
        "upstream-timeout-ms", "fail every request before the parent answers"},
+      {offsetof(struct rdzv_daemon_config, heartbeat_ms), "heartbeat-ms",
+       "ping the parent without pause"},
+      {offsetof(struct rdzv_daemon_config, liveness_timeout_ms),
+       "liveness-timeout-ms", "lose every parent and child at once"},
   };
   for (size_t i = 0; i < sizeof(nonzero) / sizeof(nonzero[0]); i++) {
     uint32_t v;
@@ -327,6 +338,13 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
                nonzero[i].name, nonzero[i].why);
       return -EINVAL;
     }
+  }
+  if (cfg->liveness_timeout_ms <= cfg->heartbeat_ms) {
+    snprintf(err, errlen,
+             "--liveness-timeout-ms (%u) must exceed --heartbeat-ms (%u): a "
+             "healthy peer would be lost between two heartbeats",
+             cfg->liveness_timeout_ms, cfg->heartbeat_ms);
+    return -EINVAL;
   }
   if (cfg->flush_ms > cfg->flush_max_ms) {
     snprintf(err, errlen, "--flush-ms (%u) must not exceed --flush-max-ms (%u)",

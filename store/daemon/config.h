@@ -27,11 +27,15 @@ struct rdzv_daemon_config {
   uint32_t flush_ms;       /* collective/add combining quiet interval */
   uint32_t flush_max_ms;   /* ... and the longest a contribution is held */
   uint32_t hello_timeout_ms;
-  uint32_t job_linger_ms;
+  uint32_t job_linger_ms; /* free a job this long after its last connection */
   uint32_t upstream_timeout_ms; /* node: fail what waits this long for a
                                    parent that cannot be reached */
   uint32_t upstream_wait_max_ms; /* node: longest wait asked of the parent
-                                    at once (asked again while needed) */  /* free a job this long after its last connection */
+                                    at once (asked again while needed) */
+  uint32_t heartbeat_ms;         /* node: ping the parent after this long
+                                    without a frame from it */
+  uint32_t liveness_timeout_ms;  /* a parent or child node silent this long
+                                    is lost (> heartbeat_ms) */
   uint32_t log_level;      /* 0 errors, 1 info, 2 debug */
   /* PyTorch c10d TCPStore front end (store/daemon/tcpstore/tcpstore.c): HOST:PORT, "" for
    * none; the job its clients' keys live in; where to write its port. */

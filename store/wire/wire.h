@@ -129,8 +129,14 @@ enum rdzv_msg_type {
    * order, each a u64 (LE), at most the number asked for; a == b > 0 means
    * it completed (with GIVE_UP: the giver arrived in time after all). */
   RDZV_MSG_COLL_STATUS = 18,
+  /* Liveness (a heartbeat): no fields, needs no job state. Reply: status
+   * 0. A node sends one to its parent when it has heard nothing for
+   * --heartbeat-ms, and a parent closes a child node that sent nothing for
+   * --liveness-timeout-ms; a client library may ping its daemon the same
+   * way while it waits. */
+  RDZV_MSG_PING = 19,
 };
-#define RDZV_MSG_TYPE_MAX 18
+#define RDZV_MSG_TYPE_MAX 19
 /* Most member ids one COLL_STATUS reply names. */
 #define RDZV_COLL_STATUS_MAX_IDS 4096
 

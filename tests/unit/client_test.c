@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,6 +393,31 @@ static void test_wait_local_deadline(void **state) {
   assert_int_equal(rdzv_store_set(f->c, "a", "1", 1, 0, LONG_S), 0);
   assert_int_equal(rdzv_store_wait(f->c, keys, 2, 0.1), RDZV_EDEADLINE);
   assert_string_equal(rdzv_client_last_error(f->c), "wait: missing keys: a, x");
+}
+
+/* A server that stops (SIGSTOP: its socket stays open, nothing answers,
+ * not even a heartbeat): a wait with a long deadline fails with
+ * RDZV_ESILENT after liveness_timeout_s, naming the address; a server
+ * that answers heartbeats but holds the wait keeps it waiting. */
+static void test_silent_server(void **state) {
+  struct fx *f = *state;
+  struct rdzv_client_opts o;
+  const char *keys[] = {"x"};
+
+  start_server(f, 0, FAKE_WAIT_NEVER);
+  rdzv_client_opts_init(&o);
+  o.addr = f->srv.unix_addr;
+  o.job_id = JOB;
+  o.heartbeat_s = 0.05;
+  o.liveness_timeout_s = 0.3;
+  assert_int_equal(rdzv_client_create(&o, &f->c), 0);
+  /* Pinged through several liveness timeouts: still only the deadline. */
+  assert_int_equal(rdzv_store_wait(f->c, keys, 1, 1.0), RDZV_EDEADLINE);
+  kill(f->srv.pid, SIGSTOP);
+  assert_int_equal(rdzv_store_wait(f->c, keys, 1, LONG_S), RDZV_ESILENT);
+  if (strstr(rdzv_client_last_error(f->c), f->srv.unix_addr) == NULL)
+    fail_msg("names no address: %s", rdzv_client_last_error(f->c));
+  kill(f->srv.pid, SIGCONT);
 }
 
 static void test_wait_answered_late(void **state) {
@@ -793,6 +819,7 @@ int main(void) {
       T(test_wait_names_missing),
       T(test_wait_local_deadline),
       T(test_wait_answered_late),
+      T(test_silent_server),
       T(test_connection_drop),
       T(test_error_frame),
       T(test_bad_frames),

@@ -487,6 +487,9 @@ static void handle(struct srv *s, int ci, const struct rdzv_msg *m) {
   case RDZV_MSG_STATS:
     reply(s, ci, m->type, m->req_id, 0, 0, NULL, &vals);
     break;
+  case RDZV_MSG_PING: /* a heartbeat, as rdzvd answers it */
+    reply(s, ci, m->type, m->req_id, 0, 0, NULL, NULL);
+    break;
   default:
     conn_close(s, ci);
   }

@@ -141,7 +141,11 @@ static const struct vcase vcases[] = {
     {"coll-status-give-up", 18, RDZV_F_GIVE_UP, 12, 1, 2, {S("b"), S("why")},
      V0, OK},
     {"coll-status-3-keys", 18, 0, 12, 1, 3, {S("b"), S("c"), S("d")}, V0, EP},
-    {"type-19", 19, 0, 0, 0, K0, V0, EP},
+    {"ping", 19, 0, 0, 0, K0, V0, OK},
+    {"ping-key", 19, 0, 0, 0, 1, {S("k")}, V0, EP},
+    {"ping-val", 19, 0, 0, 0, K0, 1, {S("v")}, EP},
+    {"ping-reply", 19, RDZV_F_REPLY, 0, 0, K0, V0, EP},
+    {"type-20", 20, 0, 0, 0, K0, V0, EP},
 };
 /* clang-format on */
 #define NVCASES (sizeof vcases / sizeof vcases[0])

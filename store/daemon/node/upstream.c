@@ -5,7 +5,14 @@
  * complete with RDZV_EUNREACHABLE and a text naming the parent and the
  * last failure. Requests in flight when the connection fails complete with
  * RDZV_ECONN_CLOSED, also naming the parent. Losing and regaining the
- * parent is logged at the default level. */
+ * parent is logged at the default level.
+ *
+ * Liveness: every --heartbeat-ms a ready connection sends a PING (the
+ * parent, hearing nothing for --liveness-timeout-ms, closes this node);
+ * a parent from which nothing came for --liveness-timeout-ms while
+ * connecting, in the hello or ready (a stopped or wedged daemon whose
+ * kernel still holds the connection open) is lost as if the connection
+ * had failed, and what was in flight fails with RDZV_ESILENT. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -58,6 +65,9 @@ struct upstream {
   struct upreq *reqs;
   struct upreq_queue queue; /* queued requests, oldest first */
   uv_timer_t expire;        /* fails queued requests past the timeout */
+  uv_timer_t beat;          /* every --heartbeat-ms: ping, or lose */
+  uint64_t last_rx_ms;      /* bytes last came (or the attempt began) */
+  uint64_t last_beat_ms;    /* when on_beat last ran */
   char why[200];            /* the last failure, for errors and logs */
   uint64_t down_since_ms;   /* since when the parent is not connected */
   bool was_up;              /* READY once: a loss is logged */
@@ -206,11 +216,59 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   snprintf(text, sizeof(text), "the connection of node %s to its parent %s "
            "failed: %s; the request's outcome is unknown",
            u->d->cfg.name, u->d->cfg.parent, u->why);
-  fail_requests(u, RDZV_ECONN_CLOSED, false, text);
+  fail_requests(u, err == RDZV_ESILENT ? RDZV_ESILENT : RDZV_ECONN_CLOSED,
+                false, text);
   uint64_t b = u->backoff_ms;
   uint64_t jitter = b / 4 > 0 ? (uint64_t)rand() % (b / 2 + 1) : 0;
   uv_timer_start(&u->timer, on_backoff, b - b / 4 + jitter, 0);
   u->backoff_ms = b * 2 > 1000 ? 1000 : b * 2;
+}
+
+/* Every --heartbeat-ms: a parent silent past --liveness-timeout-ms is
+ * lost; a ready one is pinged (its reply, matching no request, only
+ * refreshes last_rx_ms). */
+static void on_beat(uv_timer_t *t) {
+  struct upstream *u = t->data;
+  struct daemon *d = u->d;
+  if (u->state != UP_CONNECTING && u->state != UP_HELLO &&
+      u->state != UP_READY)
+    return;
+  uint64_t now = uv_now(d->loop);
+  uint64_t late = now - u->last_beat_ms;
+  u->last_beat_ms = now;
+  if (late > 2 * (uint64_t)d->cfg.heartbeat_ms) {
+    /* This daemon did not run (stopped, starved): the parent's frames
+     * may wait unread in the socket. It gets a full timeout again. */
+    rdzv__log(d, 1, "job %s: node %s did not run for %" PRIu64 " ms",
+              u->job_id, d->cfg.name, late);
+    u->last_rx_ms = now;
+  }
+  uint64_t silent = now - u->last_rx_ms;
+  if (silent >= d->cfg.liveness_timeout_ms) {
+    char why[120];
+    snprintf(why, sizeof(why),
+             "nothing heard for %" PRIu64 " ms while %s "
+             "(--liveness-timeout-ms %u)", silent,
+             u->state == UP_READY ? "ready" :
+             u->state == UP_HELLO ? "waiting for the hello reply" :
+             "connecting", d->cfg.liveness_timeout_ms);
+    d->stats.parent_silent++;
+    up_reset(u, why, RDZV_ESILENT);
+    return;
+  }
+  if (u->state != UP_READY)
+    return;
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_PING;
+  m.req_id = u->next_id++;
+  if (m.req_id == 0)
+    m.req_id = u->next_id++;
+  if (rdzv_msg_encode(&m, &u->out) == 0) {
+    d->stats.frames_out++;
+    d->stats.ops[RDZV_MSG_PING].forwarded++;
+    up_start_write(u);
+  }
 }
 
 static void on_write(uv_write_t *req, int status) {
@@ -321,6 +379,7 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   u->in.len += (size_t)nread;
   u->d->stats.bytes_in += (uint64_t)nread;
+  u->last_rx_ms = uv_now(u->d->loop);
   size_t off = 0;
   u->refs++;
   for (;;) {
@@ -367,6 +426,7 @@ static void send_hello(struct upstream *u) {
   rdzv_msg_encode(&m, &u->out);
   u->d->stats.frames_out++;
   up_set_state(u, UP_HELLO);
+  u->last_rx_ms = uv_now(u->d->loop);
   uv_read_start(&u->h.stream, up_on_alloc, up_on_read);
   up_start_write(u);
 }
@@ -390,6 +450,7 @@ static void connect_addr(struct upstream *u, const struct sockaddr *sa) {
   u->have_stream = true;
   uv_tcp_nodelay(&u->h.tcp, 1);
   up_set_state(u, UP_CONNECTING);
+  u->last_rx_ms = uv_now(u->d->loop);
   u->creq.data = u;
   u->refs++;
   int rc = uv_tcp_connect(&u->creq, &u->h.tcp, sa, on_connect);
@@ -423,6 +484,7 @@ static void up_connect(struct upstream *u) {
     u->h.handle.data = u;
     u->have_stream = true;
     up_set_state(u, UP_CONNECTING);
+    u->last_rx_ms = uv_now(u->d->loop);
     u->creq.data = u;
     u->refs++;
     uv_pipe_connect(&u->creq, &u->h.pipe, a + 5, on_connect);
@@ -485,6 +547,11 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
   uv_timer_init(d->loop, &u->expire);
   u->expire.data = u;
   u->refs++; /* the expiry timer's */
+  uv_timer_init(d->loop, &u->beat);
+  u->beat.data = u;
+  u->refs++; /* the heartbeat timer's */
+  u->last_beat_ms = uv_now(d->loop);
+  uv_timer_start(&u->beat, on_beat, d->cfg.heartbeat_ms, d->cfg.heartbeat_ms);
   up_connect(u);
   return u;
 }
@@ -544,6 +611,7 @@ void rdzv__upstream_destroy(struct upstream *u, bool flush) {
   up_set_state(u, UP_CLOSED);
   fail_requests(u, RDZV_ECANCELED, true, "");
   uv_close((uv_handle_t *)&u->expire, on_timer_closed);
+  uv_close((uv_handle_t *)&u->beat, on_timer_closed);
   if (u->have_stream) {
     u->have_stream = false;
     if (!(flush && ready && flush_and_close(u))) {

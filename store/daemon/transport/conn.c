@@ -2,6 +2,7 @@
  * path (frames queued during a loop iteration, written at its end) and its
  * read path (framing, the hello, request validation and limits, then the
  * role's handle hook). */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,6 +239,32 @@ void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
 
 /* ---- read path --------------------------------------------------------------- */
 
+/* A child node pings every --heartbeat-ms: one silent for
+ * --liveness-timeout-ms is stopped, wedged or cut off (its TCP connection
+ * may look healthy for minutes). Closing it withdraws what it carried, as
+ * for a child that died. */
+static void on_child_check(uv_timer_t *t) {
+  struct conn *c = t->data;
+  struct daemon *d = c->d;
+  uint64_t now = uv_now(d->loop);
+  if (now - c->last_check_ms > 2 * (uint64_t)d->cfg.heartbeat_ms)
+    c->last_rx_ms = now; /* this daemon did not run: the child's pings may
+                            wait unread; it gets a full timeout again */
+  c->last_check_ms = now;
+  uint64_t silent = now - c->last_rx_ms;
+  if (c->state != CONN_READY || silent < d->cfg.liveness_timeout_ms)
+    return;
+  d->stats.children_silent++;
+  rdzv__log_event(d, "job %s: child node %s silent for %" PRIu64
+                  " ms (--liveness-timeout-ms %u): closing its connection",
+                  c->job != NULL ? c->job->id : "?", c->name, silent,
+                  d->cfg.liveness_timeout_ms);
+  char text[400];
+  snprintf(text, sizeof(text), "daemon %s heard nothing from %s for %" PRIu64
+           " ms: declared lost", d->cfg.name, c->name, silent);
+  rdzv__conn_fail(c, RDZV_ESILENT, text);
+}
+
 static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   struct daemon *d = c->d;
   struct rdzv_slice job, name = {NULL, 0};
@@ -266,6 +293,10 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   }
   c->role = (int)m->a;
   uv_timer_stop(&c->hello_timer);
+  c->last_check_ms = uv_now(d->loop);
+  if (c->role == RDZV_ROLE_NODE && !c->inproc)
+    uv_timer_start(&c->hello_timer, on_child_check, d->cfg.heartbeat_ms,
+                   d->cfg.heartbeat_ms);
   rdzv__job_attach(c, j);
   conn_set_state(c, CONN_READY);
   struct rdzv_msg r;
@@ -305,6 +336,13 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
   if (m->type == RDZV_MSG_STATS) { /* the daemon's, not a job's */
     d->stats.ops[m->type].local++;
     rdzv__reply_stats(c, m);
+    return;
+  }
+  if (m->type == RDZV_MSG_PING) { /* liveness: no job state */
+    struct rdzv_msg r;
+    d->stats.ops[m->type].local++;
+    rdzv__reply_init(&r, m, 0);
+    rdzv__conn_reply(c, &r);
     return;
   }
   d->role->handle(d, c, m);
@@ -368,6 +406,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   c->in.len += (size_t)nread;
   c->d->stats.bytes_in += (uint64_t)nread;
+  c->last_rx_ms = uv_now(c->d->loop);
   decode_frames(c);
 }
 

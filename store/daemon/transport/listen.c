@@ -37,6 +37,7 @@ static void on_connection(uv_stream_t *server, int status) {
   c->h.handle.data = c;
   uv_timer_init(d->loop, &c->hello_timer);
   c->hello_timer.data = c;
+  c->last_rx_ms = uv_now(d->loop);
   snprintf(c->name, sizeof(c->name), "#%llu",
            (unsigned long long)d->stats.conns_total + 1);
   TAILQ_INSERT_TAIL(&d->conns, c, link);

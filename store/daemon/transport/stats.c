@@ -3,7 +3,8 @@
  *   {"name", "role", "uptime_ms", "jobs", "connections": {"open", "total",
  *    "rejected"}, "bytes": {"in", "out"}, "frames": {"in", "out"},
  *    "proto_errors", "cache_hits", "coalesced", "combined",
- *    "upstream_reconnects", "parent_restarts",
+ *    "upstream_reconnects", "parent_restarts", "parent_silent",
+ *    "children_silent",
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,7 @@ char *rdzv__stats_json(const struct daemon *d) {
       njobs++;
   json_t *o = json_pack(
       "{s:s,s:s,s:s,s:I,s:i,s:{s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},"
-      "s:I,s:I,s:I,s:I,s:I,s:I}",
+      "s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
       "name", d->cfg.name, "role",
       d->role->name, "listen",
       d->bound_addr, "uptime_ms",
@@ -56,7 +57,9 @@ char *rdzv__stats_json(const struct daemon *d) {
       "cache_hits", (json_int_t)s->cache_hits, "coalesced",
       (json_int_t)s->coalesced, "combined", (json_int_t)s->combined,
       "upstream_reconnects", (json_int_t)s->upstream_reconnects,
-      "parent_restarts", (json_int_t)s->parent_restarts);
+      "parent_restarts", (json_int_t)s->parent_restarts, "parent_silent",
+      (json_int_t)s->parent_silent, "children_silent",
+      (json_int_t)s->children_silent);
   if (o == NULL) {
     json_decref(ops);
     return NULL;

@@ -50,6 +50,8 @@ struct stats {
   uint64_t combined;        /* adds/contributions merged into another */
   uint64_t upstream_reconnects;
   uint64_t parent_restarts; /* a parent met again with a new incarnation */
+  uint64_t parent_silent;   /* the parent lost to --liveness-timeout-ms */
+  uint64_t children_silent; /* child nodes lost to --liveness-timeout-ms */
 };
 
 /* Returns the daemon's statistics as one JSON object (malloc'd text). */
@@ -83,7 +85,12 @@ struct conn {
   uv_write_t wreq;
   bool write_active;
   bool dirty; /* on d->dirty: out has bytes to flush */
+  /* Before the hello: --hello-timeout-ms. After it, for a child node only:
+   * every --heartbeat-ms, closes c once it has sent nothing for
+   * --liveness-timeout-ms. */
   uv_timer_t hello_timer;
+  uint64_t last_rx_ms;    /* when bytes last came from the peer (loop time) */
+  uint64_t last_check_ms; /* when the child check last ran */
   uint32_t outstanding;
   uint32_t refs; /* the handle's own reference plus pending operations */
   bool decoding; /* inside decode_frames: c->in is being read */
