@@ -51,7 +51,9 @@ extern "C" {
     "communicator name already initialized in this generation")             \
   X(EUNREACHABLE, -1035, "a daemon on the way could not reach its parent")  \
   X(ESILENT, -1036,                                                          \
-    "a daemon went silent past the liveness timeout (stopped or wedged)")
+    "a daemon went silent past the liveness timeout (stopped or wedged)")  \
+  X(EJOB_FULL, -1037,                                                        \
+    "the job's memory cap at the root is reached (--max-job-bytes)")
 
 enum rdzv_status {
   RDZV_OK = 0,

@@ -45,6 +45,10 @@ static const struct opt opts[] = {
           max_value_bytes, "largest value, bytes"),
   U32_OPT("max-frame-bytes", "RDZVD_MAX_FRAME_BYTES", "67108864",
           max_frame_bytes, "largest frame body, bytes"),
+  U32_OPT("max-job-bytes", "RDZVD_MAX_JOB_BYTES", "0", max_job_bytes,
+          "root: the most one job may hold (keys, values, records, pending "
+          "contributions), bytes; a write past it fails with RDZV_EJOB_FULL "
+          "(0: no cap)"),
   U32_OPT("max-outstanding", "RDZVD_MAX_OUTSTANDING", "65536",
           max_outstanding, "outstanding requests per connection"),
   U32_OPT("max-connections", "RDZVD_MAX_CONNECTIONS", "16384",

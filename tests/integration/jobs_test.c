@@ -30,8 +30,12 @@ static char leaf_addr[160];
 static int fds_before;
 
 
+/* An extra option of the root (setup_cap), or NULL. */
+static const char *root_extra;
+
 static int start(int i, const char *name, const char *parent) {
-  const char *extra[] = {"--job-linger-ms=" LINGER_MS, NULL};
+  const char *extra[] = {"--job-linger-ms=" LINGER_MS,
+                         parent == NULL ? root_extra : NULL, NULL};
   return daemon_start(&procs[i], dir, name, parent, extra, tcp[i]);
 }
 
@@ -167,6 +171,57 @@ static void test_relaunch_within_linger(void **state) {
   assert_int_equal(run_job("steps", 0), 1);
 }
 
+#define CAP 20000
+static int setup_cap(void **state) {
+  root_extra = "--max-job-bytes=20000";
+  int rc = setup(state);
+  root_extra = NULL;
+  return rc;
+}
+
+static rdzv_client_t *leaf_client(const char *job) {
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = leaf_addr;
+  o.job_id = job;
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  return c;
+}
+
+/* --max-job-bytes at the root, asked two node levels down: a write past
+ * the cap fails with RDZV_EJOB_FULL (the text says which cap), nothing of
+ * it is kept, other jobs are not affected, and room made by a smaller
+ * value is room again. */
+static void test_job_memory_cap(void **state) {
+  (void)state;
+  static char big[CAP];
+  memset(big, 'v', sizeof(big));
+  rdzv_client_t *c = leaf_client("capped");
+  assert_int_equal(rdzv_store_set(c, "a", big, 10000, 0, 20), 0);
+  assert_int_equal(rdzv_store_set(c, "b", big, 12000, 0, 20), RDZV_EJOB_FULL);
+  if (strstr(rdzv_client_last_error(c), "--max-job-bytes") == NULL)
+    fail_msg("the error names no cap: %s", rdzv_client_last_error(c));
+  void *v = NULL;
+  size_t n = 0;
+  assert_int_equal(rdzv_store_get(c, "b", &v, &n, 20), RDZV_ENOKEY);
+  assert_int_equal(rdzv_store_append(c, "a", big, 10001, 20), RDZV_EJOB_FULL);
+  struct rdzv_value *out = NULL;
+  assert_int_equal(
+      rdzv_store_gather(c, "g", 0, 2, big, 10001, &out, 20), RDZV_EJOB_FULL);
+  /* Another job has a cap of its own. */
+  rdzv_client_t *o = leaf_client("other");
+  assert_int_equal(rdzv_store_set(o, "b", big, 12000, 0, 20), 0);
+  rdzv_client_destroy(o);
+  /* A smaller value makes room. */
+  assert_int_equal(rdzv_store_set(c, "a", big, 100, 0, 20), 0);
+  assert_int_equal(rdzv_store_set(c, "b", big, 12000, 0, 20), 0);
+  assert_int_equal(rdzv_store_get(c, "b", &v, &n, 20), 0);
+  assert_int_equal(n, 12000);
+  rdzv_free(v);
+  rdzv_client_destroy(c);
+}
+
 static void test_stats_is_no_job(void **state) {
   (void)state;
   for (int i = 0; i < 3; i++) {
@@ -191,6 +246,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_relaunch_within_linger, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stats_is_no_job, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_job_memory_cap, setup_cap,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -116,6 +116,40 @@ static void test_append_del_count(void **unused) {
   }
 }
 
+/* bytes: names and values of keys and records, whatever the changes. */
+static void test_bytes(void **unused) {
+  (void)unused;
+  for (size_t b = 0; b < NBACKENDS; b++) {
+    struct rdzv_state *st = open_job(backends[b], "job");
+    assert_int_equal(rdzv__state_bytes(st), 0);
+    assert_int_equal(rdzv__state_set(st, K("key"), K("value"), false), 0);
+    assert_int_equal(rdzv__state_bytes(st), 3 + 5);
+    assert_int_equal(rdzv__state_set(st, K("key"), K("v"), false), 0);
+    assert_int_equal(rdzv__state_bytes(st), 3 + 1);
+    assert_int_equal(rdzv__state_append(st, K("key"), K("wxyz")), 0);
+    assert_int_equal(rdzv__state_bytes(st), 3 + 5);
+    assert_int_equal(rdzv__state_append(st, K("new"), K("ab")), 0);
+    assert_int_equal(rdzv__state_bytes(st), 3 + 5 + 3 + 2);
+    /* A refused write-once set changes nothing. */
+    assert_int_equal(rdzv__state_set(st, K("wo"), K("1"), true), 0);
+    assert_int_equal(rdzv__state_set(st, K("wo"), K("22"), true),
+                     RDZV_EWRITE_ONCE);
+    assert_int_equal(rdzv__state_bytes(st), 13 + 3);
+    assert_int_equal(
+        rdzv__state_rec_put(st, RDZV_STATE_REC_ROUND, K("world"), K("g1")), 0);
+    uint64_t with_rec = rdzv__state_bytes(st);
+    assert_true(with_rec >= 16 + 5 + 2);
+    assert_int_equal(rdzv__state_rec_del(st, RDZV_STATE_REC_ROUND, K("world")),
+                     0);
+    assert_int_equal(rdzv__state_bytes(st), 16);
+    assert_int_equal(rdzv__state_del(st, K("key")), 1);
+    assert_int_equal(rdzv__state_del(st, K("new")), 1);
+    assert_int_equal(rdzv__state_del(st, K("wo")), 1);
+    assert_int_equal(rdzv__state_bytes(st), 0);
+    rdzv__state_close(st);
+  }
+}
+
 /* scan's callback: counts visits, deletes keys whose value is "del", and
  * fails with stop_rc at the visit numbered stop_at (0: never). */
 struct scan_ctx {
@@ -324,7 +358,8 @@ static void test_jobs_apart(void **unused) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_set_get),     cmocka_unit_test(test_write_once),
-      cmocka_unit_test(test_append_del_count), cmocka_unit_test(test_scan),
+      cmocka_unit_test(test_append_del_count), cmocka_unit_test(test_bytes),
+      cmocka_unit_test(test_scan),
       cmocka_unit_test(test_scan_many),   cmocka_unit_test(test_records),
       cmocka_unit_test(test_jobs_apart),
   };

@@ -13,7 +13,7 @@ struct kv_entry *rdzv__kv_find(struct kv_table *t, const uint8_t *k,
   return e;
 }
 
-static int set_value(struct kv_entry *e, const uint8_t *v, uint32_t vlen) {
+static int set_value(struct kv_table *t, struct kv_entry *e, const uint8_t *v, uint32_t vlen) {
   /* One spare byte keeps values NUL-terminated, handy for counters. */
   uint8_t *nv = malloc((size_t)vlen + 1);
   if (nv == NULL)
@@ -23,6 +23,7 @@ static int set_value(struct kv_entry *e, const uint8_t *v, uint32_t vlen) {
   nv[vlen] = 0;
   free(e->val);
   e->val = nv;
+  t->bytes = t->bytes - e->vlen + vlen;
   e->vlen = vlen;
   return 0;
 }
@@ -41,6 +42,7 @@ static struct kv_entry *insert(struct kv_table *t, const uint8_t *k,
   e->klen = klen;
   HASH_ADD_KEYPTR(hh, t->head, e->key, e->klen, e);
   t->count++;
+  t->bytes += klen;
   return e;
 }
 
@@ -61,7 +63,7 @@ int rdzv__kv_set(struct kv_table *t, const uint8_t *k, uint32_t klen,
     if (e == NULL)
       return RDZV_ENOMEM;
   }
-  int rc = set_value(e, v, vlen);
+  int rc = set_value(t, e, v, vlen);
   if (rc < 0) {
     if (added) /* nothing changes on failure */
       rdzv__kv_delete(t, k, klen);
@@ -87,6 +89,7 @@ int rdzv__kv_append(struct kv_table *t, const uint8_t *k, uint32_t klen,
     memcpy(nv + e->vlen, v, vlen);
   e->val = nv;
   e->vlen += vlen;
+  t->bytes += vlen;
   nv[e->vlen] = 0;
   if (out != NULL)
     *out = e;
@@ -105,6 +108,7 @@ int rdzv__kv_delete(struct kv_table *t, const uint8_t *k, uint32_t klen) {
     return 0;
   HASH_DEL(t->head, e);
   t->count--;
+  t->bytes -= (uint64_t)e->klen + e->vlen;
   entry_free(e);
   return 1;
 }
@@ -116,4 +120,5 @@ void rdzv__kv_clear(struct kv_table *t) {
     entry_free(e);
   }
   t->count = 0;
+  t->bytes = 0;
 }

@@ -20,6 +20,7 @@ struct kv_entry {
 struct kv_table {
   struct kv_entry *head;
   uint64_t count;
+  uint64_t bytes; /* the keys' and values' bytes together */
 };
 
 struct kv_entry *rdzv__kv_find(struct kv_table *t, const uint8_t *k,

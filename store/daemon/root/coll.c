@@ -174,6 +174,7 @@ static void coll_complete(struct root_job *s, struct coll *co) {
       rdzv_buf_append(&result, mb->data, mb->len);
     }
     HASH_DEL(co->members, mb);
+    s->coll_bytes -= sizeof(*mb) + mb->len;
     free(mb);
   }
   co->done = true;
@@ -206,8 +207,8 @@ static void coll_complete(struct root_job *s, struct coll *co) {
 
 /* Adds the request's contributions; each member id counts once, so a
  * subtree that re-sends after reattaching is not counted twice. */
-static int coll_add_members(struct coll *co, const struct rdzv_msg *m,
-                            struct daemon *d) {
+static int coll_add_members(struct root_job *s, struct coll *co,
+                            const struct rdzv_msg *m) {
   size_t pos = 0;
   struct rdzv_slice v;
   uint32_t n = 0;
@@ -225,10 +226,11 @@ static int coll_add_members(struct coll *co, const struct rdzv_msg *m,
     memcpy(mb->data, v.p + 8, mb->len);
     HASH_ADD(hh, co->members, id, sizeof(mb->id), mb);
     co->nmembers++;
+    s->coll_bytes += sizeof(*mb) + mb->len;
     n++;
   }
   if (n > 1)
-    d->stats.combined += n - 1;
+    s->d->stats.combined += n - 1;
   return 0;
 }
 
@@ -307,7 +309,14 @@ void rdzv__root_collective(struct root_job *s, struct conn *c,
     coll_reply(s, co, c, m->req_id, 0, 0);
     return;
   }
-  int rc = coll_add_members(co, m, s->d);
+  size_t pos = 0;
+  struct rdzv_slice v;
+  uint64_t more = 0;
+  while (rdzv_items_next(&m->vals, &pos, &v))
+    more += sizeof(struct member) + v.n;
+  if (rdzv__root_room(s, c, m, more) < 0)
+    return;
+  int rc = coll_add_members(s, co, m);
   if (rc < 0) {
     rdzv__root_reply_status(c, m, rc);
     return;
@@ -441,6 +450,7 @@ static void coll_free(struct root_job *s, struct coll *co, bool forget) {
   struct member *mb, *mt;
   HASH_ITER(hh, co->members, mb, mt) {
     HASH_DEL(co->members, mb);
+    s->coll_bytes -= sizeof(*mb) + mb->len;
     free(mb);
   }
   struct pending *p;
@@ -468,6 +478,23 @@ void rdzv__root_colls_fail_prefix(struct root_job *s, const char *prefix,
     for (struct pending *p = co->pend; p != NULL; p = p->next)
       reply_text(p->c, co->type, p->req_id, status, text, strlen(text));
     coll_free(s, co, true);
+  }
+}
+
+void rdzv__root_colls_conn_closed(struct root_job *s, struct conn *c) {
+  struct coll *co, *tmp;
+  HASH_ITER(hh, s->colls, co, tmp) {
+    struct pending **pp = &co->pend;
+    while (*pp != NULL) {
+      struct pending *p = *pp;
+      if (p->c != c) {
+        pp = &p->next;
+        continue;
+      }
+      *pp = p->next;
+      rdzv__conn_unref(c);
+      free(p);
+    }
   }
 }
 

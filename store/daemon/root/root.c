@@ -51,6 +51,7 @@ static struct root_job *root_job(struct daemon *d, struct job *j) {
     return NULL;
   }
   s->d = d;
+  s->job_id = j->id;
   rdzv__waits_init(&s->waits, d->loop, &root_wait_hooks, s);
   j->role_data = s;
   return s;
@@ -61,6 +62,41 @@ void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, st);
   rdzv__conn_reply(c, &r);
+}
+
+/* ---- the job's memory cap ------------------------------------------------- */
+
+int rdzv__root_room(struct root_job *s, struct conn *c,
+                    const struct rdzv_msg *m, uint64_t more) {
+  uint64_t cap = s->d->cfg.max_job_bytes;
+  if (cap == 0)
+    return 0;
+  uint64_t used = rdzv__state_bytes(s->st) + s->coll_bytes;
+  if (used + more <= cap)
+    return 0;
+  char text[600];
+  snprintf(text, sizeof(text),
+           "%s needing %" PRIu64 " more bytes refused: job %s holds %" PRIu64
+           " bytes at the root %s, whose --max-job-bytes is %" PRIu64,
+           rdzv_msg_type_name(m->type), more, s->job_id, used, s->d->cfg.name,
+           cap);
+  rdzv__log_event(s->d, "%s", text);
+  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, RDZV_EJOB_FULL);
+  r.keys.n = 1;
+  r.keys.v = &t;
+  rdzv__conn_reply(c, &r);
+  return RDZV_EJOB_FULL;
+}
+
+/* What setting k to vlen bytes adds to the job (0 when it shrinks). */
+static uint64_t set_growth(struct root_job *s, struct rdzv_slice k,
+                           uint32_t vlen) {
+  struct rdzv_state_val e;
+  if (rdzv__state_get(s->st, k.p, k.n, &e) < 0)
+    return (uint64_t)k.n + vlen;
+  return vlen > e.n ? vlen - e.n : 0;
 }
 
 /* ---- simple operations --------------------------------------------------- */
@@ -79,6 +115,8 @@ static void handle_set(struct root_job *s, struct conn *c,
   struct rdzv_slice k, v;
   rdzv__root_item(&m->keys, 0, &k);
   rdzv__root_item(&m->vals, 0, &v);
+  if (rdzv__root_room(s, c, m, set_growth(s, k, v.n)) < 0)
+    return;
   int rc = rdzv__state_set(s->st, k.p, k.n, v.p, v.n,
                            (m->flags & RDZV_F_WRITE_ONCE) != 0);
   rdzv__root_reply_status(c, m, rc);
@@ -134,9 +172,11 @@ static void handle_add(struct root_job *s, struct conn *c,
   int rc = parse_i64(have ? &e : NULL, &cur);
   if (rc == 0 && __builtin_add_overflow(cur, m->a, &cur))
     rc = -ERANGE;
+  char text[24];
+  int n = snprintf(text, sizeof(text), "%" PRId64, cur);
+  if (rc == 0 && rdzv__root_room(s, c, m, set_growth(s, k, (uint32_t)n)) < 0)
+    return;
   if (rc == 0) {
-    char text[24];
-    int n = snprintf(text, sizeof(text), "%" PRId64, cur);
     rc = rdzv__state_set(s->st, k.p, k.n, (const uint8_t *)text, (uint32_t)n,
                          false);
   }
@@ -160,6 +200,8 @@ static void handle_cas(struct root_job *s, struct conn *c,
                      : (e.n == exp.n &&
                         (exp.n == 0 || memcmp(e.p, exp.p, exp.n) == 0));
   int rc = match ? 0 : RDZV_ECAS_FAILED;
+  if (match && rdzv__root_room(s, c, m, set_growth(s, k, des.n)) < 0)
+    return;
   if (match) {
     rc = rdzv__state_set(s->st, k.p, k.n, des.p, des.n, have && e.write_once);
     /* The value now stored (the set changed what e pointed to). */
@@ -241,6 +283,13 @@ static void handle_mset(struct root_job *s, struct conn *c,
       return;
     }
   }
+  uint64_t more = 0;
+  kp = vp = 0;
+  while (rdzv_items_next(&m->keys, &kp, &k) &&
+         rdzv_items_next(&m->vals, &vp, &v))
+    more += set_growth(s, k, v.n);
+  if (rdzv__root_room(s, c, m, more) < 0)
+    return;
   int rc = 0;
   kp = vp = 0;
   while (rc == 0 && rdzv_items_next(&m->keys, &kp, &k) &&
@@ -264,6 +313,8 @@ static void handle_append(struct root_job *s, struct conn *c,
     rdzv__root_reply_status(c, m, RDZV_EVALUE_TOO_BIG);
     return;
   }
+  if (rdzv__root_room(s, c, m, set_growth(s, k, 0) + v.n) < 0)
+    return;
   int rc = rdzv__state_append(s->st, k.p, k.n, v.p, v.n);
   rdzv__root_reply_status(c, m, rc);
   if (rc == 0)
@@ -325,13 +376,14 @@ static void root_handle(struct daemon *d, struct conn *c,
 }
 
 static void root_conn_closed(struct daemon *d, struct conn *c) {
-  /* c's waits go now. Collective entries hold a reference to c and answer
-   * into the void once c is closed. A generation c joined ranks to is
-   * aborted at once. (The transport calls this only
-   * while it runs, for a job with role data.) */
+  /* c's waits and its places among collectives' waiters go now (what it
+   * contributed stays). A generation c joined ranks to is aborted at
+   * once. (The transport calls this only while it runs, for a job with
+   * role data.) */
   struct root_job *s = c->job->role_data;
   (void)d;
   rdzv__waits_drop_conn(&s->waits, c); /* their replies would go nowhere */
+  rdzv__root_colls_conn_closed(s, c);
   rdzv__root_rounds_conn_closed(s, c);
 }
 

@@ -16,10 +16,12 @@ struct round;
  * bookkeeping tied to connections and timers. */
 struct root_job {
   struct daemon *d;
+  const char *job_id; /* the transport's job id, which outlives s */
   struct rdzv_state *st;
   struct coll *colls;   /* coll.c: collectives seen, done or not */
   struct round *rounds; /* round.c: rounds by name */
   struct waitset waits;
+  uint64_t coll_bytes; /* coll.c: contributions held until completion */
 };
 
 /* ---- root.c ---------------------------------------------------------------- */
@@ -32,6 +34,14 @@ void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
 void rdzv__root_item(const struct rdzv_items *it, uint32_t i,
                      struct rdzv_slice *out);
 
+/* 0 when the job may hold `more` bytes beyond what it holds (its state's
+ * bytes and its collectives' pending contributions), within
+ * --max-job-bytes (0: no cap); else RDZV_EJOB_FULL, already answered to
+ * request m of c with a text naming the job, the cap and the numbers, and
+ * logged (rate-limited). */
+int rdzv__root_room(struct root_job *s, struct conn *c,
+                    const struct rdzv_msg *m, uint64_t more);
+
 /* ---- coll.c ---------------------------------------------------------------- */
 
 /* RDZV_MSG_BARRIER / RDZV_MSG_GATHER and RDZV_MSG_COLL_STATUS. */
@@ -43,6 +53,9 @@ void rdzv__root_coll_status(struct root_job *s, struct conn *c,
  * text to every requester) and forgets them. */
 void rdzv__root_colls_fail_prefix(struct root_job *s, const char *prefix,
                                   int status, const char *text);
+/* c closed: its places among the collectives' waiters go (what it
+ * contributed stays). */
+void rdzv__root_colls_conn_closed(struct root_job *s, struct conn *c);
 /* Frees every collective's live data (the job ends). */
 void rdzv__root_colls_free(struct root_job *s);
 

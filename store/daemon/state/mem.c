@@ -49,6 +49,10 @@ static int mem_del(struct rdzv_state *st, const uint8_t *k, uint32_t klen) {
 
 static uint64_t mem_count(struct rdzv_state *st) { return mem(st)->keys.count; }
 
+static uint64_t mem_bytes(struct rdzv_state *st) {
+  return mem(st)->keys.bytes + mem(st)->recs.bytes;
+}
+
 static int mem_scan(struct rdzv_state *st, const uint8_t *prefix,
                     uint32_t plen,
                     int (*cb)(void *, const uint8_t *, uint32_t,
@@ -131,7 +135,7 @@ static void mem_close(struct rdzv_state *st) {
 
 static const struct rdzv_state_ops mem_ops = {
     mem_get,     mem_set,     mem_append,  mem_del,   mem_count,
-    mem_scan,    mem_rec_put, mem_rec_get, mem_rec_del, mem_close,
+    mem_bytes,   mem_scan,    mem_rec_put, mem_rec_get, mem_rec_del, mem_close,
 };
 
 static int mem_open(const struct rdzv_state_backend *b, const char *job,

@@ -85,6 +85,9 @@ struct rdzv_state_ops {
   int (*del)(struct rdzv_state *st, const uint8_t *k, uint32_t klen);
   /* How many keys there are. */
   uint64_t (*count)(struct rdzv_state *st);
+  /* The bytes the job's keys, values and records take together (names
+   * and values, not the backend's overhead): what --max-job-bytes caps. */
+  uint64_t (*bytes)(struct rdzv_state *st);
   /* Calls cb for every key starting with prefix (plen bytes, 0 for all),
    * in no particular order; cb answers RDZV_STATE_KEEP or
    * RDZV_STATE_DELETE (the key is removed after cb returns), or a negative
@@ -145,6 +148,9 @@ static inline int rdzv__state_del(struct rdzv_state *st, const uint8_t *k,
 }
 static inline uint64_t rdzv__state_count(struct rdzv_state *st) {
   return st->ops->count(st);
+}
+static inline uint64_t rdzv__state_bytes(struct rdzv_state *st) {
+  return st->ops->bytes(st);
 }
 static inline int rdzv__state_scan(
     struct rdzv_state *st, const uint8_t *prefix, uint32_t plen,
