@@ -59,7 +59,9 @@ extern "C" {
  * Requests and replies share a type; replies carry RDZV_F_REPLY. */
 enum rdzv_msg_type {
   /* keys[0] = job id, keys[1] = peer name (for logs), a = role
-   * (enum rdzv_peer_role). Reply: status. Must be the first frame. */
+   * (enum rdzv_peer_role). Reply: status, a = the replier's largest frame
+   * body (a node splits what it combines to fit), b = its incarnation
+   * (changes when it restarts). Must be the first frame. */
   RDZV_MSG_HELLO = 1,
   /* keys[0], vals[0]; flag WRITE_ONCE. Reply: status. */
   RDZV_MSG_SET = 2,

@@ -113,6 +113,21 @@ void rdzv__upstream_destroy(struct upstream *u, bool flush);
 /* Sends m (its req_id is replaced) to the parent; queued until connected. */
 int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
                         upstream_cb cb, void *arg);
+/* The largest frame body the parent takes: what its hello reply said, or
+ * this daemon's own --max-frame-bytes before the first hello. */
+uint32_t rdzv__upstream_frame_limit(const struct upstream *u);
+/* Sends m's items (m->vals, raw list) in as many requests as the parent's
+ * frame limit needs, in order, each with the same keys, numbers and cb;
+ * head (may be NULL) goes first in every one (a join's params). For the
+ * combined messages whose items are independent contributions (barrier,
+ * gather, join): the parent counts each once and answers the last request
+ * with the result, the others RDZV_F_SUPERSEDED. Returns 0, an error of
+ * rdzv__upstream_send (requests sent before it stay sent), or
+ * RDZV_EFRAME_TOO_BIG (nothing sent) when one item alone cannot fit, with
+ * a text naming the parent and both sizes in err (errlen bytes). */
+int rdzv__upstream_send_split(struct upstream *u, const struct rdzv_msg *m,
+                              const struct rdzv_slice *head, upstream_cb cb,
+                              void *arg, char *err, size_t errlen);
 
 
 #endif /* RDZV_STORE_NODE_INT_H */

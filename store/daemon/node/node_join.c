@@ -268,9 +268,7 @@ static void join_flush(struct njround *jr) {
   uv_timer_stop(&jr->timer);
   if (jr->npending == 0)
     return;
-  struct rdzv_buf vals = {0};
-  rdzv_items_append(&vals, jr->params, sizeof(jr->params));
-  rdzv_buf_append(&vals, jr->pending.data, jr->pending.len);
+  struct rdzv_slice params = {jr->params, sizeof(jr->params)};
   struct rdzv_slice name = {(const uint8_t *)jr->name,
                             (uint32_t)strlen(jr->name)};
   struct rdzv_msg m;
@@ -278,17 +276,21 @@ static void join_flush(struct njround *jr) {
   m.type = RDZV_MSG_JOIN;
   m.keys.n = 1;
   m.keys.v = &name;
-  m.vals.n = jr->npending + 1;
-  m.vals.raw = vals.data;
-  m.vals.raw_len = vals.len;
-  int rc = rdzv__upstream_send(nj->up, &m, on_join_reply, jr);
-  rdzv_buf_free(&vals);
+  m.vals.n = jr->npending;
+  m.vals.raw = jr->pending.data;
+  m.vals.raw_len = jr->pending.len;
+  char err[400] = "";
+  int rc = rdzv__upstream_send_split(nj->up, &m, &params, on_join_reply, jr,
+                                     err, sizeof(err));
   jr->npending = 0;
   jr->pending.len = 0;
   if (rc < 0) {
+    struct rdzv_slice t = {(const uint8_t *)err, (uint32_t)strlen(err)};
     struct rdzv_msg r;
     memset(&r, 0, sizeof(r));
     r.status = rc;
+    r.keys.n = t.n > 0;
+    r.keys.v = &t;
     on_join_reply(nj->d, &r, jr);
   }
 }

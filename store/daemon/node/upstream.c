@@ -74,6 +74,7 @@ struct upstream {
   uint32_t next_id;
   uint32_t hello_id;
   uint64_t parent_inc; /* the parent's incarnation, 0 before the first */
+  uint32_t parent_frame; /* its frame limit (hello reply a), 0 unknown */
   void (*on_restart)(void *arg);
   void *restart_arg;
   uint64_t backoff_ms;
@@ -340,6 +341,8 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
       up_reset(u, "hello refused", m->status ? m->status : RDZV_EHELLO);
       return false;
     }
+    if (m->a > 0 && m->a <= UINT32_MAX)
+      u->parent_frame = (uint32_t)m->a;
     uint64_t inc = (uint64_t)m->b;
     bool restarted = u->parent_inc != 0 && inc != u->parent_inc;
     u->parent_inc = inc;
@@ -661,4 +664,66 @@ int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
   if (ready)
     up_start_write(u);
   return 0;
+}
+
+uint32_t rdzv__upstream_frame_limit(const struct upstream *u) {
+  return u->parent_frame != 0 ? u->parent_frame : u->d->cfg.max_frame_bytes;
+}
+
+int rdzv__upstream_send_split(struct upstream *u, const struct rdzv_msg *m,
+                              const struct rdzv_slice *head, upstream_cb cb,
+                              void *arg, char *err, size_t errlen) {
+  uint64_t limit = rdzv__upstream_frame_limit(u);
+  /* What every request's body holds besides its share of the items. */
+  uint64_t fixed = RDZV_WIRE_MIN_BODY_BYTES + (head ? 4u + head->n : 0);
+  size_t pos = 0;
+  struct rdzv_slice s;
+  while (rdzv_items_next(&m->keys, &pos, &s))
+    fixed += 4u + s.n;
+  pos = 0;
+  while (rdzv_items_next(&m->vals, &pos, &s)) {
+    if (fixed + 4u + s.n > limit) {
+      snprintf(err, errlen,
+               "a %s contribution of %u bytes cannot go up from node %s: its "
+               "parent %s takes frames of at most %" PRIu64 " bytes",
+               rdzv_msg_type_name(m->type), s.n, u->d->cfg.name,
+               u->d->cfg.parent, limit);
+      return RDZV_EFRAME_TOO_BIG;
+    }
+  }
+  if (fixed + m->vals.raw_len <= limit && head == NULL)
+    return rdzv__upstream_send(u, m, cb, arg); /* the usual case: one */
+  struct rdzv_msg part = *m;
+  size_t start = 0, end = 0;
+  uint32_t n = 0;
+  pos = 0;
+  for (;;) {
+    size_t before = pos;
+    bool more = rdzv_items_next(&m->vals, &pos, &s);
+    if (more && fixed + (end - start) + (pos - before) <= limit) {
+      end = pos;
+      n++;
+      continue;
+    }
+    /* Send items [start, end), then start the next part with this one. */
+    struct rdzv_buf vals = {0};
+    if (head != NULL && rdzv_items_append(&vals, head->p, head->n) < 0)
+      return RDZV_ENOMEM;
+    if (rdzv_buf_append(&vals, m->vals.raw + start, end - start) < 0) {
+      rdzv_buf_free(&vals);
+      return RDZV_ENOMEM;
+    }
+    part.vals.n = n + (head != NULL);
+    part.vals.raw = vals.data;
+    part.vals.raw_len = vals.len;
+    part.vals.v = NULL;
+    int rc = rdzv__upstream_send(u, &part, cb, arg);
+    rdzv_buf_free(&vals);
+    if (rc < 0 || !more)
+      return rc;
+    u->d->stats.split_frames++;
+    start = before;
+    end = pos;
+    n = 1;
+  }
 }

@@ -303,6 +303,7 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   rdzv__reply_init(&r, m, 0);
   uint64_t epoch = d->role->hello_epoch != NULL ? d->role->hello_epoch(d, j) : 0;
   r.b = (int64_t)(d->incarnation ^ (epoch * 0x9E3779B97F4A7C15ull));
+  r.a = (int64_t)d->cfg.max_frame_bytes; /* what a child may send */
   r.flags = RDZV_F_REPLY;
   rdzv__conn_send(c, &r);
 }

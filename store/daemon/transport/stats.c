@@ -4,7 +4,7 @@
  *    "rejected"}, "bytes": {"in", "out"}, "frames": {"in", "out"},
  *    "proto_errors", "cache_hits", "coalesced", "combined",
  *    "upstream_reconnects", "parent_restarts", "parent_silent",
- *    "children_silent",
+ *    "children_silent", "split_frames",
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +44,7 @@ char *rdzv__stats_json(const struct daemon *d) {
       njobs++;
   json_t *o = json_pack(
       "{s:s,s:s,s:s,s:I,s:i,s:{s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},"
-      "s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+      "s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
       "name", d->cfg.name, "role",
       d->role->name, "listen",
       d->bound_addr, "uptime_ms",
@@ -59,7 +59,8 @@ char *rdzv__stats_json(const struct daemon *d) {
       "upstream_reconnects", (json_int_t)s->upstream_reconnects,
       "parent_restarts", (json_int_t)s->parent_restarts, "parent_silent",
       (json_int_t)s->parent_silent, "children_silent",
-      (json_int_t)s->children_silent);
+      (json_int_t)s->children_silent, "split_frames",
+      (json_int_t)s->split_frames);
   if (o == NULL) {
     json_decref(ops);
     return NULL;

@@ -52,6 +52,7 @@ struct stats {
   uint64_t parent_restarts; /* a parent met again with a new incarnation */
   uint64_t parent_silent;   /* the parent lost to --liveness-timeout-ms */
   uint64_t children_silent; /* child nodes lost to --liveness-timeout-ms */
+  uint64_t split_frames;    /* extra requests to fit the parent's limit */
 };
 
 /* Returns the daemon's statistics as one JSON object (malloc'd text). */
