@@ -514,6 +514,14 @@ int main(int argc, char **argv) {
                       "ranks\n", ns[i]);
       return 2;
     }
+  /* Say what runs, so a bare `rdzv-bench` is not a silent minute. */
+  fprintf(stderr, "rdzv-bench: %s at", modes == 3 ? "tree and flat"
+                                       : modes == 1 ? "tree" : "flat");
+  for (int i = 0; i < nn; i++)
+    fprintf(stderr, "%s %" PRId64, i ? "," : "", ns[i]);
+  fprintf(stderr, " ranks, %" PRId64 " ranks per host, fan-out %" PRId64
+                  " (rdzv-bench --help for the options)\n",
+          (int64_t)o.ranks_per_host, (int64_t)o.fanout);
   signal(SIGPIPE, SIG_IGN);
   struct result rs[32];
   int nr = 0, bad = 0;
