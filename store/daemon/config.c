@@ -71,6 +71,11 @@ static const struct opt opts[] = {
           upstream_wait_max_ms,
           "node: a wait is asked of the parent for at most this long, then "
           "again while a local waiter remains (abandoned waits end)"),
+  U32_OPT("dedup-window-ms", "RDZVD_DEDUP_WINDOW_MS", "60000",
+          dedup_window_ms,
+          "root: a mutation sent again by a node (after a lost connection) "
+          "within this long is answered as the first time, not applied "
+          "twice"),
   U32_OPT("heartbeat-ms", "RDZVD_HEARTBEAT_MS", "1000", heartbeat_ms,
           "node: ping the parent after this long without a frame from it"),
   U32_OPT("liveness-timeout-ms", "RDZVD_LIVENESS_TIMEOUT_MS", "5000",

@@ -34,6 +34,8 @@ struct rdzv_daemon_config {
                                    parent that cannot be reached */
   uint32_t upstream_wait_max_ms; /* node: longest wait asked of the parent
                                     at once (asked again while needed) */
+  uint32_t dedup_window_ms;      /* root: how long a mutation's answer is
+                                    kept for a re-send of it */
   uint32_t heartbeat_ms;         /* node: ping the parent after this long
                                     without a frame from it */
   uint32_t liveness_timeout_ms;  /* a parent or child node silent this long

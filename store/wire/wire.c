@@ -394,7 +394,7 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_SET] = {1, 1, 1, 1},
     [RDZV_MSG_GET] = {1, 1, 0, 0},
     [RDZV_MSG_WAIT] = {1, ANY, 0, 0},
-    [RDZV_MSG_ADD] = {1, 1, 0, 0},
+    [RDZV_MSG_ADD] = {1, 1, 0, ANY},
     [RDZV_MSG_CAS] = {1, 1, 2, 2},
     [RDZV_MSG_DELETE] = {1, 1, 0, 0},
     [RDZV_MSG_MGET] = {1, ANY, 0, 0},
@@ -432,6 +432,10 @@ static int shape_check(const struct rdzv_msg *msg) {
     return 0;
   case RDZV_MSG_MSET:
     return msg->keys.n == msg->vals.n ? 0 : RDZV_EPROTO;
+  case RDZV_MSG_ADD:
+    /* Parts only with OPID, and at least one then. */
+    return (msg->flags & RDZV_F_OPID) ? (msg->vals.n > 0 ? 0 : RDZV_EPROTO)
+                                      : (msg->vals.n == 0 ? 0 : RDZV_EPROTO);
   case RDZV_MSG_BARRIER:
   case RDZV_MSG_GATHER:
     /* b members contribute at most b items between them. */
@@ -474,6 +478,11 @@ static int vals_check(const struct rdzv_msg *msg, uint32_t max_value) {
     if (!rdzv_items_next(&msg->vals, &pos, &s))
       return RDZV_EPROTO;
     data = s.n;
+    if (msg->type == RDZV_MSG_ADD) {
+      if (s.n != 16)
+        return RDZV_EPROTO; /* { u64 op id, i64 delta } */
+      continue;           /* no value: --max-value-bytes does not apply */
+    }
     if (msg->type == RDZV_MSG_BARRIER || msg->type == RDZV_MSG_GATHER) {
       if (s.n < 8 || (msg->type == RDZV_MSG_BARRIER && s.n != 8))
         return RDZV_EPROTO;

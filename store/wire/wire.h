@@ -54,6 +54,13 @@ extern "C" {
 #define RDZV_F_LEAVE 0x0010u       /* abort: a clean leave, abort nothing */
 #define RDZV_F_GIVE_UP 0x0020u     /* coll_status: fail the collective for
                                       every member unless it completed */
+#define RDZV_F_OPID 0x0040u        /* set, cas, delete, mset, append: b is
+                                      an op id (nonzero, unique per sending
+                                      node); the root applies a re-sent one
+                                      once and answers it as the first time
+                                      (a node sends again what a lost
+                                      connection carried). add: its parts
+                                      carry op ids (see RDZV_MSG_ADD) */
 
 /* Message types. "keys"/"vals" name the body's two item lists.
  * Requests and replies share a type; replies carry RDZV_F_REPLY. */
@@ -74,7 +81,11 @@ enum rdzv_msg_type {
    * the replier is a node), a bit i = key i is write-once (i < 63); or
    * EDEADLINE with keys = the keys still missing. */
   RDZV_MSG_WAIT = 4,
-  /* keys[0], a = delta. Reply: a = value after this add. */
+  /* keys[0], a = delta. Reply: a = value after this add.
+   * From a node (flag OPID): vals = the parts it combined, each 16 bytes
+   * { u64 op id, i64 delta } (LE), applied in order, each once however
+   * often it is sent (a is unused). Reply: a = the value after the last,
+   * vals = one 8-byte i64 (LE) per part, the value after that part. */
   RDZV_MSG_ADD = 5,
   /* keys[0], vals[0] = expected, vals[1] = desired. An empty expected
    * value matches a missing key. Reply: vals[0] = current value after the

@@ -112,8 +112,9 @@ static void test_stopped_parent_named(void **state) {
   kill(root.pid, SIGSTOP);
   char want[100];
   snprintf(want, sizeof(want), "parent %s", root_tcp);
-  /* Sent to the stopped parent before mid noticed: it fails when mid
-   * declares the parent lost, and says its outcome is unknown. */
+  /* Sent to the stopped parent before mid noticed: mid declares the
+   * parent lost and keeps it to send again; no ancestor is left to try,
+   * so it fails at --upstream-timeout-ms, saying its outcome is unknown. */
   int64_t out = 0;
   assert_int_equal(rdzv_store_add(c, "n", 1, &out, 60), RDZV_ESILENT);
   const char *e = rdzv_client_last_error(c);

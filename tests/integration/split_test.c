@@ -140,7 +140,7 @@ static void test_join(void **state) {
   rdzv_join_params_encode(&jp, params);
   struct rdzv_bytes key = {"world", 5};
   struct rdzv_bytes jv[RANKS][2];
-  char host[RANKS][32];
+  char host[RANKS][48];
   memset(rs, 0, sizeof(rs));
   for (int i = 0; i < RANKS; i++) {
     snprintf(host[i], sizeof(host[i]), "host-with-a-long-name-%03d", i);

@@ -21,13 +21,22 @@ struct nget { /* coalesced reads of one key */
   struct lreq *reqs;
 };
 
-struct nadd { /* combined adds to one counter */
+/* Combined adds to one counter. What goes up is a list of parts, each
+ * { op id, delta } (wire.h, RDZV_MSG_ADD): one for the sum of this node's
+ * local callers (a fresh id), then the parts of each child node's add as
+ * it sent them, so that the root applies each part once even when a
+ * child, its connection here lost, sends them again through another
+ * ancestor. */
+struct nadd {
   UT_hash_handle hh;
   struct node_job *nj;
   uint8_t *key;
   uint32_t klen;
-  struct lreq *pending, **pending_tail;
-  int64_t pending_sum;
+  struct lreq *pending, **pending_tail; /* local callers and child adds */
+  int64_t pending_sum;                  /* the local callers' deltas */
+  bool pending_local;                   /* any local caller pending */
+  struct rdzv_buf child_parts;          /* the child adds' parts, in order */
+  uint32_t nchild_parts;
   uint64_t first_ms;
   bool inflight;
   uv_timer_t timer;
@@ -37,6 +46,7 @@ struct add_batch {
   struct nadd *ad;
   struct lreq *reqs;
   int64_t sum;
+  bool local; /* parts[0] is the local callers' sum */
 };
 
 void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,
@@ -213,6 +223,17 @@ static void on_fwd_reply(struct daemon *d, const struct rdzv_msg *r,
   free(f);
 }
 
+uint64_t rdzv__node_opid(struct daemon *d) {
+  static uint64_t seq;
+  /* splitmix64 of this daemon's random incarnation and a counter: unique
+   * across the tree's nodes with overwhelming odds, never 0. */
+  uint64_t z = d->incarnation + ++seq * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return z != 0 ? z : 1;
+}
+
 /* Forwards m unchanged; keeps key (and value, for a write-once SET) so the
  * reply can fill the cache. */
 void rdzv__node_forward(struct node_job *nj, struct conn *c,
@@ -240,6 +261,19 @@ void rdzv__node_forward(struct node_job *nj, struct conn *c,
     memcpy(f->kv, k.p, k.n);
   if (v.n)
     memcpy(f->kv + k.n, v.p, v.n);
+  /* A mutation gets an op id here, where it enters the tree, unless a
+   * node below gave it one: sent again after a lost connection, the root
+   * applies it once. */
+  struct rdzv_msg idm;
+  if ((m->type == RDZV_MSG_SET || m->type == RDZV_MSG_CAS ||
+       m->type == RDZV_MSG_DELETE || m->type == RDZV_MSG_MSET ||
+       m->type == RDZV_MSG_APPEND) &&
+      !((m->flags & RDZV_F_OPID) && m->b != 0)) {
+    idm = *m;
+    idm.flags |= RDZV_F_OPID;
+    idm.b = (int64_t)rdzv__node_opid(nj->d);
+    m = &idm;
+  }
   int rc = rdzv__upstream_send(nj->up, m, on_fwd_reply, f);
   if (rc < 0) {
     struct rdzv_msg r;
@@ -361,24 +395,59 @@ static void handle_mget(struct node_job *nj, struct conn *c,
 
 static void add_flush(struct nadd *ad);
 
+/* The next 8-byte value of a reply's vals at *pos (the value after the
+ * next part). */
+static bool part_after(const struct rdzv_msg *r, size_t *pos, int64_t *out) {
+  struct rdzv_slice v;
+  if (!rdzv_items_next(&r->vals, pos, &v) || v.n != 8)
+    return false;
+  *out = (int64_t)rdzv_load_u64le(v.p);
+  return true;
+}
+
 static void on_add_reply(struct daemon *d, const struct rdzv_msg *r,
                          void *arg) {
   struct add_batch *b = arg;
   struct nadd *ad = b->ad;
   (void)d;
-  /* The parent applied the sum at once; hand each caller the value it
-   * would have seen had the adds run one after another, in arrival order. */
-  /* Two's-complement arithmetic in uint64_t: well defined, and equal to
-   * the true values whenever those fit in int64 (else the parent's add
-   * of the sum already failed with -ERANGE). */
-  uint64_t running = (uint64_t)r->a - (uint64_t)b->sum;
+  /* The parent applied each part in order. Local callers get the value
+   * they would have seen had the adds run one after another, in arrival
+   * order (two's-complement arithmetic in uint64_t: well defined, and
+   * equal to the true values whenever those fit in int64); each child
+   * gets the values after its own parts. */
+  int64_t local_after = 0;
+  int status = r->status;
+  size_t pos = 0;
+  if (status == 0 && b->local && !part_after(r, &pos, &local_after))
+    status = RDZV_EPROTO;
+  uint64_t running = (uint64_t)local_after - (uint64_t)b->sum;
   struct lreq *l;
   while ((l = b->reqs) != NULL) {
     b->reqs = l->next;
     struct rdzv_msg out = *r;
-    if (r->status == 0) {
+    out.status = status;
+    out.vals.n = 0;
+    out.vals.raw_len = 0;
+    out.vals.v = NULL;
+    if (status == 0 && l->nparts == 0) {
       running += (uint64_t)l->delta;
       out.a = (int64_t)running;
+    } else if (status == 0) {
+      /* The child's parts' answers: the next nparts items, passed on as
+       * one raw list (the bytes of r from pos on). */
+      size_t start = pos;
+      int64_t last = 0;
+      bool ok = true;
+      for (uint32_t i = 0; i < l->nparts && ok; i++)
+        ok = part_after(r, &pos, &last);
+      if (ok) {
+        out.vals.n = l->nparts;
+        out.vals.raw = r->vals.raw + start;
+        out.vals.raw_len = pos - start;
+        out.a = last;
+      } else {
+        out.status = RDZV_EPROTO;
+      }
     }
     rdzv__node_lreq_answer(l, RDZV_MSG_ADD, &out);
   }
@@ -394,23 +463,47 @@ static void add_flush(struct nadd *ad) {
   if (ad->inflight || ad->pending == NULL)
     return;
   struct add_batch *b = calloc(1, sizeof(*b));
+  struct rdzv_buf parts = {0};
   if (b == NULL)
     return; /* retried by the next add or reply */
+  if (ad->pending_local) {
+    uint8_t part[16];
+    rdzv_store_u64le(part, rdzv__node_opid(nj->d));
+    rdzv_store_u64le(part + 8, (uint64_t)ad->pending_sum);
+    if (rdzv_items_append(&parts, part, sizeof(part)) < 0) {
+      free(b);
+      return;
+    }
+  }
+  if (rdzv_buf_append(&parts, ad->child_parts.data, ad->child_parts.len) < 0) {
+    rdzv_buf_free(&parts);
+    free(b);
+    return;
+  }
   b->ad = ad;
   b->reqs = ad->pending;
   b->sum = ad->pending_sum;
+  b->local = ad->pending_local;
+  uint32_t nparts = (ad->pending_local ? 1 : 0) + ad->nchild_parts;
   ad->pending = NULL;
   ad->pending_tail = &ad->pending;
   ad->pending_sum = 0;
+  ad->pending_local = false;
+  ad->child_parts.len = 0;
+  ad->nchild_parts = 0;
   ad->inflight = true;
   struct rdzv_slice k = {ad->key, ad->klen};
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_ADD;
-  m.a = b->sum;
+  m.flags = RDZV_F_OPID;
   m.keys.n = 1;
   m.keys.v = &k;
+  m.vals.n = nparts;
+  m.vals.raw = parts.data;
+  m.vals.raw_len = parts.len;
   int rc = rdzv__upstream_send(nj->up, &m, on_add_reply, b);
+  rdzv_buf_free(&parts);
   if (rc < 0) {
     struct rdzv_msg r;
     memset(&r, 0, sizeof(r));
@@ -463,6 +556,27 @@ static void handle_add(struct node_job *nj, struct conn *c,
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
+  if (m->flags & RDZV_F_OPID) {
+    /* A child node's combined add: its parts go up with ours, as they
+     * are (their ids are what the root knows them by). */
+    if (rdzv_buf_append(&ad->child_parts, m->vals.raw, m->vals.raw_len) < 0) {
+      rdzv__conn_unref(c);
+      free(l);
+      rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+      return;
+    }
+    l->nparts = m->vals.n;
+    ad->nchild_parts += m->vals.n;
+    if (ad->pending == NULL)
+      ad->first_ms = rdzv__now_ms(nj->d);
+    else
+      nj->d->stats.combined++;
+    *ad->pending_tail = l;
+    ad->pending_tail = &l->next;
+    if (!ad->inflight)
+      rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
+    return;
+  }
   int64_t sum;
   if (__builtin_add_overflow(ad->pending_sum, m->a, &sum)) {
     /* Sequential adds would overflow somewhere here: the parent decides
@@ -479,7 +593,8 @@ static void handle_add(struct node_job *nj, struct conn *c,
     nj->d->stats.combined++;
   *ad->pending_tail = l;
   ad->pending_tail = &l->next;
-  ad->pending_sum = ad->pending == l ? m->a : sum;
+  ad->pending_sum = sum;
+  ad->pending_local = true;
   if (!ad->inflight)
     rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
 }
@@ -566,6 +681,7 @@ void rdzv__node_lreqs_free(struct lreq *l) {
 
 static void on_nadd_closed(uv_handle_t *h) {
   struct nadd *ad = h->data;
+  rdzv_buf_free(&ad->child_parts);
   free(ad->key);
   free(ad);
 }

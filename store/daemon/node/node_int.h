@@ -34,11 +34,14 @@ struct node_job {
 struct lreq { /* a local request waiting for an upstream answer */
   struct conn *c;
   uint32_t req_id;
-  int64_t delta; /* adds */
+  int64_t delta;   /* adds: a local caller's delta */
+  uint32_t nparts; /* adds: a child node's parts (0: a local caller) */
   struct lreq *next;
 };
 
 struct lreq *rdzv__node_lreq_new(struct conn *c, uint32_t req_id);
+/* A fresh op id (RDZV_F_OPID) for a mutation this node sends up. */
+uint64_t rdzv__node_opid(struct daemon *d);
 /* Sends reply (type/status/fields of an upstream reply) to a local
  * request and frees it. */
 void rdzv__node_lreq_answer(struct lreq *l, uint8_t type,

@@ -28,17 +28,25 @@ enum up_state { UP_IDLE, UP_RESOLVING, UP_CONNECTING, UP_HELLO, UP_READY,
 static const char *const up_state_names[] = {
     "IDLE", "RESOLVING", "CONNECTING", "HELLO", "READY", "BACKOFF", "CLOSED"};
 
+/* How often a request is sent again after the connection it went on
+ * failed (to the next ancestor, or the same parent back), before it fails
+ * with "outcome unknown". Mutations carry an op id, so the root applies a
+ * re-sent one once. */
+#define MAX_RESENDS 3
+
 struct upreq {
   UT_hash_handle hh;
   uint32_t id;
   bool sent;
+  uint8_t tries; /* times sent again after a failed connection */
   upstream_cb cb;
   void *arg;
-  /* While queued (not sent): when, and its frame's bytes in u->queued. */
+  struct rdzv_buf frame; /* the encoded request, kept until it completes */
+  /* While queued (not sent): since when. */
   bool queued;
   uint64_t queued_ms;
-  uint32_t frame_len;
   TAILQ_ENTRY(upreq) qlink;
+  TAILQ_ENTRY(upreq) alink; /* u->all: every request, in submission order */
 };
 TAILQ_HEAD(upreq_queue, upreq);
 
@@ -58,12 +66,12 @@ struct upstream {
   uv_timer_t timer;
   uv_write_t wreq;
   bool write_active;
-  struct rdzv_buf queued;  /* frames of requests not yet sent */
   struct rdzv_buf out;
   struct rdzv_buf writing;
   struct rdzv_buf in;
   struct upreq *reqs;
   struct upreq_queue queue; /* queued requests, oldest first */
+  struct upreq_queue all;   /* every request, in submission order */
   uv_timer_t expire;        /* fails queued requests past the timeout */
   uv_timer_t beat;          /* every --heartbeat-ms: ping, or lose */
   uint64_t last_rx_ms;      /* bytes last came (or the attempt began) */
@@ -73,7 +81,17 @@ struct upstream {
   bool was_up;              /* READY once: a loss is logged */
   uint32_t next_id;
   uint32_t hello_id;
-  uint64_t parent_inc; /* the parent's incarnation, 0 before the first */
+  /* Where to connect: addrs[0] = --parent, then the ancestors above it as
+   * the parent last told them (nearest first); addr_idx the one in use.
+   * incs[i]: the incarnation addrs[i] gave in its last hello reply, 0
+   * before the first (a change means that daemon restarted). */
+  char addrs[RDZV_MAX_ANCESTORS + 1][256];
+  uint64_t incs[RDZV_MAX_ANCESTORS + 1];
+  uint32_t naddrs;
+  uint32_t addr_idx;
+  bool stay;       /* the next reset retries the same address (the parent
+                      closed us on purpose: it lives) */
+  int loss_status; /* how the last ready connection ended */
   uint32_t parent_frame; /* its frame limit (hello reply a), 0 unknown */
   void (*on_restart)(void *arg);
   void *restart_arg;
@@ -84,6 +102,27 @@ struct upstream {
 
 static void up_connect(struct upstream *u);
 static void up_start_write(struct upstream *u);
+static void on_expire(uv_timer_t *t);
+static void on_backoff(uv_timer_t *t);
+
+/* The address in use: the parent, or an ancestor while reattached. */
+static const char *up_addr(const struct upstream *u) {
+  return u->addrs[u->addr_idx];
+}
+
+/* addrs[1..] from the ancestors the parent last told (daemon-wide). */
+static void refresh_ancestors(struct upstream *u) {
+  const struct daemon *d = u->d;
+  uint32_t n = d->nancestors;
+  for (uint32_t i = 0; i < n; i++) {
+    if (strcmp(u->addrs[i + 1], d->ancestors[i]) != 0 || i + 1 >= u->naddrs) {
+      snprintf(u->addrs[i + 1], sizeof(u->addrs[i + 1]), "%s",
+               d->ancestors[i]);
+      u->incs[i + 1] = 0;
+    }
+  }
+  u->naddrs = 1 + n;
+}
 
 static void up_set_state(struct upstream *u, enum up_state s) {
   rdzv__log(u->d, 2, "upstream %s: %s -> %s", u->job_id,
@@ -94,7 +133,6 @@ static void up_set_state(struct upstream *u, enum up_state s) {
 static void up_unref(struct upstream *u) {
   if (--u->refs > 0)
     return;
-  rdzv_buf_free(&u->queued);
   rdzv_buf_free(&u->out);
   rdzv_buf_free(&u->writing);
   rdzv_buf_free(&u->in);
@@ -118,8 +156,10 @@ static void complete(struct upstream *u, struct upreq *r,
                      const struct rdzv_msg *reply) {
   unqueue(u, r);
   HASH_DEL(u->reqs, r);
+  TAILQ_REMOVE(&u->all, r, alink);
   upstream_cb cb = r->cb;
   void *arg = r->arg;
+  rdzv_buf_free(&r->frame);
   free(r);
   if (cb != NULL)
     cb(u->d, reply, arg);
@@ -153,25 +193,27 @@ static void fail_requests(struct upstream *u, int status, bool all,
 }
 
 /* Fails the queued requests that have waited --upstream-timeout-ms (the
- * oldest first: they are a prefix of u->queued), then waits for the next
- * one's turn. */
+ * oldest first), then waits for the next one's turn. */
 static void on_expire(uv_timer_t *t) {
   struct upstream *u = t->data;
   uint64_t now = uv_now(u->d->loop), limit = u->d->cfg.upstream_timeout_ms;
   char text[800];
   snprintf(text, sizeof(text),
            "parent %s unreachable for %" PRIu64 " ms (node %s): %s",
-           u->d->cfg.parent, now - u->down_since_ms, u->d->cfg.name,
+           up_addr(u), now - u->down_since_ms, u->d->cfg.name,
            u->why[0] ? u->why : "not connected yet");
-  /* Their frames go in one cut (one memmove, not one per request):
-   * callbacks only append to the queue, so the prefix stays in place. */
+  /* One sent before (on a connection lost since) may have been applied. */
+  char sent_text[900];
+  snprintf(sent_text, sizeof(sent_text),
+           "%s; it was sent before the connection was lost: its outcome is "
+           "unknown", text);
   struct upreq *r;
-  size_t cut = 0;
   while ((r = TAILQ_FIRST(&u->queue)) != NULL && r->queued_ms + limit <= now) {
-    cut += r->frame_len;
-    fail_one(u, r, RDZV_EUNREACHABLE, text);
+    if (r->tries > 0)
+      fail_one(u, r, u->loss_status, sent_text);
+    else
+      fail_one(u, r, RDZV_EUNREACHABLE, text);
   }
-  rdzv_buf_consume(&u->queued, cut);
   if (r != NULL)
     uv_timer_start(&u->expire, on_expire, r->queued_ms + limit - now, 0);
 }
@@ -193,12 +235,12 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   if (u->state == UP_READY) {
     /* Losing the parent is news: said at the default level. */
     rdzv__log(u->d, 1, "job %s: lost the parent %s: %s", u->job_id,
-              u->d->cfg.parent, u->why);
+              up_addr(u), u->why);
     u->down_since_ms = uv_now(u->d->loop);
   } else {
     rdzv__log(u->d, u->attempts % 50 == 1 ? 1 : 2,
               "job %s: parent %s: %s (attempt %u)", u->job_id,
-              u->d->cfg.parent, u->why, u->attempts);
+              up_addr(u), u->why, u->attempts);
   }
   if (u->have_stream) {
     u->have_stream = false;
@@ -216,9 +258,49 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   char text[800];
   snprintf(text, sizeof(text), "the connection of node %s to its parent %s "
            "failed: %s; the request's outcome is unknown",
-           u->d->cfg.name, u->d->cfg.parent, u->why);
-  fail_requests(u, err == RDZV_ESILENT ? RDZV_ESILENT : RDZV_ECONN_CLOSED,
-                false, text);
+           u->d->cfg.name, up_addr(u), u->why);
+  /* What was sent goes again on the next connection (in its order, before
+   * what was queued meanwhile), up to MAX_RESENDS times; the rest fail. */
+  uint64_t now = uv_now(u->d->loop);
+  struct upreq *r;
+  struct upreq_queue keep;
+  TAILQ_INIT(&keep);
+  TAILQ_FOREACH(r, &u->all, alink) {
+    if (!r->sent || r->tries >= MAX_RESENDS)
+      continue;
+    r->sent = false;
+    r->tries++;
+    r->queued = true;
+    r->queued_ms = now;
+    TAILQ_INSERT_TAIL(&keep, r, qlink);
+    u->d->stats.resent++;
+  }
+  while ((r = TAILQ_FIRST(&u->queue)) != NULL) {
+    TAILQ_REMOVE(&u->queue, r, qlink);
+    r->queued_ms = now;
+    TAILQ_INSERT_TAIL(&keep, r, qlink);
+  }
+  TAILQ_CONCAT(&u->queue, &keep, qlink);
+  if (!TAILQ_EMPTY(&u->queue))
+    uv_timer_start(&u->expire, on_expire, u->d->cfg.upstream_timeout_ms, 0);
+  u->loss_status = err == RDZV_ESILENT ? RDZV_ESILENT : RDZV_ECONN_CLOSED;
+  fail_requests(u, u->loss_status, false, text);
+  /* The next attempt goes to the next ancestor at once; after the last
+   * one (the root), back to the node's own parent after a delay. A parent
+   * that closed this node on purpose (an ERROR frame: it restarted above,
+   * or declared this node lost) lives: it is asked again. */
+  bool stay = u->stay;
+  u->stay = false;
+  if (!stay && u->naddrs > 1 && u->addr_idx + 1 < u->naddrs) {
+    u->addr_idx++;
+    rdzv__log(u->d, 1, "job %s: node %s reattaches to ancestor %s", u->job_id,
+              u->d->cfg.name, up_addr(u));
+    uv_timer_start(&u->timer, on_backoff, 0, 0);
+    return;
+  }
+  if (!stay)
+    u->addr_idx = 0;
+  refresh_ancestors(u);
   uint64_t b = u->backoff_ms;
   uint64_t jitter = b / 4 > 0 ? (uint64_t)rand() % (b / 2 + 1) : 0;
   uv_timer_start(&u->timer, on_backoff, b - b / 4 + jitter, 0);
@@ -307,21 +389,50 @@ static void up_start_write(struct upstream *u) {
 static void up_ready(struct upstream *u) {
   if (u->was_up)
     rdzv__log(u->d, 1, "job %s: parent %s back after %" PRIu64 " ms",
-              u->job_id, u->d->cfg.parent,
+              u->job_id, up_addr(u),
               uv_now(u->d->loop) - u->down_since_ms);
   u->was_up = true;
   up_set_state(u, UP_READY);
   u->backoff_ms = 10;
   u->attempts = 0;
-  struct upreq *r, *tmp;
-  HASH_ITER(hh, u->reqs, r, tmp) {
-    r->sent = true;
+  if (u->addr_idx > 0)
+    u->d->stats.reattached++;
+  /* In the queue's order: what the lost connection carried first, then
+   * what came meanwhile. */
+  struct upreq *r;
+  while ((r = TAILQ_FIRST(&u->queue)) != NULL) {
     unqueue(u, r);
+    if (rdzv_buf_append(&u->out, r->frame.data, r->frame.len) < 0) {
+      fail_one(u, r, RDZV_ENOMEM, "out of memory at the node");
+      continue;
+    }
+    r->sent = true;
   }
   uv_timer_stop(&u->expire);
-  rdzv_buf_append(&u->out, u->queued.data, u->queued.len);
-  u->queued.len = 0;
   up_start_write(u);
+}
+
+/* The parent's hello reply lists the daemons above it (vals, nearest
+ * first): this node's ancestors after its parent, kept daemon-wide (every
+ * job's connection goes to the same parent). */
+static void learn_ancestors(struct upstream *u, const struct rdzv_msg *m) {
+  struct daemon *d = u->d;
+  struct rdzv_slice v;
+  size_t pos = 0;
+  uint32_t n = 0;
+  while (n < RDZV_MAX_ANCESTORS && rdzv_items_next(&m->vals, &pos, &v)) {
+    if (v.n == 0 || v.n >= sizeof(d->ancestors[0]))
+      continue;
+    memcpy(d->ancestors[n], v.p, v.n);
+    d->ancestors[n][v.n] = '\0';
+    /* A loop (a misconfigured tree naming this node above itself) ends
+     * the list. */
+    if (strcmp(d->ancestors[n], d->cfg.parent) == 0)
+      break;
+    n++;
+  }
+  d->nancestors = n;
+  refresh_ancestors(u);
 }
 
 /* Returns false when the connection was reset. */
@@ -332,6 +443,19 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     rdzv_items_get(&m->keys, 0, &t);
     rdzv__log(u->d, 0, "upstream %s: parent says %s: %.*s", u->job_id,
               rdzv_strerror(m->status), (int)t.n, (const char *)t.p);
+    /* The request that broke the parent's rule fails with its reason
+     * (sending it again would only break the rule again). */
+    struct upreq *bad = NULL;
+    uint32_t bid = m->req_id;
+    if (bid != 0 && m->type == RDZV_MSG_ERROR)
+      HASH_FIND(hh, u->reqs, &bid, sizeof(bid), bad);
+    if (bad != NULL) {
+      char text[400];
+      snprintf(text, sizeof(text), "parent %s refused it: %.*s", up_addr(u),
+               (int)(t.n < 300 ? t.n : 300), (const char *)t.p);
+      fail_one(u, bad, m->status ? m->status : RDZV_EPROTO, text);
+    }
+    u->stay = true;
     up_reset(u, "error frame", m->status ? m->status : RDZV_EPROTO);
     return false;
   }
@@ -344,8 +468,11 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     if (m->a > 0 && m->a <= UINT32_MAX)
       u->parent_frame = (uint32_t)m->a;
     uint64_t inc = (uint64_t)m->b;
-    bool restarted = u->parent_inc != 0 && inc != u->parent_inc;
-    u->parent_inc = inc;
+    uint64_t *known = &u->incs[u->addr_idx];
+    bool restarted = *known != 0 && inc != *known;
+    *known = inc;
+    if (u->addr_idx == 0)
+      learn_ancestors(u, m);
     if (restarted && u->on_restart != NULL)
       u->on_restart(u->restart_arg);
     up_ready(u);
@@ -480,7 +607,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
 }
 
 static void up_connect(struct upstream *u) {
-  const char *a = u->d->cfg.parent;
+  const char *a = up_addr(u);
   u->attempts++;
   if (strncmp(a, "unix:", 5) == 0) {
     uv_pipe_init(u->d->loop, &u->h.pipe, 0);
@@ -541,8 +668,12 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
   u->restart_arg = arg;
   u->refs = 1;
   u->next_id = 1;
+  snprintf(u->addrs[0], sizeof(u->addrs[0]), "%s", d->cfg.parent);
+  u->naddrs = 1;
+  refresh_ancestors(u);
   u->backoff_ms = 10;
   TAILQ_INIT(&u->queue);
+  TAILQ_INIT(&u->all);
   u->down_since_ms = uv_now(d->loop);
   uv_timer_init(d->loop, &u->timer);
   u->timer.data = u;
@@ -639,9 +770,11 @@ int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
     copy.req_id = u->next_id++;
   copy.flags &= (uint16_t)~RDZV_F_REPLY;
   bool ready = u->state == UP_READY;
-  size_t before = u->queued.len;
-  int rc = rdzv_msg_encode(&copy, ready ? &u->out : &u->queued);
+  int rc = rdzv_msg_encode(&copy, &r->frame);
+  if (rc == 0 && ready)
+    rc = rdzv_buf_append(&u->out, r->frame.data, r->frame.len);
   if (rc < 0) {
+    rdzv_buf_free(&r->frame);
     free(r);
     return rc;
   }
@@ -650,10 +783,10 @@ int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
   r->cb = cb;
   r->arg = arg;
   HASH_ADD(hh, u->reqs, id, sizeof(r->id), r);
+  TAILQ_INSERT_TAIL(&u->all, r, alink);
   if (!ready) {
     r->queued = true;
     r->queued_ms = uv_now(u->d->loop);
-    r->frame_len = (uint32_t)(u->queued.len - before);
     if (TAILQ_EMPTY(&u->queue))
       uv_timer_start(&u->expire, on_expire, u->d->cfg.upstream_timeout_ms, 0);
     TAILQ_INSERT_TAIL(&u->queue, r, qlink);
@@ -687,7 +820,7 @@ int rdzv__upstream_send_split(struct upstream *u, const struct rdzv_msg *m,
                "a %s contribution of %u bytes cannot go up from node %s: its "
                "parent %s takes frames of at most %" PRIu64 " bytes",
                rdzv_msg_type_name(m->type), s.n, u->d->cfg.name,
-               u->d->cfg.parent, limit);
+               up_addr(u), limit);
       return RDZV_EFRAME_TOO_BIG;
     }
   }

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uthash.h>
+
 #include "store/daemon/root/root.h"
 #include "store/daemon/root/root_int.h"
 
@@ -52,16 +54,135 @@ static struct root_job *root_job(struct daemon *d, struct job *j) {
   }
   s->d = d;
   s->job_id = j->id;
+  TAILQ_INIT(&s->done_fifo);
   rdzv__waits_init(&s->waits, d->loop, &root_wait_hooks, s);
   j->role_data = s;
   return s;
+}
+
+/* ---- re-sent mutations: applied once ---------------------------------------- */
+
+/* The answer to a mutation that carried an op id (RDZV_F_OPID), kept
+ * --dedup-window-ms (and at most DEDUP_MAX per job) so that the same op
+ * sent again by a node whose connection failed before the answer came is
+ * answered the same, not applied twice. */
+#define DEDUP_MAX 1000000
+
+struct done_op {
+  UT_hash_handle hh;
+  uint64_t id;
+  uint64_t at_ms;
+  int32_t status;
+  int64_t a;
+  uint16_t flags;
+  uint32_t nkeys, nvals;
+  struct rdzv_buf keys, vals; /* raw item lists */
+  TAILQ_ENTRY(done_op) link;  /* oldest first */
+};
+
+static bool mutates(uint8_t type) {
+  return type == RDZV_MSG_SET || type == RDZV_MSG_CAS ||
+         type == RDZV_MSG_DELETE || type == RDZV_MSG_MSET ||
+         type == RDZV_MSG_APPEND || type == RDZV_MSG_ADD;
+}
+
+static void done_op_free(struct root_job *s, struct done_op *o) {
+  HASH_DEL(s->done_ops, o);
+  TAILQ_REMOVE(&s->done_fifo, o, link);
+  s->ndone--;
+  rdzv_buf_free(&o->keys);
+  rdzv_buf_free(&o->vals);
+  free(o);
+}
+
+static int items_copy(const struct rdzv_items *it, struct rdzv_buf *out) {
+  size_t pos = 0;
+  struct rdzv_slice v;
+  while (rdzv_items_next(it, &pos, &v))
+    if (rdzv_items_append(out, v.p, v.n) < 0)
+      return RDZV_ENOMEM;
+  return 0;
+}
+
+/* Keeps r as the answer to op id. Out of memory keeps nothing: a re-send
+ * would then be applied again, as without op ids. */
+static void dedup_put(struct root_job *s, uint64_t id,
+                      const struct rdzv_msg *r) {
+  uint64_t now = uv_now(s->d->loop);
+  struct done_op *o;
+  while ((o = TAILQ_FIRST(&s->done_fifo)) != NULL &&
+         (o->at_ms + s->d->cfg.dedup_window_ms < now || s->ndone >= DEDUP_MAX))
+    done_op_free(s, o);
+  o = calloc(1, sizeof(*o));
+  if (o == NULL)
+    return;
+  o->id = id;
+  o->at_ms = now;
+  o->status = r->status;
+  o->a = r->a;
+  o->flags = r->flags;
+  o->nkeys = r->keys.n;
+  o->nvals = r->vals.n;
+  if (items_copy(&r->keys, &o->keys) < 0 || items_copy(&r->vals, &o->vals) < 0) {
+    rdzv_buf_free(&o->keys);
+    rdzv_buf_free(&o->vals);
+    free(o);
+    return;
+  }
+  HASH_ADD(hh, s->done_ops, id, sizeof(o->id), o);
+  TAILQ_INSERT_TAIL(&s->done_fifo, o, link);
+  s->ndone++;
+}
+
+static struct done_op *dedup_find(struct root_job *s, uint64_t id) {
+  struct done_op *o = NULL;
+  HASH_FIND(hh, s->done_ops, &id, sizeof(id), o);
+  return o;
+}
+
+/* A re-sent op already applied: answered as the first time. */
+static bool dedup_answer(struct root_job *s, struct conn *c,
+                         const struct rdzv_msg *m) {
+  struct done_op *o = dedup_find(s, (uint64_t)m->b);
+  if (o == NULL)
+    return false;
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, o->status);
+  r.a = o->a;
+  r.flags = o->flags;
+  r.keys.n = o->nkeys;
+  r.keys.raw = o->keys.data;
+  r.keys.raw_len = o->keys.len;
+  r.vals.n = o->nvals;
+  r.vals.raw = o->vals.data;
+  r.vals.raw_len = o->vals.len;
+  s->d->stats.dedup_hits++;
+  rdzv__conn_reply(c, &r);
+  return true;
+}
+
+static void dedup_free(struct root_job *s) {
+  struct done_op *o;
+  while ((o = TAILQ_FIRST(&s->done_fifo)) != NULL)
+    done_op_free(s, o);
+}
+
+/* Every answer of this file goes here: the answer to an op with an id is
+ * kept. */
+static void answer(struct conn *c, struct rdzv_msg *r) {
+  struct root_job *s = c->job != NULL ? c->job->role_data : NULL;
+  if (s != NULL && s->cur_op != 0 && r->req_id == s->cur_req) {
+    dedup_put(s, s->cur_op, r);
+    s->cur_op = 0;
+  }
+  rdzv__conn_reply(c, r);
 }
 
 void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
                              int st) {
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, st);
-  rdzv__conn_reply(c, &r);
+  answer(c, &r);
 }
 
 /* ---- the job's memory cap ------------------------------------------------- */
@@ -86,7 +207,7 @@ int rdzv__root_room(struct root_job *s, struct conn *c,
   rdzv__reply_init(&r, m, RDZV_EJOB_FULL);
   r.keys.n = 1;
   r.keys.v = &t;
-  rdzv__conn_reply(c, &r);
+  answer(c, &r);
   return RDZV_EJOB_FULL;
 }
 
@@ -139,7 +260,7 @@ static void handle_get(struct root_job *s, struct conn *c,
     r.vals.v = &v;
     r.a = e.write_once ? 1 : 0;
   }
-  rdzv__conn_reply(c, &r);
+  answer(c, &r);
 }
 
 /* Parses a whole decimal int64; an absent value is 0. */
@@ -162,8 +283,82 @@ static int parse_i64(const struct rdzv_state_val *e, int64_t *out) {
   return 0;
 }
 
+/* A node's combined add: its parts, each { op id, delta }, applied in
+ * order, each once (a part already applied, sent again after a lost
+ * connection, gets its first answer); all or nothing when one would
+ * overflow. */
+static void handle_add_parts(struct root_job *s, struct conn *c,
+                             const struct rdzv_msg *m) {
+  struct rdzv_slice k, p;
+  rdzv__root_item(&m->keys, 0, &k);
+  struct rdzv_state_val e;
+  bool have = rdzv__state_get(s->st, k.p, k.n, &e) == 0;
+  int64_t cur = 0;
+  int rc = parse_i64(have ? &e : NULL, &cur);
+  uint64_t *after = calloc(m->vals.n, sizeof(*after));
+  if (rc == 0 && after == NULL)
+    rc = RDZV_ENOMEM;
+  size_t pos = 0;
+  uint32_t i = 0, fresh = 0;
+  while (rc == 0 && rdzv_items_next(&m->vals, &pos, &p)) {
+    struct done_op *o = dedup_find(s, rdzv_load_u64le(p.p));
+    if (o != NULL) {
+      after[i++] = (uint64_t)o->a;
+      continue;
+    }
+    if (__builtin_add_overflow(cur, (int64_t)rdzv_load_u64le(p.p + 8), &cur))
+      rc = -ERANGE;
+    after[i++] = (uint64_t)cur;
+    fresh++;
+  }
+  char text[24];
+  int n = snprintf(text, sizeof(text), "%" PRId64, cur);
+  if (rc == 0 && fresh > 0 &&
+      rdzv__root_room(s, c, m, set_growth(s, k, (uint32_t)n)) < 0) {
+    free(after);
+    return;
+  }
+  if (rc == 0 && fresh > 0)
+    rc = rdzv__state_set(s->st, k.p, k.n, (const uint8_t *)text,
+                         (uint32_t)n, false);
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, rc);
+  struct rdzv_buf vals = {0};
+  if (rc == 0) {
+    /* Each new part's answer is kept for a re-send of it. */
+    pos = 0;
+    for (uint32_t j = 0; j < i && rdzv_items_next(&m->vals, &pos, &p); j++) {
+      uint8_t le[8];
+      rdzv_store_u64le(le, after[j]);
+      rdzv_items_append(&vals, le, sizeof(le));
+      uint64_t id = rdzv_load_u64le(p.p);
+      if (dedup_find(s, id) == NULL) {
+        struct rdzv_msg one;
+        memset(&one, 0, sizeof(one));
+        one.a = (int64_t)after[j];
+        dedup_put(s, id, &one);
+      }
+    }
+    r.a = i > 0 ? (int64_t)after[i - 1] : cur;
+    r.vals.n = i;
+    r.vals.raw = vals.data;
+    r.vals.raw_len = vals.len;
+    if (fresh > 1)
+      s->d->stats.combined += fresh - 1;
+  }
+  answer(c, &r);
+  rdzv_buf_free(&vals);
+  free(after);
+  if (rc == 0 && fresh > 0)
+    rdzv__waits_notify(&s->waits, k.p, k.n);
+}
+
 static void handle_add(struct root_job *s, struct conn *c,
                        const struct rdzv_msg *m) {
+  if (m->flags & RDZV_F_OPID) {
+    handle_add_parts(s, c, m);
+    return;
+  }
   struct rdzv_slice k;
   rdzv__root_item(&m->keys, 0, &k);
   struct rdzv_state_val e;
@@ -183,7 +378,7 @@ static void handle_add(struct root_job *s, struct conn *c,
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, rc);
   r.a = cur;
-  rdzv__conn_reply(c, &r);
+  answer(c, &r);
   if (rc == 0)
     rdzv__waits_notify(&s->waits, k.p, k.n);
 }
@@ -213,7 +408,7 @@ static void handle_cas(struct root_job *s, struct conn *c,
   r.vals.n = 1;
   r.vals.v = &cur;
   r.a = have;
-  rdzv__conn_reply(c, &r);
+  answer(c, &r);
   if (rc == 0)
     rdzv__waits_notify(&s->waits, k.p, k.n);
 }
@@ -230,7 +425,7 @@ static void handle_delete(struct root_job *s, struct conn *c,
   rdzv__reply_init(&r, m, have && e.write_once ? RDZV_EWRITE_ONCE : 0);
   if (r.status == 0)
     r.a = rdzv__state_del(s->st, k.p, k.n);
-  rdzv__conn_reply(c, &r);
+  answer(c, &r);
 }
 
 static void handle_mget(struct root_job *s, struct conn *c,
@@ -263,7 +458,7 @@ static void handle_mget(struct root_job *s, struct conn *c,
       r.vals.v = vals;
     }
   }
-  rdzv__conn_reply(c, &r);
+  answer(c, &r);
   free(vals);
   free(missing);
 }
@@ -340,8 +535,15 @@ static void root_handle(struct daemon *d, struct conn *c,
     rdzv__reply_init(&r, m, gen_rc);
     r.keys.n = t.n > 0 ? 1 : 0;
     r.keys.v = &t;
-    rdzv__conn_reply(c, &r);
+    answer(c, &r);
     return;
+  }
+  if ((m->flags & RDZV_F_OPID) && m->b != 0 && mutates(m->type) &&
+      m->type != RDZV_MSG_ADD) {
+    if (dedup_answer(s, c, m))
+      return;
+    s->cur_op = (uint64_t)m->b;
+    s->cur_req = m->req_id;
   }
   if (m->type != RDZV_MSG_WAIT && m->type != RDZV_MSG_BARRIER &&
       m->type != RDZV_MSG_GATHER && m->type != RDZV_MSG_JOIN)
@@ -365,7 +567,7 @@ static void root_handle(struct daemon *d, struct conn *c,
     struct rdzv_msg r;
     rdzv__reply_init(&r, m, 0);
     r.a = (int64_t)rdzv__state_count(s->st);
-    rdzv__conn_reply(c, &r);
+    answer(c, &r);
     break;
   }
   case RDZV_MSG_BARRIER:
@@ -373,6 +575,7 @@ static void root_handle(struct daemon *d, struct conn *c,
   case RDZV_MSG_COLL_STATUS: rdzv__root_coll_status(s, c, m); break;
   default: rdzv__root_reply_status(c, m, RDZV_EPROTO); break;
   }
+  s->cur_op = 0;
 }
 
 static void root_conn_closed(struct daemon *d, struct conn *c) {
@@ -393,6 +596,7 @@ static void root_job_free(struct daemon *d, struct job *j) {
   if (s == NULL)
     return;
   rdzv__waits_clear(&s->waits);
+  dedup_free(s);
   rdzv__root_rounds_free(s);
   rdzv__root_colls_free(s);
   rdzv__state_close(s->st);

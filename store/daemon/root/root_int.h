@@ -10,6 +10,7 @@
 
 struct coll;
 struct round;
+struct done_op;
 
 /* A job at the root: j->role_data. st is the truth (keys, counters,
  * write-once keys, round and collective records); the rest is live
@@ -22,6 +23,13 @@ struct root_job {
   struct round *rounds; /* round.c: rounds by name */
   struct waitset waits;
   uint64_t coll_bytes; /* coll.c: contributions held until completion */
+  /* root.c: answers to ops with an op id, by id and oldest first; the op
+   * being handled (cur_op, 0 for none) and its request id. */
+  struct done_op *done_ops;
+  TAILQ_HEAD(, done_op) done_fifo;
+  uint64_t ndone;
+  uint64_t cur_op;
+  uint32_t cur_req;
 };
 
 /* ---- root.c ---------------------------------------------------------------- */

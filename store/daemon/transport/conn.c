@@ -304,6 +304,21 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   uint64_t epoch = d->role->hello_epoch != NULL ? d->role->hello_epoch(d, j) : 0;
   r.b = (int64_t)(d->incarnation ^ (epoch * 0x9E3779B97F4A7C15ull));
   r.a = (int64_t)d->cfg.max_frame_bytes; /* what a child may send */
+  /* This daemon's chain up to the root: where a child goes when this
+   * daemon is lost. */
+  struct rdzv_slice chain[RDZV_MAX_ANCESTORS + 1];
+  uint32_t nchain = 0;
+  if (d->cfg.parent[0] != '\0') {
+    chain[nchain].p = (const uint8_t *)d->cfg.parent;
+    chain[nchain++].n = (uint32_t)strlen(d->cfg.parent);
+    for (uint32_t i = 0; i < d->nancestors && nchain < RDZV_MAX_ANCESTORS;
+         i++) {
+      chain[nchain].p = (const uint8_t *)d->ancestors[i];
+      chain[nchain++].n = (uint32_t)strlen(d->ancestors[i]);
+    }
+  }
+  r.vals.n = nchain;
+  r.vals.v = chain;
   r.flags = RDZV_F_REPLY;
   rdzv__conn_send(c, &r);
 }

@@ -4,7 +4,8 @@
  *    "rejected"}, "bytes": {"in", "out"}, "frames": {"in", "out"},
  *    "proto_errors", "cache_hits", "coalesced", "combined",
  *    "upstream_reconnects", "parent_restarts", "parent_silent",
- *    "children_silent", "split_frames",
+ *    "children_silent", "split_frames", "resent", "reattached",
+ *    "dedup_hits", "parent" (the address in use, nodes only),
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,7 @@ char *rdzv__stats_json(const struct daemon *d) {
       njobs++;
   json_t *o = json_pack(
       "{s:s,s:s,s:s,s:I,s:i,s:{s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},"
-      "s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+      "s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
       "name", d->cfg.name, "role",
       d->role->name, "listen",
       d->bound_addr, "uptime_ms",
@@ -60,12 +61,18 @@ char *rdzv__stats_json(const struct daemon *d) {
       "parent_restarts", (json_int_t)s->parent_restarts, "parent_silent",
       (json_int_t)s->parent_silent, "children_silent",
       (json_int_t)s->children_silent, "split_frames",
-      (json_int_t)s->split_frames);
+      (json_int_t)s->split_frames, "resent", (json_int_t)s->resent,
+      "reattached", (json_int_t)s->reattached, "dedup_hits",
+      (json_int_t)s->dedup_hits);
   if (o == NULL) {
     json_decref(ops);
     return NULL;
   }
   json_object_set_new(o, "ops", ops);
+  json_t *anc = json_array();
+  for (uint32_t i = 0; i < d->nancestors; i++)
+    json_array_append_new(anc, json_string(d->ancestors[i]));
+  json_object_set_new(o, "ancestors", anc);
   char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(o);
   return text;

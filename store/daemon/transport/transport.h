@@ -53,6 +53,9 @@ struct stats {
   uint64_t parent_silent;   /* the parent lost to --liveness-timeout-ms */
   uint64_t children_silent; /* child nodes lost to --liveness-timeout-ms */
   uint64_t split_frames;    /* extra requests to fit the parent's limit */
+  uint64_t resent;          /* requests sent again after a lost connection */
+  uint64_t reattached;      /* connections made to an ancestor, not --parent */
+  uint64_t dedup_hits;      /* root: re-sent mutations answered, not redone */
 };
 
 /* Returns the daemon's statistics as one JSON object (malloc'd text). */
@@ -172,6 +175,9 @@ struct rdzv_log_limit {
   uint64_t skipped;
 };
 
+/* Most ancestors a node keeps (and tells its children) above its parent. */
+#define RDZV_MAX_ANCESTORS 16
+
 struct daemon {
   /* Readable by roles: loop, cfg and stats (roles count into stats). */
   uv_loop_t *loop;
@@ -183,6 +189,11 @@ struct daemon {
    * (b), so a peer that meets a different one knows this daemon restarted
    * and lost what it held. */
   uint64_t incarnation;
+  /* A node's ancestors above its parent, nearest first, as the parent
+   * last told (node/upstream.c). The hello reply gives every peer this
+   * daemon's own chain: its --parent, then these. */
+  char ancestors[RDZV_MAX_ANCESTORS][256];
+  uint32_t nancestors;
   uv_tcp_t tcp_listen;
   uv_pipe_t unix_listen;
   bool have_tcp, have_unix;

@@ -1,0 +1,208 @@
+/* Tree repair with real daemons (root <- mid <- leaf): a node learns its
+ * ancestors from its parent's hello reply, reattaches to the nearest live
+ * one when its parent is lost, and sends again what the lost connection
+ * carried; mutations carry op ids, so each is applied once.
+ *
+ * Invariants checked after each scenario: every request through the leaf
+ * completes; each counter equals the number of adds acknowledged; a wait
+ * and a barrier pending across the loss complete; the root applied a
+ * re-sent add once (dedup_hits). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "rdzv/rdzv.h"
+
+static const char *const beat[] = {"--heartbeat-ms=100",
+                                   "--liveness-timeout-ms=800", NULL};
+
+static char dir[64];
+static struct proc root, mid, leaf;
+static char root_tcp[64], mid_tcp[64], leaf_tcp[64];
+static char root_addr[160], leaf_addr[160];
+static int fds_before;
+
+static int setup(void **state) {
+  (void)state;
+  fds_before = count_open_fds();
+  snprintf(dir, sizeof(dir), "/tmp/rdzv-reattach-XXXXXX");
+  if (mkdtemp(dir) == NULL ||
+      daemon_start(&root, dir, "root", NULL, beat, root_tcp) < 0 ||
+      daemon_start(&mid, dir, "mid", root_tcp, beat, mid_tcp) < 0 ||
+      daemon_start(&leaf, dir, "leaf", mid_tcp, beat, leaf_tcp) < 0)
+    return -1;
+  daemon_unix_addr(dir, "root", root_addr, sizeof(root_addr));
+  daemon_unix_addr(dir, "leaf", leaf_addr, sizeof(leaf_addr));
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  kill(root.pid, SIGCONT);
+  if (mid.pid != 0)
+    kill(mid.pid, SIGCONT);
+  int bad = proc_stop(&leaf) != 0;
+  bad |= mid.pid != 0 && proc_stop(&mid) != 0;
+  bad |= proc_stop(&root) != 0;
+  bad |= rm_rf(dir) != 0;
+  bad |= count_open_fds() != fds_before;
+  return bad ? -1 : 0;
+}
+
+static rdzv_client_t *client_of(const char *addr, const char *job) {
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = addr;
+  o.job_id = job;
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  return c;
+}
+
+struct reply {
+  int done, status;
+  int64_t a;
+};
+
+static void on_reply(rdzv_client_t *c, const struct rdzv_result *res,
+                     void *arg) {
+  struct reply *r = arg;
+  (void)c;
+  r->done = 1;
+  r->status = res->status;
+  r->a = res->a;
+}
+
+static void submit(rdzv_client_t *c, enum rdzv_op op, const char *key,
+                   int64_t a, int64_t b, const void *val, size_t vlen,
+                   struct reply *r) {
+  struct rdzv_bytes k = {key, strlen(key)}, v = {val, vlen};
+  struct rdzv_request req = {.op = op, .a = a, .b = b, .nkeys = 1,
+                             .keys = &k, .nvals = val ? 1 : 0,
+                             .vals = val ? &v : NULL};
+  assert_int_equal(rdzv_client_submit(c, &req, 60, on_reply, r), 0);
+}
+
+/* The counter's value at the root (read there, not through the tree). */
+static int64_t counter_at_root(const char *job, const char *key) {
+  rdzv_client_t *c = client_of(root_addr, job);
+  void *v = NULL;
+  size_t n = 0;
+  int64_t x = -1;
+  if (rdzv_store_get(c, key, &v, &n, 20) == 0)
+    x = strtoll(v, NULL, 10);
+  rdzv_free(v);
+  rdzv_client_destroy(c);
+  return x;
+}
+
+#define ADDS 50
+
+/* kill -9 of mid: the leaf reattaches to the root (learned from mid's
+ * hello reply) and what was pending goes on there. */
+static void test_interior_node_killed(void **state) {
+  (void)state;
+  rdzv_client_t *c = client_of(leaf_addr, "repair");
+  assert_int_equal(rdzv_store_set(c, "warm", "1", 1, 0, 20), 0);
+  char *json = NULL;
+  assert_int_equal(rdzv_store_stats(c, &json, 20), 0);
+  char want[100];
+  snprintf(want, sizeof(want), "\"ancestors\":[\"%s\"]", root_tcp);
+  if (strstr(json, want) == NULL)
+    fail_msg("the leaf does not know the root as its ancestor: %s", json);
+  rdzv_free(json);
+
+  /* Pending through the leaf: a wait, a barrier member, and adds. */
+  static struct reply w, bar, adds[ADDS];
+  memset(&w, 0, sizeof(w));
+  memset(&bar, 0, sizeof(bar));
+  memset(adds, 0, sizeof(adds));
+  submit(c, RDZV_OP_WAIT, "later", 0, 0, NULL, 0, &w);
+  uint8_t member[8] = {0};
+  submit(c, RDZV_OP_BARRIER, "b", 0, 2, member, 8, &bar);
+  for (int i = 0; i < ADDS / 2; i++)
+    submit(c, RDZV_OP_ADD, "ctr", 1, 0, NULL, 0, &adds[i]);
+  rdzv_client_run(c, 0.05);
+  kill(mid.pid, SIGKILL);
+  int st;
+  waitpid(mid.pid, &st, 0);
+  mid.pid = 0;
+  for (int i = ADDS / 2; i < ADDS; i++)
+    submit(c, RDZV_OP_ADD, "ctr", 1, 0, NULL, 0, &adds[i]);
+  /* The rest of the world, straight at the root. */
+  rdzv_client_t *r = client_of(root_addr, "repair");
+  assert_int_equal(rdzv_store_set(r, "later", "here", 4, 0, 20), 0);
+  uint8_t m1[8] = {1};
+  struct reply bar1 = {0};
+  submit(r, RDZV_OP_BARRIER, "b", 0, 2, m1, 8, &bar1);
+  assert_int_equal(rdzv_client_run(r, 30), 0);
+  assert_int_equal(rdzv_client_run(c, 30), 0);
+  assert_true(w.done && bar.done && bar1.done);
+  assert_int_equal(w.status, 0);
+  assert_int_equal(bar.status, 0);
+  assert_int_equal(bar1.status, 0);
+  int acked = 0;
+  for (int i = 0; i < ADDS; i++)
+    if (adds[i].done && adds[i].status == 0)
+      acked++;
+  assert_int_equal(acked, ADDS);
+  assert_int_equal(counter_at_root("repair", "ctr"), ADDS);
+  assert_true(stats_at(leaf_addr, "reattached") >= 1);
+  rdzv_client_destroy(r);
+  rdzv_client_destroy(c);
+}
+
+/* A lost acknowledgement: mid's add reaches the stopped root; mid,
+ * hearing nothing, drops that connection and sends the add again on a
+ * new one; the root, resumed, reads both. The add is applied once. */
+static void test_lost_ack_applied_once(void **state) {
+  (void)state;
+  rdzv_client_t *c = client_of(leaf_addr, "once");
+  assert_int_equal(rdzv_store_set(c, "warm", "1", 1, 0, 20), 0);
+  kill(root.pid, SIGSTOP);
+  struct reply a = {0}, s = {0};
+  submit(c, RDZV_OP_ADD, "ctr", 5, 0, NULL, 0, &a);
+  submit(c, RDZV_OP_APPEND, "log", 0, 0, "x", 1, &s);
+  /* mid declares the root lost (0.8 s) and keeps both to send again. */
+  int64_t lost = -1;
+  for (int tries = 0; tries < 600 && lost < 1; tries++) {
+    rdzv_client_run(c, 0.05);
+    lost = stats_at(mid_tcp, "parent_silent");
+  }
+  assert_true(lost >= 1);
+  kill(root.pid, SIGCONT);
+  assert_int_equal(rdzv_client_run(c, 30), 0);
+  assert_true(a.done && s.done);
+  assert_int_equal(a.status, 0);
+  assert_int_equal(a.a, 5);
+  assert_int_equal(s.status, 0);
+  assert_int_equal(counter_at_root("once", "ctr"), 5);
+  rdzv_client_t *r = client_of(root_addr, "once");
+  void *v = NULL;
+  size_t n = 0;
+  assert_int_equal(rdzv_store_get(r, "log", &v, &n, 20), 0);
+  assert_int_equal(n, 1); /* "x", not "xx" */
+  rdzv_free(v);
+  rdzv_client_destroy(r);
+  assert_true(stats_at(root_tcp, "dedup_hits") >= 1);
+  rdzv_client_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_interior_node_killed, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_lost_ack_applied_once, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
