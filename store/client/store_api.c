@@ -110,7 +110,8 @@ static int result_copy(rdzv_client_t *c, struct call *k,
     keys_error(c, "wait", "missing keys", res);
   if (res->status == RDZV_ENOKEY && k->op == RDZV_OP_MGET)
     keys_error(c, "mget", "missing keys", res);
-  else if (res->status < 0 && res->nkeys > 0 && k->op != RDZV_OP_WAIT)
+  else if (res->status < 0 && res->nkeys > 0 &&
+           !(k->op == RDZV_OP_WAIT && res->status == RDZV_EDEADLINE))
     /* The server's reason (an aborted generation, ...) in keys[0]. */
     snprintf(c->last_error, sizeof c->last_error, "%s: %.*s",
              rdzv_err_name(res->status), (int)res->keys[0].len,

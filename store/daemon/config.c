@@ -76,6 +76,12 @@ static const struct opt opts[] = {
           "root: a mutation sent again by a node (after a lost connection) "
           "within this long is answered as the first time, not applied "
           "twice"),
+  U32_OPT("session-grace-ms", "RDZVD_SESSION_GRACE_MS", "5000",
+          session_grace_ms,
+          "a child node whose connection closed keeps its ranks' places in "
+          "their generation this long, for its subtree to reattach and send "
+          "them again; then the generation aborts, naming the hosts and "
+          "ranks (0: at once)"),
   U32_OPT("heartbeat-ms", "RDZVD_HEARTBEAT_MS", "1000", heartbeat_ms,
           "node: ping the parent after this long without a frame from it"),
   U32_OPT("liveness-timeout-ms", "RDZVD_LIVENESS_TIMEOUT_MS", "5000",

@@ -36,6 +36,8 @@ struct rdzv_daemon_config {
                                     at once (asked again while needed) */
   uint32_t dedup_window_ms;      /* root: how long a mutation's answer is
                                     kept for a re-send of it */
+  uint32_t session_grace_ms;     /* how long a lost child node's members
+                                    wait for a re-send (0: abort at once) */
   uint32_t heartbeat_ms;         /* node: ping the parent after this long
                                     without a frame from it */
   uint32_t liveness_timeout_ms;  /* a parent or child node silent this long

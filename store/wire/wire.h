@@ -68,7 +68,10 @@ enum rdzv_msg_type {
   /* keys[0] = job id, keys[1] = peer name (for logs), a = role
    * (enum rdzv_peer_role). Reply: status, a = the replier's largest frame
    * body (a node splits what it combines to fit), b = its incarnation
-   * (changes when it restarts). Must be the first frame. */
+   * (changes when it restarts), keys[0] = its liveness timeout in ms (u32
+   * LE: a child node pings at least three times within it), vals = its
+   * chain of ancestors (its parent first; none at the root). Must be the
+   * first frame. */
   RDZV_MSG_HELLO = 1,
   /* keys[0], vals[0]; flag WRITE_ONCE. Reply: status. */
   RDZV_MSG_SET = 2,

@@ -22,6 +22,7 @@
 
 #include "proc.h"
 #include "rdzv/rdzv.h"
+#include "rendezvous/join_wire.h"
 #include "store/wire/wire.h"
 
 #define RDZVD "tools/rdzvd"
@@ -249,6 +250,79 @@ static void test_empty_job_id(void **state) {
   expect_error_and_close(fd, RDZV_EJOB_ID_MISSING);
 }
 
+/* A job id with a NUL byte in it is refused (it would be cut short at the
+ * NUL on the way up, and land in another job). */
+static void test_nul_in_job_id(void **state) {
+  (void)state;
+  int fd = raw_connect();
+  struct rdzv_slice k = {(const uint8_t *)"bad-job\0x", 9};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_HELLO;
+  m.req_id = 1;
+  m.keys.n = 1;
+  m.keys.v = &k;
+  encode_send(fd, &m);
+  expect_error_and_close(fd, RDZV_EJOB_ID_MISSING);
+  assert_still_serving();
+}
+
+struct rec {
+  int done, status;
+};
+
+static void on_rec(rdzv_client_t *c, const struct rdzv_result *res,
+                   void *arg) {
+  struct rec *r = arg;
+  (void)c;
+  r->done = 1;
+  r->status = res->status;
+}
+
+/* A join whose round name the root refuses (a NUL byte, a '/') is refused
+ * at the node, to that client only: the node's connection to the root
+ * for the job (and a wait on it) is not dropped. */
+static void test_bad_round_name_at_node(void **state) {
+  (void)state;
+  struct proc node;
+  char tcp[64], naddr[160];
+  const char *extra[] = {NULL};
+  assert_int_equal(daemon_start(&node, dir, "rnode", root_addr, extra, tcp), 0);
+  daemon_unix_addr(dir, "rnode", naddr, sizeof(naddr));
+  rdzv_client_t *a = client(naddr, "round-job");
+  rdzv_client_t *b = client(naddr, "round-job");
+  struct rdzv_bytes wk = {"w", 1};
+  struct rdzv_request wr = {.op = RDZV_OP_WAIT, .nkeys = 1, .keys = &wk};
+  struct rec w = {0};
+  assert_int_equal(rdzv_client_submit(a, &wr, 30, on_rec, &w), 0);
+  rdzv_client_run(a, 0.2);
+  static const char *const names[] = {"\0r", "a/b"};
+  static const size_t lens[] = {2, 3};
+  for (int i = 0; i < 2; i++) {
+    uint8_t params[RDZV_JOIN_PARAMS_BYTES];
+    struct rdzv_join_params jp = {.min_size = 2, .max_size = 2,
+                                  .timeout_ms = 10000};
+    rdzv_join_params_encode(&jp, params);
+    struct rdzv_bytes jk = {names[i], lens[i]};
+    struct rdzv_bytes jv[2] = {{params, sizeof(params)}, {"rec", 3}};
+    struct rdzv_request jr = {.op = RDZV_OP_JOIN, .nkeys = 1, .keys = &jk,
+                              .nvals = 2, .vals = jv};
+    struct rec j = {0};
+    assert_int_equal(rdzv_client_submit(b, &jr, 30, on_rec, &j), 0);
+    assert_int_equal(rdzv_client_run(b, 30), 0);
+    assert_true(j.done);
+    assert_int_equal(j.status, RDZV_EPROTO);
+  }
+  assert_int_equal(rdzv_store_set(b, "w", "1", 1, 0, 30), 0);
+  assert_int_equal(rdzv_client_run(a, 30), 0);
+  assert_true(w.done);
+  assert_int_equal(w.status, 0);
+  assert_int_equal(stats_at(naddr, "upstream_reconnects"), 0);
+  rdzv_client_destroy(a);
+  rdzv_client_destroy(b);
+  assert_int_equal(proc_stop(&node), 0);
+}
+
 static void test_key_too_long(void **state) {
   (void)state;
   rdzv_client_t *c = client(root_addr, "bad-job");
@@ -403,6 +477,8 @@ int main(void) {
       cmocka_unit_test(test_wrong_version),
       cmocka_unit_test(test_request_before_hello),
       cmocka_unit_test(test_empty_job_id),
+      cmocka_unit_test(test_nul_in_job_id),
+      cmocka_unit_test(test_bad_round_name_at_node),
       cmocka_unit_test(test_key_too_long),
       cmocka_unit_test(test_value_too_big),
       cmocka_unit_test(test_too_many_outstanding),

@@ -258,6 +258,28 @@ static void test_own_stall_blames_nobody(void **state) {
   rdzv_client_destroy(c);
 }
 
+/* A parent with a shorter liveness timeout than its child's heartbeat
+ * (0.5 s against the default 1 s): the child learns it in the hello reply
+ * and pings often enough, so the parent never drops it. */
+static void test_parent_liveness_adopted(void **state) {
+  (void)state;
+  struct proc r2, n2;
+  char r2tcp[64], n2tcp[64], n2addr[160];
+  const char *fast[] = {"--heartbeat-ms=100", "--liveness-timeout-ms=500",
+                        NULL};
+  assert_int_equal(daemon_start(&r2, dir, "r2", NULL, fast, r2tcp), 0);
+  assert_int_equal(daemon_start(&n2, dir, "n2", r2tcp, NULL, n2tcp), 0);
+  daemon_unix_addr(dir, "n2", n2addr, sizeof(n2addr));
+  rdzv_client_t *c = client_of(n2addr, "mismatch");
+  const char *keys[] = {"never"};
+  assert_int_equal(rdzv_store_wait(c, keys, 1, 3), RDZV_EDEADLINE);
+  assert_int_equal(stats_at(r2tcp, "children_silent"), 0);
+  assert_int_equal(stats_at(n2addr, "parent_silent"), 0);
+  rdzv_client_destroy(c);
+  assert_int_equal(proc_stop(&n2), 0);
+  assert_int_equal(proc_stop(&r2), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_stopped_parent_named, setup,
@@ -267,6 +289,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rank_detects_stopped_node, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_own_stall_blames_nobody, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_parent_liveness_adopted, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

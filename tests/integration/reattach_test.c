@@ -21,9 +21,11 @@
 
 #include "proc.h"
 #include "rdzv/rdzv.h"
+#include "rdzv/rendezvous.h"
 
 static const char *const beat[] = {"--heartbeat-ms=100",
-                                   "--liveness-timeout-ms=800", NULL};
+                                   "--liveness-timeout-ms=800",
+                                   "--session-grace-ms=1500", NULL};
 
 static char dir[64];
 static struct proc root, mid, leaf;
@@ -50,7 +52,7 @@ static int teardown(void **state) {
   kill(root.pid, SIGCONT);
   if (mid.pid != 0)
     kill(mid.pid, SIGCONT);
-  int bad = proc_stop(&leaf) != 0;
+  int bad = leaf.pid != 0 && proc_stop(&leaf) != 0;
   bad |= mid.pid != 0 && proc_stop(&mid) != 0;
   bad |= proc_stop(&root) != 0;
   bad |= rm_rf(dir) != 0;
@@ -197,12 +199,145 @@ static void test_lost_ack_applied_once(void **state) {
   rdzv_client_destroy(c);
 }
 
+/* A rank of job "sessions", world 2, joining through addr as host. */
+static int join_as(const char *addr, const char *host, rdzv_rendezvous_t **out,
+                   char *err, size_t errlen) {
+  struct rdzv_rendezvous_opts o;
+  rdzv_rendezvous_opts_init(&o);
+  o.addr = addr;
+  o.job_id = "sessions";
+  o.round = "world";
+  o.host = host;
+  o.local_rank = 0;
+  o.local_size = 1;
+  o.world_size = 2;
+  o.timeout_s = 30;
+  o.topology = "gpu=test\n";
+  return rdzv_rendezvous_join(&o, out, err, errlen);
+}
+
+/* A forked rank on hostA through the leaf: joins, writes its generation,
+ * waits for a byte on go, then a barrier "after" (20 s), writes its
+ * status, and waits for go to close. */
+static pid_t rank_through_leaf(int res_fd, int go_fd, int go_w, int res_r) {
+  pid_t pid = fork();
+  if (pid != 0)
+    return pid;
+  /* Only the test holds go's write end, so its close ends the wait. */
+  close(go_w);
+  close(res_r);
+  rdzv_rendezvous_t *r = NULL;
+  char err[512];
+  int64_t gen = -1;
+  if (join_as(leaf_addr, "hostA", &r, err, sizeof(err)) == 0)
+    gen = rdzv_rendezvous_generation(r);
+  if (write(res_fd, &gen, sizeof(gen)) != sizeof(gen))
+    _exit(2);
+  char b;
+  if (read(go_fd, &b, 1) == 1) {
+    int64_t st = r != NULL ? rdzv_rendezvous_barrier(r, "after", 20) : -1;
+    if (write(res_fd, &st, sizeof(st)) != sizeof(st))
+      _exit(2);
+    while (read(go_fd, &b, 1) > 0)
+      ;
+  }
+  rdzv_rendezvous_destroy(r);
+  _exit(0);
+}
+
+/* A completed generation outlives an interior node: mid is killed, the
+ * leaf reattaches to the root and sends its members again, the root binds
+ * them to the new path within --session-grace-ms, and a barrier of the
+ * generation then completes on both ranks (before, mid's death aborted
+ * the generation). */
+static void test_generation_survives_interior_death(void **state) {
+  (void)state;
+  int res[2], go[2];
+  assert_int_equal(pipe(res), 0);
+  assert_int_equal(pipe(go), 0);
+  pid_t a = rank_through_leaf(res[1], go[0], go[1], res[0]);
+  rdzv_rendezvous_t *r = NULL;
+  char err[512] = "";
+  int rc = join_as(root_addr, "hostB", &r, err, sizeof(err));
+  if (rc != 0)
+    fail_msg("join at the root: %s (%s)", rdzv_strerror(rc), err);
+  int64_t ga = 0;
+  assert_int_equal(read(res[0], &ga, sizeof(ga)), sizeof(ga));
+  assert_int_equal(ga, 1);
+  assert_int_equal(rdzv_rendezvous_generation(r), 1);
+  kill(mid.pid, SIGKILL);
+  int st;
+  waitpid(mid.pid, &st, 0);
+  mid.pid = 0;
+  /* The leaf reattaches; then the grace passes. */
+  int64_t re = 0;
+  for (int tries = 0; tries < 600 && re < 1; tries++) {
+    re = stats_at(leaf_addr, "reattached");
+    if (re < 1)
+      usleep(50 * 1000);
+  }
+  assert_true(re >= 1);
+  usleep(2500 * 1000); /* past the 1.5 s grace */
+  assert_int_equal(write(go[1], "g", 1), 1);
+  rc = rdzv_rendezvous_barrier(r, "after", 20);
+  if (rc != 0)
+    fail_msg("barrier at the root: %s (%s)", rdzv_strerror(rc),
+             rdzv_rendezvous_last_error(r));
+  int64_t sa = -1;
+  assert_int_equal(read(res[0], &sa, sizeof(sa)), sizeof(sa));
+  assert_int_equal(sa, 0);
+  close(go[1]);
+  waitpid(a, &st, 0);
+  close(go[0]);
+  close(res[0]);
+  close(res[1]);
+  rdzv_rendezvous_destroy(r);
+}
+
+/* A host lost for good (its node and its rank killed): the generation
+ * aborts when the grace ends, and the surviving rank's barrier says which
+ * host and rank were lost, well before its own 20 s deadline. */
+static void test_lost_host_named(void **state) {
+  (void)state;
+  int res[2], go[2];
+  assert_int_equal(pipe(res), 0);
+  assert_int_equal(pipe(go), 0);
+  pid_t a = rank_through_leaf(res[1], go[0], go[1], res[0]);
+  rdzv_rendezvous_t *r = NULL;
+  char err[512] = "";
+  int rc = join_as(root_addr, "hostB", &r, err, sizeof(err));
+  if (rc != 0)
+    fail_msg("join at the root: %s (%s)", rdzv_strerror(rc), err);
+  int64_t ga = 0;
+  assert_int_equal(read(res[0], &ga, sizeof(ga)), sizeof(ga));
+  kill(leaf.pid, SIGKILL);
+  kill(a, SIGKILL);
+  int st;
+  waitpid(leaf.pid, &st, 0);
+  waitpid(a, &st, 0);
+  leaf.pid = 0;
+  rc = rdzv_rendezvous_barrier(r, "after", 20);
+  assert_int_equal(rc, RDZV_EABORTED);
+  const char *e = rdzv_rendezvous_last_error(r);
+  if (strstr(e, "node leaf") == NULL || strstr(e, "host hostA") == NULL ||
+      strstr(e, "--session-grace-ms") == NULL)
+    fail_msg("the abort does not name the lost host: %s", e);
+  close(go[1]);
+  close(go[0]);
+  close(res[0]);
+  close(res[1]);
+  rdzv_rendezvous_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_interior_node_killed, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_lost_ack_applied_once, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_generation_survives_interior_death,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lost_host_named, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -177,14 +177,27 @@ void rdzv__waits_notify(struct waitset *ws, const uint8_t *k, uint32_t klen) {
 }
 
 void rdzv__waits_fail_key(struct waitset *ws, const uint8_t *k,
-                          uint32_t klen, int status) {
+                          uint32_t klen, int status, const char *text) {
   struct watch *wt = NULL;
   struct waitref *r;
+  struct rdzv_slice t = {(const uint8_t *)text, text ? (uint32_t)strlen(text)
+                                                     : 0};
   HASH_FIND(hh, ws->watches, k, klen, wt);
   /* Each failed waiter unlinks all its refs, possibly freeing wt, so look
    * the watch up again after each one. */
   while (wt != NULL && (r = TAILQ_FIRST(&wt->refs)) != NULL) {
-    reply_missing(r->w, status);
+    if (t.n > 0) {
+      struct rdzv_msg m;
+      memset(&m, 0, sizeof(m));
+      m.type = RDZV_MSG_WAIT;
+      m.req_id = r->w->req_id;
+      m.status = status;
+      m.keys.n = 1;
+      m.keys.v = &t;
+      rdzv__conn_reply(r->w->c, &m);
+    } else {
+      reply_missing(r->w, status);
+    }
     waiter_free(r->w);
     wt = NULL;
     HASH_FIND(hh, ws->watches, k, klen, wt);

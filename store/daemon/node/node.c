@@ -116,7 +116,13 @@ static void on_upwait(struct daemon *d, const struct rdzv_msg *r, void *arg) {
     if (dl > rdzv__now_ms(d))
       send_upwait(nj, uw->key, uw->klen, dl);
   } else {
-    rdzv__waits_fail_key(&nj->waits, uw->key, uw->klen, r->status);
+    /* The upstream failure's text (which daemon, why) in keys[0]. */
+    char text[600] = "";
+    struct rdzv_slice t;
+    if (rdzv_items_get(&r->keys, 0, &t) == 0 && t.n > 0)
+      snprintf(text, sizeof(text), "%.*s", (int)(t.n < 599 ? t.n : 599),
+               (const char *)t.p);
+    rdzv__waits_fail_key(&nj->waits, uw->key, uw->klen, r->status, text);
   }
   free(uw);
 }
@@ -129,7 +135,8 @@ static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
     return; /* in flight already: it is asked again at its deadline */
   uw = malloc(sizeof(*uw) + klen);
   if (uw == NULL) {
-    rdzv__waits_fail_key(&nj->waits, k, klen, RDZV_ENOMEM);
+    rdzv__waits_fail_key(&nj->waits, k, klen, RDZV_ENOMEM,
+                         "out of memory at the node");
     return;
   }
   uw->nj = nj;
@@ -156,7 +163,7 @@ static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
   if (rc < 0) {
     HASH_DEL(nj->upwaits, uw);
     free(uw);
-    rdzv__waits_fail_key(&nj->waits, k, klen, rc);
+    rdzv__waits_fail_key(&nj->waits, k, klen, rc, "");
   }
 }
 
@@ -601,6 +608,10 @@ static void handle_add(struct node_job *nj, struct conn *c,
 
 /* ---- dispatch, job state --------------------------------------------------- */
 
+static void on_parent_reconnect(void *arg) {
+  rdzv__node_joins_reconnected(arg);
+}
+
 /* The parent restarted (a new incarnation in its hello): what this node
  * holds of it is stale. Cached write-once values go (the new parent may
  * hold other values under those keys), the generations joined so far are
@@ -636,7 +647,8 @@ static struct node_job *node_job(struct daemon *d, struct job *j) {
     return NULL;
   nj->d = d;
   nj->job = j;
-  nj->up = rdzv__upstream_create(d, j->id, on_parent_restart, nj);
+  nj->up = rdzv__upstream_create(d, j->id, on_parent_restart,
+                                 on_parent_reconnect, nj);
   if (nj->up == NULL) {
     free(nj);
     return NULL;

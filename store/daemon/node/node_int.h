@@ -29,6 +29,7 @@ struct node_job {
   struct njround *jrounds;
   struct joined *joined; /* connections that joined, by conn */
   uint64_t epoch; /* parent restarts seen: mixed into our hello replies */
+  uv_timer_t *lost_timer; /* node_join.c: lost child nodes' grace */
 };
 
 struct lreq { /* a local request waiting for an upstream answer */
@@ -90,6 +91,9 @@ void rdzv__node_joins_leave(struct node_job *nj);
  * for its keys fail with RDZV_EABORTED, saying so, until a new join of
  * that round succeeds). */
 void rdzv__node_joins_lost(struct node_job *nj);
+/* The parent's connection is up again after a loss: each round's
+ * completed members are sent again, so the root binds them to this path. */
+void rdzv__node_joins_reconnected(struct node_job *nj);
 /* If m's first key is "rdzv/<round>/g<N>/..." of a generation lost to a
  * parent's restart, answers it (RDZV_EABORTED with the reason) and returns
  * true. */
@@ -105,9 +109,12 @@ typedef void (*upstream_cb)(struct daemon *d, const struct rdzv_msg *reply,
 
 /* Connects to cfg.parent for job_id. on_restart(arg) runs when the parent
  * is met again with another incarnation than before (it restarted and lost
- * what it held), before anything queued is sent to it. */
+ * what it held), before anything queued is sent to it; on_reconnect(arg)
+ * when a connection is ready again after a lost one (to the parent or an
+ * ancestor), after what the lost one carried was sent again. */
 struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
                                        void (*on_restart)(void *arg),
+                                       void (*on_reconnect)(void *arg),
                                        void *arg);
 /* Fails every request (RDZV_ECANCELED) and closes the connection; with
  * flush, what was sent but not written yet is written first (a clean

@@ -27,8 +27,9 @@ struct claimref {
   UT_hash_handle hh;
   uint64_t claim;
   struct jwait *w;
-  uint8_t *rec; /* a local rank's encoded join record (NULL: via a child) */
+  uint8_t *rec; /* the encoded join record (NULL: out of memory) */
   uint32_t rec_len;
+  bool local;   /* a local rank's (else it came through a child node) */
 };
 
 /* A local rank's assignment, kept while the host records are built. */
@@ -53,6 +54,13 @@ struct njround {
   uv_timer_t timer;
   int64_t last_gen; /* the newest generation a reply brought */
   int64_t lost_gen; /* generations up to this one died with the parent */
+  /* The join records of the members of generation done_gen that completed
+   * through this node (its ranks and its subtree's): sent again after a
+   * lost connection to the parent, so the root binds them to the new
+   * path instead of aborting the generation (sessions of nodes). */
+  struct rdzv_buf done_recs;
+  uint32_t ndone;
+  int64_t done_gen;
 };
 
 struct joined { /* a connection that has joined a generation */
@@ -62,6 +70,14 @@ struct joined { /* a connection that has joined a generation */
   int64_t gen;    /* 0 while its join is pending */
   uint64_t claim; /* a rank's claim (0 for a child node) */
   int32_t rank, local_rank; /* a rank's assignment, -1 until known */
+  /* A child node whose connection closed: it has --session-grace-ms to
+   * come back (a connection of the same name) before its generation is
+   * aborted. */
+  bool lost;
+  uint64_t lost_ms;
+  /* A child node's members of generation gen: items of { host, u32 rank
+   * (LE) }, to name them if it is lost. */
+  struct rdzv_buf who;
 };
 
 static void send_join_reply(struct jwait *w, int status, uint16_t flags,
@@ -125,6 +141,8 @@ static void mark_joined(struct njround *jr, struct conn *c, int64_t gen,
     HASH_ADD(hh, nj->joined, c, sizeof(jn->c), jn);
   }
   if (jn != NULL) {
+    if (jn->gen != gen)
+      jn->who.len = 0;
     jn->gen = gen;
     if (c->role != RDZV_ROLE_NODE)
       jn->claim = claim;
@@ -137,6 +155,7 @@ static void mark_joined(struct njround *jr, struct conn *c, int64_t gen,
 
 static void joined_free(struct node_job *nj, struct joined *jn) {
   HASH_DEL(nj->joined, jn);
+  rdzv_buf_free(&jn->who);
   rdzv__conn_unref(jn->c);
   free(jn);
 }
@@ -207,7 +226,29 @@ static void route_items(struct njround *jr, const struct rdzv_msg *r) {
       unmark_joined(jr->nj, w->c); /* refused: its end aborts nothing */
     } else {
       mark_joined(jr, w->c, r->a, claim, &a);
-      if (la != NULL && cr->rec != NULL &&
+      struct rdzv_join_full jf;
+      struct joined *jn = NULL;
+      if (w->c->role == RDZV_ROLE_NODE && cr->rec != NULL &&
+          rdzv_join_rec_decode(cr->rec, cr->rec_len, &jf) == 0)
+        HASH_FIND(hh, jr->nj->joined, &w->c, sizeof(w->c), jn);
+      if (jn != NULL) {
+        uint8_t item[256 + 4];
+        uint32_t hl = jf.rec.host_len < 256 ? jf.rec.host_len : 256;
+        memcpy(item, jf.rec.host, hl);
+        uint32_t rk = (uint32_t)a.rank;
+        for (int b = 0; b < 4; b++)
+          item[hl + b] = (uint8_t)(rk >> (8 * b));
+        rdzv_items_append(&jn->who, item, hl + 4);
+      }
+      if (r->a != jr->done_gen) {
+        jr->done_gen = r->a;
+        jr->done_recs.len = 0;
+        jr->ndone = 0;
+      }
+      if (cr->rec != NULL &&
+          rdzv_items_append(&jr->done_recs, cr->rec, cr->rec_len) == 0)
+        jr->ndone++;
+      if (la != NULL && cr->rec != NULL && cr->local &&
           rdzv_join_rec_decode(cr->rec, cr->rec_len, &la[nla].j) == 0) {
         la[nla].a = a;
         la[nla++].rec = cr->rec;
@@ -300,7 +341,11 @@ static void on_join_timer(uv_timer_t *t) { join_flush(t->data); }
 static struct njround *jround_get(struct node_job *nj,
                                   const struct rdzv_slice *name) {
   struct njround *jr = NULL;
-  if (name->n >= sizeof(jr->name))
+  /* The root's rule for round names (round.c), checked here too: a name
+   * it refuses must not reach it (it drops the whole connection). */
+  if (name->n == 0 || name->n >= sizeof(jr->name) ||
+      memchr(name->p, '/', name->n) != NULL ||
+      memchr(name->p, '\0', name->n) != NULL)
     return NULL;
   HASH_FIND(hh, nj->jrounds, name->p, name->n, jr);
   if (jr != NULL)
@@ -382,7 +427,8 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
       HASH_ADD(hh, jr->claims, claim, sizeof(cr->claim), cr);
       w->nleft++;
       jr->seen++;
-      if (c->role != RDZV_ROLE_NODE && (cr->rec = malloc(v.n)) != NULL) {
+      cr->local = c->role != RDZV_ROLE_NODE;
+      if ((cr->rec = malloc(v.n)) != NULL) {
         memcpy(cr->rec, v.p, v.n);
         cr->rec_len = v.n;
       }
@@ -445,11 +491,104 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
   rdzv__node_forward(nj, c, m);
 }
 
+/* Whether a READY child node named name (other than c) serves job nj. */
+static bool child_back(struct node_job *nj, const struct conn *c,
+                       const char *name) {
+  struct conn *o;
+  TAILQ_FOREACH(o, &nj->d->conns, link)
+    if (o != c && o->job == nj->job && o->role == RDZV_ROLE_NODE &&
+        o->state == CONN_READY && strcmp(o->name, name) == 0)
+      return true;
+  return false;
+}
+
+static void on_lost_closed(uv_handle_t *h) { free(h); }
+
+/* "host h17 (ranks 136-143), ..." from jn->who (consecutive members of a
+ * host grouped), at most n bytes. */
+static void describe_who(const struct joined *jn, char *out, size_t n) {
+  struct rdzv_items it = {0, NULL, jn->who.data, jn->who.len};
+  struct rdzv_slice v;
+  size_t pos = 0, used = 0;
+  const uint8_t *host = NULL;
+  uint32_t hl = 0;
+  int32_t lo = 0, hi = 0;
+  out[0] = '\0';
+  for (;;) {
+    bool more = rdzv_items_next(&it, &pos, &v) && v.n >= 4;
+    int32_t rk = 0;
+    if (more) {
+      rk = (int32_t)(v.p[v.n - 4] | v.p[v.n - 3] << 8 | v.p[v.n - 2] << 16 |
+                     (uint32_t)v.p[v.n - 1] << 24);
+      if (host != NULL && v.n - 4 == hl && memcmp(v.p, host, hl) == 0) {
+        lo = rk < lo ? rk : lo;
+        hi = rk > hi ? rk : hi;
+        continue;
+      }
+    }
+    if (host != NULL && used < n)
+      used += (size_t)snprintf(out + used, n - used, "%shost %.*s (ranks %d-%d)",
+                               used ? ", " : "", (int)hl, host, lo, hi);
+    if (!more)
+      break;
+    host = v.p;
+    hl = v.n - 4;
+    lo = hi = rk;
+  }
+}
+
+/* Child nodes lost --session-grace-ms ago: back (a connection of the
+ * same name), nothing to do; else their generation aborts. */
+static void on_lost_timer(uv_timer_t *t) {
+  struct node_job *nj = t->data;
+  uint64_t now = uv_now(nj->d->loop), grace = nj->d->cfg.session_grace_ms;
+  uint64_t next = 0;
+  struct joined *jn, *tmp;
+  HASH_ITER(hh, nj->joined, jn, tmp) {
+    if (!jn->lost)
+      continue;
+    if (jn->lost_ms + grace > now) {
+      uint64_t due = jn->lost_ms + grace - now;
+      next = next == 0 || due < next ? due : next;
+      continue;
+    }
+    if (!child_back(nj, jn->c, jn->c->name)) {
+      char who[300];
+      describe_who(jn, who, sizeof(who));
+      char why[700];
+      snprintf(why, sizeof(why), "node %s disconnected from node %s and did "
+               "not come back within --session-grace-ms %" PRIu64 "%s%s",
+               jn->c->name, nj->d->cfg.name, grace, who[0] ? ": " : "", who);
+      rdzv__log_event(nj->d, "round %s generation %" PRId64 ": %s",
+                      jn->round, jn->gen, why);
+      send_abort(nj, jn->round, jn->gen, 0, 0, why);
+    }
+    joined_free(nj, jn);
+  }
+  if (next > 0)
+    uv_timer_start(t, on_lost_timer, next, 0);
+}
+
 void rdzv__node_conn_closed(struct node_job *nj, struct conn *c) {
   struct joined *jn = NULL;
   HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
   if (jn == NULL)
     return;
+  if (c->role == RDZV_ROLE_NODE && nj->d->cfg.session_grace_ms > 0) {
+    jn->lost = true;
+    jn->lost_ms = uv_now(nj->d->loop);
+    if (nj->lost_timer == NULL &&
+        (nj->lost_timer = malloc(sizeof(*nj->lost_timer))) != NULL) {
+      uv_timer_init(nj->d->loop, nj->lost_timer);
+      nj->lost_timer->data = nj;
+    }
+    if (nj->lost_timer != NULL) {
+      if (!uv_is_active((uv_handle_t *)nj->lost_timer))
+        uv_timer_start(nj->lost_timer, on_lost_timer,
+                       nj->d->cfg.session_grace_ms, 0);
+      return;
+    }
+  }
   char why[320];
   if (c->role == RDZV_ROLE_NODE)
     snprintf(why, sizeof(why), "node %s disconnected from node %s", c->name,
@@ -470,6 +609,7 @@ void rdzv__node_conn_closed(struct node_job *nj, struct conn *c) {
 static void on_jround_closed(uv_handle_t *h) {
   struct njround *jr = h->data;
   rdzv_buf_free(&jr->pending);
+  rdzv_buf_free(&jr->done_recs);
   free(jr);
 }
 
@@ -515,7 +655,42 @@ bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
   return true;
 }
 
+/* The connection to the parent is up again after a loss (to the parent or
+ * an ancestor): each round's completed members go up once more, so the
+ * root binds them to this path (it answers with their assignments, which
+ * nobody here waits for). */
+void rdzv__node_joins_reconnected(struct node_job *nj) {
+  struct njround *jr, *t;
+  HASH_ITER(hh, nj->jrounds, jr, t) {
+    if (jr->ndone == 0 || jr->done_gen != jr->last_gen ||
+        (jr->lost_gen != 0 && jr->done_gen <= jr->lost_gen))
+      continue;
+    struct rdzv_slice params = {jr->params, sizeof(jr->params)};
+    struct rdzv_slice name = {(const uint8_t *)jr->name,
+                              (uint32_t)strlen(jr->name)};
+    struct rdzv_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = RDZV_MSG_JOIN;
+    m.keys.n = 1;
+    m.keys.v = &name;
+    m.vals.n = jr->ndone;
+    m.vals.raw = jr->done_recs.data;
+    m.vals.raw_len = jr->done_recs.len;
+    char err[400];
+    int rc = rdzv__upstream_send_split(nj->up, &m, &params, NULL, NULL, err,
+                                       sizeof(err));
+    rdzv__log(nj->d, rc < 0 ? 0 : 2, "round %s generation %" PRId64
+              ": %u members sent again after a reconnection%s%s", jr->name,
+              jr->done_gen, jr->ndone, rc < 0 ? ": " : "",
+              rc < 0 ? rdzv_strerror(rc) : "");
+  }
+}
+
 void rdzv__node_joins_free(struct node_job *nj) {
+  if (nj->lost_timer != NULL) {
+    uv_close((uv_handle_t *)nj->lost_timer, on_lost_closed);
+    nj->lost_timer = NULL;
+  }
   struct njround *jr, *t;
   HASH_ITER(hh, nj->jrounds, jr, t) {
     HASH_DEL(nj->jrounds, jr);

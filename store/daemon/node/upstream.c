@@ -94,6 +94,7 @@ struct upstream {
   int loss_status; /* how the last ready connection ended */
   uint32_t parent_frame; /* its frame limit (hello reply a), 0 unknown */
   void (*on_restart)(void *arg);
+  void (*on_reconnect)(void *arg);
   void *restart_arg;
   uint64_t backoff_ms;
   uint32_t attempts;
@@ -322,8 +323,8 @@ static void on_beat(uv_timer_t *t) {
   if (late > 2 * (uint64_t)d->cfg.heartbeat_ms) {
     /* This daemon did not run (stopped, starved): the parent's frames
      * may wait unread in the socket. It gets a full timeout again. */
-    rdzv__log(d, 1, "job %s: node %s did not run for %" PRIu64 " ms",
-              u->job_id, d->cfg.name, late);
+    rdzv__log_event(d, "job %s: node %s did not run for %" PRIu64 " ms",
+                    u->job_id, d->cfg.name, late);
     u->last_rx_ms = now;
   }
   uint64_t silent = now - u->last_rx_ms;
@@ -387,6 +388,7 @@ static void up_start_write(struct upstream *u) {
 /* ---- read path ------------------------------------------------------------- */
 
 static void up_ready(struct upstream *u) {
+  bool again = u->was_up;
   if (u->was_up)
     rdzv__log(u->d, 1, "job %s: parent %s back after %" PRIu64 " ms",
               u->job_id, up_addr(u),
@@ -409,6 +411,8 @@ static void up_ready(struct upstream *u) {
     r->sent = true;
   }
   uv_timer_stop(&u->expire);
+  if (again && u->on_reconnect != NULL)
+    u->on_reconnect(u->restart_arg);
   up_start_write(u);
 }
 
@@ -433,6 +437,28 @@ static void learn_ancestors(struct upstream *u, const struct rdzv_msg *m) {
   }
   d->nancestors = n;
   refresh_ancestors(u);
+}
+
+/* A parent with a shorter liveness timeout than this node's heartbeat
+ * would declare it lost between two pings: ping at least three times
+ * within the parent's timeout (said once, at the default level). */
+static void adopt_parent_liveness(struct upstream *u, const struct rdzv_msg *m) {
+  struct rdzv_slice k;
+  if (rdzv_items_get(&m->keys, 0, &k) < 0 || k.n != 4)
+    return;
+  uint32_t live = (uint32_t)k.p[0] | (uint32_t)k.p[1] << 8 |
+                  (uint32_t)k.p[2] << 16 | (uint32_t)k.p[3] << 24;
+  uint64_t want = live / 3 > 0 ? live / 3 : 1;
+  uint64_t beat = u->d->cfg.heartbeat_ms < want ? u->d->cfg.heartbeat_ms : want;
+  if (beat == uv_timer_get_repeat(&u->beat))
+    return;
+  if (beat < u->d->cfg.heartbeat_ms)
+    rdzv__log_event(u->d, "job %s: parent %s has --liveness-timeout-ms %u: "
+                    "node %s pings it every %" PRIu64 " ms, not every "
+                    "--heartbeat-ms %u", u->job_id, up_addr(u), live,
+                    u->d->cfg.name, beat, u->d->cfg.heartbeat_ms);
+  uv_timer_set_repeat(&u->beat, beat);
+  uv_timer_again(&u->beat);
 }
 
 /* Returns false when the connection was reset. */
@@ -467,6 +493,7 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     }
     if (m->a > 0 && m->a <= UINT32_MAX)
       u->parent_frame = (uint32_t)m->a;
+    adopt_parent_liveness(u, m);
     uint64_t inc = (uint64_t)m->b;
     uint64_t *known = &u->incs[u->addr_idx];
     bool restarted = *known != 0 && inc != *known;
@@ -654,6 +681,7 @@ static void up_connect(struct upstream *u) {
 
 struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
                                        void (*on_restart)(void *arg),
+                                       void (*on_reconnect)(void *arg),
                                        void *arg) {
   struct upstream *u = calloc(1, sizeof(*u));
   if (u == NULL)
@@ -665,6 +693,7 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
   }
   u->d = d;
   u->on_restart = on_restart;
+  u->on_reconnect = on_reconnect;
   u->restart_arg = arg;
   u->refs = 1;
   u->next_id = 1;

@@ -102,6 +102,7 @@ static int add_member(struct round *r, struct jpend *p,
       old->via = p;
       p->nmembers++;
     }
+    rdzv__round_rebind(r, old, p->c);
     free(m);
     return 0;
   }
@@ -132,6 +133,7 @@ static int add_member(struct round *r, struct jpend *p,
     return RDZV_EDUPLICATE_CLAIM;
   }
   m->via = p;
+  m->c = p->c;
   p->nmembers++;
   HASH_ADD(hh, r->by_claim, j.rec.claim, sizeof(uint64_t), m);
   HASH_ADD_KEYPTR(hh_slot, r->by_slot, m->slot, m->slot_len, m);
@@ -158,6 +160,7 @@ static int answer_known(struct round *r, struct conn *c,
       asg.n != (uint64_t)r->n * RDZV_JOIN_ASSIGN_BYTES)
     return 0;
   rdzv_items_next(&m->vals, &pos, &v); /* params */
+  size_t first = pos;
   while (rdzv_items_next(&m->vals, &pos, &v)) {
     struct rdzv_join_full j;
     struct jmember *old = NULL;
@@ -169,6 +172,17 @@ static int answer_known(struct round *r, struct conn *c,
     }
     rdzv_items_append(&out, asg.p + (size_t)old->rank * RDZV_JOIN_ASSIGN_BYTES,
                       RDZV_JOIN_ASSIGN_BYTES);
+  }
+  /* All known: these members come through c from now on (a subtree that
+   * reattached sends its completed members again). */
+  pos = first;
+  while (rdzv_items_next(&m->vals, &pos, &v)) {
+    struct rdzv_join_full j;
+    struct jmember *old = NULL;
+    if (rdzv_join_rec_decode(v.p, v.n, &j) == 0)
+      HASH_FIND(hh, r->by_claim, &j.rec.claim, sizeof(uint64_t), old);
+    if (old != NULL)
+      rdzv__round_rebind(r, old, c);
   }
   rdzv__round_reply(c, m->req_id, 0, 0, &out, m->vals.n - 1, "", r->gen, r->n);
   rdzv_buf_free(&out);
@@ -341,6 +355,10 @@ void rdzv__root_rounds_conn_closed(struct root_job *s, struct conn *c) {
     struct contrib *ct = rdzv__round_contrib_find(r, c);
     if (ct == NULL || ct->left || r->state == ROUND_FAILED)
       continue;
+    if (c->role == RDZV_ROLE_NODE && s->d->cfg.session_grace_ms > 0) {
+      rdzv__round_node_lost(r, ct);
+      continue;
+    }
     char why[256];
     snprintf(why, sizeof(why), "generation %" PRId64 " aborted: %s %s "
              "disconnected from the root", r->gen,

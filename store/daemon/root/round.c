@@ -126,6 +126,98 @@ static void pend_free_all(struct round *r) {
   }
 }
 
+/* ---- child nodes lost, and their members sent again ------------------------- */
+
+void rdzv__round_rebind(struct round *r, struct jmember *m, struct conn *c) {
+  if (m->c == c)
+    return;
+  m->c = c;
+  rdzv__round_contrib_add(r, c);
+}
+
+/* Names the members still bound to the lost connection of ct ("host h17
+ * (ranks 136-143)", hosts in order of the first member met), at most n
+ * bytes; returns how many there are. */
+static uint32_t describe_orphans(struct round *r, const struct contrib *ct,
+                                 char *out, size_t n) {
+  struct jmember *m, *t;
+  uint32_t count = 0;
+  size_t used = 0;
+  const uint8_t *host = NULL;
+  uint32_t hlen = 0;
+  int32_t lo = 0, hi = 0;
+  out[0] = '\0';
+  HASH_ITER(hh, r->by_claim, m, t) {
+    if (m->c != ct->c || m->left)
+      continue;
+    count++;
+    int32_t rk = r->state == ROUND_DONE ? m->rank : m->j.rec.local_rank;
+    if (host != NULL && m->j.rec.host_len == hlen &&
+        memcmp(m->j.rec.host, host, hlen) == 0) {
+      lo = rk < lo ? rk : lo;
+      hi = rk > hi ? rk : hi;
+      continue;
+    }
+    if (host != NULL && used < n)
+      used += (size_t)snprintf(out + used, n - used, "%shost %.*s (%s %d-%d)",
+                               used ? ", " : "", (int)hlen, host,
+                               r->state == ROUND_DONE ? "ranks" : "local ranks",
+                               lo, hi);
+    host = m->j.rec.host;
+    hlen = m->j.rec.host_len;
+    lo = hi = rk;
+  }
+  if (host != NULL && used < n)
+    snprintf(out + used, n - used, "%shost %.*s (%s %d-%d)", used ? ", " : "",
+             (int)hlen, host, r->state == ROUND_DONE ? "ranks" : "local ranks",
+             lo, hi);
+  return count;
+}
+
+static void on_grace(uv_timer_t *t) {
+  struct round *r = t->data;
+  uint64_t now = uv_now(r->s->d->loop), grace = r->s->d->cfg.session_grace_ms;
+  uint64_t next = 0;
+  struct contrib *ct, *tmp;
+  HASH_ITER(hh, r->contribs, ct, tmp) {
+    if (!ct->lost)
+      continue;
+    if (ct->lost_ms + grace > now) { /* a later loss: its own turn */
+      uint64_t due = ct->lost_ms + grace - now;
+      next = next == 0 || due < next ? due : next;
+      continue;
+    }
+    char who[300];
+    uint32_t n = describe_orphans(r, ct, who, sizeof(who));
+    if (n == 0) { /* every member came back through another connection */
+      HASH_DEL(r->contribs, ct);
+      rdzv__conn_unref(ct->c);
+      free(ct);
+      continue;
+    }
+    if (r->state == ROUND_FAILED)
+      continue;
+    char why[512];
+    snprintf(why, sizeof(why),
+             "generation %" PRId64 " aborted: node %s lost, and %u of its "
+             "members not back within --session-grace-ms %" PRIu64 ": %s",
+             r->gen, ct->c->name, n, grace, who);
+    rdzv__round_fail(r, RDZV_EABORTED, why);
+  }
+  if (next > 0)
+    uv_timer_start(&r->grace, on_grace, next, 0);
+}
+
+void rdzv__round_node_lost(struct round *r, struct contrib *ct) {
+  ct->lost = true;
+  ct->lost_ms = uv_now(r->s->d->loop);
+  rdzv__log_event(r->s->d, "round %s generation %" PRId64 ": child node %s "
+                  "lost; its members wait %u ms for a re-send", r->name,
+                  r->gen, ct->c->name, r->s->d->cfg.session_grace_ms);
+  if (!uv_is_active((uv_handle_t *)&r->grace))
+    uv_timer_start(&r->grace, on_grace, r->s->d->cfg.session_grace_ms, 0);
+}
+
 static void on_round_timer_closed(uv_handle_t *h) {
   struct round *r = h->data;
   if (--r->open_timers == 0)
@@ -151,8 +243,9 @@ struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name)
   r->state = ROUND_FAILED; /* no generation open yet */
   uv_timer_init(s->d->loop, &r->deadline);
   uv_timer_init(s->d->loop, &r->last_call);
-  r->deadline.data = r->last_call.data = r;
-  r->open_timers = 2;
+  uv_timer_init(s->d->loop, &r->grace);
+  r->deadline.data = r->last_call.data = r->grace.data = r;
+  r->open_timers = 3;
   round_load(r);
   HASH_ADD(hh, s->rounds, name, strlen(r->name), r);
   return r;
@@ -463,5 +556,6 @@ void rdzv__root_rounds_free(struct root_job *s) {
     contrib_clear(r);
     uv_close((uv_handle_t *)&r->deadline, on_round_timer_closed);
     uv_close((uv_handle_t *)&r->last_call, on_round_timer_closed);
+    uv_close((uv_handle_t *)&r->grace, on_round_timer_closed);
   }
 }

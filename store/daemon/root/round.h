@@ -26,6 +26,7 @@ struct jmember {
   UT_hash_handle hh_host; /* the first member of each host, by host */
   bool in_host;
   struct jpend *via;
+  struct conn *c; /* the connection it came through (last re-sent on) */
   bool left; /* left cleanly: its slot is free for another process */
   struct rdzv_join_full j; /* points into data */
   int32_t rank; /* once the generation completed (its assignment is the
@@ -47,6 +48,7 @@ struct round {
   uint32_t n;
   struct jpend *pend;
   uv_timer_t deadline, last_call;
+  uv_timer_t grace; /* the first lost child node's --session-grace-ms */
   int open_timers;
   /* Connections whose joins are in the current generation: one closing
    * (a node or a directly connected rank dying) aborts the generation. */
@@ -54,6 +56,11 @@ struct round {
     UT_hash_handle hh; /* by c: one lookup per join and per close */
     struct conn *c;
     bool left; /* a rank that left cleanly, or a node whose job ended */
+    /* A child node whose connection closed: its members wait
+     * --session-grace-ms for their subtree to send them again through
+     * another connection (it reattached), else the generation aborts. */
+    bool lost;
+    uint64_t lost_ms;
   } *contribs;
   uint64_t opened_ms;
   char reason[512];
@@ -64,6 +71,14 @@ struct round {
  * open yet, or what the state's record says) if new. NULL for a bad name
  * or on ENOMEM. */
 struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name);
+/* A child node's connection c, which carried joins of r's generation,
+ * closed: its members are kept --session-grace-ms for a re-send through
+ * another connection (see rdzv__round_rebind); those not back by then
+ * abort the generation, naming their hosts and ranks. */
+void rdzv__round_node_lost(struct round *r, struct contrib *ct);
+/* Member m came again through connection c (a re-send after its subtree
+ * reattached): it belongs to c from now on. */
+void rdzv__round_rebind(struct round *r, struct jmember *m, struct conn *c);
 /* Opens the next generation with params p (members, requesters and
  * contributing connections of the last one are dropped). */
 void rdzv__round_open(struct round *r, const struct rdzv_join_params *p);

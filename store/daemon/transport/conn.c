@@ -272,9 +272,11 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
     rdzv__conn_fail(c, RDZV_EHELLO, "the first frame must be a hello");
     return;
   }
-  if (rdzv_items_get(&m->keys, 0, &job) < 0 || job.n == 0 || job.n > 255) {
+  if (rdzv_items_get(&m->keys, 0, &job) < 0 || job.n == 0 || job.n > 255 ||
+      memchr(job.p, '\0', job.n) != NULL) {
     rdzv__conn_fail(c, RDZV_EJOB_ID_MISSING,
-                    "hello: job id missing, empty or over 255 bytes");
+                    "hello: job id missing, empty, over 255 bytes or with a "
+                    "NUL byte");
     return;
   }
   if (m->a != RDZV_ROLE_CLIENT && m->a != RDZV_ROLE_NODE) {
@@ -319,6 +321,13 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   }
   r.vals.n = nchain;
   r.vals.v = chain;
+  /* Its --liveness-timeout-ms, so that a child pings often enough. */
+  uint8_t live[4];
+  for (int i = 0; i < 4; i++)
+    live[i] = (uint8_t)(d->cfg.liveness_timeout_ms >> (8 * i));
+  struct rdzv_slice lk = {live, sizeof(live)};
+  r.keys.n = 1;
+  r.keys.v = &lk;
   r.flags = RDZV_F_REPLY;
   rdzv__conn_send(c, &r);
 }
