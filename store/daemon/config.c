@@ -35,7 +35,9 @@ static const struct opt opts[] = {
   STR_OPT("unix", "RDZVD_UNIX", "", unix_path,
           "Unix socket path for local ranks (empty: none)"),
   STR_OPT("parent", "RDZVD_PARENT", "", parent,
-          "node: parent address (HOST:PORT or unix:PATH)"),
+          "node: parent address (HOST:PORT or unix:PATH); optionally followed "
+          "by the ancestors up to the root, comma-separated, nearest first "
+          "(where to reattach if the parent is lost before it told them)"),
   STR_OPT("port-file", "RDZVD_PORT_FILE", "", port_file,
           "write the bound TCP port here once listening"),
   STR_OPT("name", "RDZVD_NAME", "", name, "name in logs (default host:pid)"),
@@ -259,6 +261,37 @@ static bool parent_is_self_tcp(const struct rdzv_daemon_config *cfg) {
   return strcmp(ph, "localhost") == 0 && is_loopback(lh);
 }
 
+/* "--parent P,A1,A2": P stays the parent, A1,A2 become the ancestors;
+ * each must be an address, the parent at most 255 bytes, at most 16
+ * ancestors. 0 or -EINVAL. */
+static int split_parent(struct rdzv_daemon_config *cfg, char *err,
+                        size_t errlen) {
+  char *comma = strchr(cfg->parent, ',');
+  cfg->ancestors[0] = '\0';
+  if (comma != NULL) {
+    snprintf(cfg->ancestors, sizeof(cfg->ancestors), "%s", comma + 1);
+    *comma = '\0';
+  }
+  if (strlen(cfg->parent) > 255) {
+    snprintf(err, errlen, "--parent: an address is at most 255 bytes");
+    return -EINVAL;
+  }
+  char copy[sizeof(cfg->ancestors)];
+  snprintf(copy, sizeof(copy), "%s", cfg->ancestors);
+  int n = 0;
+  for (char *save = NULL, *a = strtok_r(copy, ",", &save); a != NULL;
+       a = strtok_r(NULL, ",", &save)) {
+    if (!parent_ok(a) || strlen(a) > 255 || ++n > 16) {
+      snprintf(err, errlen,
+               "--parent: ancestor '%.255s' is not unix:PATH or "
+               "[tcp:]HOST:PORT of at most 255 bytes (at most 16 ancestors)",
+               a);
+      return -EINVAL;
+    }
+  }
+  return 0;
+}
+
 /* Checks the values together, once all are read. 0 or -EINVAL. */
 static int check_config(const struct rdzv_daemon_config *cfg, char *err,
                         size_t errlen) {
@@ -392,6 +425,9 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
     }
   }
   int rc = parse_argv(cfg, argc, argv, out, err, errlen);
+  if (rc != 0)
+    return rc;
+  rc = split_parent(cfg, err, errlen);
   if (rc != 0)
     return rc;
   return check_config(cfg, err, errlen);

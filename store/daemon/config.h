@@ -15,7 +15,11 @@ struct rdzv_daemon_config {
   enum rdzv_daemon_role role;
   char listen[256];    /* "HOST:PORT" for TCP (ranks and child nodes) */
   char unix_path[256]; /* Unix socket for local ranks, "" for none */
-  char parent[256];    /* node: the parent's address (rdzv client syntax) */
+  char parent[2048];   /* node: the parent's address (rdzv client syntax);
+                          given as "PARENT,GRANDPARENT,...,ROOT" the rest
+                          goes to ancestors at parse time */
+  char ancestors[2048]; /* node: the ancestors above the parent, comma-
+                           separated, nearest first ("" : learned) */
   char port_file[256]; /* after bind, the TCP port is written here */
   char name[128];      /* this daemon's name in logs and stats */
   uint32_t max_key_bytes;

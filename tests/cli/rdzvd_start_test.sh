@@ -66,6 +66,9 @@ refuses "unix:$dir/live.sock is in use by a live daemon" --role=root \
 no_port_file "$dir/p2.port"
 [ -S "$dir/live.sock" ] || fail "a refused start removed the live socket"
 refuses "--parent" --role=node --unix="$dir/n.sock" --parent="not an address"
+# The ancestors after the parent are addresses too (at most 16).
+refuses "ancestor 'bogus' is not unix:PATH" --role=node --unix="$dir/n.sock" \
+  --parent="127.0.0.1:1,bogus"
 kill $pid
 wait $pid 2>/dev/null
 pid=

@@ -89,6 +89,8 @@ struct upstream {
   uint64_t incs[RDZV_MAX_ANCESTORS + 1];
   uint32_t naddrs;
   uint32_t addr_idx;
+  bool closing;            /* the stream's close has not completed yet */
+  bool connect_after_close; /* ... and an attempt waits for it */
   bool stay;       /* the next reset retries the same address (the parent
                       closed us on purpose: it lives) */
   int loss_status; /* how the last ready connection ended */
@@ -221,10 +223,25 @@ static void on_expire(uv_timer_t *t) {
 
 static void on_stream_closed(uv_handle_t *h) {
   struct upstream *u = h->data;
+  u->closing = false;
+  if (u->connect_after_close && u->state == UP_BACKOFF) {
+    u->connect_after_close = false;
+    up_connect(u);
+  }
   up_unref(u);
 }
 
-static void on_backoff(uv_timer_t *t) { up_connect(t->data); }
+/* The next attempt reuses the stream's memory: it waits until the closing
+ * of the last one has completed (a reattachment is due at once, maybe in
+ * the same loop iteration as that close). */
+static void on_backoff(uv_timer_t *t) {
+  struct upstream *u = t->data;
+  if (u->closing) {
+    u->connect_after_close = true;
+    return;
+  }
+  up_connect(u);
+}
 
 /* The connection failed (or never came up): fail what was in flight and
  * try again after a jittered, growing delay. */
@@ -245,6 +262,7 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   }
   if (u->have_stream) {
     u->have_stream = false;
+    u->closing = true;
     u->refs++;
     uv_close(&u->h.handle, on_stream_closed);
   }
@@ -697,7 +715,7 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
   u->restart_arg = arg;
   u->refs = 1;
   u->next_id = 1;
-  snprintf(u->addrs[0], sizeof(u->addrs[0]), "%s", d->cfg.parent);
+  snprintf(u->addrs[0], sizeof(u->addrs[0]), "%.255s", d->cfg.parent);
   u->naddrs = 1;
   refresh_ancestors(u);
   u->backoff_ms = 10;

@@ -236,6 +236,14 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   if (d == NULL)
     return RDZV_ENOMEM;
   d->cfg = *cfg;
+  /* The ancestors the launcher gave (--parent P,A1,...), until the parent
+   * tells them. */
+  char anc[sizeof(cfg->ancestors)];
+  snprintf(anc, sizeof(anc), "%s", cfg->ancestors);
+  for (char *save = NULL, *a = strtok_r(anc, ",", &save);
+       a != NULL && d->nancestors < RDZV_MAX_ANCESTORS;
+       a = strtok_r(NULL, ",", &save))
+    snprintf(d->ancestors[d->nancestors++], sizeof(d->ancestors[0]), "%s", a);
   d->drop_limit.what = "dropped connections";
   d->event_limit.what = "round and job events";
   d->role = role;
