@@ -122,7 +122,10 @@ enum rdzv_msg_type {
   RDZV_MSG_ERROR = 15,
   /* Rendezvous join (rendezvous/join_wire.h has the value encodings):
    * keys[0] = round name, vals[0] = round params, vals[1..] = join
-   * records (a rank sends one; a node what its subtree gathered). Reply
+   * records (a rank sends one; a node what its subtree gathered); a = 0,
+   * or a generation: a node re-sending, after it reconnected, members that
+   * completed that generation (bound to the new path if the generation
+   * still stands, else EABORTED; never a new generation). Reply
    * when the round completes: a = generation, b = world size, vals = one
    * assignment per join record the requester sent; or an error with
    * keys[0] = a message naming what is missing or duplicated. */

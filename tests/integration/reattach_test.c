@@ -329,6 +329,72 @@ static void test_lost_host_named(void **state) {
   rdzv_rendezvous_destroy(r);
 }
 
+/* Members re-sent for a generation that is gone never start a new one:
+ * generation 1 completes (hostA through the leaf, hostB at the root), mid
+ * stops, hostB aborts generation 1, the leaf reattaches and sends its
+ * member again (refused: that generation is gone); two new ranks then
+ * make generation 2 by themselves. */
+static void test_resend_of_a_gone_generation(void **state) {
+  (void)state;
+  int res[2], go[2];
+  assert_int_equal(pipe(res), 0);
+  assert_int_equal(pipe(go), 0);
+  pid_t a = rank_through_leaf(res[1], go[0], go[1], res[0]);
+  rdzv_rendezvous_t *r = NULL;
+  char err[512] = "";
+  assert_int_equal(join_as(root_addr, "hostB", &r, err, sizeof(err)), 0);
+  int64_t ga = 0;
+  assert_int_equal(read(res[0], &ga, sizeof(ga)), sizeof(ga));
+  assert_int_equal(ga, 1);
+  kill(mid.pid, SIGSTOP);
+  assert_int_equal(rdzv_rendezvous_abort(r, "test: generation 1 ends", 20), 0);
+  rdzv_rendezvous_destroy(r);
+  int64_t re = 0;
+  for (int tries = 0; tries < 600 && re < 1; tries++) {
+    re = stats_at(leaf_addr, "reattached");
+    if (re < 1)
+      usleep(50 * 1000);
+  }
+  assert_true(re >= 1);
+  usleep(500 * 1000); /* its re-send has reached the root */
+  /* Two new ranks: generation 2, the two of them. */
+  int res2[2];
+  assert_int_equal(pipe(res2), 0);
+  pid_t c = fork();
+  if (c == 0) {
+    rdzv_rendezvous_t *rc = NULL;
+    char e[256];
+    int64_t g = -1;
+    if (join_as(root_addr, "hostC", &rc, e, sizeof(e)) == 0)
+      g = rdzv_rendezvous_generation(rc);
+    if (write(res2[1], &g, sizeof(g)) != sizeof(g))
+      _exit(2);
+    sleep(1);
+    rdzv_rendezvous_destroy(rc);
+    _exit(0);
+  }
+  rdzv_rendezvous_t *d = NULL;
+  int rc = join_as(root_addr, "hostD", &d, err, sizeof(err));
+  if (rc != 0)
+    fail_msg("hostD: %s (%s)", rdzv_strerror(rc), err);
+  int64_t gc = 0;
+  assert_int_equal(read(res2[0], &gc, sizeof(gc)), sizeof(gc));
+  assert_int_equal(rdzv_rendezvous_generation(d), 2);
+  assert_int_equal(gc, 2);
+  rdzv_rendezvous_destroy(d);
+  kill(mid.pid, SIGCONT);
+  close(go[1]);
+  int st;
+  waitpid(c, &st, 0);
+  kill(a, SIGKILL);
+  waitpid(a, &st, 0);
+  close(go[0]);
+  close(res[0]);
+  close(res[1]);
+  close(res2[0]);
+  close(res2[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_interior_node_killed, setup,
@@ -338,6 +404,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_generation_survives_interior_death,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_lost_host_named, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_resend_of_a_gone_generation, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -402,6 +402,26 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     rdzv__node_reply_status(c, m, RDZV_EPROTO);
     return;
   }
+  if (m->a != 0) {
+    /* A child node's completed members of generation a, sent again after
+     * it reconnected: not combined (the root applies it to that
+     * generation only), but remembered here as if they had completed
+     * through this node, so that this node's own losses and reconnections
+     * account for them too. */
+    mark_joined(jr, c, m->a, 0, NULL);
+    if (jr->done_gen != m->a) {
+      jr->done_gen = m->a;
+      jr->done_recs.len = 0;
+      jr->ndone = 0;
+    }
+    size_t pos = 0;
+    rdzv_items_next(&m->vals, &pos, &v); /* params */
+    while (rdzv_items_next(&m->vals, &pos, &v))
+      if (rdzv_items_append(&jr->done_recs, v.p, v.n) == 0)
+        jr->ndone++;
+    rdzv__node_forward(nj, c, m);
+    return;
+  }
   struct jwait *w = jwait_for(jr, c, m->req_id);
   if (w == NULL) {
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
@@ -671,6 +691,7 @@ void rdzv__node_joins_reconnected(struct node_job *nj) {
     struct rdzv_msg m;
     memset(&m, 0, sizeof(m));
     m.type = RDZV_MSG_JOIN;
+    m.a = jr->done_gen; /* a re-bind of that generation's members only */
     m.keys.n = 1;
     m.keys.v = &name;
     m.vals.n = jr->ndone;

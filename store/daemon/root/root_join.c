@@ -301,6 +301,20 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
                0, 0);
     return;
   }
+  if (m->a != 0) {
+    /* A node's completed members of generation a, sent again after it
+     * reconnected: bound to this path if that generation still stands,
+     * never the start of a new one. */
+    if (r->state == ROUND_DONE && r->gen == m->a && answer_known(r, c, m))
+      return;
+    char text[200];
+    snprintf(text, sizeof(text), "round %s generation %" PRId64 " is gone "
+             "(now generation %" PRId64 ", %s): rejoin", r->name, m->a, r->gen,
+             r->state == ROUND_DONE ? "done" : r->state == ROUND_OPEN
+                                                   ? "open" : "failed");
+    rdzv__round_reply(c, m->req_id, RDZV_EABORTED, 0, NULL, 0, text, r->gen, 0);
+    return;
+  }
   if (r->state == ROUND_DONE &&
       (answer_known(r, c, m) || refuse_live_conflicts(r, c, m)))
     return;
