@@ -387,7 +387,8 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
       return -EINVAL;
     }
   }
-  if (cfg->liveness_timeout_ms <= cfg->heartbeat_ms) {
+  if (cfg->role == RDZV_DAEMON_NODE &&
+      cfg->liveness_timeout_ms <= cfg->heartbeat_ms) {
     snprintf(err, errlen,
              "--liveness-timeout-ms (%u) must exceed --heartbeat-ms (%u): a "
              "healthy peer would be lost between two heartbeats",

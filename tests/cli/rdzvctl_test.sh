@@ -104,6 +104,16 @@ stderr_has "--write-once is an option of set and mset only"
 expect 0 "v1" get k --timeout 5
 expect 2 "" get k --timeout 0
 
+# stats needs no job id (it makes no job).
+out=$(env -u RDZV_JOB "$ctl_bin" --addr "unix:$dir/node.sock" stats 2>"$dir/err")
+rc=$?
+if [ "$rc" != 0 ] || ! printf '%s' "$out" | grep -q '"role":"node"'; then
+  echo "FAIL: rdzvctl stats without --job: status $rc, stdout [$out], stderr [$(cat "$dir/err")]"
+  fails=$((fails + 1))
+else
+  echo "ok: rdzvctl stats without --job"
+fi
+
 # A barrier with members 1 and 2 of 4 present: both time out (status 3)
 # and stderr names the missing members 0 and 3.
 ctl --timeout 1 barrier b 1 4 2>"$dir/b1" &

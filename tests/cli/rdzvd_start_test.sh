@@ -66,6 +66,21 @@ refuses "unix:$dir/live.sock is in use by a live daemon" --role=root \
 no_port_file "$dir/p2.port"
 [ -S "$dir/live.sock" ] || fail "a refused start removed the live socket"
 refuses "--parent" --role=node --unix="$dir/n.sock" --parent="not an address"
+# A node's liveness timeout must exceed its heartbeat; a root has no
+# heartbeat of its own, so a short timeout alone is fine there.
+refuses "--liveness-timeout-ms (1000) must exceed --heartbeat-ms (5000)" \
+  --role=node --unix="$dir/n.sock" --parent=127.0.0.1:1 --heartbeat-ms=5000 \
+  --liveness-timeout-ms=1000
+"$rdzvd" --role=root --listen=127.0.0.1:0 --unix="$dir/short.sock" \
+  --liveness-timeout-ms=300 --log-level=0 &
+short=$!
+if wait_sock "$dir/short.sock" && kill -0 "$short" 2>/dev/null; then
+  echo "ok: a root with --liveness-timeout-ms 300 starts"
+else
+  fail "a root with --liveness-timeout-ms 300 did not start"
+fi
+kill "$short" 2>/dev/null
+wait "$short" 2>/dev/null
 # The ancestors after the parent are addresses too (at most 16).
 refuses "ancestor 'bogus' is not unix:PATH" --role=node --unix="$dir/n.sock" \
   --parent="127.0.0.1:1,bogus"

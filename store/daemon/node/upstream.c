@@ -107,6 +107,7 @@ static void up_connect(struct upstream *u);
 static void up_start_write(struct upstream *u);
 static void on_expire(uv_timer_t *t);
 static void on_backoff(uv_timer_t *t);
+static void arm_expire(struct upstream *u);
 
 /* The address in use: the parent, or an ancestor while reattached. */
 static const char *up_addr(const struct upstream *u) {
@@ -210,15 +211,35 @@ static void on_expire(uv_timer_t *t) {
   snprintf(sent_text, sizeof(sent_text),
            "%s; it was sent before the connection was lost: its outcome is "
            "unknown", text);
-  struct upreq *r;
-  while ((r = TAILQ_FIRST(&u->queue)) != NULL && r->queued_ms + limit <= now) {
+  /* Not in time order (what a lost connection carried goes first, its
+   * clock started at the loss), so every one is looked at. */
+  struct upreq *r, *next;
+  for (r = TAILQ_FIRST(&u->queue); r != NULL; r = next) {
+    next = TAILQ_NEXT(r, qlink);
+    if (r->queued_ms + limit > now)
+      continue;
     if (r->tries > 0)
       fail_one(u, r, u->loss_status, sent_text);
     else
       fail_one(u, r, RDZV_EUNREACHABLE, text);
   }
-  if (r != NULL)
-    uv_timer_start(&u->expire, on_expire, r->queued_ms + limit - now, 0);
+  arm_expire(u);
+}
+
+/* The expiry timer at the queue's first deadline (none if it is empty). */
+static void arm_expire(struct upstream *u) {
+  uint64_t now = uv_now(u->d->loop), limit = u->d->cfg.upstream_timeout_ms;
+  uint64_t first = UINT64_MAX;
+  struct upreq *r;
+  TAILQ_FOREACH(r, &u->queue, qlink)
+    if (r->queued_ms < first)
+      first = r->queued_ms;
+  if (first == UINT64_MAX) {
+    uv_timer_stop(&u->expire);
+    return;
+  }
+  uv_timer_start(&u->expire, on_expire,
+                 first + limit > now ? first + limit - now : 0, 0);
 }
 
 static void on_stream_closed(uv_handle_t *h) {
@@ -294,14 +315,15 @@ static void up_reset(struct upstream *u, const char *why, int err) {
     TAILQ_INSERT_TAIL(&keep, r, qlink);
     u->d->stats.resent++;
   }
+  /* Those queued meanwhile keep their clocks: a parent that keeps
+   * refusing fails them at --upstream-timeout-ms, however often the
+   * node tries. */
   while ((r = TAILQ_FIRST(&u->queue)) != NULL) {
     TAILQ_REMOVE(&u->queue, r, qlink);
-    r->queued_ms = now;
     TAILQ_INSERT_TAIL(&keep, r, qlink);
   }
   TAILQ_CONCAT(&u->queue, &keep, qlink);
-  if (!TAILQ_EMPTY(&u->queue))
-    uv_timer_start(&u->expire, on_expire, u->d->cfg.upstream_timeout_ms, 0);
+  arm_expire(u);
   u->loss_status = err == RDZV_ESILENT ? RDZV_ESILENT : RDZV_ECONN_CLOSED;
   fail_requests(u, u->loss_status, false, text);
   /* The next attempt goes to the next ancestor at once; after the last

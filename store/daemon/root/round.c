@@ -209,6 +209,12 @@ static void on_grace(uv_timer_t *t) {
 }
 
 void rdzv__round_node_lost(struct round *r, struct contrib *ct) {
+  char who[8];
+  if (describe_orphans(r, ct, who, sizeof(who)) == 0) {
+    /* Every member it carried left cleanly: nothing to wait for. */
+    ct->left = true;
+    return;
+  }
   ct->lost = true;
   ct->lost_ms = uv_now(r->s->d->loop);
   rdzv__log_event(r->s->d, "round %s generation %" PRId64 ": child node %s "

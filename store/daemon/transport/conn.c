@@ -247,7 +247,7 @@ static void on_child_check(uv_timer_t *t) {
   struct conn *c = t->data;
   struct daemon *d = c->d;
   uint64_t now = uv_now(d->loop);
-  if (now - c->last_check_ms > 2 * (uint64_t)d->cfg.heartbeat_ms)
+  if (now - c->last_check_ms > 2 * c->check_every_ms + 100)
     c->last_rx_ms = now; /* this daemon did not run: the child's pings may
                             wait unread; it gets a full timeout again */
   c->last_check_ms = now;
@@ -296,9 +296,15 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   c->role = (int)m->a;
   uv_timer_stop(&c->hello_timer);
   c->last_check_ms = uv_now(d->loop);
-  if (c->role == RDZV_ROLE_NODE && !c->inproc)
-    uv_timer_start(&c->hello_timer, on_child_check, d->cfg.heartbeat_ms,
-                   d->cfg.heartbeat_ms);
+  if (c->role == RDZV_ROLE_NODE && !c->inproc) {
+    /* Often enough to see a silence soon after the timeout. */
+    uint64_t every = d->cfg.liveness_timeout_ms / 4 > 0
+                         ? d->cfg.liveness_timeout_ms / 4 : 1;
+    if (every > d->cfg.heartbeat_ms)
+      every = d->cfg.heartbeat_ms;
+    c->check_every_ms = every;
+    uv_timer_start(&c->hello_timer, on_child_check, every, every);
+  }
   rdzv__job_attach(c, j);
   conn_set_state(c, CONN_READY);
   struct rdzv_msg r;
