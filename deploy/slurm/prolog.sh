@@ -125,7 +125,16 @@ if [ "$index" -eq 0 ]; then
   wait_started root "a TCP port on $listen"
   parent="${listen/0.0.0.0/127.0.0.1}:$bound"
 else
-  parent="${hosts[$(((index - 1) / fanout))]}:$port"
+  # The parent, then its ancestors up to the first host's node, nearest
+  # first: where this node reattaches if its parent is lost (the first
+  # host's node is the top; its root listens on a port only it knows).
+  parent=""
+  p=$index
+  while [ "$p" -gt 0 ]; do
+    p=$(((p - 1) / fanout))
+    parent="$parent,${hosts[$p]}:$port"
+  done
+  parent="${parent#,}"
 fi
 tcpstore=()
 if [ "${RDZV_TCPSTORE:-0}" = 1 ]; then

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "proc.h"
+#include "rdzv/rdzv.h"
 
 static char dir[64], cwd[1024];
 
@@ -249,6 +250,30 @@ static void test_prolog_task_prolog_epilog(void **state) {
     assert_int_equal(proc_wait(&ranks[i]), 0);
   }
   assert_int_equal(identical, 1);
+  /* The third host's node knows its chain up to the first host's node
+   * (RDZV_FANOUT=1: host 2, then host 1): where it would reattach. */
+  char sock[160], pfile[128], want[96];
+  snprintf(sock, sizeof(sock), "unix:%s/host2/4242.sock", dir);
+  snprintf(pfile, sizeof(pfile), "%s/host0/4242.node.port", dir);
+  snprintf(want, sizeof(want), "\"ancestors\":[\"127.0.0.1:%d\"",
+           wait_port_file(pfile, 5));
+  char *json = NULL;
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = sock;
+  o.job_id = "stats";
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  assert_int_equal(rdzv_store_stats(c, &json, 10), 0);
+  if (strstr(json, want) == NULL)
+    fail_msg("host 3's node lacks its ancestors (%s): %s", want, json);
+  rdzv_free(json);
+  rdzv_client_destroy(c);
+  /* ... given by the Prolog, before any hello told it. */
+  char chain[96];
+  snprintf(chain, sizeof(chain), "--parent=127.0.0.2:%d,127.0.0.1:%d",
+           wait_port_file(pfile, 5), wait_port_file(pfile, 5));
+  assert_int_equal(count_procs(chain), 1);
   check_tcpstore(ts_port[0], ts_port[2]);
   for (int h = 0; h < 3; h++)
     assert_int_equal(run_script("epilog.sh", h, NULL), 0);

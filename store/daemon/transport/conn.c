@@ -2,7 +2,9 @@
  * path (frames queued during a loop iteration, written at its end) and its
  * read path (framing, the hello, request validation and limits, then the
  * role's handle hook). */
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +267,36 @@ static void on_child_check(uv_timer_t *t) {
   rdzv__conn_fail(c, RDZV_ESILENT, text);
 }
 
+/* Whether c's peer is on another host: a TCP peer whose address is not
+ * loopback (what it sees as "127.0.0.1:P" or unix:PATH is its own). */
+static bool peer_remote(struct conn *c) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (!c->tcp || uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len))
+    return false;
+  if (ss.ss_family == AF_INET)
+    return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) != 127;
+  if (ss.ss_family == AF_INET6) {
+    const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(a))
+      return false;
+    if (IN6_IS_ADDR_V4MAPPED(a))
+      return a->s6_addr[12] != 127;
+    return true;
+  }
+  return false;
+}
+
+/* An address that means this host only (unix:, loopback, localhost). */
+static bool addr_local(const char *a) {
+  if (strncmp(a, "unix:", 5) == 0)
+    return true;
+  if (strncmp(a, "tcp:", 4) == 0)
+    a += 4;
+  return strncmp(a, "127.", 4) == 0 || strncmp(a, "localhost:", 10) == 0 ||
+         strncmp(a, "[::1]:", 6) == 0;
+}
+
 static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   struct daemon *d = c->d;
   struct rdzv_slice job, name = {NULL, 0};
@@ -314,16 +346,22 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   r.a = (int64_t)d->cfg.max_frame_bytes; /* what a child may send */
   /* This daemon's chain up to the root: where a child goes when this
    * daemon is lost. */
+  /* A child on another host gets none of the addresses that mean this
+   * host only (there they would name its own host's daemons). */
   struct rdzv_slice chain[RDZV_MAX_ANCESTORS + 1];
   uint32_t nchain = 0;
-  if (d->cfg.parent[0] != '\0') {
+  bool remote = d->cfg.parent[0] != '\0' && peer_remote(c);
+  if (d->cfg.parent[0] != '\0' && !(remote && addr_local(d->cfg.parent))) {
     chain[nchain].p = (const uint8_t *)d->cfg.parent;
     chain[nchain++].n = (uint32_t)strlen(d->cfg.parent);
-    for (uint32_t i = 0; i < d->nancestors && nchain < RDZV_MAX_ANCESTORS;
-         i++) {
-      chain[nchain].p = (const uint8_t *)d->ancestors[i];
-      chain[nchain++].n = (uint32_t)strlen(d->ancestors[i]);
-    }
+  }
+  for (uint32_t i = 0; d->cfg.parent[0] != '\0' && i < d->nancestors &&
+                       nchain < RDZV_MAX_ANCESTORS;
+       i++) {
+    if (remote && addr_local(d->ancestors[i]))
+      continue;
+    chain[nchain].p = (const uint8_t *)d->ancestors[i];
+    chain[nchain++].n = (uint32_t)strlen(d->ancestors[i]);
   }
   r.vals.n = nchain;
   r.vals.v = chain;

@@ -49,8 +49,10 @@ static void on_connection(uv_stream_t *server, int status) {
     rdzv__conn_close_now(c);
     return;
   }
-  if (server == (uv_stream_t *)&d->tcp_listen)
+  if (server == (uv_stream_t *)&d->tcp_listen) {
     uv_tcp_nodelay(&c->h.tcp, 1);
+    c->tcp = true;
+  }
   if (d->nconns > d->cfg.max_connections) {
     d->stats.conns_rejected++;
     rdzv__conn_fail(c, RDZV_ETOO_MANY_CONNECTIONS,

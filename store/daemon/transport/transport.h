@@ -96,6 +96,7 @@ struct conn {
   uint64_t last_rx_ms;    /* when bytes last came from the peer (loop time) */
   uint64_t last_check_ms; /* when the child check last ran */
   uint64_t check_every_ms; /* its interval */
+  bool tcp;                /* accepted on the TCP listener */
   uint32_t outstanding;
   uint32_t refs; /* the handle's own reference plus pending operations */
   bool decoding; /* inside decode_frames: c->in is being read */
