@@ -20,6 +20,7 @@ packages=(
   python3              # scripts
   gnuplot-nox          # benchmark plots
   jq                   # scripts reading `rdzvctl stats`
+  iproute2             # //tests/integration:netns_test (hosts as namespaces)
   python3-torch        # //tests/tcpstore: the real torch 1.13 TCPStore client
                        # and gloo against rdzvd --tcpstore-listen (run by
                        # /usr/bin/python3, not a pyenv python3)

@@ -267,21 +267,28 @@ static void on_child_check(uv_timer_t *t) {
   rdzv__conn_fail(c, RDZV_ESILENT, text);
 }
 
-/* Whether c's peer is on another host: a TCP peer whose address is not
- * loopback (what it sees as "127.0.0.1:P" or unix:PATH is its own). */
+/* Whether c's peer is on another host: a TCP peer whose address is
+ * neither loopback nor the connection's own local address (what it sees
+ * as "127.0.0.1:P" or unix:PATH is its own host's). */
 static bool peer_remote(struct conn *c) {
-  struct sockaddr_storage ss;
-  int len = sizeof(ss);
-  if (!c->tcp || uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len))
+  struct sockaddr_storage peer, self;
+  int plen = sizeof(peer), slen = sizeof(self);
+  if (!c->tcp ||
+      uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&peer, &plen) != 0 ||
+      uv_tcp_getsockname(&c->h.tcp, (struct sockaddr *)&self, &slen) != 0)
     return false;
-  if (ss.ss_family == AF_INET)
-    return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) != 127;
-  if (ss.ss_family == AF_INET6) {
-    const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
-    if (IN6_IS_ADDR_LOOPBACK(a))
+  if (peer.ss_family == AF_INET && self.ss_family == AF_INET) {
+    uint32_t pa = ((struct sockaddr_in *)&peer)->sin_addr.s_addr;
+    uint32_t sa = ((struct sockaddr_in *)&self)->sin_addr.s_addr;
+    return (ntohl(pa) >> 24) != 127 && pa != sa;
+  }
+  if (peer.ss_family == AF_INET6 && self.ss_family == AF_INET6) {
+    const struct in6_addr *pa = &((struct sockaddr_in6 *)&peer)->sin6_addr;
+    const struct in6_addr *sa = &((struct sockaddr_in6 *)&self)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(pa) || memcmp(pa, sa, sizeof(*pa)) == 0)
       return false;
-    if (IN6_IS_ADDR_V4MAPPED(a))
-      return a->s6_addr[12] != 127;
+    if (IN6_IS_ADDR_V4MAPPED(pa))
+      return pa->s6_addr[12] != 127;
     return true;
   }
   return false;
