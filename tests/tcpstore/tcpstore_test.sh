@@ -149,7 +149,10 @@ if grep -aq __asan_init "$rdzvd"; then
   # ASan keeps freed memory in quarantine: RSS says nothing there (the
   # plain build checks it; this one checks that nothing crashes or leaks).
   echo "PASS: 2,000 TCPStore clients hanging up in a WAIT (ASan build: RSS ${leak} KB, not judged)"
-elif [[ "$leak" =~ ^-?[0-9]+$ ]] && [ "$leak" -lt 4096 ]; then
+elif [[ "$leak" =~ ^-?[0-9]+$ ]] && [ "$leak" -lt 8192 ]; then
+  # Under 8 MB: the leak this guards against cost 17-38 MB; the node's
+  # high-water mark now includes each upstream wait's frame, kept while it
+  # is in flight so that it can be sent again after a lost connection.
   echo "PASS: 2,000 TCPStore clients hanging up in a WAIT: node RSS ${leak} KB"
 else
   fail "2,000 TCPStore clients hanging up in a WAIT grew node A by [$leak] KB"
