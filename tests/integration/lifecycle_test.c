@@ -266,20 +266,14 @@ static void test_interior_node_dies_during_join(void **state) {
   pid_t r1 = rank_child(leaf_addr, "hostB", r1res[1], stop[0]);
   assert_true(r1 > 0);
   /* Until mid has passed the join on (the root received it). */
-  for (int tries = 0; tries < 600 && stats_at(root_tcp, "ops.join.received") < 1;
-       tries++)
-    usleep(50 * 1000);
-  assert_true(stats_at(root_tcp, "ops.join.received") >= 1);
+  assert_true(stats_reach(root_tcp, "ops.join.received", 1) >= 1);
   kill(leaf.pid, SIGKILL);
   int st;
   waitpid(leaf.pid, &st, 0);
   leaf.pid = 0;
   /* mid tells the root at once (an ABORT naming the dead node), well
    * before the round's own deadline (20 s) would fail it. */
-  for (int tries = 0; tries < 300 && stats_at(root_tcp, "ops.abort.received") < 1;
-       tries++)
-    usleep(50 * 1000);
-  assert_true(stats_at(root_tcp, "ops.abort.received") >= 1);
+  assert_true(stats_reach(root_tcp, "ops.abort.received", 1) >= 1);
   kill(r1, SIGKILL); /* cut off with its node */
   waitpid(r1, &st, 0);
   close(r1res[0]);

@@ -80,19 +80,6 @@ static rdzv_client_t *client_of(const char *addr, const char *job) {
   return c;
 }
 
-/* Polls the daemon at addr until its counter at path reaches at least
- * want (at most about 30 s); returns the last value read. */
-static int64_t stats_reach(const char *addr, const char *path, int64_t want) {
-  int64_t v = -1;
-  for (int tries = 0; tries < 600; tries++) {
-    v = stats_at(addr, path);
-    if (v >= want)
-      break;
-    usleep(50 * 1000);
-  }
-  return v;
-}
-
 /* A set through addr, retried while the tree reconnects (at most about
  * 30 s). Returns the last status. */
 static int set_eventually(rdzv_client_t *c, const char *key) {

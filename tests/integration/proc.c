@@ -146,6 +146,17 @@ int64_t stats_at(const char *addr, const char *path) {
   return v;
 }
 
+int64_t stats_reach(const char *addr, const char *path, int64_t want) {
+  int64_t v = -1;
+  for (int tries = 0; tries < 600; tries++) {
+    v = stats_at(addr, path);
+    if (v >= want)
+      break;
+    usleep(50 * 1000);
+  }
+  return v;
+}
+
 int daemon_start(struct proc *p, const char *dir, const char *name,
                  const char *parent, const char *const *extra, char *tcp) {
   char pf[256], pfa[300], una[300], par[300], nm[128];

@@ -36,6 +36,10 @@ int64_t stats_get(const char *json, const char *path);
  * or -1 on failure. */
 int64_t stats_at(const char *addr, const char *path);
 
+/* Polls the daemon at addr until its counter at path reaches at least
+ * want (at most about 30 s); returns the last value read. */
+int64_t stats_reach(const char *addr, const char *path, int64_t want);
+
 /* Starts tools/rdzvd (a root when parent is NULL, else a node of parent)
  * named name, with its port file DIR/<name>.port and Unix socket
  * DIR/<name>.sock, listening on 127.0.0.1:0, log level 0, then the

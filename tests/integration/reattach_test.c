@@ -270,13 +270,7 @@ static void test_generation_survives_interior_death(void **state) {
   waitpid(mid.pid, &st, 0);
   mid.pid = 0;
   /* The leaf reattaches; then the grace passes. */
-  int64_t re = 0;
-  for (int tries = 0; tries < 600 && re < 1; tries++) {
-    re = stats_at(leaf_addr, "reattached");
-    if (re < 1)
-      usleep(50 * 1000);
-  }
-  assert_true(re >= 1);
+  assert_true(stats_reach(leaf_addr, "reattached", 1) >= 1);
   usleep(2500 * 1000); /* past the 1.5 s grace */
   assert_int_equal(write(go[1], "g", 1), 1);
   rc = rdzv_rendezvous_barrier(r, "after", 20);
@@ -349,13 +343,7 @@ static void test_resend_of_a_gone_generation(void **state) {
   kill(mid.pid, SIGSTOP);
   assert_int_equal(rdzv_rendezvous_abort(r, "test: generation 1 ends", 20), 0);
   rdzv_rendezvous_destroy(r);
-  int64_t re = 0;
-  for (int tries = 0; tries < 600 && re < 1; tries++) {
-    re = stats_at(leaf_addr, "reattached");
-    if (re < 1)
-      usleep(50 * 1000);
-  }
-  assert_true(re >= 1);
+  assert_true(stats_reach(leaf_addr, "reattached", 1) >= 1);
   usleep(500 * 1000); /* its re-send has reached the root */
   /* Two new ranks: generation 2, the two of them. */
   int res2[2];

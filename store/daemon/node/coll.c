@@ -88,20 +88,10 @@ static void coll_flush(struct ncoll *co) {
   m.vals.n = co->npending;
   m.vals.raw = co->pending.data;
   m.vals.raw_len = co->pending.len;
-  char err[400] = "";
-  int rc = rdzv__upstream_send_split(nj->up, &m, NULL, on_coll_reply, co, err,
-                                     sizeof(err));
+  /* A failure comes back through on_coll_reply, with its reason. */
+  rdzv__upstream_send_split(nj->up, &m, NULL, on_coll_reply, co);
   co->npending = 0;
   co->pending.len = 0;
-  if (rc < 0) {
-    struct rdzv_slice t = {(const uint8_t *)err, (uint32_t)strlen(err)};
-    struct rdzv_msg r;
-    memset(&r, 0, sizeof(r));
-    r.status = rc;
-    r.keys.n = t.n > 0;
-    r.keys.v = &t;
-    coll_answer_all(co, &r);
-  }
 }
 
 static void on_coll_timer(uv_timer_t *t) { coll_flush(t->data); }

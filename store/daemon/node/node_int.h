@@ -133,11 +133,12 @@ uint32_t rdzv__upstream_frame_limit(const struct upstream *u);
  * gather, join): the parent counts each once and answers the last request
  * with the result, the others RDZV_F_SUPERSEDED. Returns 0, an error of
  * rdzv__upstream_send (requests sent before it stay sent), or
- * RDZV_EFRAME_TOO_BIG (nothing sent) when one item alone cannot fit, with
- * a text naming the parent and both sizes in err (errlen bytes). */
+ * RDZV_EFRAME_TOO_BIG (nothing sent) when one item alone cannot fit; on
+ * an error cb (if not NULL) has also run, once, with that status and a
+ * text (keys[0]) naming the parent and, for a misfit, both sizes. */
 int rdzv__upstream_send_split(struct upstream *u, const struct rdzv_msg *m,
                               const struct rdzv_slice *head, upstream_cb cb,
-                              void *arg, char *err, size_t errlen);
+                              void *arg);
 
 
 #endif /* RDZV_STORE_NODE_INT_H */

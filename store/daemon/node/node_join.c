@@ -320,20 +320,10 @@ static void join_flush(struct njround *jr) {
   m.vals.n = jr->npending;
   m.vals.raw = jr->pending.data;
   m.vals.raw_len = jr->pending.len;
-  char err[400] = "";
-  int rc = rdzv__upstream_send_split(nj->up, &m, &params, on_join_reply, jr,
-                                     err, sizeof(err));
+  /* A failure comes back through on_join_reply, with its reason. */
+  rdzv__upstream_send_split(nj->up, &m, &params, on_join_reply, jr);
   jr->npending = 0;
   jr->pending.len = 0;
-  if (rc < 0) {
-    struct rdzv_slice t = {(const uint8_t *)err, (uint32_t)strlen(err)};
-    struct rdzv_msg r;
-    memset(&r, 0, sizeof(r));
-    r.status = rc;
-    r.keys.n = t.n > 0;
-    r.keys.v = &t;
-    on_join_reply(nj->d, &r, jr);
-  }
 }
 
 static void on_join_timer(uv_timer_t *t) { join_flush(t->data); }
@@ -697,9 +687,7 @@ void rdzv__node_joins_reconnected(struct node_job *nj) {
     m.vals.n = jr->ndone;
     m.vals.raw = jr->done_recs.data;
     m.vals.raw_len = jr->done_recs.len;
-    char err[400];
-    int rc = rdzv__upstream_send_split(nj->up, &m, &params, NULL, NULL, err,
-                                       sizeof(err));
+    int rc = rdzv__upstream_send_split(nj->up, &m, &params, NULL, NULL);
     rdzv__log(nj->d, rc < 0 ? 0 : 2, "round %s generation %" PRId64
               ": %u members sent again after a reconnection%s%s", jr->name,
               jr->done_gen, jr->ndone, rc < 0 ? ": " : "",

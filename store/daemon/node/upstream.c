@@ -872,9 +872,26 @@ uint32_t rdzv__upstream_frame_limit(const struct upstream *u) {
   return u->parent_frame != 0 ? u->parent_frame : u->d->cfg.max_frame_bytes;
 }
 
+/* Runs cb (if any) with a failure of status and text, as a reply would. */
+static int split_failed(struct upstream *u, upstream_cb cb, void *arg,
+                        int status, const char *text) {
+  if (cb != NULL) {
+    struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+    struct rdzv_msg r;
+    memset(&r, 0, sizeof(r));
+    r.flags = RDZV_F_REPLY;
+    r.status = status;
+    r.keys.n = t.n > 0;
+    r.keys.v = &t;
+    cb(u->d, &r, arg);
+  }
+  return status;
+}
+
 int rdzv__upstream_send_split(struct upstream *u, const struct rdzv_msg *m,
                               const struct rdzv_slice *head, upstream_cb cb,
-                              void *arg, char *err, size_t errlen) {
+                              void *arg) {
+  char err[400];
   uint64_t limit = rdzv__upstream_frame_limit(u);
   /* What every request's body holds besides its share of the items. */
   uint64_t fixed = RDZV_WIRE_MIN_BODY_BYTES + (head ? 4u + head->n : 0);
@@ -885,16 +902,19 @@ int rdzv__upstream_send_split(struct upstream *u, const struct rdzv_msg *m,
   pos = 0;
   while (rdzv_items_next(&m->vals, &pos, &s)) {
     if (fixed + 4u + s.n > limit) {
-      snprintf(err, errlen,
+      snprintf(err, sizeof(err),
                "a %s contribution of %u bytes cannot go up from node %s: its "
                "parent %s takes frames of at most %" PRIu64 " bytes",
                rdzv_msg_type_name(m->type), s.n, u->d->cfg.name,
                up_addr(u), limit);
-      return RDZV_EFRAME_TOO_BIG;
+      return split_failed(u, cb, arg, RDZV_EFRAME_TOO_BIG, err);
     }
   }
-  if (fixed + m->vals.raw_len <= limit && head == NULL)
-    return rdzv__upstream_send(u, m, cb, arg); /* the usual case: one */
+  int rc;
+  if (fixed + m->vals.raw_len <= limit && head == NULL) {
+    rc = rdzv__upstream_send(u, m, cb, arg); /* the usual case: one */
+    goto out;
+  }
   struct rdzv_msg part = *m;
   size_t start = 0, end = 0;
   uint32_t n = 0;
@@ -909,23 +929,31 @@ int rdzv__upstream_send_split(struct upstream *u, const struct rdzv_msg *m,
     }
     /* Send items [start, end), then start the next part with this one. */
     struct rdzv_buf vals = {0};
-    if (head != NULL && rdzv_items_append(&vals, head->p, head->n) < 0)
-      return RDZV_ENOMEM;
-    if (rdzv_buf_append(&vals, m->vals.raw + start, end - start) < 0) {
+    if ((head != NULL && rdzv_items_append(&vals, head->p, head->n) < 0) ||
+        rdzv_buf_append(&vals, m->vals.raw + start, end - start) < 0) {
       rdzv_buf_free(&vals);
-      return RDZV_ENOMEM;
+      rc = RDZV_ENOMEM;
+      goto out;
     }
     part.vals.n = n + (head != NULL);
     part.vals.raw = vals.data;
     part.vals.raw_len = vals.len;
     part.vals.v = NULL;
-    int rc = rdzv__upstream_send(u, &part, cb, arg);
+    rc = rdzv__upstream_send(u, &part, cb, arg);
     rdzv_buf_free(&vals);
     if (rc < 0 || !more)
-      return rc;
+      goto out;
     u->d->stats.split_frames++;
     start = before;
     end = pos;
     n = 1;
   }
+out:
+  if (rc < 0) {
+    snprintf(err, sizeof(err), "node %s could not send a %s to its parent %s: "
+             "%s", u->d->cfg.name, rdzv_msg_type_name(m->type), up_addr(u),
+             rdzv_strerror(rc));
+    return split_failed(u, cb, arg, rc, err);
+  }
+  return 0;
 }
