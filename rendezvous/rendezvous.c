@@ -227,9 +227,22 @@ static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
                              .nvals = 2, .vals = vals};
   if (rc == 0)
     rc = rdzv_client_submit(r->c, &req, o->timeout_s, on_join, k);
-  free(rec);
   if (rc == 0)
     rc = rdzv_client_run(r->c, o->timeout_s + 3);
+  if (rc == 0 && k->done && k->status == 0) {
+    /* The rank's session: should its connection be lost (its node
+     * restarts, or it is reached through a fallback), the same record
+     * with the generation goes first on the next one, and the daemons
+     * bind this claim to the new path instead of aborting (wire.h,
+     * RDZV_MSG_JOIN with a = generation). */
+    req.a = k->gen;
+    int src = rdzv_client_set_resume(r->c, &req);
+    if (src < 0) {
+      free(rec);
+      return src;
+    }
+  }
+  free(rec);
   return rc < 0 && !k->done ? rc : 0;
 }
 

@@ -179,8 +179,19 @@ typedef void (*rdzv_request_cb)(rdzv_client_t *c,
 /* Submits a request; it is sent as soon as the connection allows. cb runs
  * exactly once, from rdzv_client_process or rdzv_client_destroy, with the
  * reply or with RDZV_EDEADLINE (timeout_s seconds after submission; for a
- * WAIT the server also enforces it), RDZV_ECONN_CLOSED (the connection
- * failed while the request was in flight), RDZV_ECANCELED (destroy). The
+ * WAIT the server also enforces it), RDZV_ECONN_CLOSED or RDZV_ESILENT
+ * (the connection failed while the request was in flight, for the fourth
+ * time), RDZV_ECANCELED (destroy).
+ * A request in flight when its connection is lost is sent again on the
+ * next connection, at most 3 times: reads and waits are idempotent, and
+ * every mutation carries an op id (set, cas, delete, mset and append in
+ * the frame's b, which the caller's b does not reach; an add as one part
+ * of RDZV_MSG_ADD) that the root applies once within its
+ * --dedup-window-ms, so an add acknowledged before the loss is never
+ * applied twice. Once the handle has submitted a JOIN (a rank), a lost
+ * connection moves on to the daemon's ancestors, which its hello reply
+ * named (nearest first), before it backs off and tries the address given
+ * at create again. The
  * WAIT timeout is sent to the server as well, which answers at that
  * deadline naming the keys still missing; for a WAIT the server holds, the
  * client waits up to 250 ms + 10% of timeout_s (at most 2 s) longer for
@@ -195,6 +206,22 @@ typedef void (*rdzv_request_cb)(rdzv_client_t *c,
  * On a non-zero return cb never runs. May be called from a callback. */
 int rdzv_client_submit(rdzv_client_t *c, const struct rdzv_request *req,
                        double timeout_s, rdzv_request_cb cb, void *arg);
+
+/* Sets the session's resume request: after a lost connection, the next
+ * one (to the same daemon or a fallback) sends req first and nothing else
+ * until it is answered. Answered 0: the session goes on (counted, see
+ * rdzv_client_resumes). Refused: the session is over: req is dropped and
+ * every queued request fails with the refusal's status, last_error giving
+ * the daemon's reason. While a resume is set, the core reconnects as soon
+ * as it runs after a loss (drive it, or make a request, within the
+ * daemons' --session-grace-ms). The rendezvous sets one after its join
+ * (rdzv/rendezvous.h): the join record again with its generation.
+ * req is copied (NULL clears). Returns 0, -EBUSY while the resume is in
+ * flight, -EINVAL (bad shape), RDZV_ENOMEM. */
+int rdzv_client_set_resume(rdzv_client_t *c, const struct rdzv_request *req);
+
+/* Sessions resumed on this handle (resume requests answered 0). */
+unsigned rdzv_client_resumes(const rdzv_client_t *c);
 
 /* Number of submitted requests whose callbacks have not run yet. */
 size_t rdzv_client_pending(const rdzv_client_t *c);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -139,7 +140,7 @@ static int parse_hostport(const char *s, struct rdzv__addr *a) {
   return a->host != NULL ? 0 : RDZV_ENOMEM;
 }
 
-static int parse_addr(const char *s, struct rdzv__addr *a) {
+int rdzv__parse_addr(const char *s, struct rdzv__addr *a) {
   memset(a, 0, sizeof *a);
   if (s == NULL || s[0] == '\0')
     return RDZV_EBAD_ADDR;
@@ -196,7 +197,7 @@ static int client_init(struct rdzv_client *c,
   if (opts->job_id == NULL || opts->job_id[0] == '\0' ||
       strlen(opts->job_id) > MAX_JOB_ID)
     return RDZV_EJOB_ID_MISSING;
-  err = parse_addr(opts->addr, &c->addr);
+  err = rdzv__parse_addr(opts->addr, &c->addr);
   if (err < 0)
     return err;
   c->addr_str = strdup(opts->addr);
@@ -214,12 +215,22 @@ static int client_init(struct rdzv_client *c,
            (uint64_t)rdzv__now_ns() ^ (uint64_t)(uintptr_t)c;
   if (c->rng == 0)
     c->rng = 0x9E3779B97F4A7C15u;
+  /* Op ids must not collide across the job's ranks: from the kernel's
+   * random source where it answers. */
+  if (getrandom(&c->opid_base, sizeof c->opid_base, GRND_NONBLOCK) !=
+      (ssize_t)sizeof c->opid_base)
+    c->opid_base = c->rng * 0xD1342543DE82EF95u;
   c->magic = RDZV__CLIENT_MAGIC;
   return 0;
 }
 
 static void client_free(struct rdzv_client *c) {
   rdzv__conn_close(c);
+  while (c->nfb > 0) {
+    c->nfb--;
+    free(c->fb[c->nfb].host);
+    free(c->fb_str[c->nfb]);
+  }
   rdzv_buf_free(&c->in);
   rdzv_buf_free(&c->out);
   free(c->addr.host);
@@ -256,6 +267,8 @@ int rdzv_client_create(const struct rdzv_client_opts *opts,
   return 0;
 }
 
+static void resume_free(struct rdzv_client *c);
+
 void rdzv_client_destroy(rdzv_client_t *c) {
   struct rdzv__req_list l;
 
@@ -268,6 +281,7 @@ void rdzv_client_destroy(rdzv_client_t *c) {
     return;
   }
   rdzv__conn_close(c);
+  resume_free(c);
   rdzv__tab_clear(c);
   c->closing = 1;
   /* In-flight requests first, then queued ones, each in submission order.
@@ -305,7 +319,10 @@ short rdzv_client_events(const rdzv_client_t *c) {
   case RDZV__CS_HELLO_SENT:
     return (short)(POLLIN | (c->out.len > 0 ? POLLOUT : 0));
   case RDZV__CS_READY:
-    return (short)(POLLIN | (c->out.len > 0 || c->queue.n > 0 ? POLLOUT : 0));
+    return (short)(POLLIN | (c->out.len > 0 ||
+                                     (c->queue.n > 0 && !c->resume_wait)
+                                 ? POLLOUT
+                                 : 0));
   default:
     return 0;
   }
@@ -379,11 +396,26 @@ static uint32_t next_id(struct rdzv_client *c) {
   return id;
 }
 
-/* Checks req and encodes its frame into r->frame. */
+/* A fresh op id for a mutation (RDZV_F_OPID): splitmix64 of the handle's
+ * random base and a counter, never 0. */
+static uint64_t next_opid(struct rdzv_client *c) {
+  uint64_t z = c->opid_base + ++c->opid_seq * 0x9E3779B97F4A7C15u;
+
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  z ^= z >> 31;
+  return z != 0 ? z : 1;
+}
+
+/* Checks req and encodes its frame into r->frame. Every mutation gets an
+ * op id, so that sending it again after a lost connection (to the same
+ * daemon or a fallback) applies it once: set, cas, delete, mset and
+ * append in b, an add as one part { op id, delta } (wire.h). */
 static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
                       double timeout_s, struct rdzv__req *r) {
   struct rdzv_msg m;
   struct rdzv_slice *sl;
+  uint8_t part[16];
   int err;
 
   if (req->op < RDZV_OP_SET || req->op > RDZV_OP_COLL_STATUS ||
@@ -411,6 +443,19 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
   m.keys.v = sl;
   m.vals.n = (uint32_t)req->nvals;
   m.vals.v = sl + req->nkeys;
+  if (err == 0 && (req->op == RDZV_OP_SET || req->op == RDZV_OP_CAS ||
+                   req->op == RDZV_OP_DELETE || req->op == RDZV_OP_MSET ||
+                   req->op == RDZV_OP_APPEND)) {
+    m.flags |= RDZV_F_OPID;
+    m.b = (int64_t)next_opid(c);
+  } else if (err == 0 && req->op == RDZV_OP_ADD && req->nvals == 0) {
+    rdzv_store_u64le(part, next_opid(c));
+    rdzv_store_u64le(part + 8, (uint64_t)req->a);
+    sl[req->nkeys] = (struct rdzv_slice){part, sizeof part};
+    m.flags |= RDZV_F_OPID;
+    m.a = 0;
+    m.vals.n = 1;
+  }
   /* The codec's shape rules are the server's: check them here so that a
    * malformed request fails at once instead of closing the connection. */
   if (err == 0 && rdzv_msg_validate_request(&m, NULL) < 0)
@@ -454,7 +499,88 @@ int rdzv_client_submit(rdzv_client_t *c, const struct rdzv_request *req,
   }
   r->where = RDZV__REQ_QUEUED;
   rdzv__list_push_back(&c->queue, r);
+  if (req->op == RDZV_OP_JOIN)
+    c->use_fallbacks = 1;
   return 0;
+}
+
+static void resume_free(struct rdzv_client *c) {
+  struct rdzv__req *r = c->resume;
+
+  if (r == NULL)
+    return;
+  if (r->where == RDZV__REQ_SENT) {
+    rdzv__list_remove(&c->sent, r);
+    rdzv__tab_del(c, r->id);
+    c->resume_wait = 0;
+  } else if (r->where == RDZV__REQ_QUEUED) {
+    rdzv__list_remove(&c->queue, r);
+  }
+  c->resume = NULL;
+  rdzv_buf_free(&r->frame);
+  free(r);
+}
+
+int rdzv_client_set_resume(rdzv_client_t *c, const struct rdzv_request *req) {
+  struct rdzv__req *r;
+  int err;
+
+  CHECK_HANDLE(c);
+  if (c->resume != NULL && c->resume->where != RDZV__REQ_DETACHED)
+    return -EBUSY;
+  resume_free(c);
+  if (req == NULL)
+    return 0;
+  r = calloc(1, sizeof *r);
+  if (r == NULL)
+    return RDZV_ENOMEM;
+  r->heap_idx = SIZE_MAX;
+  err = req_encode(c, req, INFINITY, r);
+  if (err < 0) {
+    rdzv_buf_free(&r->frame);
+    free(r);
+    return err;
+  }
+  r->op = (uint8_t)req->op;
+  r->deadline = RDZV__NO_DEADLINE;
+  r->timeout_s = INFINITY;
+  r->where = RDZV__REQ_DETACHED;
+  c->resume = r;
+  c->use_fallbacks = 1;
+  return 0;
+}
+
+unsigned rdzv_client_resumes(const rdzv_client_t *c) {
+  CHECK_HANDLE(c);
+  return c->resumes;
+}
+
+/* The session's resume request was answered (m, status) or failed
+ * (status, m NULL). Accepted: the queue flows again. Refused: the session
+ * is over; the request is dropped and every queued request fails with
+ * that status (what they ask belongs to a session the daemons no longer
+ * hold), last_error saying why. */
+static void resume_done(struct rdzv_client *c, const struct rdzv_msg *m,
+                        int status) {
+  struct rdzv__req_list l;
+  struct rdzv_slice t = {NULL, 0};
+
+  c->resume_wait = 0;
+  c->resume->where = RDZV__REQ_DETACHED;
+  if (status == 0) {
+    c->resumes++;
+    return;
+  }
+  if (m != NULL)
+    (void)rdzv_items_get(&m->keys, 0, &t);
+  rdzv__set_error(c, "session not resumed at %s: %s%s%.*s",
+                  rdzv__target_str(c), rdzv_strerror(status),
+                  t.n > 0 ? ": " : "", (int)(t.n < 300 ? t.n : 300),
+                  t.n > 0 ? (const char *)t.p : "");
+  resume_free(c);
+  l = c->queue;
+  memset(&c->queue, 0, sizeof c->queue);
+  rdzv__finish_all(c, &l, status);
 }
 
 /* ---- completion --------------------------------------------------------- */
@@ -499,6 +625,10 @@ void rdzv__req_finish(struct rdzv_client *c, struct rdzv__req *r,
     rdzv__tab_del(c, r->id);
   } else if (r->where == RDZV__REQ_QUEUED) {
     rdzv__list_remove(&c->queue, r);
+  }
+  if (r == c->resume) {
+    resume_done(c, m, status);
+    return;
   }
   rdzv__heap_remove(c, r);
   memset(&res, 0, sizeof res);
@@ -549,7 +679,7 @@ static void req_expire(struct rdzv_client *c, struct rdzv__req *r) {
     rdzv__set_error(c,
                     "%s: no reply from %s within %.3g s (from the daemon "
                     "there or one above it)%s",
-                    op, c->addr_str, r->timeout_s,
+                    op, rdzv__target_str(c), r->timeout_s,
                     mutates(r->op) ? "; the request was sent: its outcome is "
                                      "unknown (it may have been applied)"
                                    : "");
@@ -558,7 +688,7 @@ static void req_expire(struct rdzv_client *c, struct rdzv__req *r) {
                     op, r->timeout_s, c->conn_err);
   else
     rdzv__set_error(c, "%s: deadline of %.3g s passed while connecting to %s",
-                    op, r->timeout_s, c->addr_str);
+                    op, r->timeout_s, rdzv__target_str(c));
   if ((r->op == RDZV_OP_WAIT || r->op == RDZV_OP_MGET) &&
       rdzv_msg_decode(r->frame.data, r->frame.len, UINT32_MAX, &m, &used) ==
           0) {
@@ -697,7 +827,7 @@ int rdzv_client_connect(rdzv_client_t *c, double timeout_s) {
     rdzv__set_error(c, "%s", c->conn_err);
   else
     rdzv__set_error(c, "connect %s: no connection within %.3g s (state %s)",
-                    c->addr_str, (double)(rdzv__now_ns() - start) / 1e9,
+                    rdzv__target_str(c), (double)(rdzv__now_ns() - start) / 1e9,
                     rdzv__conn_state_name(c->state));
   return err;
 }

@@ -29,6 +29,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -57,17 +58,40 @@ const char *rdzv__conn_state_name(enum rdzv__conn_state s) {
   return state_names[s];
 }
 
+const struct rdzv__addr *rdzv__target(const struct rdzv_client *c) {
+  return c->target > 0 ? &c->fb[c->target - 1] : &c->addr;
+}
+
+const char *rdzv__target_str(const struct rdzv_client *c) {
+  return c->target > 0 ? c->fb_str[c->target - 1] : c->addr_str;
+}
+
+/* After a lost connection or a failed round of attempts: the next daemon
+ * to try (the one after the current in addr, fb[0], fb[1], ...). Returns
+ * 1 when it wrapped round to addr (or there is no other), 0 otherwise. */
+static int target_next(struct rdzv_client *c) {
+  if (!c->use_fallbacks || c->nfb == 0) {
+    c->target = 0;
+    return 1;
+  }
+  c->target = (c->target + 1) % (c->nfb + 1);
+  return c->target == 0;
+}
+
 static void conn_set_state(struct rdzv_client *c, enum rdzv__conn_state s,
                            const char *why) {
   if (c->debug)
-    fprintf(stderr, "rdzv client %s: %s -> %s%s%s\n", c->addr_str,
+    fprintf(stderr, "rdzv client %s: %s -> %s%s%s\n", rdzv__target_str(c),
             state_names[c->state], state_names[s], why != NULL ? ": " : "",
             why != NULL ? why : "");
   c->state = s;
 }
 
 int rdzv__conn_wanted(const struct rdzv_client *c) {
-  return c->queue.n > 0 || c->want_conn > 0;
+  /* A session lost with its connection is resumed as soon as the core
+   * runs, not at the next request: the daemons keep it for a grace only. */
+  return c->queue.n > 0 || c->want_conn > 0 ||
+         (c->resume != NULL && c->lost_once);
 }
 
 void rdzv__conn_close(struct rdzv_client *c) {
@@ -125,6 +149,7 @@ static int retryable(int err) {
 }
 
 static void try_connect(struct rdzv_client *c, int64_t now);
+static void round_start(struct rdzv_client *c, int64_t now);
 
 /* One attempt failed with errno err (what describes it). Tries the next
  * address of the round, else backs off, else (not retryable) gives up on
@@ -137,7 +162,8 @@ static void attempt_failed(struct rdzv_client *c, int64_t now, int err,
   rdzv__conn_close(c);
   c->attempts++;
   snprintf(c->conn_err, sizeof c->conn_err,
-           "connect %s: %s (%u attempt%s over %.1f s)", c->addr_str, what,
+           "connect %s: %s (%u attempt%s over %.1f s)", rdzv__target_str(c),
+           what,
            c->attempts, c->attempts == 1 ? "" : "s", over);
   rdzv__set_error(c, "%s", c->conn_err);
   if (!retryable(err)) {
@@ -151,6 +177,11 @@ static void attempt_failed(struct rdzv_client *c, int64_t now, int err,
   if (c->ai_idx + 1 < c->ai_n) {
     c->ai_idx++;
     try_connect(c, now);
+    return;
+  }
+  /* A rank whose daemon is gone tries its fallbacks before it waits. */
+  if (!target_next(c)) {
+    round_start(c, now);
     return;
   }
   backoff_start(c, now, what);
@@ -189,7 +220,7 @@ static void try_connect(struct rdzv_client *c, int64_t now) {
     return;
   }
   c->fd = fd;
-  if (!c->addr.is_unix)
+  if (!rdzv__target(c)->is_unix)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   c->timer = rdzv__deadline_after(now, c->attempt_timeout);
   if (connect(fd, sa, c->ai_len[c->ai_idx]) == 0) {
@@ -206,6 +237,7 @@ static void try_connect(struct rdzv_client *c, int64_t now) {
 /* Resolves the address into c->ai. Returns 0, or a positive errno (and
  * fills what) when there is nothing to connect to yet. */
 static int resolve(struct rdzv_client *c, char *what, size_t n) {
+  const struct rdzv__addr *a = rdzv__target(c);
   struct addrinfo hints;
   struct addrinfo *res;
   struct addrinfo *p;
@@ -213,9 +245,9 @@ static int resolve(struct rdzv_client *c, char *what, size_t n) {
 
   c->ai_n = 0;
   c->ai_idx = 0;
-  if (c->addr.is_unix) {
-    memcpy(&c->ai[0], &c->addr.sun, sizeof c->addr.sun);
-    c->ai_len[0] = c->addr.sun_len;
+  if (a->is_unix) {
+    memcpy(&c->ai[0], &a->sun, sizeof a->sun);
+    c->ai_len[0] = a->sun_len;
     c->ai_n = 1;
     return 0;
   }
@@ -223,12 +255,12 @@ static int resolve(struct rdzv_client *c, char *what, size_t n) {
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
-  err = getaddrinfo(c->addr.host, c->addr.port, &hints, &res);
+  err = getaddrinfo(a->host, a->port, &hints, &res);
   if (err != 0) {
     /* EAI_AGAIN and EAI_NONAME are "not resolvable yet" (a pod's DNS name
      * appears late); other resolver failures are retried as well, since a
      * resolver that fails now may answer later. */
-    snprintf(what, n, "resolve %s: %s", c->addr.host,
+    snprintf(what, n, "resolve %s: %s", a->host,
              err == EAI_SYSTEM ? rdzv_strerror(-errno) : gai_strerror(err));
     return EAGAIN;
   }
@@ -240,7 +272,7 @@ static int resolve(struct rdzv_client *c, char *what, size_t n) {
   }
   freeaddrinfo(res);
   if (c->ai_n == 0) {
-    snprintf(what, n, "resolve %s: no usable address", c->addr.host);
+    snprintf(what, n, "resolve %s: no usable address", a->host);
     return EAGAIN;
   }
   return 0;
@@ -296,9 +328,17 @@ static void hello_refused(struct rdzv_client *c, int status,
 
   if (status == 0)
     status = RDZV_EHELLO;
+  if (c->target != 0) {
+    /* A fallback that will not take us is just one that failed. */
+    char what[300];
+    snprintf(what, sizeof what, "hello refused: %s%s%s", rdzv_strerror(status),
+             detail[0] != '\0' ? ": " : "", detail);
+    attempt_failed(c, rdzv__now_ns(), ECONNREFUSED, what);
+    return;
+  }
   rdzv__conn_close(c);
   c->fatal = status;
-  rdzv__set_error(c, "hello refused by %s: %s%s%s", c->addr_str,
+  rdzv__set_error(c, "hello refused by %s: %s%s%s", rdzv__target_str(c),
                   rdzv_strerror(status), detail[0] != '\0' ? ": " : "", detail);
   conn_set_state(c, RDZV__CS_FAILED, rdzv_err_name(status));
   l = c->queue;
@@ -308,13 +348,19 @@ static void hello_refused(struct rdzv_client *c, int status,
 
 /* The connection ended (status for the requests in flight; what for
  * last_error). In HELLO_SENT this is just a failed attempt. In READY,
- * requests whose frame the kernel has whole complete with status; those
- * not (or not wholly) written go back to the front of the queue, in order,
- * to be sent on the next connection. */
+ * every request in flight goes back to the front of the queue, in order,
+ * to be sent on the next connection (reads and waits are idempotent,
+ * mutations carry op ids that the root applies once, joins and
+ * contributions carry claims and member ids), except one already sent
+ * RDZV__MAX_RESENDS times, or any when a silent daemon has no fallback
+ * (RDZV_ESILENT), which complete with status. The session's
+ * resume request is not re-queued: the next connection sends it first. A
+ * rank (use_fallbacks) moves on to the next daemon of its chain. */
 static void conn_lost(struct rdzv_client *c, int status, const char *what) {
   struct rdzv__req_list fail = {0};
   struct rdzv__req *r;
   int64_t now = rdzv__now_ns();
+  int resend;
 
   if (c->state != RDZV__CS_READY && status == RDZV_ECONN_CLOSED) {
     attempt_failed(c, now, ECONNRESET, what);
@@ -327,19 +373,31 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
     hello_refused(c, status, what);
     return;
   }
-  rdzv__set_error(c, "%s: %s", c->addr_str, what);
+  /* A daemon gone silent is stopped or wedged, and stays so as a rule:
+   * without another daemon to go to, its requests fail now, naming it,
+   * rather than wait for it until their deadlines. */
+  resend = status != RDZV_ESILENT || (c->use_fallbacks && c->nfb > 0);
+  rdzv__set_error(c, "%s: %s", rdzv__target_str(c), what);
   while (c->sent.tail != NULL) {
     r = c->sent.tail;
     rdzv__list_remove(&c->sent, r);
-    if (r->end_off <= c->sent_total) {
+    if (r == c->resume) {
+      r->where = RDZV__REQ_DETACHED;
+    } else if (r->end_off <= c->sent_total &&
+               (!resend || r->resends >= RDZV__MAX_RESENDS)) {
       rdzv__list_push_front(&fail, r);
     } else {
+      if (r->end_off <= c->sent_total)
+        r->resends++;
       r->where = RDZV__REQ_QUEUED;
       rdzv__list_push_front(&c->queue, r);
     }
   }
   rdzv__tab_clear(c);
   rdzv__conn_close(c);
+  c->resume_wait = 0;
+  c->lost_once = 1;
+  (void)target_next(c);
   c->attempts = 0;
   c->first_attempt = now;
   if (rdzv__conn_wanted(c))
@@ -349,7 +407,44 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
   rdzv__finish_all(c, &fail, status);
 }
 
-static void hello_accepted(struct rdzv_client *c) {
+/* The hello reply's vals: the daemon's chain of ancestors, nearest first
+ * (store/wire/wire.h), kept as this handle's fallbacks when it came from
+ * addr itself. Entries that do not parse are skipped. */
+static void fallbacks_take(struct rdzv_client *c, const struct rdzv_msg *m) {
+  struct rdzv_slice v;
+  size_t pos = 0;
+  char s[320];
+
+  if (c->target != 0)
+    return;
+  while (c->nfb > 0) {
+    c->nfb--;
+    free(c->fb[c->nfb].host);
+    free(c->fb_str[c->nfb]);
+  }
+  while (c->nfb < RDZV__MAX_FALLBACKS && rdzv_items_next(&m->vals, &pos, &v)) {
+    if (v.n == 0 || v.n >= sizeof s || memchr(v.p, '\0', v.n) != NULL)
+      continue;
+    memcpy(s, v.p, v.n);
+    s[v.n] = '\0';
+    if (rdzv__parse_addr(s, &c->fb[c->nfb]) < 0)
+      continue;
+    if ((c->fb_str[c->nfb] = strdup(s)) == NULL) {
+      free(c->fb[c->nfb].host);
+      break;
+    }
+    c->nfb++;
+  }
+}
+
+static void hello_accepted(struct rdzv_client *c, const struct rdzv_msg *m) {
+  fallbacks_take(c, m);
+  if (c->resume != NULL && c->lost_once &&
+      c->resume->where == RDZV__REQ_DETACHED) {
+    c->resume->where = RDZV__REQ_QUEUED;
+    rdzv__list_push_front(&c->queue, c->resume);
+  }
+  c->lost_once = 0;
   c->last_rx = rdzv__now_ns();
   c->last_ping = c->last_rx;
   c->attempts = 0;
@@ -410,7 +505,7 @@ static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
       hello_refused(c, m->status, "");
       return 1;
     }
-    hello_accepted(c);
+    hello_accepted(c, m);
     return 0;
   }
   r = rdzv__tab_find(c, m->req_id);
@@ -525,7 +620,8 @@ static void pump(struct rdzv_client *c, int64_t now) {
   struct rdzv__req *r;
   int64_t ms;
 
-  while (c->queue.head != NULL && c->out.len < OUT_HIGH_WATER) {
+  while (c->queue.head != NULL && c->out.len < OUT_HIGH_WATER &&
+         !c->resume_wait) {
     r = c->queue.head;
     if (r->op == RDZV_OP_WAIT && r->deadline != RDZV__NO_DEADLINE) {
       ms = r->deadline > now ? (r->deadline - now + 999999) / 1000000 : 0;
@@ -545,6 +641,8 @@ static void pump(struct rdzv_client *c, int64_t now) {
     rdzv__list_push_back(&c->sent, r);
     c->out_total += r->frame.len;
     r->end_off = c->out_total;
+    if (r == c->resume)
+      c->resume_wait = 1; /* the rest waits for the session's answer */
   }
 }
 

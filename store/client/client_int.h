@@ -26,6 +26,12 @@
 #define RDZV__CLIENT_MAGIC 0x435A4452u /* "RDZC" */
 #define RDZV__ERR_BYTES 512
 #define RDZV__MAX_ADDRS 8
+/* Fallback daemons learnt from a hello reply (the daemon's ancestors). */
+#define RDZV__MAX_FALLBACKS 8
+/* Times a request in flight is sent again after lost connections before
+ * it fails with the loss's status (a request that kills every daemon it
+ * reaches must not go round for ever). */
+#define RDZV__MAX_RESENDS 3
 #define RDZV__NO_DEADLINE INT64_MAX
 
 enum rdzv__conn_state {
@@ -49,6 +55,7 @@ struct rdzv__req {
   uint8_t op;
   uint8_t where;    /* enum rdzv__req_where */
   uint8_t graced;   /* a WAIT's deadline was extended once (client.c) */
+  uint8_t resends;  /* times sent again after a lost connection */
   uint32_t id;      /* req_id on the wire */
   int64_t deadline; /* CLOCK_MONOTONIC ns, or RDZV__NO_DEADLINE */
   double timeout_s; /* as submitted, for messages */
@@ -89,6 +96,24 @@ struct rdzv_client {
   char *job_id;
   char *name;
   struct rdzv__addr addr;
+  /* Where to go when addr is lost: the chain of ancestors of the daemon
+   * at addr (its hello reply), used once this handle has sent a JOIN (a
+   * rank follows its node's chain; a tool asking one daemon does not).
+   * target: 0 = addr, i > 0 = fb[i - 1]. */
+  struct rdzv__addr fb[RDZV__MAX_FALLBACKS];
+  char *fb_str[RDZV__MAX_FALLBACKS];
+  int nfb;
+  int target;
+  int use_fallbacks;
+  uint64_t opid_base; /* random: op ids of this handle's mutations */
+  uint64_t opid_seq;
+  /* The session's resume request (rdzv_client_set_resume): sent first on
+   * every connection after a lost one; nothing else is sent until it is
+   * answered (resume_wait). where is DETACHED while on no list. */
+  struct rdzv__req *resume;
+  int resume_wait;
+  int lost_once;      /* a READY connection was lost: the next one resumes */
+  unsigned resumes;   /* sessions resumed (answered 0) */
   uint32_t max_frame;
   double backoff_initial;
   double backoff_max;
@@ -176,7 +201,16 @@ int rdzv__client_drive(struct rdzv_client *c,
                        int (*done)(struct rdzv_client *, void *), void *arg,
                        int64_t deadline);
 
+/* Parses "unix:PATH", "tcp:HOST:PORT" or "HOST:PORT" into *a (a->host
+ * malloc'd). Returns 0 or RDZV_EBAD_ADDR. */
+int rdzv__parse_addr(const char *s, struct rdzv__addr *a);
+
 /* ---- client_conn.c ------------------------------------------------------ */
+
+/* The daemon the connection goes to now (addr or a fallback), and its
+ * address as given. */
+const struct rdzv__addr *rdzv__target(const struct rdzv_client *c);
+const char *rdzv__target_str(const struct rdzv_client *c);
 
 /* Whether anything needs a connection now. */
 int rdzv__conn_wanted(const struct rdzv_client *c);

@@ -295,7 +295,17 @@ static void on_add(struct srv *s, int ci, const struct rdzv_msg *m) {
     snprintf(buf, sizeof buf, "%.*s", (int)e->vlen, (const char *)e->val);
     v = strtoll(buf, NULL, 10);
   }
-  v += m->a;
+  if (m->flags & RDZV_F_OPID) {
+    /* Parts { u64 op id, i64 delta } (wire.h), as a client sends them;
+     * the double applies each, with no dedup of its own. */
+    struct rdzv_slice p;
+    size_t pos = 0;
+    while (rdzv_items_next(&m->vals, &pos, &p))
+      if (p.n == 16)
+        v += (int64_t)rdzv_load_u64le(p.p + 8);
+  } else {
+    v += m->a;
+  }
   snprintf(buf, sizeof buf, "%lld", (long long)v);
   kv_put(s, k, buf, (uint32_t)strlen(buf));
   reply(s, ci, m->type, m->req_id, 0, v, NULL, NULL);
