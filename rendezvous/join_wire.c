@@ -1,7 +1,10 @@
 /* Rendezvous JOIN encodings: see join_wire.h. */
 #include "rendezvous/join_wire.h"
 
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rdzv/error.h"
@@ -192,4 +195,71 @@ int rdzv_gen_key_parse(const uint8_t *key, size_t n, const uint8_t **round,
   *round_len = (size_t)(slash - name);
   *gen = g;
   return 0;
+}
+
+static int member_cmp(const void *x, const void *y) {
+  const struct rdzv_member_name *a = x, *b = y;
+  uint32_t n = a->host_len < b->host_len ? a->host_len : b->host_len;
+  int c = memcmp(a->host, b->host, n);
+  if (c != 0)
+    return c;
+  if (a->host_len != b->host_len)
+    return a->host_len < b->host_len ? -1 : 1;
+  return a->rank < b->rank ? -1 : a->rank > b->rank;
+}
+
+/* Appends to out[*used..n) what printf would; marks a cut with "...". */
+static void put(char *out, size_t n, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void put(char *out, size_t n, size_t *used, const char *fmt, ...) {
+  va_list ap;
+  if (*used >= n)
+    return;
+  va_start(ap, fmt);
+  int w = vsnprintf(out + *used, n - *used, fmt, ap);
+  va_end(ap);
+  if (w < 0)
+    return;
+  if ((size_t)w >= n - *used) {
+    memcpy(out + n - 4, "...", 4);
+    *used = n;
+    return;
+  }
+  *used += (size_t)w;
+}
+
+size_t rdzv_members_describe(struct rdzv_member_name *m, size_t count,
+                             const char *what, char *out, size_t n) {
+  size_t used = 0, hosts = 0;
+  out[0] = '\0';
+  if (count == 0)
+    return 0;
+  qsort(m, count, sizeof(*m), member_cmp);
+  for (size_t i = 0; i < count;) {
+    size_t e = i;
+    while (e < count && m[e].host_len == m[i].host_len &&
+           memcmp(m[e].host, m[i].host, m[i].host_len) == 0)
+      e++;
+    put(out, n, &used, "%shost %.*s", hosts ? ", " : "", (int)m[i].host_len,
+        (const char *)m[i].host);
+    hosts++;
+    size_t k = i;
+    while (k < e && m[k].rank < 0)
+      k++;
+    for (bool first = true; k < e; first = false) {
+      int32_t lo = m[k].rank, hi = lo;
+      while (k + 1 < e && (m[k + 1].rank == hi || m[k + 1].rank == hi + 1))
+        hi = m[++k].rank;
+      k++;
+      if (first)
+        put(out, n, &used, " (%s ", what);
+      else
+        put(out, n, &used, ",");
+      put(out, n, &used, lo == hi ? "%d" : "%d-%d", lo, hi);
+      if (k == e)
+        put(out, n, &used, ")");
+    }
+    i = e;
+  }
+  return hosts;
 }

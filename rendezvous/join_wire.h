@@ -81,6 +81,22 @@ int rdzv_topo_append_line(struct rdzv_buf *b, int32_t rank,
                           int32_t local_rank, const uint8_t *topo,
                           uint32_t topo_len);
 
+/* A member to name in an error: its host and its rank (or local rank),
+ * -1 when not known. host points into the caller's memory. */
+struct rdzv_member_name {
+  const uint8_t *host;
+  uint32_t host_len;
+  int32_t rank;
+};
+
+/* Formats members as "host h17 (ranks 136-143), host h18 (ranks 2,5-6)"
+ * (what = "ranks" or "local ranks"; a host whose ranks are unknown is
+ * named alone), hosts in name order, into out (n >= 4 bytes, always
+ * NUL-terminated; "..." ends a text cut short). Sorts m in place by host,
+ * then rank. Returns the number of hosts. Pure. */
+size_t rdzv_members_describe(struct rdzv_member_name *m, size_t count,
+                             const char *what, char *out, size_t n);
+
 /* A generation's key, "rdzv/<round>/g<N>/<rest>" (N decimal, at least
  * one digit, below INT32_MAX; rest may be empty): 0 with *round pointing
  * into key (its bytes between "rdzv/" and "/g") and *gen = N, or -1 for

@@ -53,7 +53,9 @@ extern "C" {
   X(ESILENT, -1036,                                                          \
     "a daemon went silent past the liveness timeout (stopped or wedged)")  \
   X(EJOB_FULL, -1037,                                                        \
-    "the job's memory cap at the root is reached (--max-job-bytes)")
+    "the job's memory cap at the root is reached (--max-job-bytes)")        \
+  X(EFENCED, -1038,                                                          \
+    "stale request of a daemon or session declared lost: refused")
 
 enum rdzv_status {
   RDZV_OK = 0,

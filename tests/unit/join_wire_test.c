@@ -724,6 +724,30 @@ static void test_gen_key_parse(void **state) {
   }
 }
 
+/* rdzv_members_describe: hosts in name order, ranks as ranges, unknown
+ * ranks omitted, a long text cut with "...". */
+static void test_members_describe(void **state) {
+  (void)state;
+  struct rdzv_member_name m[] = {
+      {(const uint8_t *)"h18", 3, 7}, {(const uint8_t *)"h17", 3, 137},
+      {(const uint8_t *)"h17", 3, 136}, {(const uint8_t *)"h17", 3, 139},
+      {(const uint8_t *)"h17", 3, 138}, {(const uint8_t *)"h18", 3, 2},
+      {(const uint8_t *)"h18", 3, 5}, {(const uint8_t *)"h9", 2, -1},
+      {(const uint8_t *)"h17", 3, 143}};
+  char out[200];
+  assert_int_equal(rdzv_members_describe(m, 9, "ranks", out, sizeof(out)), 3);
+  assert_string_equal(out, "host h17 (ranks 136-139,143), host h18 (ranks "
+                           "2,5,7), host h9");
+  struct rdzv_member_name one = {(const uint8_t *)"a", 1, 0};
+  assert_int_equal(rdzv_members_describe(&one, 1, "local ranks", out, 64), 1);
+  assert_string_equal(out, "host a (local ranks 0)");
+  assert_int_equal(rdzv_members_describe(m, 0, "ranks", out, 64), 0);
+  assert_string_equal(out, "");
+  assert_int_equal(rdzv_members_describe(m, 9, "ranks", out, 20), 3);
+  assert_int_equal(strlen(out), 19);
+  assert_string_equal(out + 16, "...");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_params_roundtrip),
@@ -740,6 +764,7 @@ int main(void) {
       cmocka_unit_test(test_refusal),
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_gen_key_parse),
+      cmocka_unit_test(test_members_describe),
   };
 
   return cmocka_run_group_tests(tests, NULL, NULL);

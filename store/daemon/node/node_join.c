@@ -1,10 +1,23 @@
 /* Rendezvous joins at a node: the joins of the node's subtree are combined
  * into few upstream requests (after a quiet interval, or at once when the
  * whole world has passed through), and the root's assignments are handed
- * back to each requester, matched by claim. A rank (or child node) that
- * disconnects after joining aborts its generation for everyone, promptly,
- * unless it left cleanly first (ABORT with RDZV_F_LEAVE). */
+ * back to each requester, matched by claim.
+ *
+ * Sessions. Each member of a completed generation is bound to the
+ * connection its claim last came through (struct cbind). A connection
+ * that closes without a clean leave (ABORT with RDZV_F_LEAVE) is "lost":
+ * its members have --session-grace-ms to come back through any connection
+ * here (a restarted node's re-send, a rank resuming with its join record
+ * and generation: RDZV_MSG_JOIN with a = generation), else the generation
+ * is aborted naming their hosts and ranks. A rank whose process is gone
+ * (its Unix socket peer exited) aborts at once. Aborts carry the claims
+ * they are about; one about members that are bound to another live
+ * connection here is a lost daemon's stale word and is refused
+ * (RDZV_EFENCED), and a child node's re-send never takes a member from a
+ * live rank's own connection. */
+#include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,13 +67,21 @@ struct njround {
   uv_timer_t timer;
   int64_t last_gen; /* the newest generation a reply brought */
   int64_t lost_gen; /* generations up to this one died with the parent */
-  /* The join records of the members of generation done_gen that completed
-   * through this node (its ranks and its subtree's): sent again after a
-   * lost connection to the parent, so the root binds them to the new
-   * path instead of aborting the generation (sessions of nodes). */
-  struct rdzv_buf done_recs;
-  uint32_t ndone;
+  /* The members of generation done_gen that completed through this node
+   * (its ranks and its subtree's), by claim: where each is bound now, and
+   * its join record, sent again after a lost connection to the parent so
+   * that the root binds them to the new path (sessions of nodes). */
+  struct cbind *binds;
   int64_t done_gen;
+};
+
+struct cbind {
+  UT_hash_handle hh;
+  uint64_t claim;
+  struct joined *jn; /* the connection it is bound to */
+  int32_t rank;      /* -1 until known */
+  uint32_t rec_len;
+  uint8_t rec[];     /* its join record */
 };
 
 struct joined { /* a connection that has joined a generation */
@@ -70,14 +91,11 @@ struct joined { /* a connection that has joined a generation */
   int64_t gen;    /* 0 while its join is pending */
   uint64_t claim; /* a rank's claim (0 for a child node) */
   int32_t rank, local_rank; /* a rank's assignment, -1 until known */
-  /* A child node whose connection closed: it has --session-grace-ms to
-   * come back (a connection of the same name) before its generation is
-   * aborted. */
+  char host[256];           /* a rank's host (its join record) */
+  /* Closed without a clean leave: its members have --session-grace-ms to
+   * come back through another connection before the generation aborts. */
   bool lost;
   uint64_t lost_ms;
-  /* A child node's members of generation gen: items of { host, u32 rank
-   * (LE) }, to name them if it is lost. */
-  struct rdzv_buf who;
 };
 
 static void send_join_reply(struct jwait *w, int status, uint16_t flags,
@@ -127,9 +145,14 @@ static void jwait_unlink_free(struct njround *jr, struct jwait *w) {
   free(w);
 }
 
-/* Records that w's connection is in generation gen of this round. */
-static void mark_joined(struct njround *jr, struct conn *c, int64_t gen,
-                        uint64_t claim, const struct rdzv_assignment *a) {
+/* Records that connection c is in generation gen of this round (0 while
+ * its join is pending); for a rank, its claim (when not 0), its
+ * assignment (when known) and its host (rec, when not NULL). Returns the
+ * record, or NULL out of memory. */
+static struct joined *mark_joined(struct njround *jr, struct conn *c,
+                                  int64_t gen, uint64_t claim,
+                                  const struct rdzv_assignment *a,
+                                  const struct rdzv_join_full *rec) {
   struct node_job *nj = jr->nj;
   struct joined *jn = NULL;
   HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
@@ -141,21 +164,95 @@ static void mark_joined(struct njround *jr, struct conn *c, int64_t gen,
     HASH_ADD(hh, nj->joined, c, sizeof(jn->c), jn);
   }
   if (jn != NULL) {
-    if (jn->gen != gen)
-      jn->who.len = 0;
     jn->gen = gen;
-    if (c->role != RDZV_ROLE_NODE)
+    if (c->role != RDZV_ROLE_NODE && claim != 0)
       jn->claim = claim;
     if (c->role != RDZV_ROLE_NODE && a != NULL) {
       jn->rank = a->rank;
       jn->local_rank = a->local_rank;
     }
+    if (c->role != RDZV_ROLE_NODE && rec != NULL)
+      snprintf(jn->host, sizeof(jn->host), "%.*s", (int)rec->rec.host_len,
+               (const char *)rec->rec.host);
+  }
+  return jn;
+}
+
+/* ---- bindings of completed members ------------------------------------------- */
+
+static struct njround *jround_find(struct node_job *nj, const char *name) {
+  struct njround *jr = NULL;
+  HASH_FIND(hh, nj->jrounds, name, strlen(name), jr);
+  return jr;
+}
+
+static void binds_clear(struct njround *jr) {
+  struct cbind *b, *t;
+  HASH_ITER(hh, jr->binds, b, t) {
+    HASH_DEL(jr->binds, b);
+    free(b);
+  }
+}
+
+/* A new generation's members replace the old one's. */
+static void binds_for_gen(struct njround *jr, int64_t gen) {
+  if (jr->done_gen == gen)
+    return;
+  binds_clear(jr);
+  jr->done_gen = gen;
+}
+
+/* Whether jn is a live rank's own connection (not lost): the freshest
+ * word on where that rank is. */
+static bool live_rank(const struct joined *jn) {
+  return jn != NULL && !jn->lost && jn->c->role != RDZV_ROLE_NODE;
+}
+
+/* Binds member claim (join record rec) of generation done_gen to jn. A
+ * child node does not take a member from another live rank connection
+ * (a stale re-send: counted as fenced). rank < 0 keeps what is known.
+ * Returns the binding, or NULL (fenced, or out of memory). */
+static struct cbind *bind_claim(struct njround *jr, uint64_t claim,
+                                struct joined *jn, int32_t rank,
+                                const uint8_t *rec, uint32_t rec_len) {
+  struct cbind *b = NULL;
+  HASH_FIND(hh, jr->binds, &claim, sizeof(claim), b);
+  if (b != NULL && b->jn != jn && jn->c->role == RDZV_ROLE_NODE &&
+      live_rank(b->jn)) {
+    jr->nj->d->stats.fenced++;
+    return NULL;
+  }
+  if (b == NULL) {
+    if ((b = calloc(1, sizeof(*b) + rec_len)) == NULL)
+      return NULL;
+    b->claim = claim;
+    b->rank = -1;
+    b->rec_len = rec_len;
+    memcpy(b->rec, rec, rec_len);
+    HASH_ADD(hh, jr->binds, claim, sizeof(b->claim), b);
+  }
+  b->jn = jn;
+  if (rank >= 0)
+    b->rank = rank;
+  return b;
+}
+
+/* The members bound to jn go (its connection's record is freed). */
+static void binds_unbind(struct njround *jr, const struct joined *jn) {
+  struct cbind *b, *t;
+  HASH_ITER(hh, jr->binds, b, t) {
+    if (b->jn == jn) {
+      HASH_DEL(jr->binds, b);
+      free(b);
+    }
   }
 }
 
 static void joined_free(struct node_job *nj, struct joined *jn) {
+  struct njround *jr = jround_find(nj, jn->round);
+  if (jr != NULL)
+    binds_unbind(jr, jn);
   HASH_DEL(nj->joined, jn);
-  rdzv_buf_free(&jn->who);
   rdzv__conn_unref(jn->c);
   free(jn);
 }
@@ -225,29 +322,10 @@ static void route_items(struct njround *jr, const struct rdzv_msg *r) {
       w->status = st;
       unmark_joined(jr->nj, w->c); /* refused: its end aborts nothing */
     } else {
-      mark_joined(jr, w->c, r->a, claim, &a);
-      struct rdzv_join_full jf;
-      struct joined *jn = NULL;
-      if (w->c->role == RDZV_ROLE_NODE && cr->rec != NULL &&
-          rdzv_join_rec_decode(cr->rec, cr->rec_len, &jf) == 0)
-        HASH_FIND(hh, jr->nj->joined, &w->c, sizeof(w->c), jn);
-      if (jn != NULL) {
-        uint8_t item[256 + 4];
-        uint32_t hl = jf.rec.host_len < 256 ? jf.rec.host_len : 256;
-        memcpy(item, jf.rec.host, hl);
-        uint32_t rk = (uint32_t)a.rank;
-        for (int b = 0; b < 4; b++)
-          item[hl + b] = (uint8_t)(rk >> (8 * b));
-        rdzv_items_append(&jn->who, item, hl + 4);
-      }
-      if (r->a != jr->done_gen) {
-        jr->done_gen = r->a;
-        jr->done_recs.len = 0;
-        jr->ndone = 0;
-      }
-      if (cr->rec != NULL &&
-          rdzv_items_append(&jr->done_recs, cr->rec, cr->rec_len) == 0)
-        jr->ndone++;
+      struct joined *jn = mark_joined(jr, w->c, r->a, claim, &a, NULL);
+      binds_for_gen(jr, r->a);
+      if (jn != NULL && cr->rec != NULL)
+        (void)bind_claim(jr, claim, jn, a.rank, cr->rec, cr->rec_len);
       if (la != NULL && cr->rec != NULL && cr->local &&
           rdzv_join_rec_decode(cr->rec, cr->rec_len, &la[nla].j) == 0) {
         la[nla].a = a;
@@ -380,6 +458,146 @@ static struct jwait *jwait_for(struct njround *jr, struct conn *c,
   return w;
 }
 
+/* ---- sessions: members sent again ------------------------------------------- */
+
+struct resume { /* a re-send in flight to the parent */
+  struct node_job *nj;
+  struct lreq *l;
+  char round[128];
+};
+
+static void on_resume_reply(struct daemon *d, const struct rdzv_msg *r,
+                            void *arg) {
+  struct resume *rs = arg;
+  struct conn *c = rs->l->c;
+  struct njround *jr = r->status == RDZV_ECANCELED
+                           ? NULL /* the job is ending */
+                           : jround_find(rs->nj, rs->round);
+  struct joined *jn = NULL;
+  if (jr != NULL)
+    HASH_FIND(hh, rs->nj->joined, &c, sizeof(c), jn);
+  if (jr != NULL && r->status == 0 && r->a == jr->done_gen) {
+    struct rdzv_slice v;
+    size_t pos = 0;
+    while (rdzv_items_next(&r->vals, &pos, &v)) {
+      uint64_t claim;
+      struct rdzv_assignment a;
+      struct cbind *b = NULL;
+      if (rdzv_join_assign_decode(v.p, v.n, &claim, &a) < 0)
+        continue;
+      HASH_FIND(hh, jr->binds, &claim, sizeof(claim), b);
+      if (b != NULL && b->jn == jn)
+        b->rank = a.rank;
+      if (jn != NULL && c->role != RDZV_ROLE_NODE && claim == jn->claim) {
+        jn->rank = a.rank;
+        jn->local_rank = a.local_rank;
+      }
+    }
+    if (r->a > jr->last_gen)
+      jr->last_gen = r->a;
+    if (c->role != RDZV_ROLE_NODE) {
+      d->stats.sessions_resumed++;
+      rdzv__log(d, 2, "round %s generation %" PRId64 ": rank %d (process "
+                "%s) resumed its session", jr->name, r->a,
+                jn ? jn->rank : -1, c->name);
+    }
+  } else if (jn != NULL && r->status != 0 && c->role != RDZV_ROLE_NODE) {
+    joined_free(rs->nj, jn); /* not resumed: its end aborts nothing more */
+  }
+  rdzv__node_lreq_answer(rs->l, RDZV_MSG_JOIN, r);
+  free(rs);
+}
+
+/* Members of generation m->a sent again: a rank resuming its session (its
+ * own record), or a child node after it reconnected (its subtree's). Not
+ * combined: the root binds them to this path if that generation still
+ * stands, else refuses (RDZV_EABORTED); it never opens a new one. Here
+ * they are bound to c, so that this node's own losses and reconnections
+ * account for them; those a child may not take (a live rank holds them)
+ * are left out, and a re-send of nothing but those is refused
+ * (RDZV_EFENCED). */
+static void resume_join(struct node_job *nj, struct njround *jr,
+                        struct conn *c, const struct rdzv_msg *m) {
+  struct rdzv_slice v, params = {NULL, 0};
+  struct rdzv_buf keep = {0};
+  uint32_t nkeep = 0, nfenced = 0;
+  size_t pos = 0;
+  bool current = m->a >= jr->done_gen;
+  if (current)
+    binds_for_gen(jr, m->a);
+  if (jr->max_size == 0 && jr->npending == 0) {
+    /* A node that has not seen this round's joins (it restarted): the
+     * params of the re-send are the round's. */
+    struct rdzv_join_params pp;
+    struct rdzv_slice pv;
+    if (rdzv_items_get(&m->vals, 0, &pv) == 0 &&
+        rdzv_join_params_decode(pv.p, pv.n, &pp) == 0) {
+      memcpy(jr->params, pv.p, sizeof(jr->params));
+      jr->max_size = pp.max_size;
+    }
+  }
+  rdzv_items_next(&m->vals, &pos, &params);
+  rdzv_items_append(&keep, params.p, params.n);
+  struct joined *jn = NULL;
+  while (rdzv_items_next(&m->vals, &pos, &v)) {
+    struct rdzv_join_full j;
+    if (rdzv_join_rec_decode(v.p, v.n, &j) < 0)
+      continue;
+    if (current && jn == NULL)
+      jn = mark_joined(jr, c, m->a, j.rec.claim, NULL, &j);
+    if (jn != NULL &&
+        bind_claim(jr, j.rec.claim, jn, -1, v.p, v.n) == NULL) {
+      struct cbind *b = NULL;
+      HASH_FIND(hh, jr->binds, &j.rec.claim, sizeof(uint64_t), b);
+      if (b != NULL && b->jn != jn) { /* fenced: a live rank holds it */
+        nfenced++;
+        continue;
+      }
+    }
+    rdzv_items_append(&keep, v.p, v.n);
+    nkeep++;
+  }
+  if (nkeep == 0 && nfenced > 0) {
+    char text[600];
+    snprintf(text, sizeof(text), "node %s: the %u members of round %s "
+             "generation %" PRId64 " that %s sent again are held by live "
+             "ranks here: a stale re-send, refused", nj->d->cfg.name,
+             nfenced, jr->name, m->a, c->name);
+    rdzv__log_event(nj->d, "%s", text);
+    struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+    struct rdzv_msg r;
+    rdzv__reply_init(&r, m, RDZV_EFENCED);
+    r.keys.n = 1;
+    r.keys.v = &t;
+    rdzv__conn_reply(c, &r);
+    rdzv_buf_free(&keep);
+    return;
+  }
+  struct resume *rs = calloc(1, sizeof(*rs));
+  struct lreq *l = rs ? rdzv__node_lreq_new(c, m->req_id) : NULL;
+  if (l == NULL) {
+    free(rs);
+    rdzv_buf_free(&keep);
+    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
+    return;
+  }
+  rs->nj = nj;
+  rs->l = l;
+  snprintf(rs->round, sizeof(rs->round), "%s", jr->name);
+  struct rdzv_msg f = *m;
+  f.vals.n = nkeep + 1;
+  f.vals.v = NULL;
+  f.vals.raw = keep.data;
+  f.vals.raw_len = keep.len;
+  int rc = rdzv__upstream_send(nj->up, &f, on_resume_reply, rs);
+  rdzv_buf_free(&keep);
+  if (rc < 0) {
+    struct rdzv_msg r;
+    rdzv__reply_init(&r, m, rc);
+    on_resume_reply(nj->d, &r, rs);
+  }
+}
+
 void rdzv__node_join(struct node_job *nj, struct conn *c,
                      const struct rdzv_msg *m) {
   struct rdzv_slice name, pv, v;
@@ -393,23 +611,7 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     return;
   }
   if (m->a != 0) {
-    /* A child node's completed members of generation a, sent again after
-     * it reconnected: not combined (the root applies it to that
-     * generation only), but remembered here as if they had completed
-     * through this node, so that this node's own losses and reconnections
-     * account for them too. */
-    mark_joined(jr, c, m->a, 0, NULL);
-    if (jr->done_gen != m->a) {
-      jr->done_gen = m->a;
-      jr->done_recs.len = 0;
-      jr->ndone = 0;
-    }
-    size_t pos = 0;
-    rdzv_items_next(&m->vals, &pos, &v); /* params */
-    while (rdzv_items_next(&m->vals, &pos, &v))
-      if (rdzv_items_append(&jr->done_recs, v.p, v.n) == 0)
-        jr->ndone++;
-    rdzv__node_forward(nj, c, m);
+    resume_join(nj, jr, c, m);
     return;
   }
   struct jwait *w = jwait_for(jr, c, m->req_id);
@@ -425,12 +627,18 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     nj->d->stats.combined += m->vals.n - 1;
   }
   size_t pos = 0;
+  struct rdzv_join_full mine;
+  bool have_mine = false;
   rdzv_items_next(&m->vals, &pos, &v); /* params */
   while (rdzv_items_next(&m->vals, &pos, &v)) {
     struct rdzv_join_full j;
     struct claimref *cr = NULL;
     if (rdzv_join_rec_decode(v.p, v.n, &j) < 0)
       continue; /* the root will not see it; its requester times out */
+    if (!have_mine) {
+      mine = j; /* a rank sends one: its own */
+      have_mine = true;
+    }
     HASH_FIND(hh, jr->claims, &j.rec.claim, sizeof(uint64_t), cr);
     if (cr == NULL && (cr = calloc(1, sizeof(*cr))) != NULL) {
       cr->claim = j.rec.claim;
@@ -448,17 +656,23 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     rdzv_items_append(&jr->pending, v.p, v.n);
     jr->npending++;
   }
-  /* A rank's or a child node's: either one closing before the round
-   * completes loses joins, so the generation must abort. */
-  mark_joined(jr, c, 0, 0, NULL);
+  /* A rank's or a child node's: either one lost before the round
+   * completes loses joins (unless they come again another way). */
+  mark_joined(jr, c, 0, have_mine ? mine.rec.claim : 0, NULL,
+              have_mine ? &mine : NULL);
   if (jr->seen >= jr->max_size)
     join_flush(jr);
   else
     rdzv__node_schedule(nj->d, &jr->timer, jr->first_ms, on_join_timer);
 }
 
+/* ABORT (or, with RDZV_F_LEAVE, a leave) of generation gen of round to
+ * the parent. claim: a leaving rank's (b). claims (nclaims u64 LE, may be
+ * NULL): the members the abort is about, as vals, so that a daemon above
+ * that holds them on another live path refuses it as stale. */
 static void send_abort(struct node_job *nj, const char *round, int64_t gen,
-                       uint64_t claim, uint16_t flags, const char *why) {
+                       uint64_t claim, uint16_t flags, const char *why,
+                       const struct rdzv_buf *claims, uint32_t nclaims) {
   struct rdzv_slice keys[2] = {
       {(const uint8_t *)round, (uint32_t)strlen(round)},
       {(const uint8_t *)why, (uint32_t)strlen(why)}};
@@ -470,7 +684,27 @@ static void send_abort(struct node_job *nj, const char *round, int64_t gen,
   m.b = (int64_t)claim;
   m.keys.n = 2;
   m.keys.v = keys;
+  if (claims != NULL && nclaims > 0) {
+    m.vals.n = nclaims;
+    m.vals.raw = claims->data;
+    m.vals.raw_len = claims->len;
+  }
   rdzv__upstream_send(nj->up, &m, NULL, NULL);
+}
+
+/* Whether claim, which an abort from the connection of via is about, is
+ * held by another live connection here (a member that came back another
+ * way, or a join sent again through another child or by the rank). */
+static bool held_elsewhere(struct njround *jr, uint64_t claim,
+                           const struct joined *via, const struct conn *c) {
+  struct cbind *b = NULL;
+  HASH_FIND(hh, jr->binds, &claim, sizeof(claim), b);
+  if (b != NULL)
+    return b->jn != NULL && b->jn != via && !b->jn->lost &&
+           rdzv__conn_alive(b->jn->c);
+  struct claimref *cr = NULL;
+  HASH_FIND(hh, jr->claims, &claim, sizeof(claim), cr);
+  return cr != NULL && cr->w->c != c && rdzv__conn_alive(cr->w->c);
 }
 
 void rdzv__node_abort(struct node_job *nj, struct conn *c,
@@ -491,64 +725,185 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
       /* The root frees a rank's slot for a later job with this id (a
        * child node's record has no claim). */
       if (jn->gen > 0 && jn->claim != 0)
-        send_abort(nj, jn->round, jn->gen, jn->claim, RDZV_F_LEAVE, "left");
+        send_abort(nj, jn->round, jn->gen, jn->claim, RDZV_F_LEAVE, "left",
+                   NULL, 0);
       joined_free(nj, jn);
     }
     nj->d->stats.ops[RDZV_MSG_ABORT].local++;
     rdzv__node_reply_status(c, m, 0);
     return;
   }
+  struct rdzv_slice name;
+  struct njround *jr = NULL;
+  if (c->role == RDZV_ROLE_NODE && m->vals.n > 0 &&
+      rdzv_items_get(&m->keys, 0, &name) == 0 && name.n > 0)
+    HASH_FIND(hh, nj->jrounds, name.p, name.n, jr);
+  if (jr != NULL) {
+    /* A child's word on members lost below it: stale if every one of
+     * them is back here on another live connection (that child was
+     * itself declared lost, and has just come back). */
+    struct joined *via = NULL;
+    HASH_FIND(hh, nj->joined, &c, sizeof(c), via);
+    struct rdzv_slice v;
+    size_t pos = 0;
+    bool stale = true;
+    while (stale && rdzv_items_next(&m->vals, &pos, &v))
+      stale = v.n == 8 && held_elsewhere(jr, rdzv_load_u64le(v.p), via, c);
+    if (stale) {
+      char text[600];
+      nj->d->stats.fenced++;
+      snprintf(text, sizeof(text), "node %s: an abort from %s about %u "
+               "members of round %s that are back on live connections here: "
+               "stale, refused", nj->d->cfg.name, c->name, m->vals.n,
+               jr->name);
+      rdzv__log_event(nj->d, "%s", text);
+      struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+      struct rdzv_msg r;
+      rdzv__reply_init(&r, m, RDZV_EFENCED);
+      r.keys.n = 1;
+      r.keys.v = &t;
+      rdzv__conn_reply(c, &r);
+      return;
+    }
+  }
   rdzv__node_forward(nj, c, m);
-}
-
-/* Whether a READY child node named name (other than c) serves job nj. */
-static bool child_back(struct node_job *nj, const struct conn *c,
-                       const char *name) {
-  struct conn *o;
-  TAILQ_FOREACH(o, &nj->d->conns, link)
-    if (o != c && o->job == nj->job && o->role == RDZV_ROLE_NODE &&
-        o->state == CONN_READY && strcmp(o->name, name) == 0)
-      return true;
-  return false;
 }
 
 static void on_lost_closed(uv_handle_t *h) { free(h); }
 
-/* "host h17 (ranks 136-143), ..." from jn->who (consecutive members of a
- * host grouped), at most n bytes. */
-static void describe_who(const struct joined *jn, char *out, size_t n) {
-  struct rdzv_items it = {0, NULL, jn->who.data, jn->who.len};
-  struct rdzv_slice v;
-  size_t pos = 0, used = 0;
-  const uint8_t *host = NULL;
-  uint32_t hl = 0;
-  int32_t lo = 0, hi = 0;
-  out[0] = '\0';
-  for (;;) {
-    bool more = rdzv_items_next(&it, &pos, &v) && v.n >= 4;
-    int32_t rk = 0;
-    if (more) {
-      rk = (int32_t)(v.p[v.n - 4] | v.p[v.n - 3] << 8 | v.p[v.n - 2] << 16 |
-                     (uint32_t)v.p[v.n - 1] << 24);
-      if (host != NULL && v.n - 4 == hl && memcmp(v.p, host, hl) == 0) {
-        lo = rk < lo ? rk : lo;
-        hi = rk > hi ? rk : hi;
-        continue;
-      }
-    }
-    if (host != NULL && used < n)
-      used += (size_t)snprintf(out + used, n - used, "%shost %.*s (ranks %d-%d)",
-                               used ? ", " : "", (int)hl, host, lo, hi);
-    if (!more)
-      break;
-    host = v.p;
-    hl = v.n - 4;
-    lo = hi = rk;
-  }
+/* Whether process pid (in this daemon's pid namespace) has exited: gone,
+ * or a zombie not reaped yet. 0 (unknown) is never gone. */
+static bool process_gone(int pid) {
+  if (pid <= 0)
+    return false;
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "re");
+  if (f == NULL)
+    return kill(pid, 0) < 0 && errno == ESRCH;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  /* "pid (comm) S ...": the state follows the last ')'. */
+  char *rp = strrchr(buf, ')');
+  return rp != NULL && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
-/* Child nodes lost --session-grace-ms ago: back (a connection of the
- * same name), nothing to do; else their generation aborts. */
+/* How often a lost rank's process is looked at, while its grace runs. */
+#define PID_CHECK_MS 50u
+
+/* The members still bound to jn's connection (completed ones, and joins
+ * pending through it): their claims (u64 LE items) into claims and their
+ * description into who (n bytes). Returns how many. */
+static uint32_t held_by(struct njround *jr, const struct joined *jn,
+                        struct rdzv_buf *claims, char *who, size_t n) {
+  uint32_t count = 0, cap = 16;
+  struct rdzv_member_name *names = malloc(cap * sizeof(*names));
+  struct cbind *b, *bt;
+  struct claimref *cr, *ct;
+  who[0] = '\0';
+  HASH_ITER(hh, jr->binds, b, bt) {
+    struct rdzv_join_full j;
+    if (b->jn != jn || rdzv_join_rec_decode(b->rec, b->rec_len, &j) < 0)
+      continue;
+    if (names != NULL && count == cap) {
+      struct rdzv_member_name *g = realloc(names, 2 * cap * sizeof(*g));
+      if (g == NULL) {
+        free(names);
+        names = NULL;
+      } else {
+        names = g;
+        cap *= 2;
+      }
+    }
+    if (names != NULL)
+      names[count] = (struct rdzv_member_name){j.rec.host, j.rec.host_len,
+                                               b->rank};
+    uint8_t item[8];
+    rdzv_store_u64le(item, b->claim);
+    rdzv_items_append(claims, item, sizeof(item));
+    count++;
+  }
+  HASH_ITER(hh, jr->claims, cr, ct) {
+    struct rdzv_join_full j;
+    if (cr->w->c != jn->c || cr->rec == NULL ||
+        rdzv_join_rec_decode(cr->rec, cr->rec_len, &j) < 0)
+      continue;
+    if (names != NULL && count == cap) {
+      struct rdzv_member_name *g = realloc(names, 2 * cap * sizeof(*g));
+      if (g == NULL) {
+        free(names);
+        names = NULL;
+      } else {
+        names = g;
+        cap *= 2;
+      }
+    }
+    if (names != NULL)
+      names[count] = (struct rdzv_member_name){j.rec.host, j.rec.host_len,
+                                               -1};
+    uint8_t item[8];
+    rdzv_store_u64le(item, cr->claim);
+    rdzv_items_append(claims, item, sizeof(item));
+    count++;
+  }
+  if (names != NULL)
+    rdzv_members_describe(names, count, "ranks", who, n);
+  free(names);
+  return count;
+}
+
+/* jn's connection was lost and its grace ended (or its process is gone,
+ * or there is no grace): the members it still holds abort their
+ * generation, named; if none, they all came back another way. Frees jn. */
+static void lost_expire(struct node_job *nj, struct joined *jn, bool gone) {
+  struct njround *jr = jround_find(nj, jn->round);
+  struct rdzv_buf claims = {0};
+  char who[400];
+  uint32_t held = jr != NULL ? held_by(jr, jn, &claims, who, sizeof(who)) : 0;
+  struct conn *c = jn->c;
+  uint32_t grace = nj->d->cfg.session_grace_ms;
+  if (held == 0) {
+    if (jn->lost)
+      rdzv__log(nj->d, 2, "round %s: %s %s lost, but all its members came "
+                "back", jn->round, c->role == RDZV_ROLE_NODE ? "node" : "rank",
+                c->name);
+    rdzv_buf_free(&claims);
+    joined_free(nj, jn);
+    return;
+  }
+  char why[1400], after[400];
+  if (gone)
+    snprintf(after, sizeof(after), "the process exited");
+  else
+    snprintf(after, sizeof(after), "%s %s disconnected from node %s%s",
+             c->role == RDZV_ROLE_NODE ? "node" : "its connection",
+             c->role == RDZV_ROLE_NODE ? c->name : "", nj->d->cfg.name,
+             grace > 0 ? " and did not come back within --session-grace-ms"
+                       : "");
+  if (!gone && grace > 0) {
+    size_t w = strlen(after);
+    snprintf(after + w, sizeof(after) - w, " %u", grace);
+  }
+  if (c->role == RDZV_ROLE_NODE || jn->rank < 0)
+    snprintf(why, sizeof(why), "%s lost%s%s: %s", who,
+             c->role == RDZV_ROLE_NODE ? "" : " a joining rank, process ",
+             c->role == RDZV_ROLE_NODE ? "" : c->name, after);
+  else
+    snprintf(why, sizeof(why), "host %s lost rank %d (local rank %d, "
+             "process %s): %s", jn->host, jn->rank, jn->local_rank, c->name,
+             after);
+  if (c->role != RDZV_ROLE_NODE)
+    nj->d->stats.sessions_lost++;
+  rdzv__log_event(nj->d, "round %s generation %" PRId64 ": %s", jn->round,
+                  jn->gen, why);
+  send_abort(nj, jn->round, jn->gen, 0, 0, why, held ? &claims : NULL, held);
+  rdzv_buf_free(&claims);
+  joined_free(nj, jn);
+}
+
+/* Lost connections whose grace ended, or ranks whose process is gone:
+ * lost_expire; then the timer is set for the next due. */
 static void on_lost_timer(uv_timer_t *t) {
   struct node_job *nj = t->data;
   uint64_t now = uv_now(nj->d->loop), grace = nj->d->cfg.session_grace_ms;
@@ -557,23 +912,16 @@ static void on_lost_timer(uv_timer_t *t) {
   HASH_ITER(hh, nj->joined, jn, tmp) {
     if (!jn->lost)
       continue;
-    if (jn->lost_ms + grace > now) {
+    bool watch = jn->c->role != RDZV_ROLE_NODE && jn->c->peer_pid > 0;
+    bool gone = watch && process_gone(jn->c->peer_pid);
+    if (!gone && jn->lost_ms + grace > now) {
       uint64_t due = jn->lost_ms + grace - now;
+      if (watch && due > PID_CHECK_MS)
+        due = PID_CHECK_MS;
       next = next == 0 || due < next ? due : next;
       continue;
     }
-    if (!child_back(nj, jn->c, jn->c->name)) {
-      char who[300];
-      describe_who(jn, who, sizeof(who));
-      char why[700];
-      snprintf(why, sizeof(why), "node %s disconnected from node %s and did "
-               "not come back within --session-grace-ms %" PRIu64 "%s%s",
-               jn->c->name, nj->d->cfg.name, grace, who[0] ? ": " : "", who);
-      rdzv__log_event(nj->d, "round %s generation %" PRId64 ": %s",
-                      jn->round, jn->gen, why);
-      send_abort(nj, jn->round, jn->gen, 0, 0, why);
-    }
-    joined_free(nj, jn);
+    lost_expire(nj, jn, gone);
   }
   if (next > 0)
     uv_timer_start(t, on_lost_timer, next, 0);
@@ -584,42 +932,30 @@ void rdzv__node_conn_closed(struct node_job *nj, struct conn *c) {
   HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
   if (jn == NULL)
     return;
-  if (c->role == RDZV_ROLE_NODE && nj->d->cfg.session_grace_ms > 0) {
-    jn->lost = true;
-    jn->lost_ms = uv_now(nj->d->loop);
-    if (nj->lost_timer == NULL &&
-        (nj->lost_timer = malloc(sizeof(*nj->lost_timer))) != NULL) {
-      uv_timer_init(nj->d->loop, nj->lost_timer);
-      nj->lost_timer->data = nj;
-    }
-    if (nj->lost_timer != NULL) {
-      if (!uv_is_active((uv_handle_t *)nj->lost_timer))
-        uv_timer_start(nj->lost_timer, on_lost_timer,
-                       nj->d->cfg.session_grace_ms, 0);
-      return;
-    }
+  bool watch = c->role != RDZV_ROLE_NODE && c->peer_pid > 0;
+  bool gone = watch && process_gone(c->peer_pid);
+  uint32_t grace = nj->d->cfg.session_grace_ms;
+  jn->lost = true;
+  jn->lost_ms = uv_now(nj->d->loop);
+  if (grace > 0 && !gone && nj->lost_timer == NULL &&
+      (nj->lost_timer = malloc(sizeof(*nj->lost_timer))) != NULL) {
+    uv_timer_init(nj->d->loop, nj->lost_timer);
+    nj->lost_timer->data = nj;
   }
-  char why[320];
-  if (c->role == RDZV_ROLE_NODE)
-    snprintf(why, sizeof(why), "node %s disconnected from node %s", c->name,
-             nj->d->cfg.name);
-  else if (jn->rank >= 0)
-    snprintf(why, sizeof(why),
-             "rank %d (local rank %d, process %s) disconnected from node %s",
-             jn->rank, jn->local_rank, c->name, nj->d->cfg.name);
-  else
-    snprintf(why, sizeof(why), "a joining rank (process %s) disconnected "
-             "from node %s", c->name, nj->d->cfg.name);
-  rdzv__log_event(nj->d, "round %s generation %" PRId64 ": %s", jn->round,
-            jn->gen, why);
-  send_abort(nj, jn->round, jn->gen, 0, 0, why);
-  joined_free(nj, jn);
+  if (grace == 0 || gone || nj->lost_timer == NULL) {
+    lost_expire(nj, jn, gone);
+    return;
+  }
+  uint64_t want = watch && grace > PID_CHECK_MS ? PID_CHECK_MS : grace;
+  if (!uv_is_active((uv_handle_t *)nj->lost_timer) ||
+      uv_timer_get_due_in(nj->lost_timer) > want)
+    uv_timer_start(nj->lost_timer, on_lost_timer, want, 0);
 }
 
 static void on_jround_closed(uv_handle_t *h) {
   struct njround *jr = h->data;
   rdzv_buf_free(&jr->pending);
-  rdzv_buf_free(&jr->done_recs);
+  binds_clear(jr);
   free(jr);
 }
 
@@ -628,7 +964,7 @@ void rdzv__node_joins_leave(struct node_job *nj) {
   snprintf(why, sizeof(why), "node %s: the job ended", nj->d->cfg.name);
   struct njround *jr, *t;
   HASH_ITER(hh, nj->jrounds, jr, t)
-    send_abort(nj, jr->name, 0, 0, RDZV_F_LEAVE, why);
+    send_abort(nj, jr->name, 0, 0, RDZV_F_LEAVE, why, NULL, 0);
 }
 
 void rdzv__node_joins_lost(struct node_job *nj) {
@@ -666,15 +1002,29 @@ bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
 }
 
 /* The connection to the parent is up again after a loss (to the parent or
- * an ancestor): each round's completed members go up once more, so the
- * root binds them to this path (it answers with their assignments, which
- * nobody here waits for). */
+ * an ancestor): each round's completed members that are bound to a live
+ * connection here go up once more, so the root binds them to this path
+ * (it answers with their assignments, which nobody here waits for).
+ * Members of a lost connection are left to come back themselves: a node
+ * that was declared lost and returns must not claim members that have
+ * moved on. */
 void rdzv__node_joins_reconnected(struct node_job *nj) {
   struct njround *jr, *t;
   HASH_ITER(hh, nj->jrounds, jr, t) {
-    if (jr->ndone == 0 || jr->done_gen != jr->last_gen ||
+    if (jr->binds == NULL || jr->done_gen != jr->last_gen ||
         (jr->lost_gen != 0 && jr->done_gen <= jr->lost_gen))
       continue;
+    struct rdzv_buf recs = {0};
+    uint32_t n = 0;
+    struct cbind *b, *bt;
+    HASH_ITER(hh, jr->binds, b, bt)
+      if (b->jn != NULL && !b->jn->lost &&
+          rdzv_items_append(&recs, b->rec, b->rec_len) == 0)
+        n++;
+    if (n == 0) {
+      rdzv_buf_free(&recs);
+      continue;
+    }
     struct rdzv_slice params = {jr->params, sizeof(jr->params)};
     struct rdzv_slice name = {(const uint8_t *)jr->name,
                               (uint32_t)strlen(jr->name)};
@@ -684,14 +1034,15 @@ void rdzv__node_joins_reconnected(struct node_job *nj) {
     m.a = jr->done_gen; /* a re-bind of that generation's members only */
     m.keys.n = 1;
     m.keys.v = &name;
-    m.vals.n = jr->ndone;
-    m.vals.raw = jr->done_recs.data;
-    m.vals.raw_len = jr->done_recs.len;
+    m.vals.n = n;
+    m.vals.raw = recs.data;
+    m.vals.raw_len = recs.len;
     int rc = rdzv__upstream_send_split(nj->up, &m, &params, NULL, NULL);
     rdzv__log(nj->d, rc < 0 ? 0 : 2, "round %s generation %" PRId64
               ": %u members sent again after a reconnection%s%s", jr->name,
-              jr->done_gen, jr->ndone, rc < 0 ? ": " : "",
+              jr->done_gen, n, rc < 0 ? ": " : "",
               rc < 0 ? rdzv_strerror(rc) : "");
+    rdzv_buf_free(&recs);
   }
 }
 

@@ -305,8 +305,11 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
     /* A node's completed members of generation a, sent again after it
      * reconnected: bound to this path if that generation still stands,
      * never the start of a new one. */
-    if (r->state == ROUND_DONE && r->gen == m->a && answer_known(r, c, m))
+    if (r->state == ROUND_DONE && r->gen == m->a && answer_known(r, c, m)) {
+      if (c->role != RDZV_ROLE_NODE)
+        s->d->stats.sessions_resumed++; /* a rank that fell back to us */
       return;
+    }
     char text[200];
     snprintf(text, sizeof(text), "round %s generation %" PRId64 " is gone "
              "(now generation %" PRId64 ", %s): rejoin", r->name, m->a, r->gen,
@@ -333,6 +336,28 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
     uv_timer_start(&r->last_call, rdzv__round_on_last_call, r->params.last_call_ms, 0);
 }
 
+/* An abort that names its members (vals: u64 LE claims, from a node that
+ * lost them) while every one of them is bound to another live connection
+ * here: the word of a daemon that was itself declared lost. */
+static bool stale_abort(struct round *r, const struct conn *c,
+                        const struct rdzv_msg *m) {
+  struct rdzv_slice v;
+  size_t pos = 0;
+  while (rdzv_items_next(&m->vals, &pos, &v)) {
+    struct jmember *mb = NULL;
+    if (v.n != 8)
+      return false;
+    uint64_t claim = rdzv_load_u64le(v.p);
+    HASH_FIND(hh, r->by_claim, &claim, sizeof(claim), mb);
+    if (mb == NULL || mb->c == c || mb->c == NULL || !rdzv__conn_alive(mb->c))
+      return false;
+    struct contrib *ct = rdzv__round_contrib_find(r, mb->c);
+    if (ct != NULL && ct->lost)
+      return false;
+  }
+  return true;
+}
+
 void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg *m) {
   struct rdzv_slice name, why = {(const uint8_t *)"", 0};
   rdzv_items_get(&m->keys, 0, &name);
@@ -340,6 +365,23 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
   struct round *r = NULL;
   HASH_FIND(hh, s->rounds, name.p, name.n, r);
   int64_t gen = m->a != 0 ? m->a : (r ? r->gen : 0);
+  if (r != NULL && !(m->flags & RDZV_F_LEAVE) && gen == r->gen &&
+      r->state != ROUND_FAILED && m->vals.n > 0 && stale_abort(r, c, m)) {
+    char text[700];
+    s->d->stats.fenced++;
+    snprintf(text, sizeof(text), "root %s: an abort from %s about %u members "
+             "of round %s generation %" PRId64 " that are back on live "
+             "connections: stale, refused", s->d->cfg.name, c->name,
+             m->vals.n, r->name, r->gen);
+    rdzv__log_event(s->d, "%s", text);
+    struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+    struct rdzv_msg rep;
+    rdzv__reply_init(&rep, m, RDZV_EFENCED);
+    rep.keys.n = 1;
+    rep.keys.v = &t;
+    rdzv__conn_reply(c, &rep);
+    return;
+  }
   if (r != NULL && (m->flags & RDZV_F_LEAVE) && gen == r->gen) {
     struct jmember *mb = NULL;
     uint64_t claim = (uint64_t)m->b;
@@ -369,6 +411,10 @@ void rdzv__root_rounds_conn_closed(struct root_job *s, struct conn *c) {
     struct contrib *ct = rdzv__round_contrib_find(r, c);
     if (ct == NULL || ct->left || r->state == ROUND_FAILED)
       continue;
+    if (!rdzv__round_holds(r, ct)) {
+      ct->left = true; /* its members all came back another way */
+      continue;
+    }
     if (c->role == RDZV_ROLE_NODE && s->d->cfg.session_grace_ms > 0) {
       rdzv__round_node_lost(r, ct);
       continue;

@@ -128,49 +128,53 @@ static void pend_free_all(struct round *r) {
 
 /* ---- child nodes lost, and their members sent again ------------------------- */
 
-void rdzv__round_rebind(struct round *r, struct jmember *m, struct conn *c) {
+bool rdzv__round_rebind(struct round *r, struct jmember *m, struct conn *c) {
   if (m->c == c)
-    return;
+    return true;
+  if (c->role == RDZV_ROLE_NODE && m->c != NULL &&
+      m->c->role != RDZV_ROLE_NODE && rdzv__conn_alive(m->c)) {
+    /* The rank is here on its own live connection (it resumed its
+     * session): a node's re-send of it is stale. */
+    r->s->d->stats.fenced++;
+    return false;
+  }
   m->c = c;
   rdzv__round_contrib_add(r, c);
+  return true;
+}
+
+bool rdzv__round_holds(struct round *r, const struct contrib *ct) {
+  struct jmember *m, *t;
+  HASH_ITER(hh, r->by_claim, m, t)
+    if (m->c == ct->c && !m->left)
+      return true;
+  return false;
 }
 
 /* Names the members still bound to the lost connection of ct ("host h17
- * (ranks 136-143)", hosts in order of the first member met), at most n
- * bytes; returns how many there are. */
+ * (ranks 136-143)", see rdzv_members_describe), at most n bytes; returns
+ * how many there are. */
 static uint32_t describe_orphans(struct round *r, const struct contrib *ct,
                                  char *out, size_t n) {
   struct jmember *m, *t;
-  uint32_t count = 0;
-  size_t used = 0;
-  const uint8_t *host = NULL;
-  uint32_t hlen = 0;
-  int32_t lo = 0, hi = 0;
+  uint32_t count = 0, k = 0;
   out[0] = '\0';
-  HASH_ITER(hh, r->by_claim, m, t) {
-    if (m->c != ct->c || m->left)
-      continue;
-    count++;
-    int32_t rk = r->state == ROUND_DONE ? m->rank : m->j.rec.local_rank;
-    if (host != NULL && m->j.rec.host_len == hlen &&
-        memcmp(m->j.rec.host, host, hlen) == 0) {
-      lo = rk < lo ? rk : lo;
-      hi = rk > hi ? rk : hi;
-      continue;
-    }
-    if (host != NULL && used < n)
-      used += (size_t)snprintf(out + used, n - used, "%shost %.*s (%s %d-%d)",
-                               used ? ", " : "", (int)hlen, host,
-                               r->state == ROUND_DONE ? "ranks" : "local ranks",
-                               lo, hi);
-    host = m->j.rec.host;
-    hlen = m->j.rec.host_len;
-    lo = hi = rk;
-  }
-  if (host != NULL && used < n)
-    snprintf(out + used, n - used, "%shost %.*s (%s %d-%d)", used ? ", " : "",
-             (int)hlen, host, r->state == ROUND_DONE ? "ranks" : "local ranks",
-             lo, hi);
+  HASH_ITER(hh, r->by_claim, m, t)
+    if (m->c == ct->c && !m->left)
+      count++;
+  struct rdzv_member_name *names =
+      count > 0 ? malloc(count * sizeof(*names)) : NULL;
+  if (names == NULL)
+    return count;
+  HASH_ITER(hh, r->by_claim, m, t)
+    if (m->c == ct->c && !m->left)
+      names[k++] = (struct rdzv_member_name){
+          m->j.rec.host, m->j.rec.host_len,
+          r->state == ROUND_DONE ? m->rank : m->j.rec.local_rank};
+  rdzv_members_describe(names, k,
+                        r->state == ROUND_DONE ? "ranks" : "local ranks", out,
+                        n);
+  free(names);
   return count;
 }
 
@@ -199,9 +203,10 @@ static void on_grace(uv_timer_t *t) {
       continue;
     char why[512];
     snprintf(why, sizeof(why),
-             "generation %" PRId64 " aborted: node %s lost, and %u of its "
-             "members not back within --session-grace-ms %" PRIu64 ": %s",
-             r->gen, ct->c->name, n, grace, who);
+             "generation %" PRId64 " aborted: %s lost: node %s disconnected "
+             "from the root and %u of its members did not come back within "
+             "--session-grace-ms %" PRIu64, r->gen, who, ct->c->name, n,
+             grace);
     rdzv__round_fail(r, RDZV_EABORTED, why);
   }
   if (next > 0)

@@ -77,8 +77,12 @@ struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name)
  * abort the generation, naming their hosts and ranks. */
 void rdzv__round_node_lost(struct round *r, struct contrib *ct);
 /* Member m came again through connection c (a re-send after its subtree
- * reattached): it belongs to c from now on. */
-void rdzv__round_rebind(struct round *r, struct jmember *m, struct conn *c);
+ * reattached, or the rank resuming its session): it belongs to c from now
+ * on, unless c is a node and the rank is here on its own live connection
+ * (then the re-send is stale: counted as fenced, false returned). */
+bool rdzv__round_rebind(struct round *r, struct jmember *m, struct conn *c);
+/* Whether any member (not left) is bound to ct's connection. */
+bool rdzv__round_holds(struct round *r, const struct contrib *ct);
 /* Opens the next generation with params p (members, requesters and
  * contributing connections of the last one are dropped). */
 void rdzv__round_open(struct round *r, const struct rdzv_join_params *p);

@@ -1,6 +1,9 @@
 /* rdzvd transport: the listeners (TCP, and the Unix socket with the lock
  * that owns its path), accepting connections, and the address and port
  * file helpers. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* struct ucred */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -52,6 +55,15 @@ static void on_connection(uv_stream_t *server, int status) {
   if (server == (uv_stream_t *)&d->tcp_listen) {
     uv_tcp_nodelay(&c->h.tcp, 1);
     c->tcp = true;
+  } else {
+    /* Who is on the other end: a rank's node tells a dead process from
+     * a live one whose connection merely broke (sessions). */
+    uv_os_fd_t fd;
+    struct ucred cr;
+    socklen_t cl = sizeof(cr);
+    if (uv_fileno(&c->h.handle, &fd) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+      c->peer_pid = cr.pid;
   }
   if (d->nconns > d->cfg.max_connections) {
     d->stats.conns_rejected++;

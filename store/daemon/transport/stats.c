@@ -5,7 +5,8 @@
  *    "proto_errors", "cache_hits", "coalesced", "combined",
  *    "upstream_reconnects", "parent_restarts", "parent_silent",
  *    "children_silent", "split_frames", "resent", "reattached",
- *    "dedup_hits", "parent" (the address in use, nodes only),
+ *    "dedup_hits", "parent" (the address in use, nodes only), "fenced",
+ *    "sessions_resumed", "sessions_lost",
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,11 @@ char *rdzv__stats_json(const struct daemon *d) {
       (json_int_t)s->split_frames, "resent", (json_int_t)s->resent,
       "reattached", (json_int_t)s->reattached, "dedup_hits",
       (json_int_t)s->dedup_hits);
+  json_object_set_new(o, "fenced", json_integer((json_int_t)s->fenced));
+  json_object_set_new(o, "sessions_resumed",
+                      json_integer((json_int_t)s->sessions_resumed));
+  json_object_set_new(o, "sessions_lost",
+                      json_integer((json_int_t)s->sessions_lost));
   if (o == NULL) {
     json_decref(ops);
     return NULL;

@@ -56,6 +56,11 @@ struct stats {
   uint64_t resent;          /* requests sent again after a lost connection */
   uint64_t reattached;      /* connections made to an ancestor, not --parent */
   uint64_t dedup_hits;      /* root: re-sent mutations answered, not redone */
+  uint64_t fenced;          /* stale aborts and re-binds of a lost daemon
+                               refused (the members are bound elsewhere) */
+  uint64_t sessions_resumed; /* ranks' sessions resumed on a new connection */
+  uint64_t sessions_lost;    /* ranks' sessions that expired (or whose
+                                process was gone): generation aborted */
 };
 
 /* Returns the daemon's statistics as one JSON object (malloc'd text). */
@@ -97,6 +102,9 @@ struct conn {
   uint64_t last_check_ms; /* when the child check last ran */
   uint64_t check_every_ms; /* its interval */
   bool tcp;                /* accepted on the TCP listener */
+  /* The peer process of a Unix-socket connection (SO_PEERCRED at accept,
+   * in this daemon's pid namespace), 0 when unknown. Readable by roles. */
+  int peer_pid;
   uint32_t outstanding;
   uint32_t refs; /* the handle's own reference plus pending operations */
   bool decoding; /* inside decode_frames: c->in is being read */
