@@ -406,7 +406,7 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_STATS] = {0, 0, 0, 0},
     /* RDZV_MSG_ERROR is reply-only: its all-zero entry is never used. */
     [RDZV_MSG_JOIN] = {1, 1, 2, ANY},
-    [RDZV_MSG_ABORT] = {1, 2, 0, 0},
+    [RDZV_MSG_ABORT] = {1, 2, 0, ANY},
     [RDZV_MSG_COLL_STATUS] = {1, 2, 0, 0},
     [RDZV_MSG_PING] = {0, 0, 0, 0},
 };

@@ -132,7 +132,11 @@ enum rdzv_msg_type {
   RDZV_MSG_JOIN = 16,
   /* keys[0] = round name, keys[1] = reason (optional), a = generation.
    * Aborts that generation for every rank: pending joins and waits on its
-   * keys fail with RDZV_EABORTED and the reason. Reply: status. */
+   * keys fail with RDZV_EABORTED and the reason. vals (optional, from a
+   * node that lost them) = the claims (u64 LE) of the members the abort is
+   * about: a daemon that holds every one of them on another live
+   * connection refuses it as stale (RDZV_EFENCED). Flag LEAVE: b = the
+   * leaving rank's claim (0: a node whose job ended). Reply: status. */
   RDZV_MSG_ABORT = 17,
   /* Who is still missing from a barrier or gather (asked after a
    * deadline, to name them). keys[0] = collective name, a = its type

@@ -267,15 +267,18 @@ static void test_interior_node_dies_during_join(void **state) {
   assert_true(r1 > 0);
   /* Until mid has passed the join on (the root received it). */
   assert_true(stats_reach(root_tcp, "ops.join.received", 1) >= 1);
+  /* The host goes: its node and its rank (a rank alone would go on
+   * through the node's parent: sessions, see session_test). */
+  kill(r1, SIGKILL);
   kill(leaf.pid, SIGKILL);
   int st;
   waitpid(leaf.pid, &st, 0);
-  leaf.pid = 0;
-  /* mid tells the root at once (an ABORT naming the dead node), well
-   * before the round's own deadline (20 s) would fail it. */
-  assert_true(stats_reach(root_tcp, "ops.abort.received", 1) >= 1);
-  kill(r1, SIGKILL); /* cut off with its node */
   waitpid(r1, &st, 0);
+  leaf.pid = 0;
+  /* mid tells the root when the leaf's --session-grace-ms has passed (an
+   * ABORT naming the lost node and host), before the round's own
+   * deadline (20 s) would fail it. */
+  assert_true(stats_reach(root_tcp, "ops.abort.received", 1) >= 1);
   close(r1res[0]);
   close(r1res[1]);
   /* Two ranks launched through mid, on other hosts than the dead one (so
