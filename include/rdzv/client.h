@@ -54,7 +54,9 @@ struct rdzv_client_opts {
    * requests it holds fail with RDZV_ESILENT (last_error names the
    * address) and the connection is opened again. Defaults 1 and 5;
    * liveness_timeout_s must exceed heartbeat_s; liveness_timeout_s INFINITY
-   * turns both off. */
+   * turns both off. A daemon whose own liveness timeout (its hello reply,
+   * --liveness-timeout-ms) is shorter imposes it on the connection, with
+   * a heartbeat of at most a quarter of it. */
   double heartbeat_s;
   double liveness_timeout_s;
 };

@@ -172,6 +172,8 @@ static int opts_check(const struct rdzv_client_opts *o, struct rdzv_client *c) {
     return -EINVAL;
   c->heartbeat_ns = (int64_t)(hb * 1e9);
   c->liveness_ns = isinf(live) ? RDZV__NO_DEADLINE : (int64_t)(live * 1e9);
+  c->heartbeat_cfg_ns = c->heartbeat_ns;
+  c->liveness_cfg_ns = c->liveness_ns;
   return 0;
 }
 

@@ -437,8 +437,33 @@ static void fallbacks_take(struct rdzv_client *c, const struct rdzv_msg *m) {
   }
 }
 
+/* The hello reply's keys[0]: the daemon's own liveness timeout (ms, u32
+ * LE). A shorter one than ours is taken for this connection (with a
+ * heartbeat of at most a quarter of it): a rank must notice a stopped
+ * node as soon as the node's parent does, so that its session is resumed
+ * elsewhere within the parent's --session-grace-ms. */
+static void liveness_take(struct rdzv_client *c, const struct rdzv_msg *m) {
+  struct rdzv_slice k;
+  int64_t ns;
+
+  c->heartbeat_ns = c->heartbeat_cfg_ns;
+  c->liveness_ns = c->liveness_cfg_ns;
+  if (c->liveness_cfg_ns == RDZV__NO_DEADLINE ||
+      rdzv_items_get(&m->keys, 0, &k) < 0 || k.n != 4)
+    return;
+  ns = (int64_t)((uint32_t)k.p[0] | (uint32_t)k.p[1] << 8 |
+                 (uint32_t)k.p[2] << 16 | (uint32_t)k.p[3] << 24) *
+       1000000;
+  if (ns <= 0 || ns >= c->liveness_ns)
+    return;
+  c->liveness_ns = ns;
+  if (c->heartbeat_ns > ns / 4)
+    c->heartbeat_ns = ns / 4 > 0 ? ns / 4 : 1;
+}
+
 static void hello_accepted(struct rdzv_client *c, const struct rdzv_msg *m) {
   fallbacks_take(c, m);
+  liveness_take(c, m);
   if (c->resume != NULL && c->lost_once &&
       c->resume->where == RDZV__REQ_DETACHED) {
     c->resume->where = RDZV__REQ_QUEUED;

@@ -120,6 +120,10 @@ struct rdzv_client {
   double attempt_timeout;
   int64_t heartbeat_ns;
   int64_t liveness_ns; /* RDZV__NO_DEADLINE: no heartbeats */
+  /* As configured; the two above may be shorter on a connection to a
+   * daemon whose own liveness timeout (hello reply) is shorter. */
+  int64_t heartbeat_cfg_ns;
+  int64_t liveness_cfg_ns;
 
   /* Connection. */
   struct sockaddr_storage ai[RDZV__MAX_ADDRS];

@@ -1001,6 +1001,38 @@ bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
   return true;
 }
 
+/* Every join still waiting for its assignment here goes up again in one
+ * request (it supersedes the older ones at the parent): the lost parent
+ * may have held some of them under a request of ours it had already
+ * answered "superseded", which is not in flight any more. */
+static void pending_resend(struct njround *jr) {
+  if (jr->claims == NULL || jr->max_size == 0)
+    return;
+  struct rdzv_buf recs = {0};
+  uint32_t n = 0;
+  struct claimref *cr, *ct;
+  HASH_ITER(hh, jr->claims, cr, ct)
+    if (cr->rec != NULL && rdzv_items_append(&recs, cr->rec, cr->rec_len) == 0)
+      n++;
+  if (n > 0) {
+    struct rdzv_slice params = {jr->params, sizeof(jr->params)};
+    struct rdzv_slice name = {(const uint8_t *)jr->name,
+                              (uint32_t)strlen(jr->name)};
+    struct rdzv_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = RDZV_MSG_JOIN;
+    m.keys.n = 1;
+    m.keys.v = &name;
+    m.vals.n = n;
+    m.vals.raw = recs.data;
+    m.vals.raw_len = recs.len;
+    rdzv__upstream_send_split(jr->nj->up, &m, &params, on_join_reply, jr);
+    rdzv__log(jr->nj->d, 2, "round %s: %u pending joins sent again after a "
+              "reconnection", jr->name, n);
+  }
+  rdzv_buf_free(&recs);
+}
+
 /* The connection to the parent is up again after a loss (to the parent or
  * an ancestor): each round's completed members that are bound to a live
  * connection here go up once more, so the root binds them to this path
@@ -1011,6 +1043,7 @@ bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
 void rdzv__node_joins_reconnected(struct node_job *nj) {
   struct njround *jr, *t;
   HASH_ITER(hh, nj->jrounds, jr, t) {
+    pending_resend(jr);
     if (jr->binds == NULL || jr->done_gen != jr->last_gen ||
         (jr->lost_gen != 0 && jr->done_gen <= jr->lost_gen))
       continue;
