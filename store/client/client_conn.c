@@ -663,6 +663,13 @@ static void pump(struct rdzv_client *c, int64_t now) {
     }
     rdzv__list_remove(&c->queue, r);
     r->where = RDZV__REQ_SENT;
+    if (c->sent.n == 0) {
+      /* Silence while nothing was asked is no sign of a stopped daemon
+       * (nor is a caller that did not drive us): the liveness clock
+       * starts with the first request in flight. */
+      c->last_rx = now;
+      c->last_ping = now;
+    }
     rdzv__list_push_back(&c->sent, r);
     c->out_total += r->frame.len;
     r->end_off = c->out_total;
@@ -730,6 +737,17 @@ static void conn_io(struct rdzv_client *c, int64_t now) {
 }
 
 void rdzv__conn_step(struct rdzv_client *c, int64_t now) {
+  if (c->state == RDZV__CS_READY && c->last_step != 0 &&
+      c->liveness_ns != RDZV__NO_DEADLINE &&
+      now - c->last_step > c->liveness_ns / 2) {
+    /* The caller did not drive us for half the liveness timeout (our own
+     * poll loop wakes at every heartbeat), so pings did not go out: the
+     * daemon's silence meanwhile proves nothing. The clock restarts, a
+     * ping due now. */
+    c->last_rx = now - c->heartbeat_ns;
+    c->last_ping = c->last_rx;
+  }
+  c->last_step = now;
   switch (c->state) {
   case RDZV__CS_IDLE:
     if (rdzv__conn_wanted(c))

@@ -141,6 +141,7 @@ struct rdzv_client {
   uint64_t sent_total; /* bytes handed to the kernel on this connection */
   int64_t last_rx;     /* ns: bytes last came from the daemon (or READY) */
   int64_t last_ping;   /* ns: the last PING was queued */
+  int64_t last_step;   /* ns: the core last ran (rdzv__conn_step) */
 
   /* Requests. */
   uint32_t next_id;

@@ -119,7 +119,7 @@ static void *rank_main(void *arg) {
     rp.world = rdzv_rendezvous_world_size(r);
     rp.gen = rdzv_rendezvous_generation(r);
   }
-  snprintf(rp.text, sizeof(rp.text), "%s", err);
+  snprintf(rp.text, sizeof(rp.text), "%.200s", err);
   send_report(h, &rp);
   for (int done = 0; r != NULL;) {
     pthread_mutex_lock(&h->mu);
@@ -137,7 +137,7 @@ static void *rank_main(void *arg) {
       char name[32];
       snprintf(name, sizeof(name), "b%d", seq);
       rp.status = rdzv_rendezvous_barrier(r, name, 30);
-      snprintf(rp.text, sizeof(rp.text), "%s", rdzv_rendezvous_last_error(r));
+      snprintf(rp.text, sizeof(rp.text), "%.200s", rdzv_rendezvous_last_error(r));
     } else if (cmd == 'a') {
       /* Sequential adds, each acknowledged or not: the counter at the root
        * must equal the acknowledged ones. */
@@ -151,7 +151,7 @@ static void *rank_main(void *arg) {
         else
           rp.status = st;
       }
-      snprintf(rp.text, sizeof(rp.text), "%s", rdzv_client_last_error(c));
+      snprintf(rp.text, sizeof(rp.text), "%.200s", rdzv_client_last_error(c));
     }
     send_report(h, &rp);
   }
