@@ -43,10 +43,13 @@ static void usage_to(FILE *f) {
       "usage: rdzv-bench --ranks N[,N...] [--ranks-per-host R] [--fanout F]\n"
       "       [--mode tree|flat|both] [--json FILE] [--plot FILE.png]\n"
       "       [--transport auto|sockets|inproc] [--sockets-max N]\n"
-      "       [--rtt-us US] [--flush-ms MS] [--timeout S]\n"
+      "       [--rtt-us US] [--flush-ms MS] [--timeout S] [--idle-s S]\n"
       "defaults: --ranks 1000,10000,100000 --ranks-per-host 8 --fanout 16\n"
       "  --mode both --transport auto (sockets up to --sockets-max 20000\n"
-      "  ranks, in-process rank hop above) --rtt-us 50 --flush-ms 2\n");
+      "  ranks, in-process rank hop above) --rtt-us 50 --flush-ms 2\n"
+      "  --idle-s 0 (else: after each run, S seconds with every rank done\n"
+      "  and connected, reporting the root's and the busiest node's frames\n"
+      "  per second: the heartbeat cost)\n");
 }
 
 static void usage(void) { usage_to(stderr); }
@@ -205,7 +208,13 @@ struct result {
   double wall_s, p50_s, p99_s, cpu_s, projection_s, rtt_us;
   int64_t root_msgs, root_bytes, max_node_msgs, max_node_bytes;
   int64_t root_rss, node_rss, all_msgs;
+  /* Frames per second while every rank is done and connected (heartbeats):
+   * at the root and at the busiest node, over --idle-s; -1: not measured. */
+  double idle_root_per_s, idle_node_per_s;
 };
+
+/* --idle-s: how long to measure the idle traffic after each run (0: not). */
+static double idle_s;
 
 static int64_t jint(json_t *j, const char *k) {
   return (int64_t)json_integer_value(json_object_get(j, k));
@@ -302,6 +311,31 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
     if (expect(&rn->ch[i], "stats ", line, sizeof(line)) == 0)
       rn->ch[i].stats = json_loads(line + 6, 0, NULL);
   }
+  /* The idle cost: with every rank done and still connected, the tree
+   * only keeps itself alive (heartbeats). */
+  r->idle_root_per_s = r->idle_node_per_s = -1;
+  if (rc == 0 && idle_s > 0) {
+    usleep((useconds_t)(idle_s * 1e6));
+    int64_t root_d = 0, node_d = 0;
+    for (int i = 0; i < rn->n; i++) {
+      if (rn->ch[i].holds_ranks && !rn->o.inproc)
+        continue;
+      fprintf(rn->ch[i].in, "stats\n");
+      fflush(rn->ch[i].in);
+      if (expect(&rn->ch[i], "stats ", line, sizeof(line)) != 0)
+        continue;
+      json_t *j = json_loads(line + 6, 0, NULL);
+      if (rn->ch[i].is_root)
+        root_d = jint(j, "root_delta");
+      if (jint(j, "max_node_delta") > node_d)
+        node_d = jint(j, "max_node_delta");
+      json_decref(j);
+    }
+    /* The frames of the first "stats" exchange itself count one way or
+     * the other: a few, against thousands. */
+    r->idle_root_per_s = (double)root_d / idle_s;
+    r->idle_node_per_s = (double)node_d / idle_s;
+  }
   tell(rn, 1, "exit"); /* drivers disconnect */
   tell(rn, 0, "exit");
   wait_children(rn);
@@ -343,6 +377,18 @@ static json_t *result_json(const struct result *r) {
       r->projection_s, "projection_rtt_us", r->rtt_us);
 }
 
+/* result_json and, when measured, the idle frame rates. */
+static json_t *result_json_all(const struct result *r) {
+  json_t *j = result_json(r);
+  if (r->idle_root_per_s >= 0) {
+    json_object_set_new(j, "idle_root_frames_per_s",
+                        json_real(r->idle_root_per_s));
+    json_object_set_new(j, "idle_max_node_frames_per_s",
+                        json_real(r->idle_node_per_s));
+  }
+  return j;
+}
+
 static void print_row(const struct result *r) {
   printf("%-4s %7" PRId64 " ranks %6" PRId64 " hosts %-10s wall %7.3f s  "
          "p50 %7.3f  p99 %7.3f  root msgs %9" PRId64 "  busiest node %7" PRId64
@@ -350,6 +396,9 @@ static void print_row(const struct result *r) {
          r->mode, r->ranks, r->hosts, r->transport, r->wall_s, r->p50_s,
          r->p99_s, r->root_msgs, r->max_node_msgs,
          (double)r->root_rss / 1048576.0, r->failed, r->projection_s);
+  if (r->idle_root_per_s >= 0)
+    printf("     idle (ranks done, connected): root %.1f frames/s, busiest "
+           "node %.1f frames/s\n", r->idle_root_per_s, r->idle_node_per_s);
   fflush(stdout);
 }
 
@@ -485,6 +534,8 @@ int main(int argc, char **argv) {
       o.flush_ms = f >= 0 && f <= 10000 ? (uint32_t)f : UINT32_MAX;
     } else if (strcmp(k, "--timeout") == 0) {
       o.timeout_s = strtod(v, &end);
+    } else if (strcmp(k, "--idle-s") == 0) {
+      idle_s = strtod(v, &end);
     } else {
       fprintf(stderr, "rdzv-bench: unknown option %s\n", k);
       usage();
@@ -496,6 +547,7 @@ int main(int argc, char **argv) {
     if ((end != NULL && *end != '\0') || nn < 1 || modes == 0 ||
         o.ranks_per_host < 1 || o.fanout < 1 || bad_transport ||
         o.flush_ms == UINT32_MAX || !(o.timeout_s > 0) || !(rtt_us >= 0) ||
+        !(idle_s >= 0 && idle_s <= 3600) ||
         sockets_max < 1) {
       fprintf(stderr, "rdzv-bench: bad value '%s' for %s\n", v, k);
       usage();
@@ -536,7 +588,7 @@ int main(int argc, char **argv) {
         continue;
       int rc = run_one(&o, ns[i], m == 0, t, rtt_us, &rs[nr]);
       print_row(&rs[nr]);
-      json_array_append_new(all, result_json(&rs[nr]));
+      json_array_append_new(all, result_json_all(&rs[nr]));
       bad |= rc != 0 || rs[nr].failed != 0;
       nr++;
     }

@@ -9,6 +9,7 @@
  *   <- "exit"            stop and exit */
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ struct serve {
   struct queued *q; /* replies waiting for their ranks */
   size_t qn, qcap;
   uv_idle_t idle;
+  int64_t *last_msgs; /* each daemon's frames at the previous "stats" */
 };
 
 /* A reply waiting for its rank: the fields the rank looks at, copied
@@ -212,7 +214,12 @@ static int start_ranks(struct serve *sv) {
 
 static void print_stats(struct serve *sv) {
   int64_t max_msgs = 0, max_bytes = 0, sum_msgs = 0, root_msgs = 0,
-          root_bytes = 0;
+          root_bytes = 0, root_delta = 0, max_delta = 0;
+  /* Frames since the previous "stats" (the idle heartbeat traffic when
+   * the ranks are done): at the root, and at the busiest node. */
+  bool have_last = sv->last_msgs != NULL;
+  if (!have_last)
+    sv->last_msgs = calloc((size_t)sv->nd, sizeof(*sv->last_msgs));
   for (int i = 0; i < sv->nd; i++) {
     char *js = rdzv_daemon_stats_json(sv->d[i]);
     json_t *j = json_loads(js, 0, NULL);
@@ -224,10 +231,15 @@ static void print_stats(struct serve *sv) {
                         json_object_get(j, "bytes"), "in")) +
                     json_integer_value(json_object_get(
                         json_object_get(j, "bytes"), "out"));
+    int64_t delta = have_last ? msgs - sv->last_msgs[i] : 0;
+    if (sv->last_msgs != NULL)
+      sv->last_msgs[i] = msgs;
     if (sv->o->root && i == 0) {
       root_msgs = msgs;
       root_bytes = bytes;
+      root_delta = delta;
     } else {
+      max_delta = delta > max_delta ? delta : max_delta;
       sum_msgs += msgs;
       if (msgs > max_msgs) {
         max_msgs = msgs;
@@ -244,9 +256,11 @@ static void print_stats(struct serve *sv) {
   printf("stats {\"root\":%d,\"root_msgs\":%" PRId64 ",\"root_bytes\":%" PRId64
          ",\"max_node_msgs\":%" PRId64 ",\"max_node_bytes\":%" PRId64
          ",\"node_msgs\":%" PRId64 ",\"nodes\":%d,\"rss\":%" PRId64
-         ",\"cpu_s\":%.3f}\n",
+         ",\"cpu_s\":%.3f,\"root_delta\":%" PRId64
+         ",\"max_node_delta\":%" PRId64 "}\n",
          sv->o->root, root_msgs, root_bytes, max_msgs, max_bytes, sum_msgs,
-         sv->nd - (sv->o->root ? 1 : 0), bench_peak_rss(), cpu);
+         sv->nd - (sv->o->root ? 1 : 0), bench_peak_rss(), cpu, root_delta,
+         max_delta);
   fflush(stdout);
 }
 
