@@ -323,6 +323,73 @@ static void test_bad_round_name_at_node(void **state) {
   assert_int_equal(proc_stop(&node), 0);
 }
 
+/* One add message that carries a part twice (a rank sent it again
+ * through another path, and both copies met in one node's combined add):
+ * applied once, both copies answered alike. */
+static void test_duplicate_part_applied_once(void **state) {
+  (void)state;
+  int fd = raw_connect();
+  send_hello(fd, "dup-job");
+  uint8_t parts[2][16];
+  for (int i = 0; i < 2; i++) {
+    rdzv_store_u64le(parts[i], 0x1234567890abcdefull);
+    rdzv_store_u64le(parts[i] + 8, 1);
+  }
+  struct rdzv_slice k = {(const uint8_t *)"dup", 3};
+  struct rdzv_slice v[2] = {{parts[0], 16}, {parts[1], 16}};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_ADD;
+  m.flags = RDZV_F_OPID;
+  m.req_id = 2;
+  m.keys.n = 1;
+  m.keys.v = &k;
+  m.vals.n = 2;
+  m.vals.v = v;
+  encode_send(fd, &m);
+  close(fd);
+  rdzv_client_t *c = client(root_addr, "dup-job");
+  void *val = NULL;
+  size_t n = 0;
+  for (int i = 0; i < 300 && rdzv_store_get(c, "dup", &val, &n, 5) != 0; i++)
+    usleep(10 * 1000);
+  assert_non_null(val);
+  assert_int_equal(n, 1);
+  assert_memory_equal(val, "1", 1);
+  rdzv_free(val);
+  rdzv_client_destroy(c);
+}
+
+/* A re-send (JOIN with a generation) whose only record is unreadable is
+ * refused by the node itself: the root would drop the node's connection
+ * for a join without records. */
+static void test_unreadable_resend_at_node(void **state) {
+  (void)state;
+  struct proc node;
+  char tcp[64], naddr[160];
+  const char *extra[] = {NULL};
+  assert_int_equal(daemon_start(&node, dir, "jnode", root_addr, extra, tcp), 0);
+  daemon_unix_addr(dir, "jnode", naddr, sizeof(naddr));
+  rdzv_client_t *b = client(naddr, "resend-job");
+  assert_int_equal(rdzv_store_set(b, "warm", "1", 1, 0, 30), 0);
+  uint8_t params[RDZV_JOIN_PARAMS_BYTES];
+  struct rdzv_join_params jp = {.min_size = 2, .max_size = 2,
+                                .timeout_ms = 10000};
+  rdzv_join_params_encode(&jp, params);
+  struct rdzv_bytes jk = {"world", 5};
+  struct rdzv_bytes jv[2] = {{params, sizeof(params)}, {"rec", 3}};
+  struct rdzv_request jr = {.op = RDZV_OP_JOIN, .a = 1, .nkeys = 1,
+                            .keys = &jk, .nvals = 2, .vals = jv};
+  struct rec j = {0};
+  assert_int_equal(rdzv_client_submit(b, &jr, 30, on_rec, &j), 0);
+  assert_int_equal(rdzv_client_run(b, 30), 0);
+  assert_true(j.done);
+  assert_int_equal(j.status, RDZV_EPROTO);
+  assert_int_equal(stats_at(naddr, "upstream_reconnects"), 0);
+  rdzv_client_destroy(b);
+  assert_int_equal(proc_stop(&node), 0);
+}
+
 static void test_key_too_long(void **state) {
   (void)state;
   rdzv_client_t *c = client(root_addr, "bad-job");
@@ -485,6 +552,8 @@ int main(void) {
       cmocka_unit_test(test_hang_up_with_requests_in_flight),
       cmocka_unit_test(test_wait_deadline_names_keys),
       cmocka_unit_test(test_node_before_parent),
+      cmocka_unit_test(test_duplicate_part_applied_once),
+      cmocka_unit_test(test_unreadable_resend_at_node),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -26,7 +26,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,9 +35,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hosts.h"
 #include "proc.h"
 #include "rdzv/rdzv.h"
 #include "rdzv/rendezvous.h"
+#include "rendezvous/join_wire.h"
 
 static const char *const beat[] = {"--heartbeat-ms=100",
                                    "--liveness-timeout-ms=800",
@@ -53,204 +54,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* ---- a host: one process, a thread per rank ------------------------------- */
-
-/* What a rank reports (one write, atomic on a pipe). */
-struct report {
-  int32_t host, local_rank, rank, world;
-  int64_t gen;
-  int32_t cmd;    /* 0: the join; else the command byte answered */
-  int32_t status; /* the join's or the command's */
-  int32_t count;  /* 'a': adds acknowledged */
-  char text[220]; /* last error */
-};
-
-struct hostproc {
-  pid_t pid;
-  int cmd_w; /* commands to the host (one byte each) */
-  int res_r; /* reports from its ranks */
-};
-
-struct hostctx {
-  const char *addr, *job;
-  char host[32];
-  int host_idx, nranks, world, res_w;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int seq;
-  char cmds[64];
-};
-
-struct rankctx {
-  struct hostctx *h;
-  int local_rank;
-};
-
-static void send_report(struct hostctx *h, struct report *rp) {
-  if (write(h->res_w, rp, sizeof(*rp)) != sizeof(*rp))
-    _exit(3);
-}
-
-static void *rank_main(void *arg) {
-  struct rankctx *rc = arg;
-  struct hostctx *h = rc->h;
-  struct rdzv_rendezvous_opts o;
-  rdzv_rendezvous_opts_init(&o);
-  o.addr = h->addr;
-  o.job_id = h->job;
-  o.round = "world";
-  o.host = h->host;
-  o.local_rank = rc->local_rank;
-  o.local_size = h->nranks;
-  o.world_size = h->world;
-  o.timeout_s = 60;
-  o.topology = "gpu=test\n";
-  rdzv_rendezvous_t *r = NULL;
-  char err[512] = "";
-  struct report rp;
-  memset(&rp, 0, sizeof(rp));
-  rp.host = h->host_idx;
-  rp.local_rank = rc->local_rank;
-  rp.status = rdzv_rendezvous_join(&o, &r, err, sizeof(err));
-  if (rp.status == 0) {
-    rp.rank = rdzv_rendezvous_rank(r);
-    rp.world = rdzv_rendezvous_world_size(r);
-    rp.gen = rdzv_rendezvous_generation(r);
-  }
-  snprintf(rp.text, sizeof(rp.text), "%.200s", err);
-  send_report(h, &rp);
-  for (int done = 0; r != NULL;) {
-    pthread_mutex_lock(&h->mu);
-    while (h->seq == done)
-      pthread_cond_wait(&h->cv, &h->mu);
-    char cmd = h->cmds[done % (int)sizeof(h->cmds)];
-    int seq = ++done;
-    pthread_mutex_unlock(&h->mu);
-    rp.cmd = cmd;
-    rp.count = 0;
-    rp.text[0] = '\0';
-    if (cmd == 'q')
-      break;
-    if (cmd == 'b') {
-      char name[32];
-      snprintf(name, sizeof(name), "b%d", seq);
-      rp.status = rdzv_rendezvous_barrier(r, name, 30);
-      snprintf(rp.text, sizeof(rp.text), "%.200s", rdzv_rendezvous_last_error(r));
-    } else if (cmd == 'a') {
-      /* Sequential adds, each acknowledged or not: the counter at the root
-       * must equal the acknowledged ones. */
-      rdzv_client_t *c = rdzv_rendezvous_client(r);
-      rp.status = 0;
-      for (int i = 0; i < 100; i++) {
-        int64_t v;
-        int st = rdzv_store_add(c, "ctr", 1, &v, 30);
-        if (st == 0)
-          rp.count++;
-        else
-          rp.status = st;
-      }
-      snprintf(rp.text, sizeof(rp.text), "%.200s", rdzv_client_last_error(c));
-    }
-    send_report(h, &rp);
-  }
-  rdzv_rendezvous_destroy(r);
-  return NULL;
-}
-
-/* Forks host number idx ("h<idx>" unless name is given) with n ranks
- * joining world through addr. */
-static struct hostproc host_start(const char *addr, const char *job,
-                                  const char *name, int idx, int n,
-                                  int world) {
-  int cmd[2], res[2];
-  struct hostproc hp = {0, -1, -1};
-  assert_int_equal(pipe(cmd), 0);
-  assert_int_equal(pipe(res), 0);
-  hp.pid = fork();
-  assert_true(hp.pid >= 0);
-  if (hp.pid > 0) {
-    close(cmd[0]);
-    close(res[1]);
-    hp.cmd_w = cmd[1];
-    hp.res_r = res[0];
-    return hp;
-  }
-  /* Only these two: another host's pipe ends held here would keep that
-   * host from seeing its end. */
-  for (int fd = 3; fd < 1024; fd++)
-    if (fd != cmd[0] && fd != res[1])
-      close(fd);
-  static struct hostctx h;
-  memset(&h, 0, sizeof(h));
-  h.addr = addr;
-  h.job = job;
-  if (name != NULL)
-    snprintf(h.host, sizeof(h.host), "%s", name);
-  else
-    snprintf(h.host, sizeof(h.host), "h%d", idx);
-  h.host_idx = idx;
-  h.nranks = n;
-  h.world = world;
-  h.res_w = res[1];
-  pthread_mutex_init(&h.mu, NULL);
-  pthread_cond_init(&h.cv, NULL);
-  pthread_t *th = calloc((size_t)n, sizeof(*th));
-  struct rankctx *rc = calloc((size_t)n, sizeof(*rc));
-  for (int i = 0; i < n; i++) {
-    rc[i] = (struct rankctx){&h, i};
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setstacksize(&at, 256 << 10);
-    if (pthread_create(&th[i], &at, rank_main, &rc[i]) != 0)
-      _exit(4);
-  }
-  char b;
-  while (read(cmd[0], &b, 1) == 1) {
-    pthread_mutex_lock(&h.mu);
-    h.cmds[h.seq % (int)sizeof(h.cmds)] = b;
-    h.seq++;
-    pthread_cond_broadcast(&h.cv);
-    pthread_mutex_unlock(&h.mu);
-  }
-  /* The test closed the pipe: every rank that is still here quits. */
-  pthread_mutex_lock(&h.mu);
-  h.cmds[h.seq % (int)sizeof(h.cmds)] = 'q';
-  h.seq++;
-  pthread_cond_broadcast(&h.cv);
-  pthread_mutex_unlock(&h.mu);
-  for (int i = 0; i < n; i++)
-    pthread_join(th[i], NULL);
-  _exit(0);
-}
-
-static void host_cmd(struct hostproc *hp, char c) {
-  assert_int_equal(write(hp->cmd_w, &c, 1), 1);
-}
-
-static void host_read(struct hostproc *hp, struct report *rp) {
-  size_t got = 0;
-  while (got < sizeof(*rp)) {
-    ssize_t n = read(hp->res_r, (char *)rp + got, sizeof(*rp) - got);
-    assert_true(n > 0);
-    got += (size_t)n;
-  }
-}
-
-/* Ends the host: clean quit, then waits; returns its exit status. */
-static int host_end(struct hostproc *hp) {
-  close(hp->cmd_w);
-  int st = proc_wait(&(struct proc){hp->pid, -1});
-  close(hp->res_r);
-  return st;
-}
-
-static void host_kill(struct hostproc *hp) {
-  kill(hp->pid, SIGKILL);
-  proc_wait(&(struct proc){hp->pid, -1});
-  close(hp->cmd_w);
-  close(hp->res_r);
 }
 
 /* ---- the small tree ---------------------------------------------------------- */
@@ -333,7 +136,13 @@ static void barrier_all(struct hostproc *ha, struct hostproc *hb, int want,
   }
 }
 
-static int64_t counter_at_root(const char *job) {
+static void on_status(rdzv_client_t *c, const struct rdzv_result *res,
+                      void *arg) {
+  (void)c;
+  *(int *)arg = res->status;
+}
+
+static int64_t counter_at_root(const char *job, const char *key) {
   rdzv_client_t *c = NULL;
   struct rdzv_client_opts o;
   rdzv_client_opts_init(&o);
@@ -343,7 +152,7 @@ static int64_t counter_at_root(const char *job) {
   void *v = NULL;
   size_t n = 0;
   int64_t out = -1;
-  if (rdzv_store_get(c, "ctr", &v, &n, 10) == 0) {
+  if (rdzv_store_get(c, key, &v, &n, 10) == 0) {
     char buf[32];
     snprintf(buf, sizeof(buf), "%.*s", (int)n, (const char *)v);
     out = strtoll(buf, NULL, 10);
@@ -379,7 +188,7 @@ static void test_node_killed_ranks_resume(void **state) {
   assert_true(stats_reach(mid_tcp, "sessions_resumed", 2) >= 2);
   double t_resumed = now_s() - t0;
   assert_int_equal(acked, 400);
-  assert_int_equal(counter_at_root("resume"), acked);
+  assert_int_equal(counter_at_root("resume", "ctr"), acked);
   barrier_all(&ha, &hb, 0, NULL);
   printf("node killed: its 2 ranks resumed through its parent within "
          "%.3f s; 400 adds across the kill, counter %lld\n",
@@ -447,6 +256,91 @@ static void test_stopped_node_fenced(void **state) {
          "stop (its ranks through its parent); the node's stale aborts "
          "were fenced\n", t_barrier);
   assert_int_equal(host_end(&ha), 0);
+  assert_int_equal(host_end(&hb), 0);
+}
+
+/* A JOIN of a generation the node has not seen (a bogus or stale
+ * re-send) changes nothing of its sessions: the root refuses it, and a
+ * rank dying afterwards is still noticed at once. */
+static void test_bogus_resume_changes_nothing(void **state) {
+  (void)state;
+  struct hostproc ha, hb;
+  join_two_hosts("bogus", &ha, &hb);
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = b_addr;
+  o.job_id = "bogus";
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  uint8_t params[RDZV_JOIN_PARAMS_BYTES];
+  struct rdzv_join_params jp = {.min_size = 4, .max_size = 4,
+                                .timeout_ms = 10000};
+  rdzv_join_params_encode(&jp, params);
+  struct rdzv_join_full j = {
+      .rec = {.host = (const uint8_t *)"hostZ", .host_len = 5, .claim = 77},
+      .local_size = 1};
+  uint8_t rec[256];
+  assert_true(rdzv_join_rec_size(&j) <= sizeof(rec));
+  assert_int_equal(rdzv_join_rec_encode(&j, rec), 0);
+  struct rdzv_bytes key = {"world", 5};
+  struct rdzv_bytes vals[2] = {{params, sizeof(params)},
+                               {rec, rdzv_join_rec_size(&j)}};
+  struct rdzv_request req = {.op = RDZV_OP_JOIN, .a = 99, .nkeys = 1,
+                             .keys = &key, .nvals = 2, .vals = vals};
+  int st = 1;
+  assert_int_equal(rdzv_client_submit(c, &req, 10, on_status, &st), 0);
+  assert_int_equal(rdzv_client_run(c, 20), 0);
+  assert_int_equal(st, RDZV_EABORTED);
+  rdzv_client_destroy(c);
+  double t0 = now_s();
+  host_kill(&hb);
+  host_cmd(&ha, 'b');
+  for (int i = 0; i < 2; i++) {
+    struct report rp;
+    host_read(&ha, &rp);
+    if (rp.status != RDZV_EABORTED ||
+        strstr(rp.text, "the process exited") == NULL)
+      fail_msg("after a bogus re-send, a dead host went unnoticed: %s (%s)",
+               rdzv_strerror(rp.status), rp.text);
+  }
+  printf("rank processes killed: the others told %.3f s later (their "
+         "node saw them exit)\n", now_s() - t0);
+  assert_int_equal(host_end(&ha), 0);
+}
+
+/* Ranks on mid's own host: mid is killed, they resume at the root (their
+ * fallback) and leave cleanly from there, so the job's relaunch gets
+ * generation 2 (before, the root kept their slots as live). */
+static void test_leave_after_resuming_at_root(void **state) {
+  (void)state;
+  struct hostproc hm = host_start(mid_addr, "leave", "hostM", 0, 2, 4);
+  struct hostproc hb = host_start(b_addr, "leave", "hostB", 1, 2, 4);
+  int64_t gen = 0;
+  for (int i = 0; i < 4; i++) {
+    struct report rp;
+    host_read(i < 2 ? &hm : &hb, &rp);
+    assert_int_equal(rp.status, 0);
+    gen = rp.gen;
+  }
+  kill(mid.pid, SIGKILL);
+  proc_wait(&mid);
+  mid.pid = 0;
+  barrier_all(&hm, &hb, 0, NULL);
+  assert_true(stats_at(root_tcp, "sessions_resumed") >= 2);
+  assert_int_equal(host_end(&hm), 0);
+  assert_int_equal(host_end(&hb), 0);
+  assert_int_equal(daemon_start(&mid, dir, "mid", root_tcp, beat, mid_tcp),
+                   0);
+  hm = host_start(mid_addr, "leave", "hostM", 0, 2, 4);
+  hb = host_start(b_addr, "leave", "hostB", 1, 2, 4);
+  for (int i = 0; i < 4; i++) {
+    struct report rp;
+    host_read(i < 2 ? &hm : &hb, &rp);
+    if (rp.status != 0)
+      fail_msg("relaunch: %s", rp.text);
+    assert_true(rp.gen > gen);
+  }
+  assert_int_equal(host_end(&hm), 0);
   assert_int_equal(host_end(&hb), 0);
 }
 
@@ -555,6 +449,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_host_lost_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stopped_node_fenced, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_bogus_resume_changes_nothing, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_leave_after_resuming_at_root,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_interior_death_mid_rendezvous,
                                       setup_big, teardown_big),
   };

@@ -40,7 +40,7 @@ struct run {
 
 static void usage_to(FILE *f) {
   fprintf(f,
-      "usage: rdzv-bench --ranks N[,N...] [--ranks-per-host R] [--fanout F]\n"
+      "usage: rdzv-bench [--ranks N[,N...]] [--ranks-per-host R] [--fanout F]\n"
       "       [--mode tree|flat|both] [--json FILE] [--plot FILE.png]\n"
       "       [--transport auto|sockets|inproc] [--sockets-max N]\n"
       "       [--rtt-us US] [--flush-ms MS] [--timeout S] [--idle-s S]\n"

@@ -464,8 +464,19 @@ struct resume { /* a re-send in flight to the parent */
   struct node_job *nj;
   struct lreq *l;
   char round[128];
+  int64_t gen;
+  struct rdzv_buf recs; /* the records sent (items) */
 };
 
+struct claim_rank {
+  UT_hash_handle hh;
+  uint64_t claim;
+  int32_t rank, local_rank;
+};
+
+/* The root answered a re-send: only now, when it has accepted that
+ * generation, are the members bound here (a refused or bogus one changes
+ * nothing of this node's sessions). */
 static void on_resume_reply(struct daemon *d, const struct rdzv_msg *r,
                             void *arg) {
   struct resume *rs = arg;
@@ -473,58 +484,73 @@ static void on_resume_reply(struct daemon *d, const struct rdzv_msg *r,
   struct njround *jr = r->status == RDZV_ECANCELED
                            ? NULL /* the job is ending */
                            : jround_find(rs->nj, rs->round);
-  struct joined *jn = NULL;
-  if (jr != NULL)
-    HASH_FIND(hh, rs->nj->joined, &c, sizeof(c), jn);
-  if (jr != NULL && r->status == 0 && r->a == jr->done_gen) {
+  if (jr != NULL && r->status == 0 && r->a == rs->gen &&
+      rs->gen >= jr->done_gen && rdzv__conn_alive(c)) {
+    binds_for_gen(jr, rs->gen);
+    struct claim_rank *ranks = NULL, *cr, *ct;
     struct rdzv_slice v;
     size_t pos = 0;
     while (rdzv_items_next(&r->vals, &pos, &v)) {
       uint64_t claim;
       struct rdzv_assignment a;
-      struct cbind *b = NULL;
-      if (rdzv_join_assign_decode(v.p, v.n, &claim, &a) < 0)
+      if (rdzv_join_assign_decode(v.p, v.n, &claim, &a) < 0 ||
+          (cr = calloc(1, sizeof(*cr))) == NULL)
         continue;
-      HASH_FIND(hh, jr->binds, &claim, sizeof(claim), b);
-      if (b != NULL && b->jn == jn)
-        b->rank = a.rank;
-      if (jn != NULL && c->role != RDZV_ROLE_NODE && claim == jn->claim) {
-        jn->rank = a.rank;
-        jn->local_rank = a.local_rank;
-      }
+      cr->claim = claim;
+      cr->rank = a.rank;
+      cr->local_rank = a.local_rank;
+      HASH_ADD(hh, ranks, claim, sizeof(cr->claim), cr);
     }
-    if (r->a > jr->last_gen)
-      jr->last_gen = r->a;
+    struct rdzv_items it = {0, NULL, rs->recs.data, rs->recs.len};
+    struct joined *jn = NULL;
+    pos = 0;
+    while (rdzv_items_next(&it, &pos, &v)) {
+      struct rdzv_join_full j;
+      if (rdzv_join_rec_decode(v.p, v.n, &j) < 0)
+        continue;
+      cr = NULL;
+      HASH_FIND(hh, ranks, &j.rec.claim, sizeof(uint64_t), cr);
+      struct rdzv_assignment a = {.rank = cr ? cr->rank : -1,
+                                  .local_rank = cr ? cr->local_rank : -1};
+      if (jn == NULL)
+        jn = mark_joined(jr, c, rs->gen, j.rec.claim, cr ? &a : NULL, &j);
+      if (jn != NULL)
+        (void)bind_claim(jr, j.rec.claim, jn, a.rank, v.p, v.n);
+    }
+    HASH_ITER(hh, ranks, cr, ct) {
+      HASH_DEL(ranks, cr);
+      free(cr);
+    }
+    if (rs->gen > jr->last_gen)
+      jr->last_gen = rs->gen;
     if (c->role != RDZV_ROLE_NODE) {
       d->stats.sessions_resumed++;
       rdzv__log(d, 2, "round %s generation %" PRId64 ": rank %d (process "
-                "%s) resumed its session", jr->name, r->a,
+                "%s) resumed its session", jr->name, rs->gen,
                 jn ? jn->rank : -1, c->name);
     }
-  } else if (jn != NULL && r->status != 0 && c->role != RDZV_ROLE_NODE) {
-    joined_free(rs->nj, jn); /* not resumed: its end aborts nothing more */
   }
   rdzv__node_lreq_answer(rs->l, RDZV_MSG_JOIN, r);
+  rdzv_buf_free(&rs->recs);
   free(rs);
 }
 
 /* Members of generation m->a sent again: a rank resuming its session (its
  * own record), or a child node after it reconnected (its subtree's). Not
  * combined: the root binds them to this path if that generation still
- * stands, else refuses (RDZV_EABORTED); it never opens a new one. Here
- * they are bound to c, so that this node's own losses and reconnections
- * account for them; those a child may not take (a live rank holds them)
- * are left out, and a re-send of nothing but those is refused
- * (RDZV_EFENCED). */
+ * stands, else refuses (RDZV_EABORTED); it never opens a new one. When
+ * the root accepts, they are bound to c here too (on_resume_reply), so
+ * that this node's own losses and reconnections account for them. Those
+ * a child node may not take (a live rank's own connection holds them) are
+ * left out; a re-send of nothing but those is refused (RDZV_EFENCED), and
+ * one with no record this node can read, at once (RDZV_EPROTO: the root
+ * would drop this node's connection for it). */
 static void resume_join(struct node_job *nj, struct njround *jr,
                         struct conn *c, const struct rdzv_msg *m) {
   struct rdzv_slice v, params = {NULL, 0};
-  struct rdzv_buf keep = {0};
+  struct rdzv_buf keep = {0}, recs = {0};
   uint32_t nkeep = 0, nfenced = 0;
   size_t pos = 0;
-  bool current = m->a >= jr->done_gen;
-  if (current)
-    binds_for_gen(jr, m->a);
   if (jr->max_size == 0 && jr->npending == 0) {
     /* A node that has not seen this round's joins (it restarted): the
      * params of the re-send are the round's. */
@@ -538,39 +564,45 @@ static void resume_join(struct node_job *nj, struct njround *jr,
   }
   rdzv_items_next(&m->vals, &pos, &params);
   rdzv_items_append(&keep, params.p, params.n);
-  struct joined *jn = NULL;
   while (rdzv_items_next(&m->vals, &pos, &v)) {
     struct rdzv_join_full j;
     if (rdzv_join_rec_decode(v.p, v.n, &j) < 0)
       continue;
-    if (current && jn == NULL)
-      jn = mark_joined(jr, c, m->a, j.rec.claim, NULL, &j);
-    if (jn != NULL &&
-        bind_claim(jr, j.rec.claim, jn, -1, v.p, v.n) == NULL) {
-      struct cbind *b = NULL;
+    struct cbind *b = NULL;
+    if (m->a == jr->done_gen)
       HASH_FIND(hh, jr->binds, &j.rec.claim, sizeof(uint64_t), b);
-      if (b != NULL && b->jn != jn) { /* fenced: a live rank holds it */
-        nfenced++;
-        continue;
-      }
+    if (b != NULL && c->role == RDZV_ROLE_NODE && b->jn != NULL &&
+        b->jn->c != c && live_rank(b->jn)) {
+      nfenced++; /* a live rank's own connection holds it: stale */
+      continue;
     }
     rdzv_items_append(&keep, v.p, v.n);
+    rdzv_items_append(&recs, v.p, v.n);
     nkeep++;
   }
-  if (nkeep == 0 && nfenced > 0) {
+  if (nkeep == 0) {
     char text[600];
-    snprintf(text, sizeof(text), "node %s: the %u members of round %s "
-             "generation %" PRId64 " that %s sent again are held by live "
-             "ranks here: a stale re-send, refused", nj->d->cfg.name,
-             nfenced, jr->name, m->a, c->name);
-    rdzv__log_event(nj->d, "%s", text);
+    int st = nfenced > 0 ? RDZV_EFENCED : RDZV_EPROTO;
+    if (nfenced > 0) {
+      nj->d->stats.fenced++;
+      snprintf(text, sizeof(text), "node %s: the %u members of round %s "
+               "generation %" PRId64 " that %s sent again are held by live "
+               "ranks here: a stale re-send, refused", nj->d->cfg.name,
+               nfenced, jr->name, m->a, c->name);
+      rdzv__log_event(nj->d, "%s", text);
+    } else {
+      snprintf(text, sizeof(text), "node %s: a re-send of round %s "
+               "generation %" PRId64 " with no readable join record",
+               nj->d->cfg.name, jr->name, m->a);
+    }
     struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
     struct rdzv_msg r;
-    rdzv__reply_init(&r, m, RDZV_EFENCED);
+    rdzv__reply_init(&r, m, st);
     r.keys.n = 1;
     r.keys.v = &t;
     rdzv__conn_reply(c, &r);
     rdzv_buf_free(&keep);
+    rdzv_buf_free(&recs);
     return;
   }
   struct resume *rs = calloc(1, sizeof(*rs));
@@ -578,11 +610,14 @@ static void resume_join(struct node_job *nj, struct njround *jr,
   if (l == NULL) {
     free(rs);
     rdzv_buf_free(&keep);
+    rdzv_buf_free(&recs);
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
   rs->nj = nj;
   rs->l = l;
+  rs->gen = m->a;
+  rs->recs = recs;
   snprintf(rs->round, sizeof(rs->round), "%s", jr->name);
   struct rdzv_msg f = *m;
   f.vals.n = nkeep + 1;
@@ -876,8 +911,8 @@ static void lost_expire(struct node_job *nj, struct joined *jn, bool gone) {
   if (gone)
     snprintf(after, sizeof(after), "the process exited");
   else
-    snprintf(after, sizeof(after), "%s %s disconnected from node %s%s",
-             c->role == RDZV_ROLE_NODE ? "node" : "its connection",
+    snprintf(after, sizeof(after), "%s%s disconnected from node %s%s",
+             c->role == RDZV_ROLE_NODE ? "node " : "its connection",
              c->role == RDZV_ROLE_NODE ? c->name : "", nj->d->cfg.name,
              grace > 0 ? " and did not come back within --session-grace-ms"
                        : "");

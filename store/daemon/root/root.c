@@ -300,16 +300,43 @@ static void handle_add_parts(struct root_job *s, struct conn *c,
     rc = RDZV_ENOMEM;
   size_t pos = 0;
   uint32_t i = 0, fresh = 0;
+  /* A part may come twice in one message (a rank re-sent it through
+   * another path and both copies met in one node's combined add): the
+   * second gets the first's answer, like a part met in the dedup table. */
+  struct seen_part {
+    UT_hash_handle hh;
+    uint64_t id;
+    uint64_t after;
+  } *seen = NULL, *sp, *st;
   while (rc == 0 && rdzv_items_next(&m->vals, &pos, &p)) {
-    struct done_op *o = dedup_find(s, rdzv_load_u64le(p.p));
+    uint64_t id = rdzv_load_u64le(p.p);
+    struct done_op *o = dedup_find(s, id);
     if (o != NULL) {
+      s->d->stats.dedup_hits++;
       after[i++] = (uint64_t)o->a;
+      continue;
+    }
+    HASH_FIND(hh, seen, &id, sizeof(id), sp);
+    if (sp != NULL) {
+      s->d->stats.dedup_hits++;
+      after[i++] = sp->after;
       continue;
     }
     if (__builtin_add_overflow(cur, (int64_t)rdzv_load_u64le(p.p + 8), &cur))
       rc = -ERANGE;
     after[i++] = (uint64_t)cur;
     fresh++;
+    if ((sp = malloc(sizeof(*sp))) == NULL) {
+      rc = RDZV_ENOMEM; /* nothing is applied */
+      break;
+    }
+    sp->id = id;
+    sp->after = (uint64_t)cur;
+    HASH_ADD(hh, seen, id, sizeof(sp->id), sp);
+  }
+  HASH_ITER(hh, seen, sp, st) {
+    HASH_DEL(seen, sp);
+    free(sp);
   }
   char text[24];
   int n = snprintf(text, sizeof(text), "%" PRId64, cur);

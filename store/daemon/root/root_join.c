@@ -383,11 +383,18 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
     return;
   }
   if (r != NULL && (m->flags & RDZV_F_LEAVE) && gen == r->gen) {
-    struct jmember *mb = NULL;
+    struct jmember *mb = NULL, *mt;
     uint64_t claim = (uint64_t)m->b;
     HASH_FIND(hh, r->by_claim, &claim, sizeof(claim), mb);
     if (mb != NULL)
       mb->left = true;
+    if (claim == 0 && c->role != RDZV_ROLE_NODE) {
+      /* A rank here (joined directly, or resumed here through its
+       * fallback) says no claim: its members are those bound to it. */
+      HASH_ITER(hh, r->by_claim, mb, mt)
+        if (mb->c == c)
+          mb->left = true;
+    }
     struct contrib *ct = rdzv__round_contrib_find(r, c);
     /* A rank on the root itself left cleanly, or a child node whose job
      * ended (no claim): that connection's end aborts nothing. */

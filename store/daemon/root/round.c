@@ -194,6 +194,9 @@ static void on_grace(uv_timer_t *t) {
     char who[300];
     uint32_t n = describe_orphans(r, ct, who, sizeof(who));
     if (n == 0) { /* every member came back through another connection */
+      rdzv__log(r->s->d, 2, "round %s generation %" PRId64 ": %s %s lost, "
+                "but all its members came back", r->name, r->gen,
+                ct->c->role == RDZV_ROLE_NODE ? "node" : "rank", ct->c->name);
       HASH_DEL(r->contribs, ct);
       rdzv__conn_unref(ct->c);
       free(ct);
@@ -201,6 +204,7 @@ static void on_grace(uv_timer_t *t) {
     }
     if (r->state == ROUND_FAILED)
       continue;
+    r->s->d->stats.sessions_lost += n;
     char why[512];
     snprintf(why, sizeof(why),
              "generation %" PRId64 " aborted: %s lost: node %s disconnected "

@@ -5,7 +5,7 @@
  *    "proto_errors", "cache_hits", "coalesced", "combined",
  *    "upstream_reconnects", "parent_restarts", "parent_silent",
  *    "children_silent", "split_frames", "resent", "reattached",
- *    "dedup_hits", "parent" (the address in use, nodes only), "fenced",
+ *    "dedup_hits", "fenced",
  *    "sessions_resumed", "sessions_lost",
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
 #include <stdlib.h>
