@@ -62,10 +62,22 @@ static const char *parent_of(int h) {
   return h == 0 ? root_tcp : node_tcp[(h - 1) / FANOUT];
 }
 
+/* Starts host h's node; a restart listens on the port it had (as a
+ * launcher's port scheme gives it), so that its children's --parent and
+ * the chains they learnt stay right. */
 static int node_start(int h) {
-  char name[16];
+  char name[16], listen[80];
   snprintf(name, sizeof(name), "h%d", h);
-  return daemon_start(&node[h], dir, name, parent_of(h), beat, node_tcp[h]);
+  const char *extra[8];
+  int n = 0;
+  for (; beat[n] != NULL; n++)
+    extra[n] = beat[n];
+  if (node_tcp[h][0] != '\0') {
+    snprintf(listen, sizeof(listen), "--listen=%s", node_tcp[h]);
+    extra[n++] = listen;
+  }
+  extra[n] = NULL;
+  return daemon_start(&node[h], dir, name, parent_of(h), extra, node_tcp[h]);
 }
 
 static int setup(void **state) {
@@ -259,10 +271,15 @@ static void test_chaos_rounds(void **state) {
       root_fds = fds;
       root_rss = rss;
     } else if (round > 5) {
-      assert_true(fds <= root_fds + 8);
+      /* Nodes that reattached to the root stay there (until they lose it),
+       * and ranks that resumed there stay until their next join: at most
+       * every node and one host's ranks more, never a growth per round. */
+      assert_true(fds <= root_fds + HOSTS + PER_HOST);
+#ifndef __SANITIZE_ADDRESS__ /* its quarantine keeps what was freed */
       if (rss > root_rss + 4 * 1024)
         fail_msg("round %d: the root grew from %ld KB to %ld KB", round,
                  root_rss, rss);
+#endif
     }
   }
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -359,8 +359,16 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
       send_join_reply(w, 0, RDZV_F_PARTIAL, r);
       continue;
     }
+    /* Claims of w still unanswered while the round is answered: they went
+     * up in a later request (a subtree or rank that re-sent them here
+     * after the parent had this one), whose reply brings them. */
+    if (r->status == 0 && w->nleft > 0) {
+      if (w->nout > 0)
+        send_join_reply(w, 0, RDZV_F_PARTIAL, r);
+      continue;
+    }
     /* Final for w: a whole-round failure, its refusals, or its ranks. */
-    int st = r->status != 0 ? r->status : (w->nleft > 0 ? RDZV_EPROTO : 0);
+    int st = r->status;
     if (st != 0)
       unmark_joined(jr->nj, w->c);
     if (st == 0 && w->nout > 0 && w->status != 0 &&
@@ -595,12 +603,7 @@ static void resume_join(struct node_job *nj, struct njround *jr,
                "generation %" PRId64 " with no readable join record",
                nj->d->cfg.name, jr->name, m->a);
     }
-    struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
-    struct rdzv_msg r;
-    rdzv__reply_init(&r, m, st);
-    r.keys.n = 1;
-    r.keys.v = &t;
-    rdzv__conn_reply(c, &r);
+    rdzv__conn_reply_text(c, m, st, text);
     rdzv_buf_free(&keep);
     rdzv_buf_free(&recs);
     return;
@@ -678,7 +681,6 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     if (cr == NULL && (cr = calloc(1, sizeof(*cr))) != NULL) {
       cr->claim = j.rec.claim;
       HASH_ADD(hh, jr->claims, claim, sizeof(cr->claim), cr);
-      w->nleft++;
       jr->seen++;
       cr->local = c->role != RDZV_ROLE_NODE;
       if ((cr->rec = malloc(v.n)) != NULL) {
@@ -686,8 +688,15 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
         cr->rec_len = v.n;
       }
     }
-    if (cr != NULL)
+    if (cr != NULL && cr->w != w) {
+      /* A claim that came before through another requester (a subtree
+       * that reattached here, a rank that re-sent) is answered to this
+       * one now: the old one no longer waits for it. */
+      if (cr->w != NULL)
+        cr->w->nleft--;
+      w->nleft++;
       cr->w = w;
+    }
     rdzv_items_append(&jr->pending, v.p, v.n);
     jr->npending++;
   }
@@ -746,7 +755,20 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
                       const struct rdzv_msg *m) {
   if ((m->flags & RDZV_F_LEAVE) && c->role == RDZV_ROLE_NODE && m->b != 0) {
     /* A rank further down left: the root must hear of it (it frees the
-     * rank's slot), whatever the depth. */
+     * rank's slot), whatever the depth; here it is no member any more
+     * (its child's loss must not count it). */
+    struct rdzv_slice name;
+    struct njround *jr = NULL;
+    if (rdzv_items_get(&m->keys, 0, &name) == 0 && name.n > 0)
+      HASH_FIND(hh, nj->jrounds, name.p, name.n, jr);
+    struct cbind *b = NULL;
+    uint64_t claim = (uint64_t)m->b;
+    if (jr != NULL)
+      HASH_FIND(hh, jr->binds, &claim, sizeof(claim), b);
+    if (b != NULL) {
+      HASH_DEL(jr->binds, b);
+      free(b);
+    }
     rdzv__node_forward(nj, c, m);
     return;
   }
@@ -792,12 +814,7 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
                "stale, refused", nj->d->cfg.name, c->name, m->vals.n,
                jr->name);
       rdzv__log_event(nj->d, "%s", text);
-      struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
-      struct rdzv_msg r;
-      rdzv__reply_init(&r, m, RDZV_EFENCED);
-      r.keys.n = 1;
-      r.keys.v = &t;
-      rdzv__conn_reply(c, &r);
+      rdzv__conn_reply_text(c, m, RDZV_EFENCED, text);
       return;
     }
   }
@@ -827,6 +844,31 @@ static bool process_gone(int pid) {
 /* How often a lost rank's process is looked at, while its grace runs. */
 #define PID_CHECK_MS 50u
 
+/* Appends one member to held_by's lists (names grows by doubling; out of
+ * memory, the names go and the count and claims go on). */
+static void held_add(struct rdzv_member_name **names, uint32_t *cap,
+                     uint32_t *count, struct rdzv_buf *claims,
+                     const struct rdzv_join_full *j, int32_t rank,
+                     uint64_t claim) {
+  if (*names != NULL && *count == *cap) {
+    struct rdzv_member_name *g = realloc(*names, 2 * *cap * sizeof(*g));
+    if (g == NULL) {
+      free(*names);
+      *names = NULL;
+    } else {
+      *names = g;
+      *cap *= 2;
+    }
+  }
+  if (*names != NULL)
+    (*names)[*count] =
+        (struct rdzv_member_name){j->rec.host, j->rec.host_len, rank};
+  uint8_t item[8];
+  rdzv_store_u64le(item, claim);
+  rdzv_items_append(claims, item, sizeof(item));
+  (*count)++;
+}
+
 /* The members still bound to jn's connection (completed ones, and joins
  * pending through it): their claims (u64 LE items) into claims and their
  * description into who (n bytes). Returns how many. */
@@ -836,52 +878,15 @@ static uint32_t held_by(struct njround *jr, const struct joined *jn,
   struct rdzv_member_name *names = malloc(cap * sizeof(*names));
   struct cbind *b, *bt;
   struct claimref *cr, *ct;
+  struct rdzv_join_full j;
   who[0] = '\0';
-  HASH_ITER(hh, jr->binds, b, bt) {
-    struct rdzv_join_full j;
-    if (b->jn != jn || rdzv_join_rec_decode(b->rec, b->rec_len, &j) < 0)
-      continue;
-    if (names != NULL && count == cap) {
-      struct rdzv_member_name *g = realloc(names, 2 * cap * sizeof(*g));
-      if (g == NULL) {
-        free(names);
-        names = NULL;
-      } else {
-        names = g;
-        cap *= 2;
-      }
-    }
-    if (names != NULL)
-      names[count] = (struct rdzv_member_name){j.rec.host, j.rec.host_len,
-                                               b->rank};
-    uint8_t item[8];
-    rdzv_store_u64le(item, b->claim);
-    rdzv_items_append(claims, item, sizeof(item));
-    count++;
-  }
-  HASH_ITER(hh, jr->claims, cr, ct) {
-    struct rdzv_join_full j;
-    if (cr->w->c != jn->c || cr->rec == NULL ||
-        rdzv_join_rec_decode(cr->rec, cr->rec_len, &j) < 0)
-      continue;
-    if (names != NULL && count == cap) {
-      struct rdzv_member_name *g = realloc(names, 2 * cap * sizeof(*g));
-      if (g == NULL) {
-        free(names);
-        names = NULL;
-      } else {
-        names = g;
-        cap *= 2;
-      }
-    }
-    if (names != NULL)
-      names[count] = (struct rdzv_member_name){j.rec.host, j.rec.host_len,
-                                               -1};
-    uint8_t item[8];
-    rdzv_store_u64le(item, cr->claim);
-    rdzv_items_append(claims, item, sizeof(item));
-    count++;
-  }
+  HASH_ITER(hh, jr->binds, b, bt)
+    if (b->jn == jn && rdzv_join_rec_decode(b->rec, b->rec_len, &j) == 0)
+      held_add(&names, &cap, &count, claims, &j, b->rank, b->claim);
+  HASH_ITER(hh, jr->claims, cr, ct)
+    if (cr->w->c == jn->c && cr->rec != NULL &&
+        rdzv_join_rec_decode(cr->rec, cr->rec_len, &j) == 0)
+      held_add(&names, &cap, &count, claims, &j, -1, cr->claim);
   if (names != NULL)
     rdzv_members_describe(names, count, "ranks", who, n);
   free(names);

@@ -374,12 +374,7 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
              "connections: stale, refused", s->d->cfg.name, c->name,
              m->vals.n, r->name, r->gen);
     rdzv__log_event(s->d, "%s", text);
-    struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
-    struct rdzv_msg rep;
-    rdzv__reply_init(&rep, m, RDZV_EFENCED);
-    rep.keys.n = 1;
-    rep.keys.v = &t;
-    rdzv__conn_reply(c, &rep);
+    rdzv__conn_reply_text(c, m, RDZV_EFENCED, text);
     return;
   }
   if (r != NULL && (m->flags & RDZV_F_LEAVE) && gen == r->gen) {

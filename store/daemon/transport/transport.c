@@ -79,6 +79,16 @@ void rdzv__reply_init(struct rdzv_msg *r, const struct rdzv_msg *m,
   r->status = status;
 }
 
+void rdzv__conn_reply_text(struct conn *c, const struct rdzv_msg *m,
+                           int status, const char *text) {
+  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, status);
+  r.keys.n = t.n > 0 ? 1 : 0;
+  r.keys.v = &t;
+  rdzv__conn_reply(c, &r);
+}
+
 /* ---- jobs ------------------------------------------------------------------ */
 
 struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len) {

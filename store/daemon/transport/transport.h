@@ -282,5 +282,9 @@ void rdzv__log(struct daemon *d, int level, const char *fmt, ...)
 /* A reply skeleton for request m. */
 void rdzv__reply_init(struct rdzv_msg *r, const struct rdzv_msg *m,
                       int status);
+/* Replies status to request m of c, with text (keys[0]; "" for none), as
+ * rdzv__conn_reply. */
+void rdzv__conn_reply_text(struct conn *c, const struct rdzv_msg *m,
+                           int status, const char *text);
 
 #endif /* RDZV_STORE_DAEMON_TRANSPORT_H */
