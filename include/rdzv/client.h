@@ -48,7 +48,9 @@ struct rdzv_client_opts {
    * not stall us for the kernel's minutes-long SYN timeout). Default 5. */
   double attempt_timeout_s;
   /* Liveness of the daemon, seconds. While a request waits for its reply
-   * and nothing has come from the daemon for heartbeat_s, a PING is sent
+   * (or, once a session is set with rdzv_client_set_resume, whenever the
+   * caller drives the core: rdzv_client_timeout_ms says when) and nothing
+   * has come from the daemon for heartbeat_s, a PING is sent
    * (at most one per heartbeat_s); when nothing at all has come for
    * liveness_timeout_s the daemon is taken for stopped or wedged: the
    * requests it holds fail with RDZV_ESILENT (last_error names the

@@ -681,7 +681,10 @@ static void pump(struct rdzv_client *c, int64_t now) {
 int64_t rdzv__conn_heartbeat_due(const struct rdzv_client *c) {
   int64_t ping, lost;
 
-  if (c->state != RDZV__CS_READY || c->sent.n == 0 ||
+  /* A rank with a session pings even while idle (when its caller drives
+   * the core), so that a stopped node is left for its parent within the
+   * parent's --session-grace-ms. */
+  if (c->state != RDZV__CS_READY || (c->sent.n == 0 && c->resume == NULL) ||
       c->liveness_ns == RDZV__NO_DEADLINE)
     return RDZV__NO_DEADLINE;
   ping = (c->last_rx > c->last_ping ? c->last_rx : c->last_ping) +
@@ -690,7 +693,8 @@ int64_t rdzv__conn_heartbeat_due(const struct rdzv_client *c) {
   return ping < lost ? ping : lost;
 }
 
-/* READY, requests awaiting replies: a daemon silent for the liveness
+/* READY, requests awaiting replies (or a session set): a daemon silent
+ * for the liveness
  * timeout is lost (returns 1: the connection was closed); one silent for
  * a heartbeat is pinged (its reply matches no request and is dropped; it
  * only refreshes last_rx). */

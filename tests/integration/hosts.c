@@ -7,12 +7,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rdzv/rdzv.h"
@@ -116,6 +118,24 @@ static void *rank_main(void *arg) {
       int n = snprintf(val, sizeof(val), "%d", seq);
       rp.status = rdzv_store_set(c, key, val, (size_t)n, 0, 30);
       snprintf(rp.text, sizeof(rp.text), "%.200s", rdzv_client_last_error(c));
+    } else if (cmd == 'i') {
+      /* Idle for 3 s, driving the handle as an event loop would: pings
+       * go out, and a lost node is left for its parent (count = sessions
+       * resumed so far). */
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      do {
+        struct pollfd p = {rdzv_client_fd(c), rdzv_client_events(c), 0};
+        int ms = rdzv_client_timeout_ms(c);
+        if (ms < 0 || ms > 50)
+          ms = 50;
+        (void)poll(&p, p.fd >= 0 ? 1 : 0, ms);
+        (void)rdzv_client_process(c);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+      } while ((t1.tv_sec - t0.tv_sec) * 1000 +
+                   (t1.tv_nsec - t0.tv_nsec) / 1000000 < 3000);
+      rp.status = 0;
+      rp.count = (int32_t)rdzv_client_resumes(c);
     } else if (cmd == 'j') {
       rdzv_rendezvous_destroy(r); /* a clean leave */
       r = join(rc, &rp);

@@ -34,7 +34,8 @@ extern int hosts_adds_per_cmd;
  *   'b' barrier "b<seq>" of the generation (30 s); 'a' hosts_adds_per_cmd
  *   adds of 1 to "ctr" (count = acknowledged); 's' set "k-<rank>" to
  *   "<seq>"; 'j' leave cleanly and join again (a report like the first,
- *   cmd 'j'); 'q' leave and end the thread.
+ *   cmd 'j'); 'i' idle for 3 s driving the handle (count = sessions
+ *   resumed); 'q' leave and end the thread.
  * Closing the command pipe (host_end) quits every rank. */
 struct hostproc host_start(const char *addr, const char *job,
                            const char *name, int idx, int n, int world);

@@ -142,6 +142,21 @@ static void on_status(rdzv_client_t *c, const struct rdzv_result *res,
   *(int *)arg = res->status;
 }
 
+/* A barrier of one host's two ranks; each must report want, naming
+ * must_name. */
+static void barrier_all_of(struct hostproc *h, int want,
+                           const char *must_name) {
+  host_cmd(h, 'b');
+  for (int i = 0; i < 2; i++) {
+    struct report rp;
+    host_read(h, &rp);
+    if (rp.status != want || strstr(rp.text, must_name) == NULL)
+      fail_msg("barrier on host %d: %s (%s), wanted %s naming '%s'", rp.host,
+               rdzv_strerror(rp.status), rp.text, rdzv_strerror(want),
+               must_name);
+  }
+}
+
 static int64_t counter_at_root(const char *job, const char *key) {
   rdzv_client_t *c = NULL;
   struct rdzv_client_opts o;
@@ -255,6 +270,66 @@ static void test_stopped_node_fenced(void **state) {
   printf("node stopped: a barrier of all ranks completed %.3f s after the "
          "stop (its ranks through its parent); the node's stale aborts "
          "were fenced\n", t_barrier);
+  assert_int_equal(host_end(&ha), 0);
+  assert_int_equal(host_end(&hb), 0);
+}
+
+/* SIGSTOP of a whole host (its node and its ranks) during a barrier:
+ * the others' barrier fails, naming the host and its ranks, once the
+ * node's parent has declared it lost and the grace has passed; when the
+ * host runs again, its requests are refused by generation. */
+static void test_stopped_host_named(void **state) {
+  (void)state;
+  struct hostproc ha, hb;
+  join_two_hosts("frozen", &ha, &hb);
+  double t0 = now_s();
+  kill(hb.pid, SIGSTOP);
+  kill(leaf_b.pid, SIGSTOP);
+  barrier_all_of(&ha, RDZV_EABORTED, "host hostB (ranks 2-3) lost");
+  double told = now_s() - t0;
+  kill(leaf_b.pid, SIGCONT);
+  kill(hb.pid, SIGCONT);
+  host_cmd(&hb, 'b');
+  for (int i = 0; i < 2; i++) {
+    struct report rp;
+    host_read(&hb, &rp);
+    if (rp.status != RDZV_EABORTED)
+      fail_msg("the stopped host's barrier after it ran again: %s (%s)",
+               rdzv_strerror(rp.status), rp.text);
+  }
+  printf("host stopped: the other ranks were told %.3f s after the stop "
+         "(liveness %d ms + grace %d ms); its own requests then refused "
+         "by generation\n", told, LIVENESS_MS, GRACE_MS);
+  assert_int_equal(host_end(&ha), 0);
+  assert_int_equal(host_end(&hb), 0);
+}
+
+/* Idle ranks that drive their handles ping their node: when it stops they
+ * notice within the liveness timeout and resume through its parent
+ * before they make any request. */
+static void test_idle_ranks_leave_a_stopped_node(void **state) {
+  (void)state;
+  struct hostproc ha, hb;
+  join_two_hosts("idle", &ha, &hb);
+  host_cmd(&ha, 'i');
+  host_cmd(&hb, 'i'); /* so that both hosts number their barriers alike */
+  usleep(300 * 1000);
+  kill(leaf_a.pid, SIGSTOP);
+  for (int i = 0; i < 2; i++) {
+    struct report rp;
+    host_read(&ha, &rp);
+    assert_int_equal(rp.cmd, 'i');
+    if (rp.count < 1)
+      fail_msg("an idle rank did not resume while its node was stopped");
+  }
+  for (int i = 0; i < 2; i++) {
+    struct report rp;
+    host_read(&hb, &rp);
+    assert_int_equal(rp.status, 0);
+  }
+  assert_true(stats_at(mid_tcp, "sessions_resumed") >= 2);
+  kill(leaf_a.pid, SIGCONT);
+  barrier_all(&ha, &hb, 0, NULL);
   assert_int_equal(host_end(&ha), 0);
   assert_int_equal(host_end(&hb), 0);
 }
@@ -451,6 +526,10 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_bogus_resume_changes_nothing, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_stopped_host_named, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_idle_ranks_leave_a_stopped_node,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_leave_after_resuming_at_root,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_interior_death_mid_rendezvous,
