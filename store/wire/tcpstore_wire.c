@@ -173,7 +173,8 @@ int rdzv_ts_parse(struct rdzv_ts_parser *ps, const uint8_t *p, size_t n,
   memset(req, 0, sizeof(*req));
   req->keys = keys;
   req->vals = vals;
-  get_u8(&c, &code);
+  if (!get_u8(&c, &code)) /* n > 0 above: never; says so to the compiler */
+    return 0;
   if (ps->dialect == RDZV_TS_LEGACY) {
     if (code >= sizeof(legacy_ops) / sizeof(legacy_ops[0]))
       return RDZV_EPROTO;
