@@ -77,7 +77,16 @@ static int node_start(int h) {
     extra[n++] = listen;
   }
   extra[n] = NULL;
-  return daemon_start(&node[h], dir, name, parent_of(h), extra, node_tcp[h]);
+  /* Its chain up to the root, as the launchers give it (deploy/). */
+  char chain[1024];
+  size_t used = 0;
+  for (int a = h;; a = (a - 1) / FANOUT) {
+    used += (size_t)snprintf(chain + used, sizeof(chain) - used, "%s%s",
+                             used ? "," : "", parent_of(a));
+    if (a == 0 || used >= sizeof(chain))
+      break;
+  }
+  return daemon_start(&node[h], dir, name, chain, extra, node_tcp[h]);
 }
 
 static int setup(void **state) {

@@ -441,10 +441,13 @@ static int setup_big(void **state) {
       return -1;
   }
   for (int i = 0; i < 6; i++) {
-    char name[16];
+    /* Each leaf is given its chain, as the launchers do (deploy/): a
+     * leaf whose parent dies before their first hello would know no
+     * ancestor otherwise. */
+    char name[16], chain[160];
     snprintf(name, sizeof(name), "l%d", i + 1);
-    if (daemon_start(&leaves[i], dir, name, m_tcp[i / 3], beat,
-                     leaf_tcp[i]) < 0)
+    snprintf(chain, sizeof(chain), "%s,%s", m_tcp[i / 3], big_root_tcp);
+    if (daemon_start(&leaves[i], dir, name, chain, beat, leaf_tcp[i]) < 0)
       return -1;
   }
   return 0;
@@ -476,12 +479,16 @@ static void test_interior_death_mid_rendezvous(void **state) {
   }
   struct hostproc hp[HOSTS];
   double t0 = now_s();
-  for (int i = 0; i < HOSTS - 1; i++)
-    hp[i] = host_start(addrs[i], "big", NULL, i, PER_HOST, HOSTS * PER_HOST);
-  /* m1 has its host's joins and has passed some up; h7 has not joined,
-   * so the round is still open. */
+  /* m1's own host first, until m1 has all its joins (so every one of
+   * those ranks has had m1's hello reply, which names their fallback: a
+   * rank cut off before it would wait for m1 to come back). */
+  hp[0] = host_start(addrs[0], "big", NULL, 0, PER_HOST, HOSTS * PER_HOST);
   assert_true(stats_reach(m_tcp[0], "ops.join.received", PER_HOST) >=
               PER_HOST);
+  for (int i = 1; i < HOSTS - 1; i++)
+    hp[i] = host_start(addrs[i], "big", NULL, i, PER_HOST, HOSTS * PER_HOST);
+  /* Joins have reached the root; h7 has not joined, so the round is
+   * still open. */
   assert_true(stats_reach(big_root_tcp, "ops.join.received", 2) >= 2);
   double t_kill = now_s();
   kill(m[0].pid, SIGKILL);
