@@ -390,24 +390,34 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
 
 /* ---- forwarding ---------------------------------------------------------------- */
 
-static void join_flush(struct njround *jr) {
-  struct node_job *nj = jr->nj;
-  uv_timer_stop(&jr->timer);
-  if (jr->npending == 0)
-    return;
+/* Sends n join records (items in recs) of this round to the parent, a =
+ * gen (0: a join; else a re-bind of that generation's members), with the
+ * round's params, split to the parent's frame limit; cb(jr) answers. */
+static int join_send_up(struct njround *jr, int64_t gen,
+                        const struct rdzv_buf *recs, uint32_t n,
+                        upstream_cb cb) {
   struct rdzv_slice params = {jr->params, sizeof(jr->params)};
   struct rdzv_slice name = {(const uint8_t *)jr->name,
                             (uint32_t)strlen(jr->name)};
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_JOIN;
+  m.a = gen;
   m.keys.n = 1;
   m.keys.v = &name;
-  m.vals.n = jr->npending;
-  m.vals.raw = jr->pending.data;
-  m.vals.raw_len = jr->pending.len;
+  m.vals.n = n;
+  m.vals.raw = recs->data;
+  m.vals.raw_len = recs->len;
+  return rdzv__upstream_send_split(jr->nj->up, &m, &params, cb,
+                                   cb != NULL ? jr : NULL);
+}
+
+static void join_flush(struct njround *jr) {
+  uv_timer_stop(&jr->timer);
+  if (jr->npending == 0)
+    return;
   /* A failure comes back through on_join_reply, with its reason. */
-  rdzv__upstream_send_split(nj->up, &m, &params, on_join_reply, jr);
+  join_send_up(jr, 0, &jr->pending, jr->npending, on_join_reply);
   jr->npending = 0;
   jr->pending.len = 0;
 }
@@ -1055,18 +1065,7 @@ static void pending_resend(struct njround *jr) {
     if (cr->rec != NULL && rdzv_items_append(&recs, cr->rec, cr->rec_len) == 0)
       n++;
   if (n > 0) {
-    struct rdzv_slice params = {jr->params, sizeof(jr->params)};
-    struct rdzv_slice name = {(const uint8_t *)jr->name,
-                              (uint32_t)strlen(jr->name)};
-    struct rdzv_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = RDZV_MSG_JOIN;
-    m.keys.n = 1;
-    m.keys.v = &name;
-    m.vals.n = n;
-    m.vals.raw = recs.data;
-    m.vals.raw_len = recs.len;
-    rdzv__upstream_send_split(jr->nj->up, &m, &params, on_join_reply, jr);
+    join_send_up(jr, 0, &recs, n, on_join_reply);
     rdzv__log(jr->nj->d, 2, "round %s: %u pending joins sent again after a "
               "reconnection", jr->name, n);
   }
@@ -1098,19 +1097,8 @@ void rdzv__node_joins_reconnected(struct node_job *nj) {
       rdzv_buf_free(&recs);
       continue;
     }
-    struct rdzv_slice params = {jr->params, sizeof(jr->params)};
-    struct rdzv_slice name = {(const uint8_t *)jr->name,
-                              (uint32_t)strlen(jr->name)};
-    struct rdzv_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = RDZV_MSG_JOIN;
-    m.a = jr->done_gen; /* a re-bind of that generation's members only */
-    m.keys.n = 1;
-    m.keys.v = &name;
-    m.vals.n = n;
-    m.vals.raw = recs.data;
-    m.vals.raw_len = recs.len;
-    int rc = rdzv__upstream_send_split(nj->up, &m, &params, NULL, NULL);
+    /* a = the generation: a re-bind of its members only */
+    int rc = join_send_up(jr, jr->done_gen, &recs, n, NULL);
     rdzv__log(nj->d, rc < 0 ? 0 : 2, "round %s generation %" PRId64
               ": %u members sent again after a reconnection%s%s", jr->name,
               jr->done_gen, n, rc < 0 ? ": " : "",
