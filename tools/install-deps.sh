@@ -13,7 +13,9 @@ packages=(
   libuv1-dev           # the daemon's event loop
   libcmocka-dev        # unit and integration tests
   libjansson-dev       # statistics JSON
-  libcurl4-openssl-dev # the etcd backend
+  libcurl4-openssl-dev # the etcd client (store/etcd)
+  etcd-server          # //tests/etcd: throwaway etcd instances (3.4)
+  openssl              # //tests/etcd: a CA and certificates for TLS
   uthash-dev           # hash tables
   clang                # tests/fuzz/run_fuzz.sh
   libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for clang

@@ -55,7 +55,12 @@ extern "C" {
   X(EJOB_FULL, -1037,                                                        \
     "the job's memory cap at the root is reached (--max-job-bytes)")        \
   X(EFENCED, -1038,                                                          \
-    "stale request of a daemon or session declared lost: refused")
+    "stale request of a daemon or session declared lost: refused")          \
+  X(EETCD, -1039, "etcd refused or failed the request (its message follows)") \
+  X(ELEASE_LOST, -1040, "etcd lease lost (expired or revoked)")              \
+  X(ENOT_LEADER, -1041, "this root is a standby: the leader is elsewhere")   \
+  X(ECOMPACTED, -1042, "etcd revision compacted: read again, then watch")    \
+  X(ETOO_LARGE, -1043, "etcd request over the server's size or operation limit")
 
 enum rdzv_status {
   RDZV_OK = 0,
