@@ -97,6 +97,41 @@ static const struct opt opts[] = {
           "serve PyTorch c10d TCPStore clients on HOST:PORT (empty: no)"),
   STR_OPT("tcpstore-job", "RDZVD_TCPSTORE_JOB", "", tcpstore_job,
           "the job whose keys TCPStore clients read and write"),
+  STR_OPT("etcd", "RDZVD_ETCD", "", etcd,
+          "root: persist job state in etcd at these comma-separated URLs "
+          "(http:// or https://) before acknowledging; several roots with "
+          "the same --etcd elect one leader, the others stand by (empty: "
+          "the in-memory root)"),
+  STR_OPT("etcd-prefix", "RDZVD_ETCD_PREFIX", "rdzv", etcd_prefix,
+          "root: etcd key prefix of this service (leader key, jobs)"),
+  STR_OPT("etcd-credentials", "RDZVD_ETCD_CREDENTIALS", "", etcd_credentials,
+          "root: file holding etcd's USER:PASSWORD (empty: no auth)"),
+  STR_OPT("etcd-ca", "RDZVD_ETCD_CA", "", etcd_ca,
+          "root: CA bundle (PEM) for https:// etcd endpoints"),
+  STR_OPT("etcd-cert", "RDZVD_ETCD_CERT", "", etcd_cert,
+          "root: client certificate (PEM) for etcd"),
+  STR_OPT("etcd-key", "RDZVD_ETCD_KEY", "", etcd_key,
+          "root: client certificate's key (PEM) for etcd"),
+  STR_OPT("advertise", "RDZVD_ADVERTISE", "", advertise,
+          "root with --etcd: HOST:PORT nodes reach this root at (default: "
+          "the bound --listen address)"),
+  U32_OPT("etcd-lease-ttl-s", "RDZVD_ETCD_LEASE_TTL_S", "10",
+          etcd_lease_ttl_s,
+          "root: TTL of the leader's etcd lease, seconds; etcd trouble "
+          "shorter than this is ridden out, longer ends the leadership"),
+  U32_OPT("etcd-job-ttl-s", "RDZVD_ETCD_JOB_TTL_S", "600", etcd_job_ttl_s,
+          "root: TTL of a job's state in etcd once no root keeps it alive, "
+          "seconds"),
+  U32_OPT("etcd-timeout-ms", "RDZVD_ETCD_TIMEOUT_MS", "2000",
+          etcd_timeout_ms, "root: timeout of one etcd request, ms"),
+  U32_OPT("etcd-max-txn-ops", "RDZVD_ETCD_MAX_TXN_OPS", "128",
+          etcd_max_txn_ops,
+          "root: operations per etcd transaction at most (etcd's "
+          "--max-txn-ops)"),
+  U32_OPT("etcd-max-request-bytes", "RDZVD_ETCD_MAX_REQUEST_BYTES",
+          "1048576", etcd_max_request_bytes,
+          "root: bytes per etcd transaction at most (below etcd's "
+          "--max-request-bytes, 1.5 MiB by default)"),
   STR_OPT("tcpstore-port-file", "RDZVD_TCPSTORE_PORT_FILE", "",
           tcpstore_port_file, "write the TCPStore port here once listening"),
 };
@@ -350,6 +385,32 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
   if (cfg->max_key_bytes == 0) {
     snprintf(err, errlen,
              "--max-key-bytes must be at least 1 (0 would refuse every key)");
+    return -EINVAL;
+  }
+  if (cfg->etcd[0] != '\0' && cfg->role != RDZV_DAEMON_ROOT) {
+    snprintf(err, errlen, "--etcd is for --role root (a node keeps no "
+                          "state of its own)");
+    return -EINVAL;
+  }
+  if (cfg->etcd[0] != '\0' &&
+      (cfg->etcd_lease_ttl_s < 2 || cfg->etcd_job_ttl_s < 2 ||
+       cfg->etcd_max_txn_ops < 2 || cfg->etcd_max_request_bytes < 4096 ||
+       cfg->etcd_timeout_ms == 0)) {
+    snprintf(err, errlen,
+             "--etcd-lease-ttl-s and --etcd-job-ttl-s must be at least 2 "
+             "(etcd's shortest lease), --etcd-max-txn-ops at least 2, "
+             "--etcd-max-request-bytes at least 4096, --etcd-timeout-ms "
+             "above 0");
+    return -EINVAL;
+  }
+  if (cfg->etcd[0] != '\0' && cfg->tcpstore_listen[0] != '\0') {
+    snprintf(err, errlen,
+             "--tcpstore-listen is not served by an etcd-backed root (a "
+             "standby would answer from no state): run it on a node");
+    return -EINVAL;
+  }
+  if (cfg->etcd[0] != '\0' && cfg->etcd_prefix[0] == '\0') {
+    snprintf(err, errlen, "--etcd-prefix must not be empty");
     return -EINVAL;
   }
   if (cfg->tcpstore_listen[0] == '\0' &&

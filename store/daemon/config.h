@@ -49,6 +49,24 @@ struct rdzv_daemon_config {
   uint32_t log_level;      /* 0 errors, 1 info, 2 debug */
   /* PyTorch c10d TCPStore front end (store/daemon/tcpstore/tcpstore.c): HOST:PORT, "" for
    * none; the job its clients' keys live in; where to write its port. */
+  /* A durable root on etcd (store/daemon/durable): the endpoints
+   * ("" = the in-memory root), the key prefix, a file with "user:password"
+   * ("" none), TLS files ("" none), the address this root tells nodes and
+   * standbys ("" = its --listen address as bound), the lease TTL of the
+   * leader and of a job's state, and the limits a transaction keeps
+   * below. */
+  char etcd[2048];
+  char etcd_prefix[256];
+  char etcd_credentials[256];
+  char etcd_ca[256];
+  char etcd_cert[256];
+  char etcd_key[256];
+  char advertise[256];
+  uint32_t etcd_lease_ttl_s;
+  uint32_t etcd_job_ttl_s;
+  uint32_t etcd_timeout_ms;
+  uint32_t etcd_max_txn_ops;
+  uint32_t etcd_max_request_bytes;
   char tcpstore_listen[256];
   char tcpstore_job[256];
   char tcpstore_port_file[256];

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <sys/resource.h>
 
+#include "store/daemon/durable/durable.h"
 #include "store/daemon/node/node.h"
 #include "store/daemon/root/root.h"
 #include "store/daemon/state/mem.h"
@@ -16,6 +17,7 @@
 #include "store/daemon/transport/transport.h"
 
 static void tcpstore_stop_hook(void *arg) { rdzv__tcpstore_stop(arg); }
+static void durable_stop_hook(void *arg) { rdzv__durable_stop(arg); }
 
 /* --max-connections above the process's open-file limit cannot be kept:
  * the kernel refuses accepts first (EMFILE). Said at start. */
@@ -39,7 +41,16 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
                       struct daemon **out) {
   const struct rdzv_role *role;
   void *role_ctx = NULL;
-  if (cfg->role == RDZV_DAEMON_ROOT) {
+  struct rdzv_durable *du = NULL;
+  if (cfg->role == RDZV_DAEMON_ROOT && cfg->etcd[0] != '\0') {
+    int rc = rdzv__durable_new(loop, cfg, &du);
+    if (rc < 0) {
+      *out = NULL;
+      return rc;
+    }
+    role = &rdzv__root_role;
+    role_ctx = (void *)rdzv__durable_backend(du);
+  } else if (cfg->role == RDZV_DAEMON_ROOT) {
     role = &rdzv__root_role;
     role_ctx = (void *)&rdzv__state_mem;
   } else {
@@ -48,8 +59,19 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   struct daemon *d = NULL;
   int rc = rdzv__transport_start(loop, cfg, role, role_ctx, &d);
   *out = d;
-  if (d == NULL)
+  if (d == NULL) {
+    rdzv__durable_free(du);
     return rc;
+  }
+  if (du != NULL && rc < 0) {
+    rdzv__durable_free(du);
+  } else if (du != NULL) {
+    /* Stopped first when the daemon stops: what waits to be persisted is
+     * dropped, and the lease is given back. */
+    d->stop_hook = durable_stop_hook;
+    d->stop_hook_arg = du;
+    rdzv__durable_attach(du, d);
+  }
   if (rc == 0 && cfg->tcpstore_listen[0] != '\0') {
     struct ts_server *ts = NULL;
     rc = rdzv__tcpstore_start(d, cfg->tcpstore_listen, cfg->tcpstore_job,

@@ -737,4 +737,5 @@ static void node_job_free(struct daemon *d, struct job *j) {
 
 const struct rdzv_role rdzv__node_role = {
     "node", node_handle, node_conn_closed, node_hello_epoch, node_job_free,
+    NULL,
 };

@@ -99,6 +99,12 @@ struct upstream {
   void (*on_reconnect)(void *arg);
   void *restart_arg;
   uint64_t backoff_ms;
+  /* A standby root's hello refusal named the leader: addrs[redirect] is
+   * tried next (-1: none); redirects in a row since the last ready
+   * connection (past two, the backoff applies: standbys that disagree
+   * must not make a node spin). */
+  int redirect;
+  uint32_t redirects;
   uint32_t attempts;
   uint32_t refs;
 };
@@ -332,6 +338,17 @@ static void up_reset(struct upstream *u, const char *why, int err) {
    * or declared this node lost) lives: it is asked again. */
   bool stay = u->stay;
   u->stay = false;
+  if (u->redirect >= 0 && (uint32_t)u->redirect < u->naddrs) {
+    u->addr_idx = (uint32_t)u->redirect;
+    u->redirect = -1;
+    rdzv__log(u->d, 1, "job %s: node %s goes to the leader root %s",
+              u->job_id, u->d->cfg.name, up_addr(u));
+    uint64_t delay = ++u->redirects > 2 ? u->backoff_ms : 0;
+    uv_timer_start(&u->timer, on_backoff, delay, 0);
+    if (delay > 0)
+      u->backoff_ms = u->backoff_ms * 2 > 1000 ? 1000 : u->backoff_ms * 2;
+    return;
+  }
   if (!stay && u->naddrs > 1 && u->addr_idx + 1 < u->naddrs) {
     u->addr_idx++;
     rdzv__log(u->d, 1, "job %s: node %s reattaches to ancestor %s", u->job_id,
@@ -437,6 +454,7 @@ static void up_ready(struct upstream *u) {
   up_set_state(u, UP_READY);
   u->backoff_ms = 10;
   u->attempts = 0;
+  u->redirects = 0;
   if (u->addr_idx > 0)
     u->d->stats.reattached++;
   /* In the queue's order: what the lost connection carried first, then
@@ -477,6 +495,37 @@ static void learn_ancestors(struct upstream *u, const struct rdzv_msg *m) {
   }
   d->nancestors = n;
   refresh_ancestors(u);
+}
+
+/* A standby root refused the hello naming the leader (vals[0]): it is
+ * tried next, found among the addresses known or added to the ancestors
+ * (the roots' list). */
+static void follow_leader(struct upstream *u, const struct rdzv_msg *m) {
+  struct daemon *d = u->d;
+  struct rdzv_slice t = {NULL, 0}, l = {NULL, 0};
+  rdzv_items_get(&m->keys, 0, &t);
+  rdzv__log(d, 2, "job %s: root %s: %.*s", u->job_id, up_addr(u),
+            (int)(t.n < 300 ? t.n : 300), (const char *)t.p);
+  if (rdzv_items_get(&m->vals, 0, &l) < 0 || l.n == 0 ||
+      l.n >= sizeof(u->addrs[0]))
+    return;
+  char leader[256];
+  memcpy(leader, l.p, l.n);
+  leader[l.n] = '\0';
+  if (strcmp(leader, up_addr(u)) == 0)
+    return;
+  for (uint32_t i = 0; i < u->naddrs; i++) {
+    if (strcmp(u->addrs[i], leader) == 0) {
+      u->redirect = (int)i;
+      return;
+    }
+  }
+  if (d->nancestors >= RDZV_MAX_ANCESTORS)
+    return;
+  snprintf(d->ancestors[d->nancestors++], sizeof(d->ancestors[0]), "%s",
+           leader);
+  refresh_ancestors(u);
+  u->redirect = (int)(u->naddrs - 1);
 }
 
 /* A parent with a shorter liveness timeout than this node's heartbeat
@@ -526,6 +575,12 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     return false;
   }
   if (u->state == UP_HELLO) {
+    if (m->type == RDZV_MSG_HELLO && m->req_id == u->hello_id &&
+        m->status == RDZV_ENOT_LEADER) {
+      follow_leader(u, m);
+      up_reset(u, "hello refused by a standby root", RDZV_ENOT_LEADER);
+      return false;
+    }
     if (m->type != RDZV_MSG_HELLO || m->req_id != u->hello_id ||
         m->status != 0) {
       up_reset(u, "hello refused", m->status ? m->status : RDZV_EHELLO);
@@ -741,6 +796,7 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
   u->naddrs = 1;
   refresh_ancestors(u);
   u->backoff_ms = 10;
+  u->redirect = -1;
   TAILQ_INIT(&u->queue);
   TAILQ_INIT(&u->all);
   u->down_since_ms = uv_now(d->loop);

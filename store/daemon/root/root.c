@@ -86,6 +86,73 @@ static bool mutates(uint8_t type) {
          type == RDZV_MSG_APPEND || type == RDZV_MSG_ADD;
 }
 
+/* A durable backend keeps each answer as a record (RDZV_STATE_REC_OP),
+ * so that the leader after a failover answers a re-send too. The record:
+ * status, a, flags, the key and value counts (8 bytes each, little-
+ * endian), then the keys' and values' raw item lists, each after its
+ * length (8 bytes). */
+static bool durable(const struct root_job *s) {
+  const struct rdzv_state_backend *b = s->d->role_ctx;
+  return b->durable;
+}
+
+static void op_name(uint64_t id, uint8_t out[8]) { rdzv_store_u64le(out, id); }
+
+static void op_rec_put(struct root_job *s, const struct done_op *o) {
+  size_t n = 7 * 8 + o->keys.len + o->vals.len;
+  uint8_t *v = malloc(n), name[8];
+  if (v == NULL)
+    return; /* kept in memory only: a re-send after a failover applies */
+  uint64_t f[7] = {(uint64_t)(int64_t)o->status, (uint64_t)o->a, o->flags,
+                   o->nkeys, o->nvals, o->keys.len, o->vals.len};
+  for (int i = 0; i < 7; i++)
+    rdzv_store_u64le(v + 8 * i, f[i]);
+  if (o->keys.len > 0)
+    memcpy(v + 56, o->keys.data, o->keys.len);
+  if (o->vals.len > 0)
+    memcpy(v + 56 + o->keys.len, o->vals.data, o->vals.len);
+  op_name(o->id, name);
+  rdzv__state_rec_put(s->st, RDZV_STATE_REC_OP, name, 8, v, (uint32_t)n);
+  free(v);
+}
+
+/* The answer to op id from its record, or NULL (none, or not one). */
+static struct done_op *op_rec_get(struct root_job *s, uint64_t id) {
+  uint8_t name[8];
+  struct rdzv_state_val e;
+  op_name(id, name);
+  if (rdzv__state_rec_get(s->st, RDZV_STATE_REC_OP, name, 8, &e) < 0 ||
+      e.n < 56)
+    return NULL;
+  uint64_t f[7];
+  for (int i = 0; i < 7; i++)
+    f[i] = rdzv_load_u64le(e.p + 8 * i);
+  if (f[5] > e.n - 56 || f[6] != e.n - 56 - f[5] || f[3] > UINT32_MAX ||
+      f[4] > UINT32_MAX)
+    return NULL;
+  struct done_op *o = calloc(1, sizeof(*o));
+  if (o == NULL)
+    return NULL;
+  o->id = id;
+  o->at_ms = uv_now(s->d->loop);
+  o->status = (int32_t)(int64_t)f[0];
+  o->a = (int64_t)f[1];
+  o->flags = (uint16_t)f[2];
+  o->nkeys = (uint32_t)f[3];
+  o->nvals = (uint32_t)f[4];
+  if ((f[5] > 0 && rdzv_buf_append(&o->keys, e.p + 56, f[5]) < 0) ||
+      (f[6] > 0 && rdzv_buf_append(&o->vals, e.p + 56 + f[5], f[6]) < 0)) {
+    rdzv_buf_free(&o->keys);
+    rdzv_buf_free(&o->vals);
+    free(o);
+    return NULL;
+  }
+  HASH_ADD(hh, s->done_ops, id, sizeof(o->id), o);
+  TAILQ_INSERT_TAIL(&s->done_fifo, o, link);
+  s->ndone++;
+  return o;
+}
+
 static void done_op_free(struct root_job *s, struct done_op *o) {
   HASH_DEL(s->done_ops, o);
   TAILQ_REMOVE(&s->done_fifo, o, link);
@@ -111,8 +178,14 @@ static void dedup_put(struct root_job *s, uint64_t id,
   uint64_t now = uv_now(s->d->loop);
   struct done_op *o;
   while ((o = TAILQ_FIRST(&s->done_fifo)) != NULL &&
-         (o->at_ms + s->d->cfg.dedup_window_ms < now || s->ndone >= DEDUP_MAX))
+         (o->at_ms + s->d->cfg.dedup_window_ms < now || s->ndone >= DEDUP_MAX)) {
+    if (durable(s)) {
+      uint8_t name[8];
+      op_name(o->id, name);
+      rdzv__state_rec_del(s->st, RDZV_STATE_REC_OP, name, 8);
+    }
     done_op_free(s, o);
+  }
   o = calloc(1, sizeof(*o));
   if (o == NULL)
     return;
@@ -132,11 +205,15 @@ static void dedup_put(struct root_job *s, uint64_t id,
   HASH_ADD(hh, s->done_ops, id, sizeof(o->id), o);
   TAILQ_INSERT_TAIL(&s->done_fifo, o, link);
   s->ndone++;
+  if (durable(s))
+    op_rec_put(s, o);
 }
 
 static struct done_op *dedup_find(struct root_job *s, uint64_t id) {
   struct done_op *o = NULL;
   HASH_FIND(hh, s->done_ops, &id, sizeof(id), o);
+  if (o == NULL && durable(s))
+    o = op_rec_get(s, id); /* answered by an earlier leader */
   return o;
 }
 
@@ -619,18 +696,36 @@ static void root_conn_closed(struct daemon *d, struct conn *c) {
 
 static void root_job_free(struct daemon *d, struct job *j) {
   struct root_job *s = j->role_data;
-  (void)d;
   if (s == NULL)
     return;
   rdzv__waits_clear(&s->waits);
   dedup_free(s);
   rdzv__root_rounds_free(s);
   rdzv__root_colls_free(s);
-  rdzv__state_close(s->st);
+  /* Lingered out: the job ended (a durable backend removes what it
+   * persisted). Stopping: its state stays where it is kept. */
+  if (d->stopping)
+    rdzv__state_close(s->st);
+  else
+    rdzv__state_finish(s->st);
   free(s);
   j->role_data = NULL;
 }
 
+/* The root stands down (its etcd lease is lost): every waiting caller of
+ * j is told why, rather than kept waiting for a root that no longer
+ * serves. */
+static void root_fail_all(struct daemon *d, struct job *j, int status,
+                          const char *text) {
+  struct root_job *s = j->role_data;
+  (void)d;
+  if (s == NULL)
+    return;
+  rdzv__waits_fail_prefix(&s->waits, (const uint8_t *)"", 0, status, text);
+  rdzv__root_colls_fail_prefix(s, "", status, text);
+  rdzv__root_rounds_fail_pending(s, status, text);
+}
+
 const struct rdzv_role rdzv__root_role = {
-    "root", root_handle, root_conn_closed, NULL, root_job_free,
+    "root", root_handle, root_conn_closed, NULL, root_job_free, root_fail_all,
 };

@@ -81,6 +81,10 @@ void rdzv__root_abort(struct root_job *s, struct conn *c,
 int rdzv__root_gen_check(struct root_job *s, const struct rdzv_msg *m,
                          const char **why);
 void rdzv__root_rounds_free(struct root_job *s);
+/* Answers every join waiting at the root with status and why (the round
+ * itself is left as it is: the root stands down). */
+void rdzv__root_rounds_fail_pending(struct root_job *s, int status,
+                                    const char *why);
 /* c closed: a generation it joined ranks to is aborted (unless they left
  * cleanly). */
 void rdzv__root_rounds_conn_closed(struct root_job *s, struct conn *c);

@@ -562,6 +562,16 @@ int rdzv__root_gen_check(struct root_job *s, const struct rdzv_msg *m,
   return 0;
 }
 
+void rdzv__root_rounds_fail_pending(struct root_job *s, int status,
+                                    const char *why) {
+  struct round *r, *t;
+  HASH_ITER(hh, s->rounds, r, t) {
+    for (struct jpend *p = r->pend; p != NULL; p = p->next)
+      rdzv__round_reply(p->c, p->req_id, status, 0, NULL, 0, why, r->gen, 0);
+    pend_free_all(r);
+  }
+}
+
 void rdzv__root_rounds_free(struct root_job *s) {
   struct round *r, *t;
   HASH_ITER(hh, s->rounds, r, t) {

@@ -136,6 +136,7 @@ static void mem_close(struct rdzv_state *st) {
 static const struct rdzv_state_ops mem_ops = {
     mem_get,     mem_set,     mem_append,  mem_del,   mem_count,
     mem_bytes,   mem_scan,    mem_rec_put, mem_rec_get, mem_rec_del, mem_close,
+    NULL, /* finish: close */
 };
 
 static int mem_open(const struct rdzv_state_backend *b, const char *job,
@@ -151,4 +152,4 @@ static int mem_open(const struct rdzv_state_backend *b, const char *job,
   return 0;
 }
 
-const struct rdzv_state_backend rdzv__state_mem = {"memory", mem_open};
+const struct rdzv_state_backend rdzv__state_mem = {"memory", false, mem_open};

@@ -57,6 +57,10 @@ enum rdzv_state_rec {
   RDZV_STATE_REC_ROUND = 1,  /* round name -> generation and outcome */
   RDZV_STATE_REC_ASSIGN = 2, /* round name -> the last generation's ranks */
   RDZV_STATE_REC_COLL = 3,   /* type byte + name -> a collective's outcome */
+  RDZV_STATE_REC_OP = 4,     /* op id (8 bytes, little-endian) -> the
+                                answer to that mutation (durable backends
+                                only: a re-send after a failover is
+                                answered, not applied again) */
 };
 
 /* What scan's callback answers for each key. */
@@ -111,6 +115,10 @@ struct rdzv_state_ops {
   /* Frees st and what it holds in memory (a durable backend keeps what it
    * persisted). NULL is not passed. */
   void (*close)(struct rdzv_state *st);
+  /* Optional (NULL: close): the job ended (its last connection left
+   * --job-linger-ms ago): a durable backend removes what it persisted of
+   * the job, then frees st as close does. */
+  void (*finish)(struct rdzv_state *st);
 };
 
 /* Every implementation's state starts with this. */
@@ -123,6 +131,9 @@ struct rdzv_state {
  * NULL. */
 struct rdzv_state_backend {
   const char *name; /* "memory", ... : logs and stats */
+  /* State that outlives the process (etcd): the root then keeps the
+   * answers to mutations with op ids as RDZV_STATE_REC_OP records. */
+  bool durable;
   int (*open)(const struct rdzv_state_backend *b, const char *job,
               struct rdzv_state **out);
 };
@@ -177,6 +188,12 @@ static inline int rdzv__state_rec_del(struct rdzv_state *st,
 }
 static inline void rdzv__state_close(struct rdzv_state *st) {
   if (st != NULL)
+    st->ops->close(st);
+}
+static inline void rdzv__state_finish(struct rdzv_state *st) {
+  if (st != NULL && st->ops->finish != NULL)
+    st->ops->finish(st);
+  else if (st != NULL)
     st->ops->close(st);
 }
 

@@ -75,6 +75,10 @@ void rdzv__conn_close_now(struct conn *c) {
     TAILQ_REMOVE(&d->dirty, c, dirty_link);
     c->dirty = false;
   }
+  if (c->held) { /* frames not yet persisted are dropped with it */
+    TAILQ_REMOVE(&d->held, c, held_link);
+    c->held = false;
+  }
   d->nconns--;
   d->stats.conns_open--;
   if (!d->stopping && c->job != NULL && c->job->role_data != NULL)
@@ -110,19 +114,37 @@ static void on_write(uv_write_t *req, int status) {
   } else if (c->state == CONN_CLOSING && c->out.len == 0) {
     rdzv__conn_close_now(c);
   } else if (c->state != CONN_CLOSED && c->out.len > 0) {
-    start_write(c);
+    start_write(c); /* under a gate: what was released meanwhile */
   }
   rdzv__conn_unref(c);
 }
 
 static void start_write(struct conn *c) {
-  if (c->write_active || c->out.len == 0 || c->state == CONN_CLOSED)
+  /* Under a gate only the released bytes go (see rdzv__gate_install). */
+  size_t n = c->d->gate != NULL ? c->gate_rel : c->out.len;
+  if (c->write_active || n == 0 || c->state == CONN_CLOSED)
     return;
 
   struct rdzv_buf t = c->writing;
   c->writing = c->out;
   c->out = t;
   c->out.len = 0;
+  if (n < c->writing.len) { /* the held tail stays in out */
+    size_t rest = c->writing.len - n;
+    if (rdzv_buf_reserve(&c->out, rest) < 0) {
+      c->writing.len = 0;
+      rdzv__log(c->d, 0, "conn %s: out of memory; closing", c->name);
+      rdzv__conn_close_now(c);
+      return;
+    }
+    memcpy(c->out.data, c->writing.data + n, rest);
+    c->out.len = rest;
+    c->writing.len = n;
+  }
+  if (c->d->gate != NULL) {
+    c->gate_rel -= n;
+    c->gate_seal -= n;
+  }
   uv_buf_t b = uv_buf_init((char *)c->writing.data, (unsigned)c->writing.len);
   c->wreq.data = c;
   int rc = uv_write(&c->wreq, &c->h.stream, &b, 1, on_write);
@@ -149,9 +171,83 @@ static void mark_dirty(struct conn *c) {
   uv_idle_start(&d->flush_idle, on_idle);
 }
 
+/* ---- the write gate ---------------------------------------------------------- */
+
+void rdzv__gate_install(struct daemon *d, const struct rdzv_gate *g,
+                        void *arg) {
+  d->gate = g;
+  d->gate_arg = arg;
+}
+
+/* Seals (a batch starts: what is queued waits for it) or releases (no
+ * batch: everything goes), then writes what is released. */
+static void gate_step(struct daemon *d) {
+  struct conn *c, *next;
+  while ((c = TAILQ_FIRST(&d->dirty)) != NULL) {
+    TAILQ_REMOVE(&d->dirty, c, dirty_link);
+    c->dirty = false;
+    if (!c->held && !c->inproc) {
+      c->held = true;
+      TAILQ_INSERT_TAIL(&d->held, c, held_link);
+    }
+  }
+  if (!d->gate_busy) {
+    bool seal = d->gate->pending(d->gate_arg);
+    TAILQ_FOREACH(c, &d->held, held_link) {
+      c->gate_seal = c->out.len;
+      if (!seal)
+        c->gate_rel = c->out.len;
+    }
+    if (seal) {
+      d->gate_busy = true;
+      d->gate->start(d->gate_arg); /* may call rdzv__gate_done later only */
+    }
+  }
+  for (c = TAILQ_FIRST(&d->held); c != NULL; c = next) {
+    next = TAILQ_NEXT(c, held_link);
+    start_write(c);
+    if (c->held && c->out.len <= c->gate_rel) {
+      TAILQ_REMOVE(&d->held, c, held_link);
+      c->held = false;
+    }
+  }
+}
+
+void rdzv__gate_done(struct daemon *d) {
+  if (!d->gate_busy)
+    return;
+  d->gate_busy = false;
+  struct conn *c;
+  TAILQ_FOREACH(c, &d->held, held_link)
+    c->gate_rel = c->gate_seal;
+  gate_step(d);
+}
+
+void rdzv__gate_drop(struct daemon *d) {
+  d->gate_busy = false;
+  struct conn *c;
+  while ((c = TAILQ_FIRST(&d->held)) != NULL) {
+    TAILQ_REMOVE(&d->held, c, held_link);
+    c->held = false;
+    c->out.len = c->gate_rel;
+    c->gate_seal = c->gate_rel;
+  }
+}
+
+void rdzv__gate_release(struct daemon *d) {
+  struct conn *c;
+  TAILQ_FOREACH(c, &d->conns, link)
+    c->gate_rel = c->gate_seal = c->out.len;
+}
+
 void rdzv__conn_flush_check(uv_check_t *h) {
   struct daemon *d = h->data;
   struct conn *c;
+  if (d->gate != NULL) {
+    gate_step(d);
+    uv_idle_stop(&d->flush_idle);
+    return;
+  }
   while ((c = TAILQ_FIRST(&d->dirty)) != NULL) {
     TAILQ_REMOVE(&d->dirty, c, dirty_link);
     c->dirty = false;
@@ -229,7 +325,19 @@ void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
   m.keys.v = &s;
   conn_set_state(c, CONN_CLOSING);
   uv_read_stop(&c->h.stream);
-  rdzv__conn_send(c, &m);
+  if (d->gate != NULL) {
+    /* Answers not yet persisted are dropped (the peer sends them again
+     * elsewhere); the error goes after those already released. */
+    c->out.len = c->gate_rel;
+    rdzv__conn_send(c, &m);
+    c->gate_rel = c->gate_seal = c->out.len;
+    if (c->held) {
+      TAILQ_REMOVE(&d->held, c, held_link);
+      c->held = false;
+    }
+  } else {
+    rdzv__conn_send(c, &m);
+  }
   if (c->dirty) {
     TAILQ_REMOVE(&d->dirty, c, dirty_link);
     c->dirty = false;
@@ -304,6 +412,42 @@ static bool addr_local(const char *a) {
          strncmp(a, "[::1]:", 6) == 0;
 }
 
+/* A standby root's answer to a hello: RDZV_ENOT_LEADER with why (keys[0])
+ * and the leader's address (vals[0], when known), then the connection
+ * closes once it is written. */
+static void refuse_hello(struct conn *c, const struct rdzv_msg *m,
+                         const char *text, const char *leader) {
+  struct daemon *d = c->d;
+  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
+  struct rdzv_slice l = {(const uint8_t *)leader, (uint32_t)strlen(leader)};
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, RDZV_ENOT_LEADER);
+  r.flags = RDZV_F_REPLY;
+  r.keys.n = 1;
+  r.keys.v = &t;
+  r.vals.n = l.n > 0 ? 1 : 0;
+  r.vals.v = &l;
+  rdzv__log(d, 2, "conn %s: hello refused: %s", c->name, text);
+  if (d->gate != NULL)
+    c->out.len = c->gate_rel;
+  rdzv__conn_send(c, &r);
+  if (d->gate != NULL)
+    c->gate_rel = c->gate_seal = c->out.len;
+  conn_set_state(c, CONN_CLOSING);
+  uv_read_stop(&c->h.stream);
+  if (c->dirty) {
+    TAILQ_REMOVE(&d->dirty, c, dirty_link);
+    c->dirty = false;
+  }
+  if (c->held) {
+    TAILQ_REMOVE(&d->held, c, held_link);
+    c->held = false;
+  }
+  start_write(c);
+  if (!c->write_active)
+    rdzv__conn_close_now(c);
+}
+
 static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   struct daemon *d = c->d;
   struct rdzv_slice job, name = {NULL, 0};
@@ -321,6 +465,14 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   if (m->a != RDZV_ROLE_CLIENT && m->a != RDZV_ROLE_NODE) {
     rdzv__conn_fail(c, RDZV_EBAD_ROLE, "hello: unknown peer role");
     return;
+  }
+  if (d->admit != NULL && !c->inproc) {
+    char text[400], leader[256];
+    text[0] = leader[0] = '\0';
+    if (!d->admit(d->admit_arg, text, sizeof(text), leader, sizeof(leader))) {
+      refuse_hello(c, m, text, leader);
+      return;
+    }
   }
   struct job *j = rdzv__job_get(d, job.p, job.n);
   if (j == NULL) {
@@ -369,6 +521,15 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
       continue;
     chain[nchain].p = (const uint8_t *)d->ancestors[i];
     chain[nchain++].n = (uint32_t)strlen(d->ancestors[i]);
+  }
+  /* A root tells its peers (the other roots of an etcd-backed service). */
+  for (uint32_t i = 0; d->cfg.parent[0] == '\0' && i < d->npeers &&
+                       nchain < RDZV_MAX_ANCESTORS;
+       i++) {
+    if (remote && addr_local(d->peers[i]))
+      continue;
+    chain[nchain].p = (const uint8_t *)d->peers[i];
+    chain[nchain++].n = (uint32_t)strlen(d->peers[i]);
   }
   r.vals.n = nchain;
   r.vals.v = chain;

@@ -7,6 +7,8 @@
  *    "children_silent", "split_frames", "resent", "reattached",
  *    "dedup_hits", "fenced",
  *    "sessions_resumed", "sessions_lost",
+ *    with an etcd-backed root: "etcd": {"role", "batches", "txns", "ops",
+ *    "stand_downs", "elections_won", "requests", "bytes_out", "bytes_in"},
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,18 @@ char *rdzv__stats_json(const struct daemon *d) {
                       json_integer((json_int_t)s->sessions_resumed));
   json_object_set_new(o, "sessions_lost",
                       json_integer((json_int_t)s->sessions_lost));
+  if (s->etcd_role != NULL)
+    json_object_set_new(
+        o, "etcd",
+        json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "role",
+                  s->etcd_role, "batches", (json_int_t)s->etcd_batches,
+                  "txns", (json_int_t)s->etcd_txns, "ops",
+                  (json_int_t)s->etcd_ops, "stand_downs",
+                  (json_int_t)s->etcd_stand_downs, "elections_won",
+                  (json_int_t)s->etcd_elections_won, "requests",
+                  (json_int_t)s->etcd_requests, "bytes_out",
+                  (json_int_t)s->etcd_bytes_out, "bytes_in",
+                  (json_int_t)s->etcd_bytes_in));
   if (o == NULL) {
     json_decref(ops);
     return NULL;

@@ -269,6 +269,7 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   d->loop = loop;
   TAILQ_INIT(&d->conns);
   TAILQ_INIT(&d->dirty);
+  TAILQ_INIT(&d->held);
   uv_idle_init(d->loop, &d->flush_idle);
   uv_check_init(d->loop, &d->flush_check);
   d->flush_check.data = d;

@@ -59,6 +59,13 @@ struct stats {
   uint64_t fenced;          /* stale aborts and re-binds of a lost daemon
                                refused (the members are bound elsewhere) */
   uint64_t sessions_resumed; /* ranks' sessions resumed on a new connection */
+  /* An etcd-backed root (store/daemon/durable): its role ("leader",
+   * "standby", ...; NULL: no etcd), batches persisted, transactions and
+   * operations they took, stand-downs, elections won, and the client's
+   * requests and bytes. */
+  const char *etcd_role;
+  uint64_t etcd_batches, etcd_txns, etcd_ops, etcd_stand_downs,
+      etcd_elections_won, etcd_requests, etcd_bytes_out, etcd_bytes_in;
   uint64_t sessions_lost;    /* ranks' sessions that expired (or whose
                                 process was gone): generation aborted */
 };
@@ -115,6 +122,13 @@ struct conn {
   void *deliver_arg;
   TAILQ_ENTRY(conn) link;
   TAILQ_ENTRY(conn) dirty_link;
+  /* Under a write gate (a durable root): the first gate_rel bytes of out
+   * may be written; the first gate_seal bytes (>= gate_rel) wait for the
+   * batch being persisted; the rest for the next one. held: on d->held
+   * (out has bytes past gate_rel). */
+  size_t gate_rel, gate_seal;
+  bool held;
+  TAILQ_ENTRY(conn) held_link;
 };
 TAILQ_HEAD(conn_list, conn);
 
@@ -133,6 +147,31 @@ void rdzv__conn_fail(struct conn *c, int status, const char *text);
 /* The same, naming the request that broke the rule. */
 void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
                          const char *text);
+
+/* ---- a durable root's write gate (conn.c) ---------------------------------- */
+
+/* A role whose answers must not go out before what they depend on is
+ * persisted (the etcd-backed root) installs a gate. At the end of every
+ * loop iteration the transport asks pending(); when it is true and no
+ * batch is being persisted, it seals: every frame queued so far waits
+ * for that batch, and start() persists it; the role calls
+ * rdzv__gate_done when it is persisted (the frames go out) or
+ * rdzv__gate_drop when it never will be (the frames are dropped: the
+ * peers' re-sends find the truth elsewhere). Frames queued while a batch
+ * is being persisted wait for the next one. With nothing pending and no
+ * batch in flight, frames go out at once, as without a gate. In-process
+ * peers (the benchmark's) are not gated. */
+struct rdzv_gate {
+  bool (*pending)(void *arg);
+  void (*start)(void *arg);
+};
+void rdzv__gate_install(struct daemon *d, const struct rdzv_gate *g,
+                        void *arg);
+void rdzv__gate_done(struct daemon *d);
+void rdzv__gate_drop(struct daemon *d);
+/* Everything queued to every connection may go (what is queued now is
+ * known to depend on nothing unpersisted: errors after a drop). */
+void rdzv__gate_release(struct daemon *d);
 
 /* ---- jobs and the role interface ----------------------------------------- */
 
@@ -173,6 +212,11 @@ struct rdzv_role {
    * stopping, or the job has had no connection for --job-linger-ms. No
    * connection of j is open either way. */
   void (*job_free)(struct daemon *d, struct job *j);
+  /* Optional (NULL: none): answers every request of j the role holds
+   * (waits, collectives, joins) with status and text (keys[0]): a root
+   * that stands down tells its waiting callers why. */
+  void (*fail_all)(struct daemon *d, struct job *j, int status,
+                   const char *text);
 };
 
 /* A rate limit for a kind of log line: at most 10 lines a second; the
@@ -223,6 +267,24 @@ struct daemon {
    * connections before the transport closes the rest), or NULL. */
   void (*stop_hook)(void *arg);
   void *stop_hook_arg;
+  /* The write gate (NULL: none), its argument, whether a batch is being
+   * persisted, and the connections with frames it holds. */
+  const struct rdzv_gate *gate;
+  void *gate_arg;
+  bool gate_busy;
+  struct conn_list held;
+  /* Admission (NULL: every hello is accepted): a root that is not the
+   * leader answers 0 with why in text and the leader's address in leader
+   * ("" unknown); the hello is then refused with RDZV_ENOT_LEADER, the
+   * leader's address in vals[0]. Returns 1 to admit. */
+  int (*admit)(void *arg, char *text, size_t textlen, char *leader,
+               size_t leaderlen);
+  void *admit_arg;
+  /* A root's peers (the other roots of an etcd-backed service, leader
+   * first), told in the hello reply as a node's ancestors are: where a
+   * node goes when this root is lost. */
+  char peers[RDZV_MAX_ANCESTORS][256];
+  uint32_t npeers;
   /* Rate limits of rdzv__log_drop and of the roles' events. */
   struct rdzv_log_limit drop_limit;
   struct rdzv_log_limit event_limit;
