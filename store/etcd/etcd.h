@@ -199,12 +199,24 @@ int rdzv_etcd_txn_range(struct rdzv_etcd_txn *t, bool then, const void *key,
  * each branch's) the larger branch holds, and the request's size estimate
  * in bytes (etcd's protobuf size: keys, values and a few bytes per op),
  * for chunking below the server's limits. */
+/* Nests sub (a whole transaction: its compares and branches) as one
+ * operation of t's then (true) or else branch, a request_txn; its
+ * answers' range kvs and deletes are counted into the result in order.
+ * Takes sub (freed, also on error). 0 or RDZV_ENOMEM. */
+int rdzv_etcd_txn_nest(struct rdzv_etcd_txn *t, bool then,
+                       struct rdzv_etcd_txn *sub);
 size_t rdzv_etcd_txn_ops(const struct rdzv_etcd_txn *t);
 size_t rdzv_etcd_txn_bytes(const struct rdzv_etcd_txn *t);
 void rdzv_etcd_txn_free(struct rdzv_etcd_txn *t);
 /* /v3/kv/txn. Takes t (freed by the client, also on error). */
 int rdzv_etcd_txn(struct rdzv_etcd *e, struct rdzv_etcd_txn *t,
                   rdzv_etcd_cb cb, void *arg);
+
+/* /v3/kv/compaction: drops history before revision (physical: etcd
+ * answers once the compaction is applied on disk). r->revision. An
+ * already compacted revision: RDZV_ECOMPACTED; a future one: RDZV_EETCD. */
+int rdzv_etcd_compact(struct rdzv_etcd *e, int64_t revision, bool physical,
+                      rdzv_etcd_cb cb, void *arg);
 
 /* ---- leases ---------------------------------------------------------------- */
 
