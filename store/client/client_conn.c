@@ -328,7 +328,9 @@ static void hello_refused(struct rdzv_client *c, int status,
 
   if (status == 0)
     status = RDZV_EHELLO;
-  if (c->target != 0) {
+  if (c->target != 0 || status == RDZV_ENOT_LEADER) {
+    /* A standby root that does not know the leader yet (an election is
+     * under way) is tried again, like a daemon that is not up yet. */
     /* A fallback that will not take us is just one that failed. */
     char what[300];
     snprintf(what, sizeof what, "hello refused: %s%s%s", rdzv_strerror(status),
@@ -462,6 +464,7 @@ static void liveness_take(struct rdzv_client *c, const struct rdzv_msg *m) {
 }
 
 static void hello_accepted(struct rdzv_client *c, const struct rdzv_msg *m) {
+  c->redirects = 0;
   fallbacks_take(c, m);
   liveness_take(c, m);
   if (c->resume != NULL && c->lost_once &&
@@ -490,6 +493,44 @@ static void error_text(const struct rdzv_msg *m, char *buf, size_t n) {
   for (i = 0; i < s.n && i + 1 < n; i++)
     buf[i] = s.p[i] >= 0x20 && s.p[i] < 0x7f ? (char)s.p[i] : '?';
   buf[i] = '\0';
+}
+
+/* A standby root of an etcd-backed service refused the hello naming its
+ * leader (vals[0]): the leader becomes this handle's address and is tried
+ * at once. At most 8 times between two accepted hellos (standbys that
+ * disagree must not make a client spin). 1 when followed. */
+static int follow_leader(struct rdzv_client *c, const struct rdzv_msg *m) {
+  struct rdzv_slice v;
+  struct rdzv__addr a;
+  char s[320];
+  char *str;
+
+  if (rdzv_items_get(&m->vals, 0, &v) < 0 || v.n == 0 || v.n >= sizeof s ||
+      memchr(v.p, '\0', v.n) != NULL || c->redirects >= 8)
+    return 0;
+  memcpy(s, v.p, v.n);
+  s[v.n] = '\0';
+  if (strcmp(s, rdzv__target_str(c)) == 0)
+    return 0;
+  memset(&a, 0, sizeof a);
+  if (rdzv__parse_addr(s, &a) < 0)
+    return 0;
+  if ((str = strdup(s)) == NULL) {
+    free(a.host);
+    return 0;
+  }
+  if (c->debug)
+    fprintf(stderr, "rdzv client %s: a standby root; its leader is %s\n",
+            rdzv__target_str(c), s);
+  rdzv__conn_close(c);
+  free(c->addr.host);
+  free(c->addr_str);
+  c->addr = a;
+  c->addr_str = str;
+  c->target = 0;
+  c->redirects++;
+  round_start(c, rdzv__now_ns());
+  return 1;
 }
 
 /* Handles one decoded frame. Returns 1 if the connection was closed. */
@@ -526,8 +567,11 @@ static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
     return 1;
   }
   if (c->state == RDZV__CS_HELLO_SENT) {
+    if (m->status == RDZV_ENOT_LEADER && follow_leader(c, m))
+      return 1;
     if (m->status != 0) {
-      hello_refused(c, m->status, "");
+      error_text(m, text, sizeof text);
+      hello_refused(c, m->status, text);
       return 1;
     }
     hello_accepted(c, m);

@@ -133,6 +133,7 @@ struct rdzv_client {
   int64_t timer;      /* attempt deadline or end of backoff, ns */
   double backoff_cur; /* next backoff delay before jitter, s */
   unsigned attempts;  /* failed attempts since the last success */
+  unsigned redirects; /* standby roots followed to their leader since */
   int64_t first_attempt;
   uint64_t rng;
   struct rdzv_buf in;

@@ -35,8 +35,22 @@ static const char *const role_names[] = {"idle",    "campaigning", "standby",
  * '0' + kind for a record) and name are the hash key. */
 struct dirty {
   UT_hash_handle hh;
+  /* The answers (RDZV_STATE_REC_OP records) of the mutations that
+   * changed this key: persisted in the same transaction as the key, so
+   * that a failover never finds one without the other. Each: op id (8
+   * bytes), length (4, little-endian), the record. */
+  struct rdzv_buf ops;
   size_t len;
   uint8_t id[]; /* tag, then the name */
+};
+
+/* A persisted group of op records ("P/j/JOB/o/HEX"): deleted once the
+ * root's --dedup-window-ms has passed. */
+struct opkey {
+  uint8_t *key;
+  size_t klen;
+  uint64_t expire_ms;
+  struct opkey *next;
 };
 
 /* A job: its state in memory (open or loaded), its lease, what changed. */
@@ -52,6 +66,9 @@ struct djob {
   struct dstate *open; /* the root's handle, NULL when not open */
   struct dirty *dirty;
   uint64_t ndirty;
+  struct dirty *last;       /* the key the latest mutation changed */
+  struct rdzv_buf lone_ops; /* op records of mutations that changed no key */
+  struct opkey *opkeys, **opkeys_tail; /* oldest first */
 };
 
 /* The root's handle on a job's state. */
@@ -63,6 +80,7 @@ struct dstate {
 
 /* One operation of a batch (owned copies). */
 struct bop {
+  bool glue; /* in the same transaction as the operation before it */
   uint8_t *key;
   size_t klen;
   uint8_t *val; /* NULL for a delete */
@@ -120,6 +138,7 @@ struct rdzv_durable {
   uint64_t ndirty;
   struct batch *batch; /* being persisted */
   uint64_t load_rev;
+  uint64_t opbase, opseq; /* names of op-record groups: unique per leader */
   int handles_open;   /* du's timers and the batches' retry timers */
   bool client_closed; /* the etcd client is closed: du goes with its
                          last handle */
@@ -251,6 +270,7 @@ static struct djob *job_get(struct rdzv_durable *du, const char *id) {
     free(j);
     return NULL;
   }
+  j->opkeys_tail = &j->opkeys;
   HASH_ADD_KEYPTR(hh, du->jobs, j->id, strlen(j->id), j);
   return j;
 }
@@ -259,14 +279,23 @@ static void job_clear_dirty(struct rdzv_durable *du, struct djob *j) {
   struct dirty *x, *t;
   HASH_ITER(hh, j->dirty, x, t) {
     HASH_DEL(j->dirty, x);
+    rdzv_buf_free(&x->ops);
     free(x);
   }
   du->ndirty -= j->ndirty;
   j->ndirty = 0;
+  j->last = NULL;
+  rdzv_buf_free(&j->lone_ops);
 }
 
 static void job_free(struct rdzv_durable *du, struct djob *j) {
   job_clear_dirty(du, j);
+  while (j->opkeys != NULL) {
+    struct opkey *o = j->opkeys;
+    j->opkeys = o->next;
+    free(o->key);
+    free(o);
+  }
   HASH_DEL(du->jobs, j);
   if (j->open != NULL)
     j->open->job = NULL;
@@ -305,9 +334,12 @@ static void mark(struct rdzv_durable *du, struct djob *j, uint8_t tag,
       free(tmp);
     }
   }
-  if (x != NULL)
+  if (x != NULL) {
+    if (tag == 'k')
+      j->last = x;
     return;
-  x = malloc(sizeof(*x) + nlen + 1);
+  }
+  x = calloc(1, sizeof(*x) + nlen + 1);
   if (x == NULL) {
     du->broken = true; /* not here: the root is inside a request */
     return;
@@ -319,6 +351,29 @@ static void mark(struct rdzv_durable *du, struct djob *j, uint8_t tag,
   HASH_ADD(hh, j->dirty, id, x->len, x);
   j->ndirty++;
   du->ndirty++;
+  if (tag == 'k')
+    j->last = x;
+}
+
+/* An op record: kept with the key its mutation changed (or alone). */
+static void mark_op(struct rdzv_durable *du, struct djob *j,
+                    const uint8_t *name, uint32_t nlen, const uint8_t *v,
+                    uint32_t vlen) {
+  if (du->role != DUR_LEADER || j == NULL || nlen != 8)
+    return;
+  struct rdzv_buf *b = j->last != NULL ? &j->last->ops : &j->lone_ops;
+  bool first_lone = j->last == NULL && j->lone_ops.len == 0;
+  uint8_t len[4] = {(uint8_t)vlen, (uint8_t)(vlen >> 8), (uint8_t)(vlen >> 16),
+                    (uint8_t)(vlen >> 24)};
+  if (rdzv_buf_append(b, name, 8) < 0 || rdzv_buf_append(b, len, 4) < 0 ||
+      (vlen > 0 && rdzv_buf_append(b, v, vlen) < 0)) {
+    du->broken = true;
+    return;
+  }
+  if (first_lone) { /* counted as a change, so that a batch is sealed */
+    j->ndirty++;
+    du->ndirty++;
+  }
 }
 
 /* ---- the state backend ----------------------------------------------------------- */
@@ -392,7 +447,9 @@ static int d_rec_put(struct rdzv_state *st, enum rdzv_state_rec kind,
                      const uint8_t *name, uint32_t nlen, const uint8_t *v,
                      uint32_t vlen) {
   int rc = rdzv__state_rec_put(MEM(st), kind, name, nlen, v, vlen);
-  if (rc == 0)
+  if (rc == 0 && kind == RDZV_STATE_REC_OP)
+    mark_op(ds(st)->du, ds(st)->job, name, nlen, v, vlen);
+  else if (rc == 0)
     mark(ds(st)->du, ds(st)->job, (uint8_t)('0' + kind), name, nlen);
   return rc;
 }
@@ -408,7 +465,8 @@ static int d_rec_del(struct rdzv_state *st, enum rdzv_state_rec kind,
   struct rdzv_state_val v;
   bool had = rdzv__state_rec_get(MEM(st), kind, name, nlen, &v) == 0;
   int rc = rdzv__state_rec_del(MEM(st), kind, name, nlen);
-  if (rc == 0 && had)
+  /* Op records go from etcd by their group's expiry, not one by one. */
+  if (rc == 0 && had && kind != RDZV_STATE_REC_OP)
     mark(ds(st)->du, ds(st)->job, (uint8_t)('0' + kind), name, nlen);
   return rc;
 }
@@ -624,6 +682,8 @@ static void breq_failed(struct breq *r, const struct rdzv_etcd_result *res) {
       *h = *r;
       h->timer_open = false;
       size_t mid = r->from + (r->to - r->from) / 2;
+      while (mid > r->from + 1 && b->ops[mid].glue)
+        mid--;
       h->from = mid;
       r->to = mid;
       h->next = b->reqs;
@@ -743,6 +803,11 @@ static void batch_step(struct batch *b) {
         bytes += b->ops[i].klen + b->ops[i].vlen + 32;
         i++;
       }
+      /* A key and its op records stay in one transaction. */
+      while (i < b->nops && b->ops[i].glue && i - from > 1)
+        i--;
+      if (i < b->nops && b->ops[i].glue && i - from == 1)
+        i++; /* a pair alone over the limits: etcd says, it is split */
       struct breq *r = calloc(1, sizeof(*r));
       if (r == NULL) {
         stand_down(du, RDZV_ENOMEM, "out of memory building a transaction");
@@ -770,6 +835,41 @@ static void batch_step(struct batch *b) {
   batch_finish(b);
   stats_update(du);
   rdzv__gate_done(du->d);
+}
+
+/* Remembers a persisted group of op records for its expiry. */
+static int opkey_add(struct djob *j, const uint8_t *k, size_t klen,
+                     uint64_t expire_ms) {
+  struct opkey *o = calloc(1, sizeof(*o));
+  if (o == NULL || (o->key = malloc(klen)) == NULL) {
+    free(o);
+    return RDZV_ENOMEM;
+  }
+  memcpy(o->key, k, klen);
+  o->klen = klen;
+  o->expire_ms = expire_ms;
+  *j->opkeys_tail = o;
+  j->opkeys_tail = &o->next;
+  return 0;
+}
+
+/* The op records ops (see struct dirty) as one etcd key of j, glued to
+ * the operation before it when glue. */
+static int ops_group(struct rdzv_durable *du, struct batch *b, struct djob *j,
+                     const struct rdzv_buf *ops, bool glue) {
+  char k[400];
+  int n = snprintf(k, sizeof(k), "%.*so/%016" PRIx64 "%08" PRIx64,
+                   (int)j->eklen, j->ekey, du->opbase, ++du->opseq);
+  if (n < 0 || (size_t)n >= sizeof(k))
+    return RDZV_ENOMEM;
+  int rc = bop_add(b, k, (size_t)n, NULL, 0, ops->data, ops->len, NULL, 0,
+                   false, j->lease);
+  if (rc == 0) {
+    b->ops[b->nops - 1].glue = glue;
+    rc = opkey_add(j, (const uint8_t *)k, (size_t)n,
+                   now_ms(du) + du->cfg.dedup_window_ms);
+  }
+  return rc;
 }
 
 static bool gate_pending(void *arg) {
@@ -823,6 +923,23 @@ static void gate_start(void *arg) {
     HASH_ITER(hh, j->dirty, x, xt) {
       if (rc == 0)
         rc = dirty_op(b, j, x);
+      if (rc == 0 && x->ops.len > 0)
+        rc = ops_group(du, b, j, &x->ops, true);
+    }
+    if (rc == 0 && j->lone_ops.len > 0)
+      rc = ops_group(du, b, j, &j->lone_ops, false);
+    /* Groups past the dedup window go. */
+    uint64_t now = now_ms(du);
+    while (rc == 0 && j->opkeys != NULL && j->opkeys->expire_ms <= now) {
+      struct opkey *o = j->opkeys;
+      rc = bop_add(b, o->key, o->klen, NULL, 0, NULL, 0, NULL, 0, true, 0);
+      if (rc < 0)
+        break;
+      j->opkeys = o->next;
+      if (j->opkeys == NULL)
+        j->opkeys_tail = &j->opkeys;
+      free(o->key);
+      free(o);
     }
     job_clear_dirty(du, j);
     if (rc < 0)
@@ -1106,6 +1223,24 @@ static int load_kv(struct rdzv_durable *du, const struct rdzv_etcd_kv *kv) {
     return rdzv__state_set(j->mem, rest + 2, (uint32_t)(rl - 2),
                            kv->value + 1, (uint32_t)(kv->vlen - 1), wo);
   }
+  if (rl >= 2 && rest[0] == 'o' && rest[1] == '/') {
+    /* A group of op records: each into memory; the group expires. */
+    size_t pos = 0;
+    while (pos + 12 <= kv->vlen) {
+      const uint8_t *e8 = kv->value + pos;
+      uint32_t vl = (uint32_t)e8[8] | (uint32_t)e8[9] << 8 |
+                    (uint32_t)e8[10] << 16 | (uint32_t)e8[11] << 24;
+      if (vl > kv->vlen - pos - 12)
+        break;
+      int rc = rdzv__state_rec_put(j->mem, RDZV_STATE_REC_OP, e8, 8, e8 + 12,
+                                   vl);
+      if (rc < 0)
+        return rc;
+      pos += 12 + vl;
+    }
+    return opkey_add(j, kv->key, kv->klen,
+                     now_ms(du) + du->cfg.dedup_window_ms);
+  }
   if (rl >= 4 && rest[0] == 'r' && rest[1] == '/' && rest[3] == '/' &&
       rest[2] >= '1' && rest[2] <= '9')
     return rdzv__state_rec_put(j->mem, (enum rdzv_state_rec)(rest[2] - '0'),
@@ -1198,6 +1333,8 @@ static void on_incarnation(void *arg, const struct rdzv_etcd_result *r) {
   }
   du->d->incarnation = inc;
   du->load_rev = 0;
+  du->opbase = (uint64_t)random_i63();
+  du->opseq = 0;
   char from[300];
   int n = snprintf(from, sizeof(from), "%s/j/", du->prefix);
   load_from(du, (const uint8_t *)from, (size_t)n);

@@ -1,0 +1,449 @@
+/* The etcd-backed root (rdzvd --role root --etcd), with a real etcd (the
+ * harness's throwaway member on loopback) and real daemons and ranks.
+ *
+ * Invariants checked:
+ *  - kill -9 of the only root, started again on its port: every
+ *    acknowledged write is there (mutable, write-once, a counter equal to
+ *    the adds acknowledged) and the nodes see no restart (the incarnation
+ *    is etcd's);
+ *  - kill -9 of the leader among three roots in the middle of a
+ *    1,000-rank rendezvous (8 hosts of 125 ranks, 8 nodes given the roots'
+ *    list): a standby takes over and every rank gets the assignment a run
+ *    without the kill gives, each rank once; then kill -9 of the new
+ *    leader while every rank adds: the counter equals the adds
+ *    acknowledged (applied once across the failover);
+ *  - a deposed leader (the leader key deleted behind its back, another
+ *    root elected): its next write fails its fence, it stands down, and
+ *    the client's write lands once at the new leader;
+ *  - etcd stopped (SIGSTOP) for 10 s under a root whose lease outlives
+ *    that: the write issued meanwhile completes once etcd runs, the root
+ *    never stood down;
+ *  - etcd stopped past the lease: a waiting caller is told "etcd lease
+ *    lost" (RDZV_ELEASE_LOST), and the root is elected again after.
+ * Times are printed for the record; none is asserted. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hosts.h"
+#include "proc.h"
+#include "rdzv/rdzv.h"
+#include "rdzv/rendezvous.h"
+#include "tests/etcd/etcd_harness.h"
+
+static struct etcdh eh;
+static char dir[64];
+static int fds_before;
+
+#define NROOTS 3
+static struct proc roots[NROOTS];
+static int root_port[NROOTS];
+static char root_tcp[NROOTS][64];
+static char ttl_arg[64] = "--etcd-lease-ttl-s=2";
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int start_root(int i) {
+  char name[16], listen[64], etcd[600];
+  snprintf(name, sizeof(name), "r%d", i + 1);
+  snprintf(listen, sizeof(listen), "--listen=127.0.0.1:%d", root_port[i]);
+  snprintf(etcd, sizeof(etcd), "--etcd=%s", etcdh_endpoints(&eh));
+  const char *extra[] = {listen, etcd, ttl_arg, "--heartbeat-ms=100",
+                         "--liveness-timeout-ms=1000", NULL};
+  char tcp[64];
+  return daemon_start(&roots[i], dir, name, NULL, extra, tcp);
+}
+
+static int setup_etcd(void) {
+  fds_before = count_open_fds();
+  snprintf(dir, sizeof(dir), "/tmp/rdzv-durable-XXXXXX");
+  if (mkdtemp(dir) == NULL || etcdh_start(&eh, NULL, NULL) < 0)
+    return -1;
+  for (int i = 0; i < NROOTS; i++) {
+    if ((root_port[i] = free_port()) < 0)
+      return -1;
+    snprintf(root_tcp[i], sizeof(root_tcp[i]), "127.0.0.1:%d", root_port[i]);
+  }
+  return 0;
+}
+
+static int stop_if(struct proc *p) {
+  if (p->pid == 0)
+    return 0;
+  int rc = proc_stop(p);
+  p->pid = 0;
+  return rc;
+}
+
+static void kill_root(int i) {
+  kill(roots[i].pid, SIGKILL);
+  proc_wait(&roots[i]);
+  roots[i].pid = 0;
+}
+
+/* The root that leads now, as the leader key in etcd names it (polled,
+ * among the roots alive); -1 after about 30 s. */
+static int leader_of(const bool *alive) {
+  char *k = etcdh_b64("rdzv/leader", 11);
+  char body[200];
+  snprintf(body, sizeof(body), "{\"key\":\"%s\"}", k);
+  free(k);
+  for (int tries = 0; tries < 600; tries++) {
+    char *resp = NULL;
+    if (etcdh_post(&eh, 0, "/v3/kv/range", body, NULL, &resp) == 200 &&
+        resp != NULL) {
+      for (int i = 0; i < NROOTS; i++) {
+        char *v = etcdh_b64(root_tcp[i], strlen(root_tcp[i]));
+        bool named = strstr(resp, v) != NULL;
+        free(v);
+        if (named && alive[i]) {
+          free(resp);
+          return i;
+        }
+      }
+    }
+    free(resp);
+    usleep(50 * 1000);
+  }
+  return -1;
+}
+
+static rdzv_client_t *client(const char *addr, const char *job) {
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = addr;
+  o.job_id = job;
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  return c;
+}
+
+static void assert_get(rdzv_client_t *c, const char *key, const char *want) {
+  void *v = NULL;
+  size_t n = 0;
+  int rc = rdzv_store_get(c, key, &v, &n, 30);
+  if (rc != 0)
+    fail_msg("get %s: %s (%s)", key, rdzv_strerror(rc),
+             rdzv_client_last_error(c));
+  if (n != strlen(want) || memcmp(v, want, n) != 0)
+    fail_msg("get %s: '%.*s', want '%s'", key, (int)n, (char *)v, want);
+  rdzv_free(v);
+}
+
+/* ---- one root, restarted ---------------------------------------------------- */
+
+static struct proc node1;
+static char node1_tcp[64], node1_addr[160];
+
+static int setup_one(void **state) {
+  (void)state;
+  if (setup_etcd() < 0 || start_root(0) < 0 ||
+      daemon_start(&node1, dir, "n1", root_tcp[0], NULL, node1_tcp) < 0)
+    return -1;
+  daemon_unix_addr(dir, "n1", node1_addr, sizeof(node1_addr));
+  return 0;
+}
+
+static int teardown_all(void **state) {
+  (void)state;
+  int bad = stop_if(&node1) != 0;
+  for (int i = 0; i < NROOTS; i++)
+    bad |= stop_if(&roots[i]) != 0;
+  etcdh_stop_all(&eh);
+  bad |= rm_rf(dir) != 0;
+  bad |= count_open_fds() != fds_before;
+  return bad ? -1 : 0;
+}
+
+static void test_restart_keeps_acknowledged(void **state) {
+  (void)state;
+  rdzv_client_t *c = client(node1_addr, "dur");
+  assert_int_equal(rdzv_store_set(c, "m", "mutable", 7, 0, 30), 0);
+  assert_int_equal(rdzv_store_set(c, "w", "once", 4, RDZV_STORE_WRITE_ONCE, 30),
+                   0);
+  int acked = 0;
+  for (int i = 0; i < 200; i++) {
+    int64_t v;
+    if (rdzv_store_add(c, "ctr", 1, &v, 30) == 0)
+      acked++;
+  }
+  assert_int_equal(acked, 200);
+  double t_kill = now_s();
+  kill_root(0);
+  assert_int_equal(start_root(0), 0);
+  /* Through the node, which reconnects to the new process. */
+  assert_get(c, "m", "mutable");
+  assert_get(c, "w", "once");
+  assert_get(c, "ctr", "200");
+  printf("root killed and restarted: state read back %.3f s after the "
+         "kill\n", now_s() - t_kill);
+  /* A write-once key keeps its value. */
+  assert_int_equal(rdzv_store_set(c, "w", "other", 5, RDZV_STORE_WRITE_ONCE,
+                                  30),
+                   RDZV_EWRITE_ONCE);
+  /* The node saw the same incarnation: no restart, nothing dropped. */
+  assert_int_equal(stats_at(node1_tcp, "parent_restarts"), 0);
+  rdzv_client_destroy(c);
+}
+
+/* ---- three roots, 1,000 ranks --------------------------------------------------- */
+
+#define HOSTS 8
+#define PER_HOST 125
+static struct proc nodes[HOSTS];
+static char node_tcp[HOSTS][64];
+
+static int setup_three(void **state) {
+  (void)state;
+  if (setup_etcd() < 0)
+    return -1;
+  for (int i = 0; i < NROOTS; i++)
+    if (start_root(i) < 0)
+      return -1;
+  /* The launcher gives each node the roots' list: the leader first. */
+  char chain[300];
+  snprintf(chain, sizeof(chain), "%s,%s,%s", root_tcp[0], root_tcp[1],
+           root_tcp[2]);
+  const char *beat[] = {"--heartbeat-ms=100", "--liveness-timeout-ms=1000",
+                        NULL};
+  for (int i = 0; i < HOSTS; i++) {
+    char name[16];
+    snprintf(name, sizeof(name), "n%d", i);
+    if (daemon_start(&nodes[i], dir, name, chain, beat, node_tcp[i]) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int teardown_three(void **state) {
+  int bad = 0;
+  for (int i = 0; i < HOSTS; i++)
+    bad |= stop_if(&nodes[i]) != 0;
+  return teardown_all(state) | bad;
+}
+
+static void test_failover_mid_rendezvous(void **state) {
+  (void)state;
+  bool alive[NROOTS] = {true, true, true};
+  int lead = leader_of(alive);
+  assert_true(lead >= 0);
+  char addrs[HOSTS][160];
+  for (int i = 0; i < HOSTS; i++) {
+    char name[16];
+    snprintf(name, sizeof(name), "n%d", i);
+    daemon_unix_addr(dir, name, addrs[i], sizeof(addrs[i]));
+  }
+  struct hostproc hp[HOSTS];
+  double t0 = now_s();
+  for (int i = 0; i < HOSTS - 1; i++)
+    hp[i] = host_start(addrs[i], "big", NULL, i, PER_HOST, HOSTS * PER_HOST);
+  /* Joins have reached the leader; h7 has not joined: the round is open. */
+  assert_true(stats_reach(root_tcp[lead], "ops.join.received", 2) >= 2);
+  double t_kill = now_s();
+  kill_root(lead);
+  alive[lead] = false;
+  hp[HOSTS - 1] = host_start(addrs[HOSTS - 1], "big", NULL, HOSTS - 1,
+                             PER_HOST, HOSTS * PER_HOST);
+  static bool seen[HOSTS * PER_HOST];
+  memset(seen, 0, sizeof(seen));
+  int64_t gen = 0;
+  for (int h = 0; h < HOSTS; h++) {
+    for (int k = 0; k < PER_HOST; k++) {
+      struct report rp;
+      host_read(&hp[h], &rp);
+      if (rp.status != 0)
+        fail_msg("h%d local rank %d: %s", rp.host, rp.local_rank, rp.text);
+      assert_int_equal(rp.world, HOSTS * PER_HOST);
+      /* What a run without the kill gives: hosts in name order, ranks by
+       * local rank. */
+      assert_int_equal(rp.rank, rp.host * PER_HOST + rp.local_rank);
+      assert_false(seen[rp.rank]);
+      seen[rp.rank] = true;
+      assert_true(gen == 0 || rp.gen == gen);
+      gen = rp.gen;
+    }
+  }
+  double t_done = now_s();
+  int lead2 = leader_of(alive);
+  assert_true(lead2 >= 0 && lead2 != lead);
+  printf("1,000 ranks: leader r%d killed %.3f s into the join; all ranks "
+         "had their assignment %.3f s after the kill (lease TTL 2 s)\n",
+         lead + 1, t_kill - t0, t_done - t_kill);
+
+  /* Every rank adds while the new leader is killed too. */
+  for (int h = 0; h < HOSTS; h++)
+    host_cmd(&hp[h], 'a');
+  usleep(20 * 1000);
+  kill_root(lead2);
+  alive[lead2] = false;
+  assert_int_equal(start_root(lead), 0); /* back, as a standby or leader */
+  alive[lead] = true;
+  int64_t acked = 0;
+  for (int h = 0; h < HOSTS; h++) {
+    for (int k = 0; k < PER_HOST; k++) {
+      struct report rp;
+      host_read(&hp[h], &rp);
+      if (rp.status != 0)
+        fail_msg("h%d local rank %d add: %s", rp.host, rp.local_rank, rp.text);
+      acked += rp.count;
+    }
+  }
+  assert_int_equal(acked, (int64_t)HOSTS * PER_HOST * hosts_adds_per_cmd);
+  rdzv_client_t *c = client(addrs[0], "big");
+  char want[32];
+  snprintf(want, sizeof(want), "%lld", (long long)acked);
+  assert_get(c, "ctr", want);
+  rdzv_client_destroy(c);
+  printf("1,000 ranks adding across a second leader kill: %lld adds "
+         "acknowledged, the counter says %s\n", (long long)acked, want);
+  for (int h = 0; h < HOSTS; h++)
+    assert_int_equal(host_end(&hp[h]), 0);
+}
+
+/* ---- a deposed leader is fenced ---------------------------------------------- */
+
+static int setup_two(void **state) {
+  (void)state;
+  if (setup_etcd() < 0 || start_root(0) < 0)
+    return -1;
+  bool alive[NROOTS] = {true, false, false};
+  if (leader_of(alive) != 0 || start_root(1) < 0)
+    return -1;
+  return 0;
+}
+
+static void test_deposed_leader_fenced(void **state) {
+  (void)state;
+  rdzv_client_t *c = client(root_tcp[0], "fence");
+  assert_int_equal(rdzv_store_set(c, "before", "1", 1, 0, 30), 0);
+  /* The leader key goes behind r1's back (its lease still holds): r2,
+   * watching, is elected. */
+  char *k = etcdh_b64("rdzv/leader", 11);
+  char body[200];
+  snprintf(body, sizeof(body), "{\"key\":\"%s\"}", k);
+  free(k);
+  assert_int_equal(etcdh_post(&eh, 0, "/v3/kv/deleterange", body, NULL, NULL),
+                   200);
+  bool only2[NROOTS] = {false, true, false};
+  assert_int_equal(leader_of(only2), 1);
+  assert_true(stats_reach(root_tcp[1], "etcd.elections_won", 1) >= 1);
+  /* r1 still believes it leads: its next write fails the fence, it
+   * stands down without acknowledging, and the client's add (sent again
+   * with its op id) is applied once, at r2. */
+  int64_t v = 0;
+  int rc = rdzv_store_add(c, "ctr", 1, &v, 30);
+  if (rc != 0)
+    fail_msg("add through the deposed leader: %s (%s)", rdzv_strerror(rc),
+             rdzv_client_last_error(c));
+  assert_int_equal(v, 1);
+  rdzv_client_t *c2 = client(root_tcp[1], "fence");
+  assert_get(c2, "ctr", "1");
+  assert_get(c2, "before", "1");
+  rdzv_client_destroy(c2);
+  rdzv_client_destroy(c);
+  /* Exactly one leader: r2 holds the key; r1 refuses hellos naming it. */
+  assert_int_equal(leader_of(only2), 1);
+  assert_int_equal(stats_at(root_tcp[1], "etcd.stand_downs"), 0);
+}
+
+/* ---- etcd stopped ------------------------------------------------------------- */
+
+/* A child that stops etcd, waits secs, and lets it run again. */
+static pid_t pause_etcd(double secs) {
+  pid_t etcd = etcdh_pid(&eh, 0);
+  kill(etcd, SIGSTOP);
+  pid_t p = fork();
+  if (p == 0) {
+    usleep((useconds_t)(secs * 1e6));
+    kill(etcd, SIGCONT);
+    _exit(0);
+  }
+  return p;
+}
+
+static void test_etcd_paused_within_lease(void **state) {
+  (void)state;
+  rdzv_client_t *c = client(node1_addr, "pause");
+  assert_int_equal(rdzv_store_set(c, "a", "1", 1, 0, 30), 0);
+  double t0 = now_s();
+  pid_t p = pause_etcd(10);
+  /* Issued while etcd is stopped: acknowledged only once it is
+   * persisted, after etcd runs again. */
+  int rc = rdzv_store_set(c, "b", "2", 1, 0, 60);
+  if (rc != 0)
+    fail_msg("set during the pause: %s (%s)", rdzv_strerror(rc),
+             rdzv_client_last_error(c));
+  double took = now_s() - t0;
+  waitpid(p, NULL, 0);
+  assert_get(c, "b", "2");
+  assert_int_equal(stats_at(node1_tcp, "parent_restarts"), 0);
+  printf("etcd stopped 10 s: a set issued then was acknowledged after "
+         "%.3f s; the root never stood down\n", took);
+  rdzv_client_destroy(c);
+  /* Stopped (it resigns: its lease is revoked) and started again, the
+   * root finds b: it was persisted. */
+  assert_int_equal(stop_if(&roots[0]), 0);
+  assert_int_equal(start_root(0), 0);
+  rdzv_client_t *c2 = client(node1_addr, "pause");
+  assert_get(c2, "b", "2");
+  rdzv_client_destroy(c2);
+}
+
+static int setup_one_long(void **state) {
+  snprintf(ttl_arg, sizeof(ttl_arg), "--etcd-lease-ttl-s=15");
+  return setup_one(state);
+}
+
+static int teardown_long(void **state) {
+  snprintf(ttl_arg, sizeof(ttl_arg), "--etcd-lease-ttl-s=2");
+  return teardown_all(state);
+}
+
+static void test_lease_lost_told(void **state) {
+  (void)state;
+  rdzv_client_t *c = client(node1_addr, "lost");
+  assert_int_equal(rdzv_store_set(c, "a", "1", 1, 0, 30), 0);
+  pid_t p = pause_etcd(6); /* three lease TTLs */
+  const char *keys[] = {"never"};
+  double t0 = now_s();
+  int rc = rdzv_store_wait(c, keys, 1, 60);
+  double took = now_s() - t0;
+  assert_int_equal(rc, RDZV_ELEASE_LOST);
+  assert_non_null(strstr(rdzv_client_last_error(c), "etcd lease lost"));
+  printf("etcd stopped past the 2 s lease: the waiting caller was told "
+         "after %.3f s: %s\n", took, rdzv_client_last_error(c));
+  waitpid(p, NULL, 0);
+  /* Elected again once etcd runs: the state is there. */
+  assert_get(c, "a", "1");
+  rdzv_client_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_restart_keeps_acknowledged,
+                                      setup_one, teardown_all),
+      cmocka_unit_test_setup_teardown(test_deposed_leader_fenced, setup_two,
+                                      teardown_all),
+      cmocka_unit_test_setup_teardown(test_lease_lost_told, setup_one,
+                                      teardown_all),
+      cmocka_unit_test_setup_teardown(test_etcd_paused_within_lease,
+                                      setup_one_long, teardown_long),
+      cmocka_unit_test_setup_teardown(test_failover_mid_rendezvous,
+                                      setup_three, teardown_three),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
