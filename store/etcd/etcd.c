@@ -582,8 +582,8 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 /* One of e's uv handles is closed; the last one ends the close. */
 static void handle_gone(struct rdzv_etcd *e) {
   if (--e->open_handles == 0 && e->close_started) {
-    void (*done)(void *) = e->done;
-    void *arg = e->done_arg;
+    if (e->done != NULL)
+      e->done(e->done_arg); /* e is freed after done returns */
     for (int i = 0; i < e->nep; i++)
       free(e->ep[i]);
     free(e->user);
@@ -593,8 +593,6 @@ static void handle_gone(struct rdzv_etcd *e) {
     free(e->key_file);
     free(e->token);
     free(e);
-    if (done != NULL)
-      done(arg);
   }
 }
 

@@ -32,7 +32,9 @@
  *   RDZV_ELEASE_LOST       a keepalive answered without a TTL, or a
  *                          time-to-live of -1: the lease is gone;
  *   RDZV_ECOMPACTED        a range or watch at a compacted revision
- *                          (compact_revision in the result);
+ *                          (compact_revision in the result; only a
+ *                          watch learns it: etcd's answer to a range or
+ *                          a compaction names none, 0 there);
  *   RDZV_ECANCELED         the request or watch was canceled, or the client
  *                          closed before it finished;
  *   RDZV_EPROTO            the answer was not the JSON the gateway sends;
