@@ -44,6 +44,8 @@ static void usage_to(FILE *f) {
       "       [--mode tree|flat|both] [--json FILE] [--plot FILE.png]\n"
       "       [--transport auto|sockets|inproc] [--sockets-max N]\n"
       "       [--rtt-us US] [--flush-ms MS] [--timeout S] [--idle-s S]\n"
+      "       [--etcd URL[,URL...]] (an etcd-backed root: etcd's requests\n"
+      "       and bytes per rendezvous are printed)\n"
       "defaults: --ranks 1000,10000,100000 --ranks-per-host 8 --fanout 16\n"
       "  --mode both --transport auto (sockets up to --sockets-max 20000\n"
       "  ranks, in-process rank hop above) --rtt-us 50 --flush-ms 2\n"
@@ -311,6 +313,20 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
     if (expect(&rn->ch[i], "stats ", line, sizeof(line)) == 0)
       rn->ch[i].stats = json_loads(line + 6, 0, NULL);
   }
+  /* An etcd-backed root: what etcd was asked for this rendezvous. */
+  for (int i = 0; i < rn->n; i++) {
+    json_t *e = rn->ch[i].is_root && rn->ch[i].stats != NULL
+                    ? json_object_get(rn->ch[i].stats, "etcd")
+                    : NULL;
+    if (e != NULL)
+      fprintf(stderr,
+              "  etcd (%" PRId64 " ranks): %" PRId64 " requests, %" PRId64
+              " bytes out, %" PRId64 " bytes in, %" PRId64 " batches, %"
+              PRId64 " txns, %" PRId64 " ops\n",
+              rn->o.ranks, jint(e, "requests"), jint(e, "bytes_out"),
+              jint(e, "bytes_in"), jint(e, "batches"), jint(e, "txns"),
+              jint(e, "ops"));
+  }
   /* The idle cost: with every rank done and still connected, the tree
    * only keeps itself alive (heartbeats). */
   r->idle_root_per_s = r->idle_node_per_s = -1;
@@ -534,6 +550,10 @@ int main(int argc, char **argv) {
       o.flush_ms = f >= 0 && f <= 10000 ? (uint32_t)f : UINT32_MAX;
     } else if (strcmp(k, "--timeout") == 0) {
       o.timeout_s = strtod(v, &end);
+    } else if (strcmp(k, "--etcd") == 0) {
+      /* The root persists to etcd at these URLs (its children read it). */
+      setenv("RDZV_BENCH_ETCD", v, 1);
+      end = (char *)v + strlen(v);
     } else if (strcmp(k, "--idle-s") == 0) {
       idle_s = strtod(v, &end);
     } else {

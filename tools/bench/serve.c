@@ -215,6 +215,7 @@ static int start_ranks(struct serve *sv) {
 static void print_stats(struct serve *sv) {
   int64_t max_msgs = 0, max_bytes = 0, sum_msgs = 0, root_msgs = 0,
           root_bytes = 0, root_delta = 0, max_delta = 0;
+  char etcd_json[600] = "";
   /* Frames since the previous "stats" (the idle heartbeat traffic when
    * the ranks are done): at the root, and at the busiest node. */
   bool have_last = sv->last_msgs != NULL;
@@ -235,6 +236,13 @@ static void print_stats(struct serve *sv) {
     if (sv->last_msgs != NULL)
       sv->last_msgs[i] = msgs;
     if (sv->o->root && i == 0) {
+      json_t *e = json_object_get(j, "etcd");
+      if (e != NULL) { /* an etcd-backed root (--etcd): its requests */
+        char *et = json_dumps(e, JSON_COMPACT);
+        if (et != NULL)
+          snprintf(etcd_json, sizeof(etcd_json), ",\"etcd\":%s", et);
+        free(et);
+      }
       root_msgs = msgs;
       root_bytes = bytes;
       root_delta = delta;
@@ -257,10 +265,10 @@ static void print_stats(struct serve *sv) {
          ",\"max_node_msgs\":%" PRId64 ",\"max_node_bytes\":%" PRId64
          ",\"node_msgs\":%" PRId64 ",\"nodes\":%d,\"rss\":%" PRId64
          ",\"cpu_s\":%.3f,\"root_delta\":%" PRId64
-         ",\"max_node_delta\":%" PRId64 "}\n",
+         ",\"max_node_delta\":%" PRId64 "%s}\n",
          sv->o->root, root_msgs, root_bytes, max_msgs, max_bytes, sum_msgs,
          sv->nd - (sv->o->root ? 1 : 0), bench_peak_rss(), cpu, root_delta,
-         max_delta);
+         max_delta, etcd_json);
   fflush(stdout);
 }
 
@@ -324,6 +332,14 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
   cfg.max_connections = 1u << 20;
   if (is_root) {
     cfg.role = RDZV_DAEMON_ROOT;
+    /* rdzv-bench --etcd URL: an etcd-backed root, under a prefix of its
+     * own per run. */
+    const char *etcd = getenv("RDZV_BENCH_ETCD");
+    if (etcd != NULL && etcd[0] != '\0') {
+      snprintf(cfg.etcd, sizeof(cfg.etcd), "%s", etcd);
+      snprintf(cfg.etcd_prefix, sizeof(cfg.etcd_prefix), "rdzv-bench/%d",
+               (int)getpid());
+    }
     bench_root_path(o, cfg.unix_path, sizeof(cfg.unix_path));
     snprintf(cfg.name, sizeof(cfg.name), "root");
   } else {
