@@ -18,8 +18,16 @@
  *  - etcd stopped (SIGSTOP) for 10 s under a root whose lease outlives
  *    that: the write issued meanwhile completes once etcd runs, the root
  *    never stood down;
+ *  - a leader stopped (SIGSTOP) past its lease: the standby leads, and
+ *    the stopped one, running again, acknowledges nothing (an add sent to
+ *    it meanwhile is applied once, by the new leader);
  *  - etcd stopped past the lease: a waiting caller is told "etcd lease
- *    lost" (RDZV_ELEASE_LOST), and the root is elected again after.
+ *    lost" (RDZV_ELEASE_LOST), and the root is elected again after;
+ *  - a job that ended leaves nothing in etcd;
+ *  - under etcd's --max-txn-ops 8 a 300-key batch goes as many
+ *    transactions with no failed request, and all of it is read back
+ *    after a restart.
+ * The 1,000-rank case runs against a 3-member etcd cluster.
  * Times are printed for the record; none is asserted. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,13 +65,26 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* etcd flags of the next setup (NULL: none), and its members (1 or 3). */
+static const char *const *etcd_extra;
+static int etcd_members = 1;
+/* Extra flags for the roots of the next setup (NULL-terminated). */
+static const char *root_extra[4];
+
 static int start_root(int i) {
   char name[16], listen[64], etcd[600];
   snprintf(name, sizeof(name), "r%d", i + 1);
   snprintf(listen, sizeof(listen), "--listen=127.0.0.1:%d", root_port[i]);
   snprintf(etcd, sizeof(etcd), "--etcd=%s", etcdh_endpoints(&eh));
-  const char *extra[] = {listen, etcd, ttl_arg, "--heartbeat-ms=100",
-                         "--liveness-timeout-ms=1000", NULL};
+  const char *extra[] = {listen,
+                         etcd,
+                         ttl_arg,
+                         "--heartbeat-ms=100",
+                         "--liveness-timeout-ms=1000",
+                         root_extra[0],
+                         root_extra[0] ? root_extra[1] : NULL,
+                         root_extra[1] ? root_extra[2] : NULL,
+                         NULL};
   char tcp[64];
   return daemon_start(&roots[i], dir, name, NULL, extra, tcp);
 }
@@ -71,7 +92,10 @@ static int start_root(int i) {
 static int setup_etcd(void) {
   fds_before = count_open_fds();
   snprintf(dir, sizeof(dir), "/tmp/rdzv-durable-XXXXXX");
-  if (mkdtemp(dir) == NULL || etcdh_start(&eh, NULL, NULL) < 0)
+  if (mkdtemp(dir) == NULL ||
+      (etcd_members == 1 ? etcdh_start(&eh, etcd_extra, NULL)
+                         : etcdh_start_cluster(&eh, etcd_members, etcd_extra,
+                                               NULL)) < 0)
     return -1;
   for (int i = 0; i < NROOTS; i++) {
     if ((root_port[i] = free_port()) < 0)
@@ -149,11 +173,17 @@ static void assert_get(rdzv_client_t *c, const char *key, const char *want) {
 static struct proc node1;
 static char node1_tcp[64], node1_addr[160];
 
+static int teardown_all(void **state);
+
+static const char *node1_extra[3];
+
 static int setup_one(void **state) {
-  (void)state;
   if (setup_etcd() < 0 || start_root(0) < 0 ||
-      daemon_start(&node1, dir, "n1", root_tcp[0], NULL, node1_tcp) < 0)
+      daemon_start(&node1, dir, "n1", root_tcp[0], node1_extra, node1_tcp) <
+          0) {
+    teardown_all(state); /* cmocka runs no teardown after a failed setup */
     return -1;
+  }
   daemon_unix_addr(dir, "n1", node1_addr, sizeof(node1_addr));
   return 0;
 }
@@ -207,13 +237,19 @@ static void test_restart_keeps_acknowledged(void **state) {
 static struct proc nodes[HOSTS];
 static char node_tcp[HOSTS][64];
 
+static int teardown_three(void **state);
+
 static int setup_three(void **state) {
-  (void)state;
-  if (setup_etcd() < 0)
+  etcd_members = 3; /* the election on a 3-member etcd cluster */
+  if (setup_etcd() < 0) {
+    teardown_three(state);
     return -1;
+  }
   for (int i = 0; i < NROOTS; i++)
-    if (start_root(i) < 0)
+    if (start_root(i) < 0) {
+      teardown_three(state);
       return -1;
+    }
   /* The launcher gives each node the roots' list: the leader first. */
   char chain[300];
   snprintf(chain, sizeof(chain), "%s,%s,%s", root_tcp[0], root_tcp[1],
@@ -223,8 +259,10 @@ static int setup_three(void **state) {
   for (int i = 0; i < HOSTS; i++) {
     char name[16];
     snprintf(name, sizeof(name), "n%d", i);
-    if (daemon_start(&nodes[i], dir, name, chain, beat, node_tcp[i]) < 0)
+    if (daemon_start(&nodes[i], dir, name, chain, beat, node_tcp[i]) < 0) {
+      teardown_three(state);
       return -1;
+    }
   }
   return 0;
 }
@@ -233,6 +271,7 @@ static int teardown_three(void **state) {
   int bad = 0;
   for (int i = 0; i < HOSTS; i++)
     bad |= stop_if(&nodes[i]) != 0;
+  etcd_members = 1;
   return teardown_all(state) | bad;
 }
 
@@ -317,13 +356,148 @@ static void test_failover_mid_rendezvous(void **state) {
 /* ---- a deposed leader is fenced ---------------------------------------------- */
 
 static int setup_two(void **state) {
-  (void)state;
-  if (setup_etcd() < 0 || start_root(0) < 0)
-    return -1;
   bool alive[NROOTS] = {true, false, false};
-  if (leader_of(alive) != 0 || start_root(1) < 0)
+  if (setup_etcd() < 0 || start_root(0) < 0 || leader_of(alive) != 0 ||
+      start_root(1) < 0) {
+    teardown_all(state);
     return -1;
+  }
   return 0;
+}
+
+/* A deposed leader, stopped past its lease: r2 takes over; when r1 runs
+ * again it acknowledges nothing (the add sent to it meanwhile is applied
+ * once, by r2), and r2 stays the one leader. */
+static void test_stopped_leader_deposed(void **state) {
+  (void)state;
+  rdzv_client_t *c1 = client(root_tcp[0], "depose");
+  int64_t v = 0;
+  assert_int_equal(rdzv_store_add(c1, "ctr", 1, &v, 30), 0);
+  assert_int_equal(v, 1);
+  kill(roots[0].pid, SIGSTOP);
+  bool only2[NROOTS] = {false, true, false};
+  double t0 = now_s();
+  assert_int_equal(leader_of(only2), 1);
+  double took = now_s() - t0;
+  rdzv_client_t *c2 = client(root_tcp[1], "depose");
+  assert_int_equal(rdzv_store_add(c2, "ctr", 10, &v, 30), 0);
+  assert_int_equal(v, 11);
+  /* r1 runs again half a second after c1's add is on its socket. */
+  pid_t p = fork();
+  if (p == 0) {
+    usleep(500 * 1000);
+    kill(roots[0].pid, SIGCONT);
+    _exit(0);
+  }
+  int rc = rdzv_store_add(c1, "ctr", 100, &v, 30);
+  waitpid(p, NULL, 0);
+  if (rc != 0)
+    fail_msg("add through the stopped leader: %s (%s)", rdzv_strerror(rc),
+             rdzv_client_last_error(c1));
+  /* r1's stale state said 1: 101 would be its answer; 111 is r2's. */
+  assert_int_equal(v, 111);
+  assert_get(c2, "ctr", "111");
+  assert_int_equal(leader_of(only2), 1);
+  assert_int_equal(stats_at(root_tcp[1], "etcd.elections_won"), 1);
+  assert_int_equal(stats_at(root_tcp[1], "etcd.stand_downs"), 0);
+  printf("leader stopped past its 2 s lease: the standby led after %.3f s; "
+         "the stopped one acknowledged nothing when it ran again\n", took);
+  rdzv_client_destroy(c2);
+  rdzv_client_destroy(c1);
+}
+
+/* A job that ends (--job-linger-ms after its last connection) leaves
+ * nothing in etcd. */
+static void test_finished_job_removed(void **state) {
+  (void)state;
+  rdzv_client_t *c = client(node1_addr, "gone");
+  assert_int_equal(rdzv_store_set(c, "a", "1", 1, 0, 30), 0);
+  assert_int_equal(rdzv_store_set(c, "b", "2", 1, RDZV_STORE_WRITE_ONCE, 30),
+                   0);
+  char *k = etcdh_b64("rdzv/j/gone/", 12);
+  char *e = etcdh_b64("rdzv/j/gone0", 12);
+  char body[300];
+  snprintf(body, sizeof(body),
+           "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}", k,
+           e);
+  free(k);
+  free(e);
+  char *resp = NULL;
+  assert_int_equal(etcdh_post(&eh, 0, "/v3/kv/range", body, NULL, &resp), 200);
+  assert_non_null(strstr(resp, "\"count\""));
+  free(resp);
+  rdzv_client_destroy(c);
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; i++) {
+    resp = NULL;
+    if (etcdh_post(&eh, 0, "/v3/kv/range", body, NULL, &resp) == 200 &&
+        resp != NULL && strstr(resp, "\"count\"") == NULL)
+      gone = true;
+    free(resp);
+    if (!gone)
+      usleep(50 * 1000);
+  }
+  assert_true(gone);
+}
+
+static int setup_linger(void **state) {
+  root_extra[0] = "--job-linger-ms=200";
+  node1_extra[0] = "--job-linger-ms=200";
+  return setup_one(state);
+}
+
+static int teardown_linger(void **state) {
+  root_extra[0] = NULL;
+  node1_extra[0] = NULL;
+  return teardown_all(state);
+}
+
+/* Transactions below a small server limit: a batch of 300 keys goes as
+ * many transactions, none refused, and all of it is there after a
+ * restart. */
+static const char *const small_txn[] = {"--max-txn-ops", "8", NULL};
+
+static void test_batch_chunked(void **state) {
+  (void)state;
+  rdzv_client_t *c = client(node1_addr, "chunk");
+  enum { N = 300 };
+  const char *keys[N];
+  struct rdzv_value vals[N];
+  static char kb[N][16];
+  memset(vals, 0, sizeof(vals));
+  for (int i = 0; i < N; i++) {
+    snprintf(kb[i], sizeof(kb[i]), "k%03d", i);
+    keys[i] = kb[i];
+    vals[i].data = kb[i];
+    vals[i].len = strlen(kb[i]);
+  }
+  int rc = rdzv_store_mset(c, keys, vals, N, 0, 30);
+  if (rc != 0)
+    fail_msg("mset: %s (%s)", rdzv_strerror(rc), rdzv_client_last_error(c));
+  int64_t txns = stats_at(root_tcp[0], "etcd.txns");
+  int64_t errors = stats_at(root_tcp[0], "etcd.errors");
+  printf("300 keys in one mset under --max-txn-ops 8: %lld transactions, "
+         "%lld failed requests\n", (long long)txns, (long long)errors);
+  assert_true(txns >= N / 7);
+  assert_int_equal(errors, 0);
+  assert_int_equal(stop_if(&roots[0]), 0);
+  assert_int_equal(start_root(0), 0);
+  for (int i = 0; i < N; i += 37)
+    assert_get(c, kb[i], kb[i]);
+  assert_get(c, kb[N - 1], kb[N - 1]);
+  rdzv_client_destroy(c);
+}
+
+static int setup_chunked(void **state) {
+  etcd_extra = small_txn;
+  root_extra[0] = "--etcd-max-txn-ops=8";
+  return setup_one(state);
+}
+
+static int teardown_chunked(void **state) {
+  etcd_extra = NULL;
+  root_extra[0] = NULL;
+  return teardown_all(state);
 }
 
 static void test_deposed_leader_fenced(void **state) {
@@ -438,6 +612,12 @@ int main(void) {
                                       setup_one, teardown_all),
       cmocka_unit_test_setup_teardown(test_deposed_leader_fenced, setup_two,
                                       teardown_all),
+      cmocka_unit_test_setup_teardown(test_stopped_leader_deposed, setup_two,
+                                      teardown_all),
+      cmocka_unit_test_setup_teardown(test_finished_job_removed, setup_linger,
+                                      teardown_linger),
+      cmocka_unit_test_setup_teardown(test_batch_chunked, setup_chunked,
+                                      teardown_chunked),
       cmocka_unit_test_setup_teardown(test_lease_lost_told, setup_one,
                                       teardown_all),
       cmocka_unit_test_setup_teardown(test_etcd_paused_within_lease,

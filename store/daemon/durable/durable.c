@@ -103,7 +103,6 @@ struct breq {
 
 struct batch {
   struct rdzv_durable *du;
-  uint64_t gen; /* du->gen when made: a later one means du stood down */
   struct bop *ops;
   size_t nops, cap;
   struct breq *reqs;
@@ -145,7 +144,7 @@ struct rdzv_durable {
   bool broken;        /* out of memory marking a change: stand down at
                          the end of the iteration */
   /* Counters for logs and stats. */
-  uint64_t batches, txns, ops_persisted, stand_downs, elections_won;
+  uint64_t batches, txns, ops_persisted, stand_downs, elections_won, errors;
 };
 
 static void campaign_later(struct rdzv_durable *du, uint64_t ms);
@@ -170,6 +169,7 @@ static void stats_update(struct rdzv_durable *du) {
   st->etcd_requests = es.requests;
   st->etcd_bytes_out = es.bytes_out;
   st->etcd_bytes_in = es.bytes_in;
+  st->etcd_errors = du->errors;
 }
 
 static void dlog(struct rdzv_durable *du, int level, const char *fmt, ...)
@@ -676,6 +676,7 @@ static void on_retry(uv_timer_t *t) {
 static void breq_failed(struct breq *r, const struct rdzv_etcd_result *res) {
   struct batch *b = r->b;
   struct rdzv_durable *du = b->du;
+  du->errors++;
   if (!r->grant && res->status == RDZV_ETOO_LARGE && r->to - r->from > 1) {
     struct breq *h = calloc(1, sizeof(*h));
     if (h != NULL) {
@@ -890,7 +891,6 @@ static void gate_start(void *arg) {
     return;
   }
   b->du = du;
-  b->gen = du->gen;
   struct djob *j, *jt;
   int rc = 0;
   HASH_ITER(hh, du->jobs, j, jt) {
@@ -1132,6 +1132,7 @@ static void on_keepalive(void *arg, const struct rdzv_etcd_result *r) {
     }
     return;
   }
+  du->errors++;
   dlog(du, 2, "keepalive failed: %s%s%s", rdzv_strerror(r->status),
        r->message[0] ? ": " : "", r->message);
 }
@@ -1406,6 +1407,7 @@ static void on_campaign(void *arg, const struct rdzv_etcd_result *r) {
   if (stale)
     return;
   if (r->status < 0) {
+    du->errors++;
     dlog(du, 2, "campaign: %s%s%s", rdzv_strerror(r->status),
          r->message[0] ? ": " : "", r->message);
     campaign_later(du, 500);
@@ -1447,6 +1449,9 @@ static void on_registered(void *arg, const struct rdzv_etcd_result *r) {
   if (stale)
     return;
   if (r->status < 0) {
+    du->errors++;
+    if (r->status == RDZV_ENOKEY)
+      du->lease = 0; /* expired meanwhile (etcd was away): a new one */
     campaign_later(du, 500);
     return;
   }
@@ -1476,6 +1481,7 @@ static void on_lease(void *arg, const struct rdzv_etcd_result *r) {
   if (stale)
     return;
   if (r->status < 0 || r->lease_id == 0) {
+    du->errors++;
     dlog(du, r->status == -ECONNREFUSED ? 2 : 1, "lease grant: %s%s%s",
          rdzv_strerror(r->status), r->message[0] ? ": " : "", r->message);
     campaign_later(du, 500);

@@ -8,7 +8,8 @@
  *    "dedup_hits", "fenced",
  *    "sessions_resumed", "sessions_lost",
  *    with an etcd-backed root: "etcd": {"role", "batches", "txns", "ops",
- *    "stand_downs", "elections_won", "requests", "bytes_out", "bytes_in"},
+ *    "stand_downs", "elections_won", "requests", "bytes_out", "bytes_in",
+ *    "errors"},
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +76,7 @@ char *rdzv__stats_json(const struct daemon *d) {
   if (s->etcd_role != NULL)
     json_object_set_new(
         o, "etcd",
-        json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "role",
+        json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "role",
                   s->etcd_role, "batches", (json_int_t)s->etcd_batches,
                   "txns", (json_int_t)s->etcd_txns, "ops",
                   (json_int_t)s->etcd_ops, "stand_downs",
@@ -83,7 +84,8 @@ char *rdzv__stats_json(const struct daemon *d) {
                   (json_int_t)s->etcd_elections_won, "requests",
                   (json_int_t)s->etcd_requests, "bytes_out",
                   (json_int_t)s->etcd_bytes_out, "bytes_in",
-                  (json_int_t)s->etcd_bytes_in));
+                  (json_int_t)s->etcd_bytes_in, "errors",
+                  (json_int_t)s->etcd_errors));
   if (o == NULL) {
     json_decref(ops);
     return NULL;

@@ -61,11 +61,12 @@ struct stats {
   uint64_t sessions_resumed; /* ranks' sessions resumed on a new connection */
   /* An etcd-backed root (store/daemon/durable): its role ("leader",
    * "standby", ...; NULL: no etcd), batches persisted, transactions and
-   * operations they took, stand-downs, elections won, and the client's
-   * requests and bytes. */
+   * operations they took, stand-downs, elections won, the client's
+   * requests and bytes, and the requests that failed. */
   const char *etcd_role;
   uint64_t etcd_batches, etcd_txns, etcd_ops, etcd_stand_downs,
-      etcd_elections_won, etcd_requests, etcd_bytes_out, etcd_bytes_in;
+      etcd_elections_won, etcd_requests, etcd_bytes_out, etcd_bytes_in,
+      etcd_errors; /* requests etcd failed or refused (each retried) */
   uint64_t sessions_lost;    /* ranks' sessions that expired (or whose
                                 process was gone): generation aborted */
 };
