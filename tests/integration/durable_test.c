@@ -25,8 +25,9 @@
  *    lost" (RDZV_ELEASE_LOST), and the root is elected again after;
  *  - a job that ended leaves nothing in etcd;
  *  - under etcd's --max-txn-ops 8 a 300-key batch goes as many
- *    transactions with no failed request, and all of it is read back
- *    after a restart.
+ *    transactions with no failed request, values over half the request
+ *    limit go in parts (a rewritten one leaves none of its old parts),
+ *    and all of it is read back after a restart.
  * The 1,000-rank case runs against a 3-member etcd cluster.
  * Times are printed for the record; none is asserted. */
 #include <stdarg.h>
@@ -480,23 +481,53 @@ static void test_batch_chunked(void **state) {
          "%lld failed requests\n", (long long)txns, (long long)errors);
   assert_true(txns >= N / 7);
   assert_int_equal(errors, 0);
+  /* Values over half of --etcd-max-request-bytes (64 KiB here) go in
+   * parts: one of 300,000 bytes, and one written large then small (its
+   * parts go). */
+  enum { BIG = 300000 };
+  char *big = malloc(BIG + 1);
+  assert_non_null(big);
+  for (int i = 0; i < BIG; i++)
+    big[i] = (char)('a' + ((unsigned)i * 7919u + (unsigned)i / 26u) % 26u);
+  big[BIG] = '\0';
+  assert_int_equal(rdzv_store_set(c, "big", big, BIG, 0, 30), 0);
+  assert_int_equal(rdzv_store_set(c, "big2", big, BIG / 2, 0, 30), 0);
+  assert_int_equal(rdzv_store_set(c, "big2", "small", 5, 0, 30), 0);
+  assert_int_equal(stats_at(root_tcp[0], "etcd.errors"), 0);
   assert_int_equal(stop_if(&roots[0]), 0);
   assert_int_equal(start_root(0), 0);
   for (int i = 0; i < N; i += 37)
     assert_get(c, kb[i], kb[i]);
   assert_get(c, kb[N - 1], kb[N - 1]);
+  assert_get(c, "big", big);
+  assert_get(c, "big2", "small");
+  /* Only big's parts are left in etcd: ceil(300,001 / 32,768) = 10. */
+  char *k = etcdh_b64("rdzv/j/chunk/p/", 15);
+  char *e = etcdh_b64("rdzv/j/chunk/p0", 15);
+  char body[300];
+  snprintf(body, sizeof(body),
+           "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}", k,
+           e);
+  free(k);
+  free(e);
+  char *resp = NULL;
+  assert_int_equal(etcdh_post(&eh, 0, "/v3/kv/range", body, NULL, &resp), 200);
+  assert_non_null(strstr(resp, "\"count\":\"10\""));
+  free(resp);
+  free(big);
   rdzv_client_destroy(c);
 }
 
 static int setup_chunked(void **state) {
   etcd_extra = small_txn;
   root_extra[0] = "--etcd-max-txn-ops=8";
+  root_extra[1] = "--etcd-max-request-bytes=65536";
   return setup_one(state);
 }
 
 static int teardown_chunked(void **state) {
   etcd_extra = NULL;
-  root_extra[0] = NULL;
+  root_extra[0] = root_extra[1] = NULL;
   return teardown_all(state);
 }
 

@@ -322,10 +322,10 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
       fprintf(stderr,
               "  etcd (%" PRId64 " ranks): %" PRId64 " requests, %" PRId64
               " bytes out, %" PRId64 " bytes in, %" PRId64 " batches, %"
-              PRId64 " txns, %" PRId64 " ops\n",
+              PRId64 " txns, %" PRId64 " ops, %" PRId64 " failed\n",
               rn->o.ranks, jint(e, "requests"), jint(e, "bytes_out"),
               jint(e, "bytes_in"), jint(e, "batches"), jint(e, "txns"),
-              jint(e, "ops"));
+              jint(e, "ops"), jint(e, "errors"));
   }
   /* The idle cost: with every rank done and still connected, the tree
    * only keeps itself alive (heartbeats). */

@@ -44,6 +44,35 @@ struct dirty {
   uint8_t id[]; /* tag, then the name */
 };
 
+/* A value over half of --etcd-max-request-bytes is persisted in parts:
+ * "P/j/JOB/p/ID/NNNNNN" (ID unique per write), and under its key's name
+ * with the tag in upper case ("K/", "R/N/", "O/") the text "ID:N:BYTES".
+ * bigs maps each such key (its lower-case form) to its ID, so that a later
+ * write or delete removes the old parts. */
+struct bigval {
+  UT_hash_handle hh;
+  char id[25];
+  size_t klen;
+  uint8_t key[];
+};
+
+struct loadpart {
+  UT_hash_handle hh;
+  char name[40]; /* "ID/NNNNNN" */
+  size_t len;
+  uint8_t *data;
+};
+
+struct loadbig {
+  struct loadbig *next;
+  char id[25];
+  uint32_t n;
+  uint64_t total;
+  size_t klen;
+  int64_t lease;
+  uint8_t key[]; /* the lower-case form */
+};
+
 /* A persisted group of op records ("P/j/JOB/o/HEX"): deleted once the
  * root's --dedup-window-ms has passed. */
 struct opkey {
@@ -80,7 +109,8 @@ struct dstate {
 
 /* One operation of a batch (owned copies). */
 struct bop {
-  bool glue; /* in the same transaction as the operation before it */
+  bool glue;   /* in the same transaction as the operation before it */
+  bool prefix; /* a delete of every key starting with key */
   uint8_t *key;
   size_t klen;
   uint8_t *val; /* NULL for a delete */
@@ -94,6 +124,8 @@ struct batch;
 struct breq {
   struct batch *b;
   bool grant;
+  bool parts; /* over b->pops, not b->ops */
+  bool sent;  /* sent once (retries go from its timer) */
   int64_t lease, ttl;
   size_t from, to;
   uv_timer_t retry;
@@ -103,11 +135,16 @@ struct breq {
 
 struct batch {
   struct rdzv_durable *du;
+  /* The parts of values too large for one request (see emit): written
+   * first, each under a fresh name, before the operations that point at
+   * them. */
+  struct bop *pops;
+  size_t npops, pcap;
   struct bop *ops;
   size_t nops, cap;
   struct breq *reqs;
   uint32_t left;  /* requests not yet done in this phase */
-  bool phase2;    /* the grants are done: the transactions run */
+  int phase;      /* 0 grants, 1 the parts, 2 the transactions, 3 done */
   uint32_t ntxn;
   uint32_t inflight; /* requests sent whose callback has not run */
   uint32_t timers;   /* retry timers not yet closed */
@@ -137,7 +174,11 @@ struct rdzv_durable {
   uint64_t ndirty;
   struct batch *batch; /* being persisted */
   uint64_t load_rev;
-  uint64_t opbase, opseq; /* names of op-record groups: unique per leader */
+  uint64_t opbase, opseq; /* names of op-record groups and of value parts:
+                             unique per leader */
+  struct bigval *bigs;    /* keys whose value is persisted in parts */
+  struct loadpart *load_parts; /* while loading: parts met */
+  struct loadbig *load_bigs;   /* while loading: values in parts met */
   int handles_open;   /* du's timers and the batches' retry timers */
   bool client_closed; /* the etcd client is closed: du goes with its
                          last handle */
@@ -552,6 +593,11 @@ static void batch_free(struct batch *b) {
     free(b->ops[i].val);
   }
   free(b->ops);
+  for (size_t i = 0; i < b->npops; i++) {
+    free(b->pops[i].key);
+    free(b->pops[i].val);
+  }
+  free(b->pops);
   struct breq *r = b->reqs;
   while (r != NULL) {
     struct breq *n = r->next;
@@ -561,18 +607,19 @@ static void batch_free(struct batch *b) {
   free(b);
 }
 
-static int bop_add(struct batch *b, const void *k1, size_t n1, const void *k2,
-                   size_t n2, const void *v1, size_t m1, const void *v2,
-                   size_t m2, bool del, int64_t lease) {
-  if (b->nops == b->cap) {
-    size_t cap = b->cap ? b->cap * 2 : 64;
-    struct bop *o = realloc(b->ops, cap * sizeof(*o));
+static int bop_push(struct bop **arr, size_t *n, size_t *cap, const void *k1,
+                    size_t n1, const void *k2, size_t n2, const void *v1,
+                    size_t m1, const void *v2, size_t m2, bool del,
+                    int64_t lease) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 64;
+    struct bop *o = realloc(*arr, c * sizeof(*o));
     if (o == NULL)
       return RDZV_ENOMEM;
-    b->ops = o;
-    b->cap = cap;
+    *arr = o;
+    *cap = c;
   }
-  struct bop *o = &b->ops[b->nops];
+  struct bop *o = &(*arr)[*n];
   memset(o, 0, sizeof(*o));
   o->klen = n1 + n2;
   o->key = malloc(o->klen > 0 ? o->klen : 1);
@@ -594,42 +641,154 @@ static int bop_add(struct batch *b, const void *k1, size_t n1, const void *k2,
       memcpy(o->val + m1, v2, m2);
   }
   o->lease = lease;
-  b->nops++;
+  (*n)++;
   return 0;
 }
 
+static int bop_add(struct batch *b, const void *k1, size_t n1, const void *k2,
+                   size_t n2, const void *v1, size_t m1, const void *v2,
+                   size_t m2, bool del, int64_t lease) {
+  return bop_push(&b->ops, &b->nops, &b->cap, k1, n1, k2, n2, v1, m1, v2, m2,
+                  del, lease);
+}
+
+static struct bigval *big_find(struct rdzv_durable *du, const uint8_t *k,
+                               size_t klen) {
+  struct bigval *g = NULL;
+  HASH_FIND(hh, du->bigs, k, klen, g);
+  return g;
+}
+
+static int big_set(struct rdzv_durable *du, const uint8_t *k, size_t klen,
+                   const char *id) {
+  struct bigval *g = big_find(du, k, klen);
+  if (g == NULL) {
+    g = calloc(1, sizeof(*g) + klen);
+    if (g == NULL)
+      return RDZV_ENOMEM;
+    memcpy(g->key, k, klen);
+    g->klen = klen;
+    HASH_ADD(hh, du->bigs, key, g->klen, g);
+  }
+  snprintf(g->id, sizeof(g->id), "%s", id);
+  return 0;
+}
+
+static void bigs_free(struct rdzv_durable *du) {
+  struct bigval *g, *t;
+  HASH_ITER(hh, du->bigs, g, t) {
+    HASH_DEL(du->bigs, g);
+    free(g);
+  }
+}
+
+/* One key's new value (v1 then v2) or its delete, for j (tag at offset
+ * j->eklen of key: 'k', 'r' or 'o'), glued to the operation before it
+ * when glue. A value over half of --etcd-max-request-bytes goes in parts
+ * (struct bigval); a key that had parts loses them. */
+static int emit(struct rdzv_durable *du, struct batch *b, struct djob *j,
+                uint8_t *key, size_t klen, const uint8_t *v1, size_t m1,
+                const uint8_t *v2, size_t m2, bool del, bool glue) {
+  size_t part = du->cfg.etcd_max_request_bytes / 2;
+  size_t total = m1 + m2;
+  struct bigval *old = big_find(du, key, klen);
+  char old_id[25] = "";
+  if (old != NULL)
+    snprintf(old_id, sizeof(old_id), "%s", old->id);
+  size_t first = b->nops;
+  int rc = 0;
+  if (!del && total > part) {
+    char id[25];
+    snprintf(id, sizeof(id), "%016" PRIx64 "%08" PRIx64, du->opbase,
+             ++du->opseq & 0xffffffffu);
+    uint8_t *all = malloc(total);
+    if (all == NULL)
+      return RDZV_ENOMEM;
+    if (m1 > 0)
+      memcpy(all, v1, m1);
+    if (m2 > 0)
+      memcpy(all + m1, v2, m2);
+    uint32_t n = (uint32_t)((total + part - 1) / part);
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+      char pk[400];
+      int pn = snprintf(pk, sizeof(pk), "%.*sp/%s/%06u", (int)j->eklen,
+                        j->ekey, id, i);
+      size_t off = (size_t)i * part;
+      size_t len = total - off < part ? total - off : part;
+      rc = bop_push(&b->pops, &b->npops, &b->pcap, pk, (size_t)pn, NULL, 0,
+                    all + off, len, NULL, 0, false, j->lease);
+    }
+    free(all);
+    char mark[80];
+    int mn = snprintf(mark, sizeof(mark), "%s:%u:%zu", id, n, total);
+    key[j->eklen] = (uint8_t)(key[j->eklen] - 'a' + 'A');
+    if (rc == 0)
+      rc = bop_add(b, key, klen, NULL, 0, mark, (size_t)mn, NULL, 0, false,
+                   j->lease);
+    key[j->eklen] = (uint8_t)(key[j->eklen] - 'A' + 'a');
+    if (rc == 0) /* the small form goes */
+      rc = bop_add(b, key, klen, NULL, 0, NULL, 0, NULL, 0, true, 0);
+    if (rc == 0)
+      rc = big_set(du, key, klen, id);
+  } else {
+    rc = bop_add(b, key, klen, NULL, 0, v1, m1, v2, m2, del, j->lease);
+    if (rc == 0 && old != NULL) { /* the large form goes */
+      key[j->eklen] = (uint8_t)(key[j->eklen] - 'a' + 'A');
+      rc = bop_add(b, key, klen, NULL, 0, NULL, 0, NULL, 0, true, 0);
+      key[j->eklen] = (uint8_t)(key[j->eklen] - 'A' + 'a');
+      HASH_DEL(du->bigs, old);
+      free(old);
+    }
+  }
+  if (rc == 0 && old_id[0] != '\0') { /* the old parts go */
+    char pk[400];
+    int pn = snprintf(pk, sizeof(pk), "%.*sp/%s/", (int)j->eklen, j->ekey,
+                      old_id);
+    rc = bop_add(b, pk, (size_t)pn, NULL, 0, NULL, 0, NULL, 0, true, 0);
+    if (rc == 0)
+      b->ops[b->nops - 1].prefix = true;
+  }
+  for (size_t i = first; rc == 0 && i < b->nops; i++)
+    b->ops[i].glue = i > first || glue;
+  return rc;
+}
+
 /* The operation of one dirty entry: the current value put, or a delete. */
-static int dirty_op(struct batch *b, struct djob *j, const struct dirty *x) {
+static int dirty_op(struct rdzv_durable *du, struct batch *b, struct djob *j,
+                    const struct dirty *x) {
   const uint8_t *name = x->id + 1;
   uint32_t nlen = (uint32_t)(x->len - 1);
   struct rdzv_state_val v;
-  if (x->id[0] == 'k') {
-    bool have = rdzv__state_get(j->mem, name, nlen, &v) == 0;
-    uint8_t flag = v.write_once ? 'w' : 'm';
-    char kp[2] = {'k', '/'};
-    /* the key is ekey + "k/" + name: built in two steps */
-    size_t pl = j->eklen + 2;
-    uint8_t *pre = malloc(pl);
-    if (pre == NULL)
-      return RDZV_ENOMEM;
-    memcpy(pre, j->ekey, j->eklen);
-    memcpy(pre + j->eklen, kp, 2);
-    int rc = bop_add(b, pre, pl, name, nlen, &flag, have ? 1 : 0, v.p,
-                     have ? v.n : 0, !have, j->lease);
-    free(pre);
-    return rc;
-  }
-  int kind = x->id[0] - '0';
-  bool have =
-      rdzv__state_rec_get(j->mem, (enum rdzv_state_rec)kind, name, nlen, &v) ==
-      0;
   char pre[300];
-  int pl = snprintf(pre, sizeof(pre), "%.*sr/%d/", (int)j->eklen, j->ekey,
-                    kind);
+  int pl;
+  bool have;
+  uint8_t flag = 'm';
+  if (x->id[0] == 'k') {
+    have = rdzv__state_get(j->mem, name, nlen, &v) == 0;
+    flag = have && v.write_once ? 'w' : 'm';
+    pl = snprintf(pre, sizeof(pre), "%.*sk/", (int)j->eklen, j->ekey);
+  } else {
+    int kind = x->id[0] - '0';
+    have = rdzv__state_rec_get(j->mem, (enum rdzv_state_rec)kind, name, nlen,
+                               &v) == 0;
+    pl = snprintf(pre, sizeof(pre), "%.*sr/%d/", (int)j->eklen, j->ekey, kind);
+  }
   if (pl < 0 || (size_t)pl >= sizeof(pre))
     return RDZV_ENOMEM;
-  return bop_add(b, pre, (size_t)pl, name, nlen, v.p, have ? v.n : 0, NULL,
-                 0, !have, j->lease);
+  uint8_t *key = malloc((size_t)pl + nlen);
+  if (key == NULL)
+    return RDZV_ENOMEM;
+  memcpy(key, pre, (size_t)pl);
+  if (nlen > 0)
+    memcpy(key + pl, name, nlen);
+  /* A key's value is its flag byte, then its bytes; a record's its
+   * bytes. */
+  bool is_key = x->id[0] == 'k';
+  int rc = emit(du, b, j, key, (size_t)pl + nlen, is_key ? &flag : NULL,
+                is_key && have ? 1 : 0, have ? v.p : NULL, have ? v.n : 0,
+                !have, false);
+  free(key);
+  return rc;
 }
 
 static void breq_send(struct breq *r);
@@ -683,7 +842,8 @@ static void breq_failed(struct breq *r, const struct rdzv_etcd_result *res) {
       *h = *r;
       h->timer_open = false;
       size_t mid = r->from + (r->to - r->from) / 2;
-      while (mid > r->from + 1 && b->ops[mid].glue)
+      struct bop *arr = r->parts ? b->pops : b->ops;
+      while (mid > r->from + 1 && arr[mid].glue)
         mid--;
       h->from = mid;
       r->to = mid;
@@ -757,6 +917,7 @@ static void breq_send(struct breq *r) {
   struct batch *b = r->b;
   struct rdzv_durable *du = b->du;
   int rc;
+  r->sent = true;
   if (r->grant) {
     rc = rdzv_etcd_lease_grant(du->e, r->ttl, r->lease, on_breq, r);
   } else {
@@ -767,12 +928,13 @@ static void breq_send(struct breq *r) {
                                            RDZV_ETCD_EQUAL, du->leader_rev,
                                            NULL, 0)
                    : RDZV_ENOMEM;
+    struct bop *arr = r->parts ? b->pops : b->ops;
     for (size_t i = r->from; rc == 0 && i < r->to; i++) {
-      struct bop *o = &b->ops[i];
+      struct bop *o = &arr[i];
       rc = o->val != NULL ? rdzv_etcd_txn_put(t, true, o->key, o->klen, o->val,
                                               o->vlen, o->lease)
                           : rdzv_etcd_txn_delete(t, true, o->key, o->klen,
-                                                 false);
+                                                 o->prefix);
     }
     if (rc == 0) {
       rc = rdzv_etcd_txn(du->e, t, on_breq, r);
@@ -788,49 +950,74 @@ static void breq_send(struct breq *r) {
 
 /* Phase 1: the leases of jobs new to etcd; phase 2: the transactions;
  * then the gate opens. */
+/* The transactions over b->pops (parts) or b->ops, each below
+ * --etcd-max-txn-ops and --etcd-max-request-bytes, a glued group never
+ * cut (a group alone over the limits goes whole: etcd refuses it, and it
+ * is split then). Returns how many, or RDZV_ENOMEM. */
+static int chunk(struct batch *b, bool parts) {
+  struct rdzv_durable *du = b->du;
+  struct bop *arr = parts ? b->pops : b->ops;
+  size_t n = parts ? b->npops : b->nops;
+  size_t max_ops = du->cfg.etcd_max_txn_ops > 1 ? du->cfg.etcd_max_txn_ops - 1
+                                                : 1; /* one is the compare */
+  size_t max_bytes = du->cfg.etcd_max_request_bytes;
+  size_t i = 0;
+  int made = 0;
+  while (i < n) {
+    size_t from = i, bytes = 64;
+    while (i < n && i - from < max_ops &&
+           (i == from || bytes + arr[i].klen + arr[i].vlen + 32 <= max_bytes)) {
+      bytes += arr[i].klen + arr[i].vlen + 32;
+      i++;
+    }
+    if (i < n && arr[i].glue) {
+      size_t g = i;
+      while (g > from && arr[g].glue)
+        g--;
+      if (g > from)
+        i = g; /* the group starts the next transaction */
+      else
+        while (i < n && arr[i].glue)
+          i++;
+    }
+    struct breq *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+      return RDZV_ENOMEM;
+    r->b = b;
+    r->parts = parts;
+    r->from = from;
+    r->to = i;
+    r->next = b->reqs;
+    b->reqs = r;
+    b->left++;
+    b->ntxn++;
+    made++;
+  }
+  return made;
+}
+
+/* Phase 0: the leases of jobs new to etcd (sent by gate_start); 1: the
+ * parts of large values; 2: the transactions; then the gate opens. */
 static void batch_step(struct batch *b) {
   struct rdzv_durable *du = b->du;
-  if (!b->phase2) {
-    b->phase2 = true;
-    size_t max_ops = du->cfg.etcd_max_txn_ops > 1 ? du->cfg.etcd_max_txn_ops - 1
-                                                  : 1; /* one is the compare */
-    size_t max_bytes = du->cfg.etcd_max_request_bytes;
-    size_t i = 0;
-    while (i < b->nops) {
-      size_t from = i, bytes = 64;
-      while (i < b->nops && i - from < max_ops &&
-             (i == from ||
-              bytes + b->ops[i].klen + b->ops[i].vlen + 32 <= max_bytes)) {
-        bytes += b->ops[i].klen + b->ops[i].vlen + 32;
-        i++;
-      }
-      /* A key and its op records stay in one transaction. */
-      while (i < b->nops && b->ops[i].glue && i - from > 1)
-        i--;
-      if (i < b->nops && b->ops[i].glue && i - from == 1)
-        i++; /* a pair alone over the limits: etcd says, it is split */
-      struct breq *r = calloc(1, sizeof(*r));
-      if (r == NULL) {
-        stand_down(du, RDZV_ENOMEM, "out of memory building a transaction");
-        return;
-      }
-      r->b = b;
-      r->from = from;
-      r->to = i;
-      r->next = b->reqs;
-      b->reqs = r;
-      b->left++;
-      b->ntxn++;
+  while (b->phase < 2) {
+    b->phase++;
+    bool parts = b->phase == 1;
+    int made = chunk(b, parts);
+    if (made < 0) {
+      stand_down(du, RDZV_ENOMEM, "out of memory building a transaction");
+      return;
     }
-    if (b->left > 0) {
+    if (made > 0) {
       /* Sent after the loop: a callback never runs inside a send. */
       for (struct breq *r = b->reqs; r != NULL && !b->finished; r = r->next)
-        if (!r->grant)
+        if (!r->grant && r->parts == parts && !r->sent)
           breq_send(r);
       return;
     }
   }
   /* Done: what waited for it goes out. */
+  b->phase = 3;
   du->batches++;
   du->batch = NULL;
   batch_finish(b);
@@ -863,13 +1050,11 @@ static int ops_group(struct rdzv_durable *du, struct batch *b, struct djob *j,
                    (int)j->eklen, j->ekey, du->opbase, ++du->opseq);
   if (n < 0 || (size_t)n >= sizeof(k))
     return RDZV_ENOMEM;
-  int rc = bop_add(b, k, (size_t)n, NULL, 0, ops->data, ops->len, NULL, 0,
-                   false, j->lease);
-  if (rc == 0) {
-    b->ops[b->nops - 1].glue = glue;
+  int rc = emit(du, b, j, (uint8_t *)k, (size_t)n, ops->data, ops->len, NULL,
+                0, false, glue);
+  if (rc == 0)
     rc = opkey_add(j, (const uint8_t *)k, (size_t)n,
                    now_ms(du) + du->cfg.dedup_window_ms);
-  }
   return rc;
 }
 
@@ -922,7 +1107,7 @@ static void gate_start(void *arg) {
     struct dirty *x, *xt;
     HASH_ITER(hh, j->dirty, x, xt) {
       if (rc == 0)
-        rc = dirty_op(b, j, x);
+        rc = dirty_op(du, b, j, x);
       if (rc == 0 && x->ops.len > 0)
         rc = ops_group(du, b, j, &x->ops, true);
     }
@@ -932,7 +1117,7 @@ static void gate_start(void *arg) {
     uint64_t now = now_ms(du);
     while (rc == 0 && j->opkeys != NULL && j->opkeys->expire_ms <= now) {
       struct opkey *o = j->opkeys;
-      rc = bop_add(b, o->key, o->klen, NULL, 0, NULL, 0, NULL, 0, true, 0);
+      rc = emit(du, b, j, o->key, o->klen, NULL, 0, NULL, 0, true, false);
       if (rc < 0)
         break;
       j->opkeys = o->next;
@@ -974,6 +1159,21 @@ static int admit(void *arg, char *text, size_t textlen, char *leader,
            du->d->cfg.name, du->self, du->prefix, role_names[du->role],
            leader[0] ? "; the leader is " : "", leader);
   return 0;
+}
+
+/* What a load left half done (a stand-down meanwhile) goes. */
+static void load_bigs_finish_drop(struct rdzv_durable *du) {
+  while (du->load_bigs != NULL) {
+    struct loadbig *lb = du->load_bigs;
+    du->load_bigs = lb->next;
+    free(lb);
+  }
+  struct loadpart *lp, *t;
+  HASH_ITER(hh, du->load_parts, lp, t) {
+    HASH_DEL(du->load_parts, lp);
+    free(lp->data);
+    free(lp);
+  }
 }
 
 /* ---- standing down ---------------------------------------------------------------- */
@@ -1023,6 +1223,8 @@ static void stand_down(struct rdzv_durable *du, int status, const char *why) {
     d->npeers = 0;
   }
   jobs_free(du);
+  bigs_free(du);
+  load_bigs_finish_drop(du);
   du->ndirty = 0;
   campaign_later(du, 200);
 }
@@ -1166,12 +1368,16 @@ static struct cstep *cstep_new(struct rdzv_durable *du) {
   return c;
 }
 
-/* The callback's step is stale (a stand-down or stop since): true after
- * freeing it. */
-static bool cstep_stale(struct cstep *c, const struct rdzv_etcd_result *r) {
-  bool stale = c->gen != c->du->gen || c->du->role == DUR_STOPPED ||
+/* A campaign step's callback: frees the step; du, or NULL when the step
+ * is stale (a stand-down or a stop since, or the request canceled). */
+static struct rdzv_durable *cstep_take(void *arg,
+                                       const struct rdzv_etcd_result *r) {
+  struct cstep *c = arg;
+  struct rdzv_durable *du = c->du;
+  bool stale = c->gen != du->gen || du->role == DUR_STOPPED ||
                r->status == RDZV_ECANCELED;
-  return stale;
+  free(c);
+  return stale ? NULL : du;
 }
 
 static void on_load(void *arg, const struct rdzv_etcd_result *r);
@@ -1192,6 +1398,10 @@ static void load_from(struct rdzv_durable *du, const uint8_t *key, size_t klen) 
     stand_down(du, RDZV_ENOMEM, "out of memory loading the state");
   }
 }
+
+static int load_value(struct rdzv_durable *du, struct djob *j,
+                      const uint8_t *key, size_t klen, const uint8_t *rest,
+                      size_t rl, const uint8_t *value, size_t vlen);
 
 /* One key of the persisted state into memory. */
 static int load_kv(struct rdzv_durable *du, const struct rdzv_etcd_kv *kv) {
@@ -1217,21 +1427,124 @@ static int load_kv(struct rdzv_durable *du, const struct rdzv_etcd_kv *kv) {
     j->lease = kv->lease;
     j->lease_granted = true;
   }
-  if (rl >= 2 && rest[0] == 'k' && rest[1] == '/') {
-    if (kv->vlen < 1)
+  if (rl >= 2 && rest[0] == 'p' && rest[1] == '/') {
+    /* A part of a large value: kept until its value is put together. */
+    struct loadpart *lp = calloc(1, sizeof(*lp));
+    if (lp == NULL || rl - 2 >= sizeof(lp->name) ||
+        (kv->vlen > 0 && (lp->data = malloc(kv->vlen)) == NULL)) {
+      bool oom = lp == NULL || rl - 2 < sizeof(lp->name);
+      free(lp);
+      return oom ? RDZV_ENOMEM : 0;
+    }
+    memcpy(lp->name, rest + 2, rl - 2);
+    if (kv->vlen > 0)
+      memcpy(lp->data, kv->value, kv->vlen);
+    lp->len = kv->vlen;
+    HASH_ADD_STR(du->load_parts, name, lp);
+    return 0;
+  }
+  if (rl >= 2 && (rest[0] == 'K' || rest[0] == 'R' || rest[0] == 'O')) {
+    /* A large value's head: "ID:N:BYTES"; put together at the end. */
+    char mark[80];
+    unsigned n = 0;
+    unsigned long long total = 0;
+    char pid[25];
+    if (kv->vlen >= sizeof(mark))
       return 0;
-    bool wo = kv->value[0] == 'w';
-    return rdzv__state_set(j->mem, rest + 2, (uint32_t)(rl - 2),
-                           kv->value + 1, (uint32_t)(kv->vlen - 1), wo);
+    memcpy(mark, kv->value, kv->vlen);
+    mark[kv->vlen] = '\0';
+    if (sscanf(mark, "%24[0-9a-f]:%u:%llu", pid, &n, &total) != 3 || n == 0)
+      return 0;
+    struct loadbig *lb = calloc(1, sizeof(*lb) + kv->klen);
+    if (lb == NULL)
+      return RDZV_ENOMEM;
+    snprintf(lb->id, sizeof(lb->id), "%s", pid);
+    lb->n = n;
+    lb->total = total;
+    lb->klen = kv->klen;
+    lb->lease = kv->lease;
+    memcpy(lb->key, kv->key, kv->klen);
+    lb->key[rest - kv->key] = (uint8_t)(rest[0] - 'A' + 'a');
+    lb->next = du->load_bigs;
+    du->load_bigs = lb;
+    return 0;
+  }
+  return load_value(du, j, kv->key, kv->klen, rest, rl, kv->value, kv->vlen);
+}
+
+/* The large values met while loading, from their parts (a value whose
+ * parts are not all there was never acknowledged: left out, said). */
+static int load_bigs_finish(struct rdzv_durable *du) {
+  int rc = 0;
+  size_t pl = strlen(du->prefix) + 3;
+  while (du->load_bigs != NULL) {
+    struct loadbig *lb = du->load_bigs;
+    du->load_bigs = lb->next;
+    uint8_t *all = rc == 0 ? malloc(lb->total > 0 ? lb->total : 1) : NULL;
+    uint64_t got = 0;
+    bool whole = all != NULL;
+    for (uint32_t i = 0; whole && i < lb->n; i++) {
+      char name[40];
+      snprintf(name, sizeof(name), "%s/%06u", lb->id, i);
+      struct loadpart *lp = NULL;
+      HASH_FIND_STR(du->load_parts, name, lp);
+      if (lp == NULL || got + lp->len > lb->total) {
+        whole = false;
+        break;
+      }
+      if (lp->len > 0)
+        memcpy(all + got, lp->data, lp->len);
+      got += lp->len;
+    }
+    const uint8_t *p = lb->key + pl, *e = lb->key + lb->klen;
+    const uint8_t *slash = memchr(p, '/', (size_t)(e - p));
+    char id[300];
+    struct djob *j = NULL;
+    if (whole && got == lb->total && slash != NULL &&
+        job_decode(p, (size_t)(slash - p), id, sizeof(id)) &&
+        (j = job_get(du, id)) != NULL) {
+      rc = load_value(du, j, lb->key, lb->klen, slash + 1,
+                      (size_t)(e - slash - 1), all, lb->total);
+      if (rc == 0)
+        rc = big_set(du, lb->key, lb->klen, lb->id);
+    } else if (rc == 0 && all == NULL) {
+      rc = RDZV_ENOMEM;
+    } else if (rc == 0) {
+      dlog(du, 0, "a large value in etcd lacks parts (%s): left out",
+           lb->id);
+    }
+    free(all);
+    free(lb);
+  }
+  struct loadpart *lp, *t;
+  HASH_ITER(hh, du->load_parts, lp, t) {
+    HASH_DEL(du->load_parts, lp);
+    free(lp->data);
+    free(lp);
+  }
+  return rc;
+}
+
+/* A value of j in its lower-case form (rest: "k/KEY", "o/ID", "r/N/NAME";
+ * key: the whole etcd key) into memory. */
+static int load_value(struct rdzv_durable *du, struct djob *j,
+                      const uint8_t *key, size_t klen, const uint8_t *rest,
+                      size_t rl, const uint8_t *value, size_t vlen) {
+  if (rl >= 2 && rest[0] == 'k' && rest[1] == '/') {
+    if (vlen < 1)
+      return 0;
+    bool wo = value[0] == 'w';
+    return rdzv__state_set(j->mem, rest + 2, (uint32_t)(rl - 2), value + 1,
+                           (uint32_t)(vlen - 1), wo);
   }
   if (rl >= 2 && rest[0] == 'o' && rest[1] == '/') {
     /* A group of op records: each into memory; the group expires. */
     size_t pos = 0;
-    while (pos + 12 <= kv->vlen) {
-      const uint8_t *e8 = kv->value + pos;
+    while (pos + 12 <= vlen) {
+      const uint8_t *e8 = value + pos;
       uint32_t vl = (uint32_t)e8[8] | (uint32_t)e8[9] << 8 |
                     (uint32_t)e8[10] << 16 | (uint32_t)e8[11] << 24;
-      if (vl > kv->vlen - pos - 12)
+      if (vl > vlen - pos - 12)
         break;
       int rc = rdzv__state_rec_put(j->mem, RDZV_STATE_REC_OP, e8, 8, e8 + 12,
                                    vl);
@@ -1239,14 +1552,13 @@ static int load_kv(struct rdzv_durable *du, const struct rdzv_etcd_kv *kv) {
         return rc;
       pos += 12 + vl;
     }
-    return opkey_add(j, kv->key, kv->klen,
-                     now_ms(du) + du->cfg.dedup_window_ms);
+    return opkey_add(j, key, klen, now_ms(du) + du->cfg.dedup_window_ms);
   }
   if (rl >= 4 && rest[0] == 'r' && rest[1] == '/' && rest[3] == '/' &&
       rest[2] >= '1' && rest[2] <= '9')
     return rdzv__state_rec_put(j->mem, (enum rdzv_state_rec)(rest[2] - '0'),
-                               rest + 4, (uint32_t)(rl - 4), kv->value,
-                               (uint32_t)kv->vlen);
+                               rest + 4, (uint32_t)(rl - 4), value,
+                               (uint32_t)vlen);
   return 0;
 }
 
@@ -1265,11 +1577,8 @@ static void become_leader(struct rdzv_durable *du) {
 }
 
 static void on_load(void *arg, const struct rdzv_etcd_result *r) {
-  struct cstep *c = arg;
-  struct rdzv_durable *du = c->du;
-  bool stale = cstep_stale(c, r);
-  free(c);
-  if (stale)
+  struct rdzv_durable *du = cstep_take(arg, r);
+  if (du == NULL)
     return;
   if (r->status < 0) {
     dlog(du, 1, "loading the state: %s%s%s", rdzv_strerror(r->status),
@@ -1298,15 +1607,16 @@ static void on_load(void *arg, const struct rdzv_etcd_result *r) {
     free(next);
     return;
   }
+  if (load_bigs_finish(du) < 0) {
+    stand_down(du, RDZV_ENOMEM, "out of memory loading the state");
+    return;
+  }
   become_leader(du);
 }
 
 static void on_incarnation(void *arg, const struct rdzv_etcd_result *r) {
-  struct cstep *c = arg;
-  struct rdzv_durable *du = c->du;
-  bool stale = cstep_stale(c, r);
-  free(c);
-  if (stale)
+  struct rdzv_durable *du = cstep_take(arg, r);
+  if (du == NULL)
     return;
   if (r->status < 0) {
     stand_down(du, r->status, "reading the incarnation failed");
@@ -1345,6 +1655,7 @@ static void on_incarnation(void *arg, const struct rdzv_etcd_result *r) {
 static void start_loading(struct rdzv_durable *du) {
   du->role = DUR_LOADING;
   jobs_free(du);
+  bigs_free(du);
   char k[300], v[24];
   int n = snprintf(k, sizeof(k), "%s/incarnation", du->prefix);
   int vn = snprintf(v, sizeof(v), "%" PRIu64, (uint64_t)random_i63());
@@ -1400,11 +1711,8 @@ static void on_watch(void *arg, int status, const char *message,
 }
 
 static void on_campaign(void *arg, const struct rdzv_etcd_result *r) {
-  struct cstep *c = arg;
-  struct rdzv_durable *du = c->du;
-  bool stale = cstep_stale(c, r);
-  free(c);
-  if (stale)
+  struct rdzv_durable *du = cstep_take(arg, r);
+  if (du == NULL)
     return;
   if (r->status < 0) {
     du->errors++;
@@ -1442,11 +1750,8 @@ static void on_campaign(void *arg, const struct rdzv_etcd_result *r) {
 }
 
 static void on_registered(void *arg, const struct rdzv_etcd_result *r) {
-  struct cstep *c = arg;
-  struct rdzv_durable *du = c->du;
-  bool stale = cstep_stale(c, r);
-  free(c);
-  if (stale)
+  struct rdzv_durable *du = cstep_take(arg, r);
+  if (du == NULL)
     return;
   if (r->status < 0) {
     du->errors++;
@@ -1474,11 +1779,8 @@ static void on_registered(void *arg, const struct rdzv_etcd_result *r) {
 }
 
 static void on_lease(void *arg, const struct rdzv_etcd_result *r) {
-  struct cstep *c = arg;
-  struct rdzv_durable *du = c->du;
-  bool stale = cstep_stale(c, r);
-  free(c);
-  if (stale)
+  struct rdzv_durable *du = cstep_take(arg, r);
+  if (du == NULL)
     return;
   if (r->status < 0 || r->lease_id == 0) {
     du->errors++;
@@ -1616,6 +1918,8 @@ void rdzv__durable_attach(struct rdzv_durable *du, struct daemon *d) {
 
 static void maybe_free_du(struct rdzv_durable *du) {
   if (du->client_closed && du->handles_open == 0) {
+    bigs_free(du);
+    load_bigs_finish_drop(du);
     jobs_free(du);
     free(du);
   }
