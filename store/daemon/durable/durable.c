@@ -329,8 +329,11 @@ static void job_clear_dirty(struct rdzv_durable *du, struct djob *j) {
   rdzv_buf_free(&j->lone_ops);
 }
 
+static void bigs_drop_job(struct rdzv_durable *du, const struct djob *j);
+
 static void job_free(struct rdzv_durable *du, struct djob *j) {
   job_clear_dirty(du, j);
+  bigs_drop_job(du, j);
   while (j->opkeys != NULL) {
     struct opkey *o = j->opkeys;
     j->opkeys = o->next;
@@ -672,6 +675,18 @@ static int big_set(struct rdzv_durable *du, const uint8_t *k, size_t klen,
   }
   snprintf(g->id, sizeof(g->id), "%s", id);
   return 0;
+}
+
+/* The job's entries go with it (what etcd holds of it is removed or
+ * expires with its lease; a later job of that id starts afresh). */
+static void bigs_drop_job(struct rdzv_durable *du, const struct djob *j) {
+  struct bigval *g, *t;
+  HASH_ITER(hh, du->bigs, g, t) {
+    if (g->klen > j->eklen && memcmp(g->key, j->ekey, j->eklen) == 0) {
+      HASH_DEL(du->bigs, g);
+      free(g);
+    }
+  }
 }
 
 static void bigs_free(struct rdzv_durable *du) {
@@ -1104,16 +1119,8 @@ static void gate_start(void *arg) {
                    false, j->lease);
       j->lease_put = rc == 0;
     }
-    struct dirty *x, *xt;
-    HASH_ITER(hh, j->dirty, x, xt) {
-      if (rc == 0)
-        rc = dirty_op(du, b, j, x);
-      if (rc == 0 && x->ops.len > 0)
-        rc = ops_group(du, b, j, &x->ops, true);
-    }
-    if (rc == 0 && j->lone_ops.len > 0)
-      rc = ops_group(du, b, j, &j->lone_ops, false);
-    /* Groups past the dedup window go. */
+    /* Groups past the dedup window go (before this batch adds its own:
+     * a key must not be put and deleted in one transaction). */
     uint64_t now = now_ms(du);
     while (rc == 0 && j->opkeys != NULL && j->opkeys->expire_ms <= now) {
       struct opkey *o = j->opkeys;
@@ -1126,6 +1133,15 @@ static void gate_start(void *arg) {
       free(o->key);
       free(o);
     }
+    struct dirty *x, *xt;
+    HASH_ITER(hh, j->dirty, x, xt) {
+      if (rc == 0)
+        rc = dirty_op(du, b, j, x);
+      if (rc == 0 && x->ops.len > 0)
+        rc = ops_group(du, b, j, &x->ops, true);
+    }
+    if (rc == 0 && j->lone_ops.len > 0)
+      rc = ops_group(du, b, j, &j->lone_ops, false);
     job_clear_dirty(du, j);
     if (rc < 0)
       break;
