@@ -237,6 +237,10 @@ static void client_free(struct rdzv_client *c) {
   rdzv_buf_free(&c->out);
   free(c->addr.host);
   free(c->addr_str);
+  if (c->redirected) {
+    free(c->home.host);
+    free(c->home_str);
+  }
   free(c->job_id);
   free(c->name);
   free(c->tab);

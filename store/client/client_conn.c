@@ -184,6 +184,16 @@ static void attempt_failed(struct rdzv_client *c, int64_t now, int err,
     round_start(c, now);
     return;
   }
+  /* A leader a standby named is gone too: back to the address given
+   * (which names the next leader once one is elected). */
+  if (c->redirected) {
+    free(c->addr.host);
+    free(c->addr_str);
+    c->addr = c->home;
+    c->addr_str = c->home_str;
+    c->home_str = NULL;
+    c->redirected = 0;
+  }
   backoff_start(c, now, what);
 }
 
@@ -523,8 +533,14 @@ static int follow_leader(struct rdzv_client *c, const struct rdzv_msg *m) {
     fprintf(stderr, "rdzv client %s: a standby root; its leader is %s\n",
             rdzv__target_str(c), s);
   rdzv__conn_close(c);
-  free(c->addr.host);
-  free(c->addr_str);
+  if (!c->redirected) { /* kept, to go back to */
+    c->home = c->addr;
+    c->home_str = c->addr_str;
+    c->redirected = 1;
+  } else {
+    free(c->addr.host);
+    free(c->addr_str);
+  }
   c->addr = a;
   c->addr_str = str;
   c->target = 0;

@@ -134,6 +134,11 @@ struct rdzv_client {
   double backoff_cur; /* next backoff delay before jitter, s */
   unsigned attempts;  /* failed attempts since the last success */
   unsigned redirects; /* standby roots followed to their leader since */
+  /* While following a leader named by a standby root: the address the
+   * handle was given (home), gone back to once the leader is lost too. */
+  int redirected;
+  struct rdzv__addr home;
+  char *home_str;
   int64_t first_attempt;
   uint64_t rng;
   struct rdzv_buf in;

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -261,8 +262,64 @@ static void project(struct result *r, const struct bench_opts *o, int tree) {
                     (tree ? 2 * d * o->flush_ms / 1000.0 : 0);
 }
 
+/* --etcd: each run's root keeps its state under a prefix of its own
+ * (RDZV_BENCH_ETCD_PREFIX, read by its serve process), removed from etcd
+ * after the run (a POST to the first endpoint's /v3/kv/deleterange). */
+static void b64(const char *in, char *out) {
+  static const char t[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t n = strlen(in), o = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)(unsigned char)in[i] << 16;
+    if (i + 1 < n)
+      v |= (uint32_t)(unsigned char)in[i + 1] << 8;
+    if (i + 2 < n)
+      v |= (uint32_t)(unsigned char)in[i + 2];
+    out[o++] = t[v >> 18 & 63];
+    out[o++] = t[v >> 12 & 63];
+    out[o++] = i + 1 < n ? t[v >> 6 & 63] : '=';
+    out[o++] = i + 2 < n ? t[v & 63] : '=';
+  }
+  out[o] = '\0';
+}
+
+static void etcd_cleanup(const char *prefix) {
+  const char *eps = getenv("RDZV_BENCH_ETCD");
+  if (eps == NULL || eps[0] == '\0')
+    return;
+  char url[600], from[300], to[300], kf[420], kt[420], body[1000];
+  size_t ul = strcspn(eps, ",");
+  snprintf(url, sizeof(url), "%.*s/v3/kv/deleterange", (int)ul, eps);
+  snprintf(from, sizeof(from), "%s/", prefix);
+  snprintf(to, sizeof(to), "%s0", prefix);
+  b64(from, kf);
+  b64(to, kt);
+  snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\"}", kf,
+           kt);
+  CURL *h = curl_easy_init();
+  if (h == NULL)
+    return;
+  FILE *sink = fopen("/dev/null", "w");
+  curl_easy_setopt(h, CURLOPT_URL, url);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+  if (sink != NULL)
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, sink);
+  CURLcode rc = curl_easy_perform(h);
+  if (rc != CURLE_OK)
+    fprintf(stderr, "  etcd: removing %s/ failed: %s\n", prefix,
+            curl_easy_strerror(rc));
+  curl_easy_cleanup(h);
+  if (sink != NULL)
+    fclose(sink);
+}
+
 static int run_one(struct bench_opts *base, int64_t n, int tree,
                    const char *transport, double rtt_us, struct result *r) {
+  static int runs;
+  char prefix[64];
+  snprintf(prefix, sizeof(prefix), "rdzv-bench/%d-%d", (int)getpid(), ++runs);
+  setenv("RDZV_BENCH_ETCD_PREFIX", prefix, 1);
   struct run *rn = calloc(1, sizeof(*rn));
   if (rn == NULL)
     return -1;
@@ -355,6 +412,7 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
   tell(rn, 1, "exit"); /* drivers disconnect */
   tell(rn, 0, "exit");
   wait_children(rn);
+  etcd_cleanup(prefix);
   double *d = NULL;
   int64_t ok = read_durations(&rn->o, &d, &r->failed);
   r->failed += n - ok - r->failed > 0 ? n - ok - r->failed : 0;

@@ -337,8 +337,12 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
     const char *etcd = getenv("RDZV_BENCH_ETCD");
     if (etcd != NULL && etcd[0] != '\0') {
       snprintf(cfg.etcd, sizeof(cfg.etcd), "%s", etcd);
-      snprintf(cfg.etcd_prefix, sizeof(cfg.etcd_prefix), "rdzv-bench/%d",
-               (int)getpid());
+      const char *pre = getenv("RDZV_BENCH_ETCD_PREFIX");
+      if (pre != NULL && pre[0] != '\0')
+        snprintf(cfg.etcd_prefix, sizeof(cfg.etcd_prefix), "%s", pre);
+      else
+        snprintf(cfg.etcd_prefix, sizeof(cfg.etcd_prefix), "rdzv-bench/%d",
+                 (int)getpid());
     }
     bench_root_path(o, cfg.unix_path, sizeof(cfg.unix_path));
     snprintf(cfg.name, sizeof(cfg.name), "root");

@@ -184,6 +184,11 @@ struct rdzv_durable {
                          last handle */
   bool broken;        /* out of memory marking a change: stand down at
                          the end of the iteration */
+  /* Campaign steps that failed in a row, and why the last did (told to
+   * peers a standby refuses, and logged at the default level on the
+   * first and every 20th). */
+  uint32_t campaign_fails;
+  char last_err[300];
   /* Counters for logs and stats. */
   uint64_t batches, txns, ops_persisted, stand_downs, elections_won, errors;
 };
@@ -1170,10 +1175,15 @@ static int admit(void *arg, char *text, size_t textlen, char *leader,
   if (du->role == DUR_LEADER)
     return 1;
   snprintf(leader, leaderlen, "%s", du->role == DUR_STANDBY ? du->leader : "");
-  snprintf(text, textlen,
-           "root %s (%s) is not the leader of %s/leader: it is %s%s%s",
-           du->d->cfg.name, du->self, du->prefix, role_names[du->role],
-           leader[0] ? "; the leader is " : "", leader);
+  if (du->role == DUR_CAMPAIGN && du->last_err[0] != '\0')
+    snprintf(text, textlen,
+             "root %s (%s) is not the leader of %s/leader: no leader known; "
+             "etcd: %s", du->d->cfg.name, du->self, du->prefix, du->last_err);
+  else
+    snprintf(text, textlen,
+             "root %s (%s) is not the leader of %s/leader: it is %s%s%s",
+             du->d->cfg.name, du->self, du->prefix, role_names[du->role],
+             leader[0] ? "; the leader is " : "", leader);
   return 0;
 }
 
@@ -1361,6 +1371,18 @@ static void campaign_step(struct rdzv_durable *du);
 
 static void on_campaign_timer(uv_timer_t *t) {
   campaign_step(t->data);
+}
+
+/* A campaign step failed (what: which, r: etcd's answer). */
+static void campaign_failed(struct rdzv_durable *du, const char *what,
+                            const struct rdzv_etcd_result *r) {
+  du->errors++;
+  snprintf(du->last_err, sizeof(du->last_err), "%s at %s: %s%s%.200s", what,
+           rdzv_etcd_endpoint(du->e), rdzv_strerror(r->status),
+           r->message[0] ? ": " : "", r->message);
+  dlog(du, du->campaign_fails++ % 20 == 0 ? 1 : 2,
+       "root %s cannot campaign: %s (trying again)", du->d->cfg.name,
+       du->last_err);
 }
 
 static void campaign_later(struct rdzv_durable *du, uint64_t ms) {
@@ -1731,12 +1753,12 @@ static void on_campaign(void *arg, const struct rdzv_etcd_result *r) {
   if (du == NULL)
     return;
   if (r->status < 0) {
-    du->errors++;
-    dlog(du, 2, "campaign: %s%s%s", rdzv_strerror(r->status),
-         r->message[0] ? ": " : "", r->message);
+    campaign_failed(du, "the leader key", r);
     campaign_later(du, 500);
     return;
   }
+  du->campaign_fails = 0;
+  du->last_err[0] = '\0';
   if (r->succeeded || (r->nkvs > 0 && r->kvs[0].lease == du->lease)) {
     /* Won (or an earlier try of ours did). */
     du->leader_rev = r->succeeded ? r->revision : r->kvs[0].create_revision;
@@ -1770,7 +1792,7 @@ static void on_registered(void *arg, const struct rdzv_etcd_result *r) {
   if (du == NULL)
     return;
   if (r->status < 0) {
-    du->errors++;
+    campaign_failed(du, "registering this root", r);
     if (r->status == RDZV_ENOKEY)
       du->lease = 0; /* expired meanwhile (etcd was away): a new one */
     campaign_later(du, 500);
@@ -1799,9 +1821,7 @@ static void on_lease(void *arg, const struct rdzv_etcd_result *r) {
   if (du == NULL)
     return;
   if (r->status < 0 || r->lease_id == 0) {
-    du->errors++;
-    dlog(du, r->status == -ECONNREFUSED ? 2 : 1, "lease grant: %s%s%s",
-         rdzv_strerror(r->status), r->message[0] ? ": " : "", r->message);
+    campaign_failed(du, "a lease grant", r);
     campaign_later(du, 500);
     return;
   }
@@ -1897,7 +1917,10 @@ int rdzv__durable_new(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   ec.key_file = cfg->etcd_key;
   int rc = rdzv_etcd_new(loop, &ec, &du->e);
   if (rc < 0) {
-    fprintf(stderr, "rdzvd: --etcd '%s': %s\n", cfg->etcd, rdzv_strerror(rc));
+    fprintf(stderr,
+            "rdzvd: --etcd '%s': %s (each endpoint an http:// or https:// "
+            "URL, comma-separated)\n",
+            cfg->etcd, rdzv_strerror(rc));
     free(du);
     return rc;
   }

@@ -341,8 +341,9 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   if (u->redirect >= 0 && (uint32_t)u->redirect < u->naddrs) {
     u->addr_idx = (uint32_t)u->redirect;
     u->redirect = -1;
-    rdzv__log(u->d, 1, "job %s: node %s goes to the leader root %s",
-              u->job_id, u->d->cfg.name, up_addr(u));
+    rdzv__log(u->d, u->redirects < 2 ? 1 : 2,
+              "job %s: node %s goes to the leader root %s", u->job_id,
+              u->d->cfg.name, up_addr(u));
     uint64_t delay = ++u->redirects > 2 ? u->backoff_ms : 0;
     uv_timer_start(&u->timer, on_backoff, delay, 0);
     if (delay > 0)
@@ -351,7 +352,8 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   }
   if (!stay && u->naddrs > 1 && u->addr_idx + 1 < u->naddrs) {
     u->addr_idx++;
-    rdzv__log(u->d, 1, "job %s: node %s reattaches to ancestor %s", u->job_id,
+    rdzv__log(u->d, u->redirects < 2 ? 1 : 2,
+              "job %s: node %s reattaches to ancestor %s", u->job_id,
               u->d->cfg.name, up_addr(u));
     uv_timer_start(&u->timer, on_backoff, 0, 0);
     return;
@@ -371,12 +373,12 @@ static void up_reset(struct upstream *u, const char *why, int err) {
 static void on_beat(uv_timer_t *t) {
   struct upstream *u = t->data;
   struct daemon *d = u->d;
+  uint64_t now = uv_now(d->loop);
+  uint64_t late = now - u->last_beat_ms;
+  u->last_beat_ms = now; /* also while backing off: the timer ran */
   if (u->state != UP_CONNECTING && u->state != UP_HELLO &&
       u->state != UP_READY)
     return;
-  uint64_t now = uv_now(d->loop);
-  uint64_t late = now - u->last_beat_ms;
-  u->last_beat_ms = now;
   if (late > 2 * (uint64_t)d->cfg.heartbeat_ms) {
     /* This daemon did not run (stopped, starved): the parent's frames
      * may wait unread in the socket. It gets a full timeout again. */
