@@ -448,6 +448,8 @@ static void refuse_hello(struct conn *c, const struct rdzv_msg *m,
     rdzv__conn_close_now(c);
 }
 
+static void send_ungated(struct conn *c, const struct rdzv_msg *r);
+
 static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   struct daemon *d = c->d;
   struct rdzv_slice job, name = {NULL, 0};
@@ -541,17 +543,17 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   r.keys.n = 1;
   r.keys.v = &lk;
   r.flags = RDZV_F_REPLY;
-  rdzv__conn_send(c, &r);
+  if (d->gate != NULL && !c->inproc)
+    send_ungated(c, &r); /* depends on no state the gate holds */
+  else
+    rdzv__conn_send(c, &r);
 }
 
 /* Under a gate: a reply that depends on no state (a ping's) goes before
  * the frames the gate holds, so that a peer hears from this daemon while
  * etcd is slow (its liveness check must not declare it lost). */
-static void reply_ungated(struct conn *c, struct rdzv_msg *r) {
+static void send_ungated(struct conn *c, const struct rdzv_msg *r) {
   struct daemon *d = c->d;
-  r->flags |= RDZV_F_REPLY;
-  if (c->outstanding > 0)
-    c->outstanding--;
   if (c->state != CONN_READY)
     return;
   size_t at = c->gate_rel, before = c->out.len;
@@ -575,6 +577,13 @@ static void reply_ungated(struct conn *c, struct rdzv_msg *r) {
   c->gate_seal += n;
   d->stats.frames_out++;
   mark_dirty(c);
+}
+
+static void reply_ungated(struct conn *c, struct rdzv_msg *r) {
+  r->flags |= RDZV_F_REPLY;
+  if (c->outstanding > 0)
+    c->outstanding--;
+  send_ungated(c, r);
 }
 
 void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
