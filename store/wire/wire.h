@@ -61,6 +61,11 @@ extern "C" {
                                       (a node sends again what a lost
                                       connection carried). add: its parts
                                       carry op ids (see RDZV_MSG_ADD) */
+#define RDZV_F_SHARED_INC 0x0080u  /* hello reply: b is the incarnation of
+                                      a service whose roots share it (an
+                                      etcd-backed root): a peer compares it
+                                      with the one any of those roots gave,
+                                      not only this address */
 
 /* Message types. "keys"/"vals" name the body's two item lists.
  * Requests and replies share a type; replies carry RDZV_F_REPLY. */

@@ -13,8 +13,11 @@
  *    leader while every rank adds: the counter equals the adds
  *    acknowledged (applied once across the failover);
  *  - a deposed leader (the leader key deleted behind its back, another
- *    root elected): its next write fails its fence, it stands down, and
- *    the client's write lands once at the new leader;
+ *    root elected) sees it at once and stands down: a read through it
+ *    gives the new leader's value, and the client's add lands once there;
+ *  - a job loaded at a failover and left alone past its etcd job TTL
+ *    still takes writes (its lease was kept alive), and a job id of 252
+ *    bytes of UTF-8 with '%', '/' and ' ' is served and read back;
  *  - etcd stopped (SIGSTOP) for 10 s under a root whose lease outlives
  *    that: the write issued meanwhile completes once etcd runs, the root
  *    never stood down;
@@ -548,9 +551,13 @@ static void test_deposed_leader_fenced(void **state) {
   bool only2[NROOTS] = {false, true, false};
   assert_int_equal(leader_of(only2), 1);
   assert_true(stats_reach(root_tcp[1], "etcd.elections_won", 1) >= 1);
-  /* r1 still believes it leads: its next write fails the fence, it
-   * stands down without acknowledging, and the client's add (sent again
-   * with its op id) is applied once, at r2. */
+  /* r1 watches its own key: it stands down at once (before, it found
+   * out only at its next write's fence), so it serves no stale read; the
+   * client's add (sent again with its op id) is applied once, at r2. */
+  rdzv_client_t *c3 = client(root_tcp[1], "fence");
+  assert_int_equal(rdzv_store_set(c3, "before", "2", 1, 0, 30), 0);
+  rdzv_client_destroy(c3);
+  assert_get(c, "before", "2"); /* through r1's address: r2's value */
   int64_t v = 0;
   int rc = rdzv_store_add(c, "ctr", 1, &v, 30);
   if (rc != 0)
@@ -559,12 +566,56 @@ static void test_deposed_leader_fenced(void **state) {
   assert_int_equal(v, 1);
   rdzv_client_t *c2 = client(root_tcp[1], "fence");
   assert_get(c2, "ctr", "1");
-  assert_get(c2, "before", "1");
+  assert_get(c2, "before", "2");
   rdzv_client_destroy(c2);
   rdzv_client_destroy(c);
   /* Exactly one leader: r2 holds the key; r1 refuses hellos naming it. */
   assert_int_equal(leader_of(only2), 1);
   assert_int_equal(stats_at(root_tcp[1], "etcd.stand_downs"), 0);
+}
+
+/* A job loaded at a failover that nobody reopens keeps its etcd lease
+ * while the new leader holds it (a write to it later must not find its
+ * lease expired: the root hung on that), and a job id whose encoded form
+ * is long (255 bytes of UTF-8) is served like any other. */
+static void test_loaded_job_and_long_id(void **state) {
+  (void)state;
+  char longid[256];
+  longid[0] = '\0';
+  for (int i = 0; i < 28; i++) /* 28 x 9 bytes of UTF-8: 252 */
+    strcat(longid, "\xe4\xbd\x9c\xe4\xb8\x9a\x25\x2f\x20");
+  rdzv_client_t *c = client(root_tcp[0], "loaded");
+  assert_int_equal(rdzv_store_set(c, "k", "v1", 2, 0, 30), 0);
+  rdzv_client_t *cl = client(root_tcp[0], longid);
+  assert_int_equal(rdzv_store_set(cl, "k", "long", 4, 0, 30), 0);
+  rdzv_client_destroy(cl);
+  rdzv_client_destroy(c);
+  kill_root(0);
+  bool only2[NROOTS] = {false, true, false};
+  assert_int_equal(leader_of(only2), 1);
+  sleep(5); /* past --etcd-job-ttl-s 3, nobody on the jobs */
+  c = client(root_tcp[1], "loaded");
+  assert_get(c, "k", "v1");
+  int rc = rdzv_store_set(c, "k", "v2", 2, 0, 30);
+  if (rc != 0)
+    fail_msg("set to a loaded job: %s (%s)", rdzv_strerror(rc),
+             rdzv_client_last_error(c));
+  assert_get(c, "k", "v2");
+  cl = client(root_tcp[1], longid);
+  assert_get(cl, "k", "long");
+  assert_int_equal(stats_at(root_tcp[1], "etcd.stand_downs"), 0);
+  rdzv_client_destroy(cl);
+  rdzv_client_destroy(c);
+}
+
+static int setup_two_short(void **state) {
+  root_extra[0] = "--etcd-job-ttl-s=3";
+  return setup_two(state);
+}
+
+static int teardown_two_short(void **state) {
+  root_extra[0] = NULL;
+  return teardown_all(state);
 }
 
 /* ---- etcd stopped ------------------------------------------------------------- */
@@ -727,6 +778,8 @@ int main(void) {
                                       teardown_all),
       cmocka_unit_test_setup_teardown(test_stopped_leader_deposed, setup_two,
                                       teardown_all),
+      cmocka_unit_test_setup_teardown(test_loaded_job_and_long_id,
+                                      setup_two_short, teardown_two_short),
       cmocka_unit_test_setup_teardown(test_finished_job_removed, setup_linger,
                                       teardown_linger),
       cmocka_unit_test_setup_teardown(test_batch_chunked, setup_chunked,

@@ -95,6 +95,7 @@ struct djob {
   struct dstate *open; /* the root's handle, NULL when not open */
   struct dirty *dirty;
   uint64_t ndirty;
+  uint64_t loaded_ms;       /* loaded at an election; 0: opened since */
   struct dirty *last;       /* the key the latest mutation changed */
   struct rdzv_buf lone_ops; /* op records of mutations that changed no key */
   struct opkey *opkeys, **opkeys_tail; /* oldest first */
@@ -189,12 +190,15 @@ struct rdzv_durable {
    * first and every 20th). */
   uint32_t campaign_fails;
   char last_err[300];
+  bool own_key_unwatched; /* leading without a watch of its key: the tick
+                             reads it again */
   /* Counters for logs and stats. */
   uint64_t batches, txns, ops_persisted, stand_downs, elections_won, errors;
 };
 
 static void campaign_later(struct rdzv_durable *du, uint64_t ms);
 static void stand_down(struct rdzv_durable *du, int status, const char *why);
+static void check_own_key(struct rdzv_durable *du);
 static void batch_step(struct batch *b);
 
 static uint64_t now_ms(struct rdzv_durable *du) { return uv_now(du->loop); }
@@ -247,6 +251,9 @@ static int64_t random_i63(void) {
 /* ---- keys in etcd ------------------------------------------------------------ */
 
 /* "P/j/JOB/" for job id (malloc'd), JOB percent-encoded. */
+/* Buffers for a job's etcd keys: the prefix (under 256 bytes), "/j/",
+ * the job id percent-encoded (at most 3 x 255), "/" and what follows (a
+ * tag, an id: under 60 bytes) fit in 1100. */
 static char *job_ekey(const char *prefix, const char *id, size_t *len) {
   size_t n = strlen(id);
   char *k = malloc(strlen(prefix) + 4 + 3 * n + 2);
@@ -541,28 +548,33 @@ static void on_finish_done(void *arg, const struct rdzv_etcd_result *r) {
          r->message[0] ? ": " : "", r->message);
 }
 
-/* The job ended: its etcd keys go (fenced by the leader key), then its
+/* Job j ended: its etcd keys go (fenced by the leader key), then its
  * lease; memory goes now. */
+static void job_remove(struct rdzv_durable *du, struct djob *j) {
+  struct rdzv_etcd_txn *t = rdzv_etcd_txn_new();
+  char lk[300];
+  int n = snprintf(lk, sizeof(lk), "%s/leader", du->prefix);
+  if (t != NULL &&
+      rdzv_etcd_txn_compare(t, lk, (size_t)n, RDZV_ETCD_CREATE,
+                            RDZV_ETCD_EQUAL, du->leader_rev, NULL, 0) == 0 &&
+      rdzv_etcd_txn_delete(t, true, j->ekey, j->eklen, true) == 0) {
+    rdzv_etcd_txn(du->e, t, on_finish_done, du);
+    t = NULL;
+  }
+  rdzv_etcd_txn_free(t);
+  if (j->lease_granted)
+    rdzv_etcd_lease_revoke(du->e, j->lease, on_finish_done, du);
+  dlog(du, 1, "job %s ended: its state is removed from etcd", j->id);
+  if (j->open != NULL)
+    j->open->job = NULL;
+  job_free(du, j);
+}
+
 static void d_finish(struct rdzv_state *st) {
   struct dstate *s = ds(st);
   struct rdzv_durable *du = s->du;
-  struct djob *j = s->job;
-  if (j != NULL && du->role == DUR_LEADER) {
-    struct rdzv_etcd_txn *t = rdzv_etcd_txn_new();
-    char lk[300];
-    int n = snprintf(lk, sizeof(lk), "%s/leader", du->prefix);
-    if (t != NULL &&
-        rdzv_etcd_txn_compare(t, lk, (size_t)n, RDZV_ETCD_CREATE,
-                              RDZV_ETCD_EQUAL, du->leader_rev, NULL, 0) == 0 &&
-        rdzv_etcd_txn_delete(t, true, j->ekey, j->eklen, true) == 0) {
-      rdzv_etcd_txn(du->e, t, on_finish_done, du);
-      t = NULL;
-    }
-    rdzv_etcd_txn_free(t);
-    if (j->lease_granted)
-      rdzv_etcd_lease_revoke(du->e, j->lease, on_finish_done, du);
-    dlog(du, 1, "job %s ended: its state is removed from etcd", j->id);
-    job_free(du, j);
+  if (s->job != NULL && du->role == DUR_LEADER) {
+    job_remove(du, s->job);
     s->job = NULL;
   }
   d_close(st);
@@ -589,6 +601,7 @@ static int d_open(const struct rdzv_state_backend *b, const char *job,
   s->du = du;
   s->job = j;
   j->open = s;
+  j->loaded_ms = 0;
   *out = &s->base;
   return 0;
 }
@@ -730,7 +743,7 @@ static int emit(struct rdzv_durable *du, struct batch *b, struct djob *j,
       memcpy(all + m1, v2, m2);
     uint32_t n = (uint32_t)((total + part - 1) / part);
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
-      char pk[400];
+      char pk[1100];
       int pn = snprintf(pk, sizeof(pk), "%.*sp/%s/%06u", (int)j->eklen,
                         j->ekey, id, i);
       size_t off = (size_t)i * part;
@@ -761,7 +774,7 @@ static int emit(struct rdzv_durable *du, struct batch *b, struct djob *j,
     }
   }
   if (rc == 0 && old_id[0] != '\0') { /* the old parts go */
-    char pk[400];
+    char pk[1100];
     int pn = snprintf(pk, sizeof(pk), "%.*sp/%s/", (int)j->eklen, j->ekey,
                       old_id);
     rc = bop_add(b, pk, (size_t)pn, NULL, 0, NULL, 0, NULL, 0, true, 0);
@@ -779,7 +792,7 @@ static int dirty_op(struct rdzv_durable *du, struct batch *b, struct djob *j,
   const uint8_t *name = x->id + 1;
   uint32_t nlen = (uint32_t)(x->len - 1);
   struct rdzv_state_val v;
-  char pre[300];
+  char pre[1100];
   int pl;
   bool have;
   uint8_t flag = 'm';
@@ -876,6 +889,24 @@ static void breq_failed(struct breq *r, const struct rdzv_etcd_result *res) {
       breq_send(h);
       return;
     }
+  }
+  /* What etcd will refuse however often it is asked (an unknown lease, a
+   * part over its size limit, a permission it lacks) ends the leadership,
+   * saying why: a new leader loads what etcd has. */
+  bool transient = res->status != RDZV_ENOKEY && res->status != RDZV_ETOO_LARGE &&
+                   !(res->status == RDZV_EETCD && res->http >= 400 &&
+                     res->http < 500 && res->http != 408 && res->http != 429);
+  if (!transient) {
+    char why[600];
+    snprintf(why, sizeof(why), "etcd refused a %s: %s%s%s%s",
+             r->grant ? "lease grant" : "transaction", rdzv_strerror(res->status),
+             res->message[0] ? ": " : "", res->message,
+             res->status == RDZV_ETOO_LARGE
+                 ? " (is --etcd-max-request-bytes above etcd's "
+                   "--max-request-bytes?)"
+                 : "");
+    stand_down(du, res->status, why);
+    return;
   }
   if (now_ms(du) >= du->lease_deadline_ms) {
     char why[600];
@@ -1065,7 +1096,7 @@ static int opkey_add(struct djob *j, const uint8_t *k, size_t klen,
  * the operation before it when glue. */
 static int ops_group(struct rdzv_durable *du, struct batch *b, struct djob *j,
                      const struct rdzv_buf *ops, bool glue) {
-  char k[400];
+  char k[1100];
   int n = snprintf(k, sizeof(k), "%.*so/%016" PRIx64 "%08" PRIx64,
                    (int)j->eklen, j->ekey, du->opbase, ++du->opseq);
   if (n < 0 || (size_t)n >= sizeof(k))
@@ -1327,10 +1358,22 @@ static void on_tick(uv_timer_t *t) {
         free(k);
     }
   }
+  if (du->role == DUR_LEADER && du->own_key_unwatched && du->watch == NULL) {
+    du->own_key_unwatched = false;
+    check_own_key(du);
+  }
   if (du->role == DUR_LEADER) {
     struct djob *j, *jt;
+    uint64_t now = now_ms(du);
     HASH_ITER(hh, du->jobs, j, jt) {
-      if (j->open != NULL && j->lease_granted)
+      /* A job loaded at the election that nobody reopened within
+       * --job-linger-ms ended, as it would have at the old leader. */
+      if (j->open == NULL && j->loaded_ms != 0 &&
+          now - j->loaded_ms > du->cfg.job_linger_ms) {
+        job_remove(du, j);
+        continue;
+      }
+      if (j->lease_granted)
         rdzv_etcd_lease_keepalive(du->e, j->lease, on_job_keepalive, du);
     }
     peers_refresh(du);
@@ -1600,9 +1643,96 @@ static int load_value(struct rdzv_durable *du, struct djob *j,
   return 0;
 }
 
+static void watch_own_key_from(struct rdzv_durable *du, int64_t rev);
+
+/* The leader watches its own key too: one deleted or replaced behind its
+ * back (an operator, an expiry it did not see) deposes it at once, not at
+ * its next write, so that it serves no read of a state another root now
+ * changes. */
+static void on_own_watch(void *arg, int status, const char *message,
+                         int64_t revision, int64_t compact_revision,
+                         const struct rdzv_etcd_event *ev, size_t n) {
+  struct cstep *c = arg;
+  struct rdzv_durable *du = c->du;
+  (void)revision;
+  (void)compact_revision;
+  bool mine = c->gen == du->gen && du->role == DUR_LEADER;
+  if (status < 0) {
+    free(c);
+    if (mine) {
+      du->watch = NULL;
+      dlog(du, 2, "the watch of the leader's own key ended: %s%s%s",
+           rdzv_strerror(status), message && message[0] ? ": " : "",
+           message ? message : "");
+      check_own_key(du); /* read it, then watch again from there */
+    }
+    return;
+  }
+  if (!mine)
+    return;
+  for (size_t i = 0; i < n; i++) {
+    if (ev[i].type == RDZV_ETCD_DELETE ||
+        ev[i].kv.create_revision != du->leader_rev) {
+      stand_down(du, RDZV_ENOT_LEADER,
+                 "deposed: the leader key was deleted or replaced");
+      return;
+    }
+  }
+}
+
+static void watch_own_key_from(struct rdzv_durable *du, int64_t rev) {
+  if (du->role != DUR_LEADER && du->role != DUR_LOADING)
+    return;
+  char k[300];
+  int n = snprintf(k, sizeof(k), "%s/leader", du->prefix);
+  struct rdzv_etcd_watch_opts o;
+  memset(&o, 0, sizeof(o));
+  o.start_revision = rev;
+  struct cstep *w = cstep_new(du);
+  if (w == NULL ||
+      rdzv_etcd_watch(du->e, k, (size_t)n, &o, on_own_watch, w, &du->watch) <
+          0) {
+    free(w);
+    du->watch = NULL;
+  }
+}
+
+static void on_own_key(void *arg, const struct rdzv_etcd_result *r) {
+  struct rdzv_durable *du = cstep_take(arg, r);
+  if (du == NULL || du->role != DUR_LEADER)
+    return;
+  if (r->status < 0) { /* etcd trouble: the lease rules decide; the next
+                          tick looks again */
+    du->errors++;
+    du->own_key_unwatched = true;
+    return;
+  }
+  if (r->nkvs == 0 || r->kvs[0].create_revision != du->leader_rev) {
+    stand_down(du, RDZV_ENOT_LEADER,
+               "deposed: the leader key was deleted or replaced");
+    return;
+  }
+  watch_own_key_from(du, r->revision + 1);
+}
+
+/* Reads the leader key (a watch of it ended: compacted, or etcd lost). */
+static void check_own_key(struct rdzv_durable *du) {
+  char k[300];
+  int n = snprintf(k, sizeof(k), "%s/leader", du->prefix);
+  struct rdzv_etcd_range_opts o;
+  memset(&o, 0, sizeof(o));
+  struct cstep *c = cstep_new(du);
+  if (c == NULL || rdzv_etcd_range(du->e, k, (size_t)n, &o, on_own_key, c) < 0)
+    free(c);
+}
+
 static void become_leader(struct rdzv_durable *du) {
   struct daemon *d = du->d;
   du->role = DUR_LEADER;
+  uint64_t now = now_ms(du);
+  struct djob *lj, *lt;
+  HASH_ITER(hh, du->jobs, lj, lt) lj->loaded_ms = now > 0 ? now : 1;
+  watch_own_key_from(du, du->leader_rev + 1);
   du->elections_won++;
   stats_update(du);
   uint64_t keys = 0;

@@ -87,6 +87,7 @@ struct upstream {
    * before the first (a change means that daemon restarted). */
   char addrs[RDZV_MAX_ANCESTORS + 1][256];
   uint64_t incs[RDZV_MAX_ANCESTORS + 1];
+  uint64_t shared_inc; /* the last an etcd-backed root gave (0: none) */
   uint32_t naddrs;
   uint32_t addr_idx;
   bool closing;            /* the stream's close has not completed yet */
@@ -604,6 +605,13 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     uint64_t *known = &u->incs[u->addr_idx];
     bool restarted = *known != 0 && inc != *known;
     *known = inc;
+    /* The roots of an etcd-backed service share one incarnation: moving
+     * to another of them with a different one is a restart too (its
+     * state was lost: etcd wiped, another prefix). */
+    if (m->flags & RDZV_F_SHARED_INC) {
+      restarted = restarted || (u->shared_inc != 0 && inc != u->shared_inc);
+      u->shared_inc = inc;
+    }
     if (u->addr_idx == 0)
       learn_ancestors(u, m);
     if (restarted && u->on_restart != NULL)

@@ -542,7 +542,7 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   struct rdzv_slice lk = {live, sizeof(live)};
   r.keys.n = 1;
   r.keys.v = &lk;
-  r.flags = RDZV_F_REPLY;
+  r.flags = RDZV_F_REPLY | (d->admit != NULL ? RDZV_F_SHARED_INC : 0);
   if (d->gate != NULL && !c->inproc)
     send_ungated(c, &r); /* depends on no state the gate holds */
   else
