@@ -115,10 +115,12 @@ static const struct opt opts[] = {
   STR_OPT("advertise", "RDZVD_ADVERTISE", "", advertise,
           "root with --etcd: HOST:PORT nodes reach this root at (default: "
           "the bound --listen address)"),
-  U32_OPT("etcd-lease-ttl-s", "RDZVD_ETCD_LEASE_TTL_S", "10",
+  U32_OPT("etcd-lease-ttl-s", "RDZVD_ETCD_LEASE_TTL_S", "15",
           etcd_lease_ttl_s,
           "root: TTL of the leader's etcd lease, seconds; etcd trouble "
-          "shorter than this is ridden out, longer ends the leadership"),
+          "shorter than this is ridden out (a 10 s outage at the default), "
+          "longer ends the leadership; a killed leader is replaced after "
+          "at most this long"),
   U32_OPT("etcd-job-ttl-s", "RDZVD_ETCD_JOB_TTL_S", "600", etcd_job_ttl_s,
           "root: TTL of a job's state in etcd once no root keeps it alive, "
           "seconds"),
