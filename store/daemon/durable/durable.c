@@ -1646,9 +1646,9 @@ static int load_value(struct rdzv_durable *du, struct djob *j,
 static void watch_own_key_from(struct rdzv_durable *du, int64_t rev);
 
 /* The leader watches its own key too: one deleted or replaced behind its
- * back (an operator, an expiry it did not see) deposes it at once, not at
- * its next write, so that it serves no read of a state another root now
- * changes. */
+ * back (an operator, an expiry it did not see) deposes it when the watch
+ * event arrives, not only at its next write's fence, so that it stops
+ * answering reads of a state another root now changes. */
 static void on_own_watch(void *arg, int status, const char *message,
                          int64_t revision, int64_t compact_revision,
                          const struct rdzv_etcd_event *ev, size_t n) {

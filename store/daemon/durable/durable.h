@@ -16,7 +16,9 @@
  * etcd sees one write per combined message, not one per rank), each
  * fenced by a compare on the leader key's create revision. Once every
  * transaction of the batch succeeded the frames go out. A deposed
- * leader's transaction fails its compare: that root stands down.
+ * leader's transaction fails its compare: that root stands down. The
+ * leader also watches its own key, and stands down when it is deleted or
+ * replaced.
  *
  * etcd layout under --etcd-prefix P:
  *   P/leader                  the leader's address, on its lease
@@ -26,6 +28,14 @@
  *   P/j/JOB/lease             the job's lease id (decimal), on that lease
  *   P/j/JOB/k/KEY             'w' or 'm' (write-once or mutable) + value
  *   P/j/JOB/r/N/NAME          record of kind N (state.h) + its bytes
+ *   P/j/JOB/o/ID              op-id answers (RDZV_STATE_REC_OP) of the
+ *                             mutations of one key in one batch, written
+ *                             in the same transaction as that key
+ *   P/j/JOB/K/KEY, R/N/NAME, O/ID
+ *                             a value over half of
+ *                             --etcd-max-request-bytes: "PID:N:BYTES",
+ *                             its N parts at P/j/JOB/p/PID/000000...,
+ *                             written first under a fresh PID
  * JOB is the job id with every byte outside [A-Za-z0-9._-] as %XX. Every
  * key of a job is on the job's lease (--etcd-job-ttl-s), kept alive while
  * a leader has the job open: a job no root serves any more expires; a job
