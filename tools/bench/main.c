@@ -10,6 +10,8 @@
 #include <inttypes.h>
 #include <curl/curl.h>
 #include <jansson.h>
+
+#include "store/etcd/etcd_json.h"
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -264,41 +266,22 @@ static void project(struct result *r, const struct bench_opts *o, int tree) {
 
 /* --etcd: each run's root keeps its state under a prefix of its own
  * (RDZV_BENCH_ETCD_PREFIX, read by its serve process), removed from etcd
- * after the run (a POST to the first endpoint's /v3/kv/deleterange). */
-static void b64(const char *in, char *out) {
-  static const char t[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  size_t n = strlen(in), o = 0;
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t)(unsigned char)in[i] << 16;
-    if (i + 1 < n)
-      v |= (uint32_t)(unsigned char)in[i + 1] << 8;
-    if (i + 2 < n)
-      v |= (uint32_t)(unsigned char)in[i + 2];
-    out[o++] = t[v >> 18 & 63];
-    out[o++] = t[v >> 12 & 63];
-    out[o++] = i + 1 < n ? t[v >> 6 & 63] : '=';
-    out[o++] = i + 2 < n ? t[v & 63] : '=';
-  }
-  out[o] = '\0';
-}
-
+ * after the run: a POST to the first endpoint's /v3/kv/deleterange, its
+ * body from the etcd client's codec. */
 static void etcd_cleanup(const char *prefix) {
   const char *eps = getenv("RDZV_BENCH_ETCD");
   if (eps == NULL || eps[0] == '\0')
     return;
-  char url[600], from[300], to[300], kf[420], kt[420], body[1000];
+  char url[600], from[300];
   size_t ul = strcspn(eps, ",");
   snprintf(url, sizeof(url), "%.*s/v3/kv/deleterange", (int)ul, eps);
-  snprintf(from, sizeof(from), "%s/", prefix);
-  snprintf(to, sizeof(to), "%s0", prefix);
-  b64(from, kf);
-  b64(to, kt);
-  snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\"}", kf,
-           kt);
-  CURL *h = curl_easy_init();
-  if (h == NULL)
+  int fl = snprintf(from, sizeof(from), "%s/", prefix);
+  char *body = rdzv_etcd_json_delete(from, (size_t)fl, NULL, 0, true, NULL);
+  CURL *h = body != NULL ? curl_easy_init() : NULL;
+  if (h == NULL) {
+    free(body);
     return;
+  }
   FILE *sink = fopen("/dev/null", "w");
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
@@ -312,6 +295,7 @@ static void etcd_cleanup(const char *prefix) {
   curl_easy_cleanup(h);
   if (sink != NULL)
     fclose(sink);
+  free(body);
 }
 
 static int run_one(struct bench_opts *base, int64_t n, int tree,
