@@ -496,16 +496,11 @@ static void learn_ancestors(struct upstream *u, const struct rdzv_msg *m) {
       break;
     n++;
   }
+  d->nancestors = n;
   /* A parent that tells none (a root without peers yet) leaves the chain
    * the launcher gave (--parent P,A1,...: the roots' list). */
-  if (n == 0 && d->cfg.ancestors[0] != '\0') {
-    char anc[sizeof(d->cfg.ancestors)];
-    snprintf(anc, sizeof(anc), "%s", d->cfg.ancestors);
-    for (char *save = NULL, *a = strtok_r(anc, ",", &save);
-         a != NULL && n < RDZV_MAX_ANCESTORS; a = strtok_r(NULL, ",", &save))
-      snprintf(d->ancestors[n++], sizeof(d->ancestors[0]), "%s", a);
-  }
-  d->nancestors = n;
+  if (n == 0)
+    rdzv__ancestors_configured(d);
   refresh_ancestors(u);
 }
 

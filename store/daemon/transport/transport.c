@@ -166,6 +166,16 @@ static uint64_t new_incarnation(void) {
   return v != 0 ? v : 1;
 }
 
+void rdzv__ancestors_configured(struct daemon *d) {
+  char anc[sizeof(d->cfg.ancestors)];
+  snprintf(anc, sizeof(anc), "%s", d->cfg.ancestors);
+  d->nancestors = 0;
+  for (char *save = NULL, *a = strtok_r(anc, ",", &save);
+       a != NULL && d->nancestors < RDZV_MAX_ANCESTORS;
+       a = strtok_r(NULL, ",", &save))
+    snprintf(d->ancestors[d->nancestors++], sizeof(d->ancestors[0]), "%s", a);
+}
+
 void rdzv__job_pin(struct job *j) {
   j->nconns++; /* a connection that never closes */
   uv_timer_stop(&j->linger);
@@ -248,12 +258,7 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   d->cfg = *cfg;
   /* The ancestors the launcher gave (--parent P,A1,...), until the parent
    * tells them. */
-  char anc[sizeof(cfg->ancestors)];
-  snprintf(anc, sizeof(anc), "%s", cfg->ancestors);
-  for (char *save = NULL, *a = strtok_r(anc, ",", &save);
-       a != NULL && d->nancestors < RDZV_MAX_ANCESTORS;
-       a = strtok_r(NULL, ",", &save))
-    snprintf(d->ancestors[d->nancestors++], sizeof(d->ancestors[0]), "%s", a);
+  rdzv__ancestors_configured(d);
   d->drop_limit.what = "dropped connections";
   d->event_limit.what = "round and job events";
   d->role = role;

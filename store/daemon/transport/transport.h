@@ -322,6 +322,9 @@ int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
  * -errno. */
 int rdzv__write_port_file(const char *path, int port);
 
+/* d->ancestors from --parent P,A1,A2,... (A1, A2, ...): what a node uses
+ * until its parent tells it the chain, or when the parent tells none. */
+void rdzv__ancestors_configured(struct daemon *d);
 /* Finds or creates the job named id (len bytes). NULL on ENOMEM. */
 struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len);
 /* Closes (with an ERROR frame of status and text) every READY connection
