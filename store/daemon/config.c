@@ -31,13 +31,16 @@ static const struct opt opts[] = {
     offsetof(struct rdzv_daemon_config, role), 4,
     "root (holds the truth) or node (agent with one parent)" },
   STR_OPT("listen", "RDZVD_LISTEN", "127.0.0.1:0", listen,
-          "TCP HOST:PORT for ranks and child nodes; port 0 = kernel's choice"),
+          "TCP HOST:PORT for ranks and child nodes; port 0 = kernel's choice; "
+          "HOST:FIRST-LAST = the first free port of the range (at most 64)"),
   STR_OPT("unix", "RDZVD_UNIX", "", unix_path,
           "Unix socket path for local ranks (empty: none)"),
   STR_OPT("parent", "RDZVD_PARENT", "", parent,
           "node: parent address (HOST:PORT or unix:PATH); optionally followed "
           "by the ancestors up to the root, comma-separated, nearest first "
-          "(where to reattach if the parent is lost before it told them)"),
+          "(where to reattach if the parent is lost before it told them); "
+          "HOST:FIRST-LAST tries each port of the range in turn (a parent "
+          "started with --listen HOST:FIRST-LAST and --job)"),
   STR_OPT("port-file", "RDZVD_PORT_FILE", "", port_file,
           "write the bound TCP port here once listening"),
   STR_OPT("name", "RDZVD_NAME", "", name, "name in logs (default host:pid)"),
@@ -136,6 +139,16 @@ static const struct opt opts[] = {
           "--max-request-bytes, 1.5 MiB by default)"),
   STR_OPT("tcpstore-port-file", "RDZVD_TCPSTORE_PORT_FILE", "",
           tcpstore_port_file, "write the TCPStore port here once listening"),
+  STR_OPT("job", "RDZVD_JOB", "", job,
+          "serve only this job id: a hello naming another is refused with "
+          "RDZV_EJOB_MISMATCH, and a child node that reached this daemon "
+          "tries its parent's next address or port (a launcher that starts "
+          "one daemon per job on shared hosts; empty: any job)"),
+  U32_OPT("connect-timeout-ms", "RDZVD_CONNECT_TIMEOUT_MS", "2000",
+          connect_timeout_ms,
+          "node: one attempt at one address and port of the parent (connect "
+          "and hello) gets this long, then the next address or port is "
+          "tried (a dropped SYN costs this, not the kernel's minutes)"),
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
@@ -240,11 +253,32 @@ static int parent_ok(const char *a) {
   const char *colon = strrchr(a, ':');
   if (colon == NULL || colon == a)
     return 0;
+  int first, last;
+  return rdzv_config_port_range(colon + 1, &first, &last) == 0 && first >= 1;
+}
+
+int rdzv_config_port_range(const char *s, int *first, int *last) {
   char *end = NULL;
+  if (*s < '0' || *s > '9')
+    return -EINVAL;
   errno = 0;
-  long port = strtol(colon + 1, &end, 10);
-  return errno == 0 && end != colon + 1 && *end == '\0' && port >= 1 &&
-         port <= 65535;
+  long f = strtol(s, &end, 10), l = f;
+  if (errno != 0 || f > 65535)
+    return -EINVAL;
+  if (*end == '-') {
+    const char *t = end + 1;
+    if (*t < '0' || *t > '9')
+      return -EINVAL;
+    l = strtol(t, &end, 10);
+    if (errno != 0 || f < 1 || l < f || l > 65535 ||
+        l - f >= RDZV_MAX_PORT_RANGE)
+      return -EINVAL;
+  }
+  if (*end != '\0')
+    return -EINVAL;
+  *first = (int)f;
+  *last = (int)l;
+  return 0;
 }
 
 /* Splits [tcp:]HOST:PORT (HOST may be [v6]) into host (brackets dropped)
@@ -261,11 +295,10 @@ static bool host_port(const char *a, char *host, size_t hostlen, long *port) {
     h++;
     hl -= 2;
   }
-  char *end = NULL;
-  errno = 0;
-  *port = strtol(colon + 1, &end, 10);
-  if (errno != 0 || end == colon + 1 || *end != '\0' || hl >= hostlen)
+  int first, last;
+  if (rdzv_config_port_range(colon + 1, &first, &last) < 0 || hl >= hostlen)
     return false;
+  *port = first;
   memcpy(host, h, hl);
   host[hl] = '\0';
   return true;
@@ -287,6 +320,11 @@ static bool is_loopback(const char *host) {
 static bool parent_is_self_tcp(const struct rdzv_daemon_config *cfg) {
   char ph[256], lh[256];
   long pp, lp;
+  /* A port range may hold another daemon at another of its ports. */
+  const char *pc = strrchr(cfg->parent, ':'), *lc = strrchr(cfg->listen, ':');
+  if ((pc != NULL && strchr(pc, '-') != NULL) ||
+      (lc != NULL && strchr(lc, '-') != NULL))
+    return false;
   if (strncmp(cfg->parent, "unix:", 5) == 0 || cfg->listen[0] == '\0' ||
       !host_port(cfg->parent, ph, sizeof(ph), &pp) ||
       !host_port(cfg->listen, lh, sizeof(lh), &lp) || lp == 0 || pp != lp)
@@ -339,7 +377,8 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
   if (cfg->role == RDZV_DAEMON_NODE && !parent_ok(cfg->parent)) {
     snprintf(err, errlen,
              "--parent '%s' is neither unix:PATH nor [tcp:]HOST:PORT with a "
-             "port in 1..65535", cfg->parent);
+             "port in 1..65535 (or HOST:FIRST-LAST, at most %d ports)",
+             cfg->parent, RDZV_MAX_PORT_RANGE);
     return -EINVAL;
   }
   if (cfg->role == RDZV_DAEMON_ROOT && cfg->parent[0] != '\0') {
@@ -373,6 +412,17 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
              "--parent '%s' is its own --listen address (%s): a node's parent "
              "must be another daemon", cfg->parent, cfg->listen);
     return -EINVAL;
+  }
+  if (cfg->listen[0] != '\0') {
+    const char *c = strrchr(cfg->listen, ':');
+    int first, last;
+    if (c == NULL || rdzv_config_port_range(c + 1, &first, &last) < 0) {
+      snprintf(err, errlen,
+               "--listen '%s' is not HOST:PORT (PORT 0..65535) or "
+               "HOST:FIRST-LAST (1..65535, at most %d ports)",
+               cfg->listen, RDZV_MAX_PORT_RANGE);
+      return -EINVAL;
+    }
   }
   if (cfg->port_file[0] != '\0' && cfg->listen[0] == '\0') {
     snprintf(err, errlen,
@@ -421,6 +471,12 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
                           "--tcpstore-listen HOST:PORT");
     return -EINVAL;
   }
+  if (cfg->job[0] != '\0' && cfg->tcpstore_job[0] != '\0' &&
+      strcmp(cfg->job, cfg->tcpstore_job) != 0) {
+    snprintf(err, errlen, "--tcpstore-job '%s' is not --job '%s' (this "
+             "daemon serves that job only)", cfg->tcpstore_job, cfg->job);
+    return -EINVAL;
+  }
   /* Values that must not be 0, and what 0 would do. */
   static const struct {
     size_t off;
@@ -440,6 +496,8 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
        "ping the parent without pause"},
       {offsetof(struct rdzv_daemon_config, liveness_timeout_ms),
        "liveness-timeout-ms", "lose every parent and child at once"},
+      {offsetof(struct rdzv_daemon_config, connect_timeout_ms),
+       "connect-timeout-ms", "give up every connection attempt at once"},
   };
   for (size_t i = 0; i < sizeof(nonzero) / sizeof(nonzero[0]); i++) {
     uint32_t v;

@@ -13,7 +13,9 @@ enum rdzv_daemon_role {
 
 struct rdzv_daemon_config {
   enum rdzv_daemon_role role;
-  char listen[256];    /* "HOST:PORT" for TCP (ranks and child nodes) */
+  char listen[256];    /* "HOST:PORT" for TCP (ranks and child nodes), or
+                          "HOST:FIRST-LAST": the first free port of the
+                          range */
   char unix_path[256]; /* Unix socket for local ranks, "" for none */
   char parent[2048];   /* node: the parent's address (rdzv client syntax);
                           given as "PARENT,GRANDPARENT,...,ROOT" the rest
@@ -70,7 +72,21 @@ struct rdzv_daemon_config {
   char tcpstore_listen[256];
   char tcpstore_job[256];
   char tcpstore_port_file[256];
+  char job[256]; /* serve this job only ("": any): a hello naming another
+                    is refused with RDZV_EJOB_MISMATCH */
+  uint32_t connect_timeout_ms; /* node: one attempt (connect and hello) at
+                                  one address and port of the parent */
 };
+
+/* The most ports an address's port range may hold ("HOST:FIRST-LAST"). */
+#define RDZV_MAX_PORT_RANGE 64
+
+/* Parses the port part of an address: "PORT" or "FIRST-LAST" (FIRST <=
+ * LAST, at most RDZV_MAX_PORT_RANGE ports), each in 0..65535 (the range's
+ * in 1..65535). On success sets *first and *last (equal for one port) and
+ * returns 0; -EINVAL otherwise (nothing set). s is the text after the
+ * address's last ':', NUL-terminated. */
+int rdzv_config_port_range(const char *s, int *first, int *last);
 
 /* Fills *cfg from defaults, then the environment (RDZVD_* variables), then
  * argv (--name=value or --name value). Returns 0, 1 when --help was

@@ -12,7 +12,19 @@
  * a parent from which nothing came for --liveness-timeout-ms while
  * connecting, in the hello or ready (a stopped or wedged daemon whose
  * kernel still holds the connection open) is lost as if the connection
- * had failed, and what was in flight fails with RDZV_ESILENT. */
+ * had failed, and what was in flight fails with RDZV_ESILENT.
+ *
+ * Candidates. An address is resolved afresh for every round of attempts
+ * (no answer is cached: a name that did not resolve, or resolved to a
+ * dead pod, may be right a moment later), and a round tries every address
+ * the resolver returned and, for HOST:FIRST-LAST, every port of the range
+ * (addresses outer, ports inner), each attempt (connect and hello) with
+ * its own --connect-timeout-ms. An attempt fails over to the next
+ * candidate at once when the connection is refused, reset or silent, or
+ * when the daemon there serves another job (RDZV_EJOB_MISMATCH: a shared
+ * host whose ports of the range other jobs' daemons hold). Only when every
+ * candidate failed does the round fail as a whole: then the next ancestor,
+ * or the backoff. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -63,7 +75,7 @@ struct upstream {
   bool have_stream;
   uv_connect_t creq;
   uv_getaddrinfo_t gai;
-  uv_timer_t timer;
+  uv_timer_t timer; /* the backoff; while an attempt runs, its deadline */
   uv_write_t wreq;
   bool write_active;
   struct rdzv_buf out;
@@ -90,6 +102,16 @@ struct upstream {
   uint64_t shared_inc; /* the last an etcd-backed root gave (0: none) */
   uint32_t naddrs;
   uint32_t addr_idx;
+  /* This round's candidates for addrs[addr_idx]: the resolver's answer
+   * (owned), the address tried (cand) and its port (port, of
+   * port_first..port_last); next_cand: the next attempt takes the next
+   * candidate instead of resolving again. cand_text: "IP:PORT" tried. */
+  struct addrinfo *res;
+  struct addrinfo *cand;
+  int port, port_first, port_last;
+  bool next_cand;
+  uint32_t ncands_tried;
+  char cand_text[80];
   bool closing;            /* the stream's close has not completed yet */
   bool connect_after_close; /* ... and an attempt waits for it */
   bool stay;       /* the next reset retries the same address (the parent
@@ -141,9 +163,17 @@ static void up_set_state(struct upstream *u, enum up_state s) {
   u->state = s;
 }
 
+static void free_cands(struct upstream *u) {
+  if (u->res != NULL)
+    uv_freeaddrinfo(u->res);
+  u->res = u->cand = NULL;
+  u->next_cand = false;
+}
+
 static void up_unref(struct upstream *u) {
   if (--u->refs > 0)
     return;
+  free_cands(u);
   rdzv_buf_free(&u->out);
   rdzv_buf_free(&u->writing);
   rdzv_buf_free(&u->in);
@@ -368,6 +398,69 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   u->backoff_ms = b * 2 > 1000 ? 1000 : b * 2;
 }
 
+/* Moves to the round's next candidate: the next port of the range, else
+ * the next usable address (IPv4 or IPv6) at the range's first port.
+ * Returns false when none is left. */
+static bool advance_cand(struct upstream *u) {
+  if (u->cand == NULL)
+    return false;
+  if (u->port < u->port_last) {
+    u->port++;
+    return true;
+  }
+  for (struct addrinfo *a = u->cand->ai_next; a != NULL; a = a->ai_next) {
+    if (a->ai_family == AF_INET || a->ai_family == AF_INET6) {
+      u->cand = a;
+      u->port = u->port_first;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* One attempt (one candidate) failed before the parent was ready: the
+ * next candidate at once, else the round fails (up_reset). Nothing was
+ * sent on the attempt but its hello, so nothing is failed or re-sent. */
+static void up_attempt_failed(struct upstream *u, const char *why, int err) {
+  char what[300];
+  snprintf(what, sizeof(what), "%s %s", why, u->cand_text);
+  if ((u->state != UP_CONNECTING && u->state != UP_HELLO) ||
+      !advance_cand(u)) {
+    if (u->ncands_tried > 1)
+      snprintf(what, sizeof(what), "%s %s (the last of %u addresses and "
+               "ports tried)", why, u->cand_text, u->ncands_tried);
+    free_cands(u);
+    up_reset(u, u->cand_text[0] ? what : why, err);
+    return;
+  }
+  rdzv__log(u->d, 2, "job %s: parent %s: %s: %s; trying the next of its "
+            "addresses and ports", u->job_id, up_addr(u), what,
+            err ? err_text(err) : "closed");
+  if (u->have_stream) {
+    u->have_stream = false;
+    u->closing = true;
+    u->refs++;
+    uv_close(&u->h.handle, on_stream_closed);
+  }
+  up_set_state(u, UP_BACKOFF);
+  u->out.len = 0;
+  u->in.len = 0;
+  u->next_cand = true;
+  uv_timer_start(&u->timer, on_backoff, 0, 0);
+}
+
+/* An attempt's --connect-timeout-ms passed without a hello reply (a
+ * dropped SYN, a listener that accepts and says nothing). */
+static void on_attempt_timeout(uv_timer_t *t) {
+  struct upstream *u = t->data;
+  if (u->state != UP_CONNECTING && u->state != UP_HELLO)
+    return;
+  char why[120];
+  snprintf(why, sizeof(why), "no hello reply within %u ms "
+           "(--connect-timeout-ms) from", u->d->cfg.connect_timeout_ms);
+  up_attempt_failed(u, why, RDZV_EDEADLINE);
+}
+
 /* Every --heartbeat-ms: a parent silent past --liveness-timeout-ms is
  * lost; a ready one is pinged (its reply, matching no request, only
  * refreshes last_rx_ms). */
@@ -420,7 +513,9 @@ static void on_write(uv_write_t *req, int status) {
   u->write_active = false;
   u->writing.len = 0;
   if (status < 0) {
-    if (u->state == UP_READY || u->state == UP_HELLO)
+    if (u->state == UP_HELLO)
+      up_attempt_failed(u, "write to", status);
+    else if (u->state == UP_READY)
       up_reset(u, "write", status);
   } else if (u->state == UP_READY || u->state == UP_HELLO)
     up_start_write(u);
@@ -455,6 +550,8 @@ static void up_ready(struct upstream *u) {
               uv_now(u->d->loop) - u->down_since_ms);
   u->was_up = true;
   up_set_state(u, UP_READY);
+  uv_timer_stop(&u->timer); /* the attempt's deadline */
+  free_cands(u);
   u->backoff_ms = 10;
   u->attempts = 0;
   u->redirects = 0;
@@ -588,6 +685,15 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
       up_reset(u, "hello refused by a standby root", RDZV_ENOT_LEADER);
       return false;
     }
+    if (m->type == RDZV_MSG_HELLO && m->req_id == u->hello_id &&
+        m->status == RDZV_EJOB_MISMATCH) {
+      struct rdzv_slice t = {NULL, 0};
+      rdzv_items_get(&m->keys, 0, &t);
+      rdzv__log(u->d, 2, "job %s: %s: %.*s", u->job_id, u->cand_text,
+                (int)(t.n < 300 ? t.n : 300), (const char *)t.p);
+      up_attempt_failed(u, "another job's daemon at", RDZV_EJOB_MISMATCH);
+      return false;
+    }
     if (m->type != RDZV_MSG_HELLO || m->req_id != u->hello_id ||
         m->status != 0) {
       up_reset(u, "hello refused", m->status ? m->status : RDZV_EHELLO);
@@ -640,7 +746,11 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   struct upstream *u = s->data;
   (void)buf;
   if (nread < 0) {
-    up_reset(u, "read", nread == UV_EOF ? RDZV_ECONN_CLOSED : (int)nread);
+    int err = nread == UV_EOF ? RDZV_ECONN_CLOSED : (int)nread;
+    if (u->state == UP_HELLO)
+      up_attempt_failed(u, "read from", err); /* closed before its hello */
+    else
+      up_reset(u, "read", err);
     return;
   }
   u->in.len += (size_t)nread;
@@ -704,13 +814,32 @@ static void on_connect(uv_connect_t *req, int status) {
     return;
   }
   if (status < 0)
-    up_reset(u, "connect", status);
+    up_attempt_failed(u, "connect to", status);
   else
     send_hello(u);
   up_unref(u);
 }
 
-static void connect_addr(struct upstream *u, const struct sockaddr *sa) {
+/* Connects to the round's current candidate (u->cand at u->port), with
+ * its own deadline. */
+static void connect_cand(struct upstream *u) {
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof(ss));
+  memcpy(&ss, u->cand->ai_addr,
+         u->cand->ai_addrlen < sizeof(ss) ? u->cand->ai_addrlen : sizeof(ss));
+  /* sin_port and sin6_port sit at the same offset. */
+  ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)u->port);
+  char ip[64] = "?";
+  if (ss.ss_family == AF_INET6) {
+    uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+    snprintf(u->cand_text, sizeof(u->cand_text), "[%s]:%d", ip, u->port);
+  } else {
+    uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+    snprintf(u->cand_text, sizeof(u->cand_text), "%s:%d", ip, u->port);
+  }
+  u->ncands_tried++;
+  uv_timer_start(&u->timer, on_attempt_timeout, u->d->cfg.connect_timeout_ms,
+                 0);
   uv_tcp_init(u->d->loop, &u->h.tcp);
   u->h.handle.data = u;
   u->have_stream = true;
@@ -719,10 +848,11 @@ static void connect_addr(struct upstream *u, const struct sockaddr *sa) {
   u->last_rx_ms = uv_now(u->d->loop);
   u->creq.data = u;
   u->refs++;
-  int rc = uv_tcp_connect(&u->creq, &u->h.tcp, sa, on_connect);
+  int rc = uv_tcp_connect(&u->creq, &u->h.tcp, (const struct sockaddr *)&ss,
+                          on_connect);
   if (rc < 0) {
     u->refs--;
-    up_reset(u, "connect", rc);
+    up_attempt_failed(u, "connect to", rc);
   }
 }
 
@@ -734,16 +864,32 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
     up_unref(u);
     return;
   }
-  if (status < 0 || res == NULL)
+  struct addrinfo *a = res;
+  while (a != NULL && a->ai_family != AF_INET && a->ai_family != AF_INET6)
+    a = a->ai_next;
+  if (status < 0 || a == NULL) {
+    uv_freeaddrinfo(res);
+    u->cand_text[0] = '\0';
     up_reset(u, "resolve", status < 0 ? status : RDZV_EBAD_ADDR);
-  else
-    connect_addr(u, res->ai_addr);
-  uv_freeaddrinfo(res);
+  } else {
+    u->res = res; /* freed when the round ends */
+    u->cand = a;
+    u->port = u->port_first;
+    connect_cand(u);
+  }
   up_unref(u);
 }
 
 static void up_connect(struct upstream *u) {
   const char *a = up_addr(u);
+  if (u->next_cand && u->cand != NULL) {
+    u->next_cand = false;
+    connect_cand(u);
+    return;
+  }
+  free_cands(u);
+  u->cand_text[0] = '\0';
+  u->ncands_tried = 0;
   u->attempts++;
   if (strncmp(a, "unix:", 5) == 0) {
     uv_pipe_init(u->d->loop, &u->h.pipe, 0);
@@ -765,7 +911,9 @@ static void up_connect(struct upstream *u) {
     a++;
     hl -= 2;
   }
-  if (colon == NULL || hl == 0 || hl >= sizeof(host)) {
+  if (colon == NULL || hl == 0 || hl >= sizeof(host) ||
+      rdzv_config_port_range(colon + 1, &u->port_first, &u->port_last) < 0 ||
+      u->port_first == 0) {
     up_reset(u, "parent address", RDZV_EBAD_ADDR);
     return;
   }
@@ -778,8 +926,9 @@ static void up_connect(struct upstream *u) {
   up_set_state(u, UP_RESOLVING);
   u->gai.data = u;
   u->refs++;
-  int rc = uv_getaddrinfo(u->d->loop, &u->gai, on_resolved, host,
-                          colon + 1, &hints);
+  /* No service: the ports are set per candidate. */
+  int rc = uv_getaddrinfo(u->d->loop, &u->gai, on_resolved, host, NULL,
+                          &hints);
   if (rc < 0) {
     u->refs--;
     up_reset(u, "resolve", rc);

@@ -412,16 +412,16 @@ static bool addr_local(const char *a) {
          strncmp(a, "[::1]:", 6) == 0;
 }
 
-/* A standby root's answer to a hello: RDZV_ENOT_LEADER with why (keys[0])
- * and the leader's address (vals[0], when known), then the connection
- * closes once it is written. */
-static void refuse_hello(struct conn *c, const struct rdzv_msg *m,
+/* A hello refused: status with why (keys[0]) and, from a standby root
+ * (RDZV_ENOT_LEADER), the leader's address (vals[0], when known); then
+ * the connection closes once it is written. */
+static void refuse_hello(struct conn *c, const struct rdzv_msg *m, int status,
                          const char *text, const char *leader) {
   struct daemon *d = c->d;
   struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
   struct rdzv_slice l = {(const uint8_t *)leader, (uint32_t)strlen(leader)};
   struct rdzv_msg r;
-  rdzv__reply_init(&r, m, RDZV_ENOT_LEADER);
+  rdzv__reply_init(&r, m, status);
   r.flags = RDZV_F_REPLY;
   r.keys.n = 1;
   r.keys.v = &t;
@@ -468,11 +468,24 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
     rdzv__conn_fail(c, RDZV_EBAD_ROLE, "hello: unknown peer role");
     return;
   }
+  /* A daemon of one job (--job): a child of another job that reached this
+   * port (a shared host, ports from one range) moves on to its parent's
+   * next port. */
+  if (d->cfg.job[0] != '\0' &&
+      (job.n != strlen(d->cfg.job) || memcmp(job.p, d->cfg.job, job.n) != 0)) {
+    char text[1024];
+    snprintf(text, sizeof(text),
+             "daemon %s at %s serves job %s only, not job %.*s", d->cfg.name,
+             d->bound_addr[0] ? d->bound_addr : d->cfg.unix_path, d->cfg.job,
+             (int)job.n, (const char *)job.p);
+    refuse_hello(c, m, RDZV_EJOB_MISMATCH, text, "");
+    return;
+  }
   if (d->admit != NULL && !c->inproc) {
     char text[400], leader[256];
     text[0] = leader[0] = '\0';
     if (!d->admit(d->admit_arg, text, sizeof(text), leader, sizeof(leader))) {
-      refuse_hello(c, m, text, leader);
+      refuse_hello(c, m, RDZV_ENOT_LEADER, text, leader);
       return;
     }
   }

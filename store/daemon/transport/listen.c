@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <netinet/in.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -121,26 +122,70 @@ int rdzv__transport_tcp_port(struct daemon *d) {
   return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
+/* Binds a listening socket to ss: the descriptor, or -errno. */
+static int bind_one(const struct sockaddr_storage *ss) {
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                  0);
+  if (fd < 0)
+    return -errno;
+  int one = 1;
+  socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                            : sizeof(struct sockaddr_in);
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+      bind(fd, (const struct sockaddr *)ss, len) < 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  return fd;
+}
+
 int rdzv__listen_tcp(struct daemon *d) {
   char host[256];
-  int port;
+  int first, last;
   struct sockaddr_storage ss;
-  int rc = rdzv__split_host_port(d->cfg.listen, host, sizeof(host), &port);
-  if (rc < 0) {
-    fprintf(stderr, "rdzvd: --listen '%s' is not HOST:PORT\n", d->cfg.listen);
-    return rc;
+  const char *colon = strrchr(d->cfg.listen, ':');
+  const char *h = d->cfg.listen;
+  size_t hl = colon != NULL ? (size_t)(colon - h) : 0;
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
   }
-  rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+  if (colon == NULL || hl == 0 || hl >= sizeof(host) ||
+      rdzv_config_port_range(colon + 1, &first, &last) < 0) {
+    fprintf(stderr, "rdzvd: --listen '%s' is not HOST:PORT or "
+                    "HOST:FIRST-LAST\n", d->cfg.listen);
+    return RDZV_EBAD_ADDR;
+  }
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  memset(&ss, 0, sizeof(ss));
+  int rc = uv_ip4_addr(host, first, (struct sockaddr_in *)&ss);
   if (rc < 0)
-    rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss);
+    rc = uv_ip6_addr(host, first, (struct sockaddr_in6 *)&ss);
   if (rc < 0) {
     fprintf(stderr, "rdzvd: --listen '%s': not a numeric address\n", host);
     return RDZV_EBAD_ADDR;
   }
+  /* The first port of the range that is free (each taken one is another
+   * daemon's, maybe another job's: its children tell by the hello). */
+  int fd = -EADDRINUSE;
+  for (int port = first; port <= last && fd == -EADDRINUSE; port++) {
+    /* sin_port and sin6_port sit at the same offset. */
+    ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+    fd = bind_one(&ss);
+  }
+  if (fd < 0) {
+    fprintf(stderr, "rdzvd: listen on %s: %s%s\n", d->cfg.listen,
+            uv_strerror(fd), first < last ? " (every port of the range)" : "");
+    return fd;
+  }
   uv_tcp_init(d->loop, &d->tcp_listen);
   d->tcp_listen.data = d;
   d->have_tcp = true;
-  rc = uv_tcp_bind(&d->tcp_listen, (struct sockaddr *)&ss, 0);
+  rc = uv_tcp_open(&d->tcp_listen, fd);
+  if (rc < 0)
+    close(fd);
   if (rc == 0)
     rc = uv_listen((uv_stream_t *)&d->tcp_listen, (int)d->cfg.backlog,
                    on_connection);
