@@ -5,7 +5,9 @@
  *
  * Configuration is read in three steps: parse_globals() takes the options
  * before the command, parse_trailing() those among its arguments, and
- * finish_globals() RDZV_ADDR and RDZV_JOB for what they did not give. */
+ * finish_globals() RDZV_ADDR and RDZV_JOB for what they did not give.
+ * The host-list commands (local_commands[]) need no server and stop after
+ * parse_trailing(). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -18,6 +20,7 @@
 #include <sys/un.h>
 
 #include "rdzv/rdzv.h"
+#include "tools/hostlist.h"
 
 enum {
   EXIT_OK = 0,
@@ -28,6 +31,7 @@ enum {
 };
 
 #define DEFAULT_TIMEOUT_S 30.0
+#define DEFAULT_FANOUT 16
 
 static const char usage_text[] =
     "usage: rdzvctl [--addr ADDR] [--job JOB] [--timeout SECONDS] COMMAND "
@@ -69,11 +73,23 @@ static const char usage_text[] =
     "                                 object, as received)\n"
     "  help                           print this text\n"
     "\n"
+    "Slurm host lists (no server: --addr and --job are not needed):\n"
+    "  hostnames LIST                 print LIST's hosts, one per line, as\n"
+    "                                 `scontrol show hostnames LIST` does\n"
+    "  tree-position [--fanout F] LIST HOST\n"
+    "                                 print HOST's 0-based index i in LIST\n"
+    "                                 (first occurrence), then its ancestors'\n"
+    "                                 names, nearest first, on one line: host\n"
+    "                                 i hangs off host (i-1)/F, up to host 0\n"
+    "                                 (F >= 1, default 16)\n"
+    "\n"
     "Exit status:\n"
     "  0  success\n"
     "  1  the operation failed (key not found, compare-and-set mismatch,\n"
-    "     write-once conflict, not a number, ...); message on stderr\n"
-    "  2  usage error (unknown command, wrong arguments, no job id)\n"
+    "     write-once conflict, not a number, HOST not in LIST, ...); message\n"
+    "     on stderr\n"
+    "  2  usage error (unknown command, wrong arguments, no job id, a\n"
+    "     malformed host list: stderr names its byte offset, from 0)\n"
     "  3  deadline passed; stderr names what was missing\n"
     "  4  could not connect, hello refused, or connection lost\n";
 
@@ -85,6 +101,7 @@ struct ctl {
   struct timespec start;
   const char *cmd;
   unsigned set_flags; /* RDZV_STORE_WRITE_ONCE from --write-once */
+  const char *fanout; /* --fanout (tree-position only) */
   rdzv_client_t *client;
 };
 
@@ -280,7 +297,8 @@ static int parse_globals(struct ctl *ctl, int argc, char **argv, int *cmd_idx,
 
 /* Options after the command word, as getopt permutes them: --addr, --job
  * and --timeout anywhere among the command's arguments are taken out of
- * argv[0..*argc), as is --write-once (set and mset only), and
+ * argv[0..*argc), as are --write-once (set and mset only) and --fanout
+ * (tree-position only), and
  * "--" ends the options (it is removed; what follows is taken as it is,
  * even a value that begins with "--"). Any other "--NAME" is a usage
  * error, so a typo is never stored as a value. Returns 0 or EXIT_USAGE. */
@@ -308,6 +326,15 @@ static int parse_trailing(struct ctl *ctl, int *argc, char **argv,
       ctl->set_flags = RDZV_STORE_WRITE_ONCE;
       i++;
       continue;
+    }
+    if (strcmp(ctl->cmd, "tree-position") == 0) {
+      err = take_opt(*argc, argv, &i, "fanout", &ctl->fanout);
+      if (err < 0) {
+        usage_error("option --fanout needs a value");
+        return EXIT_USAGE;
+      }
+      if (err > 0)
+        continue;
     }
     if (strcmp(argv[i], "--help") == 0) {
       usage_error("--help after the command: run 'rdzvctl help'");
@@ -663,16 +690,180 @@ static const struct command commands[] = {
     {"missing", 2, 2, cmd_missing}, {"stats", 0, 0, cmd_stats},
 };
 
-/* ---- main ------------------------------------------------------------- */
+/* ---- Host lists (no server) ------------------------------------------- */
 
-static const struct command *find_command(const char *name) {
+/* Writes s[from..to) to f, with bytes that would break the line as \xNN. */
+static void put_escaped(FILE *f, const char *s, size_t from, size_t to) {
   size_t i;
 
-  for (i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-    if (strcmp(commands[i].name, name) == 0)
-      return &commands[i];
+  for (i = from; i < to; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x20 || c == 0x7f)
+      fprintf(f, "\\x%02x", c);
+    else
+      fputc(c, f);
+  }
+}
+
+/* Shows the list around byte pos, marked with <HERE>. */
+static void put_excerpt(FILE *f, const char *s, size_t len, size_t pos) {
+  const size_t ctx = 40;
+  size_t from = pos > ctx ? pos - ctx : 0;
+  size_t to = len - pos > ctx ? pos + ctx : len;
+
+  fputs(from > 0 ? "..." : "", f);
+  put_escaped(f, s, from, pos);
+  fputs("<HERE>", f);
+  put_escaped(f, s, pos, to);
+  fputs(to < len ? "..." : "", f);
+}
+
+/* A malformed list (exit 2) or another failure of the codec (exit 1). */
+static int list_failed(const struct ctl *ctl, const char *list, int err,
+                       const struct rdzv_hostlist_error *e) {
+  size_t len = strlen(list);
+
+  if (err == -E2BIG) {
+    fprintf(stderr,
+            "rdzvctl: %s: host list has more than %zu hosts (the limit "
+            "passed at byte %zu)\n",
+            ctl->cmd, (size_t)RDZV_HOSTLIST_MAX_HOSTS, e->pos);
+    return EXIT_USAGE;
+  }
+  if (err == RDZV_EBAD_ADDR || err == -ENAMETOOLONG) {
+    fprintf(stderr, "rdzvctl: %s: bad host list at byte %zu: %s: ", ctl->cmd,
+            e->pos, e->reason);
+    put_excerpt(stderr, list, len, e->pos < len ? e->pos : len);
+    fputc('\n', stderr);
+    return EXIT_USAGE;
+  }
+  fprintf(stderr, "rdzvctl: %s: %s [%s]\n", ctl->cmd, rdzv_strerror(err),
+          rdzv_err_name(err));
+  return EXIT_FAILED;
+}
+
+static int print_host(const char *name, size_t len, void *arg) {
+  FILE *f = arg;
+
+  fwrite(name, 1, len, f);
+  fputc('\n', f);
+  return ferror(f) ? -EIO : 0;
+}
+
+static int cmd_hostnames(struct ctl *ctl, int argc, char **argv) {
+  struct rdzv_hostlist_error e = {0, ""};
+  int err;
+
+  err = rdzv_hostlist_expand(argv[0], strlen(argv[0]), RDZV_HOSTLIST_MAX_HOSTS,
+                             print_host, stdout, &e);
+  return err < 0 ? list_failed(ctl, argv[0], err, &e) : EXIT_OK;
+}
+
+/* The ancestors' names (NUL-separated, nearest first) after the index. */
+static void print_position(const struct rdzv_hostlist_pos *pos,
+                           const char *names) {
+  size_t i, at = 0;
+
+  printf("%zu", pos->index);
+  for (i = 0; i < pos->nancestors; i++) {
+    printf(" %s", names + at);
+    at += strlen(names + at) + 1;
+  }
+  putchar('\n');
+}
+
+/* HOST is not in LIST: names both, the list cut after 200 bytes. */
+static int not_in_list(const char *host, const char *list) {
+  size_t len = strlen(list);
+
+  fputs("rdzvctl: tree-position: host '", stderr);
+  put_escaped(stderr, host, 0, strlen(host));
+  fputs("' is not in the host list '", stderr);
+  put_escaped(stderr, list, 0, len > 200 ? 200 : len);
+  if (len > 200)
+    fprintf(stderr, "...' (%zu bytes)\n", len);
+  else
+    fputs("'\n", stderr);
+  return EXIT_FAILED;
+}
+
+static int cmd_tree_position(struct ctl *ctl, int argc, char **argv) {
+  static char buf[65536];
+  struct rdzv_hostlist_error e = {0, ""};
+  struct rdzv_hostlist_pos pos;
+  uint64_t fanout = DEFAULT_FANOUT;
+  size_t len = strlen(argv[0]);
+  char *names = buf;
+  int err;
+
+  if (ctl->fanout != NULL && (parse_u64(ctl->fanout, &fanout) < 0 ||
+                              fanout == 0 || fanout > SIZE_MAX)) {
+    usage_error("tree-position: --fanout '%s' is not a positive integer",
+                ctl->fanout);
+    return EXIT_USAGE;
+  }
+  err = rdzv_hostlist_tree_position(argv[0], len, RDZV_HOSTLIST_MAX_HOSTS,
+                                    argv[1], (size_t)fanout, buf, sizeof buf,
+                                    &pos, &e);
+  if (err == -ENOBUFS) {
+    /* A long chain (small fan-out): take the size it asked for. */
+    names = malloc(pos.names_len);
+    err = names == NULL ? RDZV_ENOMEM
+                        : rdzv_hostlist_tree_position(
+                              argv[0], len, RDZV_HOSTLIST_MAX_HOSTS, argv[1],
+                              (size_t)fanout, names, pos.names_len, &pos, &e);
+  }
+  if (err == 0)
+    print_position(&pos, names);
+  if (names != buf)
+    free(names);
+  if (err == RDZV_ETOPOLOGY)
+    return not_in_list(argv[1], argv[0]);
+  return err < 0 ? list_failed(ctl, argv[0], err, &e) : EXIT_OK;
+}
+
+/* Commands that need no server: no --addr, --job or connection. */
+static const struct command local_commands[] = {
+    {"hostnames", 1, 1, cmd_hostnames},
+    {"tree-position", 2, 2, cmd_tree_position},
+};
+
+/* ---- main ------------------------------------------------------------- */
+
+static const struct command *find_in(const struct command *tab, size_t n,
+                                     const char *name) {
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    if (strcmp(tab[i].name, name) == 0)
+      return &tab[i];
   }
   return NULL;
+}
+
+static const struct command *find_command(const char *name) {
+  return find_in(commands, sizeof commands / sizeof commands[0], name);
+}
+
+static const struct command *find_local_command(const char *name) {
+  return find_in(local_commands,
+                 sizeof local_commands / sizeof local_commands[0], name);
+}
+
+/* A command of local_commands[]: its arguments, then the command. */
+static int run_local(struct ctl *ctl, const struct command *cmd, int argc,
+                     char **argv) {
+  const char *timeout = NULL; /* accepted anywhere, unused here */
+  int code;
+
+  code = parse_trailing(ctl, &argc, argv, &timeout);
+  if (code != EXIT_OK)
+    return code;
+  if (argc < cmd->min_args || argc > cmd->max_args) {
+    usage_error("wrong number of arguments for '%s'", cmd->name);
+    return EXIT_USAGE;
+  }
+  return cmd->run(ctl, argc, argv);
 }
 
 /* Checks the command's arguments and the required options. */
@@ -727,12 +918,15 @@ int main(int argc, char **argv) {
     fputs(usage_text, stdout);
     return finish_output(EXIT_OK);
   }
+  nargs = argc - idx - 1;
+  cmd = find_local_command(ctl.cmd);
+  if (cmd != NULL)
+    return finish_output(run_local(&ctl, cmd, nargs, argv + idx + 1));
   cmd = find_command(ctl.cmd);
   if (cmd == NULL) {
     usage_error("unknown command '%s'", ctl.cmd);
     return EXIT_USAGE;
   }
-  nargs = argc - idx - 1;
   code = parse_trailing(&ctl, &nargs, argv + idx + 1, &timeout);
   if (code == EXIT_OK)
     code = finish_globals(&ctl, timeout);
