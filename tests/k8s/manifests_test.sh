@@ -113,6 +113,9 @@ mutant no-publish-not-ready job.yaml \
 mutant jobset-unknown-field jobset.yaml \
   "spec.failurePolicy.maxRestart:.*does not exist in type 'IJobSetFailurePolicy'" \
   's/maxRestarts: 3/maxRestart: 3/'
+mutant jobset-failure-reason jobset.yaml \
+  "onJobFailureReasons\[0\]: Type '\"PodFailurePolicies\"' is not assignable" \
+  's/"PodFailurePolicy"/"PodFailurePolicies"/'
 mutant jobset-template-enum jobset.yaml \
   "JobSet/trainjs: spec.replicatedJobs\[0\].template.spec.template.spec.restartPolicy: .*\[strict\]" \
   's/restartPolicy: Never/restartPolicy: Nevr/'

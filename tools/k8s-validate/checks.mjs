@@ -29,8 +29,9 @@
 //   code rules naming a main container); an Indexed Job runs all its pods
 //   at once (parallelism = completions); a literal WORLD_SIZE is
 //   completions x replicas x LOCAL_WORLD_SIZE; in a JobSet of several Jobs,
-//   RDZV_JOB is not the per-Job UID; JobSet rule names and their
-//   targetReplicatedJobs are valid.
+//   RDZV_JOB is not the per-Job UID; as JobSet's webhook: rule names,
+//   targetReplicatedJobs, the subdomain, pod name lengths, no dependsOn on
+//   the first replicatedJob.
 
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
@@ -394,7 +395,24 @@ function checkJobSet(o, bad) {
     if (typeof n !== "string" || !DNS1123_LABEL.test(n))
       bad(o, ["spec", "replicatedJobs", i, "name"], `${JSON.stringify(n)} is not a DNS-1123 label`);
   });
+  const rjs = arr(spec.replicatedJobs);
+  if (isObj(rjs[0]) && rjs[0].dependsOn !== undefined)
+    bad(o, ["spec", "replicatedJobs", 0, "dependsOn"], "the first replicatedJob cannot have dependsOn");
+  // As JobSet's webhook: the longest pod name, plus the 5 random
+  // characters, is a DNS-1035 label.
+  rjs.forEach((rj, i) => {
+    if (!isObj(rj) || !isObj(rj.template) || !isObj(rj.template.spec)) return;
+    const js = rj.template.spec;
+    if (js.completionMode !== "Indexed" || !Number.isInteger(js.completions)) return;
+    const replicas = Number.isInteger(rj.replicas) ? rj.replicas : 1;
+    const pod = `${o.obj.metadata.name}-${rj.name}-${replicas - 1}-${js.completions - 1}-abcde`;
+    if (pod.length > 63 || !DNS1035_LABEL.test(pod))
+      bad(o, ["spec", "replicatedJobs", i, "name"], `pod names like ${pod} are not DNS-1035 labels (63 characters at most)`);
+  });
   const net = isObj(spec.network) ? spec.network : {};
+  if (net.subdomain !== undefined && (typeof net.subdomain !== "string" || net.subdomain.length > 63 ||
+      !DNS1035_LABEL.test(net.subdomain)))
+    bad(o, ["spec", "network", "subdomain"], "the subdomain names a Service: a DNS-1035 label");
   if (net.enableDNSHostnames === false) bad(o, ["spec", "network", "enableDNSHostnames"], "the nodes find their parents by DNS name");
   if (net.publishNotReadyAddresses === false)
     bad(o, ["spec", "network", "publishNotReadyAddresses"], "pods must be found before they are ready");

@@ -37,7 +37,10 @@ export interface IJobSetSuccessPolicy {
 export interface IJobSetFailurePolicyRule {
   name: string;
   action: "FailJobSet" | "RestartJobSet" | "RestartJobSetAndIgnoreMaxRestarts";
-  onJobFailureReasons?: string[];
+  // The reasons JobSet's webhook accepts (a Job's Failed condition).
+  onJobFailureReasons?: Array<
+    "BackoffLimitExceeded" | "DeadlineExceeded" | "FailedIndexes" | "MaxFailedIndexesExceeded" | "PodFailurePolicy"
+  >;
   targetReplicatedJobs?: string[];
 }
 
