@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages that rdzv's build, tests and tools need.
+# Installs the Debian 12 packages that rdzv's build, tests and tools need,
+# then (the last block) the npm packages of the Kubernetes manifest check.
 #
 # Usage: tools/install-deps.sh        (as root; idempotent)
 #
@@ -26,6 +27,12 @@ packages=(
   python3-torch        # //tests/tcpstore: the real torch 1.13 TCPStore client
                        # and gloo against rdzvd --tcpstore-listen (run by
                        # /usr/bin/python3, not a pyenv python3)
+  yamllint             # //tests/k8s: deploy/k8s's YAML
+  nodejs               # //tests/k8s: tools/k8s-validate (node >= 14). Not
+                       # "npm": this machine's nodejs (NodeSource's build)
+                       # ships npm and conflicts with Debian's npm package;
+                       # the npm block at the end installs Debian's npm
+                       # only where no npm is found (Debian's nodejs)
 )
 
 # Packages of the list that dpkg does not report as installed ("ii").
@@ -39,25 +46,41 @@ done
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps.sh: all ${#packages[@]} packages are installed"
-  exit 0
+else
+  echo "install-deps.sh: missing: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps.sh: run as root to install them" >&2
+    exit 1
+  fi
+
+  export DEBIAN_FRONTEND=noninteractive
+  install_missing() {
+    apt-get install -y -q --no-install-recommends \
+      -o DPkg::Lock::Timeout=300 "${missing[@]}"
+  }
+
+  if ! install_missing; then
+    echo "install-deps.sh: install failed; running apt-get update, then" \
+      "trying again" >&2
+    apt-get update -q -o DPkg::Lock::Timeout=300
+    install_missing
+  fi
+  echo "install-deps.sh: installed: ${missing[*]}"
 fi
 
-echo "install-deps.sh: missing: ${missing[*]}"
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install-deps.sh: run as root to install them" >&2
-  exit 1
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-install_missing() {
+# ---------------------------------------------------------------------------
+# npm: the Kubernetes manifest validator's packages (//tests/k8s).
+# tools/k8s-validate/install.sh runs `npm ci` (the versions package-lock.json
+# pins, no install scripts) into the folder tools/k8s-validate/modules-dir.sh
+# names, /var/cache/rdzv/k8s-validate/<hash of the lock>/, where
+# //tests/k8s:manifests_test finds them; nothing when they are already there.
+# This is the only step that needs the npm registry.
+# ---------------------------------------------------------------------------
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if ! command -v npm >/dev/null; then
+  echo "install-deps.sh: no npm (Debian's nodejs has none): installing npm"
+  export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q --no-install-recommends \
-    -o DPkg::Lock::Timeout=300 "${missing[@]}"
-}
-
-if ! install_missing; then
-  echo "install-deps.sh: install failed; running apt-get update, then" \
-    "trying again" >&2
-  apt-get update -q -o DPkg::Lock::Timeout=300
-  install_missing
+    -o DPkg::Lock::Timeout=300 npm
 fi
-echo "install-deps.sh: installed: ${missing[*]}"
+"$here/k8s-validate/install.sh"

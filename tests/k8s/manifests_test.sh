@@ -1,0 +1,202 @@
+#!/bin/bash
+# deploy/k8s checked offline (no API server is reachable here):
+#  1. yamllint --strict (tests/k8s/yamllint.conf);
+#  2. `kubectl kustomize deploy/k8s` renders, where kubectl is installed;
+#  3. tools/k8s-validate on every file: each object against the Kubernetes
+#     OpenAPI schema (kubernetes-models), strictly (tsc: unknown fields
+#     refused; a JobSet's templates as batch/v1 JobTemplateSpecs, its own
+#     fields against tools/k8s-validate/jobset.ts), and checks.mjs's rules;
+#  4. the same check on copies of deploy/k8s, each with one injected
+#     mistake: each must fail, naming that mistake.
+# The validator's npm packages come from tools/install-deps.sh (the folder
+# tools/k8s-validate/modules-dir.sh names); where they are missing, this
+# test installs them into its own temporary folder from the npm registry.
+set -u
+fails=0
+passes=0
+ok() { echo "ok: $*"; passes=$((passes + 1)); }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+k8s=deploy/k8s
+val=tools/k8s-validate
+[ -f "$k8s/root.yaml" ] && [ -f "$val/validate.mjs" ] || {
+  echo "FAIL: run from the workspace (runfiles) root"
+  exit 1
+}
+
+# 1. yamllint.
+if out=$(yamllint --strict -c tests/k8s/yamllint.conf "$k8s" 2>&1); then
+  ok "yamllint --strict $k8s"
+else
+  fail "yamllint $k8s:"
+  echo "$out"
+fi
+
+# 2. kustomize (kubectl needs no cluster for it), on a copy: it does not
+# take the runfiles' symbolic links for files.
+if command -v kubectl >/dev/null; then
+  rm -rf "$tmp/kustomize"
+  mkdir -p "$tmp/kustomize"
+  cp -L "$k8s"/*.yaml "$tmp/kustomize/"
+  if out=$(kubectl kustomize "$tmp/kustomize" 2>&1); then
+    ok "kubectl kustomize $k8s: $(grep -c '^kind:' <<<"$out") objects"
+  else
+    fail "kubectl kustomize $k8s:"
+    echo "$out"
+  fi
+else
+  echo "skipped: kubectl kustomize (no kubectl)"
+fi
+
+# 3. The validator, from a copy of its folder beside the packages.
+mods="$("$val/modules-dir.sh")"
+if [ ! -f "$mods/.complete" ]; then
+  echo "note: no packages in $mods (run tools/install-deps.sh);" \
+    "installing them from the npm registry into $tmp/npm"
+  mods="$tmp/npm"
+  if ! npm_config_cache="$tmp/npm-cache" "$val/install.sh" "$mods"; then
+    fail "the validator's npm packages could not be installed"
+    echo "manifests_test: $passes checks passed, $fails failed"
+    exit 1
+  fi
+fi
+work="$tmp/validate"
+rm -rf "$work"
+mkdir -p "$work"
+cp "$val/package.json" "$val/validate.mjs" "$val/checks.mjs" "$val/jobset.ts" "$work/"
+ln -s "$mods/node_modules" "$work/node_modules"
+start=$(date +%s%N)
+if out=$(node "$work/validate.mjs" "$k8s"/*.yaml 2>&1); then
+  ok "$(tail -1 <<<"$out")"
+else
+  fail "tools/k8s-validate on $k8s:"
+  echo "$out"
+fi
+echo "validation of $k8s took $((($(date +%s%N) - start) / 1000000)) ms"
+
+# 4. Injected mistakes: NAME FILE PATTERN PERL: a copy of deploy/k8s where
+# PERL (run on FILE, slurped; $n counts matches for "the Nth") changed FILE,
+# on which the validator must fail with a line matching PATTERN.
+mut="$tmp/mutants"
+rm -rf "$mut"
+mkdir -p "$mut"
+names=()
+declare -A file want
+mutant() {
+  local name=$1 f=$2
+  mkdir "$mut/$name"
+  cp "$k8s"/*.yaml "$mut/$name/"
+  perl -0pi -e "$4" "$mut/$name/$f"
+  if cmp -s "$k8s/$f" "$mut/$name/$f"; then
+    fail "mutant $name: the injection changed nothing in $f (stale pattern?)"
+    rm -rf "${mut:?}/$name"
+    return
+  fi
+  names+=("$name")
+  file[$name]=$f
+  want[$name]=$3
+}
+# The issue's four.
+mutant misspelled-field job.yaml \
+  "imagePullPolice.*does not exist in type 'IContainer'.*\[strict\]" \
+  's/imagePullPolicy: IfNotPresent/imagePullPolice: IfNotPresent/'
+mutant enum-typo job.yaml \
+  "spec.completionMode: must be equal to one of the allowed values" \
+  's/completionMode: Indexed/completionMode: Indxed/'
+mutant wrong-type root.yaml \
+  "StatefulSet/rdzv-root: spec.replicas: must be integer \[schema\]" \
+  's/replicas: 3/replicas: "3"/'
+mutant no-publish-not-ready job.yaml \
+  "Service/train: spec: a headless Service needs publishNotReadyAddresses: true" \
+  's/\n  publishNotReadyAddresses: true//'
+# Unknown fields and types where only the strict check sees them.
+mutant jobset-unknown-field jobset.yaml \
+  "spec.failurePolicy.maxRestart:.*does not exist in type 'IJobSetFailurePolicy'" \
+  's/maxRestarts: 3/maxRestart: 3/'
+mutant jobset-failure-reason jobset.yaml \
+  "onJobFailureReasons\[0\]: Type '\"PodFailurePolicies\"' is not assignable" \
+  's/"PodFailurePolicy"/"PodFailurePolicies"/'
+mutant jobset-template-enum jobset.yaml \
+  "JobSet/trainjs: spec.replicatedJobs\[0\].template.spec.template.spec.restartPolicy: .*\[strict\]" \
+  's/restartPolicy: Never/restartPolicy: Nevr/'
+mutant env-value-not-string job.yaml \
+  "env\[2\].value: Type 'number' is not assignable to type 'string'" \
+  's/value: "0"/value: 0/'
+mutant unknown-kind root.yaml \
+  "no schema for apiVersion apps/v1 kind StatefulSets" \
+  's/kind: StatefulSet/kind: StatefulSets/'
+mutant duplicate-key job.yaml \
+  "Map keys must be unique \[yaml\]" \
+  's/(\n  parallelism: 4)/$1$1/'
+# What only checks.mjs sees.
+mutant selector-mismatch root.yaml \
+  "StatefulSet/rdzv-root: spec.selector: the selector does not match the pod template's labels" \
+  '$n = 0; s/(component: )root/++$n == 4 ? "$1rooot" : "$1root"/ge'
+mutant service-port-name job.yaml \
+  "Service/train: spec.ports\[0\].targetPort: no selected container has a port named rdzvd" \
+  's/targetPort: rdzv/targetPort: rdzvd/'
+mutant policy-admits-nobody root.yaml \
+  "NetworkPolicy/rdzv-root: spec.ingress\[0\].from\[0\].podSelector: admits pods that no pod template" \
+  's/(component: )job$/${1}jobs/mg'
+mutant no-network-policy job.yaml \
+  "Job/train: spec.template.metadata.labels: no NetworkPolicy in these files selects these pods" \
+  's/\n---\n# The job.s pods take.*?\n---\n/\n---\n/s'
+mutant sidecar-not-native job.yaml \
+  "initContainers\[0\]: the rdzv node must be a native sidecar" \
+  's/\n          restartPolicy: Always//'
+mutant probe-needs-job job.yaml \
+  "initContainers\[0\].livenessProbe: a node probe must need no job" \
+  's/"--timeout", "5", "stats"/"--job", "x", "get", "k"/'
+mutant no-readiness-probe jobset.yaml \
+  "the rdzv node has no readinessProbe" \
+  's/\n *readinessProbe:\n *tcpSocket:\n *port: rdzv\n *periodSeconds: 5//'
+mutant no-memory-limit root.yaml \
+  "containers\[0\].resources: no limits.memory" \
+  's/\n *memory: 2Gi//'
+mutant privilege-escalation job.yaml \
+  "containers\[0\].securityContext: allowPrivilegeEscalation is not false" \
+  '$n = 0; s/allowPrivilegeEscalation: false/++$n == 2 ? "allowPrivilegeEscalation: true" : $&/ge'
+mutant root-user root.yaml \
+  "securityContext: no non-zero runAsUser" \
+  's/runAsUser: 65532/runAsUser: 0/'
+mutant writable-root-fs jobset.yaml \
+  "securityContext: readOnlyRootFilesystem is not true" \
+  's/readOnlyRootFilesystem: true/readOnlyRootFilesystem: false/'
+mutant failure-policy-container job.yaml \
+  "onExitCodes.containerName: trainr is not one of the pod's containers" \
+  's/containerName: trainer/containerName: trainr/'
+mutant world-size jobset.yaml \
+  "WORLD_SIZE 4 is not 8 pods x 1 ranks" \
+  's/value: "8"/value: "4"/'
+mutant jobset-per-job-uid jobset.yaml \
+  "RDZV_JOB from the Job's UID differs between the JobSet's Jobs" \
+  "s/jobset.sigs.k8s.io\\/jobset-uid/batch.kubernetes.io\\/controller-uid/"
+mutant subdomain-without-service job.yaml \
+  "spec.template.spec.subdomain: no headless Service trains" \
+  's/subdomain: train/subdomain: trains/'
+mutant kustomize-missing-file kustomization.yaml \
+  "resources\[1\]: jobs.yaml does not exist \[kustomize\]" \
+  's/- job.yaml/- jobs.yaml/'
+
+# One validator run over every mutant, each a set of its own.
+out=$(node "$work/validate.mjs" --sets "${names[@]/#/$mut/}" 2>&1)
+for name in "${names[@]}"; do
+  d="$mut/$name"
+  mine=$(grep -F "$d/" <<<"$out")
+  if ! grep -qxF "k8s-validate: set $d: ok" <<<"$out" &&
+    grep -qE -- "${want[$name]}" <<<"$mine"; then
+    ok "mutant $name (${file[$name]}): $(grep -E -- "${want[$name]}" <<<"$mine" | head -1 | sed "s|$d/||")"
+  else
+    fail "mutant $name (${file[$name]}) not caught as /${want[$name]}/; the validator said:"
+    if [ -n "$mine" ]; then echo "$mine"; else echo "  (nothing about it)"; fi
+  fi
+done
+# yamllint sees the duplicate key too.
+if yamllint -c tests/k8s/yamllint.conf "$mut/duplicate-key" >/dev/null 2>&1; then
+  fail "yamllint passed the duplicate key"
+else
+  ok "yamllint refuses the duplicate key"
+fi
+
+echo "manifests_test: $passes checks passed, $fails failed"
+[ "$fails" -eq 0 ]
