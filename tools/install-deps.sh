@@ -24,6 +24,11 @@ packages=(
   gnuplot-nox          # benchmark plots
   jq                   # scripts reading `rdzvctl stats`
   iproute2             # //tests/integration:netns_test (hosts as namespaces)
+  slurm-wlm            # //tests/slurm: a real Slurm 22.05 (slurmctld, slurmd)
+  munge                # //tests/slurm: Slurm's authentication
+  util-linux           # unshare, mount: the Slurm and DNS tests' private
+                       # mount namespaces
+  bc                   # //tests/slurm, //tests/dns: times
   python3-torch        # //tests/tcpstore: the real torch 1.13 TCPStore client
                        # and gloo against rdzvd --tcpstore-listen (run by
                        # /usr/bin/python3, not a pyenv python3)

@@ -1,67 +1,135 @@
 #!/usr/bin/env bash
-# Slurm Prolog (runs as root on every host of a job before its tasks):
-# starts this job's rdzv node agent on this host, and on the job's first
-# host also the root. The tree is a pure function of the host list: host i
-# (in `scontrol show hostnames` order) hangs off host (i-1)/F; host 0 off
-# the root, which runs beside it.
+# Slurm Prolog (slurm.conf: Prolog=/usr/local/lib/rdzv/prolog.sh, with
+# PrologFlags=Alloc): starts this job's rdzv node agent on this host, and
+# on the job's first host also the root. Runs as root on every host of the
+# job when it is allocated, before any task.
 #
-# Settings (environment of slurmd, or /etc/default/rdzv sourced here):
-#   RDZV_BIN           rdzvd path                (default /usr/local/bin/rdzvd)
-#   RDZV_RUN_DIR       sockets, pid/port files   (default /run/rdzv)
-#   RDZV_FANOUT        tree fan-out              (default 16)
-#   RDZV_PORT_BASE     first node TCP port       (default 29400)
-#   RDZV_PORT_RANGE    node ports (job id mod)   (default 1000)
-#   RDZV_LISTEN_ADDR   address to listen on      (default 0.0.0.0)
-#   RDZV_START_TIMEOUT seconds to wait for each daemon to listen (default 10)
+# It calls no Slurm command and waits on no other host: the host list is
+# expanded in-process (rdzvctl tree-position, the same expansion as
+# `scontrol show hostnames`), the tree is a pure function of it (host i, in
+# that order, hangs off host (i-1)/F; host 0 off the root, which runs
+# beside it), and a node finds its parent later, by itself. It takes a
+# fraction of a second on a healthy host (the daemons' start).
+#
+# Settings: the file $RDZV_SETTINGS (default /etc/default/rdzv), a shell
+# fragment sourced here, in the Epilog and in the TaskProlog. slurmd's own
+# environment does not reach a Prolog (Slurm 22.05 gives it only the job's
+# SLURM_* variables), so the file is the place. Variables, all optional:
+#   RDZV_BIN           rdzvd                     (/usr/local/bin/rdzvd)
+#   RDZVCTL_BIN        rdzvctl                   (rdzvctl beside RDZV_BIN)
+#   RDZV_RUN_DIR       sockets, pid and port files of running jobs
+#                                                (/run/rdzv)
+#   RDZV_LOG_DIR       where the daemons' logs go when the job ends: one
+#                      file per host, rdzvd.<host>.log (default: the
+#                      directory of slurm.conf's SlurmdLogFile, else
+#                      /var/log/slurm); RDZV_LOG_DIR=syslog: to syslog
+#                      (logger -t rdzvd)
+#   RDZV_HOSTNAME      this host's name in the job's host list
+#                      (default $SLURMD_NODENAME, which slurmd sets: the
+#                      Slurm node name, right also where it differs from
+#                      the host name, e.g. several slurmd on one host)
+#   RDZV_FANOUT        tree fan-out              (16)
+#   RDZV_PORT_BASE     first port of the nodes' range (28000)
+#   RDZV_PORT_RANGE    job ids spread over this many ports (1000)
+#   RDZV_PORT_TRIES    ports tried per job, at most 64 (16)
+#   RDZV_LISTEN_ADDR   address the node listens on (0.0.0.0); the file may
+#                      compute it, e.g. from $SLURMD_NODENAME
+#   RDZV_START_TIMEOUT seconds to wait for each daemon to listen (10)
 #   RDZV_TCPSTORE      1: the node also serves PyTorch's TCPStore protocol
 #                      on 127.0.0.1 (port in RDZV_RUN_DIR/<job>.tcpstore.port;
 #                      task-prolog.sh points MASTER_ADDR/MASTER_PORT at it)
 #
-# Ports. A node's children on other hosts must know its port without asking
-# anyone (no shared file system is assumed), so the node listens on the
-# same port on every host: BASE + (job id mod RANGE). Two jobs whose ids are
-# equal mod RANGE and that share a host collide on it; the second one's
-# node cannot bind, and this Prolog fails (below) instead of leaving a job
-# without its daemon. The root is needed only by the node beside it, so it
-# binds port 0 and publishes the kernel's choice in RDZV_RUN_DIR/<job
-# id>.root.port; it never collides.
+# Ports. A node's children on other hosts must find its port without
+# asking anyone, and jobs share hosts. A job's node listens on the first
+# free port of BASE + (job id mod RANGE) + 0 .. TRIES-1, and passes
+# --job, so that it refuses another job's children; a child tries those
+# ports of its parent's host in turn, skipping what refuses or serves
+# another job (rdzvd --parent HOST:FIRST-LAST). So up to TRIES jobs whose
+# ranges overlap can share a host. The defaults, 28000 .. 29014, lie below
+# PyTorch's customary ports (29400: torchrun's rendezvous; 29500:
+# MASTER_PORT) and below Linux's ephemeral range (32768 and up), where an
+# outgoing connection could hold one; keep other services off them. The
+# root serves only the node beside it: it binds 127.0.0.1 port 0 and
+# publishes the kernel's choice in RDZV_RUN_DIR/<job>.root.port.
 #
-# Each daemon writes RDZV_RUN_DIR/<job id>.<root|node>.port once all its
-# listeners are up. The Prolog waits (RDZV_START_TIMEOUT at most) for it;
-# if a daemon exits or does not listen in time, it stops every daemon it
-# started for the job, prints why (with the end of the daemon's log,
-# RDZV_RUN_DIR/<job id>.<name>.log) and exits 1, so Slurm does not start
-# the job's tasks against a dead daemon. Ranks reach their node through the
-# Unix socket RDZV_RUN_DIR/<job id>.sock (task-prolog.sh exports RDZV_ADDR).
-set -euo pipefail
-[ -r /etc/default/rdzv ] && . /etc/default/rdzv
+# Failure. Each daemon writes RDZV_RUN_DIR/<job>.<root|node>.port once it
+# listens. If one exits or does not listen within RDZV_START_TIMEOUT, the
+# Prolog stops what it started, says why (with the end of the daemon's
+# log) and exits 1: Slurm then drains this host and requeues (sbatch) or
+# fails (srun) the job, and the tasks never run against a dead daemon. The
+# reason goes to slurmd's log (it logs a failed Prolog's output), to the
+# job's output file (sbatch, slurm.conf PrologFlags=Alloc gives its name)
+# and, for a job without one (srun, salloc), to
+# SLURM_JOB_WORK_DIR/rdzv-prolog.<job>.<host>.err, owned by the job's user.
+# Ranks reach their node through the Unix socket RDZV_RUN_DIR/<job>.sock
+# (task-prolog.sh exports RDZV_ADDR).
+set -uo pipefail
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+settings=${RDZV_SETTINGS:-/etc/default/rdzv}
+# shellcheck source=/dev/null
+[ -r "$settings" ] && . "$settings"
 bin=${RDZV_BIN:-/usr/local/bin/rdzvd}
+ctl=${RDZVCTL_BIN:-$(dirname "$bin")/rdzvctl}
 run=${RDZV_RUN_DIR:-/run/rdzv}
 fanout=${RDZV_FANOUT:-16}
-base=${RDZV_PORT_BASE:-29400}
+base=${RDZV_PORT_BASE:-28000}
 range=${RDZV_PORT_RANGE:-1000}
+tries=${RDZV_PORT_TRIES:-16}
 listen=${RDZV_LISTEN_ADDR:-0.0.0.0}
 start_timeout=${RDZV_START_TIMEOUT:-10}
-job=${SLURM_JOB_ID:?SLURM_JOB_ID is not set}
-nodelist=${SLURM_JOB_NODELIST:-${SLURM_NODELIST:?no job node list}}
-me=${RDZV_HOSTNAME:-$(hostname -s)}
-
-mapfile -t hosts < <(scontrol show hostnames "$nodelist")
-index=-1
-for i in "${!hosts[@]}"; do
-  if [ "${hosts[$i]}" = "$me" ]; then index=$i; break; fi
-done
-if [ "$index" -lt 0 ]; then
-  echo "rdzv prolog: host '$me' is not in the job's host list ($nodelist)" >&2
-  exit 1
-fi
-port=$((base + job % range))
-mkdir -p "$run"
-
+job=${SLURM_JOB_ID:-}
+me=${RDZV_HOSTNAME:-${SLURMD_NODENAME:-$(hostname -s)}}
+# Slurm 22.05 gives the node Prolog SLURM_NODELIST, later ones also
+# SLURM_JOB_NODELIST.
+nodelist=${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-}}
 started=() # names of the daemons started here, for stop_started
 
-# Starts a daemon in its own session with no terminal, so that slurmd does
-# not wait for it; its pid goes to a file for the epilog.
+# The job's output file, from SLURM_JOB_STDOUT (PrologFlags=Alloc, batch
+# jobs), whose Slurm patterns Slurm 22.05 leaves unexpanded: %j %J %u
+# %N(the batch host: the job's first) %x is not known here, so a name with
+# any other pattern is not used. Prints nothing if there is none.
+job_output() {
+  local f=${SLURM_JOB_STDOUT:-} first
+  [ -n "$f" ] || return 0
+  first=$("$ctl" hostnames "$nodelist" 2>/dev/null | head -n 1)
+  f=${f//%%/$'\001'}
+  f=${f//%j/$job}
+  f=${f//%J/$job}
+  f=${f//%u/${SLURM_JOB_USER:-}}
+  f=${f//%N/$first}
+  case "$f" in *%*) return 0 ;; esac
+  f=${f//$'\001'/%}
+  case "$f" in /*) ;; *) f="${SLURM_JOB_WORK_DIR:-/}/$f" ;; esac
+  printf '%s\n' "$f"
+}
+
+# fail LINES...: the Prolog fails. The lines go to stderr (slurmd's log)
+# and to the user; then this Prolog's daemons are stopped, exit 1.
+fail() {
+  local msg out
+  msg=$(printf 'rdzv prolog: job %s, host %s: %s\n' "$job" "$me" "$1"
+    shift
+    for l in "$@"; do printf 'rdzv prolog:   %s\n' "$l"; done)
+  printf '%s\n' "$msg" >&2
+  out=$(job_output)
+  if [ -z "$out" ] && [ -n "${SLURM_JOB_WORK_DIR:-}" ]; then
+    out="$SLURM_JOB_WORK_DIR/rdzv-prolog.$job.$me.err"
+  fi
+  if [ -n "$out" ] && [ -d "$(dirname "$out")" ]; then
+    local existed=0
+    [ -e "$out" ] && existed=1
+    printf '%s\n' "$msg" >>"$out" 2>/dev/null &&
+      if [ "$existed" = 0 ] && [ -n "${SLURM_JOB_UID:-}" ]; then
+        chown "${SLURM_JOB_UID}:${SLURM_JOB_GID:-}" "$out" 2>/dev/null
+      fi
+  fi
+  stop_started
+  exit 1
+}
+
+# Starts a daemon in its own session with no terminal and fds 0-2
+# redirected, so that slurmd neither waits for it nor kills it with the
+# Prolog's process group; its pid goes to a file for the Epilog.
 start() { # name args...
   local name=$1
   shift
@@ -72,7 +140,8 @@ start() { # name args...
   started+=("$name")
 }
 
-# Stops the daemons started here (a failed Prolog must leave none behind).
+# Stops the daemons started here (a failed Prolog leaves none behind) and
+# files their logs like the Epilog does.
 stop_started() {
   local name pid
   for name in "${started[@]}"; do
@@ -82,13 +151,14 @@ stop_started() {
     kill -KILL "$pid" 2>/dev/null || true
     rm -f "$run/$job.$name.pid" "$run/$job.$name.port"
   done
+  rm -f "$run/$job.sock" "$run/$job.sock.lock" "$run/$job.tcpstore.port"
+  "$(dirname "${BASH_SOURCE[0]}")/epilog.sh" --logs-only || true
 }
 
-# Waits until daemon NAME listens (its port file appears). If it exits or
-# does not listen within RDZV_START_TIMEOUT seconds: stops what this Prolog
-# started, says why and exits 1. NAME's port goes to $bound.
+# Waits until daemon NAME listens (its port file appears); its port goes
+# to $bound. If it exits or does not listen in time, the Prolog fails.
 wait_started() { # name what-it-binds
-  local name=$1 what=$2 why pid
+  local name=$1 what=$2 why pid hint=""
   local log="$run/$job.$name.log" pf="$run/$job.$name.port"
   pid=$(cat "$run/$job.$name.pid")
   for ((t = 0; ; t++)); do
@@ -106,33 +176,42 @@ wait_started() { # name what-it-binds
     fi
     sleep 0.1
   done
-  {
-    echo "rdzv prolog: job $job on $me: the $name daemon did not start ($why)."
-    if grep -qi "address already in use" "$log" 2>/dev/null; then
-      echo "rdzv prolog: $what is in use: another job whose id equals $job" \
-        "mod RDZV_PORT_RANGE ($range) runs on this host, or another program" \
-        "holds the port; change RDZV_PORT_BASE/RDZV_PORT_RANGE or free it."
-    fi
-    echo "rdzv prolog: the end of $log:"
-    tail -n 5 "$log" 2>/dev/null | sed 's/^/  /' || true
-  } >&2
-  stop_started
-  exit 1
+  if grep -qi "address already in use" "$log" 2>/dev/null; then
+    hint="$what: every port is in use (other jobs on this host, or other \
+programs); raise RDZV_PORT_TRIES or move RDZV_PORT_BASE in $settings"
+  fi
+  local tail_lines=()
+  mapfile -t tail_lines < <(tail -n 5 "$log" 2>/dev/null)
+  fail "the rdzv $name daemon did not start ($why)." ${hint:+"$hint"} \
+    "the end of its log:" "${tail_lines[@]}"
 }
 
+[ -n "$job" ] || fail "SLURM_JOB_ID is not set (not run by slurmd?)"
+[ -n "$nodelist" ] || fail "neither SLURM_JOB_NODELIST nor SLURM_NODELIST is set"
+[ -x "$bin" ] || fail "rdzvd is not at $bin (RDZV_BIN in $settings)"
+[ -x "$ctl" ] || fail "rdzvctl is not at $ctl (RDZVCTL_BIN in $settings)"
+if ! pos=$("$ctl" tree-position --fanout "$fanout" "$nodelist" "$me" 2>&1); then
+  fail "cannot place this host in the job's tree: $pos" \
+    "(RDZV_HOSTNAME, default \$SLURMD_NODENAME, names this host in the list)"
+fi
+read -r index ancestors <<<"$pos"
+first_port=$((base + job % range))
+last_port=$((first_port + tries - 1))
+ports="$first_port-$last_port"
+mkdir -p "$run" || fail "cannot create $run (RDZV_RUN_DIR)"
+
 if [ "$index" -eq 0 ]; then
-  start root --role=root --listen="$listen:0" --name="root-$job"
-  wait_started root "a TCP port on $listen"
-  parent="${listen/0.0.0.0/127.0.0.1}:$bound"
+  start root --role=root --listen=127.0.0.1:0 --job="$job" \
+    --name="root-$job"
+  wait_started root "a TCP port on 127.0.0.1"
+  parent="127.0.0.1:$bound"
 else
   # The parent, then its ancestors up to the first host's node, nearest
   # first: where this node reattaches if its parent is lost (the first
   # host's node is the top; its root listens on a port only it knows).
   parent=""
-  p=$index
-  while [ "$p" -gt 0 ]; do
-    p=$(((p - 1) / fanout))
-    parent="$parent,${hosts[$p]}:$port"
+  for h in $ancestors; do
+    parent="$parent,$h:$ports"
   done
   parent="${parent#,}"
 fi
@@ -142,7 +221,8 @@ if [ "${RDZV_TCPSTORE:-0}" = 1 ]; then
   tcpstore=(--tcpstore-listen=127.0.0.1:0 --tcpstore-job="$job"
     --tcpstore-port-file="$run/$job.tcpstore.port")
 fi
-start node --role=node --parent="$parent" --listen="$listen:$port" \
-  --unix="$run/$job.sock" --name="$me" "${tcpstore[@]}"
-wait_started node "port $port on $listen"
+start node --role=node --job="$job" --parent="$parent" \
+  --listen="$listen:$ports" --unix="$run/$job.sock" --name="$me" \
+  "${tcpstore[@]}"
+wait_started node "ports $ports on $listen"
 exit 0

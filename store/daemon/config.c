@@ -140,8 +140,8 @@ static const struct opt opts[] = {
   STR_OPT("tcpstore-port-file", "RDZVD_TCPSTORE_PORT_FILE", "",
           tcpstore_port_file, "write the TCPStore port here once listening"),
   STR_OPT("job", "RDZVD_JOB", "", job,
-          "serve only this job id: a hello naming another is refused with "
-          "RDZV_EJOB_MISMATCH, and a child node that reached this daemon "
+          "serve child nodes of this job id only: a child node's hello "
+          "naming another is refused with RDZV_EJOB_MISMATCH, and that child "
           "tries its parent's next address or port (a launcher that starts "
           "one daemon per job on shared hosts; empty: any job)"),
   U32_OPT("connect-timeout-ms", "RDZVD_CONNECT_TIMEOUT_MS", "2000",

@@ -72,8 +72,8 @@ struct rdzv_daemon_config {
   char tcpstore_listen[256];
   char tcpstore_job[256];
   char tcpstore_port_file[256];
-  char job[256]; /* serve this job only ("": any): a hello naming another
-                    is refused with RDZV_EJOB_MISMATCH */
+  char job[256]; /* child nodes of this job only ("": any): a child's
+                    hello naming another is refused (RDZV_EJOB_MISMATCH) */
   uint32_t connect_timeout_ms; /* node: one attempt (connect and hello) at
                                   one address and port of the parent */
 };

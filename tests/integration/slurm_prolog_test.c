@@ -2,12 +2,14 @@
  * (and, on the first host, the root) on 3 simulated hosts, the TaskProlog
  * gives ranks their address and job id, 6 rdzv-example ranks (2 a host)
  * complete the rendezvous through the tree the Prolog built, and the
- * Epilog stops every daemon and removes its files. Prologs that cannot
- * start their daemons (a second job whose node port collides with the
- * first's, a daemon that exits at once) fail with a message and leave
- * nothing running. `scontrol` is a test
- * double (a script printing the host list); the hosts are 127.0.0.1-3, so
- * every host's name resolves and each binds its own loopback address. */
+ * Epilog stops every daemon and removes its files. A second job whose
+ * ports overlap the first's shares the hosts (RDZV_PORT_TRIES=2: its nodes
+ * take the range's next port); Prologs that cannot start their daemons (a
+ * third such job, a daemon that exits at once) fail with a message and
+ * leave nothing running. The hosts are 127.0.0.1-3, so every host's name
+ * resolves and each binds its own loopback address; the Prolog expands
+ * the host list itself (rdzvctl tree-position). tests/slurm:slurm_test
+ * runs the same scripts under a real Slurm. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -31,30 +33,24 @@
 
 static char dir[64], cwd[1024];
 
-static void write_file(const char *path, const char *text, mode_t mode) {
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
-  chmod(path, mode);
-}
-
 static int file_exists(const char *fmt, int h) {
   char path[256];
   snprintf(path, sizeof(path), fmt, dir, h);
   return access(path, F_OK) == 0;
 }
 
+/* The test's RDZV_PORT_BASE: job J's nodes try ports base + J mod 7 + 0..1
+ * (RDZV_PORT_RANGE=7, RDZV_PORT_TRIES=2). */
+static int port_base(void) { return 20000 + (int)(getpid() % 20000); }
+
 /* Runs a deploy script for host h with job's Slurm environment, and bin
  * as RDZV_BIN (NULL: the rdzvd built here). *out (if not NULL) gets its
  * stdout and stderr. */
 static int run_job_script(const char *script, int h, int job,
                           const char *bin_path, char **out) {
-  char path[3000], env_path[4200], host[32], rundir[128],
-      bin[1200], sc[1200], job_env[48];
+  char host[32], rundir[128], bin[1200], ctl[1200], sc[1200], job_env[48];
   snprintf(sc, sizeof(sc), "%s/deploy/slurm/%s", cwd, script);
-  snprintf(path, sizeof(path), "%s", getenv("PATH") ? getenv("PATH") : "");
-  snprintf(env_path, sizeof(env_path), "PATH=%s:%s", dir, path);
+  snprintf(ctl, sizeof(ctl), "RDZVCTL_BIN=%s/tools/rdzvctl", cwd);
   snprintf(host, sizeof(host), "RDZV_HOSTNAME=127.0.0.%d", h + 1);
   char listen[48];
   snprintf(listen, sizeof(listen), "RDZV_LISTEN_ADDR=127.0.0.%d", h + 1);
@@ -64,11 +60,11 @@ static int run_job_script(const char *script, int h, int job,
   else
     snprintf(bin, sizeof(bin), "RDZV_BIN=%s/tools/rdzvd", cwd);
   snprintf(job_env, sizeof(job_env), "SLURM_JOB_ID=%d", job);
-  int job_port = 20000 + (int)(getpid() % 20000);
   char base[48];
-  snprintf(base, sizeof(base), "RDZV_PORT_BASE=%d", job_port);
-  char *argv[] = {"/usr/bin/env", env_path, host, listen, rundir, bin, base,
-                  "RDZV_PORT_RANGE=7", "RDZV_FANOUT=1", "RDZV_TCPSTORE=1",
+  snprintf(base, sizeof(base), "RDZV_PORT_BASE=%d", port_base());
+  char *argv[] = {"/usr/bin/env", "RDZV_SETTINGS=/nonexistent", host, listen,
+                  rundir, bin, ctl, base, "RDZV_PORT_RANGE=7",
+                  "RDZV_PORT_TRIES=2", "RDZV_FANOUT=1", "RDZV_TCPSTORE=1",
                   "RDZV_START_TIMEOUT=10", job_env, "SLURM_STEP_ID=3",
                   "SLURM_JOB_NODELIST=127.0.0.[1-3]", "/bin/sh", "-c",
                   "exec \"$0\" 2>&1", sc, NULL};
@@ -112,34 +108,45 @@ static int count_procs(const char *text) {
   return n;
 }
 
-/* A Prolog that cannot start its daemons fails, says why, and leaves no
- * daemon or pid file of that job behind; job 4242's daemons, which hold
- * the ports, are not disturbed. */
+/* Jobs whose ports overlap share the hosts up to RDZV_PORT_TRIES; a
+ * Prolog that cannot start its daemons fails, says why, and leaves no
+ * daemon or pid file of that job behind; the daemons that hold the ports
+ * are not disturbed. */
 static void check_failed_prologs(void) {
-  /* Job 4249 is 4242 mod RDZV_PORT_RANGE (7): its node's port is taken on
-   * every host. On host 0 its root starts (port 0) and must be stopped. */
+  /* Job 4249 is 4242 mod RDZV_PORT_RANGE (7): its nodes take the range's
+   * second port on every host. */
+  for (int h = 0; h < 3; h++)
+    assert_int_equal(run_job_script("prolog.sh", h, 4249, NULL, NULL), 0);
+  char pf[128];
+  snprintf(pf, sizeof(pf), "%s/host1/4249.node.port", dir);
+  assert_int_equal(wait_port_file(pf, 5), port_base() + 4242 % 7 + 1);
+  /* Job 4256 too: both ports are taken on every host. On host 0 its root
+   * starts (port 0) and must be stopped. */
   for (int h = 0; h < 3; h++) {
     char *out = NULL;
-    int rc = run_job_script("prolog.sh", h, 4249, NULL, &out);
+    int rc = run_job_script("prolog.sh", h, 4256, NULL, &out);
     assert_non_null(out);
-    if (rc == 0 || strstr(out, "the node daemon did not start") == NULL ||
-        strstr(out, "is in use: another job whose id equals 4249 mod "
-                    "RDZV_PORT_RANGE (7)") == NULL ||
+    if (rc == 0 || strstr(out, "the rdzv node daemon did not start") == NULL ||
+        strstr(out, "every port is in use (other jobs on this host") == NULL ||
+        strstr(out, "raise RDZV_PORT_TRIES") == NULL ||
         strstr(out, "address already in use") == NULL)
-      fail_msg("prolog of job 4249 on host %d: status %d, output [%s]", h, rc,
+      fail_msg("prolog of job 4256 on host %d: status %d, output [%s]", h, rc,
                out);
     free(out);
-    assert_false(file_exists("%s/host%d/4249.node.pid", h));
-    assert_false(file_exists("%s/host%d/4249.root.pid", h));
-    assert_false(file_exists("%s/host%d/4249.sock", h));
+    assert_false(file_exists("%s/host%d/4256.node.pid", h));
+    assert_false(file_exists("%s/host%d/4256.root.pid", h));
+    assert_false(file_exists("%s/host%d/4256.sock", h));
   }
+  assert_int_equal(count_procs("--name=root-4256"), 0);
+  for (int h = 0; h < 3; h++)
+    assert_int_equal(run_job_script("epilog.sh", h, 4249, NULL, NULL), 0);
   assert_int_equal(count_procs("--name=root-4249"), 0);
   /* A daemon that exits at once (here: not rdzvd at all). */
   char *out = NULL;
   int rc = run_job_script("prolog.sh", 1, 4250, "/bin/false", &out);
   assert_non_null(out);
-  if (rc == 0 || strstr(out, "the node daemon did not start (it exited)") ==
-                     NULL)
+  if (rc == 0 ||
+      strstr(out, "the rdzv node daemon did not start (it exited)") == NULL)
     fail_msg("prolog with RDZV_BIN=/bin/false: status %d, output [%s]", rc,
              out);
   free(out);
@@ -199,13 +206,6 @@ static void test_prolog_task_prolog_epilog(void **state) {
   assert_non_null(getcwd(cwd, sizeof(cwd)));
   snprintf(dir, sizeof(dir), "/tmp/rdzv-slurm-XXXXXX");
   assert_non_null(mkdtemp(dir));
-  char sc[128];
-  snprintf(sc, sizeof(sc), "%s/scontrol", dir);
-  /* Test double of `scontrol show hostnames 127.0.0.[1-3]`. */
-  write_file(sc,
-             "#!/bin/sh\n[ \"$1 $2\" = \"show hostnames\" ] || exit 2\n"
-             "printf '127.0.0.1\\n127.0.0.2\\n127.0.0.3\\n'\n",
-             0755);
   for (int h = 0; h < 3; h++)
     assert_int_equal(run_script("prolog.sh", h, NULL), 0);
   assert_true(file_exists("%s/host%d/4242.root.pid", 0));
@@ -255,8 +255,10 @@ static void test_prolog_task_prolog_epilog(void **state) {
   char sock[160], pfile[128], want[96];
   snprintf(sock, sizeof(sock), "unix:%s/host2/4242.sock", dir);
   snprintf(pfile, sizeof(pfile), "%s/host0/4242.node.port", dir);
-  snprintf(want, sizeof(want), "\"ancestors\":[\"127.0.0.1:%d\"",
-           wait_port_file(pfile, 5));
+  int first = port_base() + 4242 % 7;
+  snprintf(want, sizeof(want), "\"ancestors\":[\"127.0.0.1:%d-%d\"", first,
+           first + 1);
+  assert_int_equal(wait_port_file(pfile, 5), first);
   char *json = NULL;
   struct rdzv_client_opts o;
   rdzv_client_opts_init(&o);
@@ -271,8 +273,8 @@ static void test_prolog_task_prolog_epilog(void **state) {
   rdzv_client_destroy(c);
   /* ... given by the Prolog, before any hello told it. */
   char chain[96];
-  snprintf(chain, sizeof(chain), "--parent=127.0.0.2:%d,127.0.0.1:%d",
-           wait_port_file(pfile, 5), wait_port_file(pfile, 5));
+  snprintf(chain, sizeof(chain), "--parent=127.0.0.2:%d-%d,127.0.0.1:%d-%d",
+           first, first + 1, first, first + 1);
   assert_int_equal(count_procs(chain), 1);
   check_tcpstore(ts_port[0], ts_port[2]);
   for (int h = 0; h < 3; h++)

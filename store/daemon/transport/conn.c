@@ -468,10 +468,11 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
     rdzv__conn_fail(c, RDZV_EBAD_ROLE, "hello: unknown peer role");
     return;
   }
-  /* A daemon of one job (--job): a child of another job that reached this
-   * port (a shared host, ports from one range) moves on to its parent's
-   * next port. */
-  if (d->cfg.job[0] != '\0' &&
+  /* A daemon of one job (--job): a child node of another job that reached
+   * this port (a shared host, ports from one range) moves on to its
+   * parent's next port. (Clients are not refused: `rdzvctl stats` names
+   * no job.) */
+  if (d->cfg.job[0] != '\0' && m->a == RDZV_ROLE_NODE &&
       (job.n != strlen(d->cfg.job) || memcmp(job.p, d->cfg.job, job.n) != 0)) {
     char text[1024];
     snprintf(text, sizeof(text),
