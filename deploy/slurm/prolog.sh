@@ -190,6 +190,20 @@ programs); raise RDZV_PORT_TRIES or move RDZV_PORT_BASE in $settings"
 [ -n "$nodelist" ] || fail "neither SLURM_JOB_NODELIST nor SLURM_NODELIST is set"
 [ -x "$bin" ] || fail "rdzvd is not at $bin (RDZV_BIN in $settings)"
 [ -x "$ctl" ] || fail "rdzvctl is not at $ctl (RDZVCTL_BIN in $settings)"
+# PrologFlags=Alloc, read from slurm.conf (not asked of Slurm): without it
+# this Prolog runs only on a step's hosts when the step starts, and a job
+# whose first step uses fewer hosts than the job splits into trees.
+conf=${SLURM_CONF:-/etc/slurm/slurm.conf}
+if [ -r "$conf" ]; then
+  flags=$(sed -n 's/^[[:space:]]*PrologFlags[[:space:]]*=[[:space:]]*\([^[:space:]#]*\).*/\1/Ip' \
+    "$conf" | tail -n 1)
+  if ! grep -Eqi '(^|,)alloc(,|$)' <<<"$flags" &&
+    { [ -n "$flags" ] || ! grep -qi '^[[:space:]]*include[[:space:]]' "$conf"; }; then
+    fail "slurm.conf ($conf) lacks PrologFlags=Alloc (PrologFlags=${flags:-none})." \
+      "rdzv's Prolog must run on every host of a job at allocation: add" \
+      "PrologFlags=Alloc and restart slurmd (README.md, Slurm)."
+  fi
+fi
 if ! pos=$("$ctl" tree-position --fanout "$fanout" "$nodelist" "$me" 2>&1); then
   fail "cannot place this host in the job's tree: $pos" \
     "(RDZV_HOSTNAME, default \$SLURMD_NODENAME, names this host in the list)"

@@ -32,6 +32,8 @@
 #include "rdzv/rdzv.h"
 
 static char dir[64], cwd[1024];
+/* The Prolog's SLURM_CONF (where it reads PrologFlags): none by default. */
+static char slurm_conf_env[160] = "SLURM_CONF=/nonexistent";
 
 static int file_exists(const char *fmt, int h) {
   char path[256];
@@ -62,7 +64,8 @@ static int run_job_script(const char *script, int h, int job,
   snprintf(job_env, sizeof(job_env), "SLURM_JOB_ID=%d", job);
   char base[48];
   snprintf(base, sizeof(base), "RDZV_PORT_BASE=%d", port_base());
-  char *argv[] = {"/usr/bin/env", "RDZV_SETTINGS=/nonexistent", host, listen,
+  char *argv[] = {"/usr/bin/env", "RDZV_SETTINGS=/nonexistent",
+                  slurm_conf_env, host, listen,
                   rundir, bin, ctl, base, "RDZV_PORT_RANGE=7",
                   "RDZV_PORT_TRIES=2", "RDZV_FANOUT=1", "RDZV_TCPSTORE=1",
                   "RDZV_START_TIMEOUT=10", job_env, "SLURM_STEP_ID=3",
@@ -141,6 +144,26 @@ static void check_failed_prologs(void) {
   for (int h = 0; h < 3; h++)
     assert_int_equal(run_job_script("epilog.sh", h, 4249, NULL, NULL), 0);
   assert_int_equal(count_procs("--name=root-4249"), 0);
+  /* A slurm.conf without PrologFlags=Alloc: refused before any daemon
+   * starts, saying what to add. */
+  char conf[128];
+  snprintf(conf, sizeof(conf), "%s/slurm.conf", dir);
+  FILE *cf = fopen(conf, "w");
+  assert_non_null(cf);
+  fputs("ClusterName=x\nPrologFlags=Contain\n", cf);
+  fclose(cf);
+  snprintf(slurm_conf_env, sizeof(slurm_conf_env), "SLURM_CONF=%s", conf);
+  char *cout = NULL;
+  int crc = run_job_script("prolog.sh", 0, 4251, NULL, &cout);
+  snprintf(slurm_conf_env, sizeof(slurm_conf_env), "SLURM_CONF=/nonexistent");
+  assert_non_null(cout);
+  if (crc == 0 || strstr(cout, "lacks PrologFlags=Alloc (PrologFlags=Contain)") ==
+                      NULL)
+    fail_msg("prolog without PrologFlags=Alloc: status %d, output [%s]", crc,
+             cout);
+  free(cout);
+  assert_false(file_exists("%s/host%d/4251.root.pid", 0));
+  assert_int_equal(count_procs("--name=root-4251"), 0);
   /* A daemon that exits at once (here: not rdzvd at all). */
   char *out = NULL;
   int rc = run_job_script("prolog.sh", 1, 4250, "/bin/false", &out);
