@@ -69,10 +69,11 @@ record() {
 
 # A Slurm-like compressed list of about 100k hosts: several prefixes, each
 # with hundreds of sparse zero-padded ranges, single names and
-# multi-group names between them (deterministic: an LCG, not rand()).
+# multi-group names between them (deterministic: Park-Miller, exact in
+# awk's doubles, not rand()).
 mixed_list() {
-  awk 'function rnd(n) { seed = (seed * 1103515245 + 12345) % 2147483648
-                         return int(seed / 65536) % n }
+  awk 'function rnd(n) { seed = (seed * 16807) % 2147483647
+                         return int(seed / 64) % n }
        BEGIN { seed = 42; split("gpu-a cpu n rack07-node x.y-", pre, " ")
          out = ""
          for (p = 1; p <= 5; p++) {
