@@ -21,6 +21,7 @@ packages=(
   clang                # tests/fuzz/run_fuzz.sh
   libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for clang
   python3              # scripts
+  slurm-client         # scontrol: //tests/unit:hostlist_scontrol_test
   gnuplot-nox          # benchmark plots
   jq                   # scripts reading `rdzvctl stats`
   iproute2             # //tests/integration:netns_test (hosts as namespaces)

@@ -154,6 +154,48 @@ wait $! || {
 }
 expect 0 "2 2" missing barrier c
 
+# The host-list commands need no server: no --addr, --job or RDZV_*.
+expect_local() {
+  local want_rc=$1 want_out=$2
+  shift 2
+  local out rc
+  out=$(env -u RDZV_ADDR -u RDZV_JOB "$ctl_bin" "$@" 2>"$dir/err")
+  rc=$?
+  if [ "$rc" != "$want_rc" ] || [ "$out" != "$want_out" ]; then
+    echo "FAIL: rdzvctl $*: status $rc (want $want_rc), stdout [$out]" \
+      "(want [$want_out]), stderr [$(cat "$dir/err")]"
+    fails=$((fails + 1))
+  else
+    echo "ok: rdzvctl $*"
+  fi
+}
+
+expect_local 0 "$(printf 'nodeA\nnodeB001\nnodeB003\nnodeC')" hostnames \
+  'nodeA,nodeB[001,003],nodeC'
+expect_local 0 "" hostnames ''
+expect_local 0 "-x" hostnames -- -x
+expect_local 2 "" hostnames 'n[1-3,,4]'
+stderr_has "hostnames: bad host list at byte 6: range without a number:"
+stderr_has "n[1-3,<HERE>,4]"
+expect_local 2 "" hostnames
+expect_local 2 "" hostnames a --fanout 2
+stderr_has "unknown option '--fanout'"
+expect_local 0 "17 n1 n0" tree-position 'n[0-20]' n17
+expect_local 0 "17 n8 n3 n1 n0" tree-position --fanout 2 'n[0-20]' n17
+expect_local 0 "17 n8 n3 n1 n0" tree-position 'n[0-20]' n17 --fanout=2
+expect_local 0 "3 n2 n1 n0" tree-position --fanout 1 'n[0-3]' n3
+expect_local 0 "0" tree-position 'n[0-20]' n0
+expect_local 0 "3 nodeA" tree-position 'nodeA,nodeB[001,003],nodeC' nodeC
+expect_local 1 "" tree-position 'n[0-20]' x1
+stderr_has "host 'x1' is not in the host list 'n[0-20]'"
+expect_local 1 "" tree-position "$(printf 'host%03d,' $(seq 100))" x1
+stderr_has "host024,host025,...' (800 bytes)"
+expect_local 2 "" tree-position --fanout 0 'n[0-3]' n1
+stderr_has "--fanout '0' is not a positive integer"
+expect_local 2 "" tree-position 'n[0-3' n1
+stderr_has "bad host list at byte 1: '[' without ']'"
+expect_local 2 "" tree-position 'n[0-3]'
+
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed"
   exit 1

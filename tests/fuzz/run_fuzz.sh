@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the wire decoder, the TCPStore codec and the etcd client's JSON
-# codec with libFuzzer, each for a
+# Fuzzes the wire decoder, the TCPStore codec, the etcd client's JSON
+# codec and the Slurm host-list codec with libFuzzer, each for a
 # bounded time.
 #
 # Usage: tests/fuzz/run_fuzz.sh [SECONDS]   (default 20)
@@ -60,5 +60,7 @@ fuzz tcpstore_fuzz tcpstore_corpus "" "$root/store/wire/tcpstore_wire.c" \
   "$root/store/wire/wire.c" "$root/store/wire/error.c"
 fuzz etcd_json_fuzz etcd_json_corpus "" "$root/store/etcd/etcd_json.c" \
   "$root/store/wire/error.c" -ljansson
+fuzz hostlist_fuzz hostlist_corpus hostlist.dict "$root/tools/hostlist.c" \
+  "$root/rendezvous/topo.c"
 rm -rf "$work"
 echo "run_fuzz.sh: OK"

@@ -69,10 +69,11 @@ record() {
 
 # A Slurm-like compressed list of about 100k hosts: several prefixes, each
 # with hundreds of sparse zero-padded ranges, single names and
-# multi-group names between them (deterministic: an LCG, not rand()).
+# multi-group names between them (deterministic: Park-Miller, exact in
+# awk's doubles, not rand()).
 mixed_list() {
-  awk 'function rnd(n) { seed = (seed * 1103515245 + 12345) % 2147483648
-                         return int(seed / 65536) % n }
+  awk 'function rnd(n) { seed = (seed * 16807) % 2147483647
+                         return int(seed / 64) % n }
        BEGIN { seed = 42; split("gpu-a cpu n rack07-node x.y-", pre, " ")
          out = ""
          for (p = 1; p <= 5; p++) {
@@ -140,7 +141,8 @@ for in in 'n[1-3]x' 'a[1-2]b[3-4]c' 'a[1]b' 'n[10-8]' 'n[]' 'n[-1]' \
   'n[1-2-3]' 'n[a-b]' 'n[[1]]' 'n[1-3,]' 'n[,1]' 'n[1,,2]' 'n[1y]' \
   'n[1y-]' 'n[1 ]' 'n[1-3 ]' 'n[1- -3]' 'n[000001-100000]' 'n[0-65536]' \
   'a[1]b[x]c[1]' 'a[x]b[1]c[1]' 'n[1x]' 'n[1X]' 'n[1x-3]' 'n[+-3]' \
-  'n[1-3-]' 'n[--3]' 'n[1--3]' 'n[1-+-3]' 'n[1-3]]' 'a[0-40000,40001-80000]b[1]' \
+  'n[1-3-]' 'n[--3]' 'n[1--3]' 'n[1-+-3]' 'n[1-3]]' \
+  'a[0-40000,40001-80000]b[1]' \
   'n[0x10]' 'n[ ]' 'n[1-2]]x' 'ok,n[3-1],ok2' 'n[1-2]-' 'r[1-3]s[01-02]n5'; do
   record bad "$in"
 done
