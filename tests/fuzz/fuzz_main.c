@@ -1,7 +1,7 @@
 /* A plain main() for the wire fuzz target, so any compiler (gcc under
  * Bazel) can run it as a regression test without libFuzzer.
  *
- * Usage: wire_fuzz_regress PATH...   (files or directories of files)
+ * Usage: NAME_fuzz_regress PATH...   (files or directories of files)
  *
  * Each corpus file is run as is, then every proper prefix of it and every
  * one-byte change (xor 0xFF, +1) of it, each from an exact-size heap copy
@@ -150,8 +150,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "no corpus files found\n");
     return 1;
   }
-  printf("wire_fuzz_regress: %d corpus files, %zu inputs, all properties "
-         "held\n",
-         files, n_inputs);
+  const char *self = strrchr(argv[0], '/');
+  printf("%s: %d corpus files, %zu inputs, all properties held\n",
+         self != NULL ? self + 1 : argv[0], files, n_inputs);
   return 0;
 }
