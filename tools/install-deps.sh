@@ -26,6 +26,7 @@ packages=(
   python3-torch        # //tests/tcpstore: the real torch 1.13 TCPStore client
                        # and gloo against rdzvd --tcpstore-listen (run by
                        # /usr/bin/python3, not a pyenv python3)
+  debootstrap          # tools/torch2-chroot.sh (the torch 2.x chroot below)
 )
 
 # Packages of the list that dpkg does not report as installed ("ii").
@@ -39,25 +40,44 @@ done
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps.sh: all ${#packages[@]} packages are installed"
-  exit 0
+else
+  echo "install-deps.sh: missing: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps.sh: run as root to install them" >&2
+    exit 1
+  fi
+
+  export DEBIAN_FRONTEND=noninteractive
+  install_missing() {
+    apt-get install -y -q --no-install-recommends \
+      -o DPkg::Lock::Timeout=300 "${missing[@]}"
+  }
+
+  if ! install_missing; then
+    echo "install-deps.sh: install failed; running apt-get update, then" \
+      "trying again" >&2
+    apt-get update -q -o DPkg::Lock::Timeout=300
+    install_missing
+  fi
+  echo "install-deps.sh: installed: ${missing[*]}"
 fi
 
-echo "install-deps.sh: missing: ${missing[*]}"
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install-deps.sh: run as root to install them" >&2
+# ---- The torch 2.x client of //tests/tcpstore:torch2_test -----------------
+# Debian 12 ships torch 1.13 only. tools/torch2-chroot.sh builds a Debian
+# trixie chroot with python3-torch 2.6 (debootstrap from this machine's
+# Debian mirror) at /var/cache/rdzv/trixie-torch, or $RDZV_TORCH2_CHROOT,
+# and reuses it when it is complete (its stamp file, written last): then
+# this is fast and offline. The first build takes about 2 minutes and
+# 1.2 GB. RDZV_SKIP_TORCH2_CHROOT=1 skips it (torch2_test then fails,
+# naming the command).
+torch2_chroot="$(dirname "${BASH_SOURCE[0]}")/torch2-chroot.sh"
+if [ "${RDZV_SKIP_TORCH2_CHROOT:-0}" = 1 ]; then
+  echo "install-deps.sh: RDZV_SKIP_TORCH2_CHROOT=1: no torch 2.x chroot"
+elif "$torch2_chroot" --check; then
+  echo "install-deps.sh: the torch 2.x chroot is complete"
+elif [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps.sh: run as root to build the torch 2.x chroot" >&2
   exit 1
+else
+  "$torch2_chroot"
 fi
-
-export DEBIAN_FRONTEND=noninteractive
-install_missing() {
-  apt-get install -y -q --no-install-recommends \
-    -o DPkg::Lock::Timeout=300 "${missing[@]}"
-}
-
-if ! install_missing; then
-  echo "install-deps.sh: install failed; running apt-get update, then" \
-    "trying again" >&2
-  apt-get update -q -o DPkg::Lock::Timeout=300
-  install_missing
-fi
-echo "install-deps.sh: installed: ${missing[*]}"
