@@ -160,12 +160,19 @@ def store(port, world_size=None, seconds=LONG, **kw):
 def client_checks(where, port):
     """Every operation of the 2.x client against the front end at port
     (the root's or node A's); what it writes is read back through node B.
-    Keys are under /<where>/."""
+    Keys are under /<where>/. A set or an append gets no reply, in
+    TCPStore as here: another store is sure to see it only after the
+    writer's next call that has a reply (fence() below; the front end
+    answers that once the write is applied at the root), or by waiting for
+    the key."""
     import torch.distributed as dist
     pb = args.port_b
     p = where + "/"
     s = store(port, world_size=2)  # ADD init/ 1 after VALIDATE + PING
     sb = store(pb)
+
+    def fence(st):
+        st.num_keys()
 
     @check("%s: the 2.x client's API is what this test covers" % where)
     def _():
@@ -192,16 +199,20 @@ def client_checks(where, port):
         eq(s.get(p + "k"), b"v1", "get")
         eq(sb.get(p + "k"), b"v1", "get through node B")
         sb.set(p + "k", "v2")  # a str value
+        fence(sb)
         eq(s.get(p + "k"), b"v2", "get after node B's set")
 
     @check("%s: binary, empty and 1 MiB values" % where)
     def _():
         v = bytes(range(256)) * 4096
         s.set(p + "bin", v)
+        fence(s)
         eq(sb.get(p + "bin"), v, "1 MiB value through node B")
         s.set(p + "empty", b"")
+        fence(s)
         eq(sb.get(p + "empty"), b"", "empty value")
         s.set(p + "nul\x00key", b"\x00\xff")
+        fence(s)
         eq(sb.get(p + "nul\x00key"), b"\x00\xff", "a NUL in the key")
 
     @check("%s: add: new key, negative, 0, large; the counter is decimal "
@@ -290,6 +301,7 @@ def client_checks(where, port):
     def _():
         s.append(p + "ap", b"ab")
         s.append(p + "ap", "cd")
+        fence(s)
         eq(sb.get(p + "ap"), b"abcd", "appended value via node B")
         sw = store(pb)
         t, box = in_thread(lambda: sw.get(p + "ap_w"))
