@@ -39,6 +39,7 @@ packages=(
                        # ships npm and conflicts with Debian's npm package;
                        # the npm block at the end installs Debian's npm
                        # only where no npm is found (Debian's nodejs)
+  debootstrap          # tools/torch2-chroot.sh (the torch 2.x chroot below)
 )
 
 # Packages of the list that dpkg does not report as installed ("ii").
@@ -90,3 +91,23 @@ if ! command -v npm >/dev/null; then
     -o DPkg::Lock::Timeout=300 npm
 fi
 "$here/k8s-validate/install.sh"
+
+# ---- The torch 2.x client of //tests/tcpstore:torch2_test -----------------
+# Debian 12 ships torch 1.13 only. tools/torch2-chroot.sh builds a Debian
+# trixie chroot with python3-torch 2.6 (debootstrap from this machine's
+# Debian mirror) at /var/cache/rdzv/trixie-torch, or $RDZV_TORCH2_CHROOT,
+# and reuses it when it is complete (its stamp file, written last): then
+# this is fast and offline. The first build takes about 2 minutes and
+# 1.2 GB. RDZV_SKIP_TORCH2_CHROOT=1 skips it (torch2_test then fails,
+# naming the command).
+torch2_chroot="$(dirname "${BASH_SOURCE[0]}")/torch2-chroot.sh"
+if [ "${RDZV_SKIP_TORCH2_CHROOT:-0}" = 1 ]; then
+  echo "install-deps.sh: RDZV_SKIP_TORCH2_CHROOT=1: no torch 2.x chroot"
+elif "$torch2_chroot" --check; then
+  echo "install-deps.sh: the torch 2.x chroot is complete"
+elif [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps.sh: run as root to build the torch 2.x chroot" >&2
+  exit 1
+else
+  "$torch2_chroot"
+fi

@@ -92,7 +92,9 @@ static const enum rdzv_ts_op v2_ops[] = {
     RDZV_TS_GET,        RDZV_TS_ADD,        RDZV_TS_CHECK,
     RDZV_TS_WAIT,       RDZV_TS_GETNUMKEYS, RDZV_TS_DELETE_KEY,
     RDZV_TS_APPEND,     RDZV_TS_MULTI_GET,  RDZV_TS_MULTI_SET,
-    RDZV_TS_CANCEL_WAIT, RDZV_TS_PING,
+    RDZV_TS_CANCEL_WAIT, RDZV_TS_PING,       RDZV_TS_QUEUE_PUSH,
+    RDZV_TS_QUEUE_POP,  RDZV_TS_QUEUE_LEN,  RDZV_TS_LIST_KEYS,
+    RDZV_TS_BARRIER,
 };
 
 /* The arguments of op. 1, 0 or an error. */
@@ -102,6 +104,7 @@ static int get_args(struct cur *c, const struct rdzv_ts_limits *lim,
   switch (r->op) {
   case RDZV_TS_SET:
   case RDZV_TS_APPEND:
+  case RDZV_TS_QUEUE_PUSH:
     r->nkeys = r->nvals = 1;
     if ((rc = get_key(c, lim, &r->keys[0])) != 1)
       return rc;
@@ -118,9 +121,12 @@ static int get_args(struct cur *c, const struct rdzv_ts_limits *lim,
   case RDZV_TS_GET:
   case RDZV_TS_DELETE_KEY:
   case RDZV_TS_WATCH_KEY:
+  case RDZV_TS_QUEUE_POP:
+  case RDZV_TS_QUEUE_LEN:
     r->nkeys = 1;
     return get_key(c, lim, &r->keys[0]);
-  case RDZV_TS_ADD: {
+  case RDZV_TS_ADD:
+  case RDZV_TS_BARRIER: {
     uint64_t d;
     r->nkeys = 1;
     if ((rc = get_key(c, lim, &r->keys[0])) != 1)
@@ -141,6 +147,7 @@ static int get_args(struct cur *c, const struct rdzv_ts_limits *lim,
     return get_u32(c, &r->u32);
   case RDZV_TS_GETNUMKEYS:
   case RDZV_TS_CANCEL_WAIT:
+  case RDZV_TS_LIST_KEYS:
     return 1;
   }
   return RDZV_EPROTO;
@@ -241,6 +248,11 @@ const char *rdzv_ts_op_name(enum rdzv_ts_op op) {
       [RDZV_TS_CANCEL_WAIT] = "cancel_wait",
       [RDZV_TS_PING] = "ping",
       [RDZV_TS_VALIDATE] = "validate",
+      [RDZV_TS_QUEUE_PUSH] = "queue_push",
+      [RDZV_TS_QUEUE_POP] = "queue_pop",
+      [RDZV_TS_QUEUE_LEN] = "queue_len",
+      [RDZV_TS_LIST_KEYS] = "list_keys",
+      [RDZV_TS_BARRIER] = "barrier",
   };
   if ((unsigned)op >= sizeof(names) / sizeof(names[0]) || names[op] == NULL)
     return "unknown";

@@ -13,8 +13,11 @@
  *   v2 (torch >= 2.2): VALIDATE 0 (u32 magic 0x3C85F7CE, first on every
  *     connection), SET 1, COMPARE_SET 2, GET 3, ADD 4, CHECK 5, WAIT 6,
  *     GETNUMKEYS 7, DELETE_KEY 8, APPEND 9, MULTI_GET 10, MULTI_SET 11,
- *     CANCEL_WAIT 12, PING 13 (queues 14-16, LIST_KEYS 17 and BARRIER 18
- *     of later releases are not served: their connection is closed).
+ *     CANCEL_WAIT 12, PING 13; later releases added QUEUE_PUSH 14,
+ *     QUEUE_POP 15, QUEUE_LEN 16 (2.8), LIST_KEYS 17 and BARRIER 18
+ *     (layouts from PyTorch's sources: see the notes, section 3).
+ * This codec parses every one of those; which of them a server serves is
+ * its own business (rdzvd's front end: store/daemon/tcpstore/tcpstore.c).
  * The dialect of a connection is told by its first 5 bytes: 00 ce f7 85
  * 3c (VALIDATE with the magic) is v2, anything else legacy. */
 #ifndef RDZV_STORE_TCPSTORE_WIRE_H
@@ -50,6 +53,12 @@ enum rdzv_ts_op {
   RDZV_TS_CANCEL_WAIT,
   RDZV_TS_PING,
   RDZV_TS_VALIDATE,
+  RDZV_TS_QUEUE_PUSH, /* v2, >= 2.8: key, value; no reply */
+  RDZV_TS_QUEUE_POP,  /* v2, >= 2.8: key; i64 length, then a blob if > 0 */
+  RDZV_TS_QUEUE_LEN,  /* v2, >= 2.8: key; i64 */
+  RDZV_TS_LIST_KEYS,  /* v2, >= 2.10: nothing; i64 n, then n strings */
+  RDZV_TS_BARRIER,    /* v2, >= 2.11: key, i64 world size; u8 0 when
+                         released */
 };
 
 /* Limits on one request; a request over them is an error (the server
@@ -69,11 +78,13 @@ struct rdzv_ts_limits {
 struct rdzv_ts_req {
   enum rdzv_ts_op op;
   uint32_t nkeys;
-  struct rdzv_slice *keys; /* SET, GET, ADD, DELETE, APPEND: keys[0] */
+  struct rdzv_slice *keys; /* SET, GET, ADD, DELETE, APPEND, QUEUE_*,
+                              BARRIER: keys[0] */
   uint32_t nvals;
-  struct rdzv_slice *vals; /* SET, APPEND: vals[0]; COMPARE_SET: expected,
-                              desired; MULTI_SET: one per key */
-  int64_t delta;           /* ADD */
+  struct rdzv_slice *vals; /* SET, APPEND, QUEUE_PUSH: vals[0];
+                              COMPARE_SET: expected, desired; MULTI_SET:
+                              one per key */
+  int64_t delta;           /* ADD: the delta; BARRIER: the world size */
   uint32_t u32;            /* PING: the nonce; VALIDATE: the magic */
 };
 
@@ -90,8 +101,10 @@ struct rdzv_ts_parser {
  * Returns:
  *   1                 *req is filled, *used = the request's size in bytes;
  *   0                 p holds a valid prefix of a request: read more;
- *   RDZV_EPROTO       unknown opcode, or an opcode the dialect does not
- *                     serve (WATCH_KEY, queues, LIST_KEYS, BARRIER);
+ *   RDZV_EPROTO       unknown opcode, an opcode of the other dialect,
+ *                     a legacy WATCH_KEY (C++ watchKey callbacks: not
+ *                     parsed), or VALIDATE not first / not once / with a
+ *                     wrong magic;
  *   RDZV_EKEY_TOO_LONG, RDZV_EVALUE_TOO_BIG  a key or value over lim;
  *   RDZV_EFRAME_TOO_BIG  more keys than lim->max_keys or cap.
  * Never reads outside p[0..n). */

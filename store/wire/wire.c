@@ -409,6 +409,7 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_ABORT] = {1, 2, 0, ANY},
     [RDZV_MSG_COLL_STATUS] = {1, 2, 0, 0},
     [RDZV_MSG_PING] = {0, 0, 0, 0},
+    [RDZV_MSG_KEYS] = {0, 1, 0, 0},
 };
 /* clang-format on */
 
@@ -525,7 +526,7 @@ static const char *const type_names[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_GATHER] = "gather", [RDZV_MSG_STATS] = "stats",
     [RDZV_MSG_ERROR] = "error", [RDZV_MSG_JOIN] = "join",
     [RDZV_MSG_ABORT] = "abort",   [RDZV_MSG_COLL_STATUS] = "coll_status",
-    [RDZV_MSG_PING] = "ping",
+    [RDZV_MSG_PING] = "ping",     [RDZV_MSG_KEYS] = "keys",
 };
 
 const char *rdzv_msg_type_name(int type) {

@@ -163,8 +163,14 @@ enum rdzv_msg_type {
    * --liveness-timeout-ms; a client library may ping its daemon the same
    * way while it waits. */
   RDZV_MSG_PING = 19,
+  /* keys[0] (optional) = a prefix. Reply: keys = every key of the job
+   * that starts with it (every key without one), in no particular order,
+   * a = how many; or RDZV_EFRAME_TOO_BIG when they would not fit in one
+   * frame. A node forwards it (the root holds the truth). Used by the
+   * TCPStore front end's LIST_KEYS. */
+  RDZV_MSG_KEYS = 20,
 };
-#define RDZV_MSG_TYPE_MAX 19
+#define RDZV_MSG_TYPE_MAX 20
 /* Most member ids one COLL_STATUS reply names. */
 #define RDZV_COLL_STATUS_MAX_IDS 4096
 

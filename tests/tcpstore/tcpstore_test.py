@@ -17,7 +17,8 @@ Groups (--groups, default all):
           WAIT + CANCEL_WAIT, what closes a connection;
   stack   two processes: gloo init_process_group + all_reduce, rank 0
           through node A, rank 1 through node B (explicit store, and
-          env:// with the torchelastic agent store).
+          env:// with the torchelastic agent store); torchrun 1.13 itself,
+          one agent per node: what goes through rdzv and what does not.
 
 Prints one "PASS: name" or "FAIL: name: why" line per check and exits with
 status 1 when any check failed. Things that must happen are bounded by
@@ -964,6 +965,63 @@ def stack_checks():
               "protocol: compare_set rounds) through node A and node B, then "
               "gloo on its store", "rank-c10d")
 
+    @check("stack: torchrun 1.13 (python3 -m torch.distributed.run), c10d, "
+           "one agent per node, 2 workers each: the rendezvous keys are in "
+           "rdzv, the workers' store is worker rank 0's own server")
+    def _():
+        import tempfile
+        run_id = "tr13-%d" % os.getpid()
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        outs = []
+        procs = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for port in (args.port_a, args.port_b):
+                # -r 1 -t 1: Debian's 1.13 launcher fails on Python 3.11
+                # without them (see the README).
+                f = open(os.path.join(tmp, "agent%d" % port), "w+b")
+                procs.append((subprocess.Popen(
+                    [sys.executable, "-m", "torch.distributed.run", "-r", "1",
+                     "-t", "1", "--nnodes=2", "--nproc_per_node=2",
+                     "--rdzv_backend=c10d",
+                     "--rdzv_endpoint=%s:%d" % (HOST, port),
+                     "--rdzv_conf=is_host=false", "--rdzv_id=" + run_id,
+                     "--max_restarts=0", __file__, "torchrun-worker"],
+                    env=env, cwd=tmp, stdout=f, stderr=subprocess.STDOUT,
+                    start_new_session=True), f))
+            try:
+                for p, f in procs:
+                    p.wait(timeout=120)
+            finally:
+                for p, f in procs:
+                    if p.poll() is None:
+                        os.killpg(p.pid, 9)
+                        p.wait()
+                    f.seek(0)
+                    outs.append((p.returncode,
+                                 f.read().decode(errors="replace")))
+                    f.close()
+        workers = {}
+        for rc, out in outs:
+            expect(rc == 0, "agent status %s, output:\n%s" % (rc, out[-3000:]))
+            for line in out.splitlines():
+                if "WORKER13 " in line:
+                    kv = dict(x.split("=", 1) for x in
+                              line.split("WORKER13 ", 1)[1].split())
+                    workers[kv["rank"]] = kv
+        eq(sorted(workers), ["0", "1", "2", "3"], "workers that reported")
+        for r, kv in workers.items():
+            eq(kv["sum"], "4.0", "worker %s all_reduce" % r)
+            eq(kv["use_agent_store"], "False",
+               "worker %s TORCHELASTIC_USE_AGENT_STORE" % r)
+            expect(kv["port"] not in (str(args.port_a), str(args.port_b)),
+                   "worker %s's MASTER_PORT %s is a node's front end: torch "
+                   "changed; update the README" % (r, kv["port"]))
+        rc, out, err = ctl("a", "get", "/torch.rendezvous.%s.0/MASTER_PORT"
+                           % run_id)
+        eq((rc, out.strip()), (0, workers["0"]["port"]),
+           "the round's MASTER_PORT in rdzv")
+        native_get("a", "/torch.rendezvous." + run_id)  # the state key
+
 
 def rank_main(mode, port, rank):
     import torch
@@ -1029,6 +1087,23 @@ def rank_main(mode, port, rank):
     return 0
 
 
+def torchrun_worker():
+    """A worker of torchrun 1.13: env:// as torchrun set it up, then
+    all_reduce; one line says what it was given."""
+    import torch
+    import torch.distributed as dist
+    e = os.environ
+    dist.init_process_group("gloo", init_method="env://",
+                            timeout=timedelta(seconds=60))
+    t = torch.tensor([1.0])
+    dist.all_reduce(t)
+    print("WORKER13 rank=%s use_agent_store=%s port=%s sum=%s" % (
+        e["RANK"], e.get("TORCHELASTIC_USE_AGENT_STORE"), e["MASTER_PORT"],
+        t.item()), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
 def child_get(port, key):
     s = store(port, world_size=None, seconds=LONG + 5)
     print("connected", flush=True)
@@ -1048,7 +1123,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", nargs="?", default="checks",
                     choices=["checks", "child-get", "rank-store",
-                             "rank-env", "rank-c10d"])
+                             "rank-env", "rank-c10d", "torchrun-worker"])
     ap.add_argument("--port-a", type=int)
     ap.add_argument("--port-b", type=int)
     ap.add_argument("--addr-a", help="node A's native address (rdzvctl)")
@@ -1064,6 +1139,8 @@ def main():
         return child_get(args.port, args.key)
     if args.mode in ("rank-store", "rank-env", "rank-c10d"):
         return rank_main(args.mode, args.port, args.rank)
+    if args.mode == "torchrun-worker":
+        return torchrun_worker()
 
     import torch
     print("torch %s from %s" % (torch.__version__, torch.__file__),

@@ -2,7 +2,9 @@
  * torch 1.13 (legacy) and 2.6 (v2) clients send, recorded in
  * ../shared/notes/tcpstore-protocol.md §3.1-3.2: each request whole, byte
  * by byte (every proper prefix asks for more), back to back in one read,
- * and the malformed cases that must close the connection. */
+ * and the malformed cases that must close the connection; and the layouts
+ * of the opcodes of later releases (queues, LIST_KEYS, BARRIER), from
+ * PyTorch's sources. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -153,12 +155,78 @@ static void test_v2_client_bytes(void **state) {
   const uint8_t cancel[] = {0x0c};
   parse_whole(&ps, cancel, 1, &r);
   assert_int_equal(r.req.op, RDZV_TS_CANCEL_WAIT);
-  /* A second VALIDATE, and opcodes of later releases, close. */
+  /* A second VALIDATE, and an opcode past the last known (18), close. */
   parse(&ps, validate, sizeof(validate), &r);
   assert_int_equal(r.rc, RDZV_EPROTO);
-  const uint8_t queue_push[] = {14, L(1), 'q', L(1), 'v'};
-  parse(&ps, queue_push, sizeof(queue_push), &r);
+  const uint8_t nineteen[] = {19, L(1), 'q'};
+  parse(&ps, nineteen, sizeof(nineteen), &r);
   assert_int_equal(r.rc, RDZV_EPROTO);
+}
+
+/* The opcodes of releases after 2.6, in the layouts of PyTorch's sources
+ * (notes section 3; no client of this machine sends them): each whole,
+ * byte by byte, and back to back. */
+static void test_v2_later_opcodes(void **state) {
+  (void)state;
+  struct rdzv_ts_parser ps = {RDZV_TS_V2, 1};
+  struct parsed r;
+  const uint8_t push[] = {14, L(2), '/', 'q', L(3), 'a', 'b', 'c'};
+  parse_whole(&ps, push, sizeof(push), &r);
+  assert_int_equal(r.req.op, RDZV_TS_QUEUE_PUSH);
+  assert_int_equal(r.req.nkeys, 1);
+  assert_int_equal(r.req.nvals, 1);
+  assert_true(slice_is(r.keys[0], "/q") && slice_is(r.vals[0], "abc"));
+  const uint8_t pop[] = {15, L(2), '/', 'q'};
+  parse_whole(&ps, pop, sizeof(pop), &r);
+  assert_int_equal(r.req.op, RDZV_TS_QUEUE_POP);
+  assert_true(r.req.nkeys == 1 && slice_is(r.keys[0], "/q"));
+  const uint8_t len[] = {16, L(2), '/', 'q'};
+  parse_whole(&ps, len, sizeof(len), &r);
+  assert_int_equal(r.req.op, RDZV_TS_QUEUE_LEN);
+  const uint8_t list[] = {17};
+  parse_whole(&ps, list, sizeof(list), &r);
+  assert_int_equal(r.req.op, RDZV_TS_LIST_KEYS);
+  assert_int_equal(r.req.nkeys, 0);
+  /* BARRIER "/b" world size 4; and a world size of -1 as it comes. */
+  const uint8_t bar[] = {18, L(2), '/', 'b', 4, 0, 0, 0, 0, 0, 0, 0};
+  parse_whole(&ps, bar, sizeof(bar), &r);
+  assert_int_equal(r.req.op, RDZV_TS_BARRIER);
+  assert_true(r.req.nkeys == 1 && slice_is(r.keys[0], "/b"));
+  assert_int_equal(r.req.delta, 4);
+  const uint8_t neg[] = {18, L(1), 'b', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                         0xff, 0xff};
+  parse_whole(&ps, neg, sizeof(neg), &r);
+  assert_int_equal(r.req.delta, -1);
+  /* All five back to back in one read. */
+  uint8_t all[sizeof(push) + sizeof(pop) + sizeof(len) + sizeof(list) +
+              sizeof(bar)];
+  size_t n = 0;
+  memcpy(all + n, push, sizeof(push)), n += sizeof(push);
+  memcpy(all + n, pop, sizeof(pop)), n += sizeof(pop);
+  memcpy(all + n, len, sizeof(len)), n += sizeof(len);
+  memcpy(all + n, list, sizeof(list)), n += sizeof(list);
+  memcpy(all + n, bar, sizeof(bar)), n += sizeof(bar);
+  const enum rdzv_ts_op want[] = {RDZV_TS_QUEUE_PUSH, RDZV_TS_QUEUE_POP,
+                                  RDZV_TS_QUEUE_LEN, RDZV_TS_LIST_KEYS,
+                                  RDZV_TS_BARRIER};
+  size_t off = 0;
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    parse(&ps, all + off, n - off, &r);
+    assert_int_equal(r.rc, 1);
+    assert_int_equal(r.req.op, want[i]);
+    off += r.used;
+  }
+  assert_int_equal(off, n);
+  /* Limits hold for them too; in the legacy dialect 14-18 are unknown. */
+  uint8_t bigv[100] = {14, L(1), 'q', L(65)};
+  parse(&ps, bigv, sizeof(bigv), &r);
+  assert_int_equal(r.rc, RDZV_EVALUE_TOO_BIG);
+  struct rdzv_ts_parser leg = {RDZV_TS_LEGACY, 0};
+  parse(&leg, bar, sizeof(bar), &r);
+  assert_int_equal(r.rc, RDZV_EPROTO);
+  assert_string_equal(rdzv_ts_op_name(RDZV_TS_QUEUE_PUSH), "queue_push");
+  assert_string_equal(rdzv_ts_op_name(RDZV_TS_LIST_KEYS), "list_keys");
+  assert_string_equal(rdzv_ts_op_name(RDZV_TS_BARRIER), "barrier");
 }
 
 static void test_v2_needs_validate_first_and_right_magic(void **state) {
@@ -239,6 +307,7 @@ int main(void) {
       cmocka_unit_test(test_legacy_client_bytes),
       cmocka_unit_test(test_legacy_numkeys_first),
       cmocka_unit_test(test_v2_client_bytes),
+      cmocka_unit_test(test_v2_later_opcodes),
       cmocka_unit_test(test_v2_needs_validate_first_and_right_magic),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_random_bytes_never_crash),

@@ -150,7 +150,12 @@ static const struct vcase vcases[] = {
     {"ping-key", 19, 0, 0, 0, 1, {S("k")}, V0, EP},
     {"ping-val", 19, 0, 0, 0, K0, 1, {S("v")}, EP},
     {"ping-reply", 19, RDZV_F_REPLY, 0, 0, K0, V0, EP},
-    {"type-20", 20, 0, 0, 0, K0, V0, EP},
+    {"keys", 20, 0, 0, 0, K0, V0, OK},
+    {"keys-prefix", 20, 0, 0, 0, 1, {S("/p")}, V0, OK},
+    {"keys-empty-prefix", 20, 0, 0, 0, 1, {S("")}, V0, EP},
+    {"keys-2-prefixes", 20, 0, 0, 0, 2, {S("a"), S("b")}, V0, EP},
+    {"keys-val", 20, 0, 0, 0, K0, 1, {S("v")}, EP},
+    {"type-21", 21, 0, 0, 0, K0, V0, EP},
 };
 /* clang-format on */
 #define NVCASES (sizeof vcases / sizeof vcases[0])

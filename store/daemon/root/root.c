@@ -620,6 +620,49 @@ static void handle_append(struct root_job *s, struct conn *c,
     rdzv__waits_notify(&s->waits, k.p, k.n);
 }
 
+/* RDZV_MSG_KEYS: every key (with the prefix, if one is given) as an
+ * encoded item list, within the frame limit. */
+struct keys_ctx {
+  struct rdzv_buf b;
+  uint32_t n;
+  size_t max; /* bytes the list may take in a reply body */
+};
+
+static int keys_cb(void *arg, const uint8_t *k, uint32_t klen,
+                   const struct rdzv_state_val *v) {
+  struct keys_ctx *x = arg;
+  (void)v;
+  if (x->b.len + 4 + (size_t)klen > x->max)
+    return RDZV_EFRAME_TOO_BIG;
+  if (rdzv_items_append(&x->b, k, klen) < 0)
+    return RDZV_ENOMEM;
+  x->n++;
+  return RDZV_STATE_KEEP;
+}
+
+static void handle_keys(struct root_job *s, struct conn *c,
+                        const struct rdzv_msg *m) {
+  struct rdzv_slice prefix = {NULL, 0};
+  if (m->keys.n > 0)
+    rdzv__root_item(&m->keys, 0, &prefix);
+  struct keys_ctx x = {{0}, 0, 0};
+  /* The body's fixed part and the (empty) value list aside. */
+  x.max = s->d->cfg.max_frame_bytes > RDZV_WIRE_MIN_BODY_BYTES
+              ? s->d->cfg.max_frame_bytes - RDZV_WIRE_MIN_BODY_BYTES
+              : 0;
+  int rc = rdzv__state_scan(s->st, prefix.p, prefix.n, keys_cb, &x);
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, rc);
+  if (rc == 0) {
+    r.a = x.n;
+    r.keys.n = x.n;
+    r.keys.raw = x.b.data;
+    r.keys.raw_len = x.b.len;
+  }
+  answer(c, &r);
+  rdzv_buf_free(&x.b);
+}
+
 /* ---- dispatch and teardown ------------------------------------------------ */
 
 static void root_handle(struct daemon *d, struct conn *c,
@@ -674,6 +717,7 @@ static void root_handle(struct daemon *d, struct conn *c,
     answer(c, &r);
     break;
   }
+  case RDZV_MSG_KEYS: handle_keys(s, c, m); break;
   case RDZV_MSG_BARRIER:
   case RDZV_MSG_GATHER: rdzv__root_collective(s, c, m); break;
   case RDZV_MSG_COLL_STATUS: rdzv__root_coll_status(s, c, m); break;

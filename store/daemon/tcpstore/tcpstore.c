@@ -24,7 +24,25 @@
  *                              the expected value (TCPStore does);
  *   GETNUMKEYS, DELETE_KEY  -> NKEYS, DELETE; i64;
  *   MULTI_GET               -> MGET; the blobs in order;
- *   PING, VALIDATE          -> answered here (echo; nothing).
+ *   LIST_KEYS (>= 2.10)     -> KEYS; i64 count, then each key as a string
+ *                              (every key of the job: the client keeps
+ *                              those that start with "/");
+ *   BARRIER (>= 2.11)       -> ADD 1 on the key (the decimal counter
+ *                              TCPStore keeps there), giving n; past the
+ *                              world size W (n > W, or W < 1) 0x00 at
+ *                              once, else rdzv's own BARRIER named by the
+ *                              key, member n-1 of W, combined up the tree
+ *                              like any barrier, and 0x00 when it
+ *                              completes; like a WAIT it holds nothing
+ *                              back, and CANCEL_WAIT drops its answer (the
+ *                              contribution stays, as the counter's
+ *                              increment does in PyTorch's server). A
+ *                              completed barrier stays completed: a key
+ *                              deleted and used again releases at once;
+ *   PING, VALIDATE          -> answered here (echo; nothing);
+ *   QUEUE_PUSH/POP/LEN      -> not served (closed): the tree has no FIFO
+ *                              with an atomic pop, nor a wait that a push
+ *                              ends for one waiter (README).
  * Any failure (unknown opcode, limits, an error answer such as a
  * non-numeric ADD) closes that connection only, the protocol's only way
  * to report one. Idle connections are never closed (a torch 1.13 client
@@ -60,10 +78,15 @@
 #define TS_KEYS_CAP RDZV_TS_MAX_KEYS
 
 struct ts_pending {
-  uint32_t req_id;
+  uint32_t req_id; /* 0 while due (not sent yet) */
   enum rdzv_ts_op op;
-  bool cancelled;      /* WAIT after CANCEL_WAIT: drop its answer */
-  struct rdzv_buf arg; /* COMPARE_SET: the expected value */
+  bool cancelled;      /* WAIT, BARRIER after CANCEL_WAIT: drop its answer */
+  bool due;            /* BARRIER: its second step waits for on_deferred */
+  uint8_t stage;       /* BARRIER: 0 the ADD, 1 rdzv's BARRIER */
+  int64_t world;       /* BARRIER: the world size */
+  uint64_t member;     /* BARRIER: this caller's member id */
+  struct rdzv_buf arg; /* COMPARE_SET: the expected value; BARRIER: the
+                          key */
   struct ts_pending *next;
 };
 
@@ -80,6 +103,7 @@ struct ts_conn {
   /* Set inside on_reply (which must not call into the daemon), acted on
    * by the server's idle handler on this loop iteration. */
   bool resume_due;
+  bool barrier_due; /* a BARRIER's second step is due (on_deferred) */
   bool broke_rule; /* closed for a bad request or a failed one */
   char close_why[160]; /* non-empty: close it */
   uint32_t next_req;
@@ -165,9 +189,26 @@ static bool may_go(const struct ts_conn *t, enum rdzv_ts_op op) {
   return t->nblocking == 0 && t->nwrites == 0;
 }
 
-/* Requests whose pending answer holds later ones back. */
+/* Requests whose pending answer holds later ones back (a client sends
+ * nothing after a WAIT or a BARRIER until it is answered, or it cancels
+ * it with CANCEL_WAIT). */
 static bool blocks(enum rdzv_ts_op op) {
-  return !is_write(op) && op != RDZV_TS_WAIT;
+  return !is_write(op) && op != RDZV_TS_WAIT && op != RDZV_TS_BARRIER;
+}
+
+/* Appends p to t's pending requests. */
+static void pending_add(struct ts_conn *t, struct ts_pending *p) {
+  p->next = NULL;
+  if (t->pending_tail != NULL)
+    t->pending_tail->next = p;
+  else
+    t->pending = p;
+  t->pending_tail = p;
+  t->npending++;
+  if (is_write(p->op))
+    t->nwrites++;
+  else if (blocks(p->op))
+    t->nblocking++;
 }
 
 static struct ts_pending *pending_take(struct ts_conn *t, uint32_t req_id) {
@@ -194,8 +235,11 @@ static void pending_free(struct ts_pending *p) {
   free(p);
 }
 
-/* The TCPStore reply to an rdzv reply r of request p. Returns 0, or
- * a status that closes the connection. */
+/* translate(): p goes on to a next step (a BARRIER's rdzv BARRIER). */
+#define TS_NEXT_STEP 1
+
+/* The TCPStore reply to an rdzv reply r of request p. Returns 0,
+ * TS_NEXT_STEP, or a status that closes the connection. */
 static int translate(struct ts_conn *t, const struct ts_pending *p,
                      const struct rdzv_msg *r) {
   struct rdzv_buf *o = &t->out;
@@ -243,8 +287,63 @@ static int translate(struct ts_conn *t, const struct ts_pending *p,
     while (rc == 0 && rdzv_items_next(&r->vals, &pos, &v))
       rc = rdzv_ts_put_blob(o, v.p, v.n);
     return rc;
+  case RDZV_TS_LIST_KEYS:
+    if (r->status < 0)
+      return r->status;
+    rc = rdzv_ts_put_i64(o, (int64_t)r->keys.n);
+    while (rc == 0 && rdzv_items_next(&r->keys, &pos, &v))
+      rc = rdzv_ts_put_blob(o, v.p, v.n);
+    return rc;
+  case RDZV_TS_BARRIER:
+    if (r->status < 0)
+      return r->status;
+    if (p->stage == 0) { /* the ADD: r->a callers arrived, this one too */
+      if (p->world >= 1 && r->a <= p->world) {
+        if (r->a < 1)
+          return RDZV_ENOT_NUMBER; /* a counter someone set below 1 */
+        return TS_NEXT_STEP;
+      }
+    }
+    return p->cancelled ? 0 : rdzv_ts_put_u8(o, RDZV_TS_STOP_WAITING);
   default:
     return RDZV_EPROTO;
+  }
+}
+
+static int send_frame(struct ts_conn *t, struct ts_pending *p,
+                      struct rdzv_msg *m);
+
+/* The second step of t's BARRIERs whose ADD answered: rdzv's BARRIER
+ * named by the key, this caller's member id, of the world size. Returns
+ * 0, or a status that closes the connection. */
+static int send_due_barriers(struct ts_conn *t) {
+  t->barrier_due = false;
+  for (;;) {
+    /* From the head each time: an answer may come back inside a send
+     * and free what follows. */
+    struct ts_pending *p = t->pending;
+    while (p != NULL && !p->due)
+      p = p->next;
+    if (p == NULL)
+      return 0;
+    p->due = false;
+    uint8_t id[8];
+    rdzv_store_u64le(id, p->member);
+    struct rdzv_slice name = {p->arg.data, (uint32_t)p->arg.len};
+    struct rdzv_slice contrib = {id, sizeof(id)};
+    struct rdzv_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = RDZV_MSG_BARRIER;
+    m.b = p->world;
+    m.keys.n = 1;
+    m.keys.v = &name;
+    m.vals.n = 1;
+    m.vals.v = &contrib;
+    int rc = send_frame(t, p, &m);
+    if (rc < 0)
+      return rc;
+    if (t->closing || t->close_why[0] != '\0')
+      return 0;
   }
 }
 
@@ -254,6 +353,14 @@ static void on_deferred(uv_idle_t *h) {
   struct ts_conn *t = s->conns, *next;
   for (; t != NULL; t = next) {
     next = t->next;
+    if (t->close_why[0] == '\0' && t->barrier_due) {
+      int rc = send_due_barriers(t);
+      if (rc < 0 && t->close_why[0] == '\0') {
+        t->broke_rule = true;
+        snprintf(t->close_why, sizeof(t->close_why), "barrier: %s",
+                 rdzv_strerror(rc));
+      }
+    }
     if (t->close_why[0] != '\0') {
       ts_close(t, t->close_why);
     } else if (t->resume_due) {
@@ -286,6 +393,16 @@ static void on_reply(void *arg, const struct rdzv_msg *r) {
   if (p == NULL)
     return;
   int rc = translate(t, p, r);
+  if (rc == TS_NEXT_STEP) { /* sent from on_deferred */
+    p->stage = 1;
+    p->member = (uint64_t)(r->a - 1);
+    p->req_id = 0;
+    p->due = true;
+    pending_add(t, p);
+    t->barrier_due = true;
+    defer(t);
+    return;
+  }
   if (rc < 0) {
     t->broke_rule = true;
     snprintf(t->close_why, sizeof(t->close_why), "%s failed: %s",
@@ -304,11 +421,27 @@ static void on_reply(void *arg, const struct rdzv_msg *r) {
 
 /* ---- requests to the daemon ----------------------------------------------- */
 
+/* Sends m for p, which is pending already (the answer may come back
+ * inside this call). */
+static int send_frame(struct ts_conn *t, struct ts_pending *p,
+                      struct rdzv_msg *m) {
+  struct ts_server *s = t->srv;
+  p->req_id = ++t->next_req;
+  if (p->req_id == 0)
+    p->req_id = ++t->next_req;
+  m->req_id = p->req_id;
+  s->frame.len = 0;
+  int rc = rdzv_msg_encode(m, &s->frame);
+  if (rc < 0)
+    return rc; /* closes the connection, p with it */
+  return rdzv_daemon_inproc_send(t->in, s->frame.data, s->frame.len);
+}
+
 /* Sends m for q, keeping what its reply needs (COMPARE_SET: the expected
- * value). The reply may come back inside this call. */
+ * value; BARRIER: the key and the world size). The reply may come back
+ * inside this call. */
 static int send_rdzv(struct ts_conn *t, const struct rdzv_ts_req *q,
                      struct rdzv_msg *m) {
-  struct ts_server *s = t->srv;
   struct ts_pending *p = calloc(1, sizeof(*p));
   if (p == NULL)
     return RDZV_ENOMEM;
@@ -318,28 +451,16 @@ static int send_rdzv(struct ts_conn *t, const struct rdzv_ts_req *q,
     free(p);
     return RDZV_ENOMEM;
   }
-  p->req_id = ++t->next_req;
-  if (p->req_id == 0)
-    p->req_id = ++t->next_req;
-  m->req_id = p->req_id;
-  s->frame.len = 0;
-  int rc = rdzv_msg_encode(m, &s->frame);
-  if (rc < 0) {
-    pending_free(p);
-    return rc;
+  if (q->op == RDZV_TS_BARRIER) {
+    p->world = q->delta;
+    if (rdzv_buf_append(&p->arg, q->keys[0].p, q->keys[0].n) < 0) {
+      free(p);
+      return RDZV_ENOMEM;
+    }
   }
   /* Pending before sending: the answer may come back inside the call. */
-  if (t->pending_tail != NULL)
-    t->pending_tail->next = p;
-  else
-    t->pending = p;
-  t->pending_tail = p;
-  t->npending++;
-  if (is_write(p->op))
-    t->nwrites++;
-  else if (blocks(p->op))
-    t->nblocking++;
-  return rdzv_daemon_inproc_send(t->in, s->frame.data, s->frame.len);
+  pending_add(t, p);
+  return send_frame(t, p, m);
 }
 
 /* One parsed request. Returns 0, or a status that closes the
@@ -362,7 +483,7 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
     return 0;
   case RDZV_TS_CANCEL_WAIT:
     for (p = t->pending; p != NULL; p = p->next)
-      if (p->op == RDZV_TS_WAIT)
+      if (p->op == RDZV_TS_WAIT || p->op == RDZV_TS_BARRIER)
         p->cancelled = true; /* its answer, if any, is dropped */
     if (rdzv_ts_put_u8(&t->out, RDZV_TS_WAIT_CANCELED) < 0)
       return RDZV_ENOMEM;
@@ -391,6 +512,11 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
   case RDZV_TS_GETNUMKEYS: m.type = RDZV_MSG_NKEYS; break;
   case RDZV_TS_DELETE_KEY: m.type = RDZV_MSG_DELETE; break;
   case RDZV_TS_COMPARE_SET: m.type = RDZV_MSG_CAS; break;
+  case RDZV_TS_LIST_KEYS: m.type = RDZV_MSG_KEYS; break;
+  case RDZV_TS_BARRIER: /* the counter first (see the header) */
+    m.type = RDZV_MSG_ADD;
+    m.a = 1;
+    break;
   default:
     return RDZV_EPROTO;
   }
@@ -435,6 +561,16 @@ static void parse_all(struct ts_conn *t) {
     if (rc < 0) {
       t->broke_rule = true;
       ts_close(t, rdzv_strerror(rc));
+      return;
+    }
+    if (q.op == RDZV_TS_QUEUE_PUSH || q.op == RDZV_TS_QUEUE_POP ||
+        q.op == RDZV_TS_QUEUE_LEN) {
+      char why[160];
+      snprintf(why, sizeof(why), "%s: not served (PyTorch's queues need a "
+               "FIFO the tree does not have; see the README)",
+               rdzv_ts_op_name(q.op));
+      t->broke_rule = true;
+      ts_close(t, why);
       return;
     }
     if (!may_go(t, q.op)) {
