@@ -59,6 +59,12 @@ for name in node root; do
   pidfile="$run/$job.$name.pid"
   [ -r "$pidfile" ] || continue
   pid=$(cat "$pidfile")
+  # Only this job's daemon: a pid file may outlive its daemon, and the pid
+  # be another process's by now.
+  if ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null |
+    grep -q -- "--job=$job "; then
+    continue
+  fi
   kill -TERM "$pid" 2>/dev/null
   for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null

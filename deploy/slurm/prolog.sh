@@ -60,7 +60,8 @@
 # reason goes to slurmd's log (it logs a failed Prolog's output), to the
 # job's output file (sbatch, slurm.conf PrologFlags=Alloc gives its name)
 # and, for a job without one (srun, salloc), to
-# SLURM_JOB_WORK_DIR/rdzv-prolog.<job>.<host>.err, owned by the job's user.
+# SLURM_JOB_WORK_DIR/rdzv-prolog.<job>.<host>.err, both written as the
+# job's user (the paths are the user's to choose), never as root.
 # Ranks reach their node through the Unix socket RDZV_RUN_DIR/<job>.sock
 # (task-prolog.sh exports RDZV_ADDR).
 set -uo pipefail
@@ -115,13 +116,12 @@ fail() {
   if [ -z "$out" ] && [ -n "${SLURM_JOB_WORK_DIR:-}" ]; then
     out="$SLURM_JOB_WORK_DIR/rdzv-prolog.$job.$me.err"
   fi
-  if [ -n "$out" ] && [ -d "$(dirname "$out")" ]; then
-    local existed=0
-    [ -e "$out" ] && existed=1
-    printf '%s\n' "$msg" >>"$out" 2>/dev/null &&
-      if [ "$existed" = 0 ] && [ -n "${SLURM_JOB_UID:-}" ]; then
-        chown "${SLURM_JOB_UID}:${SLURM_JOB_GID:-}" "$out" 2>/dev/null
-      fi
+  # Written as the job's user, never as root: the path is the user's to
+  # choose (a link, a directory only root may write).
+  if [ -n "$out" ] && [[ "${SLURM_JOB_UID:-}" =~ ^[0-9]+$ ]] &&
+    [[ "${SLURM_JOB_GID:-}" =~ ^[0-9]+$ ]]; then
+    setpriv --reuid="$SLURM_JOB_UID" --regid="$SLURM_JOB_GID" --clear-groups \
+      -- /bin/sh -c 'printf "%s\n" "$1" >>"$2"' sh "$msg" "$out" 2>/dev/null
   fi
   stop_started
   exit 1
@@ -141,8 +141,10 @@ start() { # name args...
 }
 
 # Stops the daemons started here (a failed Prolog leaves none behind) and
-# files their logs like the Epilog does.
+# files their logs like the Epilog does; the socket too, if this Prolog's
+# node made it.
 stop_started() {
+  [ "${#started[@]}" -gt 0 ] || return 0
   local name pid
   for name in "${started[@]}"; do
     pid=$(cat "$run/$job.$name.pid" 2>/dev/null) || continue
@@ -186,7 +188,15 @@ programs); raise RDZV_PORT_TRIES or move RDZV_PORT_BASE in $settings"
     "the end of its log:" "${tail_lines[@]}"
 }
 
-[ -n "$job" ] || fail "SLURM_JOB_ID is not set (not run by slurmd?)"
+[[ "$job" =~ ^[0-9]+$ ]] || fail "SLURM_JOB_ID is '${job}', not a job id (not run by slurmd?)"
+for v in fanout base range tries start_timeout; do
+  [[ "${!v}" =~ ^[0-9]+$ ]] ||
+    fail "a setting in $settings is not a number: $v=${!v} (RDZV_FANOUT, RDZV_PORT_BASE, RDZV_PORT_RANGE, RDZV_PORT_TRIES, RDZV_START_TIMEOUT)"
+done
+[ "$fanout" -ge 1 ] && [ "$range" -ge 1 ] && [ "$tries" -ge 1 ] &&
+  [ "$tries" -le 64 ] && [ "$base" -ge 1 ] &&
+  [ $((base + range + tries - 1)) -le 65536 ] ||
+  fail "settings in $settings out of range: RDZV_FANOUT=$fanout and RDZV_PORT_RANGE=$range must be >= 1, RDZV_PORT_TRIES=$tries 1..64, and RDZV_PORT_BASE=$base + RANGE + TRIES - 1 <= 65536"
 [ -n "$nodelist" ] || fail "neither SLURM_JOB_NODELIST nor SLURM_NODELIST is set"
 [ -x "$bin" ] || fail "rdzvd is not at $bin (RDZV_BIN in $settings)"
 [ -x "$ctl" ] || fail "rdzvctl is not at $ctl (RDZVCTL_BIN in $settings)"
@@ -196,8 +206,9 @@ programs); raise RDZV_PORT_TRIES or move RDZV_PORT_BASE in $settings"
 conf=${SLURM_CONF:-/etc/slurm/slurm.conf}
 if [ -r "$conf" ]; then
   flags=$(sed -n 's/^[[:space:]]*PrologFlags[[:space:]]*=[[:space:]]*\([^[:space:]#]*\).*/\1/Ip' \
-    "$conf" | tail -n 1)
-  if ! grep -Eqi '(^|,)alloc(,|$)' <<<"$flags" &&
+    "$conf" | tail -n 1 | tr -d '"'"'")
+  # Contain implies Alloc, X11 implies both (slurm.conf(5)).
+  if ! grep -Eqi '(^|,)(alloc|contain|x11)(,|$)' <<<"$flags" &&
     { [ -n "$flags" ] || ! grep -qi '^[[:space:]]*include[[:space:]]' "$conf"; }; then
     fail "slurm.conf ($conf) lacks PrologFlags=Alloc (PrologFlags=${flags:-none})." \
       "rdzv's Prolog must run on every host of a job at allocation: add" \
@@ -209,10 +220,23 @@ if ! pos=$("$ctl" tree-position --fanout "$fanout" "$nodelist" "$me" 2>&1); then
     "(RDZV_HOSTNAME, default \$SLURMD_NODENAME, names this host in the list)"
 fi
 read -r index ancestors <<<"$pos"
+# rdzvd takes at most 16 ancestors: the nearest 15 and the top (host 0's
+# node) where a deeper tree (a small fan-out) has more.
+read -r -a chain <<<"$ancestors"
+if [ "${#chain[@]}" -gt 16 ]; then
+  ancestors="${chain[*]:0:15} ${chain[${#chain[@]}-1]}"
+fi
 first_port=$((base + job % range))
 last_port=$((first_port + tries - 1))
 ports="$first_port-$last_port"
 mkdir -p "$run" || fail "cannot create $run (RDZV_RUN_DIR)"
+# Run again for a job whose node already runs here (slurmd retried): that
+# node serves; nothing of it is touched.
+if pid=$(cat "$run/$job.node.pid" 2>/dev/null) &&
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--job=$job "; then
+  echo "rdzv prolog: job $job, host $me: its node already runs (pid $pid)" >&2
+  exit 0
+fi
 
 if [ "$index" -eq 0 ]; then
   start root --role=root --listen=127.0.0.1:0 --job="$job" \

@@ -71,7 +71,8 @@ extern "C" {
  * Requests and replies share a type; replies carry RDZV_F_REPLY. */
 enum rdzv_msg_type {
   /* keys[0] = job id, keys[1] = peer name (for logs), a = role
-   * (enum rdzv_peer_role). Reply: status, a = the replier's largest frame
+   * (enum rdzv_peer_role), b = a node's own incarnation (0: not told; a
+   * daemon refuses a hello with its own: it reached itself). Reply: status, a = the replier's largest frame
    * body (a node splits what it combines to fit), b = its incarnation
    * (changes when it restarts), keys[0] = its liveness timeout in ms (u32
    * LE: a child node pings at least three times within it), vals = its

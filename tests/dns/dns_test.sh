@@ -1,5 +1,6 @@
 #!/bin/bash
-# DNS as Kubernetes serves it (field failures B04, B05, B34): a node finds
+# How a node finds its parent. DNS as Kubernetes serves it (field failures
+# B04, B05, B34): a node finds
 # its parent by a name that at first does not resolve, then resolves to an
 # address that refuses and to one that drops SYNs, later flips between a
 # dead old address and the new one, answers NXDOMAIN again after it had
@@ -7,6 +8,9 @@
 # The name lives in this test's own /etc/hosts: a private mount namespace
 # binds a file the test rewrites in place (glibc's getaddrinfo reads
 # /etc/hosts on every call, and rdzvd caches no answer).
+# Then port ranges: a program that is not rdzvd on the range's first port
+# (passed over), and a node whose parent's range holds its own port (it
+# refuses itself).
 #
 # Invariants checked after each phase: the node joins (a write through it
 # reaches the root) once the right address answers, within the phase's
@@ -133,7 +137,7 @@ fi
   ok "a: resolved again after each failure while NXDOMAIN ($resolves_nx failed resolutions in 3 s)" ||
   fail "a: only $resolves_nx resolutions in 3 s of NXDOMAIN"
 grep -q "127.0.3.8:$port" "$dir/node.log" &&
-  grep -q "no hello reply within 500 ms" "$dir/node.log" &&
+  grep -q "within 500 ms (--connect-timeout-ms" "$dir/node.log" &&
   ok "a: the SYN-dropping address was given up after --connect-timeout-ms" ||
   fail "a: no attempt at 127.0.3.8 given up after 500 ms in the log"
 grep -q "connect to 127.0.3.9:$port" "$dir/node.log" &&
@@ -197,3 +201,51 @@ grep -q "another job's daemon at 127.0.3.1:$port" "$dir/node.log" &&
 [ "$("$ctl" --addr 127.0.3.1:$port --job "other-$job" get e 2>&1)" != 5 ] ||
   fail "e: the key went to the other job's root"
 kill -0 "$node" 2>/dev/null || fail "the node exited"
+
+# ---- f: a port range whose first port holds a program that is not rdzvd
+# (it sends garbage), the parent on the second: the node passes over it.
+python3 - "$dir" <<'PYEOF' &
+import os, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.3.5", 28420))
+s.listen(16)
+open(sys.argv[1] + "/garbage.up", "w").close()
+while True:
+    c, _ = s.accept()
+    c.send(os.urandom(128))
+PYEOF
+pids+=($!)
+for _ in $(seq 50); do [ -e "$dir/garbage.up" ] && break; sleep 0.1; done
+"$rdzvd" --role=node --job="$job" --parent="127.0.3.2:$port" \
+  --listen=127.0.3.5:28420-28423 --port-file="$dir/mid.port" --name=mid \
+  >"$dir/mid.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do [ -s "$dir/mid.port" ] && break; sleep 0.1; done
+"$rdzvd" --role=node --job="$job" --parent=127.0.3.5:28420-28423 \
+  --listen=127.0.0.1:0 --unix="$dir/leaf.sock" --name=leaf --log-level=2 \
+  >"$dir/leaf.log" 2>&1 &
+pids+=($!)
+if [ "$(cat "$dir/mid.port" 2>/dev/null)" = 28421 ] &&
+  "$ctl" --addr "unix:$dir/leaf.sock" --job "$job" --timeout 30 set f 6 \
+    >>"$dir/ctl.log" 2>&1 &&
+  [ "$("$ctl" --addr 127.0.3.2:$port --job "$job" get f 2>&1)" = 6 ] &&
+  grep -q "undecodable bytes (not rdzvd?) from 127.0.3.5:28420" \
+    "$dir/leaf.log"; then
+  ok "f: a non-rdzv program on the range's first port passed over; the parent on 28421 reached"
+else
+  fail "f: no write through a range whose first port sends garbage"
+fi
+
+# ---- g: a node whose range holds its own port refuses itself as parent.
+"$rdzvd" --role=node --job="$job" --parent=127.0.3.6:28430-28431 \
+  --listen=127.0.3.6:28430-28431 --unix="$dir/self.sock" --name=self \
+  --upstream-timeout-ms=2000 --log-level=2 >"$dir/self.log" 2>&1 &
+pids+=($!)
+out=$("$ctl" --addr "unix:$dir/self.sock" --job "$job" --timeout 30 set g 7 2>&1)
+if [ -n "$out" ] && grep -q "RDZV_EUNREACHABLE" <<<"$out" &&
+  grep -q "is this node itself" "$dir/self.log"; then
+  ok "g: a node reaching itself in its parent's range refuses itself and fails the request: $(tail -c 160 <<<"$out")"
+else
+  fail "g: self as parent: '$out'"
+fi

@@ -150,14 +150,14 @@ static void check_failed_prologs(void) {
   snprintf(conf, sizeof(conf), "%s/slurm.conf", dir);
   FILE *cf = fopen(conf, "w");
   assert_non_null(cf);
-  fputs("ClusterName=x\nPrologFlags=Contain\n", cf);
+  fputs("ClusterName=x\nPrologFlags=Serial\n", cf);
   fclose(cf);
   snprintf(slurm_conf_env, sizeof(slurm_conf_env), "SLURM_CONF=%s", conf);
   char *cout = NULL;
   int crc = run_job_script("prolog.sh", 0, 4251, NULL, &cout);
   snprintf(slurm_conf_env, sizeof(slurm_conf_env), "SLURM_CONF=/nonexistent");
   assert_non_null(cout);
-  if (crc == 0 || strstr(cout, "lacks PrologFlags=Alloc (PrologFlags=Contain)") ==
+  if (crc == 0 || strstr(cout, "lacks PrologFlags=Alloc (PrologFlags=Serial)") ==
                       NULL)
     fail_msg("prolog without PrologFlags=Alloc: status %d, output [%s]", crc,
              cout);

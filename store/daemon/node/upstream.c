@@ -111,6 +111,7 @@ struct upstream {
   int port, port_first, port_last;
   bool next_cand;
   uint32_t ncands_tried;
+  uint32_t nother_job; /* this round's candidates that served another job */
   char cand_text[80];
   bool closing;            /* the stream's close has not completed yet */
   bool connect_after_close; /* ... and an attempt waits for it */
@@ -238,11 +239,15 @@ static void fail_requests(struct upstream *u, int status, bool all,
 static void on_expire(uv_timer_t *t) {
   struct upstream *u = t->data;
   uint64_t now = uv_now(u->d->loop), limit = u->d->cfg.upstream_timeout_ms;
-  char text[800];
+  char text[800], first[160];
+  /* No round has failed yet: say which candidate the first one is at. */
+  snprintf(first, sizeof(first), "not connected yet (%u of its addresses "
+           "and ports tried; now %s)", u->ncands_tried,
+           u->cand_text[0] ? u->cand_text : "resolving");
   snprintf(text, sizeof(text),
            "parent %s unreachable for %" PRIu64 " ms (node %s): %s",
            up_addr(u), now - u->down_since_ms, u->d->cfg.name,
-           u->why[0] ? u->why : "not connected yet");
+           u->why[0] ? u->why : first);
   /* One sent before (on a connection lost since) may have been applied. */
   char sent_text[900];
   snprintf(sent_text, sizeof(sent_text),
@@ -383,7 +388,7 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   }
   if (!stay && u->naddrs > 1 && u->addr_idx + 1 < u->naddrs) {
     u->addr_idx++;
-    rdzv__log(u->d, u->redirects < 2 ? 1 : 2,
+    rdzv__log(u->d, u->attempts % 50 == 1 ? 1 : 2,
               "job %s: node %s reattaches to ancestor %s", u->job_id,
               u->d->cfg.name, up_addr(u));
     uv_timer_start(&u->timer, on_backoff, 0, 0);
@@ -398,37 +403,56 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   u->backoff_ms = b * 2 > 1000 ? 1000 : b * 2;
 }
 
+/* The round's next usable address (IPv4 or IPv6) after u->cand, or
+ * NULL. */
+static struct addrinfo *next_addr(const struct upstream *u) {
+  for (struct addrinfo *a = u->cand->ai_next; a != NULL; a = a->ai_next)
+    if (a->ai_family == AF_INET || a->ai_family == AF_INET6)
+      return a;
+  return NULL;
+}
+
+/* Whether the round has a candidate after this one (skip_addr: none of
+ * this address's other ports count). */
+static bool cand_left(const struct upstream *u, bool skip_addr) {
+  return u->cand != NULL &&
+         ((!skip_addr && u->port < u->port_last) || next_addr(u) != NULL);
+}
+
 /* Moves to the round's next candidate: the next port of the range, else
- * the next usable address (IPv4 or IPv6) at the range's first port.
- * Returns false when none is left. */
-static bool advance_cand(struct upstream *u) {
-  if (u->cand == NULL)
+ * the next address at the range's first port. skip_addr: the address did
+ * not answer at all (its TCP connect timed out, no route): its other ports
+ * would cost a timeout each, so the next address. Returns false when none
+ * is left. */
+static bool advance_cand(struct upstream *u, bool skip_addr) {
+  if (!cand_left(u, skip_addr))
     return false;
-  if (u->port < u->port_last) {
+  if (!skip_addr && u->port < u->port_last) {
     u->port++;
     return true;
   }
-  for (struct addrinfo *a = u->cand->ai_next; a != NULL; a = a->ai_next) {
-    if (a->ai_family == AF_INET || a->ai_family == AF_INET6) {
-      u->cand = a;
-      u->port = u->port_first;
-      return true;
-    }
-  }
-  return false;
+  u->cand = next_addr(u);
+  u->port = u->port_first;
+  return true;
 }
 
 /* One attempt (one candidate) failed before the parent was ready: the
  * next candidate at once, else the round fails (up_reset). Nothing was
  * sent on the attempt but its hello, so nothing is failed or re-sent. */
 static void up_attempt_failed(struct upstream *u, const char *why, int err) {
-  char what[300];
+  char what[400];
   snprintf(what, sizeof(what), "%s %s", why, u->cand_text);
+  bool skip_addr = u->state == UP_CONNECTING &&
+                   (err == RDZV_EDEADLINE || err == UV_EHOSTUNREACH ||
+                    err == UV_ENETUNREACH);
+  if (err == RDZV_EJOB_MISMATCH)
+    u->nother_job++;
   if ((u->state != UP_CONNECTING && u->state != UP_HELLO) ||
-      !advance_cand(u)) {
+      !advance_cand(u, skip_addr)) {
     if (u->ncands_tried > 1)
       snprintf(what, sizeof(what), "%s %s (the last of %u addresses and "
-               "ports tried)", why, u->cand_text, u->ncands_tried);
+               "ports tried; %u of them served another job)", why,
+               u->cand_text, u->ncands_tried, u->nother_job);
     free_cands(u);
     up_reset(u, u->cand_text[0] ? what : why, err);
     return;
@@ -456,8 +480,13 @@ static void on_attempt_timeout(uv_timer_t *t) {
   if (u->state != UP_CONNECTING && u->state != UP_HELLO)
     return;
   char why[120];
-  snprintf(why, sizeof(why), "no hello reply within %u ms "
-           "(--connect-timeout-ms) from", u->d->cfg.connect_timeout_ms);
+  if (u->state == UP_CONNECTING)
+    snprintf(why, sizeof(why), "connect not done within %u ms "
+             "(--connect-timeout-ms; a dropped SYN?) to",
+             u->d->cfg.connect_timeout_ms);
+  else
+    snprintf(why, sizeof(why), "no hello reply within %u ms "
+             "(--connect-timeout-ms) from", u->d->cfg.connect_timeout_ms);
   up_attempt_failed(u, why, RDZV_EDEADLINE);
 }
 
@@ -490,7 +519,10 @@ static void on_beat(uv_timer_t *t) {
              u->state == UP_HELLO ? "waiting for the hello reply" :
              "connecting", d->cfg.liveness_timeout_ms);
     d->stats.parent_silent++;
-    up_reset(u, why, RDZV_ESILENT);
+    if (u->state == UP_READY)
+      up_reset(u, why, RDZV_ESILENT);
+    else
+      up_attempt_failed(u, why, RDZV_ESILENT); /* the next candidate */
     return;
   }
   if (u->state != UP_READY)
@@ -657,6 +689,17 @@ static void adopt_parent_liveness(struct upstream *u, const struct rdzv_msg *m) 
 /* Returns false when the connection was reset. */
 static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
   u->d->stats.frames_in++;
+  /* Before the hello reply, anything but that reply (an ERROR frame: the
+   * daemon there is full or refuses us; a frame no rdzvd sends: not a
+   * parent) ends this attempt: the next candidate, if the round has one. */
+  if (u->state == UP_HELLO && cand_left(u, false) &&
+      !(m->type == RDZV_MSG_HELLO && (m->flags & RDZV_F_REPLY) &&
+        m->req_id == u->hello_id)) {
+    up_attempt_failed(u, m->type == RDZV_MSG_ERROR ? "an ERROR frame from"
+                                                   : "not a hello reply from",
+                      m->status ? m->status : RDZV_EHELLO);
+    return false;
+  }
   if (m->type == RDZV_MSG_ERROR || !(m->flags & RDZV_F_REPLY)) {
     struct rdzv_slice t = {NULL, 0};
     rdzv_items_get(&m->keys, 0, &t);
@@ -686,12 +729,18 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
       return false;
     }
     if (m->type == RDZV_MSG_HELLO && m->req_id == u->hello_id &&
-        m->status == RDZV_EJOB_MISMATCH) {
+        m->status != 0 && (m->status == RDZV_EJOB_MISMATCH ||
+                           cand_left(u, false))) {
+      /* Another job's daemon, this daemon itself (its range holds its own
+       * port), or another refusal: the next candidate. */
       struct rdzv_slice t = {NULL, 0};
       rdzv_items_get(&m->keys, 0, &t);
       rdzv__log(u->d, 2, "job %s: %s: %.*s", u->job_id, u->cand_text,
                 (int)(t.n < 300 ? t.n : 300), (const char *)t.p);
-      up_attempt_failed(u, "another job's daemon at", RDZV_EJOB_MISMATCH);
+      up_attempt_failed(u, m->status == RDZV_EJOB_MISMATCH
+                               ? "another job's daemon at"
+                               : "hello refused by",
+                        m->status);
       return false;
     }
     if (m->type != RDZV_MSG_HELLO || m->req_id != u->hello_id ||
@@ -769,7 +818,10 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (rc == RDZV_ENEEDMORE)
       break;
     if (rc < 0) {
-      up_reset(u, "undecodable reply", rc);
+      if (u->state == UP_HELLO)
+        up_attempt_failed(u, "undecodable bytes (not rdzvd?) from", rc);
+      else
+        up_reset(u, "undecodable reply", rc);
       off = 0;
       break;
     }
@@ -797,6 +849,7 @@ static void send_hello(struct upstream *u) {
   m.type = RDZV_MSG_HELLO;
   m.req_id = u->hello_id = u->next_id++;
   m.a = RDZV_ROLE_NODE;
+  m.b = (int64_t)u->d->incarnation; /* a daemon refuses itself as parent */
   m.keys.n = 2;
   m.keys.v = keys;
   rdzv_msg_encode(&m, &u->out);
@@ -890,6 +943,7 @@ static void up_connect(struct upstream *u) {
   free_cands(u);
   u->cand_text[0] = '\0';
   u->ncands_tried = 0;
+  u->nother_job = 0;
   u->attempts++;
   if (strncmp(a, "unix:", 5) == 0) {
     uv_pipe_init(u->d->loop, &u->h.pipe, 0);

@@ -482,6 +482,18 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
     refuse_hello(c, m, RDZV_EJOB_MISMATCH, text, "");
     return;
   }
+  /* This daemon's own hello (its --parent range holds its own port, or
+   * names its own address): refused, so that it tries its next
+   * candidate instead of forwarding to itself. */
+  if (m->a == RDZV_ROLE_NODE && m->b != 0 &&
+      (uint64_t)m->b == d->incarnation) {
+    char text[600];
+    snprintf(text, sizeof(text),
+             "daemon %s at %s is this node itself: a node cannot be its own "
+             "parent", d->cfg.name, d->bound_addr);
+    refuse_hello(c, m, RDZV_EHELLO, text, "");
+    return;
+  }
   if (d->admit != NULL && !c->inproc) {
     char text[400], leader[256];
     text[0] = leader[0] = '\0';

@@ -122,8 +122,11 @@ int rdzv__transport_tcp_port(struct daemon *d) {
   return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
-/* Binds a listening socket to ss: the descriptor, or -errno. */
-static int bind_one(const struct sockaddr_storage *ss) {
+/* A socket bound to ss and listening: the descriptor, or -errno. Listens
+ * here, not later: with SO_REUSEADDR two sockets may both bind a port no
+ * one listens on yet, and only listen() says which one has it (the loser
+ * moves on to the range's next port). */
+static int bind_one(const struct sockaddr_storage *ss, int backlog) {
   int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
                   0);
   if (fd < 0)
@@ -132,7 +135,8 @@ static int bind_one(const struct sockaddr_storage *ss) {
   socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                             : sizeof(struct sockaddr_in);
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-      bind(fd, (const struct sockaddr *)ss, len) < 0) {
+      bind(fd, (const struct sockaddr *)ss, len) < 0 ||
+      listen(fd, backlog) < 0) {
     int e = errno;
     close(fd);
     return -e;
@@ -173,7 +177,7 @@ int rdzv__listen_tcp(struct daemon *d) {
   for (int port = first; port <= last && fd == -EADDRINUSE; port++) {
     /* sin_port and sin6_port sit at the same offset. */
     ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
-    fd = bind_one(&ss);
+    fd = bind_one(&ss, (int)d->cfg.backlog);
   }
   if (fd < 0) {
     fprintf(stderr, "rdzvd: listen on %s: %s%s\n", d->cfg.listen,
