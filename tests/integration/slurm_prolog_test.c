@@ -34,6 +34,9 @@
 static char dir[64], cwd[1024];
 /* The Prolog's SLURM_CONF (where it reads PrologFlags): none by default. */
 static char slurm_conf_env[160] = "SLURM_CONF=/nonexistent";
+/* More of the Prolog's environment, for one check at a time. */
+static char extra_env[3][300] = {"RDZV_TEST_UNUSED1=", "RDZV_TEST_UNUSED2=",
+                                 "RDZV_TEST_UNUSED3="};
 
 static int file_exists(const char *fmt, int h) {
   char path[256];
@@ -65,7 +68,8 @@ static int run_job_script(const char *script, int h, int job,
   char base[48];
   snprintf(base, sizeof(base), "RDZV_PORT_BASE=%d", port_base());
   char *argv[] = {"/usr/bin/env", "RDZV_SETTINGS=/nonexistent",
-                  slurm_conf_env, host, listen,
+                  slurm_conf_env, extra_env[0], extra_env[1], extra_env[2],
+                  host, listen,
                   rundir, bin, ctl, base, "RDZV_PORT_RANGE=7",
                   "RDZV_PORT_TRIES=2", "RDZV_FANOUT=1", "RDZV_TCPSTORE=1",
                   "RDZV_START_TIMEOUT=10", job_env, "SLURM_STEP_ID=3",
@@ -164,6 +168,34 @@ static void check_failed_prologs(void) {
   free(cout);
   assert_false(file_exists("%s/host%d/4251.root.pid", 0));
   assert_int_equal(count_procs("--name=root-4251"), 0);
+  /* A failure message goes to the job's output file as the job's user,
+   * never as root: a file the user names in a directory only root may
+   * write is not created. */
+  char secret[128], target[200];
+  snprintf(secret, sizeof(secret), "%s/root-only", dir);
+  assert_int_equal(mkdir(secret, 0700), 0);
+  snprintf(target, sizeof(target), "%s/planted", secret);
+  snprintf(extra_env[0], sizeof(extra_env[0]), "SLURM_JOB_STDOUT=%s", target);
+  snprintf(extra_env[1], sizeof(extra_env[1]), "SLURM_JOB_UID=65534");
+  snprintf(extra_env[2], sizeof(extra_env[2]), "SLURM_JOB_GID=65534");
+  char *sout = NULL;
+  int src = run_job_script("prolog.sh", 1, 4252, "/bin/false", &sout);
+  for (int i = 0; i < 3; i++)
+    snprintf(extra_env[i], sizeof(extra_env[i]), "RDZV_TEST_UNUSED%d=", i);
+  assert_non_null(sout);
+  if (src == 0 || access(target, F_OK) == 0)
+    fail_msg("prolog failure with SLURM_JOB_STDOUT in a root-only directory: "
+             "status %d, %s created, output [%s]", src, target, sout);
+  free(sout);
+  /* The Prolog run again for a job whose node runs here: exits 0 and
+   * leaves that node alone (slurmd may retry). */
+  char *again = NULL;
+  assert_int_equal(run_job_script("prolog.sh", 1, 4242, NULL, &again), 0);
+  assert_non_null(again);
+  if (strstr(again, "its node already runs") == NULL)
+    fail_msg("prolog run twice: output [%s]", again);
+  free(again);
+  assert_true(file_exists("%s/host%d/4242.sock", 1));
   /* A daemon that exits at once (here: not rdzvd at all). */
   char *out = NULL;
   int rc = run_job_script("prolog.sh", 1, 4250, "/bin/false", &out);
