@@ -184,14 +184,17 @@ programs); raise RDZV_PORT_TRIES or move RDZV_PORT_BASE in $settings"
   fi
   local tail_lines=()
   mapfile -t tail_lines < <(tail -n 5 "$log" 2>/dev/null)
+  [ "${#tail_lines[@]}" -gt 0 ] || tail_lines=("(its log $log is empty)")
   fail "the rdzv $name daemon did not start ($why)." ${hint:+"$hint"} \
     "the end of its log:" "${tail_lines[@]}"
 }
 
 [[ "$job" =~ ^[0-9]+$ ]] || fail "SLURM_JOB_ID is '${job}', not a job id (not run by slurmd?)"
-for v in fanout base range tries start_timeout; do
-  [[ "${!v}" =~ ^[0-9]+$ ]] ||
-    fail "a setting in $settings is not a number: $v=${!v} (RDZV_FANOUT, RDZV_PORT_BASE, RDZV_PORT_RANGE, RDZV_PORT_TRIES, RDZV_START_TIMEOUT)"
+for v in FANOUT:fanout PORT_BASE:base PORT_RANGE:range PORT_TRIES:tries \
+  START_TIMEOUT:start_timeout; do
+  val=${v#*:}
+  [[ "${!val}" =~ ^[0-9]+$ ]] ||
+    fail "a setting in $settings is not a number: RDZV_${v%%:*}=${!val}"
 done
 [ "$fanout" -ge 1 ] && [ "$range" -ge 1 ] && [ "$tries" -ge 1 ] &&
   [ "$tries" -le 64 ] && [ "$base" -ge 1 ] &&
@@ -263,4 +266,11 @@ start node --role=node --job="$job" --parent="$parent" \
   --listen="$listen:$ports" --unix="$run/$job.sock" --name="$me" \
   "${tcpstore[@]}"
 wait_started node "ports $ports on $listen"
+# The tasks run as the job's user, and connecting to a Unix socket needs
+# write permission on it: the socket is the job user's alone (and root's).
+if [[ "${SLURM_JOB_UID:-}" =~ ^[0-9]+$ ]]; then
+  chown "$SLURM_JOB_UID${SLURM_JOB_GID:+:$SLURM_JOB_GID}" "$run/$job.sock" &&
+    chmod 0600 "$run/$job.sock" ||
+    fail "cannot give the node's socket $run/$job.sock to the job's user (uid $SLURM_JOB_UID)"
+fi
 exit 0

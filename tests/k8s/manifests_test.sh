@@ -171,6 +171,9 @@ mutant world-size jobset.yaml \
 mutant jobset-per-job-uid jobset.yaml \
   "RDZV_JOB from the Job's UID differs between the JobSet's Jobs" \
   "s/jobset.sigs.k8s.io\\/jobset-uid/batch.kubernetes.io\\/controller-uid/"
+mutant jobset-no-rdzv-host jobset.yaml \
+  "no RDZV_HOST: the default .* repeats in each of the JobSet's Jobs" \
+  's/- name: RDZV_HOST/- name: RDZV_HOSTX/'
 mutant subdomain-without-service job.yaml \
   "spec.template.spec.subdomain: no headless Service trains" \
   's/subdomain: train/subdomain: trains/'

@@ -8,6 +8,7 @@
 #      step, a new one in the second, RANK = SLURM_PROCID, ranks by host.
 #      A second job whose id is equal mod RDZV_PORT_RANGE shares the hosts
 #      (its ports overlap: the nodes skip each other's);
+#      A job of user nobody reaches its nodes too;
 #   2. the same hosts through the TCPStore front end with torch 1.13: gloo
 #      init_process_group (env://) and an all_reduce over 16 tasks, two
 #      steps in one allocation;
@@ -225,6 +226,21 @@ if [ -n "$p_tl" ] && [ -n "$p_j1" ] && [ "$p_tl" != "$p_j1" ]; then
   ok "jobs $tl and $j1 shared n2 and the range 28000-28015: their nodes listened on $p_tl and $p_j1"
 else
   fail "port sharing on n2: job $tl on '${p_tl}', job $j1 on '${p_j1}'"
+fi
+
+# ---- 1b. A job of an unprivileged user (nobody): its tasks reach the
+# node's socket (the Prolog gives it to the job's user).
+mkdir -p "$D/work-nobody"
+chown nobody "$D/work-nobody"
+nj=$(sbatch --parsable --uid=nobody -N4 --ntasks-per-node=1 \
+  -D "$D/work-nobody" -o "$D/work-nobody/out" \
+  --wrap "srun -K $D/bin/rdzv-example --nccl none --timeout 60")
+st=$(wait_job_done "${nj:-0}" 120)
+if [ "$st" = COMPLETED ] &&
+  grep -q "ids identical on all 4 ranks" "$D/work-nobody/out"; then
+  ok "job $nj of user nobody: 4 ranks through sockets owned by nobody"
+else
+  fail "job ${nj:-?} of user nobody ended $st: $(tail -n 5 "$D/work-nobody/out" 2>/dev/null)"
 fi
 
 # ---- 2. torch gloo through the TCPStore front end, two steps.

@@ -29,7 +29,8 @@
 //   code rules naming a main container); an Indexed Job runs all its pods
 //   at once (parallelism = completions); a literal WORLD_SIZE is
 //   completions x replicas x LOCAL_WORLD_SIZE; in a JobSet of several Jobs,
-//   RDZV_JOB is not the per-Job UID; as JobSet's webhook: rule names,
+//   RDZV_JOB is not the per-Job UID, RDZV_HOST is set (the completion
+//   index repeats per Job); as JobSet's webhook: rule names,
 //   targetReplicatedJobs, the subdomain, pod name lengths, no dependsOn on
 //   the first replicatedJob.
 
@@ -382,6 +383,12 @@ function checkPodTemplate(t, services, headless, policies, bad) {
         if (/controller-uid/.test(String(fp)))
           bad(o, at(...sub, "env", arr(c.env).indexOf(e)),
             "RDZV_JOB from the Job's UID differs between the JobSet's Jobs: use jobset.sigs.k8s.io/jobset-uid");
+        // The default host name (pod-$JOB_COMPLETION_INDEX) repeats in
+        // every Job of the JobSet: two pods would claim one host.
+        const h = envValue(c, "RDZV_HOST");
+        if (envValue(c, "RDZV_ADDR") && !h)
+          bad(o, at(...sub, "env"),
+            "no RDZV_HOST: the default (pod-$JOB_COMPLETION_INDEX) repeats in each of the JobSet's Jobs: set it from metadata.name");
       }
     }
   }
