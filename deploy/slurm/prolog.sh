@@ -86,9 +86,9 @@ nodelist=${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-}}
 started=() # names of the daemons started here, for stop_started
 
 # The job's output file, from SLURM_JOB_STDOUT (PrologFlags=Alloc, batch
-# jobs), whose Slurm patterns Slurm 22.05 leaves unexpanded: %j %J %u
-# %N(the batch host: the job's first) %x is not known here, so a name with
-# any other pattern is not used. Prints nothing if there is none.
+# jobs), whose patterns Slurm 22.05 leaves unexpanded: %j, %J, %u and %N
+# (the batch host: the job's first) are expanded here; a name with any
+# other pattern (%x, %A, ...) is not used. Prints nothing if there is none.
 job_output() {
   local f=${SLURM_JOB_STDOUT:-} first
   [ -n "$f" ] || return 0
