@@ -99,7 +99,8 @@ static const struct opt opts[] = {
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen,
           "serve PyTorch c10d TCPStore clients on HOST:PORT (empty: no)"),
   STR_OPT("tcpstore-job", "RDZVD_TCPSTORE_JOB", "", tcpstore_job,
-          "the job whose keys TCPStore clients read and write"),
+          "the job whose keys TCPStore clients read and write (default: "
+          "--job)"),
   STR_OPT("etcd", "RDZVD_ETCD", "", etcd,
           "root: persist job state in etcd at these comma-separated URLs "
           "(http:// or https://) before acknowledging; several roots with "
@@ -552,5 +553,8 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
   rc = split_parent(cfg, err, errlen);
   if (rc != 0)
     return rc;
+  /* A daemon of one job serves that job's TCPStore clients. */
+  if (cfg->tcpstore_listen[0] != '\0' && cfg->tcpstore_job[0] == '\0')
+    snprintf(cfg->tcpstore_job, sizeof(cfg->tcpstore_job), "%s", cfg->job);
   return check_config(cfg, err, errlen);
 }

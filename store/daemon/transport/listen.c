@@ -198,7 +198,9 @@ int rdzv__listen_tcp(struct daemon *d) {
             uv_strerror(rc));
     return rc;
   }
-  snprintf(d->bound_addr, sizeof(d->bound_addr), "%s:%d", host,
+  /* [v6]:PORT, as every parser of an address here reads it. */
+  snprintf(d->bound_addr, sizeof(d->bound_addr),
+           strchr(host, ':') != NULL ? "[%s]:%d" : "%s:%d", host,
            rdzv__transport_tcp_port(d));
   return 0;
 }
