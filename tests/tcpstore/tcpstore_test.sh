@@ -17,36 +17,9 @@ py=/usr/bin/python3
 job=tcpstore-$$
 dir=$(mktemp -d /tmp/tcpstore-test-XXXXXX) # short: Unix socket paths
 export HOME=$dir # torch may want a writable cache directory
-fails=()
-names=()
-pids=()
-
-fail() {
-  echo "FAIL: $*"
-  fails+=("$*")
-}
-
-finish() {
-  for f in "$dir"/*.log; do
-    [ -s "$f" ] || continue
-    echo "---- $(basename "$f") ----"
-    cat "$f"
-  done
-  if [ "${#fails[@]}" -eq 0 ]; then
-    echo "tcpstore_test: PASS"
-    rm -rf "$dir"
-    exit 0
-  fi
-  echo "tcpstore_test: FAIL (${#fails[@]}: ${fails[*]})"
-  rm -rf "$dir"
-  exit 1
-}
-
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-}
-trap cleanup EXIT
+test_name=tcpstore_test
+# shellcheck source=tests/tcpstore/harness.sh
+. "$PWD/tests/tcpstore/harness.sh"
 
 if ! "$py" -c 'import torch.distributed as d; assert d.is_available()' \
   >"$dir/torch.log" 2>&1; then
@@ -61,46 +34,17 @@ if ! "$rdzvd" --help 2>&1 | grep -q -- --tcpstore-listen; then
   finish
 fi
 
-# start NAME ROLE [ARGS...]: an rdzvd with its log in $dir/NAME.log; waits
-# for its port file(s). --hello-timeout-ms=1000: were the native protocol's
-# "drop a connection that sends no hello" applied to TCPStore connections,
-# the silent-connection checks would see it.
-start() {
-  local name=$1 role=$2
-  shift 2
-  "$rdzvd" --role="$role" --name="$name" --listen=127.0.0.1:0 \
-    --port-file="$dir/$name.port" --unix="$dir/$name.sock" --log-level=0 \
-    --hello-timeout-ms=1000 "$@" 2>"$dir/$name.log" &
-  pids+=($!)
-  names+=("$name")
-  local want=("$dir/$name.port")
-  [ "$role" = node ] && want+=("$dir/$name.tsport")
-  for _ in $(seq 1000); do
-    local ok=1
-    for f in "${want[@]}"; do [ -s "$f" ] || ok=0; done
-    [ "$ok" = 1 ] && return 0
-    if ! kill -0 "${pids[-1]}" 2>/dev/null; then
-      wait "${pids[-1]}"
-      fail "rdzvd $name exited $? at start"
-      return 1
-    fi
-    sleep 0.01
-  done
-  fail "rdzvd $name wrote no port file in 10 s"
-  return 1
-}
-
-tsargs() {
-  echo "--tcpstore-listen=127.0.0.1:0" "--tcpstore-job=$job" \
-    "--tcpstore-port-file=$dir/$1.tsport"
-}
-
-start root root || finish
+# --hello-timeout-ms=1000 on every daemon: were the native protocol's "drop
+# a connection that sends no hello" applied to TCPStore connections, the
+# silent-connection checks would see it.
+start root root --hello-timeout-ms=1000 || finish
 root=127.0.0.1:$(cat "$dir/root.port")
 # shellcheck disable=SC2046
-start a node --parent="$root" --upstream-wait-max-ms=300 $(tsargs a) || finish
+start a node --parent="$root" --hello-timeout-ms=1000 \
+  --upstream-wait-max-ms=300 $(tsargs a) || finish
 # shellcheck disable=SC2046
-start b node --parent="$root" $(tsargs b) || finish
+start b node --parent="$root" --hello-timeout-ms=1000 $(tsargs b) ||
+  finish
 port_a=$(cat "$dir/a.tsport")
 port_b=$(cat "$dir/b.tsport")
 echo "root $root; node A: TCPStore port $port_a, node B: $port_b; job $job"

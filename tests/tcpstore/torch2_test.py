@@ -45,95 +45,26 @@ exits with status 1 when any check failed.
 import argparse
 import os
 import signal
-import socket
-import struct
 import subprocess
 import sys
-import threading
 import time
-import traceback
 from datetime import timedelta
 
-HOST = "127.0.0.1"
-SHORT = 1.5  # seconds to watch for something that must not happen
-LONG = 10.0  # seconds to allow for something that must happen
-CHECK_LIMIT = 240  # seconds for one whole check (torchrun: 4 processes)
-MAGIC = b"\xce\xf7\x85\x3c"  # 0x3C85F7CE, little-endian
-V2 = dict(VALIDATE=0, SET=1, CAS=2, GET=3, ADD=4, CHECK=5, WAIT=6, NUMKEYS=7,
-          DELETE=8, APPEND=9, MGET=10, MSET=11, CANCEL=12, PING=13,
-          QPUSH=14, QPOP=15, QLEN=16, LIST=17, BARRIER=18)
+import tcpstore_lib
+from tcpstore_lib import (HOST, LONG, SHORT, V2, CheckFailed, Raw, blob,
+                          check, eq, expect, finished, i64, in_thread,
+                          results, u32)
+
+# seconds for one whole check (torchrun: 4 processes)
+tcpstore_lib.CHECK_LIMIT = 240
 
 args = None
-results = []  # (name, ok)
 
 
 # ---------------------------------------------------------------- framework
 
-class CheckFailed(Exception):
-    pass
-
-
-def expect(cond, msg):
-    if not cond:
-        raise CheckFailed(msg)
-
-
-def eq(got, want, what):
-    if got != want:
-        raise CheckFailed("%s: got %r, want %r" % (what, got, want))
-
-
-def check(name):
-    """Runs fn as one check in a thread (a call that never returns fails
-    the check after CHECK_LIMIT s instead of hanging the run); prints
-    PASS/FAIL; never raises."""
-    def deco(fn):
-        out = []
-
-        def run():
-            try:
-                fn()
-            except CheckFailed as e:
-                out.append("FAIL: %s: %s" % (name, e))
-            except Exception as e:
-                out.append("FAIL: %s: %s: %s\n%s" % (
-                    name, type(e).__name__, e, traceback.format_exc()))
-            else:
-                out.append("PASS: %s" % name)
-        t = threading.Thread(target=run, daemon=True)
-        t.start()
-        t.join(CHECK_LIMIT)
-        if not out:
-            out.append("FAIL: %s: no answer within %d s" % (name, CHECK_LIMIT))
-        print(out[0], flush=True)
-        results.append((name, out[0].startswith("PASS")))
-        return fn
-    return deco
-
-
 def fact(text):
     print("FACT: %s" % text, flush=True)
-
-
-def in_thread(fn):
-    box = []
-
-    def run():
-        try:
-            box.append(("ok", fn()))
-        except Exception as e:
-            box.append(("err", e))
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, box
-
-
-def finished(t, box, what, limit=LONG + 5):
-    t.join(limit)
-    expect(not t.is_alive(), "%s never returned" % what)
-    expect(box and box[0][0] == "ok", "%s raised %r" % (what, box[0][1]
-                                                         if box else None))
-    return box[0][1]
 
 
 def raises(fn, what, *words):
@@ -447,97 +378,7 @@ def child_set(port, key, delay):
     return 0
 
 
-# -------------------------------------------------------------- raw sockets
-
-def u32(n):
-    return struct.pack("<I", n)
-
-
-def i64(n):
-    return struct.pack("<q", n)
-
-
-def blob(b):
-    if isinstance(b, str):
-        b = b.encode()
-    return struct.pack("<Q", len(b)) + b
-
-
-class Closed(Exception):
-    pass
-
-
-class Raw:
-    """A raw v2 TCPStore connection (VALIDATE + PING done)."""
-
-    def __init__(self, port, nonce=0x1234):
-        self.s = socket.create_connection((HOST, port), timeout=LONG)
-        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.send(b"\x00" + MAGIC + bytes([V2["PING"]]) + u32(nonce))
-        eq(self.recv(4), u32(nonce), "PING echo")
-
-    def send(self, b):
-        self.s.sendall(b)
-
-    def recv(self, n, timeout=LONG):
-        self.s.settimeout(timeout)
-        got = b""
-        while len(got) < n:
-            try:
-                c = self.s.recv(n - len(got))
-            except socket.timeout:
-                raise CheckFailed("waited %.1f s for %d bytes, got %s"
-                                  % (timeout, n, got.hex(" ") or "nothing"))
-            except ConnectionError as e:
-                raise Closed("closed (%s) after %s" % (e, got.hex(" ")))
-            if not c:
-                raise Closed("closed after %d of %d bytes" % (len(got), n))
-            got += c
-        return got
-
-    def i64(self, timeout=LONG):
-        return struct.unpack("<q", self.recv(8, timeout))[0]
-
-    def blob(self):
-        n = struct.unpack("<Q", self.recv(8))[0]
-        expect(n < 1 << 30, "blob length %d" % n)
-        return self.recv(n)
-
-    def get_counter(self, key):
-        self.send(bytes([V2["ADD"]]) + blob(key) + i64(0))
-        return self.i64()
-
-    def list_keys(self):
-        self.send(bytes([V2["LIST"]]))
-        n = self.i64()
-        expect(0 <= n < 1 << 24, "LIST_KEYS count %d" % n)
-        return [self.blob() for _ in range(n)]
-
-    def barrier_send(self, key, world):
-        self.send(bytes([V2["BARRIER"]]) + blob(key) + i64(world))
-
-    def silent(self, secs=SHORT):
-        self.s.settimeout(secs)
-        try:
-            c = self.s.recv(4096)
-        except socket.timeout:
-            return b""
-        except ConnectionError as e:
-            raise Closed("closed (%s)" % e)
-        if not c:
-            raise Closed("closed")
-        return c
-
-    def expect_closed(self, what, secs=LONG):
-        self.s.settimeout(secs)
-        try:
-            c = self.s.recv(4096)
-        except socket.timeout:
-            raise CheckFailed("%s: still open after %.0f s" % (what, secs))
-        except ConnectionError:
-            c = b""
-        expect(c == b"", "%s: sent %s instead of closing" % (what, c.hex(" ")))
-
+# ------------------------------------------------- raw sockets (tcpstore_lib)
 
 def later_checks():
     pa, pb, pr = args.port_a, args.port_b, args.port_root

@@ -22,36 +22,9 @@ here=$PWD/tests/tcpstore
 job=torch2-$$
 dir=$(mktemp -d /tmp/torch2-test-XXXXXX) # under /tmp: seen inside the chroot
 chmod 755 "$dir"
-fails=()
-names=()
-pids=()
-
-fail() {
-  echo "FAIL: $*"
-  fails+=("$*")
-}
-
-finish() {
-  for f in "$dir"/*.log; do
-    [ -s "$f" ] || continue
-    echo "---- $(basename "$f") ----"
-    cat "$f"
-  done
-  if [ "${#fails[@]}" -eq 0 ]; then
-    echo "torch2_test: PASS"
-    rm -rf "$dir"
-    exit 0
-  fi
-  echo "torch2_test: FAIL (${#fails[@]}: ${fails[*]})"
-  rm -rf "$dir"
-  exit 1
-}
-
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-}
-trap cleanup EXIT
+test_name=torch2_test
+# shellcheck source=tests/tcpstore/harness.sh
+. "$here/harness.sh"
 
 croot="${RDZV_TORCH2_CHROOT:-/var/cache/rdzv/trixie-torch}"
 if [ "$(id -u)" -ne 0 ]; then
@@ -71,36 +44,13 @@ if ! "$rdzvd" --help 2>&1 | grep -q -- --tcpstore-listen; then
   finish
 fi
 
-# start NAME ROLE [ARGS...]: an rdzvd with a TCPStore front end, its log in
-# $dir/NAME.log; waits for its port files.
-start() {
-  local name=$1 role=$2
-  shift 2
-  "$rdzvd" --role="$role" --name="$name" --listen=127.0.0.1:0 \
-    --port-file="$dir/$name.port" --unix="$dir/$name.sock" --log-level=0 \
-    --tcpstore-listen=127.0.0.1:0 --tcpstore-job="$job" \
-    --tcpstore-port-file="$dir/$name.tsport" "$@" 2>"$dir/$name.log" &
-  pids+=($!)
-  names+=("$name")
-  for _ in $(seq 1000); do
-    if [ -s "$dir/$name.port" ] && [ -s "$dir/$name.tsport" ]; then
-      return 0
-    fi
-    if ! kill -0 "${pids[-1]}" 2>/dev/null; then
-      wait "${pids[-1]}"
-      fail "rdzvd $name exited $? at start"
-      return 1
-    fi
-    sleep 0.01
-  done
-  fail "rdzvd $name wrote no port file in 10 s"
-  return 1
-}
-
-start root root || finish
+# shellcheck disable=SC2046
+start root root $(tsargs root) || finish
 root=127.0.0.1:$(cat "$dir/root.port")
-start a node --parent="$root" || finish
-start b node --parent="$root" || finish
+# shellcheck disable=SC2046
+start a node --parent="$root" $(tsargs a) || finish
+# shellcheck disable=SC2046
+start b node --parent="$root" $(tsargs b) || finish
 port_r=$(cat "$dir/root.tsport")
 port_a=$(cat "$dir/a.tsport")
 port_b=$(cat "$dir/b.tsport")
@@ -108,7 +58,7 @@ echo "root $root (TCPStore port $port_r); node A: $port_a, node B:" \
   "$port_b; job $job"
 
 # What runs inside the chroot must be under /tmp (bound into it).
-cp "$here/torch2_test.py" "$dir/"
+cp "$here/torch2_test.py" "$here/tcpstore_lib.py" "$dir/"
 mkdir -p "$dir/shim"
 cp "$here/torch2_shim/sitecustomize.py" "$dir/shim/"
 chmod -R a+rX "$dir"
