@@ -113,7 +113,12 @@ enum rdzv_msg_type {
   /* keys[0] = collective name, b = member count. vals = contributions,
    * each { u64 member id (LE) in 0 .. b-1, data bytes } (barrier: no
    * data). A rank
-   * sends one; a node sends what its subtree gathered. Reply (when all
+   * sends one; a node sends what its subtree gathered. keys[1]
+   * (optional) = who the members are (rendezvous/members.h: their ranks
+   * and how member ids map to them), passed on unchanged: a node whose
+   * subtree's ranks of that generation it knows (keys[0] begins
+   * "rdzv/<round>/g<N>/" and that join went through it) forwards at the
+   * subtree's last contribution. Reply (when all
    * b members contributed): OK, a = b, and for GATHER vals = every
    * contribution in member-id order. */
   RDZV_MSG_BARRIER = 12,

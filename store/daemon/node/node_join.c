@@ -24,6 +24,7 @@
 #include <uthash.h>
 
 #include "rendezvous/join_wire.h"
+#include "rendezvous/members.h"
 #include "store/daemon/node/node_int.h"
 
 struct jwait { /* a local request (rank or child node) */
@@ -73,6 +74,7 @@ struct njround {
    * that the root binds them to the new path (sessions of nodes). */
   struct cbind *binds;
   int64_t done_gen;
+  uint64_t binds_ver; /* changes whenever binds does */
 };
 
 struct cbind {
@@ -188,6 +190,7 @@ static struct njround *jround_find(struct node_job *nj, const char *name) {
 
 static void binds_clear(struct njround *jr) {
   struct cbind *b, *t;
+  jr->binds_ver++;
   HASH_ITER(hh, jr->binds, b, t) {
     HASH_DEL(jr->binds, b);
     free(b);
@@ -232,8 +235,10 @@ static struct cbind *bind_claim(struct njround *jr, uint64_t claim,
     HASH_ADD(hh, jr->binds, claim, sizeof(b->claim), b);
   }
   b->jn = jn;
-  if (rank >= 0)
+  if (rank >= 0 && b->rank != rank) {
     b->rank = rank;
+    jr->binds_ver++;
+  }
   return b;
 }
 
@@ -244,6 +249,7 @@ static void binds_unbind(struct njround *jr, const struct joined *jn) {
     if (b->jn == jn) {
       HASH_DEL(jr->binds, b);
       free(b);
+      jr->binds_ver++;
     }
   }
 }
@@ -1122,4 +1128,32 @@ void rdzv__node_joins_free(struct node_job *nj) {
   struct joined *jn, *jt;
   HASH_ITER(hh, nj->joined, jn, jt)
     joined_free(nj, jn);
+}
+
+int64_t rdzv__node_subtree_contributors(struct node_job *nj,
+                                        struct rdzv_slice key,
+                                        const struct rdzv_members *spec,
+                                        uint64_t count, uint64_t *ver) {
+  const uint8_t *name;
+  size_t nlen;
+  int64_t g;
+  struct njround *jr = NULL;
+  if (rdzv_gen_key_parse(key.p, key.n, &name, &nlen, &g) < 0)
+    return -1;
+  HASH_FIND(hh, nj->jrounds, name, nlen, jr);
+  if (jr == NULL || jr->binds == NULL || jr->done_gen != g ||
+      (jr->lost_gen != 0 && g <= jr->lost_gen))
+    return -1;
+  /* Each version of the subtree's members is counted once; a binding made
+   * in a later part of the join's answer recounts. */
+  uint64_t v = jr->binds_ver + 1; /* never 0: 0 is "not counted yet" */
+  if (*ver == v)
+    return -2;
+  *ver = v;
+  int64_t n = 0;
+  struct cbind *b, *t;
+  HASH_ITER(hh, jr->binds, b, t)
+    if (b->rank >= 0 && rdzv_members_contributes(spec, count, b->rank))
+      n++;
+  return n;
 }
