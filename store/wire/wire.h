@@ -61,6 +61,13 @@ extern "C" {
                                       (a node sends again what a lost
                                       connection carried). add: its parts
                                       carry op ids (see RDZV_MSG_ADD) */
+#define RDZV_F_COMPLETE 0x0100u    /* join from a node: with these
+                                      records the sender's whole subtree
+                                      has joined the round (its ranks and
+                                      every child node's subtree, as far as
+                                      it was told how many: rdzvd
+                                      --children), so its parent need not
+                                      wait for more from it */
 #define RDZV_F_SHARED_INC 0x0080u  /* hello reply: b is the incarnation of
                                       a service whose roots share it (an
                                       etcd-backed root): a peer compares it

@@ -1,18 +1,21 @@
 /* No waiting on the critical path, with real processes.
  *
- * 1. Collectives. A root, two nodes under it and two leaf nodes under each
- *    (fan-out 2), two ranks per leaf (8 forked ranks, rdzv/rendezvous.h).
- *    The nodes' quiet interval is 5 ms and their guard (--flush-max-ms)
- *    10 minutes. On each host one rank comes 300 ms after the other to
- *    every collective: a world barrier, the world's unique ids (one per
- *    rank: an 8-member gather), a barrier of the group {7,6,...,0} (named
- *    member by member) and a group's unique ids with its check-in. Each
- *    node must forward every collective exactly once (ops.<op>.forwarded):
- *    it knows from the join which ranks are below it and goes up at the
- *    subtree's last contribution. A node that waited for quiet instead
- *    would forward the early rank's part, then the late one's (twice);
- *    one that waited for its guard would not finish within the ranks'
- *    60 s deadlines. Every rank must get the same ids, the makers' own.
+ * 1. The join and the collectives. A root, two nodes under it and two leaf
+ *    nodes under each (fan-out 2, each node told its --children; the
+ *    middle ones, which only relay, --local-ranks 0), two ranks per leaf (8 forked ranks, rdzv/rendezvous.h). The nodes' quiet
+ *    interval is 5 ms and their guard (--flush-max-ms) 10 minutes. On each
+ *    host one rank comes 300 ms after the other to the join and to every
+ *    collective: a world barrier, the world's unique ids (one per rank: an
+ *    8-member gather), a barrier of the group {7,6,...,0} (named member by
+ *    member) and a group's unique ids with its check-in. Each node must
+ *    forward the join and every collective exactly once
+ *    (ops.<op>.forwarded): it goes up when its subtree is complete (the
+ *    join: its host's local size and each child's RDZV_F_COMPLETE; a
+ *    collective: the ranks below it, known from the join). A node that
+ *    waited for quiet instead would forward the early rank's part, then
+ *    the late one's (twice); one that waited for its guard would not
+ *    finish within the ranks' 60 s deadlines. Every rank must get the same
+ *    ids, the makers' own.
  * 2. A lone add. A root, a node and a leaf node with a quiet interval and
  *    guard of 10 minutes: 20 sequential adds through both nodes each come
  *    back (1..20) within the client's 60 s deadline, so no add waited for
@@ -45,8 +48,12 @@ static struct proc root, mid[NMID], leaf[NLEAF];
 static char root_tcp[64], mid_tcp[NMID][64], leaf_tcp[NLEAF][64];
 static int fds_before;
 
-static const char *const slow_guard[] = {"--flush-ms=5",
-                                         "--flush-max-ms=600000", NULL};
+static const char *const mid_opts[] = {"--flush-ms=5", "--flush-max-ms=600000",
+                                       "--children=2", "--local-ranks=0",
+                                       NULL};
+static const char *const leaf_opts[] = {"--flush-ms=5",
+                                        "--flush-max-ms=600000",
+                                        "--children=0", NULL};
 
 static int setup(void **state) {
   (void)state;
@@ -58,14 +65,13 @@ static int setup(void **state) {
   for (int i = 0; i < NMID; i++) {
     char name[16];
     snprintf(name, sizeof(name), "mid%d", i);
-    if (daemon_start(&mid[i], dir, name, root_tcp, slow_guard, mid_tcp[i]) <
-        0)
+    if (daemon_start(&mid[i], dir, name, root_tcp, mid_opts, mid_tcp[i]) < 0)
       return -1;
   }
   for (int i = 0; i < NLEAF; i++) {
     char name[16];
     snprintf(name, sizeof(name), "leaf%d", i);
-    if (daemon_start(&leaf[i], dir, name, mid_tcp[i / 2], slow_guard,
+    if (daemon_start(&leaf[i], dir, name, mid_tcp[i / 2], leaf_opts,
                      leaf_tcp[i]) < 0)
       return -1;
   }
@@ -121,11 +127,13 @@ static int rank_main(int host, int local_rank) {
   o.timeout_s = 60;
   o.topology = "gpu_pci=none\n";
   rdzv_rendezvous_t *r = NULL;
+  int late = local_rank == 1, rc;
+  if (late)
+    usleep(LATE_US);
   if (rdzv_rendezvous_join(&o, &r, err, sizeof(err)) < 0) {
     fprintf(stderr, "join: %s\n", err);
     return 1;
   }
-  int late = local_rank == 1, rc;
   uint8_t *ids = NULL;
   int64_t nids = 0;
   int32_t rev[WORLD], odd[WORLD / 2];
@@ -190,6 +198,8 @@ static void test_collectives_at_last_contribution(void **state) {
    * one member per leaf; its ids (2 blocks) come from ranks 1 and 5
    * (leaves 0 and 2). */
   for (int i = 0; i < NLEAF; i++) {
+    assert_int_equal(at(leaf_tcp[i], "ops.join.forwarded"), 1);
+    assert_int_equal(at(leaf_tcp[i], "join_subtree_flushes"), 1);
     int64_t bar = at(leaf_tcp[i], "ops.barrier.forwarded");
     int64_t gat = at(leaf_tcp[i], "ops.gather.forwarded");
     int64_t sub = at(leaf_tcp[i], "coll_subtree_flushes");
@@ -201,6 +211,8 @@ static void test_collectives_at_last_contribution(void **state) {
     assert_true(sub >= 3);
   }
   for (int i = 0; i < NMID; i++) {
+    assert_int_equal(at(mid_tcp[i], "ops.join.forwarded"), 1);
+    assert_int_equal(at(mid_tcp[i], "join_subtree_flushes"), 1);
     int64_t bar = at(mid_tcp[i], "ops.barrier.forwarded");
     int64_t gat = at(mid_tcp[i], "ops.gather.forwarded");
     int64_t sub = at(mid_tcp[i], "coll_subtree_flushes");
@@ -212,6 +224,7 @@ static void test_collectives_at_last_contribution(void **state) {
     assert_true(sub >= 4);
   }
   /* The root: one message per mid node and collective. */
+  assert_int_equal(at(root_tcp, "ops.join.received"), NMID);
   assert_int_equal(at(root_tcp, "ops.barrier.received"), 3 * NMID);
   assert_int_equal(at(root_tcp, "ops.gather.received"), 2 * NMID);
 }

@@ -50,6 +50,8 @@ struct stats {
   uint64_t combined;        /* adds/contributions merged into another */
   uint64_t coll_subtree_flushes; /* collectives forwarded at the subtree's
                                     last contribution (members known) */
+  uint64_t join_subtree_flushes; /* joins forwarded when the subtree had
+                                    joined (--children known) */
   uint64_t upstream_reconnects;
   uint64_t parent_restarts; /* a parent met again with a new incarnation */
   uint64_t parent_silent;   /* the parent lost to --liveness-timeout-ms */
