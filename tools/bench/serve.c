@@ -330,6 +330,11 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
   cfg.flush_ms = o->flush_ms;
   cfg.flush_max_ms = o->flush_max_ms;
   cfg.max_connections = 1u << 20;
+  /* Hundreds of daemons share this process's loop: one iteration may
+   * carry a whole subtree's join answer through all of them, seconds on a
+   * loaded machine, during which none of them pings. A real node is a
+   * process of its own. */
+  cfg.liveness_timeout_ms = 60000;
   if (is_root) {
     cfg.role = RDZV_DAEMON_ROOT;
     /* rdzv-bench --etcd URL: an etcd-backed root, under a prefix of its
