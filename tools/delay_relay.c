@@ -5,14 +5,17 @@
  * then has a round trip of 2*D plus what the relay itself adds.
  *
  *   delay-relay [--delay-us D] [--max-queued-kib K] [--pairs FILE]
- *               [LISTEN=TARGET ...]
+ *               [--realtime] [LISTEN=TARGET ...]
  *
  * Addresses: unix:PATH, tcp:HOST:PORT or HOST:PORT (IPv4 or a name;
  * port 0 on a listener takes a free port). --pairs FILE reads one
  * LISTEN=TARGET a line (blank lines and lines starting with # skipped).
  * Defaults: --delay-us 0 (forward at once), --max-queued-kib 1024 (a
  * direction holding that much stops reading its source: backpressure, as
- * a full link would; the sender's socket buffer then fills).
+ * a full link would; the sender's socket buffer then fills). --realtime
+ * asks for SCHED_FIFO priority 1 (root or CAP_SYS_NICE), so that on a busy
+ * machine the relay wakes when a chunk is due rather than when the
+ * scheduler gets to it; without the privilege it runs as usual.
  *
  * Each direction is a FIFO of chunks; all directions share one delay, so
  * one global FIFO of every held chunk is also in deadline order, and the
@@ -40,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -107,6 +111,8 @@ struct relay {
   int ep;
   uint64_t delay_ns;
   size_t max_queued;
+  bool realtime; /* --realtime: SCHED_FIFO if allowed */
+  bool rt;       /* ... and it was */
   struct pair *pairs;
   int npairs;
   struct chunk *ghead, *gtail;
@@ -513,14 +519,14 @@ static void print_stats(const struct relay *r) {
   printf("stats {\"delay_us\":%llu,\"accepted\":%llu,\"open\":%llu,"
          "\"connect_failed\":%llu,\"chunks\":%llu,\"bytes\":%llu,"
          "\"late_p50_us\":%llu,\"late_p99_us\":%llu,\"late_max_us\":%llu,"
-         "\"cpu_s\":%.3f}\n",
+         "\"cpu_s\":%.3f,\"realtime\":%s}\n",
          (unsigned long long)(r->delay_ns / 1000),
          (unsigned long long)r->accepted, (unsigned long long)r->open,
          (unsigned long long)r->connect_failed,
          (unsigned long long)r->chunks, (unsigned long long)r->bytes,
          (unsigned long long)late_pct(r, 0.5),
          (unsigned long long)late_pct(r, 0.99), (unsigned long long)maxl,
-         cpu);
+         cpu, r->rt ? "true" : "false");
   fflush(stdout);
 }
 
@@ -606,7 +612,7 @@ static int listen_all(struct relay *r) {
 static void usage(void) {
   fprintf(stderr,
           "usage: delay-relay [--delay-us D] [--max-queued-kib K] "
-          "[--pairs FILE] [LISTEN=TARGET ...]\n"
+          "[--pairs FILE] [--realtime] [LISTEN=TARGET ...]\n"
           "  addresses: unix:PATH, tcp:HOST:PORT or HOST:PORT\n"
           "  defaults: --delay-us 0 --max-queued-kib 1024\n");
 }
@@ -619,6 +625,10 @@ static int parse_args(struct relay *r, int argc, char **argv) {
     if (strncmp(k, "--", 2) != 0) {
       if (add_pair(r, k) < 0)
         return -1;
+      continue;
+    }
+    if (strcmp(k, "--realtime") == 0) { /* the one option without value */
+      r->realtime = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -697,6 +707,18 @@ int main(int argc, char **argv) {
   /* The sleep until the next chunk is due must not be rounded up by the
    * default 50 us of timer slack. */
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  /* A wire is not scheduled: with --realtime the relay runs before the
+   * daemons it carries for, so a busy machine delays chunks by little
+   * more than D (without the privilege, it says so and goes on). */
+  int rt = 0;
+  if (r.realtime) {
+    struct sched_param sp = {.sched_priority = 1};
+    rt = sched_setscheduler(0, SCHED_FIFO, &sp) == 0;
+    r.rt = rt;
+    if (!rt)
+      fprintf(stderr, "delay-relay: --realtime: %s; running as a normal "
+                      "process\n", strerror(errno));
+  }
   r.ep = epoll_create1(EPOLL_CLOEXEC);
   int sfd = signal_fd();
   if (r.ep < 0 || sfd < 0 || listen_all(&r) < 0)

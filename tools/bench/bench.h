@@ -58,11 +58,13 @@ struct bench_tree_run {
 };
 
 /* Additions to a run: started() once the run's directory exists and
- * before any process starts (nonzero: the run fails); finished() after
+ * before any process starts (nonzero: the run fails); go() (may be NULL)
+ * when every process is ready, just before the ranks start; finished() after
  * every rank is done and the statistics are read, with the tree and the
  * ranks still up (rc: the run's status so far). */
 struct bench_hooks {
   int (*started)(const struct bench_opts *o, void *arg);
+  void (*go)(const struct bench_opts *o, void *arg);
   void (*finished)(const struct bench_opts *o, int rc, void *arg);
   void *arg;
 };

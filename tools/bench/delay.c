@@ -58,6 +58,7 @@ struct delay_row {
   double get_us_p90, add_us_p90;
   int lone_failed;
   double relay_cpu_s, relay_late_p50_us, relay_late_p99_us;
+  double relay_win_cpu_s; /* the relay's CPU during the rendezvous */
   int64_t relay_chunks;
   struct bench_model_out model_rdzv, model_get, model_add;
 };
@@ -92,7 +93,9 @@ static int relay_start(struct relay_proc *rp, int64_t delay_us,
     return -errno;
   if (rp->pid == 0) {
     dup2(out[1], 1);
-    char *argv[] = {exe, "--delay-us", d, "--pairs", (char *)pairs, NULL};
+    /* --realtime: the wire goes before the daemons on a busy machine. */
+    char *argv[] = {exe,     "--delay-us", d, "--pairs", (char *)pairs,
+                    "--realtime", NULL};
     execv(exe, argv);
     fprintf(stderr, "rdzv-bench: cannot run %s: %s (set RDZV_DELAY_RELAY)\n",
             exe, strerror(errno));
@@ -105,6 +108,17 @@ static int relay_start(struct relay_proc *rp, int64_t delay_us,
       strncmp(line, "ready", 5) != 0)
     return -1;
   return 0;
+}
+
+/* SIGUSR1: its statistics now (NULL if it does not answer). */
+static json_t *relay_poll(struct relay_proc *rp) {
+  char line[1024];
+  if (rp->pid <= 0 || kill(rp->pid, SIGUSR1) < 0)
+    return NULL;
+  while (fgets(line, sizeof(line), rp->out) != NULL)
+    if (strncmp(line, "stats ", 6) == 0)
+      return json_loads(line + 6, 0, NULL);
+  return NULL;
 }
 
 /* SIGTERM; reads its last statistics line. */
@@ -263,7 +277,18 @@ static int measure_link(struct delay_row *row) {
 struct tree_ctx {
   struct delay_row *row;
   struct relay_proc relay;
+  double cpu_go; /* the relay's CPU when the ranks start */
 };
+
+static double jreal(json_t *j, const char *k);
+
+static void on_go(const struct bench_opts *o, void *arg) {
+  struct tree_ctx *tc = arg;
+  json_t *s = relay_poll(&tc->relay);
+  (void)o;
+  tc->cpu_go = s != NULL ? jreal(s, "cpu_s") : 0;
+  json_decref(s);
+}
 
 /* Every host's uplink through the relay: <dir>/up-h<N>.sock forwards to
  * its parent's socket. */
@@ -345,6 +370,9 @@ static void on_finished(const struct bench_opts *o, int rc, void *arg) {
   struct delay_row *row = tc->row;
   char path[200];
   double p90;
+  json_t *now = relay_poll(&tc->relay);
+  row->relay_win_cpu_s = now != NULL ? jreal(now, "cpu_s") - tc->cpu_go : 0;
+  json_decref(now);
   bench_node_path(o, bench_hosts(o) - 1, path, sizeof(path));
   if (rc == 0 && tc->relay.pid > 0) {
     row->lone_failed |= lone_ops(o, path, 0, &row->get_us, &row->get_us_p90);
@@ -411,6 +439,11 @@ static json_t *row_json(const struct delay_row *r, const struct bench_opts *o) {
       r->relay_cpu_s, "relay_late_p50_us", r->relay_late_p50_us,
       "relay_late_p99_us", r->relay_late_p99_us, "relay_chunks",
       (json_int_t)r->relay_chunks);
+  json_object_set_new(j, "relay_rendezvous_cpu_s",
+                      json_real(r->relay_win_cpu_s));
+  json_object_set_new(j, "rendezvous_cpu_s", json_real(r->tree.win_cpu_s));
+  json_object_set_new(j, "busiest_process_cpu_s",
+                      json_real(r->tree.max_proc_win_cpu_s));
   json_object_set_new(j, "model_rendezvous", model_json(&r->model_rdzv));
   json_object_set_new(j, "model_lone_get", model_json(&r->model_get));
   json_object_set_new(j, "model_lone_add", model_json(&r->model_add));
@@ -484,21 +517,24 @@ static void model_row(struct delay_row *r, const struct bench_opts *o,
       .interval_s = o->flush_ms / 1000.0,
       .interval_levels = rdzv_interval_levels(
           levels, t->hosts * o->ranks_per_host, o, d)};
-  /* On this machine every daemon shares its cores: the busiest process
-   * (all the nodes run in one) is the serial work, or all of it spread
-   * over the cores, whichever is more. */
+  /* On this machine every daemon shares its cores, and with them the
+   * relay (the "network" here costs CPU): the busiest process (all the
+   * nodes run in one) is the serial work, or all of it (the relay's
+   * included) spread over the cores, whichever is more. */
   double cores = (double)sysconf(_SC_NPROCESSORS_ONLN);
-  double serial = t->max_proc_win_cpu_s > t->win_cpu_s / cores
-                      ? t->max_proc_win_cpu_s
-                      : t->win_cpu_s / cores;
+  double all = t->win_cpu_s + r->relay_win_cpu_s;
+  double serial = t->max_proc_win_cpu_s > all / cores ? t->max_proc_win_cpu_s
+                                                       : all / cores;
   in.busiest_frames = frame > 0 ? serial / frame : 0;
   bench_delay_model(&in, &r->model_rdzv);
   /* A lone round trip: the local hop (as measured at the root), then one
-   * link and one node's forwarding per level; a lone add waits the
-   * interval at every node (none knows that no other add is coming). */
+   * link per level. No CPU term: the link's ping-pong already holds a
+   * process's wake-up, read and write at each end, which is most of what
+   * a forwarding node does (measured: a few us a level more). A lone add
+   * waits the interval at every node (none knows no other add comes). */
   struct bench_model_in lone = {
       .local_s = local, .levels = levels, .rtt_s = r->link_us * 1e-6,
-      .trips = 1, .frame_s = frame, .path_frames = 4,
+      .trips = 1, .frame_s = frame, .path_frames = 0,
       .interval_s = o->flush_ms / 1000.0, .interval_levels = 0};
   bench_delay_model(&lone, &r->model_get);
   lone.interval_levels = levels * d->waits_add;
@@ -567,7 +603,7 @@ int bench_delay_main(struct bench_opts *o, const struct bench_delay_opts *d) {
       bad = 1;
     }
     struct tree_ctx tc = {.row = r};
-    struct bench_hooks h = {on_started, on_finished, &tc};
+    struct bench_hooks h = {on_started, on_go, on_finished, &tc};
     if (bench_run_tree(o, ranks, &h, &r->tree) != 0 || r->tree.failed ||
         r->lone_failed)
       bad = 1;

@@ -373,6 +373,8 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
       json_decref(j);
     }
   }
+  if (hooks != NULL && hooks->go != NULL && rc == 0)
+    hooks->go(&rn->o, hooks->arg);
   double t0 = bench_now();
   if (rc == 0)
     tell(rn, 2, "go");
