@@ -99,6 +99,7 @@ struct link {
   bool gone[2];       /* that side's peer closed both ways: off epoll */
   bool dead;
   struct link *next_dead;
+  struct link *prev, *next; /* every live link (freed at exit) */
 };
 
 struct pair {
@@ -117,6 +118,7 @@ struct relay {
   int npairs;
   struct chunk *ghead, *gtail;
   struct link *dead;
+  struct link *links; /* live ones */
   struct dir *flush; /* directions with chunks that just came due */
   uint8_t buf[RELAY_READ_BYTES];
   /* statistics */
@@ -231,6 +233,12 @@ static void link_kill(struct relay *r, struct link *lk) {
     chunk_free_from_dir(&lk->d[s]);
   }
   r->open--;
+  if (lk->prev != NULL)
+    lk->prev->next = lk->next;
+  else
+    r->links = lk->next;
+  if (lk->next != NULL)
+    lk->next->prev = lk->prev;
   lk->next_dead = r->dead;
   r->dead = lk;
 }
@@ -444,6 +452,10 @@ static void accept_all(struct relay *r, struct pair *p) {
     }
     r->accepted++;
     r->open++;
+    lk->next = r->links;
+    if (r->links != NULL)
+      r->links->prev = lk;
+    r->links = lk;
     lk->fd[0] = fd;
     lk->fd[1] = tfd;
     lk->connecting = rc < 0;
@@ -754,9 +766,28 @@ int main(int argc, char **argv) {
       free(lk);
     }
   }
+  /* Everything goes: open links, held chunks, listeners. */
+  while (r.links != NULL)
+    link_kill(&r, r.links);
+  /* What is still in the global FIFO belongs to killed links now. */
+  while (r.ghead != NULL) {
+    struct chunk *c = r.ghead;
+    r.ghead = c->gnext;
+    free(c);
+  }
+  while (r.dead != NULL) {
+    struct link *lk = r.dead;
+    r.dead = lk->next_dead;
+    free(lk);
+  }
   for (int i = 0; i < r.npairs; i++) {
+    if (r.pairs[i].fd >= 0)
+      close(r.pairs[i].fd);
     if (strncmp(r.pairs[i].listen, "unix:", 5) == 0)
       unlink(r.pairs[i].listen + 5);
   }
+  free(r.pairs);
+  close(sfd);
+  close(r.ep);
   return 0;
 }

@@ -394,5 +394,6 @@ int bench_serve_main(struct bench_opts *o) {
   free(sv.d);
   free(sv.ranks);
   free(sv.q);
+  free(sv.last_msgs);
   return rc < 0 ? 1 : 0;
 }
