@@ -14,6 +14,7 @@
 
 #include "rdzv/store.h"
 #include "rendezvous/join_wire.h"
+#include "rendezvous/members.h"
 #include "rendezvous/rendezvous_int.h"
 #include "rendezvous/topo.h"
 
@@ -105,16 +106,29 @@ static int ids_from_result(const uint8_t *p, size_t len, int64_t n,
   return off == len ? 0 : RDZV_EPROTO;
 }
 
-static int publish_id(rdzv_rendezvous_t *r, const char *key, int64_t b,
+/* Who the members of a collective of this generation are, for the nodes
+ * (rendezvous/members.h), in spec; returns its length, 0 when the group
+ * needs too many runs to tell (nodes then wait their quiet interval). */
+static size_t members_spec(const int32_t *members, int64_t nmembers, int kind,
+                           uint8_t spec[RDZV_MEMBERS_MAX_BYTES]) {
+  int n = rdzv_members_encode(members, nmembers, kind, spec,
+                              RDZV_MEMBERS_MAX_BYTES);
+  return n > 0 ? (size_t)n : 0;
+}
+
+static int publish_id(rdzv_rendezvous_t *r, const char *key,
+                      const int32_t *members, int64_t nmembers, int64_t b,
                       int64_t n, rdzv_make_id_fn make_id, void *arg,
                       uint8_t *ids, double timeout_s) {
-  uint8_t id[RDZV_UNIQUE_ID_BYTES];
+  uint8_t id[RDZV_UNIQUE_ID_BYTES], spec[RDZV_MEMBERS_MAX_BYTES];
   int rc = make_id(arg, id);
   if (rc < 0)
     return rdzv__rdv_fail(r, rc, "making a unique id");
+  size_t sl = members_spec(members, nmembers, RDZV_MEMBERS_BLOCKS, spec);
   struct rdzv_value *vals = NULL;
-  rc = rdzv_store_gather(r->c, key, (uint64_t)b, (uint64_t)n, id, sizeof(id),
-                         &vals, timeout_s);
+  rc = rdzv_store_gather_of(r->c, key, (uint64_t)b, (uint64_t)n, id,
+                            sizeof(id), sl > 0 ? spec : NULL, sl, &vals,
+                            timeout_s);
   if (rc < 0)
     return rdzv__rdv_fail(r, rc, "publishing a unique id");
   for (int64_t i = 0; i < n; i++) {
@@ -128,7 +142,8 @@ static int publish_id(rdzv_rendezvous_t *r, const char *key, int64_t b,
   return rc < 0 ? rdzv__rdv_fail(r, rc, "unique ids") : 0;
 }
 
-static int exchange(rdzv_rendezvous_t *r, const char *key, int64_t mine,
+static int exchange(rdzv_rendezvous_t *r, const char *key,
+                    const int32_t *members, int64_t nmembers, int64_t mine,
                     int64_t n, rdzv_make_id_fn make_id, void *arg,
                     uint8_t *out, double timeout_s);
 static void name_missing(rdzv_rendezvous_t *r, const char *what,
@@ -151,7 +166,7 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
   if (out == NULL)
     return RDZV_ENOMEM;
   int64_t mine = rdzv_nccl_block_first(b, w, n) == r->a.rank ? b : -1;
-  int rc = exchange(r, key, mine, n, make_id, arg, out, timeout_s);
+  int rc = exchange(r, key, NULL, w, mine, n, make_id, arg, out, timeout_s);
   if (rc == RDZV_EDEADLINE) {
     /* Name the ranks whose ids never came (each block's first rank), as
      * a barrier names its missing members. */
@@ -364,8 +379,10 @@ int rdzv_rendezvous_group_barrier(rdzv_rendezvous_t *r, const char *name,
   }
   snprintf(rest, sizeof(rest), "barrier/%s", name);
   rdzv__rdv_gen_key(r, key, sizeof(key), rest);
-  int rc = rdzv_store_barrier(r->c, key, (uint64_t)me, (uint64_t)nmembers,
-                              timeout_s);
+  uint8_t spec[RDZV_MEMBERS_MAX_BYTES];
+  size_t sl = members_spec(members, nmembers, RDZV_MEMBERS_EACH, spec);
+  int rc = rdzv_store_barrier_of(r->c, key, (uint64_t)me, (uint64_t)nmembers,
+                                 sl > 0 ? spec : NULL, sl, timeout_s);
   if (rc == RDZV_EDEADLINE) {
     snprintf(what, sizeof(what), "barrier '%s' of %" PRId64 " ranks", name,
              nmembers);
@@ -400,11 +417,13 @@ static void on_arrival(rdzv_client_t *c, const struct rdzv_result *res,
 
 /* This member's part of the id exchange: publish its block's id, or wait
  * for the table. */
-static int exchange(rdzv_rendezvous_t *r, const char *key, int64_t mine,
+static int exchange(rdzv_rendezvous_t *r, const char *key,
+                    const int32_t *members, int64_t nmembers, int64_t mine,
                     int64_t n, rdzv_make_id_fn make_id, void *arg,
                     uint8_t *out, double timeout_s) {
   if (mine >= 0)
-    return publish_id(r, key, mine, n, make_id, arg, out, timeout_s);
+    return publish_id(r, key, members, nmembers, mine, n, make_id, arg, out,
+                      timeout_s);
   void *v = NULL;
   size_t len = 0;
   int rc = read_gen_key(r, key, &v, &len, timeout_s);
@@ -432,14 +451,18 @@ static int arrival_outcome(rdzv_rendezvous_t *r, const char *akey,
   return RDZV_EDEADLINE;
 }
 
-static int arrival_submit(rdzv_rendezvous_t *r, const char *key, int64_t me,
-                          int64_t n, double timeout_s, struct arrival *a) {
-  uint8_t id[8];
+static int arrival_submit(rdzv_rendezvous_t *r, const char *key,
+                          const int32_t *members, int64_t me, int64_t n,
+                          double timeout_s, struct arrival *a) {
+  uint8_t id[8], spec[RDZV_MEMBERS_MAX_BYTES];
   for (int i = 0; i < 8; i++)
     id[i] = (uint8_t)((uint64_t)me >> (8 * i));
-  struct rdzv_bytes k = {key, strlen(key)}, v = {id, sizeof(id)};
-  struct rdzv_request req = {.op = RDZV_OP_BARRIER, .b = n, .nkeys = 1,
-                             .keys = &k, .nvals = 1, .vals = &v};
+  size_t sl = members_spec(members, n, RDZV_MEMBERS_EACH, spec);
+  struct rdzv_bytes k[2] = {{key, strlen(key)}, {spec, sl}},
+                    v = {id, sizeof(id)};
+  struct rdzv_request req = {.op = RDZV_OP_BARRIER, .b = n,
+                             .nkeys = sl > 0 ? 2 : 1, .keys = k,
+                             .nvals = 1, .vals = &v};
   int rc = rdzv_client_submit(r->c, &req, timeout_s, on_arrival, a);
   return rc < 0 ? rdzv__rdv_fail(r, rc, "checking in") : 0;
 }
@@ -475,13 +498,14 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
   snprintf(akey, sizeof(akey), "%s/arrive", key);
   int rc = out != NULL && in != NULL ? 0 : RDZV_ENOMEM;
   if (rc == 0)
-    rc = arrival_submit(r, akey, me, nmembers, timeout_s, in);
+    rc = arrival_submit(r, akey, members, me, nmembers, timeout_s, in);
   if (rc < 0) {
     free(out);
     free(in);
     return rc;
   }
-  rc = exchange(r, key, mine, n, make_id, arg, out, deadline - mono_s());
+  rc = exchange(r, key, members, nmembers, mine, n, make_id, arg, out,
+                deadline - mono_s());
   /* The ids may be complete while a member that makes none is missing:
    * the check-in says so. Both end by the same deadline. */
   if (rc == 0 || rc == RDZV_EDEADLINE) {
@@ -492,7 +516,8 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
   int arrived = in->done ? arrival_outcome(r, akey, in) : RDZV_EDEADLINE;
   if (arrived == 0 && rc == RDZV_EDEADLINE)
     /* Everyone came, so the ids are on their way: one more try. */
-    rc = exchange(r, key, mine, n, make_id, arg, out, 5.0);
+    rc = exchange(r, key, members, nmembers, mine, n, make_id, arg, out,
+                  5.0);
   char what[200];
   snprintf(what, sizeof(what),
            "unique ids of '%s' (%" PRId64 " members, %" PRId64 " ids)", comm,

@@ -223,6 +223,13 @@ if ! pos=$("$ctl" tree-position --fanout "$fanout" "$nodelist" "$me" 2>&1); then
     "(RDZV_HOSTNAME, default \$SLURMD_NODENAME, names this host in the list)"
 fi
 read -r index ancestors <<<"$pos"
+# Host i's child nodes are hosts F*i+1 .. F*i+F that exist: told to the
+# node (--children), it forwards the joins of its subtree the moment they
+# are all in instead of after its quiet interval.
+nhosts=$("$ctl" hostnames "$nodelist" | wc -l)
+children=$((nhosts - fanout * index - 1))
+[ "$children" -lt 0 ] && children=0
+[ "$children" -gt "$fanout" ] && children=$fanout
 # rdzvd takes at most 16 ancestors: the nearest 15 and the top (host 0's
 # node) where a deeper tree (a small fan-out) has more.
 read -r -a chain <<<"$ancestors"
@@ -264,6 +271,7 @@ if [ "${RDZV_TCPSTORE:-0}" = 1 ]; then
 fi
 start node --role=node --job="$job" --parent="$parent" \
   --listen="$listen:$ports" --unix="$run/$job.sock" --name="$me" \
+  --children="$children" \
   "${tcpstore[@]}"
 wait_started node "ports $ports on $listen"
 # The tasks run as the job's user, and connecting to a Unix socket needs

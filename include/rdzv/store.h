@@ -130,6 +130,22 @@ int rdzv_store_num_keys(rdzv_client_t *c, int64_t *out, double timeout_s);
 int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
                        uint64_t count, double timeout_s);
 
+/* rdzv_store_barrier, telling the nodes on the way who the members are:
+ * spec[0..spec_len) is an encoding of rdzv_members_encode
+ * (rendezvous/members.h: the members' ranks of a generation and how member
+ * ids map to them; at most 777 bytes), borrowed for the call (spec_len 0:
+ * none, as rdzv_store_barrier). The name must then be a key of that
+ * generation, "rdzv/<round>/g<gen>/...". A node through which that
+ * generation's join completed knows which of its ranks are below it, so
+ * it forwards their contributions the moment the last one arrives instead
+ * of after its quiet interval (rdzvd --flush-ms); a wrong spec only costs
+ * time (a node waits for a member that does not come, at most
+ * --flush-max-ms), never the result. Errors as rdzv_store_barrier, and
+ * -EINVAL for spec NULL with spec_len > 0. */
+int rdzv_store_barrier_of(rdzv_client_t *c, const char *name,
+                          uint64_t member, uint64_t count, const void *spec,
+                          size_t spec_len, double timeout_s);
+
 /* Gather named name: each of count members gives data[0..len); every
  * member receives all contributions in member-id order: *out is an array
  * of count values with .member set (free with rdzv_values_free(*out,
@@ -138,6 +154,13 @@ int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
 int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
                       uint64_t count, const void *data, size_t len,
                       struct rdzv_value **out, double timeout_s);
+
+/* rdzv_store_gather with who the members are, as rdzv_store_barrier_of
+ * (spec NULL, spec_len 0: none). */
+int rdzv_store_gather_of(rdzv_client_t *c, const char *name, uint64_t member,
+                         uint64_t count, const void *data, size_t len,
+                         const void *spec, size_t spec_len,
+                         struct rdzv_value **out, double timeout_s);
 
 /* Most ids one rdzv_store_collective_missing call returns. */
 #define RDZV_STORE_MISSING_MAX 4096

@@ -410,18 +410,21 @@ int rdzv_store_num_keys(rdzv_client_t *c, int64_t *out, double timeout_s) {
   return err;
 }
 
-/* BARRIER and GATHER: one contribution { u64 member, data }. */
+/* BARRIER and GATHER: one contribution { u64 member, data }; keys[1] =
+ * spec when spec_len > 0. */
 static int collective(rdzv_client_t *c, enum rdzv_op op, const char *name,
                       uint64_t member, uint64_t count, const void *data,
-                      size_t len, struct call *call, double timeout_s) {
-  struct rdzv_bytes k;
+                      size_t len, const void *spec, size_t spec_len,
+                      struct call *call, double timeout_s) {
+  struct rdzv_bytes k[2];
   struct rdzv_bytes v;
   struct rdzv_request req = {.op = op, .b = (int64_t)count};
   uint8_t *contrib;
   int err;
 
   if (!key_ok(name) || count == 0 || count > INT64_MAX ||
-      (data == NULL && len != 0) || len > SIZE_MAX - 8)
+      (data == NULL && len != 0) || len > SIZE_MAX - 8 ||
+      (spec == NULL && spec_len != 0) || spec_len > UINT32_MAX)
     return -EINVAL;
   contrib = malloc(8 + len);
   if (contrib == NULL)
@@ -429,10 +432,11 @@ static int collective(rdzv_client_t *c, enum rdzv_op op, const char *name,
   rdzv_store_u64le(contrib, member);
   if (len > 0)
     memcpy(contrib + 8, data, len);
-  k = key_bytes(name);
+  k[0] = key_bytes(name);
+  k[1] = (struct rdzv_bytes){spec, spec_len};
   v = (struct rdzv_bytes){contrib, 8 + len};
-  req.nkeys = 1;
-  req.keys = &k;
+  req.nkeys = spec_len > 0 ? 2 : 1;
+  req.keys = k;
   req.nvals = 1;
   req.vals = &v;
   err = call_run(c, &req, timeout_s, call);
@@ -592,26 +596,33 @@ static int give_up(rdzv_client_t *c, const char *op, const char *name,
   return 0;
 }
 
-int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
-                       uint64_t count, double timeout_s) {
+int rdzv_store_barrier_of(rdzv_client_t *c, const char *name,
+                          uint64_t member, uint64_t count, const void *spec,
+                          size_t spec_len, double timeout_s) {
   struct call call = {0};
   int err;
 
-  err = collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0, &call,
-                   timeout_s);
+  err = collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0, spec,
+                   spec_len, &call, timeout_s);
   if (err == RDZV_EDEADLINE && !call.server_text) {
     if (give_up(c, "barrier", name, 0, member, count, timeout_s)) {
       struct call again = {0}; /* completed at the root: answered at once */
       return collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0,
-                        &again, 2.0);
+                        spec, spec_len, &again, 2.0);
     }
   }
   return err;
 }
 
-int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
-                      uint64_t count, const void *data, size_t len,
-                      struct rdzv_value **out, double timeout_s) {
+int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
+                       uint64_t count, double timeout_s) {
+  return rdzv_store_barrier_of(c, name, member, count, NULL, 0, timeout_s);
+}
+
+int rdzv_store_gather_of(rdzv_client_t *c, const char *name, uint64_t member,
+                         uint64_t count, const void *data, size_t len,
+                         const void *spec, size_t spec_len,
+                         struct rdzv_value **out, double timeout_s) {
   struct call call = {0};
   int err;
 
@@ -619,18 +630,25 @@ int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
     return -EINVAL;
   *out = NULL;
   call.want_n = (size_t)count;
-  err = collective(c, RDZV_OP_GATHER, name, member, count, data, len, &call,
-                   timeout_s);
+  err = collective(c, RDZV_OP_GATHER, name, member, count, data, len, spec,
+                   spec_len, &call, timeout_s);
   if (err == RDZV_EDEADLINE && !call.server_text) {
     if (give_up(c, "gather", name, 1, member, count, timeout_s)) {
       call = (struct call){.want_n = (size_t)count};
       err = collective(c, RDZV_OP_GATHER, name, member, count, data, len,
-                       &call, 2.0);
+                       spec, spec_len, &call, 2.0);
     }
   }
   if (err == 0)
     *out = call.vals;
   return err;
+}
+
+int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
+                      uint64_t count, const void *data, size_t len,
+                      struct rdzv_value **out, double timeout_s) {
+  return rdzv_store_gather_of(c, name, member, count, data, len, NULL, 0,
+                              out, timeout_s);
 }
 
 int rdzv_store_stats(rdzv_client_t *c, char **json, double timeout_s) {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/un.h>
 
-enum opt_kind { OPT_STR, OPT_U32, OPT_ROLE };
+enum opt_kind { OPT_STR, OPT_U32, OPT_ROLE, OPT_COUNT };
 
 struct opt {
   const char *name;
@@ -63,6 +63,19 @@ static const struct opt opts[] = {
           "node: forward combined adds/collectives after this quiet time"),
   U32_OPT("flush-max-ms", "RDZVD_FLUSH_MAX_MS", "20", flush_max_ms,
           "node: never hold a combined contribution longer than this"),
+  { "children", "RDZVD_CHILDREN", "auto", OPT_COUNT,
+    offsetof(struct rdzv_daemon_config, children), 4,
+    "node: how many child nodes each job has below this one (the tree's "
+    "shape, e.g. from rdzvctl tree-position), 0 .. 65536; with it a node "
+    "forwards a round's joins the moment its own ranks (each host's local "
+    "size) and every child's subtree have joined, not after --flush-ms; "
+    "auto: not known" },
+  { "local-ranks", "RDZVD_LOCAL_RANKS", "auto", OPT_COUNT,
+    offsetof(struct rdzv_daemon_config, local_ranks), 4,
+    "node: how many ranks each job has on this node, 0 .. 65536 (0: a "
+    "node that only relays); auto: each join record's local size, and a "
+    "node whose ranks have not joined yet waits for them (with "
+    "--children)" },
   U32_OPT("hello-timeout-ms", "RDZVD_HELLO_TIMEOUT_MS", "10000",
           hello_timeout_ms, "drop a connection that sends no hello"),
   U32_OPT("job-linger-ms", "RDZVD_JOB_LINGER_MS", "30000", job_linger_ms,
@@ -179,9 +192,20 @@ static int set_opt(struct rdzv_daemon_config *cfg, const struct opt *o,
     memcpy(base, &r, sizeof(r));
     return 0;
   }
+  if (o->kind == OPT_COUNT && strcmp(v, "auto") == 0) {
+    uint32_t u = RDZV_CHILDREN_UNKNOWN;
+    memcpy(base, &u, sizeof(u));
+    return 0;
+  }
   char *end = NULL;
   errno = 0;
   unsigned long long x = strtoull(v, &end, 10);
+  if (o->kind == OPT_COUNT && (errno != 0 || end == v || *end != '\0' ||
+                               x > 65536 || v[0] == '-')) {
+    snprintf(err, errlen, "--%s: '%s' is neither auto nor a number in "
+             "0..65536", o->name, v);
+    return -EINVAL;
+  }
   if (errno != 0 || end == v || *end != '\0' || x > UINT32_MAX ||
       v[0] == '-') {
     snprintf(err, errlen, "--%s: '%s' is not a number in 0..%u", o->name, v,

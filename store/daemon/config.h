@@ -11,6 +11,9 @@ enum rdzv_daemon_role {
   RDZV_DAEMON_NODE = 1,
 };
 
+/* --children auto: a node does not know how many child nodes it has. */
+#define RDZV_CHILDREN_UNKNOWN UINT32_MAX
+
 struct rdzv_daemon_config {
   enum rdzv_daemon_role role;
   char listen[256];    /* "HOST:PORT" for TCP (ranks and child nodes), or
@@ -34,6 +37,10 @@ struct rdzv_daemon_config {
   uint32_t backlog;
   uint32_t flush_ms;       /* collective/add combining quiet interval */
   uint32_t flush_max_ms;   /* ... and the longest a contribution is held */
+  uint32_t children; /* node: child nodes each job has below this one
+                        (RDZV_CHILDREN_UNKNOWN: not told) */
+  uint32_t local_ranks; /* node: ranks each job has on this node
+                           (RDZV_CHILDREN_UNKNOWN: not told) */
   uint32_t hello_timeout_ms;
   uint32_t job_linger_ms; /* free a job this long after its last connection */
   uint32_t upstream_timeout_ms; /* node: fail what waits this long for a

@@ -401,8 +401,8 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_MSET] = {1, ANY, 1, ANY},
     [RDZV_MSG_APPEND] = {1, 1, 1, 1},
     [RDZV_MSG_NKEYS] = {0, 0, 0, 0},
-    [RDZV_MSG_BARRIER] = {1, 1, 1, ANY},
-    [RDZV_MSG_GATHER] = {1, 1, 1, ANY},
+    [RDZV_MSG_BARRIER] = {1, 2, 1, ANY},
+    [RDZV_MSG_GATHER] = {1, 2, 1, ANY},
     [RDZV_MSG_STATS] = {0, 0, 0, 0},
     /* RDZV_MSG_ERROR is reply-only: its all-zero entry is never used. */
     [RDZV_MSG_JOIN] = {1, 1, 2, ANY},

@@ -61,6 +61,13 @@ extern "C" {
                                       (a node sends again what a lost
                                       connection carried). add: its parts
                                       carry op ids (see RDZV_MSG_ADD) */
+#define RDZV_F_COMPLETE 0x0100u    /* join from a node: with these
+                                      records the sender's whole subtree
+                                      has joined the round (its ranks and
+                                      every child node's subtree, as far as
+                                      it was told how many: rdzvd
+                                      --children), so its parent need not
+                                      wait for more from it */
 #define RDZV_F_SHARED_INC 0x0080u  /* hello reply: b is the incarnation of
                                       a service whose roots share it (an
                                       etcd-backed root): a peer compares it
@@ -113,7 +120,12 @@ enum rdzv_msg_type {
   /* keys[0] = collective name, b = member count. vals = contributions,
    * each { u64 member id (LE) in 0 .. b-1, data bytes } (barrier: no
    * data). A rank
-   * sends one; a node sends what its subtree gathered. Reply (when all
+   * sends one; a node sends what its subtree gathered. keys[1]
+   * (optional) = who the members are (rendezvous/members.h: their ranks
+   * and how member ids map to them), passed on unchanged: a node whose
+   * subtree's ranks of that generation it knows (keys[0] begins
+   * "rdzv/<round>/g<N>/" and that join went through it) forwards at the
+   * subtree's last contribution. Reply (when all
    * b members contributed): OK, a = b, and for GATHER vals = every
    * contribution in member-id order. */
   RDZV_MSG_BARRIER = 12,

@@ -55,7 +55,8 @@ fuzz() {
   echo "run_fuzz.sh: $name OK, no crash in ${secs}s"
 }
 
-fuzz wire_fuzz corpus wire.dict "$root/store/wire/wire.c" "$root/store/wire/error.c"
+fuzz wire_fuzz corpus wire.dict "$root/store/wire/wire.c" "$root/store/wire/error.c" \
+  "$root/rendezvous/members.c" "$root/rendezvous/topo.c"
 fuzz tcpstore_fuzz tcpstore_corpus "" "$root/store/wire/tcpstore_wire.c" \
   "$root/store/wire/wire.c" "$root/store/wire/error.c"
 fuzz etcd_json_fuzz etcd_json_corpus "" "$root/store/etcd/etcd_json.c" \

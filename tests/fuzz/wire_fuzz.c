@@ -13,17 +13,24 @@
  *    arrays) gives back the frame's exact bytes, and decoding those gives
  *    the same fields (round trip);
  *  - every proper prefix of the frame decodes to RDZV_ENEEDMORE, and a
- *    limit one byte under the body length gives RDZV_EFRAME_TOO_BIG.
+ *    limit one byte under the body length gives RDZV_EFRAME_TOO_BIG;
+ *  - a BARRIER's or GATHER's keys[1] (who the members are,
+ *    rendezvous/members.h) decodes or is refused with -EINVAL; one that
+ *    decodes maps ranks to member indices in range, and the ranks it lists
+ *    (when few), encoded again, decode to a spec that lists the same ranks
+ *    in the same order.
  * A failed property aborts, which libFuzzer and the regression driver
  * (fuzz_main.c) report as a crash.
  *
  * In ASan builds each prefix is decoded from a heap copy whose tail is
  * poisoned, so reading one byte past the prefix is caught. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "rendezvous/members.h"
 #include "store/wire/wire.h"
 
 #if defined(__has_feature)
@@ -154,6 +161,53 @@ static void prefix_check(const uint8_t *f, size_t used) {
   free(q);
 }
 
+/* The ranks spec lists, in member order, into out (n slots); how many. */
+static size_t members_expand(const struct rdzv_members *sp, int32_t *out,
+                             size_t n) {
+  size_t k = 0;
+  for (uint32_t r = 0; r < sp->nruns; r++)
+    for (uint32_t i = 0; i < sp->runs[r].len && k < n; i++)
+      out[k++] = (int32_t)(sp->runs[r].first + (uint64_t)i * sp->runs[r].stride);
+  return k;
+}
+
+static void members_check(const struct rdzv_msg *m) {
+  struct rdzv_slice k;
+  struct rdzv_members sp, again;
+  if ((m->type != RDZV_MSG_BARRIER && m->type != RDZV_MSG_GATHER) ||
+      m->keys.n < 2 || rdzv_items_get(&m->keys, 1, &k) != 0)
+    return;
+  int rc = rdzv_members_decode(k.p, k.n, &sp);
+  require(rc == 0 || rc == -EINVAL, "members decode: undocumented code");
+  if (rc != 0)
+    return;
+  for (uint32_t r = 0; r < sp.nruns; r++) {
+    int64_t i = rdzv_members_index(&sp, sp.runs[r].first);
+    require(i >= 0 && i < sp.nmembers, "a run's first rank is no member");
+  }
+  require(rdzv_members_index(&sp, -1) == -1, "rank -1 is a member");
+  (void)rdzv_members_contributes(&sp, (uint64_t)m->b, sp.runs[0].first);
+  enum { FEW = 4096 };
+  if (sp.nmembers > FEW)
+    return;
+  int32_t *a = malloc(FEW * sizeof(*a)), *b = malloc(FEW * sizeof(*b));
+  uint8_t enc[RDZV_MEMBERS_MAX_BYTES];
+  require(a != NULL && b != NULL, "out of memory");
+  size_t n = members_expand(&sp, a, FEW);
+  require(n == sp.nmembers, "runs do not add up to nmembers");
+  int el = rdzv_members_encode(a, (int64_t)n, sp.kind, enc, sizeof(enc));
+  require(el > 0 || el == -E2BIG, "members encode: undocumented code");
+  if (el > 0) {
+    require(rdzv_members_decode(enc, (size_t)el, &again) == 0,
+            "an encoding does not decode");
+    require(members_expand(&again, b, FEW) == n &&
+                memcmp(a, b, n * sizeof(*a)) == 0 && again.kind == sp.kind,
+            "members round trip changed the ranks");
+  }
+  free(a);
+  free(b);
+}
+
 static void frame_check(const struct rdzv_msg *m, const uint8_t *f,
                         size_t used) {
   struct rdzv_slice *kv = list_check(&m->keys, f, used);
@@ -163,6 +217,7 @@ static void frame_check(const struct rdzv_msg *m, const uint8_t *f,
   size_t u;
 
   validate_check(m);
+  members_check(m);
   reencode_check(m, f, used);
   sliced.keys.v = kv;
   sliced.vals.v = vv;

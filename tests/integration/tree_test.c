@@ -280,7 +280,10 @@ static void test_add_combined(void **state) {
   int64_t got = stats_at(T.root_addr, "ops.add.received") - root_adds;
   printf("root received %" PRId64 " adds for %d adding clients\n", got,
          NCLIENTS);
-  assert_true(got >= 1 && got <= 8 * FANOUT);
+  /* Each node sends an idle counter's first add up at once (a lone add
+   * waits for nothing), then combines the burst behind it over quiet
+   * intervals: a few adds per child, against 1,000 without the tree. */
+  assert_true(got >= 1 && got <= 16 * FANOUT);
 }
 
 static void run_collective(const char *kind, const char *name) {

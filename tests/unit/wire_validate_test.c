@@ -126,8 +126,11 @@ static const struct vcase vcases[] = {
     {"gather-b0", 13, 0, 0, 0, 1, {S("g")}, 1, {C("\x00", "")}, EP},
     {"gather-short-id", 13, 0, 0, 2, 1, {S("g")}, 1, {S("1234")}, EP},
     {"gather-big-data", 13, 0, 0, 2, 1, {S("g")}, 1, {C("\x00", "12345")}, EV},
-    {"gather-2-names", 13, 0, 0, 2, 2, {S("g"), S("h")}, 1, {C("\x00", "")},
-     EP},
+    /* keys[1]: who the members are (rendezvous/members.h), opaque here. */
+    {"gather-members", 13, 0, 0, 2, 2, {S("g"), S("h")}, 1, {C("\x00", "")},
+     OK},
+    {"gather-3-keys", 13, 0, 0, 2, 3, {S("g"), S("h"), S("i")}, 1,
+     {C("\x00", "")}, EP},
     {"gather-long-name", 13, 0, 0, 2, 1, {S("123456789")}, 1, {C("\x00", "")},
      EK},
     {"stats", 14, 0, 0, 0, K0, V0, OK},

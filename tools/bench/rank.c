@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "rendezvous/join_wire.h"
+#include "rendezvous/members.h"
 #include "rendezvous/topo.h"
 
 double bench_now(void) {
@@ -27,6 +28,19 @@ static int submit(struct bench_rank *r, enum rdzv_op op, const char *key,
   struct rdzv_request req = {.op = op, .flags = flags, .a = a, .b = b,
                              .nkeys = 1, .keys = &k, .nvals = nvals,
                              .vals = vals};
+  return r->p->submit(r, &req, r->p->timeout_s);
+}
+
+/* A collective of the whole world, telling the nodes who its members are
+ * (kind: rendezvous/members.h), as rdzv/rendezvous.h does. */
+static int submit_coll(struct bench_rank *r, enum rdzv_op op, const char *key,
+                       int kind, int64_t count, const struct rdzv_bytes *v) {
+  uint8_t spec[RDZV_MEMBERS_MAX_BYTES];
+  int sl = rdzv_members_encode(NULL, r->a.world_size, kind, spec,
+                               sizeof(spec));
+  struct rdzv_bytes k[2] = {{key, strlen(key)}, {spec, sl > 0 ? sl : 0}};
+  struct rdzv_request req = {.op = op, .b = count, .nkeys = sl > 0 ? 2 : 1,
+                             .keys = k, .nvals = 1, .vals = v};
   return r->p->submit(r, &req, r->p->timeout_s);
 }
 
@@ -83,7 +97,8 @@ static int after_join(struct bench_rank *r, const struct rdzv_result *res) {
       memcpy(id + 8, &r->claim, sizeof(r->claim));
       struct rdzv_bytes v = {id, sizeof(id)};
       r->step = STEP_IDS_GATHER;
-      return submit(r, RDZV_OP_GATHER, key, 0, 0, r->nids, 1, &v);
+      return submit_coll(r, RDZV_OP_GATHER, key, RDZV_MEMBERS_BLOCKS, r->nids,
+                         &v);
     }
     r->step = STEP_IDS_WAIT;
     return submit(r, RDZV_OP_WAIT, key, 0, 0, 0, 0, NULL);
@@ -125,7 +140,8 @@ static int next(struct bench_rank *r, const struct rdzv_result *res) {
     struct rdzv_bytes v = {member, 8};
     r->step = STEP_BARRIER;
     gen_key(r, key, sizeof(key), "barrier/final");
-    return submit(r, RDZV_OP_BARRIER, key, 0, 0, r->a.world_size, 1, &v);
+    return submit_coll(r, RDZV_OP_BARRIER, key, RDZV_MEMBERS_EACH,
+                       r->a.world_size, &v);
   }
   case STEP_BARRIER:
     r->step = STEP_DONE;

@@ -359,6 +359,12 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
       bench_node_path(o, p, path, sizeof(path));
     snprintf(cfg.parent, sizeof(cfg.parent), "unix:%s", path);
     snprintf(cfg.name, sizeof(cfg.name), "h%06" PRId64, h);
+    /* The tree's shape is known here, as a launcher knows it: the node
+     * forwards its subtree's joins once they are all in. */
+    int64_t first;
+    cfg.children =
+        (uint32_t)rdzv_tree_children(h, bench_hosts(o), o->fanout, &first);
+    cfg.local_ranks = (uint32_t)bench_host_ranks(o, h);
   }
   return rdzv_daemon_start(sv->loop, &cfg, &sv->d[sv->nd++]);
 }

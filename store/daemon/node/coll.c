@@ -1,13 +1,20 @@
 /* Barriers and gathers at a node: contributions of the subtree are
- * combined and forwarded as one request when every member has passed
- * through or after --flush-ms of quiet (at most --flush-max-ms), each
- * member counted once by its id; the parent's answer fans out to every
- * local requester; COLL_STATUS is asked of the root after sending up what
- * is held here. */
+ * combined and forwarded as one request, each member counted once by its
+ * id, as soon as the subtree's last contribution has arrived. The node
+ * knows when that is if the collective tells who its members are (keys[1],
+ * rendezvous/members.h) and the generation named in its key completed its
+ * join through this node: then it knows which of those members are ranks
+ * of its subtree. Otherwise (or while some are missing) it forwards after
+ * --flush-ms of quiet, at most --flush-max-ms after the first held
+ * contribution; when it knows, only the latter bounds the wait for a
+ * member that went elsewhere. The parent's answer fans out to every local
+ * requester; COLL_STATUS is asked of the root after sending up what is
+ * held here. */
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
 
+#include "rendezvous/members.h"
 #include "store/daemon/node/node_int.h"
 
 struct ncoll { /* combined contributions to one barrier or gather */
@@ -25,6 +32,11 @@ struct ncoll { /* combined contributions to one barrier or gather */
   struct rdzv_buf result;
   uint64_t first_ms;
   uv_timer_t timer;
+  uint8_t *spec; /* keys[1] as the first contribution that had one told it */
+  uint32_t spec_len;
+  struct rdzv_members *members; /* spec decoded (NULL: none, or bad) */
+  int64_t expected; /* contributors in this subtree (-1: not known) */
+  uint64_t expected_ver;
 };
 
 static void coll_flush(struct ncoll *co);
@@ -83,8 +95,9 @@ static void coll_flush(struct ncoll *co) {
   memset(&m, 0, sizeof(m));
   m.type = co->type;
   m.b = (int64_t)co->count;
-  m.keys.n = 1;
-  m.keys.v = &name;
+  struct rdzv_slice keys[2] = {name, {co->spec, co->spec_len}};
+  m.keys.n = co->spec != NULL ? 2 : 1;
+  m.keys.v = keys;
   m.vals.n = co->npending;
   m.vals.raw = co->pending.data;
   m.vals.raw_len = co->pending.len;
@@ -99,6 +112,23 @@ static void on_coll_timer(uv_timer_t *t) { coll_flush(t->data); }
 /* The combined collective of that type and name (keys[0] of a BARRIER,
  * GATHER or COLL_STATUS); if absent, created with count when create is
  * set, else NULL (NULL also when out of memory). */
+/* Keeps who the members are (keys[1] of m) for this collective and for
+ * the requests it sends up. A spec that does not decode is passed on
+ * unchanged (the parent may read it otherwise) but tells this node nothing. */
+static void learn_members(struct ncoll *co, const struct rdzv_msg *m) {
+  struct rdzv_slice sp;
+  if (rdzv_items_get(&m->keys, 1, &sp) < 0 || sp.n == 0 ||
+      sp.n > RDZV_MEMBERS_MAX_BYTES || (co->spec = malloc(sp.n)) == NULL)
+    return;
+  memcpy(co->spec, sp.p, sp.n);
+  co->spec_len = sp.n;
+  struct rdzv_members *mb = malloc(sizeof(*mb));
+  if (mb != NULL && rdzv_members_decode(sp.p, sp.n, mb) == 0)
+    co->members = mb;
+  else
+    free(mb);
+}
+
 static struct ncoll *ncoll_lookup(struct node_job *nj, uint8_t type,
                                   const struct rdzv_msg *m, bool create,
                                   uint64_t count) {
@@ -125,6 +155,7 @@ static struct ncoll *ncoll_lookup(struct node_job *nj, uint8_t type,
   co->nlen = nlen;
   co->type = type;
   co->count = count;
+  co->expected = -1;
   co->nj = nj;
   uv_timer_init(nj->d->loop, &co->timer);
   co->timer.data = co;
@@ -194,11 +225,28 @@ void rdzv__node_collective(struct node_job *nj, struct conn *c,
   supersede(co, c);
   l->next = co->waiters;
   co->waiters = l;
-  /* The whole job passed through here: no point waiting any longer. */
-  if (co->seen >= co->count)
+  if (co->spec == NULL && m->keys.n > 1)
+    learn_members(co, m);
+  if (co->members != NULL) {
+    struct rdzv_slice name = {co->name + 1, co->nlen - 1};
+    int64_t n = rdzv__node_subtree_contributors(nj, name, co->members,
+                                                co->count, &co->expected_ver);
+    if (n != -2)
+      co->expected = n;
+  }
+  /* The whole job, or this node's whole subtree, passed through here: no
+   * point waiting any longer. */
+  if (co->seen >= co->count ||
+      (co->expected > 0 && co->seen >= (uint64_t)co->expected)) {
+    if (co->seen < co->count)
+      nj->d->stats.coll_subtree_flushes++;
     coll_flush(co);
-  else
+  } else if (co->expected > 0) {
+    if (co->npending == m->vals.n) /* the first held: the guard starts */
+      uv_timer_start(&co->timer, on_coll_timer, nj->d->cfg.flush_max_ms, 0);
+  } else {
     rdzv__node_schedule(nj->d, &co->timer, co->first_ms, on_coll_timer);
+  }
 }
 
 /* COLL_STATUS: what this node holds of that collective goes up first, on
@@ -217,6 +265,8 @@ static void on_ncoll_closed(uv_handle_t *h) {
   rdzv_buf_free(&co->pending);
   rdzv_buf_free(&co->result);
   free(co->name);
+  free(co->spec);
+  free(co->members);
   free(co);
 }
 

@@ -3,6 +3,7 @@
  * waits (and reads hinted write-once) into one upstream request per key,
  * combines concurrent adds and collective contributions, and forwards the
  * rest to its parent unchanged. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +39,11 @@ struct nadd {
   struct rdzv_buf child_parts;          /* the child adds' parts, in order */
   uint32_t nchild_parts;
   uint64_t first_ms;
+  uint32_t pending_n; /* adds pending: local callers plus child parts */
+  uint64_t busy_ms;   /* when more than one went up together (0: never) */
   bool inflight;
   uv_timer_t timer;
+  struct rdzv_deferred due; /* add_flush at the end of this iteration */
 };
 
 struct add_batch {
@@ -401,6 +405,8 @@ static void handle_mget(struct node_job *nj, struct conn *c,
 /* ---- adds: combined per counter ------------------------------------------- */
 
 static void add_flush(struct nadd *ad);
+static void add_schedule(struct nadd *ad);
+static void on_add_timer(uv_timer_t *t);
 
 /* The next 8-byte value of a reply's vals at *pos (the value after the
  * next part). */
@@ -461,30 +467,52 @@ static void on_add_reply(struct daemon *d, const struct rdzv_msg *r,
   free(b);
   ad->inflight = false;
   if (ad->pending != NULL)
-    add_flush(ad);
+    add_schedule(ad);
+}
+
+/* When the pending adds of ad go up. A counter that only one caller at a
+ * time adds to (every add went up alone for --flush-max-ms) is idle: its
+ * add goes at the end of this loop iteration, waiting for nothing. A busy
+ * one, with concurrent adders whose adds keep coming, waits for the quiet
+ * interval (at most --flush-max-ms after the first pending add): a burst
+ * costs the parent a few adds, not one per round trip. */
+static void add_schedule(struct nadd *ad) {
+  struct daemon *d = ad->nj->d;
+  if (ad->inflight || ad->pending == NULL)
+    return;
+  if (ad->busy_ms == 0 || rdzv__now_ms(d) > ad->busy_ms + d->cfg.flush_max_ms)
+    rdzv__defer(d, &ad->due);
+  else
+    rdzv__node_schedule(d, &ad->timer, ad->first_ms, on_add_timer);
 }
 
 static void add_flush(struct nadd *ad) {
   struct node_job *nj = ad->nj;
   uv_timer_stop(&ad->timer);
+  rdzv__defer_cancel(nj->d, &ad->due);
   if (ad->inflight || ad->pending == NULL)
     return;
   struct add_batch *b = calloc(1, sizeof(*b));
   struct rdzv_buf parts = {0};
-  if (b == NULL)
-    return; /* retried by the next add or reply */
+  if (b == NULL) {
+    /* Retried after the quiet interval (or by the next add). */
+    rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
+    return;
+  }
   if (ad->pending_local) {
     uint8_t part[16];
     rdzv_store_u64le(part, rdzv__node_opid(nj->d));
     rdzv_store_u64le(part + 8, (uint64_t)ad->pending_sum);
     if (rdzv_items_append(&parts, part, sizeof(part)) < 0) {
       free(b);
+      rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
       return;
     }
   }
   if (rdzv_buf_append(&parts, ad->child_parts.data, ad->child_parts.len) < 0) {
     rdzv_buf_free(&parts);
     free(b);
+    rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
     return;
   }
   b->ad = ad;
@@ -498,6 +526,9 @@ static void add_flush(struct nadd *ad) {
   ad->pending_local = false;
   ad->child_parts.len = 0;
   ad->nchild_parts = 0;
+  if (ad->pending_n > 1)
+    ad->busy_ms = rdzv__now_ms(nj->d);
+  ad->pending_n = 0;
   ad->inflight = true;
   struct rdzv_slice k = {ad->key, ad->klen};
   struct rdzv_msg m;
@@ -521,6 +552,10 @@ static void add_flush(struct nadd *ad) {
 
 static void on_add_timer(uv_timer_t *t) { add_flush(t->data); }
 
+static void on_add_due(struct rdzv_deferred *x) {
+  add_flush((struct nadd *)((char *)x - offsetof(struct nadd, due)));
+}
+
 static struct nadd *nadd_get(struct node_job *nj, struct rdzv_slice k) {
   struct nadd *ad = NULL;
   HASH_FIND(hh, nj->adds, k.p, k.n, ad);
@@ -537,6 +572,7 @@ static struct nadd *nadd_get(struct node_job *nj, struct rdzv_slice k) {
   ad->pending_tail = &ad->pending;
   uv_timer_init(nj->d->loop, &ad->timer);
   ad->timer.data = ad;
+  ad->due.cb = on_add_due;
   HASH_ADD_KEYPTR(hh, nj->adds, ad->key, ad->klen, ad);
   return ad;
 }
@@ -574,14 +610,14 @@ static void handle_add(struct node_job *nj, struct conn *c,
     }
     l->nparts = m->vals.n;
     ad->nchild_parts += m->vals.n;
+    ad->pending_n += m->vals.n;
     if (ad->pending == NULL)
       ad->first_ms = rdzv__now_ms(nj->d);
     else
       nj->d->stats.combined++;
     *ad->pending_tail = l;
     ad->pending_tail = &l->next;
-    if (!ad->inflight)
-      rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
+    add_schedule(ad);
     return;
   }
   int64_t sum;
@@ -602,8 +638,12 @@ static void handle_add(struct node_job *nj, struct conn *c,
   ad->pending_tail = &l->next;
   ad->pending_sum = sum;
   ad->pending_local = true;
-  if (!ad->inflight)
-    rdzv__node_schedule(nj->d, &ad->timer, ad->first_ms, on_add_timer);
+  ad->pending_n++;
+  /* With nothing of this counter in flight, an idle counter's add goes up
+   * at the end of this loop iteration, with the other adds of it read in
+   * the same iteration; adds that come while one is in flight are combined
+   * into the next one. */
+  add_schedule(ad);
 }
 
 /* ---- dispatch, job state --------------------------------------------------- */
@@ -727,6 +767,7 @@ static void node_job_free(struct daemon *d, struct job *j) {
   HASH_ITER(hh, nj->adds, ad, at) {
     HASH_DEL(nj->adds, ad);
     rdzv__node_lreqs_free(ad->pending);
+    rdzv__defer_cancel(d, &ad->due);
     uv_close((uv_handle_t *)&ad->timer, on_nadd_closed);
   }
   rdzv__node_colls_free(nj);

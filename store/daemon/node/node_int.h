@@ -94,6 +94,18 @@ void rdzv__node_joins_lost(struct node_job *nj);
 /* The parent's connection is up again after a loss: each round's
  * completed members are sent again, so the root binds them to this path. */
 void rdzv__node_joins_reconnected(struct node_job *nj);
+/* How many contributors of a collective named key (its members spec, its
+ * member count) this node's subtree holds, when key is
+ * "rdzv/<round>/g<N>/..." of a generation whose join completed through
+ * this node (its ranks and its child nodes' ranks are known here).
+ * Returns that number; -1 when it cannot be known; -2 when *ver says it
+ * was counted for the subtree as it stands (*ver, 0 at first, is updated
+ * on every count). */
+struct rdzv_members;
+int64_t rdzv__node_subtree_contributors(struct node_job *nj,
+                                        struct rdzv_slice key,
+                                        const struct rdzv_members *spec,
+                                        uint64_t count, uint64_t *ver);
 /* If m's first key is "rdzv/<round>/g<N>/..." of a generation lost to a
  * parent's restart, answers it (RDZV_EABORTED with the reason) and returns
  * true. */

@@ -1,7 +1,11 @@
 /* Rendezvous joins at a node: the joins of the node's subtree are combined
- * into few upstream requests (after a quiet interval, or at once when the
- * whole world has passed through), and the root's assignments are handed
- * back to each requester, matched by claim.
+ * into few upstream requests, and the root's assignments are handed back to
+ * each requester, matched by claim. The joins go up at once when the whole
+ * world has passed through, or when the node's whole subtree has joined:
+ * it knows that when it was told how many child nodes it has (--children)
+ * and each of them said its own subtree is complete (RDZV_F_COMPLETE), and
+ * each host whose ranks join here has all of its local size. Otherwise
+ * after the quiet interval (--flush-ms, at most --flush-max-ms).
  *
  * Sessions. Each member of a completed generation is bound to the
  * connection its claim last came through (struct cbind). A connection
@@ -24,6 +28,7 @@
 #include <uthash.h>
 
 #include "rendezvous/join_wire.h"
+#include "rendezvous/members.h"
 #include "store/daemon/node/node_int.h"
 
 struct jwait { /* a local request (rank or child node) */
@@ -73,6 +78,7 @@ struct njround {
    * that the root binds them to the new path (sessions of nodes). */
   struct cbind *binds;
   int64_t done_gen;
+  uint64_t binds_ver; /* changes whenever binds does */
 };
 
 struct cbind {
@@ -92,6 +98,8 @@ struct joined { /* a connection that has joined a generation */
   uint64_t claim; /* a rank's claim (0 for a child node) */
   int32_t rank, local_rank; /* a rank's assignment, -1 until known */
   char host[256];           /* a rank's host (its join record) */
+  int32_t local_size;       /* ... and its host's rank count (0: unknown) */
+  bool complete; /* a child node said its subtree joined (RDZV_F_COMPLETE) */
   /* Closed without a clean leave: its members have --session-grace-ms to
    * come back through another connection before the generation aborts. */
   bool lost;
@@ -171,9 +179,13 @@ static struct joined *mark_joined(struct njround *jr, struct conn *c,
       jn->rank = a->rank;
       jn->local_rank = a->local_rank;
     }
-    if (c->role != RDZV_ROLE_NODE && rec != NULL)
+    if (c->role != RDZV_ROLE_NODE && rec != NULL) {
       snprintf(jn->host, sizeof(jn->host), "%.*s", (int)rec->rec.host_len,
                (const char *)rec->rec.host);
+      jn->local_size = rec->local_size;
+    }
+    if (gen == 0 && rec != NULL)
+      jn->complete = false; /* a new join: said again when it is */
   }
   return jn;
 }
@@ -188,6 +200,7 @@ static struct njround *jround_find(struct node_job *nj, const char *name) {
 
 static void binds_clear(struct njround *jr) {
   struct cbind *b, *t;
+  jr->binds_ver++;
   HASH_ITER(hh, jr->binds, b, t) {
     HASH_DEL(jr->binds, b);
     free(b);
@@ -232,8 +245,10 @@ static struct cbind *bind_claim(struct njround *jr, uint64_t claim,
     HASH_ADD(hh, jr->binds, claim, sizeof(b->claim), b);
   }
   b->jn = jn;
-  if (rank >= 0)
+  if (rank >= 0 && b->rank != rank) {
     b->rank = rank;
+    jr->binds_ver++;
+  }
   return b;
 }
 
@@ -244,6 +259,7 @@ static void binds_unbind(struct njround *jr, const struct joined *jn) {
     if (b->jn == jn) {
       HASH_DEL(jr->binds, b);
       free(b);
+      jr->binds_ver++;
     }
   }
 }
@@ -395,13 +411,14 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
  * round's params, split to the parent's frame limit; cb(jr) answers. */
 static int join_send_up(struct njround *jr, int64_t gen,
                         const struct rdzv_buf *recs, uint32_t n,
-                        upstream_cb cb) {
+                        uint16_t flags, upstream_cb cb) {
   struct rdzv_slice params = {jr->params, sizeof(jr->params)};
   struct rdzv_slice name = {(const uint8_t *)jr->name,
                             (uint32_t)strlen(jr->name)};
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_JOIN;
+  m.flags = flags;
   m.a = gen;
   m.keys.n = 1;
   m.keys.v = &name;
@@ -412,17 +429,69 @@ static int join_send_up(struct njround *jr, int64_t gen,
                                    cb != NULL ? jr : NULL);
 }
 
-static void join_flush(struct njround *jr) {
+/* complete: the subtree has joined (the parent is told: RDZV_F_COMPLETE). */
+static void join_flush(struct njround *jr, bool complete) {
   uv_timer_stop(&jr->timer);
   if (jr->npending == 0)
     return;
   /* A failure comes back through on_join_reply, with its reason. */
-  join_send_up(jr, 0, &jr->pending, jr->npending, on_join_reply);
+  join_send_up(jr, 0, &jr->pending, jr->npending,
+               complete ? RDZV_F_COMPLETE : 0, on_join_reply);
   jr->npending = 0;
   jr->pending.len = 0;
 }
 
-static void on_join_timer(uv_timer_t *t) { join_flush(t->data); }
+static void on_join_timer(uv_timer_t *t) { join_flush(t->data, false); }
+
+#define COMPLETE_MAX_HOSTS 16
+
+/* Whether this node's whole subtree has joined round jr's pending
+ * generation: --children is known and that many child nodes said their
+ * subtree is complete, and its own ranks joined: --local-ranks of them
+ * when told, else each host's whole local size for every host whose ranks
+ * joined here, at least one (at most COMPLETE_MAX_HOSTS hosts: more are
+ * not counted). */
+static bool subtree_complete(struct njround *jr) {
+  struct node_job *nj = jr->nj;
+  uint32_t want = nj->d->cfg.children;
+  if (want == RDZV_CHILDREN_UNKNOWN)
+    return false;
+  struct { const char *host; int32_t size, n; } hosts[COMPLETE_MAX_HOSTS];
+  uint32_t nhosts = 0, nchildren = 0;
+  struct joined *jn, *t;
+  HASH_ITER(hh, nj->joined, jn, t) {
+    if (jn->gen != 0 || jn->lost || strcmp(jn->round, jr->name) != 0)
+      continue;
+    if (jn->c->role == RDZV_ROLE_NODE) {
+      nchildren += jn->complete;
+      continue;
+    }
+    uint32_t h = 0;
+    while (h < nhosts && strcmp(hosts[h].host, jn->host) != 0)
+      h++;
+    if (h == nhosts) {
+      if (nhosts == COMPLETE_MAX_HOSTS || jn->local_size < 1)
+        return false;
+      hosts[nhosts++] = (__typeof__(hosts[0])){jn->host, jn->local_size, 0};
+    }
+    hosts[h].n++;
+  }
+  if (nchildren < want)
+    return false;
+  uint32_t local = nj->d->cfg.local_ranks;
+  if (local != RDZV_CHILDREN_UNKNOWN) { /* told: count them, any host */
+    uint32_t n = 0;
+    for (uint32_t h = 0; h < nhosts; h++)
+      n += (uint32_t)hosts[h].n;
+    return n >= local;
+  }
+  if (nhosts == 0)
+    return false; /* its host's ranks may be yet to come */
+  for (uint32_t h = 0; h < nhosts; h++)
+    if (hosts[h].n < hosts[h].size)
+      return false;
+  return true;
+}
 
 static struct njround *jround_get(struct node_job *nj,
                                   const struct rdzv_slice *name) {
@@ -712,12 +781,23 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
   }
   /* A rank's or a child node's: either one lost before the round
    * completes loses joins (unless they come again another way). */
-  mark_joined(jr, c, 0, have_mine ? mine.rec.claim : 0, NULL,
-              have_mine ? &mine : NULL);
-  if (jr->seen >= jr->max_size)
-    join_flush(jr);
-  else
+  struct joined *jn = mark_joined(jr, c, 0, have_mine ? mine.rec.claim : 0,
+                                  NULL, have_mine ? &mine : NULL);
+  if (jn != NULL && c->role == RDZV_ROLE_NODE && (m->flags & RDZV_F_COMPLETE))
+    jn->complete = true;
+  if (jr->seen >= jr->max_size) {
+    join_flush(jr, true);
+  } else if (subtree_complete(jr)) {
+    nj->d->stats.join_subtree_flushes++;
+    join_flush(jr, true);
+  } else if (nj->d->cfg.children != RDZV_CHILDREN_UNKNOWN) {
+    /* More of the subtree is due: no quiet interval, only the guard for
+     * a host or child that never comes (this step does not use it). */
+    if (!uv_is_active((uv_handle_t *)&jr->timer))
+      uv_timer_start(&jr->timer, on_join_timer, nj->d->cfg.flush_max_ms, 0);
+  } else {
     rdzv__node_schedule(nj->d, &jr->timer, jr->first_ms, on_join_timer);
+  }
 }
 
 /* ABORT (or, with RDZV_F_LEAVE, a leave) of generation gen of round to
@@ -1065,7 +1145,7 @@ static void pending_resend(struct njround *jr) {
     if (cr->rec != NULL && rdzv_items_append(&recs, cr->rec, cr->rec_len) == 0)
       n++;
   if (n > 0) {
-    join_send_up(jr, 0, &recs, n, on_join_reply);
+    join_send_up(jr, 0, &recs, n, 0, on_join_reply);
     rdzv__log(jr->nj->d, 2, "round %s: %u pending joins sent again after a "
               "reconnection", jr->name, n);
   }
@@ -1098,7 +1178,7 @@ void rdzv__node_joins_reconnected(struct node_job *nj) {
       continue;
     }
     /* a = the generation: a re-bind of its members only */
-    int rc = join_send_up(jr, jr->done_gen, &recs, n, NULL);
+    int rc = join_send_up(jr, jr->done_gen, &recs, n, 0, NULL);
     rdzv__log(nj->d, rc < 0 ? 0 : 2, "round %s generation %" PRId64
               ": %u members sent again after a reconnection%s%s", jr->name,
               jr->done_gen, n, rc < 0 ? ": " : "",
@@ -1122,4 +1202,32 @@ void rdzv__node_joins_free(struct node_job *nj) {
   struct joined *jn, *jt;
   HASH_ITER(hh, nj->joined, jn, jt)
     joined_free(nj, jn);
+}
+
+int64_t rdzv__node_subtree_contributors(struct node_job *nj,
+                                        struct rdzv_slice key,
+                                        const struct rdzv_members *spec,
+                                        uint64_t count, uint64_t *ver) {
+  const uint8_t *name;
+  size_t nlen;
+  int64_t g;
+  struct njround *jr = NULL;
+  if (rdzv_gen_key_parse(key.p, key.n, &name, &nlen, &g) < 0)
+    return -1;
+  HASH_FIND(hh, nj->jrounds, name, nlen, jr);
+  if (jr == NULL || jr->binds == NULL || jr->done_gen != g ||
+      (jr->lost_gen != 0 && g <= jr->lost_gen))
+    return -1;
+  /* Each version of the subtree's members is counted once; a binding made
+   * in a later part of the join's answer recounts. */
+  uint64_t v = jr->binds_ver + 1; /* never 0: 0 is "not counted yet" */
+  if (*ver == v)
+    return -2;
+  *ver = v;
+  int64_t n = 0;
+  struct cbind *b, *t;
+  HASH_ITER(hh, jr->binds, b, t)
+    if (b->rank >= 0 && rdzv_members_contributes(spec, count, b->rank))
+      n++;
+  return n;
 }

@@ -240,9 +240,34 @@ void rdzv__gate_release(struct daemon *d) {
     c->gate_rel = c->gate_seal = c->out.len;
 }
 
+void rdzv__defer(struct daemon *d, struct rdzv_deferred *x) {
+  if (x->queued)
+    return;
+  x->queued = true;
+  TAILQ_INSERT_TAIL(&d->deferred, x, link);
+  uv_idle_start(&d->flush_idle, on_idle); /* this iteration's check runs it */
+}
+
+void rdzv__defer_cancel(struct daemon *d, struct rdzv_deferred *x) {
+  if (!x->queued)
+    return;
+  TAILQ_REMOVE(&d->deferred, x, link);
+  x->queued = false;
+}
+
 void rdzv__conn_flush_check(uv_check_t *h) {
   struct daemon *d = h->data;
   struct conn *c;
+  struct rdzv_deferred *x;
+  size_t n = 0;
+  TAILQ_FOREACH(x, &d->deferred, link)
+    n++;
+  /* Those deferred now; one a callback defers again runs next time. */
+  while (n-- > 0 && (x = TAILQ_FIRST(&d->deferred)) != NULL) {
+    TAILQ_REMOVE(&d->deferred, x, link);
+    x->queued = false;
+    x->cb(x); /* may queue frames: written below */
+  }
   if (d->gate != NULL) {
     gate_step(d);
     uv_idle_stop(&d->flush_idle);

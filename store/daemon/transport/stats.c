@@ -69,6 +69,10 @@ char *rdzv__stats_json(const struct daemon *d) {
       "reattached", (json_int_t)s->reattached, "dedup_hits",
       (json_int_t)s->dedup_hits);
   json_object_set_new(o, "fenced", json_integer((json_int_t)s->fenced));
+  json_object_set_new(o, "coll_subtree_flushes",
+                      json_integer((json_int_t)s->coll_subtree_flushes));
+  json_object_set_new(o, "join_subtree_flushes",
+                      json_integer((json_int_t)s->join_subtree_flushes));
   json_object_set_new(o, "sessions_resumed",
                       json_integer((json_int_t)s->sessions_resumed));
   json_object_set_new(o, "sessions_lost",

@@ -275,6 +275,7 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   TAILQ_INIT(&d->conns);
   TAILQ_INIT(&d->dirty);
   TAILQ_INIT(&d->held);
+  TAILQ_INIT(&d->deferred);
   uv_idle_init(d->loop, &d->flush_idle);
   uv_check_init(d->loop, &d->flush_check);
   d->flush_check.data = d;

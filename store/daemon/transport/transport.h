@@ -48,6 +48,10 @@ struct stats {
   uint64_t cache_hits;      /* write-once reads served from the cache */
   uint64_t coalesced;       /* reads/waits joined to one upstream request */
   uint64_t combined;        /* adds/contributions merged into another */
+  uint64_t coll_subtree_flushes; /* collectives forwarded at the subtree's
+                                    last contribution (members known) */
+  uint64_t join_subtree_flushes; /* joins forwarded when the subtree had
+                                    joined (--children known) */
   uint64_t upstream_reconnects;
   uint64_t parent_restarts; /* a parent met again with a new incarnation */
   uint64_t parent_silent;   /* the parent lost to --liveness-timeout-ms */
@@ -133,6 +137,17 @@ struct conn {
 };
 TAILQ_HEAD(conn_list, conn);
 
+/* Work put off to the end of this loop iteration, after every read of it
+ * and before what it queued is written (rdzv__defer): e.g. a node's add
+ * goes up at once, yet combined with the adds of the same counter that
+ * arrived in the same iteration. Embedded in its owner; zeroed to start. */
+struct rdzv_deferred {
+  void (*cb)(struct rdzv_deferred *x);
+  bool queued;
+  TAILQ_ENTRY(rdzv_deferred) link;
+};
+TAILQ_HEAD(rdzv_deferred_list, rdzv_deferred);
+
 void rdzv__conn_ref(struct conn *c);
 void rdzv__conn_unref(struct conn *c);
 /* True while replies can still be sent to c. */
@@ -141,6 +156,11 @@ bool rdzv__conn_alive(const struct conn *c);
  * written at the end of this loop iteration. Counts errors in stats, and
  * ends one outstanding request. */
 void rdzv__conn_reply(struct conn *c, struct rdzv_msg *reply);
+/* Runs x->cb(x) once at the end of this loop iteration (after its reads,
+ * before its writes); a no-op while x is already queued. x must stay
+ * valid until then or until rdzv__defer_cancel(d, x). */
+void rdzv__defer(struct daemon *d, struct rdzv_deferred *x);
+void rdzv__defer_cancel(struct daemon *d, struct rdzv_deferred *x);
 /* Queues a frame without touching the outstanding count. */
 void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m);
 /* Sends an ERROR frame with status and text, then closes c. */
@@ -254,6 +274,7 @@ struct daemon {
   bool have_tcp, have_unix;
   uv_idle_t flush_idle;
   uv_check_t flush_check;
+  struct rdzv_deferred_list deferred;
   struct conn_list conns;
   struct conn_list dirty;
   uint32_t nconns;
