@@ -84,7 +84,8 @@ struct bench_delay_opts {
   /* The model's combining-interval term: whether (1) or not (0) each
    * step waits --flush-ms at a node whose subtree has not given all of
    * it: the join, the id gather, the barrier, a lone add (all 1 while
-   * nodes hold every collective and add for the interval). */
+   * nodes held every collective and add for the interval; all 0 since
+   * nodes are told their subtree's shape and send lone adds at once). */
   double waits_join, waits_ids, waits_barrier, waits_add;
   const char *json_path; /* NULL: none */
 };

@@ -55,7 +55,7 @@ static void usage_to(FILE *f) {
       "       rendezvous and lone round trips, measured against the model)\n"
       "       [--model-waits J,I,B,A] (1 or 0: whether the join, the id\n"
       "       gather, the barrier, a lone add wait --flush-ms at a node;\n"
-      "       default 1,1,1,1)\n"
+      "       default 0,0,0,0: nodes told the tree's shape wait for none)\n"
       "defaults: --ranks 1000,10000,100000 --ranks-per-host 8 --fanout 16\n"
       "  --mode both --transport auto (sockets up to --sockets-max 20000\n"
       "  ranks, in-process rank hop above) --rtt-us 50 --flush-ms 2\n"
@@ -617,8 +617,8 @@ int main(int argc, char **argv) {
   int64_t sockets_max = 20000;
   double rtt_us = 50;
   struct bench_delay_opts dl = {.delays_us = {25, 250}, .ndelays = 2,
-                                 .waits_join = 1, .waits_ids = 1,
-                                 .waits_barrier = 1, .waits_add = 1};
+                                 .waits_join = 0, .waits_ids = 0,
+                                 .waits_barrier = 0, .waits_add = 0};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
