@@ -22,6 +22,11 @@ void bench_node_path(const struct bench_opts *o, int64_t h, char *out,
   snprintf(out, n, "%s/h%06" PRId64 ".sock", o->dir, h);
 }
 
+void bench_uplink_path(const struct bench_opts *o, int64_t h, char *out,
+                       size_t n) {
+  snprintf(out, n, "%s/up-h%06" PRId64 ".sock", o->dir, h);
+}
+
 void bench_root_path(const struct bench_opts *o, char *out, size_t n) {
   snprintf(out, n, "%s/root.sock", o->dir);
 }

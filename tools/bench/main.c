@@ -32,6 +32,7 @@ struct child {
   int is_root;
   json_t *stats;
   struct rusage ru;
+  double cpu_go; /* with hooks: a server's CPU seconds at "go" */
 };
 
 struct run {
@@ -49,6 +50,12 @@ static void usage_to(FILE *f) {
       "       [--rtt-us US] [--flush-ms MS] [--timeout S] [--idle-s S]\n"
       "       [--etcd URL[,URL...]] (an etcd-backed root: etcd's requests\n"
       "       and bytes per rendezvous are printed)\n"
+      "       [--delay-tree HOSTS [--delay-us US[,US...]]] (a tree of HOSTS\n"
+      "       nodes with a delay-relay on every node-to-parent link: the\n"
+      "       rendezvous and lone round trips, measured against the model)\n"
+      "       [--model-waits J,I,B,A] (1 or 0: whether the join, the id\n"
+      "       gather, the barrier, a lone add wait --flush-ms at a node;\n"
+      "       default 0,0,0,0: nodes told the tree's shape wait for none)\n"
       "defaults: --ranks 1000,10000,100000 --ranks-per-host 8 --fanout 16\n"
       "  --mode both --transport auto (sockets up to --sockets-max 20000\n"
       "  ranks, in-process rank hop above) --rtt-us 50 --flush-ms 2\n"
@@ -213,6 +220,11 @@ struct result {
   double wall_s, p50_s, p99_s, cpu_s, projection_s, rtt_us;
   int64_t root_msgs, root_bytes, max_node_msgs, max_node_bytes;
   int64_t root_rss, node_rss, all_msgs;
+  double max_proc_cpu_s; /* the busiest process's CPU */
+  /* With hooks: CPU from "go" to the statistics after "done" (servers;
+   * drivers: their whole life, which is mostly that), total and of the
+   * busiest process. */
+  double win_cpu_s, max_proc_win_cpu_s;
   /* Frames per second while every rank is done and connected (heartbeats):
    * at the root and at the busiest node, over --idle-s; -1: not measured. */
   double idle_root_per_s, idle_node_per_s;
@@ -230,6 +242,15 @@ static void collect(struct run *rn, struct result *r) {
   for (int i = 0; i < rn->n; i++) {
     struct child *c = &rn->ch[i];
     r->cpu_s += cpu_of(&c->ru);
+    if (cpu_of(&c->ru) > r->max_proc_cpu_s)
+      r->max_proc_cpu_s = cpu_of(&c->ru);
+    double win = c->stats != NULL
+                     ? json_real_value(json_object_get(c->stats, "cpu_s")) -
+                           c->cpu_go
+                     : cpu_of(&c->ru);
+    r->win_cpu_s += win;
+    if (win > r->max_proc_win_cpu_s)
+      r->max_proc_win_cpu_s = win;
     if (c->stats == NULL)
       continue;
     if (c->is_root) {
@@ -298,6 +319,9 @@ static void etcd_cleanup(const char *prefix) {
   free(body);
 }
 
+/* The delay tree's (delay.c) additions to a run, or NULL. */
+static const struct bench_hooks *hooks;
+
 static int run_one(struct bench_opts *base, int64_t n, int tree,
                    const char *transport, double rtt_us, struct result *r) {
   static int runs;
@@ -325,7 +349,9 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
   r->rtt_us = rtt_us;
   r->depth = tree ? rdzv_tree_depth(r->hosts - 1, rn->o.fanout) + 1 : 1;
   char line[4096];
-  int rc = start_processes(rn, tree);
+  int rc = hooks != NULL ? hooks->started(&rn->o, hooks->arg) : 0;
+  if (rc == 0)
+    rc = start_processes(rn, tree);
   if (rc == 0)
     for (int i = 0; i < rn->n && rc == 0; i++)
       rc = expect(&rn->ch[i], "ready", line, sizeof(line));
@@ -334,6 +360,21 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
   for (int i = 0; rc == 0 && i < rn->n; i++)
     if (rn->ch[i].holds_ranks && !rn->o.inproc)
       rc = expect(&rn->ch[i], "ready", line, sizeof(line));
+  /* With hooks, each server's CPU before the ranks start (its daemons'
+   * start-up is not the rendezvous). */
+  for (int i = 0; hooks != NULL && rc == 0 && i < rn->n; i++) {
+    if (rn->ch[i].holds_ranks && !rn->o.inproc)
+      continue;
+    fprintf(rn->ch[i].in, "stats\n");
+    fflush(rn->ch[i].in);
+    if (expect(&rn->ch[i], "stats ", line, sizeof(line)) == 0) {
+      json_t *j = json_loads(line + 6, 0, NULL);
+      rn->ch[i].cpu_go = json_real_value(json_object_get(j, "cpu_s"));
+      json_decref(j);
+    }
+  }
+  if (hooks != NULL && hooks->go != NULL && rc == 0)
+    hooks->go(&rn->o, hooks->arg);
   double t0 = bench_now();
   if (rc == 0)
     tell(rn, 2, "go");
@@ -393,6 +434,8 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
     r->idle_root_per_s = (double)root_d / idle_s;
     r->idle_node_per_s = (double)node_d / idle_s;
   }
+  if (hooks != NULL)
+    hooks->finished(&rn->o, rc, hooks->arg);
   tell(rn, 1, "exit"); /* drivers disconnect */
   tell(rn, 0, "exit");
   wait_children(rn);
@@ -415,6 +458,24 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
   if (system(cmd) != 0)
     rc = rc ? rc : -1;
   free(rn);
+  return rc;
+}
+
+int bench_run_tree(const struct bench_opts *base, int64_t ranks,
+                   const struct bench_hooks *h, struct bench_tree_run *out) {
+  struct bench_opts o = *base;
+  struct result r;
+  hooks = h;
+  int rc = run_one(&o, ranks, 1, "sockets", 0, &r);
+  hooks = NULL;
+  *out = (struct bench_tree_run){
+      .wall_s = r.wall_s, .p50_s = r.p50_s, .p99_s = r.p99_s,
+      .cpu_s = r.cpu_s, .max_proc_cpu_s = r.max_proc_cpu_s,
+      .win_cpu_s = r.win_cpu_s, .max_proc_win_cpu_s = r.max_proc_win_cpu_s,
+      .depth = r.depth, .failed = r.failed,
+      .hosts = r.hosts, .root_msgs = r.root_msgs,
+      .max_node_msgs = r.max_node_msgs, .max_node_bytes = r.max_node_bytes,
+      .all_msgs = r.all_msgs};
   return rc;
 }
 
@@ -555,6 +616,9 @@ int main(int argc, char **argv) {
   const char *json_path = NULL, *png = NULL, *transport = "auto";
   int64_t sockets_max = 20000;
   double rtt_us = 50;
+  struct bench_delay_opts dl = {.delays_us = {25, 250}, .ndelays = 2,
+                                 .waits_join = 0, .waits_ids = 0,
+                                 .waits_barrier = 0, .waits_add = 0};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
@@ -598,6 +662,25 @@ int main(int argc, char **argv) {
       end = (char *)v + strlen(v);
     } else if (strcmp(k, "--idle-s") == 0) {
       idle_s = strtod(v, &end);
+    } else if (strcmp(k, "--delay-tree") == 0) {
+      dl.hosts = strtoll(v, &end, 10);
+      if (dl.hosts < 2 || dl.hosts > 4000)
+        end = (char *)"bad"; /* one relay process, a pair per host */
+    } else if (strcmp(k, "--delay-us") == 0) {
+      /* parse_list refuses 0: the undelayed link is measured anyway */
+      dl.ndelays = parse_list(v, dl.delays_us, 8);
+      if (dl.ndelays < 1)
+        end = (char *)"bad";
+    } else if (strcmp(k, "--model-waits") == 0) {
+      if (sscanf(v, "%lf,%lf,%lf,%lf", &dl.waits_join, &dl.waits_ids,
+                 &dl.waits_barrier, &dl.waits_add) != 4 ||
+          !(dl.waits_join >= 0 && dl.waits_join <= 1) ||
+          !(dl.waits_ids >= 0 && dl.waits_ids <= 1) ||
+          !(dl.waits_barrier >= 0 && dl.waits_barrier <= 1) ||
+          !(dl.waits_add >= 0 && dl.waits_add <= 1))
+        end = (char *)"bad";
+      else
+        end = (char *)v + strlen(v);
     } else {
       fprintf(stderr, "rdzv-bench: unknown option %s\n", k);
       usage();
@@ -615,6 +698,11 @@ int main(int argc, char **argv) {
       usage();
       return 2;
     }
+  }
+  if (dl.hosts > 0) {
+    dl.rtt_us = rtt_us;
+    dl.json_path = json_path;
+    return bench_delay_main(&o, &dl);
   }
   /* One flat server holds every rank's socket: keep it under the
    * 20,000-open-files cap of this kind of machine. */

@@ -356,7 +356,9 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
     bench_node_path(o, h, cfg.unix_path, sizeof(cfg.unix_path));
     int64_t p = rdzv_tree_parent(h, bench_hosts(o), o->fanout);
     char path[200];
-    if (p == RDZV_TREE_ROOT)
+    if (getenv("RDZV_BENCH_UPLINK") != NULL)
+      bench_uplink_path(o, h, path, sizeof(path)); /* via delay-relay */
+    else if (p == RDZV_TREE_ROOT)
       bench_root_path(o, path, sizeof(path));
     else
       bench_node_path(o, p, path, sizeof(path));
@@ -403,5 +405,6 @@ int bench_serve_main(struct bench_opts *o) {
   free(sv.d);
   free(sv.ranks);
   free(sv.q);
+  free(sv.last_msgs);
   return rc < 0 ? 1 : 0;
 }
