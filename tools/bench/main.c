@@ -23,6 +23,7 @@
 
 #include "rendezvous/topo.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/delay.h"
 #include "tools/bench/rank.h"
 
 struct child {
@@ -271,18 +272,28 @@ static void collect(struct run *rn, struct result *r) {
   r->node_rss = node_rss_per;
 }
 
-/* Projection to a real cluster, one node per host, all hosts in parallel:
- * 4 round trips (join, ids, host table, barrier) through d levels at the
- * stated RTT, plus the serial work of the busiest daemon (its messages at
- * the CPU cost per message measured here), plus, in the tree, one
- * combining interval per level for the joins and the barrier. */
+/* Projection to a real cluster, one node per host, all hosts in parallel,
+ * with the model that rdzv-bench --delay-tree checks against a delayed
+ * tree (delay.c): 4 round trips (join, ids, host table, barrier) through
+ * the network links from the deepest host's node to the root (a rank's
+ * hop to its own node is local: 2 frames of CPU each way), plus the serial
+ * work of the busiest daemon (its messages at the CPU cost per message
+ * measured here). No combining interval: the bench tells every node the
+ * tree's shape (--children, --local-ranks) and the collectives their
+ * members, so no node on the critical path waits one. Flat: one link. */
 static void project(struct result *r, const struct bench_opts *o, int tree) {
   double c = r->all_msgs > 0 ? r->cpu_s / (double)r->all_msgs : 0;
   int64_t busiest = r->root_msgs > r->max_node_msgs ? r->root_msgs
                                                     : r->max_node_msgs;
-  double d = (double)r->depth;
-  r->projection_s = 4 * d * r->rtt_us * 1e-6 + (double)busiest * c +
-                    (tree ? 2 * d * o->flush_ms / 1000.0 : 0);
+  struct bench_model_in in = {
+      .local_s = tree ? 4 * c : 0,
+      .levels = tree ? (double)rdzv_tree_depth(r->hosts - 1, o->fanout) : 1,
+      .rtt_s = r->rtt_us * 1e-6, .trips = 4, .frame_s = c,
+      .path_frames = 4, .busiest_frames = (double)busiest,
+      .interval_s = o->flush_ms / 1000.0, .interval_levels = 0};
+  struct bench_model_out m;
+  bench_delay_model(&in, &m);
+  r->projection_s = m.total_s;
 }
 
 /* --etcd: each run's root keeps its state under a prefix of its own
