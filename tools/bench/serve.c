@@ -335,6 +335,11 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
    * loaded machine, during which none of them pings. A real node is a
    * process of its own. */
   cfg.liveness_timeout_ms = 60000;
+  /* For the same reason a parent may take seconds to accept and answer a
+   * hello, and a node seconds to get its turn: the run's own deadline
+   * bounds the wait instead. */
+  cfg.connect_timeout_ms = 30000;
+  cfg.upstream_timeout_ms = (uint32_t)(o->timeout_s * 1000);
   if (is_root) {
     cfg.role = RDZV_DAEMON_ROOT;
     /* rdzv-bench --etcd URL: an etcd-backed root, under a prefix of its
