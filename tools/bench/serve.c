@@ -330,6 +330,13 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
   cfg.flush_ms = o->flush_ms;
   cfg.flush_max_ms = o->flush_max_ms;
   cfg.max_connections = 1u << 20;
+  if (o->tcpstore) { /* the incumbents' mode: PyTorch's protocol too */
+    snprintf(cfg.tcpstore_listen, sizeof(cfg.tcpstore_listen),
+             "127.0.0.1:0");
+    snprintf(cfg.tcpstore_job, sizeof(cfg.tcpstore_job), "%s", o->job);
+    bench_ts_port_path(o, is_root ? -1 : h, cfg.tcpstore_port_file,
+                       sizeof(cfg.tcpstore_port_file));
+  }
   if (is_root) {
     cfg.role = RDZV_DAEMON_ROOT;
     /* rdzv-bench --etcd URL: an etcd-backed root, under a prefix of its
