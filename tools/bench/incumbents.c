@@ -41,17 +41,22 @@ static const char *const server_titles[S_COUNT] = {
 
 #define MAX_NS 8
 #define MAX_PROCS 64
-/* Ranks one driver process holds (one socket each; the open-file cap is
- * 20,000 per process here). */
-#define RANKS_PER_DRIVER 15000
+/* Ranks one driver process holds (a socket or two each; the open-file
+ * cap is 20,000 per process here). */
+#define RANKS_PER_DRIVER (18000 / inc_conns)
 /* fds a tree node's process needs per node: its Unix listener, its
- * upstream, its child nodes, its TCPStore listener and its host's ranks. */
-#define NODE_FDS(o) (3 + (o)->fanout + (o)->ranks_per_host)
+ * upstream, its child nodes, its TCPStore listener and its host's ranks'
+ * connections. */
+#define NODE_FDS(o) (3 + (o)->fanout + inc_conns * (o)->ranks_per_host)
 
 static int64_t inc_ns[MAX_NS];
 static int inc_nn = -1; /* -1: not given */
 static unsigned inc_servers = (1u << S_COUNT) - 1;
 static int inc_pin = 1;
+/* TCPStore connections a rank: 1 (as torch 2.x's client), or 2 (as torch
+ * 1.13's: its idle callback connection too; its own server resets
+ * connections when 9,000 such ranks connect at once). */
+static int inc_conns = 1;
 
 struct proc {
   pid_t pid;
@@ -82,7 +87,9 @@ const char *bench_inc_usage(void) {
   return "       [--incumbents N[,N...]|none] (PyTorch's init pattern with\n"
          "       TCPStore's protocol against torch's server, rdzvd flat and\n"
          "       tree, and etcd) [--incumbent-servers torch,flat,tree,etcd]\n"
-         "       [--pin on|off] (clients on CPU 0, servers on CPU 1)\n";
+         "       [--pin on|off] (clients on CPU 0, servers on CPU 1)\n"
+         "       [--tcpstore-conns 1|2] (a rank's connections; 2 as torch\n"
+         "       1.13's client: the store's and an idle callback one)\n";
 }
 
 int bench_inc_given(void) { return inc_nn >= 0; }
@@ -128,6 +135,9 @@ int bench_inc_option(const char *k, const char *v) {
       }
   } else if (strcmp(k, "--incumbent-servers") == 0) {
     bad = parse_servers(v) < 0;
+  } else if (strcmp(k, "--tcpstore-conns") == 0) {
+    bad = strcmp(v, "1") != 0 && strcmp(v, "2") != 0;
+    inc_conns = strcmp(v, "1") == 0 ? 1 : 2;
   } else if (strcmp(k, "--pin") == 0) {
     bad = strcmp(v, "on") != 0 && strcmp(v, "off") != 0;
     inc_pin = strcmp(v, "on") == 0;
@@ -560,7 +570,8 @@ static double speedup(const struct inc_result *t, const struct inc_result *r) {
 static void print_table(const struct inc_result *rs, int n, int64_t ranks) {
   const struct inc_result *t = torch_of(rs, n, ranks);
   printf("incumbents, %" PRId64 " ranks (PyTorch's init pattern, the same C "
-         "clients; %s):\n", ranks,
+         "clients, %d TCPStore connection%s a rank; %s):\n", ranks, inc_conns,
+         inc_conns == 1 ? "" : "s",
          pinning() ? "clients on CPU 0, servers on CPU 1" : "not pinned");
   printf("  %-26s %9s %9s %14s %12s %11s\n", "server", "wall s", "p99 s",
          "server CPU s", "server RSS", "vs PyTorch");
@@ -605,6 +616,8 @@ static json_t *result_json(const struct inc_result *r,
   json_object_set_new(j, "failed", json_integer(r->failed));
   json_object_set_new(j, "verified", json_boolean(r->verified));
   json_object_set_new(j, "pinned", json_boolean(pinning()));
+  if (r->server != S_ETCD)
+    json_object_set_new(j, "tcpstore_conns_per_rank", json_integer(inc_conns));
   if (speedup(t, r) > 0)
     json_object_set_new(j, "speedup_vs_torch", json_real(speedup(t, r)));
   return j;
@@ -661,6 +674,7 @@ static int plot(const char *png, const struct inc_result *rs, int n) {
 int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
   struct inc_result rs[MAX_NS * S_COUNT];
   int nr = 0, bad = 0;
+  setenv("RDZV_BENCH_TS_CONNS", inc_conns == 1 ? "1" : "2", 1);
   bool have_etcd = system("command -v etcd >/dev/null 2>&1") == 0;
   for (int i = 0; i < inc_nn; i++) {
     for (int s = 0; s < S_COUNT; s++) {

@@ -39,6 +39,7 @@
 enum ts_step {
   T_CONNECT,
   T_INIT,
+  T_CALLBACK, /* the second connection is connecting */
   T_UID_WAIT,
   T_UID_GET,
   T_BARRIER_ADD,
@@ -49,6 +50,7 @@ enum ts_step {
 
 struct ts_rank {
   int fd;
+  int fd2; /* the idle second connection, or -1 */
   int64_t rank;
   uint16_t port;
   enum ts_step step;
@@ -61,6 +63,7 @@ struct ts_rank {
   int tries;
   double retry_at; /* > 0: reconnect then */
   double t_done;
+  double t_phase[4]; /* connected, init/ answered, uid had, barrier add */
   int64_t add_reply, init_reply;
   bool uid_ok, last;
   char why[96]; /* a failure */
@@ -70,6 +73,7 @@ struct ts_driver {
   const struct bench_opts *o;
   struct ts_rank *rs;
   int64_t n, ndone, nfail, nretry;
+  int conns; /* connections a rank: 1 or 2 */
   int ep;
   double t_go;
 };
@@ -156,6 +160,45 @@ static int topo_and_add(struct ts_driver *dv, struct ts_rank *r) {
   return rc;
 }
 
+/* torch 1.13's second connection, opened after the worker count and
+ * never used (waited for: 1.13 connects it before returning). Its
+ * completion comes through epoll with bit 63 of the index set. */
+static int open_callback(struct ts_driver *dv, struct ts_rank *r) {
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons(r->port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  r->fd2 = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (r->fd2 < 0)
+    return -errno;
+  if (connect(r->fd2, (struct sockaddr *)&a, sizeof(a)) < 0 &&
+      errno != EINPROGRESS)
+    return -errno;
+  struct epoll_event e = {.events = EPOLLOUT,
+                          .data.u64 = (uint64_t)(r - dv->rs) | 1ull << 63};
+  return epoll_ctl(dv->ep, EPOLL_CTL_ADD, r->fd2, &e) < 0 ? -errno : 0;
+}
+
+static int advance(struct ts_driver *dv, struct ts_rank *r,
+                   const struct rdzv_ts_reply *rep);
+
+/* The second connection is up (or failed): on with the pattern. */
+static void callback_connected(struct ts_driver *dv, struct ts_rank *r) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(r->fd2, SOL_SOCKET, SO_ERROR, &err, &len);
+  epoll_ctl(dv->ep, EPOLL_CTL_DEL, r->fd2, NULL);
+  if (err != 0 || r->step != T_CALLBACK) {
+    fail(dv, r, err != 0 ? strerror(err) : "callback connection");
+    return;
+  }
+  struct rdzv_ts_reply none = {0};
+  int rc = advance(dv, r, &none);
+  if (rc < 0)
+    fail(dv, r, rdzv_strerror(rc));
+  else
+    flush(dv, r);
+}
+
 /* Advances r with the reply to its last request. */
 static int advance(struct ts_driver *dv, struct ts_rank *r,
                    const struct rdzv_ts_reply *rep) {
@@ -163,7 +206,14 @@ static int advance(struct ts_driver *dv, struct ts_rank *r,
   uint8_t uid[BENCH_INC_UID_BYTES];
   switch (r->step) {
   case T_INIT:
+    r->t_phase[1] = bench_now();
     r->init_reply = rep->i64;
+    if (dv->conns == 2 && r->fd2 < 0) {
+      r->step = T_CALLBACK;
+      return open_callback(dv, r);
+    }
+    /* fall through */
+  case T_CALLBACK:
     if (r->rank == 0) {
       uid_bytes(uid);
       r->uid_ok = true;
@@ -178,6 +228,7 @@ static int advance(struct ts_driver *dv, struct ts_rank *r,
     r->step = T_UID_GET;
     return put_req(r, RDZV_TS_GET, "/uid", NULL, 0, 0);
   case T_UID_GET:
+    r->t_phase[2] = bench_now();
     uid_bytes(uid);
     r->uid_ok = rep->nblobs == 1 && rep->blobs[0].n == sizeof(uid) &&
                 memcmp(rep->blobs[0].p, uid, sizeof(uid)) == 0;
@@ -185,6 +236,7 @@ static int advance(struct ts_driver *dv, struct ts_rank *r,
       return RDZV_EPROTO;
     return topo_and_add(dv, r);
   case T_BARRIER_ADD:
+    r->t_phase[3] = bench_now();
     r->add_reply = rep->i64;
     r->step = T_DONE_WAIT;
     if (rep->i64 == n) {
@@ -250,6 +302,7 @@ static void connected(struct ts_driver *dv, struct ts_rank *r) {
     return;
   }
   r->step = T_INIT;
+  r->t_phase[0] = bench_now();
   if (put_req(r, RDZV_TS_ADD, "init/", NULL, 0, 1) < 0)
     fail(dv, r, "out of memory");
   flush(dv, r);
@@ -313,9 +366,14 @@ static void loop(struct ts_driver *dv) {
   while (dv->ndone < dv->n) {
     int got = epoll_wait(dv->ep, evs, 1024, dv->nretry > 0 ? 5 : 100);
     for (int k = 0; k < got; k++) {
-      struct ts_rank *r = &dv->rs[evs[k].data.u64];
+      uint64_t i = evs[k].data.u64 & ~(1ull << 63);
+      struct ts_rank *r = &dv->rs[i];
       if (r->fd < 0 || r->step == T_FAILED)
         continue;
+      if (evs[k].data.u64 >> 63) {
+        callback_connected(dv, r);
+        continue;
+      }
       if (r->step == T_CONNECT) {
         connected(dv, r);
         continue;
@@ -339,7 +397,36 @@ static void loop(struct ts_driver *dv) {
   }
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* RDZV_BENCH_VERBOSE: when the ranks reached each step (seconds after
+ * go: median and last), to see where the time goes. */
+static void phases(struct ts_driver *dv) {
+  static const char *const names[4] = {"connected", "init/ added",
+                                       "uid read", "barrier added"};
+  double *d = malloc((size_t)dv->n * sizeof(*d));
+  for (int k = 0; d != NULL && k < 4; k++) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < dv->n; i++)
+      if (dv->rs[i].t_phase[k] > 0)
+        d[m++] = dv->rs[i].t_phase[k] - dv->t_go;
+    if (m == 0)
+      continue;
+    qsort(d, (size_t)m, sizeof(*d), cmp_double);
+    fprintf(stderr, "  tcpstore driver %d: %-14s median %.3f s, p99 %.3f "
+            "s, last %.3f s (%" PRId64 " ranks)\n", (int)getpid(), names[k],
+            d[(m - 1) / 2], d[(int64_t)((double)(m - 1) * 0.99)], d[m - 1],
+            m);
+  }
+  free(d);
+}
+
 static void report(struct ts_driver *dv) {
+  if (getenv("RDZV_BENCH_VERBOSE") != NULL)
+    phases(dv);
   int64_t uid_ok = 0, last = 0, add_sum = 0, init_sum = 0;
   for (int64_t i = 0; i < dv->n; i++) {
     struct ts_rank *r = &dv->rs[i];
@@ -361,7 +448,11 @@ static void report(struct ts_driver *dv) {
 }
 
 int bench_ts_drive_main(struct bench_opts *o) {
-  struct ts_driver dv = {.o = o, .ep = epoll_create1(EPOLL_CLOEXEC)};
+  struct ts_driver dv = {.o = o, .ep = epoll_create1(EPOLL_CLOEXEC),
+                         .conns = 1};
+  const char *c = getenv("RDZV_BENCH_TS_CONNS");
+  if (c != NULL && strcmp(c, "2") == 0)
+    dv.conns = 2;
   for (int64_t h = o->first; h < o->first + o->count; h++)
     dv.n += bench_host_ranks(o, h);
   dv.rs = calloc((size_t)(dv.n > 0 ? dv.n : 1), sizeof(*dv.rs));
@@ -377,7 +468,7 @@ int bench_ts_drive_main(struct bench_opts *o) {
       return 1;
     }
     for (int64_t l = 0; l < bench_host_ranks(o, h); l++, k++) {
-      dv.rs[k].fd = -1;
+      dv.rs[k].fd = dv.rs[k].fd2 = -1;
       dv.rs[k].port = port;
       dv.rs[k].rank = h * o->ranks_per_host + l;
     }
@@ -398,6 +489,8 @@ int bench_ts_drive_main(struct bench_opts *o) {
   for (k = 0; k < dv.n; k++) {
     if (dv.rs[k].fd >= 0)
       close(dv.rs[k].fd);
+    if (dv.rs[k].fd2 >= 0)
+      close(dv.rs[k].fd2);
     rdzv_buf_free(&dv.rs[k].out);
   }
   free(dv.rs);
