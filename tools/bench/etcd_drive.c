@@ -41,6 +41,7 @@ struct et_rank {
   char *body;
   struct rdzv_buf resp;
   bool uid_ok, saw_all;
+  int retries; /* of requests etcd failed with a 5xx */
   double t_done;
 };
 
@@ -232,7 +233,14 @@ static void finished(struct et_driver *dv) {
     memset(&a, 0, sizeof(a));
     int rc = rdzv_etcd_json_parse(r->kind, (int)http, r->resp.data,
                                   r->resp.len, &a);
-    if (rc < 0)
+    if (rc < 0 && http >= 500 && r->retries < 5) {
+      /* etcd overloaded ("etcdserver: request timed out", seen once at
+       * 9,000 ranks): the same request again, as a client would. */
+      r->retries++;
+      r->resp.len = 0;
+      if (curl_multi_add_handle(dv->m, r->h) != CURLM_OK)
+        fail(dv, r, "curl_multi_add_handle failed");
+    } else if (rc < 0)
       fail(dv, r, a.r.message[0] ? a.r.message : rdzv_strerror(rc));
     else
       advance(dv, r, &a);
