@@ -2,8 +2,11 @@
 # The main job: installs what is missing, builds, and runs the rendezvous
 # benchmark: a real tree of rdzvd processes and 1,000 / 10,000 / 16,384 /
 # 100,000 simulated ranks through join, assignment, unique ids, topology
-# and a final barrier, in tree and flat mode. Writes bench.json and
-# bench.png here and prints one line per run.
+# and a final barrier, in tree and flat mode; then the incumbents at
+# 1,000 / 4,000 / 9,000 ranks (PyTorch's init pattern over TCPStore's
+# protocol against PyTorch's own server, rdzvd flat and tree, and etcd).
+# Writes bench.json, bench.png and bench-incumbents.png here and prints one
+# line per run and a table per incumbents' N.
 #
 #   tools/run.sh [rdzv-bench options]   (default: the four scales above)
 set -euo pipefail
@@ -24,10 +27,10 @@ if ! bazel build --noshow_progress //tools/bench:rdzv-bench \
   echo "run.sh: the build failed (log: ${TMPDIR:-/tmp}/rdzv-build.log)" >&2
   exit 1
 fi
-echo "run.sh: running the benchmark (about 20 s on 2 cores)" >&2
+echo "run.sh: running the benchmark (about 2 minutes on 2 cores, most of it etcd at 9,000 ranks)" >&2
 args=("$@")
 if [ "${#args[@]}" -eq 0 ]; then
-  args=(--ranks 1000,10000,16384,100000)
+  args=(--ranks 1000,10000,16384,100000 --incumbents 1000,4000,9000)
 fi
 exec bazel-bin/tools/bench/rdzv-bench "${args[@]}" --json bench.json \
   --plot bench.png

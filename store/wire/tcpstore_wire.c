@@ -258,3 +258,180 @@ const char *rdzv_ts_op_name(enum rdzv_ts_op op) {
     return "unknown";
   return names[op];
 }
+
+/* ---- client side ----------------------------------------------------------- */
+
+/* The wire byte of op in dialect d, or -1. */
+static int opcode_of(enum rdzv_ts_dialect d, enum rdzv_ts_op op) {
+  const enum rdzv_ts_op *t = d == RDZV_TS_LEGACY ? legacy_ops : v2_ops;
+  size_t n = d == RDZV_TS_LEGACY ? sizeof(legacy_ops) / sizeof(legacy_ops[0])
+                                 : sizeof(v2_ops) / sizeof(v2_ops[0]);
+  if (d != RDZV_TS_LEGACY && d != RDZV_TS_V2)
+    return -1;
+  for (size_t i = 0; i < n; i++)
+    if (t[i] == op)
+      return (int)i;
+  return -1;
+}
+
+/* The shape of op's arguments: 'k' one key, 'v' key + value, 'c' key +
+ * expected + desired, 'd' key + i64, 'l' a key list, 'm' a key/value
+ * list, 'u' a u32, '-' nothing. */
+static char shape_of(enum rdzv_ts_op op) {
+  switch (op) {
+  case RDZV_TS_SET:
+  case RDZV_TS_APPEND:
+  case RDZV_TS_QUEUE_PUSH:
+    return 'v';
+  case RDZV_TS_COMPARE_SET:
+    return 'c';
+  case RDZV_TS_GET:
+  case RDZV_TS_DELETE_KEY:
+  case RDZV_TS_WATCH_KEY:
+  case RDZV_TS_QUEUE_POP:
+  case RDZV_TS_QUEUE_LEN:
+    return 'k';
+  case RDZV_TS_ADD:
+  case RDZV_TS_BARRIER:
+    return 'd';
+  case RDZV_TS_CHECK:
+  case RDZV_TS_WAIT:
+  case RDZV_TS_MULTI_GET:
+    return 'l';
+  case RDZV_TS_MULTI_SET:
+    return 'm';
+  case RDZV_TS_PING:
+  case RDZV_TS_VALIDATE:
+    return 'u';
+  case RDZV_TS_GETNUMKEYS:
+  case RDZV_TS_CANCEL_WAIT:
+  case RDZV_TS_LIST_KEYS:
+    return '-';
+  }
+  return '?';
+}
+
+/* Appends a u64 length and the bytes (room reserved by the caller). */
+static void put_slice(struct rdzv_buf *b, struct rdzv_slice s) {
+  rdzv_ts_put_i64(b, (int64_t)s.n);
+  if (s.n > 0)
+    rdzv_buf_append(b, s.p, s.n);
+}
+
+int rdzv_ts_encode(enum rdzv_ts_dialect d, const struct rdzv_ts_req *req,
+                   struct rdzv_buf *b) {
+  int code = opcode_of(d, req->op);
+  char shape = shape_of(req->op);
+  uint32_t want_keys = 1, want_vals = 0;
+  if (code < 0)
+    return RDZV_EPROTO;
+  switch (shape) {
+  case 'v': want_vals = 1; break;
+  case 'c': want_vals = 2; break;
+  case 'l': want_keys = req->nkeys; break;
+  case 'm': want_keys = want_vals = req->nkeys; break;
+  case 'u':
+  case '-': want_keys = 0; break;
+  default: break;
+  }
+  if (req->nkeys != want_keys || req->nvals != want_vals)
+    return RDZV_EPROTO;
+  /* The size first, so that a failed reserve leaves b as it was and the
+   * appends below cannot fail. */
+  size_t size = 1 + (shape == 'l' || shape == 'm' ? 8 : 0) +
+                (shape == 'd' ? 8 : 0) + (shape == 'u' ? 4 : 0);
+  for (uint32_t i = 0; i < req->nkeys; i++)
+    size += 8 + (size_t)req->keys[i].n;
+  for (uint32_t i = 0; i < req->nvals; i++)
+    size += 8 + (size_t)req->vals[i].n;
+  if (rdzv_buf_reserve(b, size) < 0)
+    return RDZV_ENOMEM;
+  rdzv_ts_put_u8(b, (uint8_t)code);
+  if (shape == 'l' || shape == 'm')
+    rdzv_ts_put_i64(b, (int64_t)req->nkeys);
+  if (shape == 'm') {
+    for (uint32_t i = 0; i < req->nkeys; i++) {
+      put_slice(b, req->keys[i]);
+      put_slice(b, req->vals[i]);
+    }
+    return 0;
+  }
+  for (uint32_t i = 0; i < req->nkeys; i++)
+    put_slice(b, req->keys[i]);
+  for (uint32_t i = 0; i < req->nvals; i++)
+    put_slice(b, req->vals[i]);
+  if (shape == 'd')
+    rdzv_ts_put_i64(b, req->delta);
+  if (shape == 'u')
+    rdzv_ts_put_u32(b, req->u32);
+  return 0;
+}
+
+int rdzv_ts_op_has_reply(enum rdzv_ts_op op) {
+  return op != RDZV_TS_SET && op != RDZV_TS_APPEND &&
+         op != RDZV_TS_MULTI_SET && op != RDZV_TS_VALIDATE &&
+         op != RDZV_TS_QUEUE_PUSH && shape_of(op) != '?';
+}
+
+/* n blobs into blobs[0..n) (n <= cap checked by the caller). */
+static int get_blobs(struct cur *c, uint64_t n, uint32_t max,
+                     struct rdzv_slice *blobs, struct rdzv_ts_reply *out) {
+  for (uint64_t i = 0; i < n; i++) {
+    int rc = get_bytes(c, max, RDZV_EVALUE_TOO_BIG, &blobs[i]);
+    if (rc != 1)
+      return rc;
+  }
+  out->nblobs = (uint32_t)n;
+  return 1;
+}
+
+int rdzv_ts_parse_reply(enum rdzv_ts_op op, uint32_t nkeys, const uint8_t *p,
+                        size_t n, uint32_t max_value_bytes,
+                        struct rdzv_slice *blobs, uint32_t cap,
+                        struct rdzv_ts_reply *out, size_t *used) {
+  struct cur c = {p, n, 0};
+  uint64_t v = 0;
+  int rc = 1;
+  if (!rdzv_ts_op_has_reply(op))
+    return RDZV_EPROTO;
+  memset(out, 0, sizeof(*out));
+  out->blobs = blobs;
+  switch (op) {
+  case RDZV_TS_GET:
+  case RDZV_TS_COMPARE_SET:
+    rc = cap < 1 ? RDZV_EFRAME_TOO_BIG
+                 : get_blobs(&c, 1, max_value_bytes, blobs, out);
+    break;
+  case RDZV_TS_MULTI_GET:
+    rc = nkeys > cap ? RDZV_EFRAME_TOO_BIG
+                     : get_blobs(&c, nkeys, max_value_bytes, blobs, out);
+    break;
+  case RDZV_TS_ADD:
+  case RDZV_TS_GETNUMKEYS:
+  case RDZV_TS_DELETE_KEY:
+  case RDZV_TS_QUEUE_LEN:
+  case RDZV_TS_QUEUE_POP:
+  case RDZV_TS_LIST_KEYS:
+    if (!get_u64(&c, &v))
+      return 0;
+    out->i64 = (int64_t)v;
+    if (op == RDZV_TS_LIST_KEYS)
+      rc = out->i64 < 0 || v > cap
+               ? RDZV_EFRAME_TOO_BIG
+               : get_blobs(&c, v, max_value_bytes, blobs, out);
+    else if (op == RDZV_TS_QUEUE_POP && out->i64 > 0)
+      rc = cap < 1 ? RDZV_EFRAME_TOO_BIG
+                   : get_blobs(&c, 1, max_value_bytes, blobs, out);
+    break;
+  case RDZV_TS_PING:
+    rc = get_u32(&c, &out->u32);
+    break;
+  default: /* CHECK, WAIT, CANCEL_WAIT, BARRIER, WATCH_KEY: one byte */
+    rc = get_u8(&c, &out->u8);
+    break;
+  }
+  if (rc != 1)
+    return rc;
+  *used = c.off;
+  return 1;
+}

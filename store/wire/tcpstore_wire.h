@@ -126,6 +126,56 @@ int rdzv_ts_put_blob(struct rdzv_buf *b, const void *p, size_t n);
 #define RDZV_TS_READY 0u
 #define RDZV_TS_NOT_READY 1u
 
+/* ---- client side: the bytes a TCPStore client sends and reads -------- */
+
+/* Appends req's bytes in dialect d (RDZV_TS_LEGACY or RDZV_TS_V2) to b:
+ * the opcode byte of d's numbering, then the arguments as rdzv_ts_parse
+ * reads them (keys[0..nkeys), vals[0..nvals) as u64 length + bytes, the
+ * delta as i64, the nonce or magic as u32), so that rdzv_ts_parse gives
+ * req back and consumes exactly these bytes. req and its slices are
+ * borrowed for the call. The caller sends VALIDATE first on a v2
+ * connection. Returns:
+ *   0; RDZV_EPROTO  d is neither dialect, or op is not in d (WATCH_KEY
+ *                   in v2; VALIDATE, APPEND, MULTI_*, CANCEL_WAIT, PING,
+ *                   QUEUE_*, LIST_KEYS, BARRIER in legacy), or req has
+ *                   the wrong number of keys or values for op (SET: 1 and
+ *                   1; COMPARE_SET: 1 and 2; MULTI_SET: n and n);
+ *   RDZV_ENOMEM     (b keeps what it held before the call). */
+int rdzv_ts_encode(enum rdzv_ts_dialect d, const struct rdzv_ts_req *req,
+                   struct rdzv_buf *b);
+
+/* A reply a client reads. blobs point into the parsed bytes. */
+struct rdzv_ts_reply {
+  int64_t i64;  /* ADD, GETNUMKEYS, DELETE_KEY, QUEUE_LEN; QUEUE_POP: the
+                   length before the pop; LIST_KEYS: the count */
+  uint32_t u32; /* PING: the nonce echoed */
+  uint8_t u8;   /* CHECK, WAIT, CANCEL_WAIT, BARRIER, WATCH_KEY (legacy:
+                   3, KEY_CALLBACK_REGISTERED) */
+  uint32_t nblobs;
+  struct rdzv_slice *blobs; /* GET, COMPARE_SET: 1; MULTI_GET: one per key
+                               asked; LIST_KEYS: i64 of them; QUEUE_POP: 1
+                               when i64 > 0 */
+};
+
+/* Whether op gets a reply at all (SET, APPEND, MULTI_SET, VALIDATE and
+ * QUEUE_PUSH do not). */
+int rdzv_ts_op_has_reply(enum rdzv_ts_op op);
+
+/* Parses the reply to op (a request of nkeys keys: MULTI_GET's answer has
+ * that many blobs) at the start of p[0..n). blobs is an array of cap
+ * slices the caller provides. Returns:
+ *   1                    *out filled, *used = the reply's size in bytes;
+ *   0                    p holds a valid prefix: read more;
+ *   RDZV_EPROTO          op has no reply (rdzv_ts_op_has_reply);
+ *   RDZV_EVALUE_TOO_BIG  a blob over max_value_bytes;
+ *   RDZV_EFRAME_TOO_BIG  more blobs than cap (MULTI_GET's nkeys, a
+ *                        LIST_KEYS count), or a negative count.
+ * Never reads outside p[0..n); pure (no I/O, no allocation). */
+int rdzv_ts_parse_reply(enum rdzv_ts_op op, uint32_t nkeys, const uint8_t *p,
+                        size_t n, uint32_t max_value_bytes,
+                        struct rdzv_slice *blobs, uint32_t cap,
+                        struct rdzv_ts_reply *out, size_t *used);
+
 /* Name of an operation, for logs ("set", "compare_set", ...). */
 const char *rdzv_ts_op_name(enum rdzv_ts_op op);
 

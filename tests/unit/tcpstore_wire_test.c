@@ -302,6 +302,103 @@ static void test_encoders(void **state) {
   assert_string_equal(rdzv_ts_op_name(RDZV_TS_COMPARE_SET), "compare_set");
 }
 
+/* The client side: requests encode to the bytes the real 1.13 and 2.6
+ * clients send (the notes' §3.1-3.2), ops of the other dialect are
+ * refused, and the servers' replies parse, byte by byte. */
+static void expect_bytes(enum rdzv_ts_dialect d, const struct rdzv_ts_req *q,
+                         const uint8_t *want, size_t n) {
+  struct rdzv_buf b = {0};
+  assert_int_equal(rdzv_ts_encode(d, q, &b), 0);
+  assert_int_equal(b.len, n);
+  assert_memory_equal(b.data, want, n);
+  rdzv_buf_free(&b);
+}
+
+static void test_client_encode(void **state) {
+  (void)state;
+  struct rdzv_slice k = {(const uint8_t *)"init/", 5};
+  struct rdzv_ts_req q = {.op = RDZV_TS_ADD, .nkeys = 1, .keys = &k,
+                          .delta = 1};
+  const uint8_t add[] = {3, L(5), 'i', 'n', 'i', 't', '/', 1, 0, 0, 0, 0, 0, 0, 0};
+  expect_bytes(RDZV_TS_LEGACY, &q, add, sizeof(add));
+  const uint8_t add2[] = {4, L(5), 'i', 'n', 'i', 't', '/', 1, 0, 0, 0, 0, 0, 0, 0};
+  expect_bytes(RDZV_TS_V2, &q, add2, sizeof(add2));
+  struct rdzv_slice kv[3] = {{(const uint8_t *)"/k1", 3},
+                             {(const uint8_t *)"v1", 2},
+                             {(const uint8_t *)"v2", 2}};
+  struct rdzv_ts_req set = {.op = RDZV_TS_SET, .nkeys = 1, .keys = kv,
+                            .nvals = 1, .vals = kv + 1};
+  const uint8_t set1[] = {0, L(3), '/', 'k', '1', L(2), 'v', '1'};
+  expect_bytes(RDZV_TS_LEGACY, &set, set1, sizeof(set1));
+  struct rdzv_ts_req wait = {.op = RDZV_TS_WAIT, .nkeys = 1, .keys = kv};
+  const uint8_t w1[] = {5, L(1), L(3), '/', 'k', '1'};
+  expect_bytes(RDZV_TS_LEGACY, &wait, w1, sizeof(w1));
+  struct rdzv_ts_req cas = {.op = RDZV_TS_COMPARE_SET, .nkeys = 1,
+                            .keys = kv, .nvals = 2, .vals = kv + 1};
+  const uint8_t c1[] = {1, L(3), '/', 'k', '1', L(2), 'v', '1', L(2), 'v', '2'};
+  expect_bytes(RDZV_TS_LEGACY, &cas, c1, sizeof(c1));
+  struct rdzv_ts_req val = {.op = RDZV_TS_VALIDATE, .u32 = RDZV_TS_MAGIC};
+  const uint8_t v[] = {0, 0xce, 0xf7, 0x85, 0x3c};
+  expect_bytes(RDZV_TS_V2, &val, v, sizeof(v));
+  struct rdzv_ts_req ms = {.op = RDZV_TS_MULTI_SET, .nkeys = 1, .keys = kv,
+                           .nvals = 1, .vals = kv + 1};
+  const uint8_t m2[] = {11, L(1), L(3), '/', 'k', '1', L(2), 'v', '1'};
+  expect_bytes(RDZV_TS_V2, &ms, m2, sizeof(m2));
+  /* Not in the dialect, or the wrong shape: refused, b untouched. */
+  struct rdzv_buf b = {0};
+  assert_int_equal(rdzv_ts_encode(RDZV_TS_LEGACY, &val, &b), RDZV_EPROTO);
+  assert_int_equal(rdzv_ts_encode(RDZV_TS_LEGACY, &ms, &b), RDZV_EPROTO);
+  struct rdzv_ts_req w = {.op = RDZV_TS_WATCH_KEY, .nkeys = 1, .keys = kv};
+  assert_int_equal(rdzv_ts_encode(RDZV_TS_V2, &w, &b), RDZV_EPROTO);
+  set.nvals = 0;
+  assert_int_equal(rdzv_ts_encode(RDZV_TS_LEGACY, &set, &b), RDZV_EPROTO);
+  assert_int_equal(rdzv_ts_encode(RDZV_TS_UNKNOWN, &q, &b), RDZV_EPROTO);
+  assert_int_equal(b.len, 0);
+  rdzv_buf_free(&b);
+}
+
+static void test_client_replies(void **state) {
+  (void)state;
+  struct rdzv_slice blobs[CAP];
+  struct rdzv_ts_reply r;
+  size_t used = 0;
+  /* GET's blob, each proper prefix asking for more. */
+  const uint8_t get[] = {L(2), 'v', '2', 0x55};
+  for (size_t k = 0; k < 10; k++)
+    assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_GET, 1, get, k, 64, blobs,
+                                         CAP, &r, &used), 0);
+  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_GET, 1, get, sizeof(get), 64,
+                                       blobs, CAP, &r, &used), 1);
+  assert_int_equal(used, 10);
+  assert_int_equal(r.nblobs, 1);
+  assert_true(slice_is(r.blobs[0], "v2"));
+  const uint8_t add[] = {3, 0, 0, 0, 0, 0, 0, 0};
+  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_ADD, 1, add, 8, 64, blobs, CAP,
+                                       &r, &used), 1);
+  assert_int_equal(r.i64, 3);
+  const uint8_t stop[] = {0};
+  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_WAIT, 1, stop, 1, 64, blobs,
+                                       CAP, &r, &used), 1);
+  assert_int_equal(r.u8, RDZV_TS_STOP_WAITING);
+  assert_int_equal(used, 1);
+  const uint8_t mg[] = {L(1), 'a', L(2), 'b', 'b'};
+  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_MULTI_GET, 2, mg, sizeof(mg),
+                                       64, blobs, CAP, &r, &used), 1);
+  assert_true(r.nblobs == 2 && slice_is(r.blobs[1], "bb"));
+  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_MULTI_GET, CAP + 1, mg,
+                                       sizeof(mg), 64, blobs, CAP, &r, &used),
+                   RDZV_EFRAME_TOO_BIG);
+  const uint8_t big[] = {L(65)};
+  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_GET, 1, big, 8, 64, blobs, CAP,
+                                       &r, &used), RDZV_EVALUE_TOO_BIG);
+  const uint8_t ping[] = {0xd3, 0x7b, 0, 0};
+  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_PING, 0, ping, 4, 64, blobs,
+                                       CAP, &r, &used), 1);
+  assert_int_equal(r.u32, 31699);
+  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_SET, 1, stop, 1, 64, blobs,
+                                       CAP, &r, &used), RDZV_EPROTO);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_legacy_client_bytes),
@@ -312,6 +409,8 @@ int main(void) {
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_random_bytes_never_crash),
       cmocka_unit_test(test_encoders),
+      cmocka_unit_test(test_client_encode),
+      cmocka_unit_test(test_client_replies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,8 @@ struct bench_opts {
   int flat;              /* every rank on the root */
   int inproc;            /* ranks inside the server processes */
   int root;              /* serve: run the root daemon */
+  int tcpstore;          /* serve: each daemon also serves the TCPStore
+                            protocol on 127.0.0.1 (incumbents.c) */
   int64_t first, count;  /* serve/drive: host range */
   uint32_t flush_ms, flush_max_ms;
 };
@@ -36,6 +38,10 @@ void bench_root_path(const struct bench_opts *o, char *out, size_t n);
  * link, which forwards to the parent's socket. */
 void bench_uplink_path(const struct bench_opts *o, int64_t h, char *out,
                        size_t n);
+/* The file holding the TCPStore port of host h's daemon, or (h < 0) of the
+ * root's (--flags 8; incumbents.c). */
+void bench_ts_port_path(const struct bench_opts *o, int64_t h, char *out,
+                        size_t n);
 /* Appends each finished rank's duration (t_done - t_go, seconds; negative
  * for a failed rank) to <dir>/durations.<pid>, one per line. ranks is an
  * array of structs of `stride` bytes that begin with a struct bench_rank. */

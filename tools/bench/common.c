@@ -31,6 +31,14 @@ void bench_root_path(const struct bench_opts *o, char *out, size_t n) {
   snprintf(out, n, "%s/root.sock", o->dir);
 }
 
+void bench_ts_port_path(const struct bench_opts *o, int64_t h, char *out,
+                        size_t n) {
+  if (h < 0)
+    snprintf(out, n, "%s/ts-root.port", o->dir);
+  else
+    snprintf(out, n, "%s/ts-h%06" PRId64 ".port", o->dir, h);
+}
+
 static int parse_i64(const char *s, int64_t *out) {
   char *end = NULL;
   long long v = strtoll(s, &end, 10);
@@ -65,6 +73,7 @@ int bench_parse_common(struct bench_opts *o, int argc, char **argv, int i) {
       o->flat = (x & 1) != 0;
       o->inproc = (x & 2) != 0;
       o->root = (x & 4) != 0;
+      o->tcpstore = (x & 8) != 0;
     } else if (strcmp(k, "--flush") == 0 && num)
       o->flush_ms = (uint32_t)x;
     else if (strcmp(k, "--timeout") == 0 && num && x > 0)

@@ -24,6 +24,7 @@
 #include "rendezvous/topo.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/delay.h"
+#include "tools/bench/incumbents.h"
 #include "tools/bench/rank.h"
 
 struct child {
@@ -63,6 +64,9 @@ static void usage_to(FILE *f) {
       "  --idle-s 0 (else: after each run, S seconds with every rank done\n"
       "  and connected, reporting the root's and the busiest node's frames\n"
       "  per second: the heartbeat cost)\n");
+  fputs(bench_inc_usage(), f);
+  fprintf(f, "  --mode none: only the incumbents. Default --incumbents\n"
+             "  1000,4000 when neither --ranks nor --incumbents is given\n");
 }
 
 static void usage(void) { usage_to(stderr); }
@@ -615,6 +619,9 @@ int main(int argc, char **argv) {
                          .ranks_per_root = 128, .timeout_s = 300,
                          .flush_ms = 2, .flush_max_ms = 20};
   snprintf(o.job, sizeof(o.job), "bench");
+  int child_rc;
+  if (bench_inc_child(argc, argv, &child_rc))
+    return child_rc;
   if (argc > 1 && (strcmp(argv[1], "--serve") == 0 ||
                    strcmp(argv[1], "--drive") == 0)) {
     if (bench_parse_common(&o, argc, argv, 2) != argc)
@@ -623,7 +630,7 @@ int main(int argc, char **argv) {
     return argv[1][2] == 's' ? bench_serve_main(&o) : bench_drive_main(&o);
   }
   int64_t ns[16] = {1000, 10000, 100000};
-  int nn = 3, modes = 3;
+  int nn = 3, modes = 3, ranks_given = 0;
   const char *json_path = NULL, *png = NULL, *transport = "auto";
   int64_t sockets_max = 20000;
   double rtt_us = 50;
@@ -643,15 +650,23 @@ int main(int argc, char **argv) {
       return 2;
     }
     i++;
+    int inc = bench_inc_option(k, v); /* incumbents.c's own options */
+    if (inc < 0) {
+      usage();
+      return 2;
+    }
+    if (inc > 0)
+      continue;
     if (strcmp(k, "--ranks") == 0) {
       nn = parse_list(v, ns, 16);
+      ranks_given = 1;
     } else if (strcmp(k, "--ranks-per-host") == 0) {
       o.ranks_per_host = strtoll(v, &end, 10);
     } else if (strcmp(k, "--fanout") == 0) {
       o.fanout = strtoll(v, &end, 10);
     } else if (strcmp(k, "--mode") == 0) {
       modes = !strcmp(v, "tree") ? 1 : !strcmp(v, "flat") ? 2
-              : !strcmp(v, "both") ? 3 : 0;
+              : !strcmp(v, "both") ? 3 : !strcmp(v, "none") ? 4 : 0;
     } else if (strcmp(k, "--json") == 0) {
       json_path = v;
     } else if (strcmp(k, "--plot") == 0) {
@@ -727,14 +742,18 @@ int main(int argc, char **argv) {
                       "ranks\n", ns[i]);
       return 2;
     }
+  if (!ranks_given && !bench_inc_given())
+    bench_inc_default();
   /* Say what runs, so a bare `rdzv-bench` is not a silent minute. */
-  fprintf(stderr, "rdzv-bench: %s at", modes == 3 ? "tree and flat"
-                                       : modes == 1 ? "tree" : "flat");
-  for (int i = 0; i < nn; i++)
-    fprintf(stderr, "%s %" PRId64, i ? "," : "", ns[i]);
-  fprintf(stderr, " ranks, %" PRId64 " ranks per host, fan-out %" PRId64
-                  " (rdzv-bench --help for the options)\n",
-          (int64_t)o.ranks_per_host, (int64_t)o.fanout);
+  if (modes != 4) {
+    fprintf(stderr, "rdzv-bench: %s at", modes == 3 ? "tree and flat"
+                                         : modes == 1 ? "tree" : "flat");
+    for (int i = 0; i < nn; i++)
+      fprintf(stderr, "%s %" PRId64, i ? "," : "", ns[i]);
+    fprintf(stderr, " ranks, %" PRId64 " ranks per host, fan-out %" PRId64
+                    " (rdzv-bench --help for the options)\n",
+            (int64_t)o.ranks_per_host, (int64_t)o.fanout);
+  }
   signal(SIGPIPE, SIG_IGN);
   struct result rs[32];
   int nr = 0, bad = 0;
@@ -754,6 +773,8 @@ int main(int argc, char **argv) {
       nr++;
     }
   }
+  if (bench_inc_run(&o, all, png) < 0) /* incumbents.c; nothing if none */
+    bad = 1;
   if (json_path != NULL &&
       json_dump_file(all, json_path, JSON_INDENT(1)) < 0) {
     fprintf(stderr, "rdzv-bench: cannot write %s: %s\n", json_path,
@@ -761,7 +782,7 @@ int main(int argc, char **argv) {
     bad = 1;
   }
   json_decref(all);
-  if (png != NULL && plot(png, rs, nr) < 0) {
+  if (png != NULL && nr > 0 && plot(png, rs, nr) < 0) {
     fprintf(stderr, "rdzv-bench: gnuplot failed to write %s\n", png);
     bad = 1;
   }

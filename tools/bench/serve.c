@@ -340,6 +340,13 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
    * bounds the wait instead. */
   cfg.connect_timeout_ms = 30000;
   cfg.upstream_timeout_ms = (uint32_t)(o->timeout_s * 1000);
+  if (o->tcpstore) { /* the incumbents' mode: PyTorch's protocol too */
+    snprintf(cfg.tcpstore_listen, sizeof(cfg.tcpstore_listen),
+             "127.0.0.1:0");
+    snprintf(cfg.tcpstore_job, sizeof(cfg.tcpstore_job), "%s", o->job);
+    bench_ts_port_path(o, is_root ? -1 : h, cfg.tcpstore_port_file,
+                       sizeof(cfg.tcpstore_port_file));
+  }
   if (is_root) {
     cfg.role = RDZV_DAEMON_ROOT;
     /* rdzv-bench --etcd URL: an etcd-backed root, under a prefix of its
