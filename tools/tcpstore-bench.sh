@@ -9,7 +9,8 @@
 # Prints "TOPOLOGY torch VERSION OP CALLS_PER_S" lines (the median of REPS
 # runs of CALLS calls each; see tools/tcpstore_bench.py). Builds rdzvd with
 # Bazel; run as root (chroot). The daemons run with their defaults (a node
-# forwards a lone add after --flush-ms, 2 ms: that bounds add via a node).
+# sends an idle counter's add up at once: a sequential client's adds do
+# not wait for --flush-ms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 calls=${1:-3000}
