@@ -1,7 +1,8 @@
 /* Statistics as one JSON object (jansson): the proof that the tree works.
  * Shape (every number an integer):
  *   {"name", "role", "uptime_ms", "jobs", "connections": {"open", "total",
- *    "rejected"}, "bytes": {"in", "out"}, "frames": {"in", "out"},
+ *    "rejected"}, "bytes": {"in", "out", "shared", "copied_large"},
+ *    "frames": {"in", "out"},
  *    "proto_errors", "cache_hits", "coalesced", "combined",
  *    "upstream_reconnects", "parent_restarts", "parent_silent",
  *    "children_silent", "split_frames", "resent", "reattached",
@@ -68,6 +69,12 @@ char *rdzv__stats_json(const struct daemon *d) {
       (json_int_t)s->split_frames, "resent", (json_int_t)s->resent,
       "reattached", (json_int_t)s->reattached, "dedup_hits",
       (json_int_t)s->dedup_hits);
+  /* Of bytes.out: written from values' shared buffers, and bytes of
+   * values of at least --share-min-bytes copied all the same. */
+  json_t *bytes = json_object_get(o, "bytes");
+  json_object_set_new(bytes, "shared", json_integer((json_int_t)s->bytes_shared));
+  json_object_set_new(bytes, "copied_large",
+                      json_integer((json_int_t)s->bytes_copied_large));
   json_object_set_new(o, "fenced", json_integer((json_int_t)s->fenced));
   json_object_set_new(o, "sessions_resumed",
                       json_integer((json_int_t)s->sessions_resumed));
