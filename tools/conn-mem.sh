@@ -55,8 +55,9 @@ counters() {
   "$bin/rdzvctl" --addr "127.0.0.1:$1" stats | python3 -c '
 import json, sys
 s = json.load(sys.stdin)
-print("bytes_out %d bytes_by_ref %d bytes_copied %d" % (s.get("bytes_out", 0),
-      s.get("bytes_by_ref", 0), s.get("bytes_copied", 0)))'
+b = s["bytes"]
+print("bytes out %d, of them written from shared buffers %d; large values "
+      "copied %d" % (b["out"], b.get("shared", 0), b.get("copied_large", 0)))'
 }
 
 report() { # WHAT N RSS0 RSS1 HWM

@@ -105,7 +105,11 @@ struct ts_conn {
   bool resume_due;
   bool barrier_due; /* a BARRIER's second step is due (on_deferred) */
   bool broke_rule; /* closed for a bad request or a failed one */
-  char close_why[160]; /* non-empty: close it */
+  /* Set: close it (on_deferred), saying why: what failed (NULL: the
+   * daemon sent an ERROR frame) and the status. */
+  bool close_due;
+  const char *close_what;
+  int close_status;
   uint32_t next_req;
   uint32_t npending;  /* requests the daemon has not answered */
   uint32_t nwrites;   /* ... of them writes without a reply */
@@ -353,9 +357,17 @@ static int send_due_barriers(struct ts_conn *t) {
     int rc = send_frame(t, p, &m);
     if (rc < 0)
       return rc;
-    if (t->closing || t->close_why[0] != '\0')
+    if (t->closing || t->close_due)
       return 0;
   }
+}
+
+/* t is to be closed (from on_deferred): what failed, and how. */
+static void close_later(struct ts_conn *t, const char *what, int status) {
+  t->broke_rule = true;
+  t->close_due = true;
+  t->close_what = what;
+  t->close_status = status;
 }
 
 static void on_deferred(uv_idle_t *h) {
@@ -364,16 +376,19 @@ static void on_deferred(uv_idle_t *h) {
   struct ts_conn *t = s->conns, *next;
   for (; t != NULL; t = next) {
     next = t->next;
-    if (t->close_why[0] == '\0' && t->barrier_due) {
+    if (!t->close_due && t->barrier_due) {
       int rc = send_due_barriers(t);
-      if (rc < 0 && t->close_why[0] == '\0') {
-        t->broke_rule = true;
-        snprintf(t->close_why, sizeof(t->close_why), "barrier: %s",
-                 rdzv_strerror(rc));
-      }
+      if (rc < 0 && !t->close_due)
+        close_later(t, "barrier", rc);
     }
-    if (t->close_why[0] != '\0') {
-      ts_close(t, t->close_why);
+    if (t->close_due) {
+      char why[160];
+      if (t->close_what != NULL)
+        snprintf(why, sizeof(why), "%s failed: %s", t->close_what,
+                 rdzv_strerror(t->close_status));
+      else
+        snprintf(why, sizeof(why), "%s", rdzv_strerror(t->close_status));
+      ts_close(t, why);
     } else if (t->resume_due) {
       t->resume_due = false;
       ts_read_more(t); /* also handles what was held back */
@@ -391,12 +406,10 @@ static void defer(struct ts_conn *t) {
  * (closing, sending held requests) is deferred. */
 static void on_reply(void *arg, const struct rdzv_msg *r) {
   struct ts_conn *t = arg;
-  if (t->closing || t->close_why[0] != '\0')
+  if (t->closing || t->close_due)
     return;
   if (r->type == RDZV_MSG_ERROR) {
-    t->broke_rule = true;
-    snprintf(t->close_why, sizeof(t->close_why), "%s",
-             rdzv_strerror(r->status));
+    close_later(t, NULL, r->status);
     defer(t);
     return;
   }
@@ -415,9 +428,7 @@ static void on_reply(void *arg, const struct rdzv_msg *r) {
     return;
   }
   if (rc < 0) {
-    t->broke_rule = true;
-    snprintf(t->close_why, sizeof(t->close_why), "%s failed: %s",
-             rdzv_ts_op_name(p->op), rdzv_strerror(rc));
+    close_later(t, rdzv_ts_op_name(p->op), rc);
     pending_free(p);
     defer(t);
     return;

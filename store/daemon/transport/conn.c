@@ -38,13 +38,22 @@ void rdzv__conn_unref(struct conn *c) {
 
 bool rdzv__conn_alive(const struct conn *c) { return c->state == CONN_READY; }
 
+static void on_timer_freed(uv_handle_t *h) { free(h); }
+
 static void on_timer_closed(uv_handle_t *h) {
-  rdzv__conn_unref((struct conn *)h->data);
+  struct conn *c = h->data;
+  free(h);
+  rdzv__conn_unref(c);
 }
 
 static void on_conn_closed(uv_handle_t *h) {
   struct conn *c = h->data;
-  uv_close((uv_handle_t *)&c->hello_timer, on_timer_closed);
+  uv_timer_t *t = c->timer;
+  c->timer = NULL;
+  if (t != NULL)
+    uv_close((uv_handle_t *)t, on_timer_closed);
+  else
+    rdzv__conn_unref(c); /* the handles' reference */
 }
 
 void rdzv__conn_close_now(struct conn *c) {
@@ -91,8 +100,8 @@ void rdzv__conn_close_now(struct conn *c) {
   if (!c->decoding)
     rdzv_buf_free(&c->in);
   /* Two handles (stream, timer) each hold the conn until closed; the
-   * stream's close callback closes the timer, whose callback drops the
-   * handle reference taken at accept. */
+   * stream's close callback closes the timer (if it still has one), whose
+   * callback drops the handle reference taken at accept. */
   uv_close(&c->h.handle, on_conn_closed);
 }
 
@@ -577,16 +586,21 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
     c->name[n] = '\0';
   }
   c->role = (int)m->a;
-  uv_timer_stop(&c->hello_timer);
   c->last_check_ms = uv_now(d->loop);
-  if (c->role == RDZV_ROLE_NODE && !c->inproc) {
+  if (c->timer != NULL)
+    uv_timer_stop(c->timer);
+  if (c->role == RDZV_ROLE_NODE && c->timer != NULL) {
     /* Often enough to see a silence soon after the timeout. */
     uint64_t every = d->cfg.liveness_timeout_ms / 4 > 0
                          ? d->cfg.liveness_timeout_ms / 4 : 1;
     if (every > d->cfg.heartbeat_ms)
       every = d->cfg.heartbeat_ms;
     c->check_every_ms = every;
-    uv_timer_start(&c->hello_timer, on_child_check, every, every);
+    uv_timer_start(c->timer, on_child_check, every, every);
+  } else if (c->timer != NULL) {
+    /* A client needs no timer from now on: an idle one holds none. */
+    uv_close((uv_handle_t *)c->timer, on_timer_freed);
+    c->timer = NULL;
   }
   rdzv__job_attach(c, j);
   conn_set_state(c, CONN_READY);
@@ -790,7 +804,7 @@ static void on_hello_timeout(uv_timer_t *t) {
 }
 
 void rdzv__conn_start_reading(struct conn *c) {
-  uv_timer_start(&c->hello_timer, on_hello_timeout, c->d->cfg.hello_timeout_ms,
+  uv_timer_start(c->timer, on_hello_timeout, c->d->cfg.hello_timeout_ms,
                  0);
   uv_read_start(&c->h.stream, on_alloc, on_read);
 }

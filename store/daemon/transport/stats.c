@@ -26,16 +26,20 @@ static json_t *op_json(const struct op_stats *o) {
 
 void rdzv__reply_stats(struct conn *c, const struct rdzv_msg *m) {
   char *json = rdzv__stats_json(c->d);
+  size_t n = json != NULL ? strlen(json) : 0;
+  /* The text becomes the reply's buffer (written from it, not copied). */
+  struct rdzv_blob *b =
+      json != NULL ? rdzv__blob_take((uint8_t *)json, (uint32_t)n, n + 1)
+                   : NULL;
   struct rdzv_msg r;
-  rdzv__reply_init(&r, m, json ? 0 : RDZV_ENOMEM);
-  struct rdzv_slice v = {(const uint8_t *)json,
-                         json ? (uint32_t)strlen(json) : 0};
-  if (json != NULL) {
+  rdzv__reply_init(&r, m, b ? 0 : RDZV_ENOMEM);
+  struct rdzv_slice v = {b ? b->data : NULL, (uint32_t)n};
+  if (b != NULL) {
     r.vals.n = 1;
     r.vals.v = &v;
   }
-  rdzv__conn_reply(c, &r);
-  free(json);
+  rdzv__conn_reply_shared(c, &r, &b, b ? 1 : 0);
+  rdzv__blob_unref(b);
 }
 
 char *rdzv__stats_json(const struct daemon *d) {

@@ -154,8 +154,9 @@ struct conn {
   bool dirty; /* on d->dirty: out has bytes to flush */
   /* Before the hello: --hello-timeout-ms. After it, for a child node only:
    * every --heartbeat-ms, closes c once it has sent nothing for
-   * --liveness-timeout-ms. */
-  uv_timer_t hello_timer;
+   * --liveness-timeout-ms. A client's goes after its hello (NULL: an idle
+   * client holds no timer). */
+  uv_timer_t *timer;
   uint64_t last_rx_ms;    /* when bytes last came from the peer (loop time) */
   uint64_t last_check_ms; /* when the child check last ran */
   uint64_t check_every_ms; /* its interval */
