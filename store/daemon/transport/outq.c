@@ -95,9 +95,11 @@ static int take_head(struct rdzv_outq *q, size_t n, struct outq_write *w,
   w->bytes = q->buf;
   w->bytes.len = n;
   q->buf = rest;
-  memcpy(w->refs, q->refs, k * sizeof(*w->refs));
+  if (k > 0)
+    memcpy(w->refs, q->refs, k * sizeof(*w->refs));
   w->nrefs = k;
-  memmove(q->refs, q->refs + k, (q->nrefs - k) * sizeof(*q->refs));
+  if (k > 0 && q->nrefs > k)
+    memmove(q->refs, q->refs + k, (q->nrefs - k) * sizeof(*q->refs));
   q->nrefs -= k;
   for (uint32_t i = 0; i < q->nrefs; i++)
     q->refs[i].at -= n;
