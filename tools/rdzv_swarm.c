@@ -19,7 +19,9 @@
  *                     add) in flight for SECONDS; prints "ops N RATE"
  * Before submitting, every client connects; "connected N" is printed and
  * stdout flushed, and a scenario starts only after a line is read from
- * stdin when --sync is given (lets a test line things up).
+ * stdin when --sync is given (lets a test line things up). With --hold,
+ * after the report every client stays connected (idle) until a line is
+ * read from stdin (lets a tool measure idle connections' memory).
  * Exit status: 0 when every client succeeded, 1 otherwise (the first
  * failures go to stderr), 2 for usage errors. */
 #include <errno.h>
@@ -206,7 +208,8 @@ static int run_until_done(struct swarm *s, double timeout_s) {
 static int usage_to(FILE *f, int rc) {
   fprintf(f,
           "usage: rdzv-swarm --addrs A[,B...] --job JOB --clients N\n"
-          "       [--member-base B] [--timeout S] [--sync] SCENARIO ARGS\n"
+          "       [--member-base B] [--timeout S] [--sync] [--hold]\n"
+          "       SCENARIO ARGS\n"
           "scenarios: wait KEY | add KEY | get KEY | barrier NAME COUNT |\n"
           "           gather NAME COUNT | ops SECONDS set|get|add\n");
   return rc;
@@ -297,7 +300,7 @@ int main(int argc, char **argv) {
   char *addrs = NULL;
   const char *job = getenv("RDZV_JOB");
   uint64_t n = 0, base = 0;
-  bool sync = false;
+  bool sync = false, hold = false;
   int i = 1;
   for (int k = 1; k < argc; k++)
     if (strcmp(argv[k], "--help") == 0 || strcmp(argv[k], "-h") == 0)
@@ -306,6 +309,10 @@ int main(int argc, char **argv) {
     const char *o = argv[i];
     if (strcmp(o, "--sync") == 0) {
       sync = true;
+      continue;
+    }
+    if (strcmp(o, "--hold") == 0) {
+      hold = true;
       continue;
     }
     if (i + 1 >= argc)
@@ -350,6 +357,8 @@ int main(int argc, char **argv) {
   int rc = run_until_done(&s, s.timeout_s + (s.stop_at > 0 ? s.stop_at - t0 : 0));
   report(&s, now_s() - t0);
   fflush(stdout);
+  if (hold && fgets(line, sizeof(line), stdin) == NULL)
+    line[0] = '\0'; /* stdin closed: let go as well */
   for (size_t k = 0; k < s.n; k++)
     rdzv_client_destroy(s.cls[k].c);
   free(s.cls);

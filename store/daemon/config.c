@@ -163,6 +163,12 @@ static const struct opt opts[] = {
           "node: one attempt at one address and port of the parent (connect "
           "and hello) gets this long, then the next address or port is "
           "tried (a dropped SYN costs this, not the kernel's minutes)"),
+  U32_OPT("share-min-bytes", "RDZVD_SHARE_MIN_BYTES", "512", share_min_bytes,
+          "a value (or a list of values) of at least this many bytes is "
+          "written to each connection from the one reference-counted buffer "
+          "that holds it, not copied per connection; smaller ones are "
+          "copied (cheaper than a reference); 0: every non-empty value by "
+          "reference"),
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 

@@ -83,6 +83,9 @@ struct rdzv_daemon_config {
                     hello naming another is refused (RDZV_EJOB_MISMATCH) */
   uint32_t connect_timeout_ms; /* node: one attempt (connect and hello) at
                                   one address and port of the parent */
+  uint32_t share_min_bytes; /* values of at least this many bytes are
+                               written from their shared buffer, not
+                               copied per connection */
 };
 
 /* The most ports an address's port range may hold ("HOST:FIRST-LAST"). */

@@ -46,6 +46,15 @@ int rdzv_daemon_inproc_send(struct conn *c, const uint8_t *frame,
                             size_t len);
 /* Closes an in-process connection (as a peer's close would). */
 void rdzv_daemon_inproc_close(struct conn *c);
+/* Inside deliver only: the reference-counted buffer (store/daemon/blob.h)
+ * that holds the n bytes at p of the message being delivered, with a
+ * reference taken for the caller (who drops it with rdzv__blob_unref), so
+ * that a peer that writes the bytes on (the TCPStore front end) can write
+ * them from that buffer instead of copying them; NULL when none does (or
+ * n is 0). */
+struct rdzv_blob;
+struct rdzv_blob *rdzv_daemon_inproc_blob(struct conn *c, const uint8_t *p,
+                                          size_t n);
 
 /* Runs the daemon described by cfg on a new libuv loop until SIGINT or
  * SIGTERM. Blocks. Returns 0 after a clean stop, or a negative status if

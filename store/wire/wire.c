@@ -218,27 +218,6 @@ static int items_check(const struct rdzv_items *it) {
   return raw_list_check(it->raw, it->raw_len, it->n);
 }
 
-/* Writes count and items at p; returns the bytes written. */
-static size_t items_write(uint8_t *p, const struct rdzv_items *it) {
-  size_t off = ITEM_LEN_BYTES;
-  uint32_t i;
-
-  store_u32le(p, it->n);
-  if (it->v == NULL) {
-    if (it->raw_len != 0)
-      memcpy(p + off, it->raw, it->raw_len);
-    return off + it->raw_len;
-  }
-  for (i = 0; i < it->n; i++) {
-    store_u32le(p + off, it->v[i].n);
-    off += ITEM_LEN_BYTES;
-    if (it->v[i].n != 0)
-      memcpy(p + off, it->v[i].p, it->v[i].n);
-    off += it->v[i].n;
-  }
-  return off;
-}
-
 static void header_write(uint8_t *p, const struct rdzv_msg *msg,
                          uint32_t body_len) {
   store_u32le(p + HDR_MAGIC, RDZV_WIRE_MAGIC);
@@ -250,33 +229,154 @@ static void header_write(uint8_t *p, const struct rdzv_msg *msg,
   store_u32le(p + HDR_BODY_LEN, body_len);
 }
 
-int rdzv_msg_encode(const struct rdzv_msg *msg, struct rdzv_buf *out) {
+/* What an encoding may refer to instead of copying: bytes of at least
+ * min bytes (and at least 1) that lie wholly inside one of the spans, at
+ * most max references. */
+struct ref_plan {
+  const struct rdzv_slice *spans;
+  uint32_t nspans;
+  uint32_t min;
+  uint32_t max;
+  uint32_t used; /* references planned (first pass) or made (second) */
+};
+
+/* The span of plan that holds p[0..n), or -1 (also when n is under the
+ * plan's minimum or no reference is left). Addresses are compared as
+ * integers: the spans are unrelated objects. */
+static int64_t ref_span(struct ref_plan *plan, const uint8_t *p, size_t n) {
+  uint32_t i;
+
+  if (plan == NULL || n == 0 || n < plan->min || plan->used >= plan->max ||
+      p == NULL)
+    return -1;
+  for (i = 0; i < plan->nspans; i++) {
+    uintptr_t a = (uintptr_t)plan->spans[i].p, x = (uintptr_t)p;
+    if (plan->spans[i].p != NULL && x >= a &&
+        n <= plan->spans[i].n && x - a <= plan->spans[i].n - n)
+      return i;
+  }
+  return -1;
+}
+
+/* Bytes of it that plan refers to (first pass: counts them in plan). */
+static uint64_t items_referred(struct ref_plan *plan,
+                               const struct rdzv_items *it) {
+  uint64_t total = 0;
+  uint32_t i;
+
+  if (it->v == NULL) {
+    if (ref_span(plan, it->raw, it->raw_len) >= 0) {
+      plan->used++;
+      total = it->raw_len;
+    }
+    return total;
+  }
+  for (i = 0; i < it->n; i++) {
+    if (ref_span(plan, it->v[i].p, it->v[i].n) >= 0) {
+      plan->used++;
+      total += it->v[i].n;
+    }
+  }
+  return total;
+}
+
+/* Where one list's bytes go: copied at out->data[*off], or referred to
+ * (refs[plan->used++]) at that offset. */
+static void bytes_put(struct rdzv_buf *out, size_t *off,
+                      struct ref_plan *plan, struct rdzv_wire_ref *refs,
+                      const uint8_t *p, size_t n) {
+  int64_t span = ref_span(plan, p, n);
+
+  if (span >= 0) {
+    struct rdzv_wire_ref *r = &refs[plan->used++];
+    r->at = *off;
+    r->span = (uint32_t)span;
+    r->p = p;
+    r->n = (uint32_t)n;
+    return;
+  }
+  if (n != 0)
+    memcpy(out->data + *off, p, n);
+  *off += n;
+}
+
+/* Writes count and items at out->data[*off] and advances *off. */
+static void items_write(struct rdzv_buf *out, size_t *off,
+                        const struct rdzv_items *it, struct ref_plan *plan,
+                        struct rdzv_wire_ref *refs) {
+  uint32_t i;
+
+  store_u32le(out->data + *off, it->n);
+  *off += ITEM_LEN_BYTES;
+  if (it->v == NULL) {
+    bytes_put(out, off, plan, refs, it->raw, it->raw_len);
+    return;
+  }
+  for (i = 0; i < it->n; i++) {
+    store_u32le(out->data + *off, it->v[i].n);
+    *off += ITEM_LEN_BYTES;
+    bytes_put(out, off, plan, refs, it->v[i].p, it->v[i].n);
+  }
+}
+
+/* The encoder of both entry points (plan NULL: copy everything). */
+static int encode(const struct rdzv_msg *msg, struct rdzv_buf *out,
+                  struct ref_plan *plan, struct rdzv_wire_ref *refs,
+                  uint32_t *nrefs) {
   uint64_t body = RDZV_WIRE_MIN_BODY_BYTES + items_size(&msg->keys) +
                   items_size(&msg->vals);
-  uint8_t *p;
+  uint64_t referred = 0;
+  size_t off;
   int err;
 
+  if (nrefs != NULL)
+    *nrefs = 0;
   /* The header and body together must also fit in size_t (32-bit). */
   if (body > UINT32_MAX || body > SIZE_MAX - RDZV_WIRE_HEADER_BYTES)
     return RDZV_EFRAME_TOO_BIG;
   err = items_check(&msg->keys);
   if (err == 0)
     err = items_check(&msg->vals);
-  if (err == 0)
-    err = rdzv_buf_reserve(out, RDZV_WIRE_HEADER_BYTES + (size_t)body);
   if (err < 0)
     return err;
-  p = out->data + out->len;
-  header_write(p, msg, (uint32_t)body);
-  p += RDZV_WIRE_HEADER_BYTES;
-  store_u32le(p + BODY_STATUS, (uint32_t)msg->status);
-  rdzv_store_u64le(p + BODY_A, (uint64_t)msg->a);
-  rdzv_store_u64le(p + BODY_B, (uint64_t)msg->b);
-  p += BODY_LISTS;
-  p += items_write(p, &msg->keys);
-  items_write(p, &msg->vals);
-  out->len += RDZV_WIRE_HEADER_BYTES + (size_t)body;
+  /* First pass: which bytes go by reference (the same choices as the
+   * second pass makes, in the same order). */
+  if (plan != NULL) {
+    plan->used = 0;
+    referred = items_referred(plan, &msg->keys);
+    referred += items_referred(plan, &msg->vals);
+    plan->used = 0;
+  }
+  err = rdzv_buf_reserve(out, RDZV_WIRE_HEADER_BYTES + (size_t)body -
+                                  (size_t)referred);
+  if (err < 0)
+    return err;
+  off = out->len;
+  header_write(out->data + off, msg, (uint32_t)body);
+  off += RDZV_WIRE_HEADER_BYTES;
+  store_u32le(out->data + off + BODY_STATUS, (uint32_t)msg->status);
+  rdzv_store_u64le(out->data + off + BODY_A, (uint64_t)msg->a);
+  rdzv_store_u64le(out->data + off + BODY_B, (uint64_t)msg->b);
+  off += BODY_LISTS;
+  items_write(out, &off, &msg->keys, plan, refs);
+  items_write(out, &off, &msg->vals, plan, refs);
+  out->len = off;
+  if (nrefs != NULL && plan != NULL)
+    *nrefs = plan->used;
   return 0;
+}
+
+int rdzv_msg_encode(const struct rdzv_msg *msg, struct rdzv_buf *out) {
+  return encode(msg, out, NULL, NULL, NULL);
+}
+
+int rdzv_msg_encode_refs(const struct rdzv_msg *msg, struct rdzv_buf *out,
+                         const struct rdzv_slice *spans, uint32_t nspans,
+                         uint32_t min_ref, struct rdzv_wire_ref *refs,
+                         uint32_t max_refs, uint32_t *nrefs) {
+  struct ref_plan plan = {spans, nspans, min_ref, refs != NULL ? max_refs : 0,
+                          0};
+  return encode(msg, out, &plan, refs, nrefs);
 }
 
 /* ---- decoding ----------------------------------------------------------- */

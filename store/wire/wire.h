@@ -244,6 +244,34 @@ void rdzv_buf_free(struct rdzv_buf *b);
  * unchanged. */
 int rdzv_msg_encode(const struct rdzv_msg *msg, struct rdzv_buf *out);
 
+/* Bytes an encoded frame refers to instead of holding a copy: they belong
+ * in the frame right before out->data[at] (at == the frame's end: after
+ * its last byte in out), in the order the references are listed. */
+struct rdzv_wire_ref {
+  size_t at;        /* offset in out->data (the buffer given to encode) */
+  uint32_t span;    /* index of the span that holds them */
+  const uint8_t *p; /* the caller's bytes: p[0..n) */
+  uint32_t n;
+};
+
+/* Encodes msg as rdzv_msg_encode does, except that bytes lying wholly
+ * inside one of spans[0..nspans) (caller-owned memory, e.g. reference-
+ * counted values) are not copied when there are at least min_ref of them
+ * (and at least 1): an item's bytes (slice lists) or a raw list's whole
+ * body (after its count). For each, refs[k] (k < max_refs; later ones are
+ * copied) says where they go; *nrefs gets the number used (0..max_refs),
+ * in ascending order of at. out then holds the frame without those bytes:
+ * writing out's new bytes with each reference's bytes inserted at its
+ * offset gives exactly the bytes rdzv_msg_encode would append. The
+ * caller keeps the spans' bytes alive and unchanged until those are
+ * written. Pure: reads only msg, the spans' bounds and the bytes it
+ * copies. refs may be NULL only with max_refs 0. Returns what
+ * rdzv_msg_encode returns; on error out is unchanged and *nrefs is 0. */
+int rdzv_msg_encode_refs(const struct rdzv_msg *msg, struct rdzv_buf *out,
+                         const struct rdzv_slice *spans, uint32_t nspans,
+                         uint32_t min_ref, struct rdzv_wire_ref *refs,
+                         uint32_t max_refs, uint32_t *nrefs);
+
 /* Decodes the frame at the start of p[0..n).
  * Returns:
  *   0                    *out is filled (pointing into p), *used = frame

@@ -12,6 +12,11 @@
  *  - re-encoding the decoded message (raw lists, and again as slice
  *    arrays) gives back the frame's exact bytes, and decoding those gives
  *    the same fields (round trip);
+ *  - encoding by reference (rdzv_msg_encode_refs, the frame's own bytes
+ *    as the span, several minimum sizes and reference caps) refers only
+ *    to bytes inside the span, at ascending offsets within what it wrote,
+ *    and the bytes it wrote with the referred bytes put back are the
+ *    frame's exact bytes;
  *  - every proper prefix of the frame decodes to RDZV_ENEEDMORE, and a
  *    limit one byte under the body length gives RDZV_EFRAME_TOO_BIG;
  *  - a BARRIER's or GATHER's keys[1] (who the members are,
@@ -138,6 +143,54 @@ static void reencode_check(const struct rdzv_msg *m, const uint8_t *f,
   rdzv_buf_free(&b);
 }
 
+/* Encodes m by reference to f[0..used) (m points into it) and requires
+ * that the written bytes with the references' bytes put back are f. */
+static void refs_check(const struct rdzv_msg *m, const uint8_t *f,
+                       size_t used, uint32_t min_ref, uint32_t max_refs) {
+  struct rdzv_slice span = {f, (uint32_t)used};
+  struct rdzv_wire_ref refs[8];
+  struct rdzv_buf b = {0};
+  uint32_t nrefs = 99, k;
+  size_t copied = 0, total;
+  const uint8_t pre[3] = {1, 2, 3}; /* refs' offsets count from out's start */
+
+  require(max_refs <= 8, "refs_check: cap");
+  require(rdzv_buf_append(&b, pre, sizeof pre) == 0, "malloc");
+  require(rdzv_msg_encode_refs(m, &b, &span, 1, min_ref, refs, max_refs,
+                               &nrefs) == 0,
+          "encode by reference failed");
+  require(nrefs <= max_refs, "more references than allowed");
+  total = b.len - sizeof pre;
+  for (k = 0; k < nrefs; k++) {
+    require(refs[k].span == 0, "a reference to an unknown span");
+    require(refs[k].n >= min_ref && refs[k].n > 0, "a reference too small");
+    require(refs[k].p >= f && refs[k].p - f <= (ptrdiff_t)(used - refs[k].n),
+            "a reference outside its span");
+    require(refs[k].at >= sizeof pre && refs[k].at <= b.len,
+            "a reference outside what was written");
+    require(k == 0 || refs[k].at >= refs[k - 1].at,
+            "references out of order");
+    total += refs[k].n;
+  }
+  require(total == used, "written and referred bytes do not add up");
+  /* Put the frame back together and compare. */
+  size_t pos = sizeof pre;
+  for (k = 0; k <= nrefs; k++) {
+    size_t end = k < nrefs ? refs[k].at : b.len;
+    require(memcmp(b.data + pos, f + copied, end - pos) == 0,
+            "written bytes differ from the frame");
+    copied += end - pos;
+    pos = end;
+    if (k < nrefs) {
+      require(memcmp(refs[k].p, f + copied, refs[k].n) == 0,
+              "referred bytes differ from the frame");
+      copied += refs[k].n;
+    }
+  }
+  require(copied == used, "the frame put back has another length");
+  rdzv_buf_free(&b);
+}
+
 /* Every proper prefix must ask for more bytes. */
 static void prefix_check(const uint8_t *f, size_t used) {
   uint8_t *q = malloc(used);
@@ -219,9 +272,14 @@ static void frame_check(const struct rdzv_msg *m, const uint8_t *f,
   validate_check(m);
   members_check(m);
   reencode_check(m, f, used);
+  refs_check(m, f, used, 1, 8);
   sliced.keys.v = kv;
   sliced.vals.v = vv;
   reencode_check(&sliced, f, used);
+  refs_check(&sliced, f, used, 1, 8);
+  refs_check(&sliced, f, used, 1, 1);
+  refs_check(&sliced, f, used, 3, 2);
+  refs_check(&sliced, f, used, 64, 8);
   free(kv);
   free(vv);
   prefix_check(f, used);

@@ -47,7 +47,7 @@ static void test_set_get(void **unused) {
   (void)unused;
   for (size_t b = 0; b < NBACKENDS; b++) {
     struct rdzv_state *st = open_job(backends[b], "job");
-    struct rdzv_state_val v = {NULL, 7, true};
+    struct rdzv_state_val v = {NULL, 7, true, NULL};
     assert_int_equal(rdzv__state_get(st, K("a"), &v), RDZV_ENOKEY);
     assert_int_equal(v.n, 7); /* untouched */
     assert_int_equal(rdzv__state_set(st, K("a"), K("one"), false), 0);

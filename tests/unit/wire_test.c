@@ -589,6 +589,82 @@ static void test_encode_errors(void **state) {
   rdzv_buf_free(&b);
 }
 
+/* Encoding by reference: a big value inside a span is referred to, a
+ * small one, one outside every span, and one past the cap are copied, and
+ * the bytes put back are exactly the plain encoding. */
+static void test_encode_refs(void **state) {
+  (void)state;
+  static uint8_t big[4000], outside[3000], raw[2000];
+  for (size_t i = 0; i < sizeof(big); i++)
+    big[i] = (uint8_t)(i * 7);
+  memset(outside, 'o', sizeof(outside));
+  struct rdzv_buf rl = {0};
+  for (int i = 0; i < 10; i++) /* a raw list of 10 items of 100 bytes */
+    assert_int_equal(rdzv_items_append(&rl, big + 100 * i, 100), 0);
+  assert_true(rl.len <= sizeof(raw));
+  memcpy(raw, rl.data, rl.len);
+  struct rdzv_slice spans[2] = {{big, sizeof(big)}, {raw, (uint32_t)rl.len}};
+  struct rdzv_slice vals[4] = {{big + 10, 1000},  /* in span 0: by reference */
+                               {big, 16},         /* small: copied */
+                               {outside, 3000},   /* no span: copied */
+                               {big + 2000, 600}}; /* in span 0 */
+  struct rdzv_slice key = {(const uint8_t *)"k", 1};
+  struct rdzv_msg m = {.type = RDZV_MSG_GET, .flags = RDZV_F_REPLY,
+                       .req_id = 9, .keys = {1, &key, NULL, 0},
+                       .vals = {4, vals, NULL, 0}};
+  struct rdzv_buf plain = {0}, out = {0};
+  assert_int_equal(rdzv_msg_encode(&m, &plain), 0);
+  struct rdzv_wire_ref refs[4];
+  uint32_t nrefs = 0;
+  assert_int_equal(rdzv_msg_encode_refs(&m, &out, spans, 2, 512, refs, 4,
+                                        &nrefs), 0);
+  assert_int_equal(nrefs, 2);
+  assert_ptr_equal(refs[0].p, big + 10);
+  assert_int_equal(refs[0].n, 1000);
+  assert_ptr_equal(refs[1].p, big + 2000);
+  assert_int_equal(refs[0].span, 0);
+  assert_int_equal(out.len + 1600, plain.len);
+  /* Put back: the written bytes with the references' bytes in place. */
+  struct rdzv_buf back = {0};
+  size_t pos = 0;
+  for (uint32_t i = 0; i < nrefs; i++) {
+    rdzv_buf_append(&back, out.data + pos, refs[i].at - pos);
+    rdzv_buf_append(&back, refs[i].p, refs[i].n);
+    pos = refs[i].at;
+  }
+  rdzv_buf_append(&back, out.data + pos, out.len - pos);
+  assert_int_equal(back.len, plain.len);
+  assert_memory_equal(back.data, plain.data, plain.len);
+  /* The cap: one reference at most, the second big value copied. */
+  out.len = 0;
+  assert_int_equal(rdzv_msg_encode_refs(&m, &out, spans, 2, 512, refs, 1,
+                                        &nrefs), 0);
+  assert_int_equal(nrefs, 1);
+  assert_int_equal(out.len + 1000, plain.len);
+  /* A raw list's body inside a span goes whole, after its count. */
+  m.vals = (struct rdzv_items){10, NULL, raw, rl.len};
+  plain.len = out.len = 0;
+  assert_int_equal(rdzv_msg_encode(&m, &plain), 0);
+  assert_int_equal(rdzv_msg_encode_refs(&m, &out, spans, 2, 512, refs, 4,
+                                        &nrefs), 0);
+  assert_int_equal(nrefs, 1);
+  assert_int_equal(refs[0].span, 1);
+  assert_int_equal(refs[0].at, out.len); /* the frame's last bytes */
+  assert_int_equal(out.len + rl.len, plain.len);
+  assert_memory_equal(out.data, plain.data, out.len);
+  /* Under the minimum, or with no spans: the plain bytes. */
+  out.len = 0;
+  assert_int_equal(rdzv_msg_encode_refs(&m, &out, spans, 2, 4096, refs, 4,
+                                        &nrefs), 0);
+  assert_int_equal(nrefs, 0);
+  assert_int_equal(out.len, plain.len);
+  assert_memory_equal(out.data, plain.data, plain.len);
+  rdzv_buf_free(&rl);
+  rdzv_buf_free(&plain);
+  rdzv_buf_free(&out);
+  rdzv_buf_free(&back);
+}
+
 static void test_buf(void **state) {
   struct rdzv_buf b = {0};
   size_t i;
@@ -674,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_items),
       cmocka_unit_test(test_encode_errors),
+      cmocka_unit_test(test_encode_refs),
       cmocka_unit_test(test_buf),
       cmocka_unit_test(test_u64le),
       cmocka_unit_test(test_type_names),

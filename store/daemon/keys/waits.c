@@ -111,17 +111,26 @@ static void waiter_free(struct waiter *w) {
   uv_close((uv_handle_t *)&w->timer, on_waiter_closed);
 }
 
-/* Replies OK with the keys' values and write-once bits. */
+/* Replies OK with the keys' values and write-once bits, written from the
+ * blobs that hold the values. */
 static void reply_ok(struct waiter *w) {
   struct waitset *ws = w->ws;
-  struct rdzv_slice *vals = calloc(w->nkeys, sizeof(*vals));
+  struct rdzv_slice one, *vals = w->nkeys == 1 ? &one
+                                              : calloc(w->nkeys, sizeof(*vals));
+  struct rdzv_blob *oneb = NULL,
+                   **blobs = w->nkeys == 1 ? &oneb
+                                           : calloc(w->nkeys, sizeof(*blobs));
+  uint32_t nblobs = 0;
   struct rdzv_msg r;
   memset(&r, 0, sizeof(r));
   r.type = RDZV_MSG_WAIT;
   r.req_id = w->req_id;
   for (uint32_t i = 0; vals != NULL && i < w->nkeys; i++) {
     bool wo = false;
-    ws->hooks.value(ws->ctx, w->keys[i].p, w->keys[i].n, &vals[i], &wo);
+    struct rdzv_blob *b = NULL;
+    ws->hooks.value(ws->ctx, w->keys[i].p, w->keys[i].n, &vals[i], &wo, &b);
+    if (b != NULL && blobs != NULL)
+      blobs[nblobs++] = b;
     if (wo && i < 63)
       r.a |= (int64_t)1 << i;
   }
@@ -129,8 +138,11 @@ static void reply_ok(struct waiter *w) {
     r.vals.n = w->nkeys;
     r.vals.v = vals;
   }
-  rdzv__conn_reply(w->c, &r);
-  free(vals);
+  rdzv__conn_reply_shared(w->c, &r, blobs, blobs != NULL ? nblobs : 0);
+  if (vals != &one)
+    free(vals);
+  if (blobs != &oneb)
+    free(blobs);
 }
 
 static void reply_missing(struct waiter *w, int status) {

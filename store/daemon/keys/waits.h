@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 #include <uv.h>
 
+#include "store/daemon/blob.h"
 #include "store/wire/wire.h"
 
 struct conn;
@@ -22,9 +23,12 @@ struct waits_hooks {
   /* True if key exists now. */
   bool (*present)(void *ctx, const uint8_t *k, uint32_t klen);
   /* Value of an existing key for the OK reply (may give n = 0 when the
-   * role does not hold values, as a node for mutable keys). */
+   * role does not hold values, as a node for mutable keys), and the blob
+   * that holds it (NULL: none): the reply is written from it, so every
+   * waiter of a key gets the one buffer, not a copy each. */
   void (*value)(void *ctx, const uint8_t *k, uint32_t klen,
-                struct rdzv_slice *v, bool *write_once);
+                struct rdzv_slice *v, bool *write_once,
+                struct rdzv_blob **blob);
   /* key got its first waiter (deadline_ms: that waiter's, loop time). */
   void (*first_waiter)(void *ctx, const uint8_t *k, uint32_t klen,
                        uint64_t deadline_ms);

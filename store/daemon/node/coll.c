@@ -29,7 +29,11 @@ struct ncoll { /* combined contributions to one barrier or gather */
   uint32_t npending;
   struct lreq *waiters;
   bool done;
-  struct rdzv_buf result;
+  /* The result (a gather's contributions), held once: a reference to
+   * the parent's reply it came in (or a copy), written from there to
+   * every member (NULL: none yet). */
+  struct rdzv_blob *result;
+  struct rdzv_slice result_at; /* its bytes, inside result */
   uint64_t first_ms;
   uv_timer_t timer;
   uint8_t *spec; /* keys[1] as the first contribution that had one told it */
@@ -52,7 +56,6 @@ static void coll_answer_all(struct ncoll *co, const struct rdzv_msg *r) {
 static void on_coll_reply(struct daemon *d, const struct rdzv_msg *r,
                           void *arg) {
   struct ncoll *co = arg;
-  (void)d;
   if (r->flags & RDZV_F_SUPERSEDED)
     return; /* a newer request of ours carries the result */
   if (r->status != 0) {
@@ -61,13 +64,23 @@ static void on_coll_reply(struct daemon *d, const struct rdzv_msg *r,
   }
   if (!co->done) {
     co->done = true;
-    rdzv_buf_append(&co->result, r->vals.raw, r->vals.raw_len);
+    struct rdzv_blob *fb = d->frame_blob;
+    const uint8_t *p = r->vals.raw;
+    size_t n = r->vals.raw_len;
+    if (n > 0 && fb != NULL && rdzv__blob_holds(fb, p, n)) {
+      co->result = rdzv__blob_ref(fb);
+    } else if (n > 0 &&
+               (co->result = rdzv__blob_new(p, (uint32_t)n)) != NULL) {
+      p = co->result->data;
+    }
+    co->result_at.p = co->result != NULL ? p : NULL;
+    co->result_at.n = co->result != NULL ? (uint32_t)n : 0;
     co->npending = 0;
     co->pending.len = 0;
   }
   struct rdzv_msg out = *r;
-  out.vals.raw = co->result.data;
-  out.vals.raw_len = co->result.len;
+  out.vals.raw = co->result_at.p;
+  out.vals.raw_len = co->result_at.n;
   coll_answer_all(co, &out);
 }
 
@@ -78,11 +91,11 @@ static void coll_reply_done(struct ncoll *co, struct conn *c,
   r.a = (int64_t)co->count;
   if (co->type == RDZV_MSG_GATHER) {
     r.vals.n = (uint32_t)co->count;
-    r.vals.raw = co->result.data;
-    r.vals.raw_len = co->result.len;
+    r.vals.raw = co->result_at.p;
+    r.vals.raw_len = co->result_at.n;
   }
   co->nj->d->stats.ops[co->type].local++;
-  rdzv__conn_reply(c, &r);
+  rdzv__conn_reply_shared(c, &r, &co->result, co->result != NULL ? 1 : 0);
 }
 
 static void coll_flush(struct ncoll *co) {
@@ -263,7 +276,7 @@ void rdzv__node_coll_status(struct node_job *nj, struct conn *c,
 static void on_ncoll_closed(uv_handle_t *h) {
   struct ncoll *co = h->data;
   rdzv_buf_free(&co->pending);
-  rdzv_buf_free(&co->result);
+  rdzv__blob_unref(co->result);
   free(co->name);
   free(co->spec);
   free(co->members);

@@ -81,10 +81,21 @@ void rdzv__node_lreq_answer(struct lreq *l, uint8_t type,
   free(l);
 }
 
-/* Caches a write-once value and wakes local waiters of its key. */
+/* Caches a write-once value and wakes local waiters of its key. A big
+ * value that came in the frame being handled (the parent's reply, a
+ * shared buffer: d->frame_blob) is kept by reference to that buffer,
+ * not copied, when it is most of it (a small value does not pin a big
+ * frame); every later reply sends it from there. */
 void rdzv__node_cache_put(struct node_job *nj, struct rdzv_slice k,
                           struct rdzv_slice v) {
-  if (rdzv__kv_set(&nj->cache, k.p, k.n, v.p, v.n, true, NULL) == 0)
+  struct rdzv_blob *fb = nj->d->frame_blob;
+  int rc;
+  if (fb != NULL && v.n >= nj->d->cfg.share_min_bytes &&
+      (uint64_t)v.n * 2 >= fb->len && rdzv__blob_holds(fb, v.p, v.n))
+    rc = rdzv__kv_set_shared(&nj->cache, k.p, k.n, fb, v.p, v.n, true, NULL);
+  else
+    rc = rdzv__kv_set(&nj->cache, k.p, k.n, v.p, v.n, true, NULL);
+  if (rc == 0)
     rdzv__waits_notify(&nj->waits, k.p, k.n);
 }
 
@@ -177,12 +188,14 @@ static bool hook_present(void *ctx, const uint8_t *k, uint32_t klen) {
 }
 
 static void hook_value(void *ctx, const uint8_t *k, uint32_t klen,
-                       struct rdzv_slice *v, bool *write_once) {
+                       struct rdzv_slice *v, bool *write_once,
+                       struct rdzv_blob **blob) {
   struct node_job *nj = ctx;
   struct kv_entry *e = rdzv__kv_find(&nj->cache, k, klen);
   v->p = e ? e->val : NULL;
   v->n = e ? e->vlen : 0;
   *write_once = e != NULL;
+  *blob = e ? e->blob : NULL;
 }
 
 static void hook_first_waiter(void *ctx, const uint8_t *k, uint32_t klen,
@@ -324,7 +337,7 @@ static void handle_get(struct node_job *nj, struct conn *c,
   struct rdzv_slice k;
   rdzv_items_get(&m->keys, 0, &k);
   struct kv_entry *e = rdzv__kv_find(&nj->cache, k.p, k.n);
-  if (e != NULL) {
+  if (e != NULL) { /* from the cache's one buffer, not a copy */
     struct rdzv_slice v = {e->val, e->vlen};
     struct rdzv_msg r;
     rdzv__reply_init(&r, m, 0);
@@ -333,7 +346,7 @@ static void handle_get(struct node_job *nj, struct conn *c,
     r.vals.v = &v;
     st->cache_hits++;
     st->ops[RDZV_MSG_GET].local++;
-    rdzv__conn_reply(c, &r);
+    rdzv__conn_reply_shared(c, &r, &e->blob, 1);
     return;
   }
   if (!(m->flags & RDZV_F_WRITE_ONCE)) {
@@ -377,18 +390,22 @@ static void handle_get(struct node_job *nj, struct conn *c,
 static void handle_mget(struct node_job *nj, struct conn *c,
                         const struct rdzv_msg *m) {
   struct rdzv_slice *vals = calloc(m->keys.n, sizeof(*vals));
+  struct rdzv_blob **blobs = calloc(m->keys.n, sizeof(*blobs));
   size_t pos = 0;
   struct rdzv_slice k;
   uint32_t i = 0;
-  while (vals != NULL && rdzv_items_next(&m->keys, &pos, &k)) {
+  while (vals != NULL && blobs != NULL &&
+         rdzv_items_next(&m->keys, &pos, &k)) {
     struct kv_entry *e = rdzv__kv_find(&nj->cache, k.p, k.n);
     if (e == NULL)
       break;
+    blobs[i] = e->blob;
     vals[i].p = e->val;
     vals[i++].n = e->vlen;
   }
-  if (vals == NULL || i < m->keys.n) {
+  if (vals == NULL || blobs == NULL || i < m->keys.n) {
     free(vals);
+    free(blobs);
     rdzv__node_forward(nj, c, m);
     return;
   }
@@ -398,8 +415,9 @@ static void handle_mget(struct node_job *nj, struct conn *c,
   r.vals.v = vals;
   nj->d->stats.cache_hits += i;
   nj->d->stats.ops[RDZV_MSG_MGET].local++;
-  rdzv__conn_reply(c, &r);
+  rdzv__conn_reply_shared(c, &r, blobs, i);
   free(vals);
+  free(blobs);
 }
 
 /* ---- adds: combined per counter ------------------------------------------- */

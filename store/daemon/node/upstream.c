@@ -33,6 +33,7 @@
 #include <sys/queue.h>
 #include <uthash.h>
 
+#include "store/daemon/blob.h"
 #include "store/daemon/node/node_int.h"
 
 enum up_state { UP_IDLE, UP_RESOLVING, UP_CONNECTING, UP_HELLO, UP_READY,
@@ -779,16 +780,44 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
   return true;
 }
 
+/* Most bytes one frame's header may make the read buffer reserve at once
+ * (bigger frames grow it by doubling as they arrive). */
+#define UP_RESERVE_MAX ((size_t)64 << 20)
+
 static void up_on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
   struct upstream *u = h->data;
   (void)sz;
-  if (rdzv_buf_reserve(&u->in, u->in.len > 4096 ? u->in.len : 4096) < 0) {
+  /* Once a big frame's header is in (a frame starts the buffer: what was
+   * decoded went), room for exactly the rest of it, and a read of no more:
+   * a big reply (a 100 KB id table) then lands alone in one allocation
+   * that becomes its shared buffer (up_on_read), with no regrowth. */
+  size_t want = u->in.len > 4096 ? u->in.len : 4096, limit = 0;
+  if (u->in.len >= RDZV_WIRE_HEADER_BYTES) {
+    const uint8_t *p = u->in.data + 12; /* body_len (wire.h) */
+    size_t frame = RDZV_WIRE_HEADER_BYTES + ((size_t)p[0] | (size_t)p[1] << 8 |
+                                             (size_t)p[2] << 16 |
+                                             (size_t)p[3] << 24);
+    if (frame > u->in.len && frame - u->in.len <= UP_RESERVE_MAX &&
+        frame >= u->d->cfg.share_min_bytes) {
+      want = limit = frame - u->in.len;
+      if (u->in.cap < frame + 1) { /* the frame and a NUL */
+        uint8_t *np = realloc(u->in.data, frame + 1);
+        if (np != NULL) {
+          u->in.data = np;
+          u->in.cap = frame + 1;
+        }
+      }
+    }
+  }
+  if (rdzv_buf_reserve(&u->in, want) < 0) {
     buf->base = NULL;
     buf->len = 0;
     return;
   }
   buf->base = (char *)u->in.data + u->in.len;
   buf->len = u->in.cap - u->in.len;
+  if (limit > 0 && buf->len > limit)
+    buf->len = limit;
 }
 
 static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
@@ -825,9 +854,40 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       off = 0;
       break;
     }
+    /* A big frame is handled from a blob (the read buffer itself when it
+     * holds only this frame, else a copy), so that what the node passes
+     * on from it is written from that one buffer: to its children, its
+     * ranks, its cache (store/daemon/transport: frame_blob). */
+    struct rdzv_blob *fb = NULL;
+    if (used >= u->d->cfg.share_min_bytes && used > 0) {
+      if (off == 0 && used == u->in.len) {
+        fb = rdzv__blob_take(u->in.data, (uint32_t)used, u->in.cap);
+        if (fb != NULL)
+          u->in = (struct rdzv_buf){0}; /* the memory is the blob's now */
+        else
+          u->in = (struct rdzv_buf){0}; /* taken and freed: lost */
+      } else if ((fb = rdzv__blob_new(u->in.data + off, (uint32_t)used)) !=
+                 NULL) {
+        rdzv_msg_decode(fb->data, used, UINT32_MAX, &m, &used);
+      }
+    }
     off += used;
-    if (!up_frame(u, &m)) {
-      off = 0;
+    bool alive = true;
+    if (fb == NULL && u->in.data == NULL) {
+      /* Out of memory while taking the buffer: the frame is gone; the
+       * connection is reset (its requests are sent again). */
+      up_reset(u, "out of memory reading", RDZV_ENOMEM);
+      alive = false;
+    } else {
+      struct rdzv_blob *saved = u->d->frame_blob;
+      if (fb != NULL)
+        u->d->frame_blob = fb;
+      alive = up_frame(u, &m);
+      u->d->frame_blob = saved;
+      rdzv__blob_unref(fb);
+    }
+    if (!alive || u->in.data == NULL) {
+      off = 0; /* reset, or the buffer went with the frame: nothing left */
       break;
     }
   }

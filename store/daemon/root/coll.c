@@ -105,13 +105,16 @@ static int coll_save(struct root_job *s, struct coll *co, int status,
 }
 
 /* What coll_save stored after its head, in *out (borrowed from the
- * state). 0, RDZV_ENOKEY (no record, or a short one), or the state's
- * error. */
-static int coll_outcome(struct root_job *s, const struct coll *co,
-                        struct rdzv_slice *out) {
+ * state), and the blob that holds it in *blob (may be NULL: unwanted; it
+ * gets NULL when the state has none). 0, RDZV_ENOKEY (no record, or a
+ * short one), or the state's error. */
+static int coll_outcome_blob(struct root_job *s, const struct coll *co,
+                             struct rdzv_slice *out, struct rdzv_blob **blob) {
   struct rdzv_state_val v;
   out->p = NULL;
   out->n = 0;
+  if (blob != NULL)
+    *blob = NULL;
   int rc = rdzv__state_rec_get(s->st, RDZV_STATE_REC_COLL, co->name,
                                co->nlen, &v);
   if (rc < 0)
@@ -120,7 +123,14 @@ static int coll_outcome(struct root_job *s, const struct coll *co,
     return RDZV_ENOKEY;
   out->p = v.p + COLL_REC_HEAD;
   out->n = v.n - COLL_REC_HEAD;
+  if (blob != NULL)
+    *blob = v.blob;
   return 0;
+}
+
+static int coll_outcome(struct root_job *s, const struct coll *co,
+                        struct rdzv_slice *out) {
+  return coll_outcome_blob(s, co, out, NULL);
 }
 
 static void coll_reply(struct root_job *s, struct coll *co, struct conn *c,
@@ -131,10 +141,13 @@ static void coll_reply(struct root_job *s, struct coll *co, struct conn *c,
   r.req_id = req_id;
   r.status = status;
   r.flags = flags;
+  /* A gather's result goes to every member from the record's one buffer. */
+  struct rdzv_blob *b = NULL;
   if (status == 0 && !(flags & RDZV_F_SUPERSEDED)) {
     r.a = (int64_t)co->count;
     struct rdzv_slice res;
-    int rc = co->type == RDZV_MSG_GATHER ? coll_outcome(s, co, &res) : 0;
+    int rc = co->type == RDZV_MSG_GATHER ? coll_outcome_blob(s, co, &res, &b)
+                                         : 0;
     if (rc < 0) { /* the result cannot be read: say so, send no part */
       r.status = rc;
       r.a = 0;
@@ -144,7 +157,7 @@ static void coll_reply(struct root_job *s, struct coll *co, struct conn *c,
       r.vals.raw_len = res.n;
     }
   }
-  rdzv__conn_reply(c, &r);
+  rdzv__conn_reply_shared(c, &r, &b, b != NULL ? 1 : 0);
 }
 
 static int by_member_id(const struct member *a, const struct member *b) {

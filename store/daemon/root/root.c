@@ -24,13 +24,15 @@ static bool key_present(void *ctx, const uint8_t *k, uint32_t klen) {
 }
 
 static void key_value(void *ctx, const uint8_t *k, uint32_t klen,
-                      struct rdzv_slice *v, bool *write_once) {
+                      struct rdzv_slice *v, bool *write_once,
+                      struct rdzv_blob **blob) {
   struct root_job *s = ctx;
-  struct rdzv_state_val e = {NULL, 0, false};
+  struct rdzv_state_val e = {NULL, 0, false, NULL};
   rdzv__state_get(s->st, k, klen, &e);
   v->p = e.p;
   v->n = e.n;
   *write_once = e.write_once;
+  *blob = e.blob;
 }
 
 static const struct waits_hooks root_wait_hooks = {key_present, key_value,
@@ -246,13 +248,19 @@ static void dedup_free(struct root_job *s) {
 
 /* Every answer of this file goes here: the answer to an op with an id is
  * kept. */
-static void answer(struct conn *c, struct rdzv_msg *r) {
+/* Answers r, written from blobs[0..n) where its bytes lie in them. */
+static void answer_shared(struct conn *c, struct rdzv_msg *r,
+                          struct rdzv_blob *const *blobs, uint32_t n) {
   struct root_job *s = c->job != NULL ? c->job->role_data : NULL;
   if (s != NULL && s->cur_op != 0 && r->req_id == s->cur_req) {
     dedup_put(s, s->cur_op, r);
     s->cur_op = 0;
   }
-  rdzv__conn_reply(c, r);
+  rdzv__conn_reply_shared(c, r, blobs, n);
+}
+
+static void answer(struct conn *c, struct rdzv_msg *r) {
+  answer_shared(c, r, NULL, 0);
 }
 
 void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
@@ -330,14 +338,16 @@ static void handle_get(struct root_job *s, struct conn *c,
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, rdzv__state_get(s->st, k.p, k.n, &e));
   struct rdzv_slice v = {NULL, 0};
+  struct rdzv_blob *b = NULL;
   if (r.status == 0) {
     v.p = e.p;
     v.n = e.n;
     r.vals.n = 1;
     r.vals.v = &v;
     r.a = e.write_once ? 1 : 0;
+    b = e.blob;
   }
-  answer(c, &r);
+  answer_shared(c, &r, &b, b != NULL ? 1 : 0);
 }
 
 /* Parses a whole decimal int64; an absent value is 0. */
@@ -536,9 +546,11 @@ static void handle_mget(struct root_job *s, struct conn *c,
                         const struct rdzv_msg *m) {
   struct rdzv_slice *vals = calloc(m->keys.n, sizeof(*vals));
   struct rdzv_slice *missing = calloc(m->keys.n, sizeof(*missing));
+  struct rdzv_blob **blobs = calloc(m->keys.n, sizeof(*blobs));
+  uint32_t nblobs = 0;
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, 0);
-  if (vals == NULL || missing == NULL) {
+  if (vals == NULL || missing == NULL || blobs == NULL) {
     r.status = RDZV_ENOMEM;
   } else {
     uint32_t nmiss = 0;
@@ -551,6 +563,8 @@ static void handle_mget(struct root_job *s, struct conn *c,
       } else {
         vals[i].p = e.p;
         vals[i].n = e.n;
+        if (e.blob != NULL)
+          blobs[nblobs++] = e.blob;
       }
     }
     if (nmiss > 0) {
@@ -562,9 +576,10 @@ static void handle_mget(struct root_job *s, struct conn *c,
       r.vals.v = vals;
     }
   }
-  answer(c, &r);
+  answer_shared(c, &r, blobs, nblobs);
   free(vals);
   free(missing);
+  free(blobs);
 }
 
 static void handle_mset(struct root_job *s, struct conn *c,

@@ -358,7 +358,7 @@ static void describe_missing(struct round *r, char *out, size_t n) {
   }
   char key[160];
   snprintf(key, sizeof(key), "rdzv/%s/expected-hosts", r->name);
-  struct rdzv_state_val e = {NULL, 0, false};
+  struct rdzv_state_val e = {NULL, 0, false, NULL};
   rdzv__state_get(r->s->st, (const uint8_t *)key, (uint32_t)strlen(key), &e);
   uint32_t never = 0;
   for (uint32_t i = 0; i < e.n;) {

@@ -22,6 +22,7 @@ static void val_of(const struct kv_entry *e, struct rdzv_state_val *out) {
   out->p = e->vlen > 0 ? e->val : NULL;
   out->n = e->vlen;
   out->write_once = e->write_once;
+  out->blob = e->blob;
 }
 
 static int mem_get(struct rdzv_state *st, const uint8_t *k, uint32_t klen,

@@ -46,10 +46,18 @@
 
 struct rdzv_state;
 
+struct rdzv_blob;
+
 struct rdzv_state_val {
   const uint8_t *p; /* borrowed (see above); NULL when n is 0 */
   uint32_t n;
   bool write_once;
+  /* The reference-counted buffer that holds p (store/daemon/blob.h), or
+   * NULL when the backend has none. Borrowed like p: a caller that sends
+   * the value gives it to the transport (rdzv__conn_reply_shared), which
+   * takes its own reference, so the bytes outlive a change or deletion of
+   * the key while they are being written. */
+  struct rdzv_blob *blob;
 };
 
 /* Record kinds: one namespace each. */

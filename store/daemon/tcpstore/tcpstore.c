@@ -101,17 +101,21 @@ struct ts_conn {
   struct ts_server *srv;
   struct conn *in; /* the in-process connection to the daemon */
   struct rdzv_ts_parser ps;
-  struct rdzv_buf rbuf;    /* bytes read, not parsed yet */
-  struct rdzv_buf out;     /* replies not written yet */
-  struct rdzv_buf writing; /* replies being written */
-  uv_write_t wreq;
+  struct rdzv_buf rbuf;  /* bytes read, not parsed yet (idle: none) */
+  struct rdzv_outq out;  /* replies not written yet, big values by
+                            reference to their shared buffers (idle:
+                            no memory) */
   bool write_active, reading, closing;
   /* Set inside on_reply (which must not call into the daemon), acted on
    * by the server's idle handler on this loop iteration. */
   bool resume_due;
   bool barrier_due; /* a BARRIER's second step is due (on_deferred) */
   bool broke_rule; /* closed for a bad request or a failed one */
-  char close_why[160]; /* non-empty: close it */
+  /* Set: close it (on_deferred), saying why: what failed (NULL: the
+   * daemon sent an ERROR frame) and the status. */
+  bool close_due;
+  const char *close_what;
+  int close_status;
   uint32_t next_req;
   uint32_t npending;  /* requests the daemon has not answered */
   uint32_t nwrites;   /* ... of them writes without a reply */
@@ -140,62 +144,56 @@ static void defer(struct ts_conn *t);
 
 /* ---- writing replies ------------------------------------------------------ */
 
-static void on_written(uv_write_t *w, int status) {
-  struct ts_conn *t = w->data;
+static void ts_flush(struct ts_conn *t);
+
+static void on_written(void *arg, int status) {
+  struct ts_conn *t = arg;
   t->write_active = false;
-  t->writing.len = 0;
+  if (t->closing) { /* ts_close waited for this write */
+    ts_close(t, NULL);
+    return;
+  }
   if (status < 0) {
     ts_close(t, uv_strerror(status));
     return;
   }
-  if (t->out.len > 0 && !t->closing) {
-    struct rdzv_buf tmp = t->writing;
-    t->writing = t->out;
-    t->out = tmp;
-    uv_buf_t b = uv_buf_init((char *)t->writing.data,
-                             (unsigned)t->writing.len);
-    t->write_active = true;
-    t->wreq.data = t;
-    if (uv_write(&t->wreq, (uv_stream_t *)&t->tcp, &b, 1, on_written) < 0) {
-      t->write_active = false;
-      ts_close(t, "write failed");
-    }
-  } else if (t->closing) {
-    ts_close(t, NULL);
-  }
+  if (t->out.buf.len > 0)
+    ts_flush(t);
+  else
+    rdzv__outq_release(&t->out); /* an idle connection holds no buffer */
 }
 
 static void ts_flush(struct ts_conn *t) {
-  if (t->write_active || t->out.len == 0 || t->closing)
+  if (t->write_active || t->out.buf.len == 0 || t->closing)
     return;
-  /* Straight to the socket first: nearly every reply fits. uv_write's
-   * completion would stop the (unset) POLLOUT watcher, which costs libuv
-   * an epoll_ctl per write even when it wrote everything at once (5 of
-   * the 18 system calls per rank of PyTorch's init pattern). */
-  uv_buf_t now = uv_buf_init((char *)t->out.data, (unsigned)t->out.len);
-  int n = uv_try_write((uv_stream_t *)&t->tcp, &now, 1);
-  if (n < 0 && n != UV_EAGAIN) {
-    if (t->close_why[0] == '\0') { /* closed from on_deferred */
-      snprintf(t->close_why, sizeof(t->close_why), "%s", uv_strerror(n));
-      defer(t);
-    }
+  struct stats *st = &t->srv->d->stats;
+  int rc = rdzv__outq_write(&t->out, t->out.buf.len, (uv_stream_t *)&t->tcp,
+                            on_written, t, NULL, &st->bytes_shared);
+  if (rc < 0) {
+    ts_close(t, rc == RDZV_ENOMEM ? "out of memory" : "write failed");
     return;
   }
-  if (n > 0)
-    rdzv_buf_consume(&t->out, (size_t)n);
-  if (t->out.len == 0)
-    return;
-  struct rdzv_buf tmp = t->writing;
-  t->writing = t->out;
-  t->out = tmp;
-  t->out.len = 0;
-  uv_buf_t b = uv_buf_init((char *)t->writing.data, (unsigned)t->writing.len);
   t->write_active = true;
-  t->wreq.data = t;
-  if (uv_write(&t->wreq, (uv_stream_t *)&t->tcp, &b, 1, on_written) < 0) {
-    t->write_active = false;
-    ts_close(t, "write failed");
+}
+
+/* A blob reply (u64 length, then the bytes) of the value v of reply r: a
+ * big one written from the buffer that holds it in the daemon (a node's
+ * cache, the root's table), not copied per connection. */
+static int put_value(struct ts_conn *t, struct rdzv_slice v) {
+  struct daemon *d = t->srv->d;
+  struct rdzv_blob *b = NULL;
+  if (v.n >= d->cfg.share_min_bytes && v.n > 0 && t->in != NULL)
+    b = rdzv_daemon_inproc_blob(t->in, v.p, v.n);
+  if (b == NULL) {
+    if (v.n >= d->cfg.share_min_bytes && v.n > 0)
+      d->stats.bytes_copied_large += v.n;
+    return rdzv_ts_put_blob(&t->out.buf, v.p, v.n);
   }
+  int rc = rdzv_ts_put_i64(&t->out.buf, (int64_t)v.n);
+  if (rc == 0)
+    rc = rdzv__outq_ref(&t->out, b, v.p, v.n);
+  rdzv__blob_unref(b);
+  return rc;
 }
 
 /* ---- replies from the daemon ---------------------------------------------- */
@@ -267,7 +265,7 @@ static void pending_free(struct ts_pending *p) {
  * TS_NEXT_STEP, or a status that closes the connection. */
 static int translate(struct ts_conn *t, const struct ts_pending *p,
                      const struct rdzv_msg *r) {
-  struct rdzv_buf *o = &t->out;
+  struct rdzv_buf *o = &t->out.buf;
   struct rdzv_slice v;
   size_t pos = 0;
   int rc = 0;
@@ -284,7 +282,7 @@ static int translate(struct ts_conn *t, const struct ts_pending *p,
       return r->status;
     if (rdzv_items_get(&r->vals, 0, &v) < 0)
       return RDZV_EPROTO;
-    return rdzv_ts_put_blob(o, v.p, v.n);
+    return put_value(t, v);
   case RDZV_TS_ADD:
   case RDZV_TS_GETNUMKEYS:
   case RDZV_TS_DELETE_KEY:
@@ -310,7 +308,7 @@ static int translate(struct ts_conn *t, const struct ts_pending *p,
     if (r->status < 0)
       return r->status;
     while (rc == 0 && rdzv_items_next(&r->vals, &pos, &v))
-      rc = rdzv_ts_put_blob(o, v.p, v.n);
+      rc = put_value(t, v);
     return rc;
   case RDZV_TS_LIST_KEYS:
     if (r->status < 0)
@@ -367,9 +365,17 @@ static int send_due_barriers(struct ts_conn *t) {
     int rc = send_frame(t, p, &m);
     if (rc < 0)
       return rc;
-    if (t->closing || t->close_why[0] != '\0')
+    if (t->closing || t->close_due)
       return 0;
   }
+}
+
+/* t is to be closed (from on_deferred): what failed, and how. */
+static void close_later(struct ts_conn *t, const char *what, int status) {
+  t->broke_rule = true;
+  t->close_due = true;
+  t->close_what = what;
+  t->close_status = status;
 }
 
 static void on_deferred(uv_idle_t *h) {
@@ -378,16 +384,19 @@ static void on_deferred(uv_idle_t *h) {
   struct ts_conn *t = s->conns, *next;
   for (; t != NULL; t = next) {
     next = t->next;
-    if (t->close_why[0] == '\0' && t->barrier_due) {
+    if (!t->close_due && t->barrier_due) {
       int rc = send_due_barriers(t);
-      if (rc < 0 && t->close_why[0] == '\0') {
-        t->broke_rule = true;
-        snprintf(t->close_why, sizeof(t->close_why), "barrier: %s",
-                 rdzv_strerror(rc));
-      }
+      if (rc < 0 && !t->close_due)
+        close_later(t, "barrier", rc);
     }
-    if (t->close_why[0] != '\0') {
-      ts_close(t, t->close_why);
+    if (t->close_due) {
+      char why[160];
+      if (t->close_what != NULL)
+        snprintf(why, sizeof(why), "%s failed: %s", t->close_what,
+                 rdzv_strerror(t->close_status));
+      else
+        snprintf(why, sizeof(why), "%s", rdzv_strerror(t->close_status));
+      ts_close(t, why);
     } else if (t->resume_due) {
       t->resume_due = false;
       if (t->reading)
@@ -408,12 +417,10 @@ static void defer(struct ts_conn *t) {
  * (closing, sending held requests) is deferred. */
 static void on_reply(void *arg, const struct rdzv_msg *r) {
   struct ts_conn *t = arg;
-  if (t->closing || t->close_why[0] != '\0')
+  if (t->closing || t->close_due)
     return;
   if (r->type == RDZV_MSG_ERROR) {
-    t->broke_rule = true;
-    snprintf(t->close_why, sizeof(t->close_why), "%s",
-             rdzv_strerror(r->status));
+    close_later(t, NULL, r->status);
     defer(t);
     return;
   }
@@ -432,9 +439,7 @@ static void on_reply(void *arg, const struct rdzv_msg *r) {
     return;
   }
   if (rc < 0) {
-    t->broke_rule = true;
-    snprintf(t->close_why, sizeof(t->close_why), "%s failed: %s",
-             rdzv_ts_op_name(p->op), rdzv_strerror(rc));
+    close_later(t, rdzv_ts_op_name(p->op), rc);
     pending_free(p);
     defer(t);
     return;
@@ -506,7 +511,7 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
   case RDZV_TS_VALIDATE:
     return 0;
   case RDZV_TS_PING:
-    if (rdzv_ts_put_u32(&t->out, q->u32) < 0)
+    if (rdzv_ts_put_u32(&t->out.buf, q->u32) < 0)
       return RDZV_ENOMEM;
     ts_flush(t);
     return 0;
@@ -514,7 +519,7 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
     for (p = t->pending; p != NULL; p = p->next)
       if (p->op == RDZV_TS_WAIT || p->op == RDZV_TS_BARRIER)
         p->cancelled = true; /* its answer, if any, is dropped */
-    if (rdzv_ts_put_u8(&t->out, RDZV_TS_WAIT_CANCELED) < 0)
+    if (rdzv_ts_put_u8(&t->out.buf, RDZV_TS_WAIT_CANCELED) < 0)
       return RDZV_ENOMEM;
     ts_flush(t);
     return 0;
@@ -530,7 +535,7 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
     break;
   case RDZV_TS_WAIT:
     if (q->nkeys == 0) { /* nothing to wait for */
-      if (rdzv_ts_put_u8(&t->out, RDZV_TS_STOP_WAITING) < 0)
+      if (rdzv_ts_put_u8(&t->out.buf, RDZV_TS_STOP_WAITING) < 0)
         return RDZV_ENOMEM;
       ts_flush(t);
       return 0;
@@ -551,7 +556,8 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
   }
   if ((q->op == RDZV_TS_CHECK || q->op == RDZV_TS_MULTI_GET) &&
       q->nkeys == 0) { /* MGET needs a key: answer here */
-    int rc = q->op == RDZV_TS_CHECK ? rdzv_ts_put_u8(&t->out, RDZV_TS_READY)
+    int rc = q->op == RDZV_TS_CHECK ? rdzv_ts_put_u8(&t->out.buf,
+                                                     RDZV_TS_READY)
                                     : 0;
     ts_flush(t);
     return rc;
@@ -563,14 +569,16 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
 
 /* ---- reading -------------------------------------------------------------- */
 
+/* Read buffers start small and double while a request needs more (they
+ * go when a connection has nothing unparsed: 9,000 idle connections
+ * must not pin 64 KiB each). */
+#define TS_READ_MIN 4096
+
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b) {
   struct ts_conn *t = h->data;
   (void)hint;
-  /* Grown only when little room is left: bytes kept behind a held
-   * request would otherwise move the buffer on every read (a realloc
-   * copies all of it: +160 MiB at 9,000 connections). */
-  if (t->rbuf.cap - t->rbuf.len < 4096 &&
-      rdzv_buf_reserve(&t->rbuf, 64 * 1024) < 0) {
+  size_t room = t->rbuf.len > TS_READ_MIN ? t->rbuf.len : TS_READ_MIN;
+  if (rdzv_buf_reserve(&t->rbuf, room) < 0) {
     *b = uv_buf_init(NULL, 0);
     return;
   }
@@ -624,6 +632,9 @@ static void parse_all(struct ts_conn *t) {
   }
   if (!t->closing)
     rdzv_buf_consume(&t->rbuf, off);
+  if (!t->closing && t->rbuf.len == 0)
+    rdzv_buf_free(&t->rbuf); /* nothing unparsed: an idle connection holds
+                                no buffer (what was handled was copied) */
   if (!t->closing && t->reading &&
       ((held && t->rbuf.len >= TS_HELD_READ_MAX) ||
        t->npending >= s->max_pending)) {
@@ -661,8 +672,7 @@ static void on_closed(uv_handle_t *h) {
     pending_free(p);
   }
   rdzv_buf_free(&t->rbuf);
-  rdzv_buf_free(&t->out);
-  rdzv_buf_free(&t->writing);
+  rdzv__outq_release(&t->out);
   free(t);
 }
 

@@ -27,8 +27,7 @@ void rdzv__conn_ref(struct conn *c) { c->refs++; }
 
 static void conn_free(struct conn *c) {
   rdzv_buf_free(&c->in);
-  rdzv_buf_free(&c->out);
-  rdzv_buf_free(&c->writing);
+  rdzv__outq_release(&c->out);
   free(c);
 }
 
@@ -39,13 +38,22 @@ void rdzv__conn_unref(struct conn *c) {
 
 bool rdzv__conn_alive(const struct conn *c) { return c->state == CONN_READY; }
 
+static void on_timer_freed(uv_handle_t *h) { free(h); }
+
 static void on_timer_closed(uv_handle_t *h) {
-  rdzv__conn_unref((struct conn *)h->data);
+  struct conn *c = h->data;
+  free(h);
+  rdzv__conn_unref(c);
 }
 
 static void on_conn_closed(uv_handle_t *h) {
   struct conn *c = h->data;
-  uv_close((uv_handle_t *)&c->hello_timer, on_timer_closed);
+  uv_timer_t *t = c->timer;
+  c->timer = NULL;
+  if (t != NULL)
+    uv_close((uv_handle_t *)t, on_timer_closed);
+  else
+    rdzv__conn_unref(c); /* the handles' reference */
 }
 
 void rdzv__conn_close_now(struct conn *c) {
@@ -86,14 +94,14 @@ void rdzv__conn_close_now(struct conn *c) {
   rdzv__job_detach(c);
   /* Pending operations may hold c a while longer: nothing more is
    * written or read, so its buffers go now (a write in flight keeps its
-   * own; the input goes at the end of decode_frames when a frame being
-   * handled may still point into it). */
-  rdzv_buf_free(&c->out);
+   * own bytes and blobs; the input goes at the end of decode_frames when
+   * a frame being handled may still point into it). */
+  rdzv__outq_release(&c->out);
   if (!c->decoding)
     rdzv_buf_free(&c->in);
   /* Two handles (stream, timer) each hold the conn until closed; the
-   * stream's close callback closes the timer, whose callback drops the
-   * handle reference taken at accept. */
+   * stream's close callback closes the timer (if it still has one), whose
+   * callback drops the handle reference taken at accept. */
   uv_close(&c->h.handle, on_conn_closed);
 }
 
@@ -101,59 +109,41 @@ void rdzv__conn_close_now(struct conn *c) {
 
 static void start_write(struct conn *c);
 
-static void on_write(uv_write_t *req, int status) {
-  struct conn *c = req->data;
+static void on_write(void *arg, int status) {
+  struct conn *c = arg;
   c->write_active = false;
-  c->writing.len = 0;
-  if (c->writing.cap > READ_MIN)
-    rdzv_buf_free(&c->writing); /* a big reply must not stay pinned */
   if (status < 0) {
     rdzv__log(c->d, 2, "conn %s: write failed: %s", c->name,
               uv_strerror(status));
     rdzv__conn_close_now(c);
-  } else if (c->state == CONN_CLOSING && c->out.len == 0) {
+  } else if (c->state == CONN_CLOSING && c->out.buf.len == 0) {
     rdzv__conn_close_now(c);
-  } else if (c->state != CONN_CLOSED && c->out.len > 0) {
-    start_write(c); /* under a gate: what was released meanwhile */
+  } else if (c->state != CONN_CLOSED && c->out.buf.len > 0) {
+    start_write(c); /* what was queued (or released) meanwhile */
   }
+  if (c->out.buf.len == 0)
+    rdzv__outq_release(&c->out); /* an idle connection holds no buffer */
   rdzv__conn_unref(c);
 }
 
 static void start_write(struct conn *c) {
   /* Under a gate only the released bytes go (see rdzv__gate_install). */
-  size_t n = c->d->gate != NULL ? c->gate_rel : c->out.len;
+  size_t n = c->d->gate != NULL ? c->gate_rel : c->out.buf.len;
   if (c->write_active || n == 0 || c->state == CONN_CLOSED)
     return;
-
-  struct rdzv_buf t = c->writing;
-  c->writing = c->out;
-  c->out = t;
-  c->out.len = 0;
-  if (n < c->writing.len) { /* the held tail stays in out */
-    size_t rest = c->writing.len - n;
-    if (rdzv_buf_reserve(&c->out, rest) < 0) {
-      c->writing.len = 0;
+  struct stats *st = &c->d->stats;
+  int rc = rdzv__outq_write(&c->out, n, &c->h.stream, on_write, c,
+                            &st->bytes_out, &st->bytes_shared);
+  if (rc < 0) {
+    if (rc == RDZV_ENOMEM)
       rdzv__log(c->d, 0, "conn %s: out of memory; closing", c->name);
-      rdzv__conn_close_now(c);
-      return;
-    }
-    memcpy(c->out.data, c->writing.data + n, rest);
-    c->out.len = rest;
-    c->writing.len = n;
+    rdzv__conn_close_now(c);
+    return;
   }
   if (c->d->gate != NULL) {
     c->gate_rel -= n;
     c->gate_seal -= n;
   }
-  uv_buf_t b = uv_buf_init((char *)c->writing.data, (unsigned)c->writing.len);
-  c->wreq.data = c;
-  int rc = uv_write(&c->wreq, &c->h.stream, &b, 1, on_write);
-  if (rc < 0) {
-    c->writing.len = 0;
-    rdzv__conn_close_now(c);
-    return;
-  }
-  c->d->stats.bytes_out += b.len;
   c->write_active = true;
   rdzv__conn_ref(c);
 }
@@ -194,9 +184,9 @@ static void gate_step(struct daemon *d) {
   if (!d->gate_busy) {
     bool seal = d->gate->pending(d->gate_arg);
     TAILQ_FOREACH(c, &d->held, held_link) {
-      c->gate_seal = c->out.len;
+      c->gate_seal = c->out.buf.len;
       if (!seal)
-        c->gate_rel = c->out.len;
+        c->gate_rel = c->out.buf.len;
     }
     if (seal) {
       d->gate_busy = true;
@@ -206,7 +196,7 @@ static void gate_step(struct daemon *d) {
   for (c = TAILQ_FIRST(&d->held); c != NULL; c = next) {
     next = TAILQ_NEXT(c, held_link);
     start_write(c);
-    if (c->held && c->out.len <= c->gate_rel) {
+    if (c->held && c->out.buf.len <= c->gate_rel) {
       TAILQ_REMOVE(&d->held, c, held_link);
       c->held = false;
     }
@@ -229,7 +219,7 @@ void rdzv__gate_drop(struct daemon *d) {
   while ((c = TAILQ_FIRST(&d->held)) != NULL) {
     TAILQ_REMOVE(&d->held, c, held_link);
     c->held = false;
-    c->out.len = c->gate_rel;
+    rdzv__outq_truncate(&c->out, c->gate_rel);
     c->gate_seal = c->gate_rel;
   }
 }
@@ -237,7 +227,7 @@ void rdzv__gate_drop(struct daemon *d) {
 void rdzv__gate_release(struct daemon *d) {
   struct conn *c;
   TAILQ_FOREACH(c, &d->conns, link)
-    c->gate_rel = c->gate_seal = c->out.len;
+    c->gate_rel = c->gate_seal = c->out.buf.len;
 }
 
 void rdzv__defer(struct daemon *d, struct rdzv_deferred *x) {
@@ -293,21 +283,95 @@ static size_t frame_size(const struct rdzv_msg *m) {
   return n;
 }
 
-void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m) {
+/* Bytes of m's items (slice lists) and raw list bodies of at least min
+ * bytes: what a send would write from shared buffers if it could. */
+static uint64_t large_bytes(const struct rdzv_msg *m, uint32_t min) {
+  const struct rdzv_items *lists[2] = {&m->keys, &m->vals};
+  uint64_t n = 0;
+  for (int l = 0; l < 2; l++) {
+    const struct rdzv_items *it = lists[l];
+    if (it->v == NULL) {
+      n += it->raw_len >= min && it->raw_len > 0 ? it->raw_len : 0;
+      continue;
+    }
+    for (uint32_t i = 0; i < it->n; i++)
+      n += it->v[i].n >= min && it->v[i].n > 0 ? it->v[i].n : 0;
+  }
+  return n;
+}
+
+/* Encodes m into c->out, referring to blobs (and the daemon's frame blob)
+ * for what lies in them. 0 or the encoder's error (c->out unchanged). */
+static int encode_shared(struct conn *c, const struct rdzv_msg *m,
+                         struct rdzv_blob *const *blobs, uint32_t nblobs) {
+  struct daemon *d = c->d;
+  struct rdzv_blob *bl[RDZV_SEND_MAX_BLOBS + 1];
+  struct rdzv_slice spans[RDZV_SEND_MAX_BLOBS + 1];
+  uint32_t ns = 0;
+  for (uint32_t i = 0; i < nblobs && ns < RDZV_SEND_MAX_BLOBS; i++)
+    if (blobs[i] != NULL && blobs[i]->len > 0)
+      bl[ns++] = blobs[i];
+  if (d->frame_blob != NULL && d->frame_blob->len > 0)
+    bl[ns++] = d->frame_blob;
+  for (uint32_t i = 0; i < ns; i++) {
+    spans[i].p = bl[i]->data;
+    spans[i].n = bl[i]->len;
+  }
+  uint32_t min = d->cfg.share_min_bytes;
+  uint64_t large = large_bytes(m, min);
+  if (ns == 0 || large == 0) {
+    int rc = rdzv_msg_encode(m, &c->out.buf);
+    if (rc == 0)
+      d->stats.bytes_copied_large += large;
+    return rc;
+  }
+  struct rdzv_wire_ref refs[RDZV_SEND_MAX_BLOBS];
+  uint32_t nrefs = 0;
+  size_t before = c->out.buf.len;
+  int rc = rdzv_msg_encode_refs(m, &c->out.buf, spans, ns, min, refs,
+                                RDZV_SEND_MAX_BLOBS, &nrefs);
+  if (rc < 0)
+    return rc;
+  uint64_t shared = 0;
+  for (uint32_t i = 0; i < nrefs; i++) {
+    /* The references are queued at the offsets the encoder gave. */
+    size_t end = c->out.buf.len;
+    c->out.buf.len = refs[i].at;
+    rc = rdzv__outq_ref(&c->out, bl[refs[i].span], refs[i].p, refs[i].n);
+    c->out.buf.len = end;
+    if (rc < 0) { /* out of memory: copy the whole frame instead */
+      rdzv__outq_truncate(&c->out, before);
+      rc = rdzv_msg_encode(m, &c->out.buf);
+      if (rc == 0)
+        d->stats.bytes_copied_large += large;
+      return rc;
+    }
+    shared += refs[i].n;
+  }
+  d->stats.bytes_copied_large += large - shared;
+  return 0;
+}
+
+void rdzv__conn_send_shared(struct conn *c, const struct rdzv_msg *m,
+                            struct rdzv_blob *const *blobs, uint32_t nblobs) {
   if (c->inproc) {
     /* No socket, no encoding: the peer sees the message now (it must not
      * call back into the daemon from deliver; see serve.c). */
     if (c->state == CONN_READY) {
       c->d->stats.frames_out++;
       c->d->stats.bytes_out += frame_size(m);
+      c->deliver_blobs = blobs;
+      c->deliver_nblobs = nblobs;
       c->deliver(c->deliver_arg, m);
+      c->deliver_blobs = NULL;
+      c->deliver_nblobs = 0;
     }
     return;
   }
   if (c->state != CONN_READY && c->state != CONN_HELLO_WAIT &&
       !(c->state == CONN_CLOSING && m->type == RDZV_MSG_ERROR))
     return;
-  if (rdzv_msg_encode(m, &c->out) < 0) {
+  if (encode_shared(c, m, blobs, nblobs) < 0) {
     rdzv__log(c->d, 0, "conn %s: cannot encode a reply; closing", c->name);
     rdzv__conn_close_now(c);
     return;
@@ -316,7 +380,12 @@ void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m) {
   mark_dirty(c);
 }
 
-void rdzv__conn_reply(struct conn *c, struct rdzv_msg *reply) {
+void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m) {
+  rdzv__conn_send_shared(c, m, NULL, 0);
+}
+
+void rdzv__conn_reply_shared(struct conn *c, struct rdzv_msg *reply,
+                             struct rdzv_blob *const *blobs, uint32_t nblobs) {
   struct daemon *d = c->d;
   reply->flags |= RDZV_F_REPLY;
   if (reply->status != 0 && reply->type <= RDZV_MSG_TYPE_MAX)
@@ -324,7 +393,11 @@ void rdzv__conn_reply(struct conn *c, struct rdzv_msg *reply) {
   if (c->outstanding > 0)
     c->outstanding--;
   if (c->state == CONN_READY)
-    rdzv__conn_send(c, reply);
+    rdzv__conn_send_shared(c, reply, blobs, nblobs);
+}
+
+void rdzv__conn_reply(struct conn *c, struct rdzv_msg *reply) {
+  rdzv__conn_reply_shared(c, reply, NULL, 0);
 }
 
 void rdzv__conn_fail(struct conn *c, int status, const char *text) {
@@ -353,9 +426,9 @@ void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
   if (d->gate != NULL) {
     /* Answers not yet persisted are dropped (the peer sends them again
      * elsewhere); the error goes after those already released. */
-    c->out.len = c->gate_rel;
+    rdzv__outq_truncate(&c->out, c->gate_rel);
     rdzv__conn_send(c, &m);
-    c->gate_rel = c->gate_seal = c->out.len;
+    c->gate_rel = c->gate_seal = c->out.buf.len;
     if (c->held) {
       TAILQ_REMOVE(&d->held, c, held_link);
       c->held = false;
@@ -454,10 +527,10 @@ static void refuse_hello(struct conn *c, const struct rdzv_msg *m, int status,
   r.vals.v = &l;
   rdzv__log(d, 2, "conn %s: hello refused: %s", c->name, text);
   if (d->gate != NULL)
-    c->out.len = c->gate_rel;
+    rdzv__outq_truncate(&c->out, c->gate_rel);
   rdzv__conn_send(c, &r);
   if (d->gate != NULL)
-    c->gate_rel = c->gate_seal = c->out.len;
+    c->gate_rel = c->gate_seal = c->out.buf.len;
   conn_set_state(c, CONN_CLOSING);
   uv_read_stop(&c->h.stream);
   if (c->dirty) {
@@ -538,16 +611,21 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
     c->name[n] = '\0';
   }
   c->role = (int)m->a;
-  uv_timer_stop(&c->hello_timer);
   c->last_check_ms = uv_now(d->loop);
-  if (c->role == RDZV_ROLE_NODE && !c->inproc) {
+  if (c->timer != NULL)
+    uv_timer_stop(c->timer);
+  if (c->role == RDZV_ROLE_NODE && c->timer != NULL) {
     /* Often enough to see a silence soon after the timeout. */
     uint64_t every = d->cfg.liveness_timeout_ms / 4 > 0
                          ? d->cfg.liveness_timeout_ms / 4 : 1;
     if (every > d->cfg.heartbeat_ms)
       every = d->cfg.heartbeat_ms;
     c->check_every_ms = every;
-    uv_timer_start(&c->hello_timer, on_child_check, every, every);
+    uv_timer_start(c->timer, on_child_check, every, every);
+  } else if (c->timer != NULL) {
+    /* A client needs no timer from now on: an idle one holds none. */
+    uv_close((uv_handle_t *)c->timer, on_timer_freed);
+    c->timer = NULL;
   }
   rdzv__job_attach(c, j);
   conn_set_state(c, CONN_READY);
@@ -607,22 +685,24 @@ static void send_ungated(struct conn *c, const struct rdzv_msg *r) {
   struct daemon *d = c->d;
   if (c->state != CONN_READY)
     return;
-  size_t at = c->gate_rel, before = c->out.len;
-  if (rdzv_msg_encode(r, &c->out) < 0) {
+  size_t at = c->gate_rel, before = c->out.buf.len;
+  if (rdzv_msg_encode(r, &c->out.buf) < 0) {
     rdzv__conn_close_now(c);
     return;
   }
-  size_t n = c->out.len - before;
+  size_t n = c->out.buf.len - before;
   if (before > at) { /* move the new frame in front of the held bytes */
     uint8_t *tmp = malloc(n);
     if (tmp == NULL) {
-      c->out.len = before; /* dropped: the peer pings again */
+      c->out.buf.len = before; /* dropped: the peer pings again */
       return;
     }
-    memcpy(tmp, c->out.data + before, n);
-    memmove(c->out.data + at + n, c->out.data + at, before - at);
-    memcpy(c->out.data + at, tmp, n);
+    uint8_t *o = c->out.buf.data;
+    memcpy(tmp, o + before, n);
+    memmove(o + at + n, o + at, before - at);
+    memcpy(o + at, tmp, n);
     free(tmp);
+    rdzv__outq_insert(&c->out, at, n); /* held references move along */
   }
   c->gate_rel += n;
   c->gate_seal += n;
@@ -749,7 +829,7 @@ static void on_hello_timeout(uv_timer_t *t) {
 }
 
 void rdzv__conn_start_reading(struct conn *c) {
-  uv_timer_start(&c->hello_timer, on_hello_timeout, c->d->cfg.hello_timeout_ms,
+  uv_timer_start(c->timer, on_hello_timeout, c->d->cfg.hello_timeout_ms,
                  0);
   uv_read_start(&c->h.stream, on_alloc, on_read);
 }

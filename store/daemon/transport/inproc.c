@@ -58,3 +58,15 @@ void rdzv_daemon_inproc_close(struct conn *c) {
   rdzv__conn_close_now(c);
 }
 
+
+struct rdzv_blob *rdzv_daemon_inproc_blob(struct conn *c, const uint8_t *p,
+                                          size_t n) {
+  for (uint32_t i = 0; i < c->deliver_nblobs; i++)
+    if (c->deliver_blobs[i] != NULL &&
+        rdzv__blob_holds(c->deliver_blobs[i], p, n))
+      return rdzv__blob_ref(c->deliver_blobs[i]);
+  struct rdzv_blob *f = c->d->frame_blob;
+  if (f != NULL && rdzv__blob_holds(f, p, n))
+    return rdzv__blob_ref(f);
+  return NULL;
+}

@@ -29,8 +29,12 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   struct conn *c = calloc(1, sizeof(*c));
-  if (c == NULL)
+  uv_timer_t *timer = malloc(sizeof(*timer));
+  if (c == NULL || timer == NULL) {
+    free(c);
+    free(timer);
     return;
+  }
   c->d = d;
   c->refs = 1;
   int rc = server == (uv_stream_t *)&d->tcp_listen
@@ -39,8 +43,9 @@ static void on_connection(uv_stream_t *server, int status) {
   if (rc == 0)
     rc = uv_accept(server, &c->h.stream);
   c->h.handle.data = c;
-  uv_timer_init(d->loop, &c->hello_timer);
-  c->hello_timer.data = c;
+  c->timer = timer;
+  uv_timer_init(d->loop, c->timer);
+  c->timer->data = c;
   c->last_rx_ms = uv_now(d->loop);
   snprintf(c->name, sizeof(c->name), "#%llu",
            (unsigned long long)d->stats.conns_total + 1);

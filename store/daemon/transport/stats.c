@@ -1,7 +1,8 @@
 /* Statistics as one JSON object (jansson): the proof that the tree works.
  * Shape (every number an integer):
  *   {"name", "role", "uptime_ms", "jobs", "connections": {"open", "total",
- *    "rejected"}, "bytes": {"in", "out"}, "frames": {"in", "out"},
+ *    "rejected"}, "bytes": {"in", "out", "shared", "copied_large"},
+ *    "frames": {"in", "out"},
  *    "proto_errors", "cache_hits", "coalesced", "combined",
  *    "upstream_reconnects", "parent_restarts", "parent_silent",
  *    "children_silent", "split_frames", "resent", "reattached",
@@ -25,16 +26,20 @@ static json_t *op_json(const struct op_stats *o) {
 
 void rdzv__reply_stats(struct conn *c, const struct rdzv_msg *m) {
   char *json = rdzv__stats_json(c->d);
+  size_t n = json != NULL ? strlen(json) : 0;
+  /* The text becomes the reply's buffer (written from it, not copied). */
+  struct rdzv_blob *b =
+      json != NULL ? rdzv__blob_take((uint8_t *)json, (uint32_t)n, n + 1)
+                   : NULL;
   struct rdzv_msg r;
-  rdzv__reply_init(&r, m, json ? 0 : RDZV_ENOMEM);
-  struct rdzv_slice v = {(const uint8_t *)json,
-                         json ? (uint32_t)strlen(json) : 0};
-  if (json != NULL) {
+  rdzv__reply_init(&r, m, b ? 0 : RDZV_ENOMEM);
+  struct rdzv_slice v = {b ? b->data : NULL, (uint32_t)n};
+  if (b != NULL) {
     r.vals.n = 1;
     r.vals.v = &v;
   }
-  rdzv__conn_reply(c, &r);
-  free(json);
+  rdzv__conn_reply_shared(c, &r, &b, b ? 1 : 0);
+  rdzv__blob_unref(b);
 }
 
 char *rdzv__stats_json(const struct daemon *d) {
@@ -68,6 +73,12 @@ char *rdzv__stats_json(const struct daemon *d) {
       (json_int_t)s->split_frames, "resent", (json_int_t)s->resent,
       "reattached", (json_int_t)s->reattached, "dedup_hits",
       (json_int_t)s->dedup_hits);
+  /* Of bytes.out: written from values' shared buffers, and bytes of
+   * values of at least --share-min-bytes copied all the same. */
+  json_t *bytes = json_object_get(o, "bytes");
+  json_object_set_new(bytes, "shared", json_integer((json_int_t)s->bytes_shared));
+  json_object_set_new(bytes, "copied_large",
+                      json_integer((json_int_t)s->bytes_copied_large));
   json_object_set_new(o, "fenced", json_integer((json_int_t)s->fenced));
   json_object_set_new(o, "coll_subtree_flushes",
                       json_integer((json_int_t)s->coll_subtree_flushes));

@@ -18,6 +18,7 @@
 #include <sys/queue.h>
 #include <uv.h>
 
+#include "store/daemon/blob.h"
 #include "store/daemon/config.h"
 #include "store/daemon/daemon.h"
 #include "store/wire/wire.h"
@@ -43,6 +44,12 @@ struct stats {
   uint64_t proto_errors;   /* peers dropped for malformed input/limits */
   uint64_t bytes_in;
   uint64_t bytes_out;
+  /* Of bytes_out: written from a value's shared buffer (a reference,
+   * no copy); and bytes of values of at least --share-min-bytes that were
+   * copied into a connection's output all the same (no shared buffer
+   * held them). Socket peers only: in-process peers copy nothing. */
+  uint64_t bytes_shared;
+  uint64_t bytes_copied_large;
   uint64_t frames_in;
   uint64_t frames_out;
   uint64_t cache_hits;      /* write-once reads served from the cache */
@@ -78,6 +85,51 @@ struct stats {
 /* Returns the daemon's statistics as one JSON object (malloc'd text). */
 char *rdzv__stats_json(const struct daemon *d);
 
+/* ---- output queues (outq.c) ------------------------------------------- */
+
+/* Bytes to write to a stream, in order: the queue's own bytes, with the
+ * bytes of shared buffers (blobs) in between that are written from those
+ * buffers, never copied. refs[i] belongs right before buf.data[refs[i].at]
+ * (at ascending); the queue holds a reference on each blob until its
+ * bytes are written or dropped. A zeroed struct is an empty queue; an
+ * empty queue after a write holds no memory. Loop thread only. */
+struct rdzv_outq_ref {
+  size_t at;
+  struct rdzv_blob *blob;
+  const uint8_t *p; /* inside blob */
+  uint32_t n;
+};
+struct rdzv_outq {
+  struct rdzv_buf buf;
+  struct rdzv_outq_ref *refs;
+  uint32_t nrefs, cap;
+};
+
+/* Queues p[0..n), which lies inside blob b (a reference is taken), after
+ * the queue's bytes so far. 0, or RDZV_ENOMEM (nothing queued). */
+int rdzv__outq_ref(struct rdzv_outq *q, struct rdzv_blob *b, const uint8_t *p,
+                   uint32_t n);
+/* Drops everything after the first len own bytes (the references after
+ * them too). */
+void rdzv__outq_truncate(struct rdzv_outq *q, size_t len);
+/* n own bytes were inserted at offset at (by the caller, in q->buf):
+ * references after them move along. */
+void rdzv__outq_insert(struct rdzv_outq *q, size_t at, size_t n);
+/* Empties q and frees its memory. */
+void rdzv__outq_release(struct rdzv_outq *q);
+/* Bytes q would write (its own and the references'). */
+size_t rdzv__outq_bytes(const struct rdzv_outq *q);
+/* Starts one uv_write of q's first n own bytes (1 <= n <= q->buf.len)
+ * with the references up to them to s; what follows stays in q. The
+ * write owns those bytes and references until it completes; then
+ * cb(arg, status) runs (libuv's status), once. Adds the bytes written to
+ * *written and those written from shared buffers to *shared (either may
+ * be NULL). Returns 0, RDZV_ENOMEM (q unchanged) or uv_write's error
+ * (the head is dropped; cb never runs). */
+int rdzv__outq_write(struct rdzv_outq *q, size_t n, uv_stream_t *s,
+                     void (*cb)(void *arg, int status), void *arg,
+                     uint64_t *written, uint64_t *shared);
+
 /* ---- connections (conn.c) ---------------------------------------------- */
 
 enum conn_state {
@@ -101,15 +153,14 @@ struct conn {
   struct job *job;   /* once READY */
   char name[64];
   struct rdzv_buf in;
-  struct rdzv_buf out;     /* frames waiting to be written */
-  struct rdzv_buf writing; /* frames being written by wreq */
-  uv_write_t wreq;
-  bool write_active;
+  struct rdzv_outq out; /* frames waiting to be written (idle: no memory) */
+  bool write_active;    /* a write of earlier frames is in flight */
   bool dirty; /* on d->dirty: out has bytes to flush */
   /* Before the hello: --hello-timeout-ms. After it, for a child node only:
    * every --heartbeat-ms, closes c once it has sent nothing for
-   * --liveness-timeout-ms. */
-  uv_timer_t hello_timer;
+   * --liveness-timeout-ms. A client's goes after its hello (NULL: an idle
+   * client holds no timer). */
+  uv_timer_t *timer;
   uint64_t last_rx_ms;    /* when bytes last came from the peer (loop time) */
   uint64_t last_check_ms; /* when the child check last ran */
   uint64_t check_every_ms; /* its interval */
@@ -125,6 +176,10 @@ struct conn {
   bool inproc;
   void (*deliver)(void *arg, const struct rdzv_msg *m);
   void *deliver_arg;
+  /* During deliver: the blobs the message's bytes may lie in (see
+   * rdzv_daemon_inproc_blob). */
+  struct rdzv_blob *const *deliver_blobs;
+  uint32_t deliver_nblobs;
   TAILQ_ENTRY(conn) link;
   TAILQ_ENTRY(conn) dirty_link;
   /* Under a write gate (a durable root): the first gate_rel bytes of out
@@ -163,6 +218,20 @@ void rdzv__defer(struct daemon *d, struct rdzv_deferred *x);
 void rdzv__defer_cancel(struct daemon *d, struct rdzv_deferred *x);
 /* Queues a frame without touching the outstanding count. */
 void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m);
+/* Most blobs one send may name (more are ignored: their bytes copied). */
+#define RDZV_SEND_MAX_BLOBS 64
+/* rdzv__conn_reply and rdzv__conn_send for a message whose bytes may lie
+ * in blobs[0..nblobs) (borrowed; e.g. the values of the keys it answers
+ * with): every item (or raw list) of at least --share-min-bytes inside
+ * one of them is written from that blob, which the transport holds a
+ * reference on until the write completes (so a key deleted, a job freed
+ * or a connection closed meanwhile changes nothing the write reads); the
+ * rest is copied as by rdzv__conn_send. So a value goes to any number of
+ * connections from the one buffer that holds it. nblobs may be 0. */
+void rdzv__conn_reply_shared(struct conn *c, struct rdzv_msg *reply,
+                             struct rdzv_blob *const *blobs, uint32_t nblobs);
+void rdzv__conn_send_shared(struct conn *c, const struct rdzv_msg *m,
+                            struct rdzv_blob *const *blobs, uint32_t nblobs);
 /* Sends an ERROR frame with status and text, then closes c. */
 void rdzv__conn_fail(struct conn *c, int status, const char *text);
 /* The same, naming the request that broke the rule. */
@@ -307,6 +376,11 @@ struct daemon {
    * node goes when this root is lost. */
   char peers[RDZV_MAX_ANCESTORS][256];
   uint32_t npeers;
+  /* The blob that holds the frame being handled now (a node's reply
+   * from its parent, while its callback runs), or NULL: every send
+   * treats it as one of its blobs, so what a role passes on from that
+   * frame is written from it, not copied per connection. */
+  struct rdzv_blob *frame_blob;
   /* Rate limits of rdzv__log_drop and of the roles' events. */
   struct rdzv_log_limit drop_limit;
   struct rdzv_log_limit event_limit;
