@@ -250,7 +250,7 @@ static int hostile_rank(int idx) {
       usleep(50 * 1000); /* rank 0's spec reaches leaf0 first */
     int rc;
     if (pr.gather) {
-      char data[16];
+      char data[32];
       snprintf(data, sizeof(data), "m%d.%d", mid_of, p);
       struct rdzv_value *v = NULL;
       rc = rdzv_store_gather_of(c, pr.name, (uint64_t)mid_of, (uint64_t)count,
@@ -258,7 +258,7 @@ static int hostile_rank(int idx) {
                                 pr.spec_len ? pr.spec : NULL, pr.spec_len, &v,
                                 60);
       for (int i = 0; rc == 0 && i < count; i++) {
-        char want[16];
+        char want[32];
         snprintf(want, sizeof(want), "m%d.%d", i, p);
         if (v[i].member != (uint64_t)i || v[i].len != strlen(want) ||
             memcmp(v[i].data, want, v[i].len) != 0)
