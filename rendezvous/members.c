@@ -5,6 +5,11 @@
 #include <string.h>
 
 #include "rendezvous/topo.h"
+#include "store/wire/wire.h"
+
+/* Daemons accept any spec this codec writes, whatever --max-key-bytes. */
+_Static_assert(RDZV_MEMBERS_MAX_BYTES == RDZV_WIRE_MEMBERS_MAX_BYTES,
+               "members.h and wire.h disagree on the longest spec");
 
 static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++)

@@ -549,8 +549,10 @@ static int shape_check(const struct rdzv_msg *msg) {
 }
 
 /* Walks the items of a list; returns 0 or RDZV_EPROTO if the list holds
- * fewer items than its count says (only for hand-built raw lists). */
-static int keys_check(const struct rdzv_items *keys, uint32_t max_key) {
+ * fewer items than its count says (only for hand-built raw lists). Item 1
+ * is held to max_second, every other one to max_key. */
+static int keys_check(const struct rdzv_items *keys, uint32_t max_key,
+                      uint32_t max_second) {
   struct rdzv_slice s;
   size_t pos = 0;
   uint32_t i;
@@ -560,7 +562,7 @@ static int keys_check(const struct rdzv_items *keys, uint32_t max_key) {
       return RDZV_EPROTO;
     if (s.n == 0)
       return RDZV_EPROTO;
-    if (s.n > max_key)
+    if (s.n > (i == 1 ? max_second : max_key))
       return RDZV_EKEY_TOO_LONG;
   }
   return 0;
@@ -608,7 +610,14 @@ int rdzv_msg_validate_request(const struct rdzv_msg *msg,
   err = shape_check(msg);
   if (err < 0)
     return err;
-  err = keys_check(&msg->keys, max_key);
+  /* A collective's keys[1] says who its members are: no key, and a valid
+   * one (at most RDZV_WIRE_MEMBERS_MAX_BYTES) passes whatever the key
+   * limit, or a group would fail only because its nodes were told. */
+  uint32_t max_second = max_key;
+  if ((msg->type == RDZV_MSG_BARRIER || msg->type == RDZV_MSG_GATHER) &&
+      max_second < RDZV_WIRE_MEMBERS_MAX_BYTES)
+    max_second = RDZV_WIRE_MEMBERS_MAX_BYTES;
+  err = keys_check(&msg->keys, max_key, max_second);
   if (err < 0)
     return err;
   return vals_check(msg, max_value);

@@ -307,9 +307,16 @@ struct rdzv_wire_limits {
   uint32_t max_value_bytes;
 };
 
+/* Longest members spec (keys[1] of BARRIER and GATHER) that passes
+ * validation whatever max_key_bytes is: rendezvous/members.h's
+ * RDZV_MEMBERS_MAX_BYTES (9 + 12 * 64). */
+#define RDZV_WIRE_MEMBERS_MAX_BYTES 777u
+
 /* Checks that a decoded request has the shape its type requires (numbers
  * of keys and values, non-empty keys, contribution sizes) and that keys
- * and values are within limits. Pure.
+ * and values are within limits (a collective's keys[1], its members
+ * spec, within max_key_bytes or RDZV_WIRE_MEMBERS_MAX_BYTES, whichever is
+ * larger). Pure.
  * Returns 0, RDZV_EPROTO (wrong shape, reply flag set on a request),
  * RDZV_EKEY_TOO_LONG or RDZV_EVALUE_TOO_BIG. */
 int rdzv_msg_validate_request(const struct rdzv_msg *msg,

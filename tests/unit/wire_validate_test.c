@@ -129,6 +129,14 @@ static const struct vcase vcases[] = {
     /* keys[1]: who the members are (rendezvous/members.h), opaque here. */
     {"gather-members", 13, 0, 0, 2, 2, {S("g"), S("h")}, 1, {C("\x00", "")},
      OK},
+    /* A members spec is no key: a valid one (up to 777 bytes) passes
+     * whatever --max-key-bytes (here 8); keys[0] and other types' second
+     * keys still obey it. */
+    {"barrier-long-members", 12, 0, 0, 4, 2,
+     {S("b"), S("123456789012345678901")}, 1, {C("\x00", "")}, OK},
+    {"gather-long-members", 13, 0, 0, 2, 2,
+     {S("g"), S("123456789012345678901")}, 1, {C("\x00", "")}, OK},
+    {"hello-long-name", 1, 0, 1, 0, 2, {S("job"), S("123456789")}, V0, EK},
     {"gather-3-keys", 13, 0, 0, 2, 3, {S("g"), S("h"), S("i")}, 1,
      {C("\x00", "")}, EP},
     {"gather-long-name", 13, 0, 0, 2, 1, {S("123456789")}, 1, {C("\x00", "")},
@@ -218,10 +226,41 @@ static void test_validate_limits(void **state) {
   }
 }
 
+/* A members spec (keys[1] of a collective) of RDZV_WIRE_MEMBERS_MAX_BYTES
+ * passes under any key limit; one byte more obeys the key limit. */
+static void test_validate_members_limit(void **state) {
+  static uint8_t spec[RDZV_WIRE_MEMBERS_MAX_BYTES + 1];
+  const struct rdzv_wire_limits small = {8, 4}, big = {4096, 4};
+  struct rdzv_slice keys[2] = {{(const uint8_t *)"b", 1}, {spec, 0}};
+  struct rdzv_slice val = {(const uint8_t *)"\0\0\0\0\0\0\0\0", 8};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  memset(spec, 1, sizeof(spec));
+  m.type = RDZV_MSG_BARRIER;
+  m.b = 1;
+  m.keys.n = 2;
+  m.keys.v = keys;
+  m.vals.n = 1;
+  m.vals.v = &val;
+  keys[1].n = RDZV_WIRE_MEMBERS_MAX_BYTES;
+  assert_int_equal(rdzv_msg_validate_request(&m, &small), 0);
+  keys[1].n = RDZV_WIRE_MEMBERS_MAX_BYTES + 1;
+  assert_int_equal(rdzv_msg_validate_request(&m, &small), EK);
+  assert_int_equal(rdzv_msg_validate_request(&m, &big), 0);
+  keys[0].n = 1;
+  keys[1].n = 9;
+  m.type = RDZV_MSG_COLL_STATUS; /* keys[1]: a reason, held to the limit */
+  m.a = RDZV_MSG_BARRIER;
+  m.vals.n = 0;
+  m.vals.v = NULL;
+  assert_int_equal(rdzv_msg_validate_request(&m, &small), EK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_validate),
       cmocka_unit_test(test_validate_limits),
+      cmocka_unit_test(test_validate_members_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <uthash.h>
 
+#include "rendezvous/join_wire.h"
 #include "rendezvous/members.h"
 #include "store/daemon/node/node_int.h"
 
@@ -272,6 +273,20 @@ void rdzv__node_coll_status(struct node_job *nj, struct conn *c,
   rdzv__node_forward(nj, c, m);
 }
 
+void rdzv__node_colls_flush_round(struct node_job *nj, const uint8_t *round,
+                                  size_t n) {
+  struct ncoll *co, *ct;
+  HASH_ITER(hh, nj->colls, co, ct) {
+    const uint8_t *name;
+    size_t nlen;
+    int64_t g;
+    if (co->npending > 0 &&
+        rdzv_gen_key_parse(co->name + 1, co->nlen - 1, &name, &nlen, &g) ==
+            0 &&
+        nlen == n && memcmp(name, round, n) == 0)
+      coll_flush(co);
+  }
+}
 
 static void on_ncoll_closed(uv_handle_t *h) {
   struct ncoll *co = h->data;

@@ -59,6 +59,12 @@ void rdzv__node_coll_status(struct node_job *nj, struct conn *c,
                             const struct rdzv_msg *m);
 void rdzv__node_colls_drop_conn(struct node_job *nj, struct conn *c);
 void rdzv__node_colls_free(struct node_job *nj);
+/* An abort of round (its name, n bytes) went up: what this node holds of
+ * the round's collectives ("rdzv/<round>/g<N>/...") goes up now, after it,
+ * so that their members hear of the abort from the root at once instead
+ * of after the wait for a member that will not come (--flush-max-ms). */
+void rdzv__node_colls_flush_round(struct node_job *nj, const uint8_t *round,
+                                  size_t n);
 
 /* Replies status (no fields) to request m of c. */
 void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,

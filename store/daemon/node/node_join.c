@@ -79,6 +79,18 @@ struct njround {
   struct cbind *binds;
   int64_t done_gen;
   uint64_t binds_ver; /* changes whenever binds does */
+  /* The child nodes that said their subtree has joined this round's
+   * pending generation (RDZV_F_COMPLETE), each holding a reference: per
+   * round, as one child's connection carries every round of the job. */
+  struct ccomplete *complete;
+  /* The newest generation an abort of which went up through this node:
+   * its collectives no longer wait for members (one will not come). */
+  int64_t aborted_gen;
+};
+
+struct ccomplete {
+  UT_hash_handle hh;
+  struct conn *c;
 };
 
 struct cbind {
@@ -99,7 +111,6 @@ struct joined { /* a connection that has joined a generation */
   int32_t rank, local_rank; /* a rank's assignment, -1 until known */
   char host[256];           /* a rank's host (its join record) */
   int32_t local_size;       /* ... and its host's rank count (0: unknown) */
-  bool complete; /* a child node said its subtree joined (RDZV_F_COMPLETE) */
   /* Closed without a clean leave: its members have --session-grace-ms to
    * come back through another connection before the generation aborts. */
   bool lost;
@@ -184,13 +195,36 @@ static struct joined *mark_joined(struct njround *jr, struct conn *c,
                (const char *)rec->rec.host);
       jn->local_size = rec->local_size;
     }
-    if (gen == 0 && rec != NULL)
-      jn->complete = false; /* a new join: said again when it is */
   }
   return jn;
 }
 
 /* ---- bindings of completed members ------------------------------------------- */
+
+/* Child node c has (on) or has not (off) said that its subtree joined
+ * jr's pending generation. */
+static void complete_set(struct njround *jr, struct conn *c, bool on) {
+  struct ccomplete *cc = NULL;
+  HASH_FIND(hh, jr->complete, &c, sizeof(c), cc);
+  if (on && cc == NULL && (cc = calloc(1, sizeof(*cc))) != NULL) {
+    cc->c = c;
+    rdzv__conn_ref(c);
+    HASH_ADD(hh, jr->complete, c, sizeof(cc->c), cc);
+  } else if (!on && cc != NULL) {
+    HASH_DEL(jr->complete, cc);
+    rdzv__conn_unref(cc->c);
+    free(cc);
+  }
+}
+
+static void complete_clear(struct njround *jr) {
+  struct ccomplete *cc, *t;
+  HASH_ITER(hh, jr->complete, cc, t) {
+    HASH_DEL(jr->complete, cc);
+    rdzv__conn_unref(cc->c);
+    free(cc);
+  }
+}
 
 static struct njround *jround_find(struct node_job *nj, const char *name) {
   struct njround *jr = NULL;
@@ -394,9 +428,12 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
     jwait_unlink_free(jr, w);
   }
   /* A round that ended here starts counting afresh, so the joins of a
-   * next generation are combined again. */
-  if (!partial)
+   * next generation are combined again (and its children say again when
+   * their subtree has joined). */
+  if (!partial) {
     jr->seen = HASH_COUNT(jr->claims);
+    complete_clear(jr);
+  }
   if (r->status == 0 && r->a > 0) {
     if (r->a > jr->last_gen)
       jr->last_gen = r->a;
@@ -459,13 +496,13 @@ static bool subtree_complete(struct njround *jr) {
   struct { const char *host; int32_t size, n; } hosts[COMPLETE_MAX_HOSTS];
   uint32_t nhosts = 0, nchildren = 0;
   struct joined *jn, *t;
+  struct ccomplete *cc, *ct;
+  HASH_ITER(hh, jr->complete, cc, ct)
+    nchildren += rdzv__conn_alive(cc->c);
   HASH_ITER(hh, nj->joined, jn, t) {
-    if (jn->gen != 0 || jn->lost || strcmp(jn->round, jr->name) != 0)
+    if (jn->gen != 0 || jn->lost || jn->c->role == RDZV_ROLE_NODE ||
+        strcmp(jn->round, jr->name) != 0)
       continue;
-    if (jn->c->role == RDZV_ROLE_NODE) {
-      nchildren += jn->complete;
-      continue;
-    }
     uint32_t h = 0;
     while (h < nhosts && strcmp(hosts[h].host, jn->host) != 0)
       h++;
@@ -781,10 +818,12 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
   }
   /* A rank's or a child node's: either one lost before the round
    * completes loses joins (unless they come again another way). */
-  struct joined *jn = mark_joined(jr, c, 0, have_mine ? mine.rec.claim : 0,
-                                  NULL, have_mine ? &mine : NULL);
-  if (jn != NULL && c->role == RDZV_ROLE_NODE && (m->flags & RDZV_F_COMPLETE))
-    jn->complete = true;
+  mark_joined(jr, c, 0, have_mine ? mine.rec.claim : 0, NULL,
+              have_mine ? &mine : NULL);
+  /* A child's joins say whether its subtree is complete with them; a
+   * later batch without the flag takes it back. */
+  if (c->role == RDZV_ROLE_NODE && (have_mine || (m->flags & RDZV_F_COMPLETE)))
+    complete_set(jr, c, (m->flags & RDZV_F_COMPLETE) != 0);
   if (jr->seen >= jr->max_size) {
     join_flush(jr, true);
   } else if (subtree_complete(jr)) {
@@ -798,6 +837,20 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
   } else {
     rdzv__node_schedule(nj->d, &jr->timer, jr->first_ms, on_join_timer);
   }
+}
+
+/* An abort of generation gen (0: the pending one) of round (n bytes) went
+ * up: the collectives of the round that this node holds follow it at
+ * once, and those of generations up to gen no longer wait for members
+ * (their members hear of the abort from the root, not after
+ * --flush-max-ms). */
+static void abort_passed(struct node_job *nj, const uint8_t *round, size_t n,
+                         int64_t gen) {
+  struct njround *jr = NULL;
+  HASH_FIND(hh, nj->jrounds, round, n, jr);
+  if (jr != NULL && gen > jr->aborted_gen)
+    jr->aborted_gen = gen;
+  rdzv__node_colls_flush_round(nj, round, n);
 }
 
 /* ABORT (or, with RDZV_F_LEAVE, a leave) of generation gen of round to
@@ -824,6 +877,8 @@ static void send_abort(struct node_job *nj, const char *round, int64_t gen,
     m.vals.raw_len = claims->len;
   }
   rdzv__upstream_send(nj->up, &m, NULL, NULL);
+  if (!(flags & RDZV_F_LEAVE))
+    abort_passed(nj, (const uint8_t *)round, strlen(round), gen);
 }
 
 /* Whether claim, which an abort from the connection of via is about, is
@@ -858,6 +913,7 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
     if (b != NULL) {
       HASH_DEL(jr->binds, b);
       free(b);
+      jr->binds_ver++; /* collectives count the subtree again */
     }
     rdzv__node_forward(nj, c, m);
     return;
@@ -909,6 +965,8 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
     }
   }
   rdzv__node_forward(nj, c, m);
+  if (rdzv_items_get(&m->keys, 0, &name) == 0 && name.n > 0)
+    abort_passed(nj, name.p, name.n, m->a);
 }
 
 static void on_lost_closed(uv_handle_t *h) { free(h); }
@@ -1058,6 +1116,11 @@ static void on_lost_timer(uv_timer_t *t) {
 }
 
 void rdzv__node_conn_closed(struct node_job *nj, struct conn *c) {
+  if (c->role == RDZV_ROLE_NODE) {
+    struct njround *jr, *t;
+    HASH_ITER(hh, nj->jrounds, jr, t)
+      complete_set(jr, c, false);
+  }
   struct joined *jn = NULL;
   HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
   if (jn == NULL)
@@ -1197,6 +1260,7 @@ void rdzv__node_joins_free(struct node_job *nj) {
     HASH_DEL(nj->jrounds, jr);
     while (jr->waiters != NULL)
       jwait_unlink_free(jr, jr->waiters);
+    complete_clear(jr);
     uv_close((uv_handle_t *)&jr->timer, on_jround_closed);
   }
   struct joined *jn, *jt;
@@ -1216,7 +1280,7 @@ int64_t rdzv__node_subtree_contributors(struct node_job *nj,
     return -1;
   HASH_FIND(hh, nj->jrounds, name, nlen, jr);
   if (jr == NULL || jr->binds == NULL || jr->done_gen != g ||
-      (jr->lost_gen != 0 && g <= jr->lost_gen))
+      (jr->lost_gen != 0 && g <= jr->lost_gen) || g <= jr->aborted_gen)
     return -1;
   /* Each version of the subtree's members is counted once; a binding made
    * in a later part of the join's answer recounts. */
