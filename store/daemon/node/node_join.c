@@ -83,6 +83,11 @@ struct njround {
    * pending generation (RDZV_F_COMPLETE), each holding a reference: per
    * round, as one child's connection carries every round of the job. */
   struct ccomplete *complete;
+  /* The guard ran out on the pending generation (a host or child that
+   * was expected did not come): what this node holds went up marked
+   * complete, and what comes later goes up at once, so a wrong shape
+   * costs one guard in all, not one per level. */
+  bool gave_up;
   /* The newest generation an abort of which went up through this node:
    * its collectives no longer wait for members (one will not come). */
   int64_t aborted_gen;
@@ -433,6 +438,7 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
   if (!partial) {
     jr->seen = HASH_COUNT(jr->claims);
     complete_clear(jr);
+    jr->gave_up = false;
   }
   if (r->status == 0 && r->a > 0) {
     if (r->a > jr->last_gen)
@@ -478,7 +484,16 @@ static void join_flush(struct njround *jr, bool complete) {
   jr->pending.len = 0;
 }
 
-static void on_join_timer(uv_timer_t *t) { join_flush(t->data, false); }
+static void on_join_timer(uv_timer_t *t) {
+  struct njround *jr = t->data;
+  if (jr->nj->d->cfg.children != RDZV_CHILDREN_UNKNOWN) {
+    jr->gave_up = true; /* the guard: stop waiting, and say so */
+    rdzv__log(jr->nj->d, 1, "round %s: the subtree was not complete after "
+              "--flush-max-ms (%u ms): its joins go up as they come",
+              jr->name, jr->nj->d->cfg.flush_max_ms);
+  }
+  join_flush(jr, jr->gave_up);
+}
 
 #define COMPLETE_MAX_HOSTS 16
 
@@ -493,6 +508,8 @@ static bool subtree_complete(struct njround *jr) {
   uint32_t want = nj->d->cfg.children;
   if (want == RDZV_CHILDREN_UNKNOWN)
     return false;
+  if (jr->gave_up)
+    return true;
   struct { const char *host; int32_t size, n; } hosts[COMPLETE_MAX_HOSTS];
   uint32_t nhosts = 0, nchildren = 0;
   struct joined *jn, *t;
@@ -827,7 +844,8 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
   if (jr->seen >= jr->max_size) {
     join_flush(jr, true);
   } else if (subtree_complete(jr)) {
-    nj->d->stats.join_subtree_flushes++;
+    if (!jr->gave_up)
+      nj->d->stats.join_subtree_flushes++;
     join_flush(jr, true);
   } else if (nj->d->cfg.children != RDZV_CHILDREN_UNKNOWN) {
     /* More of the subtree is due: no quiet interval, only the guard for
