@@ -173,6 +173,11 @@ static void ts_flush(struct ts_conn *t) {
     ts_close(t, rc == RDZV_ENOMEM ? "out of memory" : "write failed");
     return;
   }
+  if (rc == RDZV_OUTQ_WRITTEN) { /* all of it went at once */
+    if (t->out.buf.len == 0)
+      rdzv__outq_release(&t->out);
+    return;
+  }
   t->write_active = true;
 }
 

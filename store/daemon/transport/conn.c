@@ -120,6 +120,8 @@ static void on_write(void *arg, int status) {
     rdzv__conn_close_now(c);
   } else if (c->state != CONN_CLOSED && c->out.buf.len > 0) {
     start_write(c); /* what was queued (or released) meanwhile */
+    if (!c->write_active && c->state == CONN_CLOSING && c->out.buf.len == 0)
+      rdzv__conn_close_now(c); /* that went at once: the last frame */
   }
   if (c->out.buf.len == 0)
     rdzv__outq_release(&c->out); /* an idle connection holds no buffer */
@@ -143,6 +145,11 @@ static void start_write(struct conn *c) {
   if (c->d->gate != NULL) {
     c->gate_rel -= n;
     c->gate_seal -= n;
+  }
+  if (rc == RDZV_OUTQ_WRITTEN) { /* all of it went at once */
+    if (c->out.buf.len == 0)
+      rdzv__outq_release(&c->out);
+    return;
   }
   c->write_active = true;
   rdzv__conn_ref(c);

@@ -119,13 +119,17 @@ void rdzv__outq_insert(struct rdzv_outq *q, size_t at, size_t n);
 void rdzv__outq_release(struct rdzv_outq *q);
 /* Bytes q would write (its own and the references'). */
 size_t rdzv__outq_bytes(const struct rdzv_outq *q);
-/* Starts one uv_write of q's first n own bytes (1 <= n <= q->buf.len)
- * with the references up to them to s; what follows stays in q. The
- * write owns those bytes and references until it completes; then
- * cb(arg, status) runs (libuv's status), once. Adds the bytes written to
- * *written and those written from shared buffers to *shared (either may
- * be NULL). Returns 0, RDZV_ENOMEM (q unchanged) or uv_write's error
- * (the head is dropped; cb never runs). */
+/* Writes q's first n own bytes (1 <= n <= q->buf.len) with the
+ * references up to them to s; what follows stays in q. They are tried on
+ * the socket at once (uv_try_write): when all of them went, the call
+ * returns RDZV_OUTQ_WRITTEN and cb never runs. Otherwise one uv_write
+ * carries the rest, owning those bytes and references until it
+ * completes; then cb(arg, status) runs (libuv's status), once, and the
+ * call returns 0. Adds the bytes written to *written and those written
+ * from shared buffers to *shared (either may be NULL). Other returns:
+ * RDZV_ENOMEM (q unchanged), or a libuv error of the write (the head is
+ * dropped; cb never runs). */
+#define RDZV_OUTQ_WRITTEN 1
 int rdzv__outq_write(struct rdzv_outq *q, size_t n, uv_stream_t *s,
                      void (*cb)(void *arg, int status), void *arg,
                      uint64_t *written, uint64_t *shared);
