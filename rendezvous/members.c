@@ -32,7 +32,9 @@ int rdzv_members_encode(const int32_t *ranks, int64_t n, int kind,
     return -EINVAL;
   struct rdzv_members_run runs[RDZV_MEMBERS_MAX_RUNS];
   uint32_t nruns = 0;
-  for (int64_t i = 0; i < n;) {
+  if (ranks == NULL) /* the world: one run, O(1) (every rank encodes it) */
+    runs[nruns++] = (struct rdzv_members_run){0, 1, (uint32_t)n};
+  for (int64_t i = ranks == NULL ? n : 0; i < n;) {
     int64_t first = rank_at(ranks, i), stride = 1, e = i + 1;
     if (first < 0)
       return -EINVAL;

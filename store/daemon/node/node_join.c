@@ -84,9 +84,10 @@ struct njround {
    * round, as one child's connection carries every round of the job. */
   struct ccomplete *complete;
   /* The guard ran out on the pending generation (a host or child that
-   * was expected did not come): what this node holds went up marked
-   * complete, and what comes later goes up at once, so a wrong shape
-   * costs one guard in all, not one per level. */
+   * was expected has not come, or the subtree is slow to start): what
+   * this node held went up, and what comes later is combined over the
+   * quiet interval as where the shape is not known (still at once when
+   * the subtree completes). */
   bool gave_up;
   /* The newest generation an abort of which went up through this node:
    * its collectives no longer wait for members (one will not come). */
@@ -486,13 +487,13 @@ static void join_flush(struct njround *jr, bool complete) {
 
 static void on_join_timer(uv_timer_t *t) {
   struct njround *jr = t->data;
-  if (jr->nj->d->cfg.children != RDZV_CHILDREN_UNKNOWN) {
-    jr->gave_up = true; /* the guard: stop waiting, and say so */
-    rdzv__log(jr->nj->d, 1, "round %s: the subtree was not complete after "
-              "--flush-max-ms (%u ms): its joins go up as they come",
-              jr->name, jr->nj->d->cfg.flush_max_ms);
+  if (jr->nj->d->cfg.children != RDZV_CHILDREN_UNKNOWN && !jr->gave_up) {
+    jr->gave_up = true; /* the guard: stop waiting for the whole subtree */
+    rdzv__log(jr->nj->d, 2, "round %s: the subtree was not complete after "
+              "--flush-max-ms (%u ms): the rest is combined over "
+              "--flush-ms", jr->name, jr->nj->d->cfg.flush_max_ms);
   }
-  join_flush(jr, jr->gave_up);
+  join_flush(jr, false);
 }
 
 #define COMPLETE_MAX_HOSTS 16
@@ -508,8 +509,6 @@ static bool subtree_complete(struct njround *jr) {
   uint32_t want = nj->d->cfg.children;
   if (want == RDZV_CHILDREN_UNKNOWN)
     return false;
-  if (jr->gave_up)
-    return true;
   struct { const char *host; int32_t size, n; } hosts[COMPLETE_MAX_HOSTS];
   uint32_t nhosts = 0, nchildren = 0;
   struct joined *jn, *t;
@@ -844,10 +843,9 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
   if (jr->seen >= jr->max_size) {
     join_flush(jr, true);
   } else if (subtree_complete(jr)) {
-    if (!jr->gave_up)
-      nj->d->stats.join_subtree_flushes++;
+    nj->d->stats.join_subtree_flushes++;
     join_flush(jr, true);
-  } else if (nj->d->cfg.children != RDZV_CHILDREN_UNKNOWN) {
+  } else if (nj->d->cfg.children != RDZV_CHILDREN_UNKNOWN && !jr->gave_up) {
     /* More of the subtree is due: no quiet interval, only the guard for
      * a host or child that never comes (this step does not use it). */
     if (!uv_is_active((uv_handle_t *)&jr->timer))
