@@ -123,9 +123,6 @@ static void coll_flush(struct ncoll *co) {
 
 static void on_coll_timer(uv_timer_t *t) { coll_flush(t->data); }
 
-/* The combined collective of that type and name (keys[0] of a BARRIER,
- * GATHER or COLL_STATUS); if absent, created with count when create is
- * set, else NULL (NULL also when out of memory). */
 /* Keeps who the members are (keys[1] of m) for this collective and for
  * the requests it sends up. A spec that does not decode is passed on
  * unchanged (the parent may read it otherwise) but tells this node nothing. */
@@ -143,6 +140,9 @@ static void learn_members(struct ncoll *co, const struct rdzv_msg *m) {
     free(mb);
 }
 
+/* The combined collective of that type and name (keys[0] of a BARRIER,
+ * GATHER or COLL_STATUS); if absent, created with count when create is
+ * set, else NULL (NULL also when out of memory). */
 static struct ncoll *ncoll_lookup(struct node_job *nj, uint8_t type,
                                   const struct rdzv_msg *m, bool create,
                                   uint64_t count) {
