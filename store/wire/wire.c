@@ -617,6 +617,10 @@ int rdzv_msg_validate_request(const struct rdzv_msg *msg,
   if ((msg->type == RDZV_MSG_BARRIER || msg->type == RDZV_MSG_GATHER) &&
       max_second < RDZV_WIRE_MEMBERS_MAX_BYTES)
     max_second = RDZV_WIRE_MEMBERS_MAX_BYTES;
+  /* Likewise an abort's or a give-up's reason (free text, not a key). */
+  if ((msg->type == RDZV_MSG_ABORT || msg->type == RDZV_MSG_COLL_STATUS) &&
+      max_second < RDZV_WIRE_REASON_MAX_BYTES)
+    max_second = RDZV_WIRE_REASON_MAX_BYTES;
   err = keys_check(&msg->keys, max_key, max_second);
   if (err < 0)
     return err;

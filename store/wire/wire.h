@@ -311,12 +311,17 @@ struct rdzv_wire_limits {
  * validation whatever max_key_bytes is: rendezvous/members.h's
  * RDZV_MEMBERS_MAX_BYTES (9 + 12 * 64). */
 #define RDZV_WIRE_MEMBERS_MAX_BYTES 777u
+/* Longest reason text (keys[1] of ABORT and COLL_STATUS) that passes
+ * validation whatever max_key_bytes is: a reason is no key, and an abort
+ * must not be refused (the connection dropped) for explaining itself. */
+#define RDZV_WIRE_REASON_MAX_BYTES 1024u
 
 /* Checks that a decoded request has the shape its type requires (numbers
  * of keys and values, non-empty keys, contribution sizes) and that keys
  * and values are within limits (a collective's keys[1], its members
  * spec, within max_key_bytes or RDZV_WIRE_MEMBERS_MAX_BYTES, whichever is
- * larger). Pure.
+ * larger; an ABORT's or COLL_STATUS's keys[1], a reason, within
+ * max_key_bytes or RDZV_WIRE_REASON_MAX_BYTES). Pure.
  * Returns 0, RDZV_EPROTO (wrong shape, reply flag set on a request),
  * RDZV_EKEY_TOO_LONG or RDZV_EVALUE_TOO_BIG. */
 int rdzv_msg_validate_request(const struct rdzv_msg *msg,

@@ -157,6 +157,13 @@ static const struct vcase vcases[] = {
     {"coll-status-give-up", 18, RDZV_F_GIVE_UP, 12, 1, 2, {S("b"), S("why")},
      V0, OK},
     {"coll-status-3-keys", 18, 0, 12, 1, 3, {S("b"), S("c"), S("d")}, V0, EP},
+    /* A reason (keys[1]) is no key: over the 8-byte key limit, it passes. */
+    {"coll-status-long-why", 18, RDZV_F_GIVE_UP, 12, 1, 2,
+     {S("b"), S("a rank gave up at its deadline")}, V0, OK},
+    {"abort-long-why", 17, 0, 1, 0, 2, {S("r"), S("the launcher killed it")},
+     V0, OK},
+    {"abort-long-name", 17, 0, 1, 0, 2, {S("round-too-long"), S("why")}, V0,
+     EK},
     {"ping", 19, 0, 0, 0, K0, V0, OK},
     {"ping-key", 19, 0, 0, 0, 1, {S("k")}, V0, EP},
     {"ping-val", 19, 0, 0, 0, K0, 1, {S("v")}, EP},
@@ -229,7 +236,7 @@ static void test_validate_limits(void **state) {
 /* A members spec (keys[1] of a collective) of RDZV_WIRE_MEMBERS_MAX_BYTES
  * passes under any key limit; one byte more obeys the key limit. */
 static void test_validate_members_limit(void **state) {
-  static uint8_t spec[RDZV_WIRE_MEMBERS_MAX_BYTES + 1];
+  static uint8_t spec[RDZV_WIRE_REASON_MAX_BYTES + 1];
   const struct rdzv_wire_limits small = {8, 4}, big = {4096, 4};
   struct rdzv_slice keys[2] = {{(const uint8_t *)"b", 1}, {spec, 0}};
   struct rdzv_slice val = {(const uint8_t *)"\0\0\0\0\0\0\0\0", 8};
@@ -248,11 +255,21 @@ static void test_validate_members_limit(void **state) {
   assert_int_equal(rdzv_msg_validate_request(&m, &small), EK);
   assert_int_equal(rdzv_msg_validate_request(&m, &big), 0);
   keys[0].n = 1;
-  keys[1].n = 9;
-  m.type = RDZV_MSG_COLL_STATUS; /* keys[1]: a reason, held to the limit */
+  /* COLL_STATUS's and ABORT's keys[1]: a reason, free text up to
+   * RDZV_WIRE_REASON_MAX_BYTES whatever the key limit. */
+  m.type = RDZV_MSG_COLL_STATUS;
   m.a = RDZV_MSG_BARRIER;
   m.vals.n = 0;
   m.vals.v = NULL;
+  keys[1].n = RDZV_WIRE_REASON_MAX_BYTES;
+  assert_int_equal(rdzv_msg_validate_request(&m, &small), 0);
+  keys[1].n = RDZV_WIRE_REASON_MAX_BYTES + 1;
+  assert_int_equal(rdzv_msg_validate_request(&m, &small), EK);
+  m.type = RDZV_MSG_ABORT;
+  m.a = 1;
+  keys[1].n = RDZV_WIRE_REASON_MAX_BYTES;
+  assert_int_equal(rdzv_msg_validate_request(&m, &small), 0);
+  keys[1].n = RDZV_WIRE_REASON_MAX_BYTES + 1;
   assert_int_equal(rdzv_msg_validate_request(&m, &small), EK);
 }
 
