@@ -15,6 +15,7 @@ packages=(
   libcmocka-dev        # unit and integration tests
   libjansson-dev       # statistics JSON
   libcurl4-openssl-dev # the etcd client (store/etcd)
+  libssl-dev           # libcrypto: the hello's HMAC-SHA256 (store/auth)
   etcd-server          # //tests/etcd: throwaway etcd instances (3.4)
   openssl              # //tests/etcd: a CA and certificates for TLS
   uthash-dev           # hash tables

@@ -60,7 +60,9 @@ extern "C" {
   X(ELEASE_LOST, -1040, "etcd lease lost (expired or revoked)")              \
   X(ENOT_LEADER, -1041, "this root is a standby: the leader is elsewhere")   \
   X(ECOMPACTED, -1042, "etcd revision compacted: read again, then watch")    \
-  X(ETOO_LARGE, -1043, "etcd request over the server's size or operation limit")
+  X(ETOO_LARGE, -1043, "etcd request over the server's size or operation limit") \
+  X(EAUTH, -1044,                                                            \
+    "authentication failed: no job secret, or not the job's (see rdzvd --secret-file)")
 
 enum rdzv_status {
   RDZV_OK = 0,

@@ -490,7 +490,7 @@ struct shape {
 
 /* clang-format off */
 static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
-    [RDZV_MSG_HELLO] = {1, 2, 0, 0},
+    [RDZV_MSG_HELLO] = {1, 2, 0, 1},
     [RDZV_MSG_SET] = {1, 1, 1, 1},
     [RDZV_MSG_GET] = {1, 1, 0, 0},
     [RDZV_MSG_WAIT] = {1, ANY, 0, 0},
@@ -510,6 +510,7 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_COLL_STATUS] = {1, 2, 0, 0},
     [RDZV_MSG_PING] = {0, 0, 0, 0},
     [RDZV_MSG_KEYS] = {0, 1, 0, 0},
+    [RDZV_MSG_AUTH] = {0, 0, 1, 1},
 };
 /* clang-format on */
 
@@ -640,6 +641,7 @@ static const char *const type_names[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_ERROR] = "error", [RDZV_MSG_JOIN] = "join",
     [RDZV_MSG_ABORT] = "abort",   [RDZV_MSG_COLL_STATUS] = "coll_status",
     [RDZV_MSG_PING] = "ping",     [RDZV_MSG_KEYS] = "keys",
+    [RDZV_MSG_AUTH] = "auth",
 };
 
 const char *rdzv_msg_type_name(int type) {

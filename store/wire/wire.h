@@ -68,6 +68,10 @@ extern "C" {
                                       it was told how many: rdzvd
                                       --children), so its parent need not
                                       wait for more from it */
+#define RDZV_F_CHALLENGE 0x0200u   /* hello reply: vals[0] = the
+                                      daemon's nonce, vals[1] = its proof
+                                      of the job's secret; the peer
+                                      answers with RDZV_MSG_AUTH */
 #define RDZV_F_SHARED_INC 0x0080u  /* hello reply: b is the incarnation of
                                       a service whose roots share it (an
                                       etcd-backed root): a peer compares it
@@ -84,7 +88,17 @@ enum rdzv_msg_type {
    * (changes when it restarts), keys[0] = its liveness timeout in ms (u32
    * LE: a child node pings at least three times within it), vals = its
    * chain of ancestors (its parent first; none at the root). Must be the
-   * first frame. */
+   * first frame.
+   * Authentication (store/auth/auth.h has the proofs): a peer that holds
+   * the job's secret sends vals[0] = its fresh nonce (32 bytes). A daemon
+   * that holds secrets answers every hello with a nonce (whether it serves
+   * that job or not: it reveals nothing) with a challenge: flag
+   * CHALLENGE, status 0, vals[0] = its fresh nonce, vals[1] = its proof
+   * (32 bytes; random when it holds no secret of that job), no other
+   * field; and a hello without a nonce with RDZV_EAUTH. The peer checks
+   * the proof (a daemon that cannot prove the secret is not its job's:
+   * the peer refuses it, RDZV_EAUTH) and sends RDZV_MSG_AUTH. A peer with
+   * a secret refuses a reply without a challenge. */
   RDZV_MSG_HELLO = 1,
   /* keys[0], vals[0]; flag WRITE_ONCE. Reply: status. */
   RDZV_MSG_SET = 2,
@@ -182,8 +196,16 @@ enum rdzv_msg_type {
    * frame. A node forwards it (the root holds the truth). Used by the
    * TCPStore front end's LIST_KEYS. */
   RDZV_MSG_KEYS = 20,
+  /* The second frame after a hello that was challenged (flag CHALLENGE):
+   * vals[0] = the peer's proof (32 bytes). Wrong, missing, or sent when
+   * no challenge was: RDZV_EAUTH (an ERROR frame, the connection closed;
+   * it says nothing of whether the job exists). Otherwise its reply is
+   * what the hello's would have been without authentication (a refusal,
+   * or status 0 with a, b, keys[0], vals and flags as a hello reply
+   * has them). */
+  RDZV_MSG_AUTH = 21,
 };
-#define RDZV_MSG_TYPE_MAX 20
+#define RDZV_MSG_TYPE_MAX 21
 /* Most member ids one COLL_STATUS reply names. */
 #define RDZV_COLL_STATUS_MAX_IDS 4096
 

@@ -1,0 +1,174 @@
+/* Per-job authentication: see auth.h. */
+#include "store/auth/auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#define LABEL "rdzv-auth-v1"
+#define LABEL_LEN 12u
+#define JOB_LABEL "rdzv-job-secret-v1"
+#define JOB_LABEL_LEN 18u
+
+static int hmac_sha256(const uint8_t *key, size_t key_len, const uint8_t *msg,
+                       size_t msg_len, uint8_t *out) {
+  unsigned int n = 0;
+  if (HMAC(EVP_sha256(), key, (int)key_len, msg, msg_len, out, &n) == NULL ||
+      n != 32u) {
+    memset(out, 0, 32);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int rdzv_auth_proof(const uint8_t *secret, size_t secret_len,
+                    enum rdzv_auth_side side, const uint8_t *job,
+                    size_t job_len, const uint8_t *cnonce,
+                    const uint8_t *snonce, uint8_t *out) {
+  uint8_t msg[LABEL_LEN + 2 + RDZV_AUTH_JOB_MAX_BYTES +
+              2 * RDZV_AUTH_NONCE_BYTES];
+  size_t n = 0;
+  if (out == NULL)
+    return -EINVAL;
+  memset(out, 0, RDZV_AUTH_PROOF_BYTES);
+  if (secret == NULL || secret_len == 0 ||
+      secret_len > RDZV_AUTH_SECRET_MAX_BYTES || job == NULL ||
+      job_len == 0 || job_len > RDZV_AUTH_JOB_MAX_BYTES || cnonce == NULL ||
+      snonce == NULL || (side != RDZV_AUTH_SERVER && side != RDZV_AUTH_CLIENT))
+    return -EINVAL;
+  memcpy(msg, LABEL, LABEL_LEN);
+  n = LABEL_LEN;
+  msg[n++] = (uint8_t)side;
+  msg[n++] = (uint8_t)job_len;
+  memcpy(msg + n, job, job_len);
+  n += job_len;
+  memcpy(msg + n, cnonce, RDZV_AUTH_NONCE_BYTES);
+  n += RDZV_AUTH_NONCE_BYTES;
+  memcpy(msg + n, snonce, RDZV_AUTH_NONCE_BYTES);
+  n += RDZV_AUTH_NONCE_BYTES;
+  return hmac_sha256(secret, secret_len, msg, n, out);
+}
+
+int rdzv_auth_equal(const uint8_t *a, const uint8_t *b, size_t n) {
+  return CRYPTO_memcmp(a, b, n) == 0;
+}
+
+int rdzv_auth_nonce(uint8_t *out, size_t n) {
+  if (n > 0x7fffffff || RAND_bytes(out, (int)n) != 1) {
+    memset(out, 0, n);
+    return -EIO;
+  }
+  return 0;
+}
+
+int rdzv_auth_job_secret(const uint8_t *site_key, size_t site_key_len,
+                         const uint8_t *job, size_t job_len, char *out_hex) {
+  uint8_t msg[JOB_LABEL_LEN + 1 + RDZV_AUTH_JOB_MAX_BYTES];
+  uint8_t mac[32];
+  static const char hex[] = "0123456789abcdef";
+  if (out_hex == NULL)
+    return -EINVAL;
+  out_hex[0] = '\0';
+  if (site_key == NULL || site_key_len < RDZV_AUTH_SECRET_MIN_BYTES ||
+      site_key_len > RDZV_AUTH_SECRET_MAX_BYTES || job == NULL ||
+      job_len == 0 || job_len > RDZV_AUTH_JOB_MAX_BYTES)
+    return -EINVAL;
+  memcpy(msg, JOB_LABEL, JOB_LABEL_LEN);
+  msg[JOB_LABEL_LEN] = (uint8_t)job_len;
+  memcpy(msg + JOB_LABEL_LEN + 1, job, job_len);
+  if (hmac_sha256(site_key, site_key_len, msg, JOB_LABEL_LEN + 1 + job_len,
+                  mac) < 0)
+    return -EINVAL;
+  for (int i = 0; i < 32; i++) {
+    out_hex[2 * i] = hex[mac[i] >> 4];
+    out_hex[2 * i + 1] = hex[mac[i] & 15];
+  }
+  out_hex[64] = '\0';
+  OPENSSL_cleanse(mac, sizeof(mac));
+  return 0;
+}
+
+int rdzv_auth_secret_load(const char *path, uint8_t *out, size_t cap,
+                          size_t *len, char *err, size_t errlen) {
+  struct stat st;
+  int fd, rc;
+  size_t n = 0;
+  if (err != NULL && errlen > 0)
+    err[0] = '\0';
+  if (path == NULL || out == NULL || len == NULL ||
+      cap < RDZV_AUTH_SECRET_MAX_BYTES) {
+    if (err != NULL && errlen > 0)
+      snprintf(err, errlen, "secret file: bad arguments");
+    return -EINVAL;
+  }
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    rc = -errno;
+    snprintf(err, errlen, "secret file %s: %s", path, strerror(-rc));
+    return rc;
+  }
+  if (fstat(fd, &st) < 0) {
+    rc = -errno;
+    close(fd);
+    snprintf(err, errlen, "secret file %s: %s", path, strerror(-rc));
+    return rc;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    snprintf(err, errlen, "secret file %s is not a regular file", path);
+    return -EINVAL;
+  }
+  if ((st.st_mode & 0006) != 0) {
+    close(fd);
+    snprintf(err, errlen,
+             "secret file %s has mode %04o: others may read or write it "
+             "(chmod o-rw)",
+             path, (unsigned)(st.st_mode & 07777));
+    return -EPERM;
+  }
+  /* One byte over the limit tells a file that is too long. */
+  while (n <= RDZV_AUTH_SECRET_MAX_BYTES && n < cap) {
+    ssize_t r = read(fd, out + n, cap - n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      rc = -errno;
+      close(fd);
+      OPENSSL_cleanse(out, cap);
+      snprintf(err, errlen, "secret file %s: %s", path, strerror(-rc));
+      return rc;
+    }
+    if (r == 0)
+      break;
+    n += (size_t)r;
+    if (n == cap) { /* more than cap: read one more to know */
+      uint8_t extra;
+      if (read(fd, &extra, 1) == 1)
+        n = cap + 1;
+      break;
+    }
+  }
+  close(fd);
+  while (n > 0 && n <= cap &&
+         (out[n - 1] == ' ' || out[n - 1] == '\t' || out[n - 1] == '\n' ||
+          out[n - 1] == '\r'))
+    n--;
+  if (n < RDZV_AUTH_SECRET_MIN_BYTES || n > RDZV_AUTH_SECRET_MAX_BYTES) {
+    OPENSSL_cleanse(out, cap);
+    snprintf(err, errlen,
+             "secret file %s: the secret must be %u to %u bytes (without "
+             "trailing whitespace)",
+             path, RDZV_AUTH_SECRET_MIN_BYTES, RDZV_AUTH_SECRET_MAX_BYTES);
+    return -EINVAL;
+  }
+  *len = n;
+  return 0;
+}
