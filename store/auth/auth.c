@@ -71,6 +71,41 @@ int rdzv_auth_nonce(uint8_t *out, size_t n) {
   return 0;
 }
 
+#define OWN_LABEL "rdzv-own-nonce-v1"
+#define OWN_LABEL_LEN 17u
+#define OWN_RANDOM 16u
+
+/* The tag of an own nonce: the first 16 bytes of HMAC-SHA256(key,
+ * OWN_LABEL | r), r the nonce's first 16 bytes. */
+static int own_tag(const uint8_t *key, const uint8_t *r, uint8_t *tag) {
+  uint8_t msg[OWN_LABEL_LEN + OWN_RANDOM], mac[32];
+  memcpy(msg, OWN_LABEL, OWN_LABEL_LEN);
+  memcpy(msg + OWN_LABEL_LEN, r, OWN_RANDOM);
+  if (hmac_sha256(key, RDZV_AUTH_OWN_KEY_BYTES, msg, sizeof(msg), mac) < 0)
+    return -EINVAL;
+  memcpy(tag, mac, RDZV_AUTH_NONCE_BYTES - OWN_RANDOM);
+  OPENSSL_cleanse(mac, sizeof(mac));
+  return 0;
+}
+
+int rdzv_auth_own_nonce(const uint8_t *key, uint8_t *out) {
+  if (key == NULL || out == NULL)
+    return -EINVAL;
+  if (rdzv_auth_nonce(out, OWN_RANDOM) < 0 ||
+      own_tag(key, out, out + OWN_RANDOM) < 0) {
+    memset(out, 0, RDZV_AUTH_NONCE_BYTES);
+    return -EIO;
+  }
+  return 0;
+}
+
+int rdzv_auth_is_own_nonce(const uint8_t *key, const uint8_t *nonce) {
+  uint8_t tag[RDZV_AUTH_NONCE_BYTES - OWN_RANDOM];
+  if (key == NULL || nonce == NULL || own_tag(key, nonce, tag) < 0)
+    return 0;
+  return CRYPTO_memcmp(tag, nonce + OWN_RANDOM, sizeof(tag)) == 0;
+}
+
 int rdzv_auth_job_secret(const uint8_t *site_key, size_t site_key_len,
                          const uint8_t *job, size_t job_len, char *out_hex) {
   uint8_t msg[JOB_LABEL_LEN + 1 + RDZV_AUTH_JOB_MAX_BYTES];
@@ -111,7 +146,11 @@ int rdzv_auth_secret_load(const char *path, uint8_t *out, size_t cap,
       snprintf(err, errlen, "secret file: bad arguments");
     return -EINVAL;
   }
-  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  /* O_NONBLOCK: a FIFO put there would otherwise block open() until a
+   * writer comes (a daemon reads --secret-dir's files on its event loop);
+   * it is refused below as not a regular file. Reading a regular file
+   * ignores the flag. */
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     rc = -errno;
     snprintf(err, errlen, "secret file %s: %s", path, strerror(-rc));
@@ -136,14 +175,18 @@ int rdzv_auth_secret_load(const char *path, uint8_t *out, size_t cap,
              path, (unsigned)(st.st_mode & 07777));
     return -EPERM;
   }
-  /* One byte over the limit tells a file that is too long. */
-  while (n <= RDZV_AUTH_SECRET_MAX_BYTES && n < cap) {
-    ssize_t r = read(fd, out + n, cap - n);
+  /* Read into buf, which has room for the longest secret and trailing
+   * whitespace after it (a newline, CRLF, a few spaces); one byte more
+   * than buf holds tells a file that is too long. */
+  uint8_t buf[RDZV_AUTH_SECRET_MAX_BYTES + 64];
+  while (n < sizeof(buf)) {
+    ssize_t r = read(fd, buf + n, sizeof(buf) - n);
     if (r < 0 && errno == EINTR)
       continue;
     if (r < 0) {
       rc = -errno;
       close(fd);
+      OPENSSL_cleanse(buf, sizeof(buf));
       OPENSSL_cleanse(out, cap);
       snprintf(err, errlen, "secret file %s: %s", path, strerror(-rc));
       return rc;
@@ -151,19 +194,19 @@ int rdzv_auth_secret_load(const char *path, uint8_t *out, size_t cap,
     if (r == 0)
       break;
     n += (size_t)r;
-    if (n == cap) { /* more than cap: read one more to know */
-      uint8_t extra;
-      if (read(fd, &extra, 1) == 1)
-        n = cap + 1;
-      break;
-    }
+  }
+  if (n == sizeof(buf)) { /* full: read one more to know */
+    uint8_t extra;
+    if (read(fd, &extra, 1) == 1)
+      n = sizeof(buf) + 1;
   }
   close(fd);
-  while (n > 0 && n <= cap &&
-         (out[n - 1] == ' ' || out[n - 1] == '\t' || out[n - 1] == '\n' ||
-          out[n - 1] == '\r'))
+  while (n > 0 && n <= sizeof(buf) &&
+         (buf[n - 1] == ' ' || buf[n - 1] == '\t' || buf[n - 1] == '\n' ||
+          buf[n - 1] == '\r'))
     n--;
   if (n < RDZV_AUTH_SECRET_MIN_BYTES || n > RDZV_AUTH_SECRET_MAX_BYTES) {
+    OPENSSL_cleanse(buf, sizeof(buf));
     OPENSSL_cleanse(out, cap);
     snprintf(err, errlen,
              "secret file %s: the secret must be %u to %u bytes (without "
@@ -171,6 +214,8 @@ int rdzv_auth_secret_load(const char *path, uint8_t *out, size_t cap,
              path, RDZV_AUTH_SECRET_MIN_BYTES, RDZV_AUTH_SECRET_MAX_BYTES);
     return -EINVAL;
   }
+  memcpy(out, buf, n);
+  OPENSSL_cleanse(buf, sizeof(buf));
   *len = n;
   return 0;
 }

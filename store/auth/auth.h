@@ -68,6 +68,28 @@ void rdzv_auth_wipe(void *p, size_t n);
  * the generator fails (out is then zeroed: never use it). */
 int rdzv_auth_nonce(uint8_t *out, size_t n);
 
+/* Nonces that the daemon which made them recognizes: a node is both a
+ * server (to its children) and a client (to its parent) of the same job
+ * with the same secret, so a fake parent that holds no secret could send
+ * the node's own hello (its nonce Nc) back to the node's own port, and
+ * relay the node's challenge there (Ns and the server proof over Nc, Ns)
+ * to the node as its parent's, and the node's answer (the client proof)
+ * back again: both proofs would be right, made by the node itself. So a
+ * daemon's hellos carry nonces it can tell from any other, and it refuses
+ * a hello that carries one (rdzvd: RDZV_EAUTH, "a reflected hello").
+ * key: RDZV_AUTH_OWN_KEY_BYTES, drawn at random by the daemon at start,
+ * never sent nor stored.
+ *   out (RDZV_AUTH_NONCE_BYTES) = R | the first 16 bytes of
+ *     HMAC-SHA256(key, "rdzv-own-nonce-v1" (17 bytes) | R),
+ *   R = 16 bytes from OpenSSL's CSPRNG (a nonce is fresh by R: 128 bits).
+ * rdzv_auth_own_nonce: 0, or -EINVAL (NULL) / -EIO (no random bytes; out
+ * zeroed). rdzv_auth_is_own_nonce: 1 if nonce (RDZV_AUTH_NONCE_BYTES) was
+ * made with key, else 0 (a peer's random nonce: 0 but with probability
+ * 2^-128), in time that does not depend on where the tag differs. */
+#define RDZV_AUTH_OWN_KEY_BYTES 32u
+int rdzv_auth_own_nonce(const uint8_t *key, uint8_t *out);
+int rdzv_auth_is_own_nonce(const uint8_t *key, const uint8_t *nonce);
+
 /* A job's secret derived from a site key (as munge's key is, one file on
  * every host, readable by root only), so that every host's Prolog makes
  * the same secret without talking to a peer:
@@ -84,7 +106,9 @@ int rdzv_auth_job_secret(const uint8_t *site_key, size_t site_key_len,
  * unless the file is a regular file (a link to one is followed: a
  * Kubernetes Secret volume's files are links) that others can neither
  * read nor write (mode & 0006 == 0; group access is allowed, for a
- * Kubernetes fsGroup), and the secret is 16 .. 1024 bytes. On success
+ * Kubernetes fsGroup), and the secret is 16 .. 1024 bytes (the file at
+ * most 64 bytes more, of trailing whitespace). A FIFO is refused without
+ * waiting for a writer (opened O_NONBLOCK). On success
  * *len is set and 0 returned. Otherwise a negative errno (-ENOENT,
  * -EACCES, -EPERM for a mode others can read, -EINVAL for a length out of
  * range or not a regular file, ...) and err (errlen bytes, NUL-ended)

@@ -50,6 +50,11 @@ static const struct opt opts[] = {
           max_value_bytes, "largest value, bytes"),
   U32_OPT("max-frame-bytes", "RDZVD_MAX_FRAME_BYTES", "67108864",
           max_frame_bytes, "largest frame body, bytes"),
+  U32_OPT("max-hello-bytes", "RDZVD_MAX_HELLO_BYTES", "65536",
+          max_hello_bytes,
+          "largest frame body before a peer's hello is admitted (the hello, "
+          "its proof), bytes (>= 1024): what a stranger may make this "
+          "daemon hold"),
   U32_OPT("max-job-bytes", "RDZVD_MAX_JOB_BYTES", "0", max_job_bytes,
           "root: the most one job may hold (keys, values, records, pending "
           "contributions), bytes; a write past it fails with RDZV_EJOB_FULL "
@@ -473,6 +478,13 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
   if (cfg->max_frame_bytes < 64) {
     snprintf(err, errlen, "--max-frame-bytes must be at least 64 (got %u)",
              cfg->max_frame_bytes);
+    return -EINVAL;
+  }
+  if (cfg->max_hello_bytes < 1024) {
+    snprintf(err, errlen,
+             "--max-hello-bytes must be at least 1024 (got %u): a hello holds "
+             "a job id of up to 255 bytes, a name and a nonce",
+             cfg->max_hello_bytes);
     return -EINVAL;
   }
   if (cfg->max_key_bytes == 0) {

@@ -30,6 +30,7 @@ struct rdzv_daemon_config {
   uint32_t max_key_bytes;
   uint32_t max_value_bytes;
   uint32_t max_frame_bytes;
+  uint32_t max_hello_bytes; /* a frame before the hello is admitted */
   uint32_t max_job_bytes; /* root: one job's keys, values, records and
                              pending contributions; 0 = no cap */
   uint32_t max_outstanding;

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -234,8 +235,10 @@ static int next_frame(struct reader *r, struct rdzv_msg *m) {
   return 0;
 }
 
-static void send_hello(int fd, const char *job, const uint8_t *nonce,
-                       uint32_t nonce_len, struct rdzv_buf *rec) {
+/* A hello of role (enum rdzv_peer_role) and incarnation b. */
+static void send_hello_as(int fd, const char *job, const uint8_t *nonce,
+                          uint32_t nonce_len, int role, uint64_t b,
+                          struct rdzv_buf *rec) {
   struct rdzv_slice k[2] = {{(const uint8_t *)job, (uint32_t)strlen(job)},
                             {(const uint8_t *)"stranger", 8}};
   struct rdzv_slice v = {nonce, nonce_len};
@@ -243,11 +246,18 @@ static void send_hello(int fd, const char *job, const uint8_t *nonce,
   memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_HELLO;
   m.req_id = 7;
+  m.a = role;
+  m.b = (int64_t)b;
   m.keys.n = 2;
   m.keys.v = k;
   m.vals.n = nonce != NULL ? 1 : 0;
   m.vals.v = &v;
   send_msg(fd, &m, rec);
+}
+
+static void send_hello(int fd, const char *job, const uint8_t *nonce,
+                       uint32_t nonce_len, struct rdzv_buf *rec) {
+  send_hello_as(fd, job, nonce, nonce_len, RDZV_ROLE_CLIENT, 0, rec);
 }
 
 static void send_auth(int fd, const uint8_t *proof, uint32_t n,
@@ -554,6 +564,247 @@ static void test_fake_parent(void **state) {
   }
 }
 
+
+/* A fake parent that holds no secret and reaches nothing but the node
+ * itself: it takes the node's hello (nonce Nc) and sends it back to the
+ * node's own port; the node's challenge there (its nonce Ns and its
+ * server proof over Nc, Ns) is exactly what the node, as a child, expects
+ * from its parent, and the node's own answer (its client proof) is what
+ * its server expects. The node must refuse the reflected hello (its own
+ * nonce), so that the fake cannot be its parent and feed its ranks. */
+struct get_result {
+  char addr[320];
+  int rc;
+  char value[64];
+};
+
+static void *get_thread(void *arg) {
+  struct get_result *g = arg;
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = g->addr;
+  o.job_id = "A";
+  o.secret = (const uint8_t *)SECRET_A;
+  o.secret_len = strlen(SECRET_A);
+  rdzv_client_t *c = NULL;
+  g->rc = rdzv_client_create(&o, &c);
+  if (g->rc != 0)
+    return NULL;
+  void *v = NULL;
+  size_t len = 0;
+  g->rc = rdzv_store_get(c, "nccl-id", &v, &len, 120);
+  if (g->rc == 0)
+    snprintf(g->value, sizeof(g->value), "%.*s", (int)len, (char *)v);
+  rdzv_free(v);
+  rdzv_client_destroy(c);
+  return NULL;
+}
+
+static void send_reply(int fd, uint8_t type, uint16_t flags, uint32_t req_id,
+                       int64_t a, const struct rdzv_slice *keys,
+                       uint32_t nkeys, const struct rdzv_slice *vals,
+                       uint32_t nvals) {
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = type;
+  m.flags = (uint16_t)(RDZV_F_REPLY | flags);
+  m.req_id = req_id;
+  m.a = a;
+  m.keys.n = nkeys;
+  m.keys.v = keys;
+  m.vals.n = nvals;
+  m.vals.v = vals;
+  send_msg(fd, &m, NULL);
+}
+
+static void test_reflected_hello(void **state) {
+  (void)state;
+  struct proc n3;
+  char n3_tcp[64], sf[400], parent[64];
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(lfd >= 0);
+  struct sockaddr_in sa;
+  socklen_t sl = sizeof(sa);
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(lfd, 4), 0);
+  assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+  snprintf(parent, sizeof(parent), "127.0.0.1:%d", ntohs(sa.sin_port));
+  snprintf(sf, sizeof(sf), "--secret-file=%s", file_a);
+  const char *nx[] = {sf, "--job=A", "--upstream-timeout-ms=3000",
+                      "--log-level=1", NULL};
+  assert_int_equal(daemon_start(&n3, dir, "n3", parent, nx, n3_tcp), 0);
+  /* A rank of the node asks for a key: the node goes to its "parent". */
+  struct get_result g;
+  memset(&g, 0, sizeof(g));
+  daemon_unix_addr(dir, "n3", g.addr, sizeof(g.addr));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, get_thread, &g), 0);
+  struct reader up = {accept(lfd, NULL, NULL), {0}, 0, 0};
+  assert_true(up.fd >= 0);
+  struct rdzv_msg h, m;
+  struct rdzv_slice cn;
+  uint8_t nonce[32];
+  assert_int_equal(next_frame(&up, &h), 1);
+  assert_int_equal(h.type, RDZV_MSG_HELLO);
+  assert_int_equal(rdzv_items_get(&h.vals, 0, &cn), 0);
+  assert_int_equal(cn.n, 32);
+  memcpy(nonce, cn.p, 32);
+  uint32_t hello_id = h.req_id;
+  /* The node's own hello, back to the node. */
+  struct reader r = {raw_tcp(n3_tcp), {0}, 0, 0};
+  send_hello(r.fd, "A", nonce, 32, NULL);
+  assert_int_equal(next_frame(&r, &m), 1);
+  int challenged = m.type == RDZV_MSG_HELLO && (m.flags & RDZV_F_CHALLENGE);
+  int fed = 0;
+  if (challenged) { /* the rest of the attack: relay both ways */
+    struct rdzv_slice v[2];
+    uint8_t sn[32], sp[32], pc[32];
+    assert_int_equal(rdzv_items_get(&m.vals, 0, &v[0]), 0);
+    assert_int_equal(rdzv_items_get(&m.vals, 1, &v[1]), 0);
+    memcpy(sn, v[0].p, 32);
+    memcpy(sp, v[1].p, 32);
+    struct rdzv_slice cv[2] = {{sn, 32}, {sp, 32}};
+    send_reply(up.fd, RDZV_MSG_HELLO, RDZV_F_CHALLENGE, hello_id, 0, NULL, 0,
+               cv, 2);
+    struct rdzv_slice p;
+    if (next_frame(&up, &m) == 1 && m.type == RDZV_MSG_AUTH &&
+        rdzv_items_get(&m.vals, 0, &p) == 0 && p.n == 32) {
+      uint32_t auth_id = m.req_id;
+      memcpy(pc, p.p, 32);
+      send_auth(r.fd, pc, 32, 0, NULL);
+      uint8_t live[4] = {0x88, 0x13, 0, 0}; /* 5000 ms */
+      struct rdzv_slice lk = {live, 4};
+      send_reply(up.fd, RDZV_MSG_AUTH, 0, auth_id, 1 << 20, &lk, 1, NULL, 0);
+      for (int i = 0; i < 20 && next_frame(&up, &m) == 1; i++) {
+        if (m.type == RDZV_MSG_GET) {
+          struct rdzv_slice fake = {(const uint8_t *)"FAKE", 4};
+          send_reply(up.fd, RDZV_MSG_GET, 0, m.req_id, 0, NULL, 0, &fake, 1);
+          fed = 1;
+          break;
+        }
+        send_reply(up.fd, m.type, 0, m.req_id, 0, NULL, 0, NULL, 0);
+      }
+    }
+  } else {
+    assert_int_equal(m.type, RDZV_MSG_ERROR);
+    assert_int_equal(m.status, RDZV_EAUTH);
+  }
+  /* The fake goes away: the node finds no parent, and its rank's request
+   * fails naming it. */
+  reader_free(&up);
+  close(lfd);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  reader_free(&r);
+  if (fed || strcmp(g.value, "FAKE") == 0)
+    fail_msg("a fake parent that reflected the node's own hello was trusted "
+             "by the node: its rank read \"%s\"", g.value);
+  assert_false(challenged);
+  assert_int_equal(g.rc, RDZV_EUNREACHABLE);
+  assert_true(auth_stat(n3_tcp, "auth.refused") >= 1);
+  assert_int_equal(proc_stop(&n3), 0);
+}
+
+/* A peer that proved the secret and was then refused for another reason
+ * (here a node hello carrying the daemon's own incarnation: "this node
+ * itself"; a standby's redirect and another job's node go the same way)
+ * is counted as accepted, not as a refused authentication. */
+static void test_refused_after_proof(void **state) {
+  (void)state;
+  uint8_t cn[32], sn[32], sp[32], good[32];
+  struct rdzv_msg m;
+  rdzv_auth_nonce(cn, sizeof(cn));
+  struct reader r = {raw_tcp(root_tcp), {0}, 0, 0};
+  send_hello(r.fd, "A", cn, 32, NULL);
+  read_challenge(&r, sn, sp);
+  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, good);
+  send_auth(r.fd, good, 32, 0, NULL);
+  assert_int_equal(next_frame(&r, &m), 1);
+  assert_int_equal(m.status, 0);
+  uint64_t inc = (uint64_t)m.b; /* the root's incarnation */
+  assert_true(inc != 0);
+  reader_free(&r);
+  int64_t refused = auth_stat(root_tcp, "auth.refused");
+  int64_t accepted = auth_stat(root_tcp, "auth.accepted");
+  r = (struct reader){raw_tcp(root_tcp), {0}, 0, 0};
+  send_hello_as(r.fd, "A", cn, 32, RDZV_ROLE_NODE, inc, NULL);
+  read_challenge(&r, sn, sp);
+  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, good);
+  send_auth(r.fd, good, 32, 0, NULL);
+  assert_int_equal(next_frame(&r, &m), 1);
+  assert_int_equal(m.type, RDZV_MSG_AUTH);
+  assert_int_equal(m.status, RDZV_EHELLO);
+  assert_int_equal(next_frame(&r, &m), 0);
+  reader_free(&r);
+  /* (Each stats call is one more accepted peer: the node's hello, and
+   * the two calls below.) */
+  assert_int_equal(auth_stat(root_tcp, "auth.refused"), refused);
+  assert_int_equal(auth_stat(root_tcp, "auth.accepted"), accepted + 3);
+}
+
+/* Before a peer is admitted it holds at most --max-hello-bytes of the
+ * daemon's memory: a frame over it (whole or announced) is refused at
+ * once, not buffered (up to --max-frame-bytes, 64 MiB, per connection) or
+ * kept with the challenge until --hello-timeout-ms. */
+static void test_big_hello(void **state) {
+  (void)state;
+  const char *addrs[] = {root_tcp, node_tcp};
+  for (size_t i = 0; i < 2; i++) {
+    uint8_t cn[32];
+    rdzv_auth_nonce(cn, sizeof(cn));
+    /* A hello whose body says 32 MiB; the first 1000 bytes of it sent. */
+    struct rdzv_slice k[2] = {{(const uint8_t *)"A", 1},
+                              {(const uint8_t *)"big", 3}};
+    struct rdzv_slice v[2] = {{cn, 32}, {NULL, 32u << 20}};
+    uint8_t *big = calloc(1, 32u << 20);
+    assert_non_null(big);
+    v[1].p = big;
+    struct rdzv_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = RDZV_MSG_HELLO;
+    m.req_id = 9;
+    m.keys.n = 2;
+    m.keys.v = k;
+    m.vals.n = 2;
+    m.vals.v = v;
+    struct rdzv_buf b = {0};
+    assert_int_equal(rdzv_msg_encode(&m, &b), 0);
+    free(big);
+    struct reader r = {raw_tcp(addrs[i]), {0}, 0, 0};
+    assert_int_equal(send(r.fd, b.data, 1000, MSG_NOSIGNAL), 1000);
+    rdzv_buf_free(&b);
+    expect_refused(&r, RDZV_EFRAME_TOO_BIG);
+    reader_free(&r);
+  }
+  assert_still_serving();
+}
+
+/* A file of --secret-dir that is a FIFO (a mistake, or someone with
+ * write access there): the daemon must not wait in open() for a writer
+ * (its event loop would stop, and every job with it); the job is refused
+ * as one without a secret is. */
+static void test_fifo_secret(void **state) {
+  (void)state;
+  char fifo[400];
+  snprintf(fifo, sizeof(fifo), "%s/F", sdir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  uint8_t cn[32], sn[32], sp[32], junk[32];
+  memset(cn, 0x44, sizeof(cn));
+  memset(junk, 0x55, sizeof(junk));
+  struct reader r = {raw_tcp(root_tcp), {0}, 0, 0};
+  send_hello(r.fd, "F", cn, 32, NULL);
+  read_challenge(&r, sn, sp);
+  send_auth(r.fd, junk, 32, 0, NULL);
+  expect_refused(&r, RDZV_EAUTH);
+  reader_free(&r);
+  unlink(fifo);
+  assert_still_serving();
+}
+
 static void test_job_completes(void **state) {
   (void)state;
   rdzv_client_t *c = client(node_unix, "A", SECRET_A);
@@ -596,6 +847,10 @@ int main(void) {
       cmocka_unit_test(test_reveals_nothing),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_fake_parent),
+      cmocka_unit_test(test_reflected_hello),
+      cmocka_unit_test(test_refused_after_proof),
+      cmocka_unit_test(test_big_hello),
+      cmocka_unit_test(test_fifo_secret),
       cmocka_unit_test(test_job_completes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -130,6 +130,32 @@ static void test_nonces_differ(void **state) {
   assert_false(rdzv_auth_equal(a, b, 32));
 }
 
+/* A daemon's own nonces: it tells them from any other (a reflected
+ * hello), another daemon (another key) does not, and each is fresh. */
+static void test_own_nonces(void **state) {
+  (void)state;
+  uint8_t k1[RDZV_AUTH_OWN_KEY_BYTES], k2[RDZV_AUTH_OWN_KEY_BYTES];
+  uint8_t a[32], b[32], r[32];
+  assert_int_equal(rdzv_auth_nonce(k1, sizeof(k1)), 0);
+  assert_int_equal(rdzv_auth_nonce(k2, sizeof(k2)), 0);
+  assert_int_equal(rdzv_auth_own_nonce(k1, a), 0);
+  assert_int_equal(rdzv_auth_own_nonce(k1, b), 0);
+  assert_false(rdzv_auth_equal(a, b, 32));
+  assert_int_equal(rdzv_auth_is_own_nonce(k1, a), 1);
+  assert_int_equal(rdzv_auth_is_own_nonce(k1, b), 1);
+  assert_int_equal(rdzv_auth_is_own_nonce(k2, a), 0);
+  /* A peer's random nonce, and one bit of the tag or of R changed. */
+  assert_int_equal(rdzv_auth_nonce(r, sizeof(r)), 0);
+  assert_int_equal(rdzv_auth_is_own_nonce(k1, r), 0);
+  for (int i = 0; i < 32; i++) {
+    memcpy(r, a, 32);
+    r[i] ^= 0x01;
+    assert_int_equal(rdzv_auth_is_own_nonce(k1, r), 0);
+  }
+  assert_int_equal(rdzv_auth_own_nonce(NULL, a), -EINVAL);
+  assert_int_equal(rdzv_auth_is_own_nonce(NULL, a), 0);
+}
+
 /* Secret files: what is accepted and what refused, and why. */
 static void test_secret_files(void **state) {
   (void)state;
@@ -187,6 +213,33 @@ static void test_secret_files(void **state) {
                      n == 1024 ? 0 : -EINVAL);
     unlink(path);
   }
+  /* The most, then trailing whitespace (`head -c 1024 ...; echo`): the
+   * limit counts the secret, not the newline after it. */
+  snprintf(path, sizeof(path), "%s/long-nl", dir);
+  FILE *nl = fopen(path, "w");
+  assert_non_null(nl);
+  for (int i = 0; i < 1024; i++)
+    fputc('y', nl);
+  fputs(" \r\n\n", nl);
+  fclose(nl);
+  chmod(path, 0600);
+  len = 0;
+  assert_int_equal(rdzv_auth_secret_load(path, out, sizeof(out), &len, err,
+                                         sizeof(err)),
+                   0);
+  assert_int_equal(len, 1024);
+  assert_int_equal(out[1023], 'y');
+  unlink(path);
+  /* A FIFO (no writer): refused as not a regular file at once; opening it
+   * must not wait for a writer (a daemon reads --secret-dir's files on its
+   * event loop: it would hang every peer). */
+  snprintf(path, sizeof(path), "%s/fifo", dir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  assert_int_equal(
+      rdzv_auth_secret_load(path, out, sizeof(out), &len, err, sizeof(err)),
+      -EINVAL);
+  assert_non_null(strstr(err, "not a regular file"));
+  unlink(path);
   /* Missing, and a directory. */
   snprintf(path, sizeof(path), "%s/none", dir);
   assert_int_equal(
@@ -205,6 +258,7 @@ int main(void) {
       cmocka_unit_test(test_job_secret_known_answer),
       cmocka_unit_test(test_proof_binds_every_input),
       cmocka_unit_test(test_nonces_differ),
+      cmocka_unit_test(test_own_nonces),
       cmocka_unit_test(test_secret_files),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

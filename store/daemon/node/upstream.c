@@ -1012,10 +1012,11 @@ static void send_hello(struct upstream *u) {
   m.keys.n = 2;
   m.keys.v = keys;
   /* With the job's secret: a fresh nonce, which the parent's proof must
-   * bind. */
+   * bind; one this daemon recognizes, so that this hello, sent back to
+   * this daemon's own port by a fake parent, is refused there. */
   struct rdzv_slice nonce = {u->cnonce, sizeof(u->cnonce)};
   u->auth_sent = false;
-  if (up_has_secret(u) && rdzv_auth_nonce(u->cnonce, sizeof(u->cnonce)) == 0) {
+  if (up_has_secret(u) && rdzv_auth_own_nonce(u->d->own_key, u->cnonce) == 0) {
     m.vals.n = 1;
     m.vals.v = &nonce;
   }

@@ -28,9 +28,13 @@ void rdzv__conn_ref(struct conn *c) { c->refs++; }
 
 static void peer_desc(struct conn *c, char *buf, size_t n);
 
+/* The most of a challenged hello's peer name kept until its proof comes
+ * (the connection's name holds fewer). */
+#define HELLO_NAME_KEEP 255u
+
 /* A challenged hello waiting for the peer's proof (RDZV_MSG_AUTH). */
 struct conn_auth {
-  struct rdzv_buf hello; /* the hello frame, encoded again */
+  struct rdzv_buf hello; /* what admission needs of the hello, encoded */
   uint8_t expect[RDZV_AUTH_PROOF_BYTES]; /* the client proof it must send */
   bool known; /* this daemon holds the job's secret */
 };
@@ -667,8 +671,31 @@ static void hello_challenge(struct conn *c, const struct rdzv_msg *m,
                     : "its hello's nonce is not 32 bytes");
     return;
   }
+  if (rdzv_auth_is_own_nonce(d->own_key, cn.p)) {
+    /* This daemon's own hello to a parent, sent back to it: whoever holds
+     * that connection is not its parent (it would relay this daemon's
+     * proofs between its two sides, holding no secret itself). */
+    auth_refuse(c, 0, job,
+                "its nonce is this daemon's own, from its hello to a parent: "
+                "a reflected hello (a fake parent at that parent's address)");
+    return;
+  }
+  /* What the hello's admission needs of it, kept until the proof comes:
+   * no more (its other items, up to --max-hello-bytes, are not held). */
+  struct rdzv_slice keep[2] = {job, {NULL, 0}};
+  rdzv_items_get(&m->keys, 1, &keep[1]);
+  if (keep[1].n > HELLO_NAME_KEEP)
+    keep[1].n = HELLO_NAME_KEEP;
+  struct rdzv_msg hk;
+  memset(&hk, 0, sizeof(hk));
+  hk.type = RDZV_MSG_HELLO;
+  hk.req_id = m->req_id;
+  hk.a = m->a;
+  hk.b = m->b;
+  hk.keys.n = 2;
+  hk.keys.v = keep;
   struct conn_auth *a = calloc(1, sizeof(*a));
-  if (a == NULL || rdzv_msg_encode(m, &a->hello) < 0) {
+  if (a == NULL || rdzv_msg_encode(&hk, &a->hello) < 0) {
     if (a != NULL)
       rdzv_buf_free(&a->hello);
     free(a);
@@ -716,6 +743,7 @@ static void handle_auth(struct conn *c, const struct rdzv_msg *m) {
   size_t used = 0;
   if (rdzv_msg_decode(a->hello.data, a->hello.len, UINT32_MAX, &h, &used) <
       0) { /* cannot be: this daemon encoded it */
+    auth_free(c);
     rdzv__conn_fail(c, RDZV_EPROTO, "hello lost");
     return;
   }
@@ -736,8 +764,14 @@ static void handle_auth(struct conn *c, const struct rdzv_msg *m) {
     return;
   }
   d->stats.auth_accepted++;
-  hello_admit(c, &h, m);
+  /* Proved: no longer a challenged connection (a refusal by the admission
+   * that follows, a standby's redirect, another job's node, is not one of
+   * the authentication's). h points into the hello kept, freed after. */
+  struct rdzv_buf hello = a->hello;
+  a->hello = (struct rdzv_buf){0};
   auth_free(c);
+  hello_admit(c, &h, m);
+  rdzv_buf_free(&hello);
 }
 
 static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
@@ -997,12 +1031,23 @@ static void decode_frames(struct conn *c) {
   while (c->state == CONN_HELLO_WAIT || c->state == CONN_READY) {
     struct rdzv_msg m;
     size_t used = 0;
-    int rc = rdzv_msg_decode(c->in.data + off, c->in.len - off,
-                             d->cfg.max_frame_bytes, &m, &used);
+    /* Until the hello is admitted (the hello, and its proof), a peer is
+     * nobody: it gets --max-hello-bytes of this daemon's memory, not
+     * --max-frame-bytes until --hello-timeout-ms. */
+    bool before = c->state == CONN_HELLO_WAIT;
+    uint32_t limit = before && d->cfg.max_hello_bytes < d->cfg.max_frame_bytes
+                         ? d->cfg.max_hello_bytes
+                         : d->cfg.max_frame_bytes;
+    int rc = rdzv_msg_decode(c->in.data + off, c->in.len - off, limit, &m,
+                             &used);
     if (rc == RDZV_ENEEDMORE)
       break;
     if (rc < 0) {
-      rdzv__conn_fail(c, rc, "undecodable frame");
+      rdzv__conn_fail(c, rc,
+                      rc == RDZV_EFRAME_TOO_BIG && before
+                          ? "a frame before the hello was admitted over "
+                            "--max-hello-bytes"
+                          : "undecodable frame");
       break;
     }
     if (m.flags & RDZV_F_REPLY) {

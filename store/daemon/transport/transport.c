@@ -127,6 +127,10 @@ static int auth_start(struct daemon *d) {
   char err[800];
   struct stat st;
   d->auth_limit.what = "refused authentications";
+  if (rdzv_auth_nonce(d->own_key, sizeof(d->own_key)) < 0) {
+    fprintf(stderr, "rdzvd: no random numbers (OpenSSL RAND_bytes)\n");
+    return -EIO;
+  }
   if (d->cfg.secret_file[0] != '\0') {
     if (rdzv_auth_secret_load(d->cfg.secret_file, d->secret,
                               sizeof(d->secret), &d->secret_len, err,

@@ -405,6 +405,11 @@ struct daemon {
   uint8_t secret[1024];
   size_t secret_len;
   struct rdzv_log_limit auth_limit;
+  /* This daemon's own key (random at start, never sent): its hellos to a
+   * parent carry nonces made with it (rdzv_auth_own_nonce), so that a
+   * hello sent back to it (a fake parent reflecting the node's own
+   * hello) is refused. */
+  uint8_t own_key[32];
 };
 
 /* Creates the daemon of cfg on loop with role (and role_ctx, kept for the
