@@ -805,6 +805,31 @@ static void test_fifo_secret(void **state) {
   assert_still_serving();
 }
 
+/* A daemon with a secret and the TCPStore front end, which has no
+ * authentication (c10d's protocol has none): it says so at start, so that
+ * nobody takes the job for protected. */
+static void test_tcpstore_warns(void **state) {
+  (void)state;
+  struct proc ts;
+  char tcp[64], sf[400], log[300];
+  snprintf(sf, sizeof(sf), "--secret-file=%s", file_a);
+  snprintf(log, sizeof(log), "%s/ts.log", dir);
+  const char *x[] = {sf, "--job=A", "--tcpstore-listen=127.0.0.1:0",
+                     "--log-level=0", NULL};
+  assert_int_equal(start_logged(&ts, "ts", NULL, x, tcp, log), 0);
+  assert_int_equal(proc_stop(&ts), 0);
+  FILE *f = fopen(log, "r");
+  assert_non_null(f);
+  char *text = NULL;
+  size_t cap = 0;
+  assert_true(getdelim(&text, &cap, '\0', f) > 0);
+  fclose(f);
+  assert_non_null(strstr(text, "TCPStore front end"));
+  assert_non_null(strstr(text, "without authentication"));
+  assert_null(strstr(text, SECRET_A));
+  free(text);
+}
+
 static void test_job_completes(void **state) {
   (void)state;
   rdzv_client_t *c = client(node_unix, "A", SECRET_A);
@@ -851,6 +876,7 @@ int main(void) {
       cmocka_unit_test(test_refused_after_proof),
       cmocka_unit_test(test_big_hello),
       cmocka_unit_test(test_fifo_secret),
+      cmocka_unit_test(test_tcpstore_warns),
       cmocka_unit_test(test_job_completes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

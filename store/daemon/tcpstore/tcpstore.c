@@ -820,8 +820,16 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
             strerror(-rc));
     return rc;
   }
-  rdzv__log(d, 1, "TCPStore front end on %s:%d for job %s", host, bound,
-            job);
+  if (d->auth) /* said where it is read: the secret does not cover it */
+    rdzv__log(d, 0,
+              "TCPStore front end on %s:%d for job %s, without "
+              "authentication (c10d's protocol has none): any process that "
+              "reaches that port reads and writes job %s's keys, whatever "
+              "--secret-file or --secret-dir",
+              host, bound, job, job);
+  else
+    rdzv__log(d, 1, "TCPStore front end on %s:%d for job %s", host, bound,
+              job);
   return 0;
 }
 
