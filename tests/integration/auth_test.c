@@ -830,6 +830,165 @@ static void test_tcpstore_warns(void **state) {
   free(text);
 }
 
+/* A fake parent that asks no proof, in a thread (no cmocka asserts
+ * there): it accepts until stop, answers each hello with a plain reply,
+ * and a GET with "FAKE" (fed counts them). */
+struct plain_parent {
+  int lfd;
+  volatile int stop;
+  int fed;
+  int nonceless; /* hellos without a nonce */
+};
+
+static int plain_read(int fd, struct rdzv_buf *in, size_t *off,
+                      struct rdzv_msg *m, volatile int *stop) {
+  while (!*stop) {
+    size_t used = 0;
+    if (in->len > *off &&
+        rdzv_msg_decode(in->data + *off, in->len - *off, 1 << 20, m, &used) ==
+            0) {
+      *off += used;
+      return 1;
+    }
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0)
+      continue;
+    if (rdzv_buf_reserve(in, 4096) < 0)
+      return 0;
+    ssize_t n = recv(fd, in->data + in->len, in->cap - in->len, 0);
+    if (n <= 0)
+      return 0;
+    in->len += (size_t)n;
+  }
+  return 0;
+}
+
+static void plain_send(int fd, const struct rdzv_msg *m) {
+  struct rdzv_buf b = {0};
+  if (rdzv_msg_encode(m, &b) == 0)
+    (void)send(fd, b.data, b.len, MSG_NOSIGNAL);
+  rdzv_buf_free(&b);
+}
+
+static void *plain_parent_thread(void *arg) {
+  struct plain_parent *pp = arg;
+  while (!pp->stop) {
+    struct pollfd p = {pp->lfd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0)
+      continue;
+    int fd = accept(pp->lfd, NULL, NULL);
+    if (fd < 0)
+      continue;
+    struct rdzv_buf in = {0};
+    size_t off = 0;
+    struct rdzv_msg m, r;
+    uint8_t live[4] = {0x88, 0x13, 0, 0};
+    struct rdzv_slice lk = {live, 4}, fake = {(const uint8_t *)"FAKE", 4};
+    if (plain_read(fd, &in, &off, &m, &pp->stop) && m.type == RDZV_MSG_HELLO) {
+      if (m.vals.n == 0)
+        pp->nonceless++;
+      memset(&r, 0, sizeof(r));
+      r.type = RDZV_MSG_HELLO;
+      r.flags = RDZV_F_REPLY;
+      r.req_id = m.req_id;
+      r.a = 1 << 20;
+      r.b = 777;
+      r.keys.n = 1;
+      r.keys.v = &lk;
+      plain_send(fd, &r);
+      while (plain_read(fd, &in, &off, &m, &pp->stop)) {
+        memset(&r, 0, sizeof(r));
+        r.type = m.type;
+        r.flags = RDZV_F_REPLY;
+        r.req_id = m.req_id;
+        if (m.type == RDZV_MSG_GET) {
+          r.vals.n = 1;
+          r.vals.v = &fake;
+          pp->fed++;
+        }
+        plain_send(fd, &r);
+      }
+    }
+    rdzv_buf_free(&in);
+    close(fd);
+  }
+  return NULL;
+}
+
+/* A node with --secret-dir whose file of the job goes (the job's Secret
+ * deleted, the file made unreadable) while its ranks are in, and whose
+ * parent is then replaced by one that asks no proof: the node must not
+ * take it (it can check no parent), and its rank gets no value of it. */
+static void test_secret_gone_parent(void **state) {
+  (void)state;
+  char ndir[320], nfile[340], nsd[400], n4_tcp[64];
+  snprintf(ndir, sizeof(ndir), "%s/n4-secrets", dir);
+  assert_int_equal(mkdir(ndir, 0700), 0);
+  snprintf(nfile, sizeof(nfile), "%s/A", ndir);
+  write_file(nfile, SECRET_A, 0600);
+  struct plain_parent pp;
+  memset(&pp, 0, sizeof(pp));
+  pp.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(pp.lfd >= 0);
+  struct sockaddr_in sa;
+  socklen_t sl = sizeof(sa);
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(pp.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(pp.lfd, 8), 0);
+  assert_int_equal(getsockname(pp.lfd, (struct sockaddr *)&sa, &sl), 0);
+  char parent[64];
+  snprintf(parent, sizeof(parent), "127.0.0.1:%d", ntohs(sa.sin_port));
+  snprintf(nsd, sizeof(nsd), "--secret-dir=%s", ndir);
+  struct proc n4;
+  const char *nx[] = {nsd, "--upstream-timeout-ms=3000", "--log-level=1",
+                      NULL};
+  assert_int_equal(daemon_start(&n4, dir, "n4", parent, nx, n4_tcp), 0);
+  /* A rank proves the secret while the file is there. */
+  uint8_t cn[32], sn[32], sp[32], good[32];
+  struct rdzv_msg m;
+  rdzv_auth_nonce(cn, sizeof(cn));
+  struct reader r = {raw_tcp(n4_tcp), {0}, 0, 0};
+  send_hello(r.fd, "A", cn, 32, NULL);
+  read_challenge(&r, sn, sp);
+  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, good);
+  send_auth(r.fd, good, 32, 0, NULL);
+  assert_int_equal(next_frame(&r, &m), 1);
+  assert_int_equal(m.status, 0);
+  /* The file goes; the fake answers from now on. */
+  assert_int_equal(unlink(nfile), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, plain_parent_thread, &pp), 0);
+  struct rdzv_slice k = {(const uint8_t *)"nccl-id", 7};
+  struct rdzv_msg q;
+  memset(&q, 0, sizeof(q));
+  q.type = RDZV_MSG_GET;
+  q.req_id = 11;
+  q.keys.n = 1;
+  q.keys.v = &k;
+  send_msg(r.fd, &q, NULL);
+  assert_int_equal(next_frame(&r, &m), 1);
+  int status = m.status;
+  char got[16] = "";
+  struct rdzv_slice v;
+  if (rdzv_items_get(&m.vals, 0, &v) == 0)
+    snprintf(got, sizeof(got), "%.*s", (int)v.n, (const char *)v.p);
+  pp.stop = 1;
+  assert_int_equal(pthread_join(t, NULL), 0);
+  close(pp.lfd);
+  reader_free(&r);
+  if (pp.fed > 0 || strcmp(got, "FAKE") == 0)
+    fail_msg("a node whose job secret file went took a parent that asked "
+             "no proof (%d hellos without a nonce): its rank read \"%s\"",
+             pp.nonceless, got);
+  assert_int_equal(pp.nonceless, 0);
+  assert_int_equal(status, RDZV_EUNREACHABLE);
+  assert_int_equal(proc_stop(&n4), 0);
+  rm_rf(ndir);
+}
+
 static void test_job_completes(void **state) {
   (void)state;
   rdzv_client_t *c = client(node_unix, "A", SECRET_A);
@@ -877,6 +1036,7 @@ int main(void) {
       cmocka_unit_test(test_big_hello),
       cmocka_unit_test(test_fifo_secret),
       cmocka_unit_test(test_tcpstore_warns),
+      cmocka_unit_test(test_secret_gone_parent),
       cmocka_unit_test(test_job_completes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

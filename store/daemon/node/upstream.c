@@ -837,7 +837,7 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
       up_reset(u, "hello refused", m->status ? m->status : RDZV_EHELLO);
       return false;
     }
-    if (u->d->auth && !u->auth_sent && up_has_secret(u)) {
+    if (u->d->auth && !u->auth_sent) {
       /* It asked for no proof: it does not hold the job's secret (a fake
        * parent, or one started without --secret-file): not trusted. */
       u->d->stats.auth_parent_refused++;
@@ -1016,7 +1016,21 @@ static void send_hello(struct upstream *u) {
    * this daemon's own port by a fake parent, is refused there. */
   struct rdzv_slice nonce = {u->cnonce, sizeof(u->cnonce)};
   u->auth_sent = false;
-  if (up_has_secret(u) && rdzv_auth_own_nonce(u->d->own_key, u->cnonce) == 0) {
+  if (u->d->auth) {
+    /* A node with secrets takes no parent it cannot check: without this
+     * job's (a --secret-dir file gone, unreadable), the ranks that proved
+     * it earlier would be served by whatever asks no proof. */
+    if (!up_has_secret(u) ||
+        rdzv_auth_own_nonce(u->d->own_key, u->cnonce) < 0) {
+      u->d->stats.auth_parent_refused++;
+      rdzv__log_auth(u->d, "job %s: %s: this node holds no secret of the "
+                     "job (its --secret-dir file is missing or unreadable) "
+                     "to check a parent with: not connecting",
+                     u->job_id, u->cand_text);
+      up_attempt_failed(u, "no secret of the job (--secret-dir) to check "
+                           "the parent with, at", RDZV_EAUTH);
+      return;
+    }
     m.vals.n = 1;
     m.vals.v = &nonce;
   }
