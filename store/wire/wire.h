@@ -98,7 +98,12 @@ enum rdzv_msg_type {
    * field; and a hello without a nonce with RDZV_EAUTH. The peer checks
    * the proof (a daemon that cannot prove the secret is not its job's:
    * the peer refuses it, RDZV_EAUTH) and sends RDZV_MSG_AUTH. A peer with
-   * a secret refuses a reply without a challenge. */
+   * a secret refuses a reply without a challenge. A daemon's own hellos
+   * to its parent carry nonces it can recognize (rdzv_auth_own_nonce),
+   * and it answers a hello carrying one with RDZV_EAUTH, not a challenge
+   * (its proof would be what it takes, as a child, for its parent's: a
+   * fake parent reflecting the hello). Until the hello is admitted, rdzvd
+   * holds a frame to --max-hello-bytes (RDZV_EFRAME_TOO_BIG). */
   RDZV_MSG_HELLO = 1,
   /* keys[0], vals[0]; flag WRITE_ONCE. Reply: status. */
   RDZV_MSG_SET = 2,

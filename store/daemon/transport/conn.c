@@ -672,12 +672,15 @@ static void hello_challenge(struct conn *c, const struct rdzv_msg *m,
     return;
   }
   if (rdzv_auth_is_own_nonce(d->own_key, cn.p)) {
-    /* This daemon's own hello to a parent, sent back to it: whoever holds
-     * that connection is not its parent (it would relay this daemon's
-     * proofs between its two sides, holding no secret itself). */
+    /* This daemon's own hello to a parent, come back to it: its --parent
+     * range holds its own port, or whoever took that connection reflects
+     * it (a fake parent, which would relay this daemon's proofs between
+     * its two sides holding no secret itself). No challenge: its proof
+     * is what this daemon, as a child, would take for its parent's. */
     auth_refuse(c, 0, job,
-                "its nonce is this daemon's own, from its hello to a parent: "
-                "a reflected hello (a fake parent at that parent's address)");
+                "its nonce is this daemon's own: its hello to a parent came "
+                "back (its --parent range holds its own port, or a fake "
+                "parent reflects it)");
     return;
   }
   /* What the hello's admission needs of it, kept until the proof comes:
