@@ -88,6 +88,20 @@ char *rdzv__stats_json(const struct daemon *d) {
                       json_integer((json_int_t)s->sessions_resumed));
   json_object_set_new(o, "sessions_lost",
                       json_integer((json_int_t)s->sessions_lost));
+  /* Authentication: where the secret comes from ("none": any peer that
+   * reaches a port joins), and the hellos challenged, accepted, refused
+   * (of which without a nonce), and parents refused. Never a secret. */
+  json_object_set_new(
+      o, "auth",
+      json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "secret",
+                d->cfg.secret_file[0] != '\0'  ? "file"
+                : d->cfg.secret_dir[0] != '\0' ? "dir"
+                                               : "none",
+                "challenged", (json_int_t)s->auth_challenged, "accepted",
+                (json_int_t)s->auth_accepted, "refused",
+                (json_int_t)s->auth_refused, "no_nonce",
+                (json_int_t)s->auth_no_nonce, "parent_refused",
+                (json_int_t)s->auth_parent_refused));
   if (s->etcd_role != NULL)
     json_object_set_new(
         o, "etcd",
