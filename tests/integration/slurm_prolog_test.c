@@ -58,8 +58,10 @@ static int file_exists(const char *fmt, int h) {
 }
 
 /* The test's RDZV_PORT_BASE: job J's nodes try ports base + J mod 7 + 0..1
- * (RDZV_PORT_RANGE=7, RDZV_PORT_TRIES=2). */
-static int port_base(void) { return 20000 + (int)(getpid() % 20000); }
+ * (RDZV_PORT_RANGE=7, RDZV_PORT_TRIES=2). Below Linux's ephemeral ports
+ * (32768 and up), where other programs' outgoing connections (on a busy
+ * machine, thousands) could hold a port the test's nodes need. */
+static int port_base(void) { return 20000 + (int)(getpid() % 12000); }
 
 /* Runs a deploy script for host h with job's Slurm environment, and bin
  * as RDZV_BIN (NULL: the rdzvd built here). *out (if not NULL) gets its
@@ -310,8 +312,14 @@ static void check_secret_prologs(void) {
 static void check_failed_prologs(void) {
   /* Job 4249 is 4242 mod RDZV_PORT_RANGE (7): its nodes take the range's
    * second port on every host. */
-  for (int h = 0; h < 3; h++)
-    assert_int_equal(run_job_script("prolog.sh", h, 4249, NULL, NULL), 0);
+  for (int h = 0; h < 3; h++) {
+    char *out = NULL;
+    int rc = run_job_script("prolog.sh", h, 4249, NULL, &out);
+    if (rc != 0)
+      fail_msg("prolog of job 4249 on host %d: status %d, output [%s]", h, rc,
+               out);
+    free(out);
+  }
   char pf[128];
   snprintf(pf, sizeof(pf), "%s/host1/4249.node.port", dir);
   assert_int_equal(wait_port_file(pf, 5), port_base() + 4242 % 7 + 1);
@@ -474,12 +482,29 @@ static int ctl_with_secret(const char *secret_file, const char *addr,
   return run_cmd(argv, out);
 }
 
+/* A number from the stats of job 4242's daemon at addr (tcp:HOST:PORT),
+ * asked with the job's secret file; -1 if they cannot be read. */
+static int64_t node_auth_stat(const char *secret_file, const char *addr,
+                              const char *path) {
+  char ctl[1200], env[200];
+  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
+  snprintf(env, sizeof(env), "RDZV_SECRET_FILE=%s", secret_file);
+  char *argv[] = {"/usr/bin/env", "-u", "RDZV_SECRET", env, ctl, "--addr",
+                  (char *)addr, "--job", "4242", "--timeout", "10", "stats",
+                  NULL};
+  char *out = NULL;
+  int rc = run_cmd(argv, &out);
+  int64_t v = rc == 0 ? stats_get(out, path) : -1;
+  free(out);
+  return v;
+}
+
 /* Job 4242's nodes refuse whoever lacks its secret: rdzvctl with no
  * secret at a node's TCP port and at its Unix socket, and with another
  * job's secret (derived from the same site key), each refused with
  * RDZV_EAUTH; with the job's own secret file the same command works. A
- * daemon without the secret that poses as a child node is refused too
- * (it gets no parent). port: the first port of the job's nodes. */
+ * daemon without the secret that poses as a child node is refused too.
+ * port: the first port of the job's nodes. */
 static void check_refused(int port) {
   char tcp[64], sock[160], other[160], own[160];
   snprintf(tcp, sizeof(tcp), "tcp:127.0.0.2:%d", port);
@@ -514,6 +539,51 @@ static void check_refused(int port) {
   if (rc != 0)
     fail_msg("rdzvctl set with the job's secret at %s: status %d, [%s]", tcp,
              rc, out);
+  free(out);
+  /* A daemon without the secret posing as a child node of host 1's: it
+   * takes a client's set (it asks no secret itself), but its hello to the
+   * node carries no proof and is refused (the node counts it in
+   * auth.no_nonce), so the key never reaches the job. */
+  int64_t before = node_auth_stat(own, tcp, "auth.no_nonce");
+  assert_true(before >= 0);
+  struct proc fake;
+  char fake_tcp[64], parent[64], fake_addr[80];
+  snprintf(parent, sizeof(parent), "127.0.0.2:%d", port);
+  const char *fx[] = {"--job=4242", NULL};
+  const char *saved = getenv("RDZV_SECRET_FILE");
+  char keep[200];
+  snprintf(keep, sizeof(keep), "%s", saved != NULL ? saved : "");
+  unsetenv("RDZV_SECRET_FILE");
+  assert_int_equal(daemon_start(&fake, dir, "fake-child", parent, fx, fake_tcp),
+                   0);
+  if (keep[0] != '\0')
+    setenv("RDZV_SECRET_FILE", keep, 1);
+  snprintf(fake_addr, sizeof(fake_addr), "tcp:%s", fake_tcp);
+  char *fset[] = {"/usr/bin/env", "-u", "RDZV_SECRET", "-u", "RDZV_SECRET_FILE",
+                  ctl, "--addr", fake_addr, "--job", "4242", "--timeout", "3",
+                  "set", "from-fake", "v", NULL};
+  out = NULL;
+  rc = run_cmd(fset, &out);
+  if (rc == 0)
+    fail_msg("a set through a child node without the secret succeeded: [%s]",
+             out);
+  free(out);
+  int64_t after = node_auth_stat(own, tcp, "auth.no_nonce");
+  assert_int_equal(proc_stop(&fake), 0);
+  if (after <= before)
+    fail_msg("host 1's node did not refuse the fake child's hello: "
+             "auth.no_nonce %lld then %lld",
+             (long long)before, (long long)after);
+  out = NULL;
+  char *get[] = {"/usr/bin/env", "-u", "RDZV_SECRET", "RDZV_SECRET_FILE=",
+                 ctl, "--addr", tcp, "--job", "4242", "--timeout", "5",
+                 "get", "from-fake", NULL};
+  char sfe[200];
+  snprintf(sfe, sizeof(sfe), "RDZV_SECRET_FILE=%s", own);
+  get[3] = sfe;
+  rc = run_cmd(get, &out);
+  if (rc != 1 || strstr(out, "not found") == NULL)
+    fail_msg("the fake child's key reached the job: status %d, [%s]", rc, out);
   free(out);
 }
 
@@ -616,7 +686,8 @@ static void test_prolog_task_prolog_epilog(void **state) {
   assert_int_equal(setenv("RDZV_SECRET_FILE", host2_secret, 1), 0);
   rdzv_client_opts_init(&o);
   o.addr = sock;
-  o.job_id = "stats";
+  /* The node holds job 4242's secret only (--job): stats as that job. */
+  o.job_id = "4242";
   rdzv_client_t *c = NULL;
   assert_int_equal(rdzv_client_create(&o, &c), 0);
   assert_int_equal(rdzv_store_stats(c, &json, 10), 0);

@@ -191,13 +191,26 @@ check_secrets() {
   fi
 }
 
+# A number from the stats of job $1's daemon at $2, asked with the job's
+# secret (n2's copy), by its dotted path $3.
+node_stat() {
+  env -u RDZV_SECRET RDZV_SECRET_FILE="$D/run/n2/$1.secret" "$D/bin/rdzvctl" \
+    --addr "$2" --job "$1" --timeout 10 stats 2>/dev/null |
+    /usr/bin/python3 -c 'import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."): v = v[k]
+print(v)' "$3"
+}
+
 # Check 6: job $1's node on n2 refuses rdzvctl without the job's secret
-# (none; job $2's, also running) and a fake child node without it; with
-# the secret the same command works.
+# (none; another job's, as its Prolog would derive it) and a fake child
+# node without it; with the secret the same command works.
 check_refusals() {
-  local j=$1 other=$2 port addr out rc
+  local j=$1 other=$(($1 + 1000)) port addr out rc
   port=$(cat "$D/run/n2/$j.node.port" 2>/dev/null)
   addr="tcp:127.0.1.2:$port"
+  "$D/bin/rdzvctl" job-secret --site-key "$D/etc/site.key" --job "$other" \
+    --out "$D/work/$other.secret"
   out=$(env -u RDZV_SECRET_FILE -u RDZV_SECRET "$D/bin/rdzvctl" --addr "$addr" \
     --job "$j" --timeout 10 set k v 2>&1)
   rc=$?
@@ -206,7 +219,7 @@ check_refusals() {
   else
     fail "rdzvctl without the secret at job $j's node $addr: status $rc: $out"
   fi
-  out=$(env -u RDZV_SECRET RDZV_SECRET_FILE="$D/run/n2/$other.secret" \
+  out=$(env -u RDZV_SECRET RDZV_SECRET_FILE="$D/work/$other.secret" \
     "$D/bin/rdzvctl" --addr "$addr" --job "$j" --timeout 10 set k v 2>&1)
   rc=$?
   if [ "$rc" != 0 ] && grep -q RDZV_EAUTH <<<"$out"; then
@@ -222,23 +235,33 @@ check_refusals() {
   else
     fail "rdzvctl with job $j's own secret at $addr: status $rc: $out"
   fi
-  # A daemon posing as a child node of n2, without the secret: refused.
-  local fake=$D/work/fake-$j fpid i
-  env -u RDZV_SECRET_FILE -u RDZVD_SECRET_FILE "$D/bin/rdzvd" --role=node \
+  # A daemon posing as a child node of n2, without the secret: it takes a
+  # client's set (it asks no secret itself), but n2's node refuses its
+  # hello (auth.no_nonce counts it) and the key never reaches the job.
+  local fake=$D/work/fake-$j fpid i before after
+  before=$(node_stat "$j" "$addr" auth.no_nonce)
+  env -u RDZVD_SECRET_FILE -u RDZVD_SECRET_DIR "$D/bin/rdzvd" --role=node \
     --job="$j" --parent="127.0.1.2:$port" --listen=127.0.0.1:0 \
     --port-file="$fake.port" --name="fake-child-$j" --log-level=1 \
     >"$fake.log" 2>&1 &
   fpid=$!
   for ((i = 0; i < 100; i++)); do
-    grep -qs RDZV_EAUTH "$fake.log" && break
+    [ -s "$fake.port" ] && break
     sleep 0.1
   done
+  env -u RDZV_SECRET_FILE -u RDZV_SECRET "$D/bin/rdzvctl" \
+    --addr "tcp:127.0.0.1:$(cat "$fake.port" 2>/dev/null)" --job "$j" \
+    --timeout 3 set from-fake v >/dev/null 2>&1 && rc=0 || rc=$?
+  after=$(node_stat "$j" "$addr" auth.no_nonce)
   kill "$fpid" 2>/dev/null
   wait "$fpid" 2>/dev/null
-  if grep -qs RDZV_EAUTH "$fake.log"; then
-    ok "a fake child node of job $j without the secret is refused: $(grep -m1 RDZV_EAUTH "$fake.log")"
+  out=$(env -u RDZV_SECRET RDZV_SECRET_FILE="$D/run/n2/$j.secret" \
+    "$D/bin/rdzvctl" --addr "$addr" --job "$j" --timeout 10 get from-fake 2>&1)
+  if [ "$rc" != 0 ] && [ "${after:-0}" -gt "${before:-0}" ] &&
+    grep -q "not found" <<<"$out" && grep -qs "authentication failed" "$fake.log"; then
+    ok "a fake child node of job $j without the secret is refused (n2's auth.no_nonce $before -> $after; the set through it failed, status $rc): $(grep -m1 'authentication failed' "$fake.log" | cut -c1-120)"
   else
-    fail "a fake child node of job $j without the secret: its log: $(tail -n 5 "$fake.log")"
+    fail "a fake child node of job $j without the secret: set status $rc, auth.no_nonce $before -> $after, get [$out], its log: $(tail -n 3 "$fake.log")"
   fi
 }
 
@@ -369,7 +392,7 @@ for ((i = 0; i < 100; i++)); do # its daemons are up on every host
   sleep 0.1
 done
 check_secrets "$cj"
-check_refusals "$cj" "$tl"
+check_refusals "$cj"
 scancel "$cj"
 st=$(wait_job_done "$cj" 60)
 [ "$st" = CANCELLED ] || fail "job $cj: $st after scancel"
