@@ -8,6 +8,7 @@
  *    "children_silent", "split_frames", "resent", "reattached",
  *    "dedup_hits", "fenced",
  *    "sessions_resumed", "sessions_lost",
+ *    "auth": {"peer_refused"} (Unix-socket peers of a uid not allowed),
  *    with an etcd-backed root: "etcd": {"role", "batches", "txns", "ops",
  *    "stand_downs", "elections_won", "requests", "bytes_out", "bytes_in",
  *    "errors"},
@@ -88,6 +89,9 @@ char *rdzv__stats_json(const struct daemon *d) {
                       json_integer((json_int_t)s->sessions_resumed));
   json_object_set_new(o, "sessions_lost",
                       json_integer((json_int_t)s->sessions_lost));
+  json_object_set_new(o, "auth",
+                      json_pack("{s:I}", "peer_refused",
+                                (json_int_t)s->auth_peer_refused));
   if (s->etcd_role != NULL)
     json_object_set_new(
         o, "etcd",

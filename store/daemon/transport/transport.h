@@ -80,6 +80,8 @@ struct stats {
       etcd_errors; /* requests etcd failed or refused (each retried) */
   uint64_t sessions_lost;    /* ranks' sessions that expired (or whose
                                 process was gone): generation aborted */
+  uint64_t auth_peer_refused; /* Unix-socket peers whose uid is not allowed
+                                 (--allow-uids), refused before a hello */
 };
 
 /* Returns the daemon's statistics as one JSON object (malloc'd text). */
@@ -169,6 +171,10 @@ struct conn {
   uint64_t last_check_ms; /* when the child check last ran */
   uint64_t check_every_ms; /* its interval */
   bool tcp;                /* accepted on the TCP listener */
+  /* Refused before its hello (rdzv__conn_refuse): its last frame
+   * written, c stays open, dropping what it reads, until the peer hangs
+   * up or --hello-timeout-ms passes. */
+  bool linger;
   /* The peer process of a Unix-socket connection (SO_PEERCRED at accept,
    * in this daemon's pid namespace), 0 when unknown. Readable by roles. */
   int peer_pid;
