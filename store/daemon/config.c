@@ -744,8 +744,18 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
   if (rc != 0)
     return rc;
   rc = resolve_allow_uids(cfg, err, errlen);
-  if (rc != 0)
+  if (rc != 0) {
+    /* Checked once all are read: say if the value came from the
+     * environment (argv did not override it). */
+    const char *ev = getenv("RDZVD_ALLOW_UIDS");
+    if (ev != NULL && strcmp(ev, cfg->allow_uids) == 0) {
+      char why[512];
+      snprintf(why, sizeof(why), "%s", err);
+      snprintf(err, errlen, "%s (from the environment: RDZVD_ALLOW_UIDS=%s)",
+               why, ev);
+    }
     return rc;
+  }
   tcpstore_listen_default_host(cfg);
   /* A daemon of one job serves that job's TCPStore clients. */
   if (cfg->tcpstore_listen[0] != '\0' && cfg->tcpstore_job[0] == '\0')
