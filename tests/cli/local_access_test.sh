@@ -107,6 +107,58 @@ else
 fi
 stop
 
+# The socket's directory: tightened only when it is this daemon's and
+# meant for it. Beside another daemon's socket (a shared run directory,
+# as the Slurm Prolog's) it stays reachable (0711) for that daemon's
+# peers; a sticky directory, or one of another uid, is left alone.
+# dir_mode_logged DIR MODE LOGLINE ARGS...: rdzvd ARGS (a Unix socket in
+# DIR) leaves DIR at MODE and logs LOGLINE.
+dir_mode_logged() {
+  local d=$1 want=$2 line=$3
+  shift 3
+  start --log-level=1 "$@"
+  for _ in $(seq 100); do grep -q "listening on" "$dir/log" && break; sleep 0.1; done
+  local got
+  got=$(stat -c %a "$d")
+  if [ "$got" != "$want" ]; then
+    fail "rdzvd $*: directory mode $got, not $want: [$(cat "$dir/log")]"
+  elif ! grep -qF -- "$line" "$dir/log"; then
+    fail "rdzvd $*: the log lacks [$line]: [$(cat "$dir/log")]"
+  else
+    echo "ok: rdzvd $* -> directory $got ($line)"
+  fi
+}
+mkdir -p "$dir/shared"
+chmod 0755 "$dir/shared"
+start --unix="$dir/shared/job1.sock" --allow-uids=nobody --log-level=1
+other=$pid
+wait_file "$dir/shared/job1.sock" || fail "the first daemon of $dir/shared did not start"
+pid=
+dir_mode_logged "$dir/shared" 711 "its directory $dir/shared: mode 0711 already (it holds other daemons' sockets)" \
+  --unix="$dir/shared/job2.sock"
+stop
+kill "$other"
+wait "$other" 2>/dev/null
+mkdir -p "$dir/sticky" "$dir/theirs"
+chmod 1777 "$dir/sticky"
+dir_mode_logged "$dir/sticky" 1777 "its directory $dir/sticky (mode 1777) left as it is: a shared sticky directory" \
+  --unix="$dir/sticky/r.sock"
+stop
+if [ "$(id -u)" -ne 0 ]; then
+  echo "skipped: a directory of another uid (needs root to chown it)"
+elif ! chown nobody "$dir/theirs"; then
+  fail "cannot chown $dir/theirs to nobody as root"
+else
+  chmod 0777 "$dir/theirs"
+  dir_mode_logged "$dir/theirs" 777 "its directory $dir/theirs (mode 0777) left as it is: owned by uid $(id -u nobody), not this daemon's ($(id -u))" \
+    --unix="$dir/theirs/r.sock"
+  stop
+fi
+mkdir -p "$dir/own"
+chmod 0755 "$dir/own"
+dir_mode_logged "$dir/own" 700 "its directory $dir/own: mode 0755 -> 0700" --unix="$dir/own/r.sock"
+stop
+
 # ---- the TCPStore front end ---------------------------------------------
 refuses "--tcpstore-listen '0.0.0.0:0': 0.0.0.0 is not a loopback address" \
   --role=root --tcpstore-listen=0.0.0.0:0 --tcpstore-job=J \

@@ -4,6 +4,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* struct ucred */
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -404,13 +405,45 @@ static void socket_dir(const char *path, char *dir, size_t n) {
     snprintf(dir, n, "%.*s", (int)(slash - path), path);
 }
 
-/* The socket's directory gets the mode that says who may connect (0700;
- * 0711 when other uids are allowed: they may reach the socket, not list
- * the directory), when it is this daemon's uid's and meant for it: not a
- * shared sticky directory (/tmp), not "/" nor a directory right under it
- * (/run, /var/run: system directories a chmod would break). Says what it
- * did, or why not, into out. Never fails the start: the socket's own mode
- * and the uid check hold without it. */
+/* The most entries of the socket's directory looked at for other
+ * daemons' sockets; a larger directory counts as shared. */
+#define DIR_SCAN_MAX 100000
+
+/* Whether dir holds a Unix socket other than base (this daemon's): one of
+ * another daemon (another job's, on a launcher's shared run directory,
+ * /run/rdzv), whose peers of other uids may need to reach it. Stops at the
+ * first one. */
+static bool dir_shared(const char *dir, const char *base) {
+  DIR *dp = opendir(dir);
+  if (dp == NULL)
+    return true;
+  bool shared = false;
+  long seen = 0;
+  for (struct dirent *e; !shared && (e = readdir(dp)) != NULL;) {
+    struct stat st;
+    if (++seen > DIR_SCAN_MAX)
+      shared = true;
+    else if (strcmp(e->d_name, base) == 0)
+      continue;
+    else if (e->d_type == DT_SOCK)
+      shared = true;
+    else if (e->d_type == DT_UNKNOWN &&
+             fstatat(dirfd(dp), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+      shared = S_ISSOCK(st.st_mode);
+  }
+  closedir(dp);
+  return shared;
+}
+
+/* The socket's directory gets the mode that says who may connect: 0700
+ * when only this daemon's uid and root are allowed, 0711 when other uids
+ * are (they may reach the socket, not list the directory) or when the
+ * directory holds other daemons' sockets (dir_shared: 0700 would lock out
+ * their peers). Only when it is this daemon's uid's and meant for it: not
+ * a shared sticky directory (/tmp), not "/" nor a directory right under
+ * it (/run, /var/run: system directories a chmod would break). Says what
+ * it did, or why not, into out. Never fails the start: the socket's own
+ * mode and the uid check hold without it. */
 static void unix_dir_mode(struct daemon *d, const char *path, char *out,
                           size_t n) {
   char dir[PATH_MAX], real[PATH_MAX];
@@ -421,9 +454,16 @@ static void unix_dir_mode(struct daemon *d, const char *path, char *out,
              strerror(errno));
     return;
   }
-  mode_t want = others_allowed(d) ? 0711 : 0700;
   mode_t have = st.st_mode & 07777;
   const char *slash = strrchr(real, '/');
+  const char *base = strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path;
+  bool shared = false;
+  mode_t want = 0711;
+  if (!others_allowed(d)) {
+    shared = dir_shared(real, base);
+    want = shared ? 0711 : 0700;
+  }
+  const char *why = shared ? " (it holds other daemons' sockets)" : "";
   if (st.st_uid != geteuid()) {
     snprintf(out, n, "its directory %s (mode %04o) left as it is: owned by "
              "uid %u, not this daemon's (%u)", real, (unsigned)have,
@@ -436,14 +476,14 @@ static void unix_dir_mode(struct daemon *d, const char *path, char *out,
              "directory (give the socket one of its own)", real,
              (unsigned)have);
   } else if ((have & 0777) == want) {
-    snprintf(out, n, "its directory %s: mode %04o already", real,
-             (unsigned)have);
+    snprintf(out, n, "its directory %s: mode %04o already%s", real,
+             (unsigned)have, why);
   } else if (chmod(real, (have & ~0777u) | want) != 0) {
     snprintf(out, n, "its directory %s (mode %04o) left as it is: chmod: %s",
              real, (unsigned)have, strerror(errno));
   } else {
-    snprintf(out, n, "its directory %s: mode %04o -> %04o", real,
-             (unsigned)have, (unsigned)((have & ~0777u) | want));
+    snprintf(out, n, "its directory %s: mode %04o -> %04o%s", real,
+             (unsigned)have, (unsigned)((have & ~0777u) | want), why);
   }
 }
 
