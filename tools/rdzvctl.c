@@ -46,6 +46,9 @@ static const char usage_text[] =
     "                     default job\n"
     "  --timeout SECONDS  deadline for connecting and the command together,\n"
     "                     > 0 (default 30)\n"
+    "  --secret-file FILE the job's secret, proved to the daemon (never\n"
+    "                     sent; default: $RDZV_SECRET_FILE, else\n"
+    "                     $RDZV_SECRET, else none)\n"
     "\n"
     "Commands:\n"
     "  set KEY VALUE [--write-once]   set KEY (write-once: immutable)\n"
@@ -97,6 +100,7 @@ static const char usage_text[] =
 struct ctl {
   const char *addr;
   const char *job;
+  const char *secret_file; /* --secret-file, or NULL: $RDZV_SECRET_FILE */
   double timeout_s;
   struct timespec start;
   const char *cmd;
@@ -255,8 +259,9 @@ static int take_opt(int argc, char **argv, int *i, const char *name,
 /* One global option at argv[*i]; 0 or EXIT_USAGE. */
 static int parse_one_global(struct ctl *ctl, int argc, char **argv, int *i,
                             const char **timeout) {
-  static const char *const names[] = {"addr", "job", "timeout"};
-  const char **dest[] = {&ctl->addr, &ctl->job, timeout};
+  static const char *const names[] = {"addr", "job", "timeout",
+                                      "secret-file"};
+  const char **dest[] = {&ctl->addr, &ctl->job, timeout, &ctl->secret_file};
   size_t k;
   int r;
 
@@ -413,6 +418,7 @@ static int open_client(struct ctl *ctl) {
   rdzv_client_opts_init(&opts);
   opts.addr = ctl->addr;
   opts.job_id = ctl->job;
+  opts.secret_file = ctl->secret_file;
   err = rdzv_client_create(&opts, &ctl->client);
   if (err == RDZV_EBAD_ADDR) {
     fprintf(stderr, "rdzvctl: --addr '%s': %s (%s)\n", ctl->addr,

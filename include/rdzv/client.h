@@ -61,6 +61,19 @@ struct rdzv_client_opts {
    * a heartbeat of at most a quarter of it. */
   double heartbeat_s;
   double liveness_timeout_s;
+  /* The job's secret, proved in the hello (never sent: an HMAC-SHA256
+   * challenge and response, store/auth/auth.h): the bytes at secret
+   * (secret_len, 16 .. 1024) if set; else the file secret_file (no access
+   * for others, 16 .. 1024 bytes without trailing whitespace); else the
+   * file named by the environment variable RDZV_SECRET_FILE; else the
+   * value of RDZV_SECRET; else none. With a secret, a daemon that cannot
+   * prove it (or asks for none) is refused: RDZV_EAUTH, last_error naming
+   * it. A secret that cannot be read leaves the handle failed: every
+   * request completes with RDZV_EAUTH, last_error saying why (never the
+   * secret). Borrowed for rdzv_client_create only (copied). */
+  const char *secret_file;
+  const uint8_t *secret;
+  size_t secret_len;
 };
 
 /* Fills *opts with defaults. opts must not be NULL. */
@@ -74,7 +87,8 @@ void rdzv_client_opts_init(struct rdzv_client_opts *opts);
  * On success *out owns a handle to release with rdzv_client_destroy.
  * Returns 0, -EINVAL (NULL argument or wrong opts size/version),
  * RDZV_EJOB_ID_MISSING (job id NULL or empty or longer than 255 bytes),
- * RDZV_EBAD_ADDR (addr NULL or not parseable), RDZV_ENOMEM. */
+ * RDZV_EBAD_ADDR (addr NULL or not parseable), RDZV_ENOMEM. (A secret
+ * that cannot be read is not an error here: see secret_file.) */
 int rdzv_client_create(const struct rdzv_client_opts *opts,
                        rdzv_client_t **out);
 
@@ -87,7 +101,9 @@ void rdzv_client_destroy(rdzv_client_t *c);
  * passed. Blocks. Returns 0; RDZV_EDEADLINE (last_error names the address
  * and the last failure); RDZV_EPROTO_VERSION, RDZV_EJOB_MISMATCH,
  * RDZV_ETOO_MANY_CONNECTIONS or RDZV_EHELLO when the server refused the
- * hello; RDZV_EWOULDBLOCK_CB from inside a callback. */
+ * hello; RDZV_EAUTH when it refused this handle's secret (or the lack of
+ * one), or could not prove the job's secret itself; RDZV_EWOULDBLOCK_CB
+ * from inside a callback. */
 int rdzv_client_connect(rdzv_client_t *c, double timeout_s);
 
 /* Text describing the most recent failure on this handle (which key was

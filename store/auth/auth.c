@@ -61,6 +61,8 @@ int rdzv_auth_equal(const uint8_t *a, const uint8_t *b, size_t n) {
   return CRYPTO_memcmp(a, b, n) == 0;
 }
 
+void rdzv_auth_wipe(void *p, size_t n) { OPENSSL_cleanse(p, n); }
+
 int rdzv_auth_nonce(uint8_t *out, size_t n) {
   if (n > 0x7fffffff || RAND_bytes(out, (int)n) != 1) {
     memset(out, 0, n);

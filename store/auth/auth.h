@@ -60,6 +60,10 @@ int rdzv_auth_proof(const uint8_t *secret, size_t secret_len,
  * n only (CRYPTO_memcmp). */
 int rdzv_auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
 
+/* Zeroes n bytes at p in a way the compiler keeps (OPENSSL_cleanse): for
+ * copies of a secret. */
+void rdzv_auth_wipe(void *p, size_t n);
+
 /* Fills out (n bytes) from OpenSSL's CSPRNG (RAND_bytes). 0, or -EIO when
  * the generator fails (out is then zeroed: never use it). */
 int rdzv_auth_nonce(uint8_t *out, size_t n);

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store/auth/auth.h"
 #include "store/client/client_int.h"
 
 #define CHECK_HANDLE(c) assert((c) != NULL && (c)->magic == RDZV__CLIENT_MAGIC)
@@ -188,6 +189,59 @@ static char *default_name(void) {
   return strdup(buf);
 }
 
+/* The job's secret: opts' bytes, opts' file, $RDZV_SECRET_FILE,
+ * $RDZV_SECRET, or none. One that cannot be read fails the handle (every
+ * request gets RDZV_EAUTH; last_error says why). 0 or RDZV_ENOMEM. */
+static int secret_init(struct rdzv_client *c,
+                       const struct rdzv_client_opts *opts) {
+  const char *file = opts->secret_file, *env = NULL;
+  uint8_t buf[RDZV_AUTH_SECRET_MAX_BYTES];
+  size_t n = 0;
+  char err[400];
+
+  err[0] = '\0';
+  if (opts->secret == NULL && (file == NULL || file[0] == '\0')) {
+    file = getenv("RDZV_SECRET_FILE");
+    if (file == NULL || file[0] == '\0') {
+      file = NULL;
+      env = getenv("RDZV_SECRET");
+      if (env == NULL || env[0] == '\0')
+        return 0; /* no secret */
+    }
+  }
+  if (opts->secret != NULL || env != NULL) {
+    const uint8_t *p = opts->secret != NULL ? opts->secret
+                                            : (const uint8_t *)env;
+    n = opts->secret != NULL ? opts->secret_len : strlen(env);
+    if (n < RDZV_AUTH_SECRET_MIN_BYTES || n > RDZV_AUTH_SECRET_MAX_BYTES)
+      snprintf(err, sizeof err,
+               "the job secret (%s) must be %u to %u bytes",
+               opts->secret != NULL ? "opts.secret" : "RDZV_SECRET",
+               RDZV_AUTH_SECRET_MIN_BYTES, RDZV_AUTH_SECRET_MAX_BYTES);
+    else
+      memcpy(buf, p, n);
+  } else if (rdzv_auth_secret_load(file, buf, sizeof buf, &n, err,
+                                   sizeof err) < 0) {
+    n = 0;
+  }
+  if (err[0] != '\0') {
+    rdzv_auth_wipe(buf, sizeof buf);
+    c->fatal = RDZV_EAUTH;
+    c->state = RDZV__CS_FAILED;
+    rdzv__set_error(c, "no job secret: %s", err);
+    return 0;
+  }
+  c->secret = malloc(n);
+  if (c->secret == NULL) {
+    rdzv_auth_wipe(buf, sizeof buf);
+    return RDZV_ENOMEM;
+  }
+  memcpy(c->secret, buf, n);
+  c->secret_len = n;
+  rdzv_auth_wipe(buf, sizeof buf);
+  return 0;
+}
+
 static int client_init(struct rdzv_client *c,
                        const struct rdzv_client_opts *opts) {
   const char *dbg = getenv("RDZV_CLIENT_DEBUG");
@@ -223,7 +277,7 @@ static int client_init(struct rdzv_client *c,
       (ssize_t)sizeof c->opid_base)
     c->opid_base = c->rng * 0xD1342543DE82EF95u;
   c->magic = RDZV__CLIENT_MAGIC;
-  return 0;
+  return secret_init(c, opts);
 }
 
 static void client_free(struct rdzv_client *c) {
@@ -240,6 +294,10 @@ static void client_free(struct rdzv_client *c) {
   if (c->redirected) {
     free(c->home.host);
     free(c->home_str);
+  }
+  if (c->secret != NULL) {
+    rdzv_auth_wipe(c->secret, c->secret_len);
+    free(c->secret);
   }
   free(c->job_id);
   free(c->name);

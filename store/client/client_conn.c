@@ -34,6 +34,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "store/auth/auth.h"
 #include "store/client/client_int.h"
 
 /* Stop moving queued requests into the output buffer past this size: the
@@ -199,7 +200,7 @@ static void attempt_failed(struct rdzv_client *c, int64_t now, int err,
 
 /* Appends the hello and waits for its reply. */
 static void connected(struct rdzv_client *c, int64_t now) {
-  struct rdzv_slice keys[2];
+  struct rdzv_slice keys[2], nonce;
   struct rdzv_msg m;
 
   memset(&m, 0, sizeof m);
@@ -211,6 +212,16 @@ static void connected(struct rdzv_client *c, int64_t now) {
       (struct rdzv_slice){(const uint8_t *)c->name, (uint32_t)strlen(c->name)};
   m.keys.n = 2;
   m.keys.v = keys;
+  c->auth_sent = 0;
+  if (c->secret != NULL) { /* a fresh nonce: the daemon's proof binds it */
+    if (rdzv_auth_nonce(c->cnonce, sizeof c->cnonce) < 0) {
+      attempt_failed(c, now, EIO, "no random numbers for the hello's nonce");
+      return;
+    }
+    nonce = (struct rdzv_slice){c->cnonce, sizeof c->cnonce};
+    m.vals.n = 1;
+    m.vals.v = &nonce;
+  }
   if (rdzv_msg_encode(&m, &c->out) < 0) {
     attempt_failed(c, now, ENOBUFS, "out of memory encoding the hello");
     return;
@@ -549,6 +560,62 @@ static int follow_leader(struct rdzv_client *c, const struct rdzv_msg *m) {
   return 1;
 }
 
+/* A challenge (the hello reply with RDZV_F_CHALLENGE): checks the
+ * daemon's proof of the job's secret, then sends this handle's own
+ * (RDZV_MSG_AUTH), whose reply stands for the hello's. Returns 1 if the
+ * connection was closed. */
+static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
+  struct rdzv_slice sn, proof, pv;
+  uint8_t want[RDZV_AUTH_PROOF_BYTES], mine[RDZV_AUTH_PROOF_BYTES];
+  const uint8_t *job = (const uint8_t *)c->job_id;
+  size_t jn = strlen(c->job_id), before;
+  struct rdzv_msg a;
+  char what[300];
+
+  if (c->secret == NULL) {
+    snprintf(what, sizeof what,
+             "daemon %s asks for job %s's secret and this client has none "
+             "(set RDZV_SECRET_FILE)",
+             rdzv__target_str(c), c->job_id);
+    hello_refused(c, RDZV_EAUTH, what);
+    return 1;
+  }
+  if (c->auth_sent || rdzv_items_get(&m->vals, 0, &sn) < 0 ||
+      rdzv_items_get(&m->vals, 1, &proof) < 0 || m->vals.n != 2 ||
+      sn.n != RDZV_AUTH_NONCE_BYTES || proof.n != RDZV_AUTH_PROOF_BYTES) {
+    snprintf(what, sizeof what, "daemon %s sent a malformed challenge",
+             rdzv__target_str(c));
+    hello_refused(c, RDZV_EAUTH, what);
+    return 1;
+  }
+  if (rdzv_auth_proof(c->secret, c->secret_len, RDZV_AUTH_SERVER, job, jn,
+                      c->cnonce, sn.p, want) < 0 ||
+      !rdzv_auth_equal(want, proof.p, sizeof want)) {
+    snprintf(what, sizeof what,
+             "daemon %s could not prove job %s's secret: it is not this "
+             "job's daemon, or its secret differs",
+             rdzv__target_str(c), c->job_id);
+    hello_refused(c, RDZV_EAUTH, what);
+    return 1;
+  }
+  rdzv_auth_proof(c->secret, c->secret_len, RDZV_AUTH_CLIENT, job, jn,
+                  c->cnonce, sn.p, mine);
+  memset(&a, 0, sizeof a);
+  a.type = RDZV_MSG_AUTH;
+  pv = (struct rdzv_slice){mine, sizeof mine};
+  a.vals.n = 1;
+  a.vals.v = &pv;
+  before = c->out.len;
+  if (rdzv_msg_encode(&a, &c->out) < 0) {
+    attempt_failed(c, rdzv__now_ns(), ENOBUFS,
+                   "out of memory encoding the hello's proof");
+    return 1;
+  }
+  c->out_total += c->out.len - before;
+  c->auth_sent = 1;
+  return 0;
+}
+
 /* Handles one decoded frame. Returns 1 if the connection was closed. */
 static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
   struct rdzv__req *r;
@@ -575,19 +642,38 @@ static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
     conn_lost(c, m->status != 0 ? m->status : RDZV_EPROTO, what);
     return 1;
   }
+  /* In HELLO_SENT only the hello's reply, then (after a challenge) the
+   * proof's. */
   if ((m->flags & RDZV_F_REPLY) == 0 ||
-      (m->type == RDZV_MSG_HELLO) != (c->state == RDZV__CS_HELLO_SENT)) {
+      (m->type == RDZV_MSG_HELLO || m->type == RDZV_MSG_AUTH) !=
+          (c->state == RDZV__CS_HELLO_SENT) ||
+      (c->state == RDZV__CS_HELLO_SENT &&
+       m->type != (c->auth_sent ? RDZV_MSG_AUTH : RDZV_MSG_HELLO))) {
     snprintf(what, sizeof what, "unexpected %s frame from the server",
              rdzv_msg_type_name(m->type));
     conn_lost(c, RDZV_EPROTO, what);
     return 1;
   }
   if (c->state == RDZV__CS_HELLO_SENT) {
+    if (m->type == RDZV_MSG_HELLO && (m->flags & RDZV_F_CHALLENGE) &&
+        m->status == 0)
+      return auth_answer(c, m);
     if (m->status == RDZV_ENOT_LEADER && follow_leader(c, m))
       return 1;
     if (m->status != 0) {
       error_text(m, text, sizeof text);
       hello_refused(c, m->status, text);
+      return 1;
+    }
+    if (c->secret != NULL && !c->auth_sent) {
+      /* A daemon that asks for no secret cannot prove it holds the job's:
+       * it is not to be trusted with the job (a fake node or root). */
+      snprintf(what, sizeof what,
+               "daemon %s asked for no proof of job %s's secret (it runs "
+               "without --secret-file), and this client holds one: not "
+               "trusted",
+               rdzv__target_str(c), c->job_id);
+      hello_refused(c, RDZV_EAUTH, what);
       return 1;
     }
     hello_accepted(c, m);

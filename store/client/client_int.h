@@ -91,6 +91,14 @@ struct rdzv_client {
   int hard_err;       /* last non-retryable connect error, or 0 */
   unsigned want_conn; /* rdzv_client_connect is waiting for READY */
 
+  /* The job's secret (malloc'd, secret_len bytes; NULL: none), the
+   * nonce of this connection's hello, and whether its proof went out
+   * (the next hello-like reply is the RDZV_MSG_AUTH's). */
+  uint8_t *secret;
+  size_t secret_len;
+  uint8_t cnonce[32];
+  int auth_sent;
+
   /* Options, copied. */
   char *addr_str;
   char *job_id;

@@ -88,6 +88,16 @@ static const struct opt opts[] = {
     "node that only relays); auto: each join record's local size, and a "
     "node whose ranks have not joined yet waits for them (with "
     "--children)" },
+  STR_OPT("secret-file", "RDZVD_SECRET_FILE", "", secret_file,
+          "the job secret: a file (no access for others, 16..1024 bytes) "
+          "whose secret every peer must prove in its hello, and that a "
+          "node's parent must prove to it (HMAC-SHA256 challenge and "
+          "response; with --job, that job's; else every job's); empty: no "
+          "authentication"),
+  STR_OPT("secret-dir", "RDZVD_SECRET_DIR", "", secret_dir,
+          "one secret file per job: DIR/<job id>, read at each hello (a "
+          "root that serves many jobs; a Kubernetes Secret volume); a job "
+          "without a file there is refused as a wrong secret is"),
   U32_OPT("hello-timeout-ms", "RDZVD_HELLO_TIMEOUT_MS", "10000",
           hello_timeout_ms, "drop a connection that sends no hello"),
   U32_OPT("job-linger-ms", "RDZVD_JOB_LINGER_MS", "30000", job_linger_ms,
@@ -646,6 +656,11 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
   }
   if (cfg->etcd[0] != '\0' && cfg->etcd_prefix[0] == '\0') {
     snprintf(err, errlen, "--etcd-prefix must not be empty");
+    return -EINVAL;
+  }
+  if (cfg->secret_file[0] != '\0' && cfg->secret_dir[0] != '\0') {
+    snprintf(err, errlen, "--secret-file and --secret-dir: give one of "
+                          "them (one secret for every job, or one per job)");
     return -EINVAL;
   }
   if (cfg->tcpstore_listen[0] == '\0' &&

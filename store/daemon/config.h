@@ -95,6 +95,11 @@ struct rdzv_daemon_config {
                            --tcpstore-listen host is served (warned) */
   char job[256]; /* child nodes of this job only ("": any): a child's
                     hello naming another is refused (RDZV_EJOB_MISMATCH) */
+  /* The job secret (store/auth): a file that holds the secret of every
+   * job this daemon serves (with job: of that job), or a directory with
+   * one file per job id; "" for none (at most one of them is set). */
+  char secret_file[256];
+  char secret_dir[256];
   uint32_t connect_timeout_ms; /* node: one attempt (connect and hello) at
                                   one address and port of the parent */
   uint32_t share_min_bytes; /* values of at least this many bytes are

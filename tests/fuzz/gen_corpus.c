@@ -91,6 +91,25 @@ int main(int argc, char **argv) {
   err |= add(&b, RDZV_MSG_NKEYS, 0, 0, 0, 0, NULL, 0, NULL);
   err |= add(&b, RDZV_MSG_STATS, 0, 0, 0, 0, NULL, 0, NULL);
   err |= write_seed(argv[1], "stream", &b);
+  /* Authentication: a hello with a nonce, the daemon's challenge, the
+   * peer's proof (store/auth/auth.h), as one exchange's frames. */
+  {
+    static const uint8_t n32[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                    12, 13, 14, 15, 16, 17, 18, 19, 20,
+                                    21, 22, 23, 24, 25, 26, 27, 28, 29,
+                                    30, 31, 32};
+    const struct rdzv_slice nonce[] = {{n32, 32}, {n32, 32}};
+    b.len = 0;
+    err |= add(&b, RDZV_MSG_HELLO, 0, RDZV_ROLE_NODE, 7, 2, hello, 1, nonce);
+    err |= write_seed(argv[1], "hello-nonce", &b);
+    b.len = 0;
+    err |= add(&b, RDZV_MSG_HELLO, RDZV_F_REPLY | RDZV_F_CHALLENGE, 0, 0, 0,
+               NULL, 2, nonce);
+    err |= write_seed(argv[1], "challenge", &b);
+    b.len = 0;
+    err |= add(&b, RDZV_MSG_AUTH, 0, 0, 0, 0, NULL, 1, nonce);
+    err |= write_seed(argv[1], "auth", &b);
+  }
   rdzv_buf_free(&b);
   return err != 0 ? 1 : 0;
 }

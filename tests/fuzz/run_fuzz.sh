@@ -56,7 +56,8 @@ fuzz() {
 }
 
 fuzz wire_fuzz corpus wire.dict "$root/store/wire/wire.c" "$root/store/wire/error.c" \
-  "$root/rendezvous/members.c" "$root/rendezvous/topo.c"
+  "$root/rendezvous/members.c" "$root/rendezvous/topo.c" \
+  "$root/store/auth/auth.c" -lcrypto
 fuzz tcpstore_fuzz tcpstore_corpus "" "$root/store/wire/tcpstore_wire.c" \
   "$root/store/wire/wire.c" "$root/store/wire/error.c"
 fuzz etcd_json_fuzz etcd_json_corpus "" "$root/store/etcd/etcd_json.c" \

@@ -23,7 +23,14 @@
  *    rendezvous/members.h) decodes or is refused with -EINVAL; one that
  *    decodes maps ranks to member indices in range, and the ranks it lists
  *    (when few), encoded again, decode to a spec that lists the same ranks
- *    in the same order.
+ *    in the same order;
+ *  - the hello's authentication (store/auth/auth.h): for a HELLO with a
+ *    nonce, a challenge (HELLO reply with RDZV_F_CHALLENGE) and an AUTH
+ *    frame, the proofs over the frame's own job id and nonces are computed
+ *    exactly when every length is in range (else -EINVAL and a zeroed
+ *    proof), are the same when computed twice, differ between the two
+ *    sides and from the frame's proof unless that is the one the secret
+ *    gives, and the constant-time compare agrees with memcmp.
  * A failed property aborts, which libFuzzer and the regression driver
  * (fuzz_main.c) report as a crash.
  *
@@ -36,6 +43,7 @@
 #include <string.h>
 
 #include "rendezvous/members.h"
+#include "store/auth/auth.h"
 #include "store/wire/wire.h"
 
 #if defined(__has_feature)
@@ -261,6 +269,49 @@ static void members_check(const struct rdzv_msg *m) {
   free(b);
 }
 
+static void auth_check(const struct rdzv_msg *m) {
+  static const uint8_t key[] = "fuzz-secret-of-a-job";
+  struct rdzv_slice job = {(const uint8_t *)"fuzz-job", 8}, a = {NULL, 0},
+                    b = {NULL, 0};
+  uint8_t pad[RDZV_AUTH_NONCE_BYTES] = {0}, s1[32], s2[32], c1[32];
+  static const uint8_t zero[32];
+  if (m->type == RDZV_MSG_HELLO && (m->flags & RDZV_F_REPLY) == 0) {
+    rdzv_items_get(&m->keys, 0, &job);
+    rdzv_items_get(&m->vals, 0, &a); /* the peer's nonce */
+  } else if (m->type == RDZV_MSG_HELLO && (m->flags & RDZV_F_CHALLENGE)) {
+    rdzv_items_get(&m->vals, 0, &a); /* the daemon's nonce, and proof */
+    rdzv_items_get(&m->vals, 1, &b);
+  } else if (m->type == RDZV_MSG_AUTH) {
+    rdzv_items_get(&m->vals, 0, &b); /* the peer's proof */
+  } else {
+    return;
+  }
+  /* A nonce shorter than the protocol's is not a nonce: the proof is
+   * computed over a padded copy only when it has the right length. */
+  const uint8_t *n1 = a.p != NULL && a.n == RDZV_AUTH_NONCE_BYTES ? a.p : pad;
+  int ok = job.n >= 1 && job.n <= RDZV_AUTH_JOB_MAX_BYTES;
+  int r1 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_SERVER, job.p,
+                           job.n, n1, pad, s1);
+  int r2 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_SERVER, job.p,
+                           job.n, n1, pad, s2);
+  int r3 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_CLIENT, job.p,
+                           job.n, n1, pad, c1);
+  require(r1 == (ok ? 0 : -EINVAL) && r2 == r1 && r3 == r1,
+          "auth proof: wrong code for the lengths");
+  if (!ok) {
+    require(memcmp(s1, zero, 32) == 0 && memcmp(c1, zero, 32) == 0,
+            "auth proof: a refused proof is not zeroed");
+    return;
+  }
+  require(memcmp(s1, s2, 32) == 0, "auth proof: not deterministic");
+  require(memcmp(s1, c1, 32) != 0, "auth proof: both sides give one proof");
+  if (b.p != NULL && b.n == RDZV_AUTH_PROOF_BYTES) {
+    require(rdzv_auth_equal(b.p, s1, 32) == (memcmp(b.p, s1, 32) == 0) &&
+                rdzv_auth_equal(b.p, c1, 32) == (memcmp(b.p, c1, 32) == 0),
+            "auth compare disagrees with memcmp");
+  }
+}
+
 static void frame_check(const struct rdzv_msg *m, const uint8_t *f,
                         size_t used) {
   struct rdzv_slice *kv = list_check(&m->keys, f, used);
@@ -271,6 +322,7 @@ static void frame_check(const struct rdzv_msg *m, const uint8_t *f,
 
   validate_check(m);
   members_check(m);
+  auth_check(m);
   reencode_check(m, f, used);
   refs_check(m, f, used, 1, 8);
   sliced.keys.v = kv;

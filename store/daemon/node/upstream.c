@@ -33,6 +33,7 @@
 #include <sys/queue.h>
 #include <uthash.h>
 
+#include "store/auth/auth.h"
 #include "store/daemon/blob.h"
 #include "store/daemon/node/node_int.h"
 
@@ -93,7 +94,11 @@ struct upstream {
   uint64_t down_since_ms;   /* since when the parent is not connected */
   bool was_up;              /* READY once: a loss is logged */
   uint32_t next_id;
-  uint32_t hello_id;
+  uint32_t hello_id; /* the hello's req_id, then (challenged) its proof's */
+  /* This attempt's hello nonce, and whether the proof went out (the reply
+   * awaited is then the RDZV_MSG_AUTH's). */
+  uint8_t cnonce[RDZV_AUTH_NONCE_BYTES];
+  bool auth_sent;
   /* Where to connect: addrs[0] = --parent, then the ancestors above it as
    * the parent last told them (nearest first); addr_idx the one in use.
    * incs[i]: the incarnation addrs[i] gave in its last hello reply, 0
@@ -698,6 +703,70 @@ static void adopt_parent_liveness(struct upstream *u, const struct rdzv_msg *m) 
   uv_timer_again(&u->beat);
 }
 
+/* Whether this node holds its job's secret (and fills key). */
+static bool up_secret(struct upstream *u, uint8_t *key, size_t *klen) {
+  return u->d->auth &&
+         rdzv__job_secret(u->d, (const uint8_t *)u->job_id,
+                          strlen(u->job_id), key, klen) == 1;
+}
+
+static bool up_has_secret(struct upstream *u) {
+  uint8_t key[RDZV_AUTH_SECRET_MAX_BYTES];
+  size_t klen;
+  bool has = up_secret(u, key, &klen);
+  rdzv_auth_wipe(key, sizeof(key));
+  return has;
+}
+
+
+/* The parent's challenge: its proof of the job's secret is checked (a
+ * fake parent or root cannot feed this node), then this node's own goes
+ * up (RDZV_MSG_AUTH), whose reply stands for the hello's. Returns false
+ * when this attempt failed. */
+static bool up_auth_answer(struct upstream *u, const struct rdzv_msg *m) {
+  uint8_t key[RDZV_AUTH_SECRET_MAX_BYTES], want[RDZV_AUTH_PROOF_BYTES],
+      mine[RDZV_AUTH_PROOF_BYTES];
+  size_t klen = 0, jn = strlen(u->job_id);
+  struct rdzv_slice sn, proof;
+  const char *bad = NULL;
+  if (!up_secret(u, key, &klen))
+    bad = "asks for a job secret and this node has none (--secret-file)";
+  else if (m->vals.n != 2 || rdzv_items_get(&m->vals, 0, &sn) < 0 ||
+           rdzv_items_get(&m->vals, 1, &proof) < 0 ||
+           sn.n != RDZV_AUTH_NONCE_BYTES || proof.n != RDZV_AUTH_PROOF_BYTES)
+    bad = "sent a malformed challenge";
+  else if (rdzv_auth_proof(key, klen, RDZV_AUTH_SERVER,
+                           (const uint8_t *)u->job_id, jn, u->cnonce, sn.p,
+                           want) < 0 ||
+           !rdzv_auth_equal(want, proof.p, sizeof(want)))
+    bad = "could not prove the job's secret (another job's daemon, another "
+          "secret, or a fake)";
+  if (bad != NULL) {
+    rdzv_auth_wipe(key, sizeof(key));
+    u->d->stats.auth_parent_refused++;
+    rdzv__log_auth(u->d, "job %s: %s %s: not trusted as this node's parent",
+                   u->job_id, u->cand_text, bad);
+    up_attempt_failed(u, "a daemon that could not prove the job's secret at",
+                      RDZV_EAUTH);
+    return false;
+  }
+  rdzv_auth_proof(key, klen, RDZV_AUTH_CLIENT, (const uint8_t *)u->job_id, jn,
+                  u->cnonce, sn.p, mine);
+  rdzv_auth_wipe(key, sizeof(key));
+  struct rdzv_slice pv = {mine, sizeof(mine)};
+  struct rdzv_msg a;
+  memset(&a, 0, sizeof(a));
+  a.type = RDZV_MSG_AUTH;
+  a.req_id = u->hello_id = u->next_id++;
+  a.vals.n = 1;
+  a.vals.v = &pv;
+  rdzv_msg_encode(&a, &u->out);
+  u->d->stats.frames_out++;
+  u->auth_sent = true;
+  up_start_write(u);
+  return true;
+}
+
 /* Returns false when the connection was reset. */
 static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
   u->d->stats.frames_in++;
@@ -705,8 +774,8 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
    * daemon there is full or refuses us; a frame no rdzvd sends: not a
    * parent) ends this attempt: the next candidate, if the round has one. */
   if (u->state == UP_HELLO && cand_left(u, false) &&
-      !(m->type == RDZV_MSG_HELLO && (m->flags & RDZV_F_REPLY) &&
-        m->req_id == u->hello_id)) {
+      !(m->type == (u->auth_sent ? RDZV_MSG_AUTH : RDZV_MSG_HELLO) &&
+        (m->flags & RDZV_F_REPLY) && m->req_id == u->hello_id)) {
     up_attempt_failed(u, m->type == RDZV_MSG_ERROR ? "an ERROR frame from"
                                                    : "not a hello reply from",
                       m->status ? m->status : RDZV_EHELLO);
@@ -734,13 +803,18 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     return false;
   }
   if (u->state == UP_HELLO) {
-    if (m->type == RDZV_MSG_HELLO && m->req_id == u->hello_id &&
+    int hello_type = u->auth_sent ? RDZV_MSG_AUTH : RDZV_MSG_HELLO;
+    if (m->type == RDZV_MSG_HELLO && !u->auth_sent &&
+        m->req_id == u->hello_id && m->status == 0 &&
+        (m->flags & RDZV_F_CHALLENGE))
+      return up_auth_answer(u, m);
+    if (m->type == hello_type && m->req_id == u->hello_id &&
         m->status == RDZV_ENOT_LEADER) {
       follow_leader(u, m);
       up_reset(u, "hello refused by a standby root", RDZV_ENOT_LEADER);
       return false;
     }
-    if (m->type == RDZV_MSG_HELLO && m->req_id == u->hello_id &&
+    if (m->type == hello_type && m->req_id == u->hello_id &&
         m->status != 0 && (m->status == RDZV_EJOB_MISMATCH ||
                            cand_left(u, false))) {
       /* Another job's daemon, this daemon itself (its range holds its own
@@ -755,9 +829,20 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
                         m->status);
       return false;
     }
-    if (m->type != RDZV_MSG_HELLO || m->req_id != u->hello_id ||
+    if (m->type != hello_type || m->req_id != u->hello_id ||
         m->status != 0) {
       up_reset(u, "hello refused", m->status ? m->status : RDZV_EHELLO);
+      return false;
+    }
+    if (u->d->auth && !u->auth_sent && up_has_secret(u)) {
+      /* It asked for no proof: it does not hold the job's secret (a fake
+       * parent, or one started without --secret-file): not trusted. */
+      u->d->stats.auth_parent_refused++;
+      rdzv__log_auth(u->d, "job %s: %s asked for no proof of the job's "
+                     "secret: not trusted as this node's parent",
+                     u->job_id, u->cand_text);
+      up_attempt_failed(u, "a daemon that asks for no job secret (not "
+                           "trusted) at", RDZV_EAUTH);
       return false;
     }
     if (m->a > 0 && m->a <= UINT32_MAX)
@@ -923,6 +1008,14 @@ static void send_hello(struct upstream *u) {
   m.b = (int64_t)u->d->incarnation; /* a daemon refuses itself as parent */
   m.keys.n = 2;
   m.keys.v = keys;
+  /* With the job's secret: a fresh nonce, which the parent's proof must
+   * bind. */
+  struct rdzv_slice nonce = {u->cnonce, sizeof(u->cnonce)};
+  u->auth_sent = false;
+  if (up_has_secret(u) && rdzv_auth_nonce(u->cnonce, sizeof(u->cnonce)) == 0) {
+    m.vals.n = 1;
+    m.vals.v = &nonce;
+  }
   rdzv_msg_encode(&m, &u->out);
   u->d->stats.frames_out++;
   up_set_state(u, UP_HELLO);

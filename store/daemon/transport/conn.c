@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/auth/auth.h"
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/transport/transport_int.h"
 
@@ -25,7 +26,25 @@ static void conn_set_state(struct conn *c, enum conn_state s) {
 
 void rdzv__conn_ref(struct conn *c) { c->refs++; }
 
+static void peer_desc(struct conn *c, char *buf, size_t n);
+
+/* A challenged hello waiting for the peer's proof (RDZV_MSG_AUTH). */
+struct conn_auth {
+  struct rdzv_buf hello; /* the hello frame, encoded again */
+  uint8_t expect[RDZV_AUTH_PROOF_BYTES]; /* the client proof it must send */
+  bool known; /* this daemon holds the job's secret */
+};
+
+static void auth_free(struct conn *c) {
+  if (c->auth == NULL)
+    return;
+  rdzv_buf_free(&c->auth->hello);
+  free(c->auth);
+  c->auth = NULL;
+}
+
 static void conn_free(struct conn *c) {
+  auth_free(c);
   rdzv_buf_free(&c->in);
   rdzv__outq_release(&c->out);
   free(c);
@@ -77,6 +96,17 @@ void rdzv__conn_close_now(struct conn *c) {
     return;
   }
   struct daemon *d = c->d;
+  if (c->auth != NULL) {
+    /* Challenged, and gone without a proof: a peer that found this
+     * daemon could not prove its secret (another secret), or a prober. */
+    char peer[96];
+    d->stats.auth_refused++;
+    peer_desc(c, peer, sizeof(peer));
+    rdzv__log_auth(d, "conn %s from %s: closed after the challenge, without "
+                   "a proof (its secret differs, or it has none)",
+                   c->name, peer);
+    auth_free(c);
+  }
   conn_set_state(c, CONN_CLOSED);
   TAILQ_REMOVE(&d->conns, c, link);
   if (c->dirty) {
@@ -413,8 +443,8 @@ void rdzv__conn_fail(struct conn *c, int status, const char *text) {
   rdzv__conn_fail_req(c, 0, status, text);
 }
 
-static void fail_send(struct conn *c, uint32_t req_id, int status,
-                      const char *text);
+static void conn_fail_sent(struct conn *c, uint32_t req_id, int status,
+                           const char *text);
 
 void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
                          const char *text) {
@@ -423,7 +453,7 @@ void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
   c->d->stats.proto_errors++;
   rdzv__log_drop(c->d, "conn %s: dropped: %s (%s)", c->name,
                  rdzv_strerror(status), text);
-  fail_send(c, req_id, status, text);
+  conn_fail_sent(c, req_id, status, text);
 }
 
 /* A refused peer's bytes are read and dropped; its hang-up (or a read
@@ -449,7 +479,7 @@ void rdzv__conn_refuse(struct conn *c, int status, const char *text) {
   if (c->state != CONN_HELLO_WAIT || c->inproc)
     return;
   c->linger = true;
-  fail_send(c, 0, status, text);
+  conn_fail_sent(c, 0, status, text);
   if (c->state != CONN_CLOSING)
     return; /* the write failed: closed already */
   uv_read_start(&c->h.stream, on_alloc, on_linger_read);
@@ -459,10 +489,10 @@ void rdzv__conn_refuse(struct conn *c, int status, const char *text) {
   }
 }
 
-/* An ERROR frame (status, text in keys[0]) is c's last; c closes once it
- * is written. */
-static void fail_send(struct conn *c, uint32_t req_id, int status,
-                      const char *text) {
+/* Sends an ERROR frame (status, text) and closes c once it is written
+ * (a refused peer's, rdzv__conn_refuse: once the peer hangs up). */
+static void conn_fail_sent(struct conn *c, uint32_t req_id, int status,
+                           const char *text) {
   struct daemon *d = c->d;
   struct rdzv_slice s = {(const uint8_t *)text, (uint32_t)strlen(text)};
   struct rdzv_msg m;
@@ -599,10 +629,155 @@ static void refuse_hello(struct conn *c, const struct rdzv_msg *m, int status,
 }
 
 static void send_ungated(struct conn *c, const struct rdzv_msg *r);
+static void hello_admit(struct conn *c, const struct rdzv_msg *m,
+                        const struct rdzv_msg *req);
+
+/* Who is on the other end, for a log line: "ADDR:PORT" or "unix pid N". */
+static void peer_desc(struct conn *c, char *buf, size_t n) {
+  struct sockaddr_storage sa;
+  int len = sizeof(sa);
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (!c->tcp) {
+    snprintf(buf, n, "unix pid %d", c->peer_pid);
+    return;
+  }
+  if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&sa, &len) == 0) {
+    if (sa.ss_family == AF_INET) {
+      const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
+      inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+      port = ntohs(a->sin_port);
+    } else if (sa.ss_family == AF_INET6) {
+      const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&sa;
+      inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+      port = ntohs(a->sin6_port);
+    }
+  }
+  snprintf(buf, n, "%s:%d", host, port);
+}
+
+/* A peer-given string made printable for a log line. */
+static void printable(const struct rdzv_slice *s, char *buf, size_t n) {
+  size_t i;
+  for (i = 0; s->p != NULL && i < s->n && i + 1 < n; i++)
+    buf[i] = s->p[i] >= 0x20 && s->p[i] < 0x7f ? (char)s->p[i] : '?';
+  buf[i] = '\0';
+}
+
+/* Refuses an authentication: counted, logged (rate-limited) with why
+ * (never a secret or a proof), and the same words to every peer, whatever
+ * the cause: they tell nothing of the job. */
+static void auth_refuse(struct conn *c, uint32_t req_id, struct rdzv_slice job,
+                        const char *why) {
+  struct daemon *d = c->d;
+  char peer[96], jb[128];
+  printable(&job, jb, sizeof(jb)); /* job may lie in c->auth's hello */
+  auth_free(c); /* counted here, not again at the close */
+  d->stats.auth_refused++;
+  peer_desc(c, peer, sizeof(peer));
+  rdzv__log_auth(d, "conn %s from %s (job %s): authentication refused: %s",
+                 c->name, peer, jb, why);
+  conn_fail_sent(c, req_id, RDZV_EAUTH,
+                 "authentication failed: this daemon serves only peers that "
+                 "prove their job's secret (rdzvd --secret-file; the client's "
+                 "RDZV_SECRET_FILE)");
+}
+
+/* With a secret: answers a hello with a challenge (this daemon's nonce
+ * and its proof), whether it holds the job's secret or not (then the
+ * proof is random, and the peer's answer is refused): a stranger learns
+ * nothing of the job. */
+static void hello_challenge(struct conn *c, const struct rdzv_msg *m,
+                            struct rdzv_slice job) {
+  struct daemon *d = c->d;
+  struct rdzv_slice cn;
+  uint8_t key[RDZV_AUTH_SECRET_MAX_BYTES], sn[RDZV_AUTH_NONCE_BYTES],
+      proof[RDZV_AUTH_PROOF_BYTES];
+  size_t klen = 0;
+  if (rdzv_items_get(&m->vals, 0, &cn) < 0 || cn.n != RDZV_AUTH_NONCE_BYTES) {
+    d->stats.auth_no_nonce++;
+    auth_refuse(c, 0, job,
+                cn.n == 0 || m->vals.n == 0
+                    ? "its hello carried no nonce: the peer has no secret"
+                    : "its hello's nonce is not 32 bytes");
+    return;
+  }
+  struct conn_auth *a = calloc(1, sizeof(*a));
+  if (a == NULL || rdzv_msg_encode(m, &a->hello) < 0) {
+    if (a != NULL)
+      rdzv_buf_free(&a->hello);
+    free(a);
+    rdzv__conn_fail(c, RDZV_ENOMEM, "out of memory");
+    return;
+  }
+  a->known = rdzv__job_secret(d, job.p, job.n, key, &klen) == 1;
+  if (!a->known) { /* the same work with a key nobody holds */
+    klen = 32;
+    rdzv_auth_nonce(key, klen);
+  }
+  if (rdzv_auth_nonce(sn, sizeof(sn)) < 0 ||
+      rdzv_auth_proof(key, klen, RDZV_AUTH_SERVER, job.p, job.n, cn.p, sn,
+                      proof) < 0 ||
+      rdzv_auth_proof(key, klen, RDZV_AUTH_CLIENT, job.p, job.n, cn.p, sn,
+                      a->expect) < 0) {
+    rdzv_auth_wipe(key, sizeof(key));
+    rdzv_buf_free(&a->hello);
+    free(a);
+    rdzv__conn_fail(c, RDZV_EAUTH, "no random numbers for a challenge");
+    return;
+  }
+  rdzv_auth_wipe(key, sizeof(key));
+  c->auth = a;
+  d->stats.auth_challenged++;
+  struct rdzv_slice v[2] = {{sn, sizeof(sn)}, {proof, sizeof(proof)}};
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, 0);
+  r.flags = RDZV_F_REPLY | RDZV_F_CHALLENGE;
+  r.vals.n = 2;
+  r.vals.v = v;
+  if (d->gate != NULL)
+    send_ungated(c, &r); /* depends on no state the gate holds */
+  else
+    rdzv__conn_send(c, &r);
+}
+
+/* The frame after a challenge: the peer's proof. Right: the hello goes on
+ * as it would have without authentication, its reply answering m. */
+static void handle_auth(struct conn *c, const struct rdzv_msg *m) {
+  struct daemon *d = c->d;
+  struct conn_auth *a = c->auth;
+  struct rdzv_msg h;
+  struct rdzv_slice p = {NULL, 0}, job = {NULL, 0};
+  size_t used = 0;
+  if (rdzv_msg_decode(a->hello.data, a->hello.len, UINT32_MAX, &h, &used) <
+      0) { /* cannot be: this daemon encoded it */
+    rdzv__conn_fail(c, RDZV_EPROTO, "hello lost");
+    return;
+  }
+  rdzv_items_get(&h.keys, 0, &job);
+  if (m->type != RDZV_MSG_AUTH || (m->flags & RDZV_F_REPLY) ||
+      m->vals.n != 1 || rdzv_items_get(&m->vals, 0, &p) < 0 ||
+      p.n != RDZV_AUTH_PROOF_BYTES) {
+    auth_refuse(c, m->req_id, job,
+                m->type != RDZV_MSG_AUTH
+                    ? "a challenged hello not followed by its proof"
+                    : "a malformed proof");
+    return;
+  }
+  if (!a->known || !rdzv_auth_equal(p.p, a->expect, RDZV_AUTH_PROOF_BYTES)) {
+    auth_refuse(c, m->req_id, job,
+                a->known ? "a wrong proof: not the job's secret"
+                         : "this daemon holds no secret of that job");
+    return;
+  }
+  d->stats.auth_accepted++;
+  hello_admit(c, &h, m);
+  auth_free(c);
+}
 
 static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   struct daemon *d = c->d;
-  struct rdzv_slice job, name = {NULL, 0};
+  struct rdzv_slice job;
   if (m->type != RDZV_MSG_HELLO) {
     rdzv__conn_fail(c, RDZV_EHELLO, "the first frame must be a hello");
     return;
@@ -618,6 +793,21 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
     rdzv__conn_fail(c, RDZV_EBAD_ROLE, "hello: unknown peer role");
     return;
   }
+  if (d->auth && !c->inproc) {
+    hello_challenge(c, m, job);
+    return;
+  }
+  hello_admit(c, m, m);
+}
+
+/* A hello (m) that passed its checks, and its authentication: the
+ * daemon's own checks, then the reply, which answers req (m itself, or
+ * the RDZV_MSG_AUTH that proved the peer). */
+static void hello_admit(struct conn *c, const struct rdzv_msg *m,
+                        const struct rdzv_msg *req) {
+  struct daemon *d = c->d;
+  struct rdzv_slice job, name = {NULL, 0};
+  rdzv_items_get(&m->keys, 0, &job);
   /* A daemon of one job (--job): a child node of another job that reached
    * this port (a shared host, ports from one range) moves on to its
    * parent's next port. (Clients are not refused: `rdzvctl stats` names
@@ -629,7 +819,7 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
              "daemon %s at %s serves job %s only, not job %.*s", d->cfg.name,
              d->bound_addr[0] ? d->bound_addr : d->cfg.unix_path, d->cfg.job,
              (int)job.n, (const char *)job.p);
-    refuse_hello(c, m, RDZV_EJOB_MISMATCH, text, "");
+    refuse_hello(c, req, RDZV_EJOB_MISMATCH, text, "");
     return;
   }
   /* This daemon's own hello (its --parent range holds its own port, or
@@ -641,14 +831,14 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
     snprintf(text, sizeof(text),
              "daemon %s at %s is this node itself: a node cannot be its own "
              "parent", d->cfg.name, d->bound_addr);
-    refuse_hello(c, m, RDZV_EHELLO, text, "");
+    refuse_hello(c, req, RDZV_EHELLO, text, "");
     return;
   }
   if (d->admit != NULL && !c->inproc) {
     char text[400], leader[256];
     text[0] = leader[0] = '\0';
     if (!d->admit(d->admit_arg, text, sizeof(text), leader, sizeof(leader))) {
-      refuse_hello(c, m, RDZV_ENOT_LEADER, text, leader);
+      refuse_hello(c, req, RDZV_ENOT_LEADER, text, leader);
       return;
     }
   }
@@ -682,7 +872,7 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
   rdzv__job_attach(c, j);
   conn_set_state(c, CONN_READY);
   struct rdzv_msg r;
-  rdzv__reply_init(&r, m, 0);
+  rdzv__reply_init(&r, req, 0);
   uint64_t epoch = d->role->hello_epoch != NULL ? d->role->hello_epoch(d, j) : 0;
   r.b = (int64_t)(d->incarnation ^ (epoch * 0x9E3779B97F4A7C15ull));
   r.a = (int64_t)d->cfg.max_frame_bytes; /* what a child may send */
@@ -735,7 +925,7 @@ static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
  * etcd is slow (its liveness check must not declare it lost). */
 static void send_ungated(struct conn *c, const struct rdzv_msg *r) {
   struct daemon *d = c->d;
-  if (c->state != CONN_READY)
+  if (c->state != CONN_READY && c->state != CONN_HELLO_WAIT)
     return;
   size_t at = c->gate_rel, before = c->out.buf.len;
   if (rdzv_msg_encode(r, &c->out.buf) < 0) {
@@ -772,6 +962,11 @@ static void reply_ungated(struct conn *c, struct rdzv_msg *r) {
 void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
   struct daemon *d = c->d;
   d->stats.frames_in++;
+  if (c->state == CONN_HELLO_WAIT && c->auth != NULL) {
+    d->stats.ops[RDZV_MSG_AUTH].received++;
+    handle_auth(c, m);
+    return;
+  }
   if (c->state == CONN_HELLO_WAIT) {
     d->stats.ops[RDZV_MSG_HELLO].received++;
     handle_hello(c, m);
@@ -785,8 +980,10 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
     rdzv__conn_fail_req(c, m->req_id, rc, text);
     return;
   }
-  if (m->type == RDZV_MSG_HELLO) {
-    rdzv__conn_fail(c, RDZV_EPROTO, "a second hello");
+  if (m->type == RDZV_MSG_HELLO || m->type == RDZV_MSG_AUTH) {
+    rdzv__conn_fail(c, RDZV_EPROTO, m->type == RDZV_MSG_HELLO
+                                        ? "a second hello"
+                                        : "an auth frame after the hello");
     return;
   }
   if (++c->outstanding > d->cfg.max_outstanding) {

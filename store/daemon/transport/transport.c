@@ -2,17 +2,20 @@
  * logging and the small helpers the roles use. Listeners are in listen.c,
  * connections in conn.c, in-process peers in inproc.c. The role (root or
  * node) is reached only through the struct rdzv_role given at start. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 
+#include "store/auth/auth.h"
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/transport/transport_int.h"
 
@@ -67,6 +70,86 @@ void rdzv__log_event(struct daemon *d, const char *fmt, ...) {
   va_start(ap, fmt);
   log_limited(d, &d->event_limit, fmt, ap);
   va_end(ap);
+}
+
+void rdzv__log_auth(struct daemon *d, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_limited(d, &d->auth_limit, fmt, ap);
+  va_end(ap);
+}
+
+/* A job id that may name a file of --secret-dir: no separator, no dot
+ * file (a Kubernetes Secret volume keeps its own ..data there). */
+static bool secret_dir_name_ok(const uint8_t *id, size_t len) {
+  if (len == 0 || len > 255 || id[0] == '.')
+    return false;
+  for (size_t i = 0; i < len; i++)
+    if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||
+          (id[i] >= '0' && id[i] <= '9') || id[i] == '.' || id[i] == '_' ||
+          id[i] == '-'))
+      return false;
+  return true;
+}
+
+int rdzv__job_secret(struct daemon *d, const uint8_t *id, size_t len,
+                     uint8_t *out, size_t *out_len) {
+  memset(out, 0, RDZV_AUTH_SECRET_MAX_BYTES);
+  *out_len = 0;
+  if (d->cfg.secret_file[0] != '\0') {
+    if (d->cfg.job[0] != '\0' &&
+        (len != strlen(d->cfg.job) || memcmp(id, d->cfg.job, len) != 0))
+      return 0;
+    memcpy(out, d->secret, d->secret_len);
+    *out_len = d->secret_len;
+    return 1;
+  }
+  if (d->cfg.secret_dir[0] == '\0' || !secret_dir_name_ok(id, len))
+    return 0;
+  char path[600], err[800];
+  snprintf(path, sizeof(path), "%s/%.*s", d->cfg.secret_dir, (int)len,
+           (const char *)id);
+  int rc = rdzv_auth_secret_load(path, out, RDZV_AUTH_SECRET_MAX_BYTES,
+                                 out_len, err, sizeof(err));
+  if (rc == -ENOENT)
+    return 0;
+  if (rc < 0) {
+    rdzv__log_auth(d, "job %.*s: %s: the job's peers are refused", (int)len,
+                   (const char *)id, err);
+    return 0;
+  }
+  return 1;
+}
+
+/* Reads --secret-file, checks --secret-dir, and says in the log when
+ * there is neither. 0, or -EINVAL with a message on stderr. */
+static int auth_start(struct daemon *d) {
+  char err[800];
+  struct stat st;
+  d->auth_limit.what = "refused authentications";
+  if (d->cfg.secret_file[0] != '\0') {
+    if (rdzv_auth_secret_load(d->cfg.secret_file, d->secret,
+                              sizeof(d->secret), &d->secret_len, err,
+                              sizeof(err)) < 0) {
+      fprintf(stderr, "rdzvd: --secret-file: %s\n", err);
+      return -EINVAL;
+    }
+    d->auth = true;
+  } else if (d->cfg.secret_dir[0] != '\0') {
+    int rc = stat(d->cfg.secret_dir, &st);
+    if (rc < 0 || !S_ISDIR(st.st_mode)) {
+      fprintf(stderr, "rdzvd: --secret-dir %s: %s\n", d->cfg.secret_dir,
+              rc < 0 ? strerror(errno) : "not a directory");
+      return -EINVAL;
+    }
+    d->auth = true;
+  } else {
+    rdzv__log(d, 1,
+              "no job secret (--secret-file, --secret-dir): any process that "
+              "reaches this daemon's ports can join its jobs, read and write "
+              "their keys");
+  }
+  return 0;
 }
 
 uint64_t rdzv__now_ms(struct daemon *d) { return uv_now(d->loop); }
@@ -281,7 +364,9 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   d->flush_check.data = d;
   uv_check_start(&d->flush_check, rdzv__conn_flush_check);
   d->start_ms = uv_now(d->loop);
-  int rc = cfg->listen[0] != '\0' ? rdzv__listen_tcp(d) : 0;
+  int rc = auth_start(d);
+  if (rc == 0 && cfg->listen[0] != '\0')
+    rc = rdzv__listen_tcp(d);
   if (rc == 0)
     rc = rdzv__listen_unix(d);
   if (rc < 0)

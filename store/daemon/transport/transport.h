@@ -80,6 +80,12 @@ struct stats {
       etcd_errors; /* requests etcd failed or refused (each retried) */
   uint64_t sessions_lost;    /* ranks' sessions that expired (or whose
                                 process was gone): generation aborted */
+  /* Authentication (--secret-file, --secret-dir): hellos challenged,
+   * peers that proved the secret, peers refused (a wrong proof, another
+   * job's, none), hellos without a nonce refused, and parents (of a
+   * node) that could not prove the secret or asked for none. */
+  uint64_t auth_challenged, auth_accepted, auth_refused, auth_no_nonce,
+      auth_parent_refused;
   uint64_t auth_peer_refused; /* Unix-socket peers whose uid is not allowed
                                  (--allow-uids), refused before a hello */
 };
@@ -199,6 +205,9 @@ struct conn {
   size_t gate_rel, gate_seal;
   bool held;
   TAILQ_ENTRY(conn) held_link;
+  /* Between a challenged hello and the peer's RDZV_MSG_AUTH: what the
+   * hello said and the proof expected (conn.c); NULL otherwise. */
+  struct conn_auth *auth;
 };
 TAILQ_HEAD(conn_list, conn);
 
@@ -394,6 +403,14 @@ struct daemon {
   /* Rate limits of rdzv__log_drop and of the roles' events. */
   struct rdzv_log_limit drop_limit;
   struct rdzv_log_limit event_limit;
+  /* Authentication: on with --secret-file or --secret-dir (and then every
+   * socket peer proves the job's secret); secret holds --secret-file's
+   * (never logged, never in stats). auth_limit: the rate limit of the
+   * refusals' log lines. */
+  bool auth;
+  uint8_t secret[1024];
+  size_t secret_len;
+  struct rdzv_log_limit auth_limit;
 };
 
 /* Creates the daemon of cfg on loop with role (and role_ctx, kept for the
@@ -430,6 +447,18 @@ int rdzv__write_port_file(const char *path, int port);
 /* d->ancestors from --parent P,A1,A2,... (A1, A2, ...): what a node uses
  * until its parent tells it the chain, or when the parent tells none. */
 void rdzv__ancestors_configured(struct daemon *d);
+/* The secret of job id (len bytes) into out (1024 bytes), its length in
+ * *out_len: --secret-file's (with --job, for that job only), or the file
+ * --secret-dir/<id> (id of [A-Za-z0-9._-] only, not starting with '.';
+ * a file that cannot be read, or one whose mode lets others read it, is
+ * logged, rate-limited, and counts as none). 1 when the job has one,
+ * else 0 (out zeroed). */
+int rdzv__job_secret(struct daemon *d, const uint8_t *id, size_t len,
+                     uint8_t *out, size_t *out_len);
+/* Logs a refused authentication (never the secret or a proof) under the
+ * daemon's auth rate limit, as rdzv__log_drop does. */
+void rdzv__log_auth(struct daemon *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Finds or creates the job named id (len bytes). NULL on ENOMEM. */
 struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len);
 /* Closes (with an ERROR frame of status and text) every READY connection

@@ -1,0 +1,602 @@
+/* Per-job authentication with real processes (issue 14): a root with one
+ * secret file per job (--secret-dir), a node of job A (--secret-file,
+ * --job A), and a job of 32 ranks (rdzv-swarm, RDZV_SECRET_FILE) waiting
+ * in a barrier while strangers try their luck; the barrier completes
+ * afterwards with the 33rd member, so every refusal happened while the
+ * job was running. Each stranger is refused with RDZV_EAUTH and a closed
+ * connection, counted in stats:
+ *   - no secret, a wrong secret, job B's valid secret used for job A, and
+ *     job B's secret for job B at A's node (another job's client);
+ *   - a replayed hello and proof (recorded from a valid exchange, sent
+ *     again on a new connection);
+ *   - malformed proofs and out-of-order frames;
+ *   - a fake parent (a root without a secret, and one with another
+ *     secret): the node refuses it and gives it nothing of the job.
+ * The challenge for a job the daemon has no secret of looks like one for
+ * a job it serves (nothing revealed), and secrets never reach the logs or
+ * stats. Invariant checked after each case: the daemons still serve, and
+ * the accepted key written first is intact. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "rdzv/rdzv.h"
+#include "store/auth/auth.h"
+#include "store/wire/wire.h"
+#include "tests/integration/proc.h"
+
+#define SECRET_A "job-A-secret-0123456789abcdef-0123456789"
+#define SECRET_B "job-B-secret-fedcba9876543210-9876543210"
+#define RANKS 32
+
+static char dir[256], sdir[300], file_a[320], file_b[320], root_log[300],
+    node_log[300];
+static char root_tcp[64], node_tcp[64], node_unix[300];
+static struct proc root, node, swarm;
+
+static void write_file(const char *path, const char *text, mode_t mode) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fputc('\n', f);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(chmod(path, mode), 0);
+}
+
+/* A daemon with its stderr in log (so the test can read it). */
+static int start_logged(struct proc *p, const char *name, const char *parent,
+                        const char *const *extra, char *tcp, const char *log) {
+  int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return -1;
+  int saved = dup(2);
+  dup2(fd, 2);
+  int rc = daemon_start(p, dir, name, parent, extra, tcp);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  return rc;
+}
+
+static rdzv_client_t *client(const char *addr, const char *job,
+                             const char *secret) {
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = addr;
+  o.job_id = job;
+  if (secret != NULL) {
+    o.secret = (const uint8_t *)secret;
+    o.secret_len = strlen(secret);
+  }
+  o.attempt_timeout_s = 5;
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  return c;
+}
+
+/* The counter at path of the daemon at addr, asked as job A proving
+ * secret. */
+static int64_t stat_with(const char *addr, const char *secret,
+                         const char *path) {
+  rdzv_client_t *c = client(addr, "A", secret);
+  char *json = NULL;
+  int rc = rdzv_store_stats(c, &json, 30);
+  rdzv_client_destroy(c);
+  if (rc != 0)
+    return -1;
+  int64_t v = stats_get(json, path);
+  assert_null(strstr(json, SECRET_A)); /* never a secret in stats */
+  rdzv_free(json);
+  return v;
+}
+
+static int64_t auth_stat(const char *addr, const char *path) {
+  return stat_with(addr, SECRET_A, path);
+}
+
+/* Polls until the counter reaches want (at most about 60 s). */
+static int64_t auth_stat_reach(const char *addr, const char *path,
+                               int64_t want) {
+  int64_t v = -1;
+  for (int i = 0; i < 600; i++) {
+    v = auth_stat(addr, path);
+    if (v >= want)
+      break;
+    usleep(100 * 1000);
+  }
+  return v;
+}
+
+/* The daemons still serve job A, and the first write is intact. */
+static void assert_still_serving(void) {
+  const char *addrs[] = {node_unix, node_tcp, root_tcp};
+  for (size_t i = 0; i < 3; i++) {
+    rdzv_client_t *c = client(addrs[i], "A", SECRET_A);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(rdzv_store_get(c, "accepted", &v, &len, 30), 0);
+    assert_string_equal((char *)v, "kept");
+    rdzv_free(v);
+    rdzv_client_destroy(c);
+  }
+}
+
+static int setup(void **state) {
+  (void)state;
+  unsetenv("RDZV_SECRET_FILE");
+  unsetenv("RDZV_SECRET");
+  /* Not under TEST_TMPDIR: a Unix socket's path holds 107 bytes. */
+  snprintf(dir, sizeof(dir), "/tmp/rdzv-auth.XXXXXX");
+  if (mkdtemp(dir) == NULL)
+    return -1;
+  snprintf(sdir, sizeof(sdir), "%s/secrets", dir);
+  mkdir(sdir, 0700);
+  snprintf(file_a, sizeof(file_a), "%s/A", sdir);
+  snprintf(file_b, sizeof(file_b), "%s/B", sdir);
+  write_file(file_a, SECRET_A, 0600);
+  write_file(file_b, SECRET_B, 0600);
+  snprintf(root_log, sizeof(root_log), "%s/root.log", dir);
+  snprintf(node_log, sizeof(node_log), "%s/node.log", dir);
+  char sd[400], sf[400];
+  snprintf(sd, sizeof(sd), "--secret-dir=%s", sdir);
+  snprintf(sf, sizeof(sf), "--secret-file=%s", file_a);
+  const char *rx[] = {sd, "--log-level=1", NULL};
+  if (start_logged(&root, "root", NULL, rx, root_tcp, root_log) < 0)
+    return -1;
+  const char *nx[] = {sf, "--job=A", "--log-level=1", NULL};
+  if (start_logged(&node, "node", root_tcp, nx, node_tcp, node_log) < 0)
+    return -1;
+  daemon_unix_addr(dir, "node", node_unix, sizeof(node_unix));
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  int bad = proc_stop(&node) != 0;
+  bad |= proc_stop(&root) != 0;
+  rm_rf(dir);
+  return bad ? -1 : 0;
+}
+
+/* ---- raw frames ------------------------------------------------------- */
+
+static int raw_tcp(const char *hostport) {
+  int port = atoi(strrchr(hostport, ':') + 1);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  return fd;
+}
+
+static void send_msg(int fd, const struct rdzv_msg *m, struct rdzv_buf *rec) {
+  struct rdzv_buf b = {0};
+  assert_int_equal(rdzv_msg_encode(m, &b), 0);
+  assert_int_equal(send(fd, b.data, b.len, MSG_NOSIGNAL), (ssize_t)b.len);
+  if (rec != NULL) { /* what was sent, for a replay */
+    assert_int_equal(rdzv_buf_reserve(rec, b.len), 0);
+    memcpy(rec->data + rec->len, b.data, b.len);
+    rec->len += b.len;
+  }
+  rdzv_buf_free(&b);
+}
+
+struct reader {
+  int fd;
+  struct rdzv_buf in;
+  size_t off;
+  int closed;
+};
+
+/* The next frame from the daemon into *m (pointing into r's buffer,
+ * valid until the next call): 1, or 0 when it closed first (about 30 s
+ * at most: a daemon that neither answers nor closes fails the test). */
+static int next_frame(struct reader *r, struct rdzv_msg *m) {
+  for (int i = 0; i < 3000; i++) {
+    size_t used = 0;
+    if (r->in.len > r->off &&
+        rdzv_msg_decode(r->in.data + r->off, r->in.len - r->off, 1 << 20, m,
+                        &used) == 0) {
+      r->off += used;
+      return 1;
+    }
+    if (r->closed)
+      return 0;
+    struct pollfd p = {r->fd, POLLIN, 0};
+    if (poll(&p, 1, 10) <= 0)
+      continue;
+    assert_int_equal(rdzv_buf_reserve(&r->in, 4096), 0);
+    ssize_t n = recv(r->fd, r->in.data + r->in.len, r->in.cap - r->in.len, 0);
+    if (n <= 0)
+      r->closed = 1;
+    else
+      r->in.len += (size_t)n;
+  }
+  fail_msg("the daemon neither answered nor closed");
+  return 0;
+}
+
+static void send_hello(int fd, const char *job, const uint8_t *nonce,
+                       uint32_t nonce_len, struct rdzv_buf *rec) {
+  struct rdzv_slice k[2] = {{(const uint8_t *)job, (uint32_t)strlen(job)},
+                            {(const uint8_t *)"stranger", 8}};
+  struct rdzv_slice v = {nonce, nonce_len};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_HELLO;
+  m.req_id = 7;
+  m.keys.n = 2;
+  m.keys.v = k;
+  m.vals.n = nonce != NULL ? 1 : 0;
+  m.vals.v = &v;
+  send_msg(fd, &m, rec);
+}
+
+static void send_auth(int fd, const uint8_t *proof, uint32_t n,
+                      uint16_t flags, struct rdzv_buf *rec) {
+  struct rdzv_slice v = {proof, n};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_AUTH;
+  m.flags = flags;
+  m.req_id = 8;
+  m.vals.n = 1;
+  m.vals.v = &v;
+  send_msg(fd, &m, rec);
+}
+
+/* Reads the challenge: its nonce and proof into sn and sp. */
+static void read_challenge(struct reader *r, uint8_t *sn, uint8_t *sp) {
+  struct rdzv_msg m;
+  struct rdzv_slice a, b;
+  assert_int_equal(next_frame(r, &m), 1);
+  assert_int_equal(m.type, RDZV_MSG_HELLO);
+  assert_int_equal(m.status, 0);
+  assert_int_equal(m.flags, RDZV_F_REPLY | RDZV_F_CHALLENGE);
+  assert_int_equal(m.keys.n, 0); /* nothing of the daemon or the job */
+  assert_int_equal(m.vals.n, 2);
+  assert_int_equal(m.a, 0);
+  assert_int_equal(m.b, 0);
+  assert_int_equal(rdzv_items_get(&m.vals, 0, &a), 0);
+  assert_int_equal(rdzv_items_get(&m.vals, 1, &b), 0);
+  assert_int_equal(a.n, RDZV_AUTH_NONCE_BYTES);
+  assert_int_equal(b.n, RDZV_AUTH_PROOF_BYTES);
+  memcpy(sn, a.p, a.n);
+  memcpy(sp, b.p, b.n);
+}
+
+/* The daemon answers with an ERROR frame of status want, then closes. */
+static void expect_refused(struct reader *r, int want) {
+  struct rdzv_msg m;
+  assert_int_equal(next_frame(r, &m), 1);
+  assert_int_equal(m.type, RDZV_MSG_ERROR);
+  assert_int_equal(m.status, want);
+  assert_int_equal(next_frame(r, &m), 0);
+}
+
+static void reader_free(struct reader *r) {
+  close(r->fd);
+  rdzv_buf_free(&r->in);
+}
+
+/* ---- the cases -------------------------------------------------------- */
+
+static void test_job_starts(void **state) {
+  (void)state;
+  rdzv_client_t *c = client(node_unix, "A", SECRET_A);
+  assert_int_equal(rdzv_store_set(c, "accepted", "kept", 4, 0, 30), 0);
+  rdzv_client_destroy(c);
+  /* 32 ranks (the swarm's clients read RDZV_SECRET_FILE) wait in a
+   * barrier of 33 while the strangers come. */
+  setenv("RDZV_SECRET_FILE", file_a, 1);
+  char n[16], cnt[16];
+  snprintf(n, sizeof(n), "%d", RANKS);
+  snprintf(cnt, sizeof(cnt), "%d", RANKS + 1);
+  char *argv[] = {"tools/rdzv-swarm", "--addrs", node_unix, "--job", "A",
+                  "--clients", n, "--timeout", "600", "barrier", "b-auth",
+                  cnt, NULL};
+  assert_int_equal(proc_start(&swarm, argv, 1), 0);
+  unsetenv("RDZV_SECRET_FILE");
+  /* Every rank is in (the node let 1 + RANKS peers in). */
+  assert_true(auth_stat_reach(node_tcp, "auth.accepted", 1 + RANKS) >=
+              1 + RANKS);
+}
+
+static void test_no_secret(void **state) {
+  (void)state;
+  int64_t before = auth_stat(node_tcp, "auth.no_nonce");
+  const char *addrs[] = {node_unix, node_tcp, root_tcp};
+  for (size_t i = 0; i < 3; i++) {
+    rdzv_client_t *c = client(addrs[i], "A", NULL);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(rdzv_store_get(c, "accepted", &v, &len, 30), RDZV_EAUTH);
+    assert_non_null(strstr(rdzv_client_last_error(c), addrs[i]));
+    rdzv_client_destroy(c);
+  }
+  assert_int_equal(auth_stat(node_tcp, "auth.no_nonce"), before + 2);
+  assert_still_serving();
+}
+
+static void test_wrong_secret(void **state) {
+  (void)state;
+  /* The client checks the daemon's proof first: a daemon of job A cannot
+   * prove a secret it does not hold, so the client refuses it; the daemon
+   * counts the connection that left without a proof. */
+  int64_t before = auth_stat(node_tcp, "auth.refused");
+  rdzv_client_t *c = client(node_tcp, "A", "not-the-secret-of-job-A-at-all");
+  assert_int_equal(rdzv_store_set(c, "x", "1", 1, 0, 30), RDZV_EAUTH);
+  assert_non_null(strstr(rdzv_client_last_error(c), "could not prove"));
+  rdzv_client_destroy(c);
+  /* Job B's valid secret, used to join job A. */
+  c = client(node_unix, "A", SECRET_B);
+  assert_int_equal(rdzv_store_set(c, "x", "1", 1, 0, 30), RDZV_EAUTH);
+  rdzv_client_destroy(c);
+  assert_true(auth_stat_reach(node_tcp, "auth.refused", before + 2) >=
+              before + 2);
+  assert_still_serving();
+}
+
+static void test_other_jobs_client(void **state) {
+  (void)state;
+  /* Job B's client with job B's valid secret, at job A's node: refused
+   * (the node holds no secret of B). At the root, which holds B's, it is
+   * let in, and sees none of A's keys. */
+  rdzv_client_t *c = client(node_tcp, "B", SECRET_B);
+  assert_int_equal(rdzv_store_set(c, "x", "1", 1, 0, 30), RDZV_EAUTH);
+  rdzv_client_destroy(c);
+  c = client(root_tcp, "B", SECRET_B);
+  void *v = NULL;
+  size_t len = 0;
+  assert_int_equal(rdzv_store_get(c, "accepted", &v, &len, 30), RDZV_ENOKEY);
+  rdzv_client_destroy(c);
+  assert_still_serving();
+}
+
+/* A raw stranger that knows the protocol but not the secret: its proof
+ * (with job B's secret, or random bytes) is refused by the daemon. */
+static void test_wrong_proof_raw(void **state) {
+  (void)state;
+  int64_t before = auth_stat(node_tcp, "auth.refused");
+  uint8_t cn[32], sn[32], sp[32], proof[32];
+  memset(cn, 0x11, sizeof(cn));
+  struct reader r = {raw_tcp(node_tcp), {0}, 0, 0};
+  send_hello(r.fd, "A", cn, 32, NULL);
+  read_challenge(&r, sn, sp);
+  assert_int_equal(rdzv_auth_proof((const uint8_t *)SECRET_B,
+                                   strlen(SECRET_B), RDZV_AUTH_CLIENT,
+                                   (const uint8_t *)"A", 1, cn, sn, proof),
+                   0);
+  send_auth(r.fd, proof, 32, 0, NULL);
+  expect_refused(&r, RDZV_EAUTH);
+  reader_free(&r);
+  assert_int_equal(auth_stat(node_tcp, "auth.refused"), before + 1);
+  assert_still_serving();
+}
+
+/* A valid exchange, recorded and sent again on a new connection: the
+ * daemon's new nonce makes the old proof wrong. */
+static void test_replayed_hello(void **state) {
+  (void)state;
+  uint8_t cn[32], sn[32], sp[32], want[32], proof[32], sn2[32], sp2[32];
+  struct rdzv_buf rec = {0};
+  rdzv_auth_nonce(cn, sizeof(cn));
+  struct reader r = {raw_tcp(node_tcp), {0}, 0, 0};
+  send_hello(r.fd, "A", cn, 32, &rec);
+  read_challenge(&r, sn, sp);
+  /* The daemon's proof is right for A's secret. */
+  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
+                  RDZV_AUTH_SERVER, (const uint8_t *)"A", 1, cn, sn, want);
+  assert_memory_equal(want, sp, 32);
+  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, proof);
+  send_auth(r.fd, proof, 32, 0, &rec);
+  struct rdzv_msg m;
+  assert_int_equal(next_frame(&r, &m), 1);
+  assert_int_equal(m.type, RDZV_MSG_AUTH);
+  assert_int_equal(m.status, 0); /* in: the hello reply's fields */
+  assert_true(m.a > 0);
+  reader_free(&r);
+  int64_t before = auth_stat(node_tcp, "auth.refused");
+  /* The replay: the same bytes, hello and proof, on a new connection. */
+  struct reader r2 = {raw_tcp(node_tcp), {0}, 0, 0};
+  assert_int_equal(send(r2.fd, rec.data, rec.len, MSG_NOSIGNAL),
+                   (ssize_t)rec.len);
+  read_challenge(&r2, sn2, sp2);
+  assert_memory_not_equal(sn, sn2, 32); /* a fresh nonce */
+  expect_refused(&r2, RDZV_EAUTH);
+  reader_free(&r2);
+  rdzv_buf_free(&rec);
+  assert_int_equal(auth_stat(node_tcp, "auth.refused"), before + 1);
+  assert_still_serving();
+}
+
+/* The challenge for a job the daemon has no secret of (at the node: B;
+ * at the root: a job with no file) has the same shape as one for a job
+ * it serves, and the refusal the same words: nothing is revealed. */
+static void test_reveals_nothing(void **state) {
+  (void)state;
+  const char *addr[] = {node_tcp, node_tcp, root_tcp, root_tcp};
+  const char *job[] = {"A", "B", "A", "no-such-job"};
+  char text[4][512];
+  for (int i = 0; i < 4; i++) {
+    uint8_t cn[32], sn[32], sp[32], junk[32];
+    memset(cn, 0x22, sizeof(cn));
+    memset(junk, 0x33, sizeof(junk));
+    struct reader r = {raw_tcp(addr[i]), {0}, 0, 0};
+    send_hello(r.fd, job[i], cn, 32, NULL);
+    read_challenge(&r, sn, sp);
+    send_auth(r.fd, junk, 32, 0, NULL);
+    struct rdzv_msg m;
+    struct rdzv_slice t;
+    assert_int_equal(next_frame(&r, &m), 1);
+    assert_int_equal(m.type, RDZV_MSG_ERROR);
+    assert_int_equal(m.status, RDZV_EAUTH);
+    assert_int_equal(rdzv_items_get(&m.keys, 0, &t), 0);
+    snprintf(text[i], sizeof(text[i]), "%.*s", (int)t.n, (const char *)t.p);
+    assert_null(strstr(text[i], job[i][0] == 'n' ? "no-such" : "job B"));
+    reader_free(&r);
+  }
+  for (int i = 1; i < 4; i++)
+    assert_string_equal(text[i], text[0]);
+  assert_still_serving();
+}
+
+/* Malformed or out-of-order frames around the hello: each a coded error
+ * and a closed connection; the daemon serves on. */
+static void test_malformed(void **state) {
+  (void)state;
+  uint8_t cn[32] = {1}, sn[32], sp[32], proof[32] = {2};
+  struct reader r;
+  /* A proof before any hello. */
+  r = (struct reader){raw_tcp(node_tcp), {0}, 0, 0};
+  send_auth(r.fd, proof, 32, 0, NULL);
+  expect_refused(&r, RDZV_EHELLO);
+  reader_free(&r);
+  /* A nonce of 31 bytes. */
+  r = (struct reader){raw_tcp(node_tcp), {0}, 0, 0};
+  send_hello(r.fd, "A", cn, 31, NULL);
+  expect_refused(&r, RDZV_EAUTH);
+  reader_free(&r);
+  /* A proof of 31 bytes; one with the reply flag; a second hello. */
+  for (int k = 0; k < 3; k++) {
+    r = (struct reader){raw_tcp(node_tcp), {0}, 0, 0};
+    send_hello(r.fd, "A", cn, 32, NULL);
+    read_challenge(&r, sn, sp);
+    if (k == 0)
+      send_auth(r.fd, proof, 31, 0, NULL);
+    else if (k == 1)
+      send_auth(r.fd, proof, 32, RDZV_F_REPLY, NULL);
+    else
+      send_hello(r.fd, "A", cn, 32, NULL);
+    /* (A frame flagged as a reply is a protocol error before anything.) */
+    expect_refused(&r, k == 1 ? RDZV_EPROTO : RDZV_EAUTH);
+    reader_free(&r);
+  }
+  /* A proof after the hello was accepted. */
+  uint8_t good[32];
+  r = (struct reader){raw_tcp(node_tcp), {0}, 0, 0};
+  send_hello(r.fd, "A", cn, 32, NULL);
+  read_challenge(&r, sn, sp);
+  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, good);
+  send_auth(r.fd, good, 32, 0, NULL);
+  struct rdzv_msg m;
+  assert_int_equal(next_frame(&r, &m), 1);
+  assert_int_equal(m.status, 0);
+  send_auth(r.fd, good, 32, 0, NULL);
+  expect_refused(&r, RDZV_EPROTO);
+  reader_free(&r);
+  assert_still_serving();
+}
+
+/* A fake parent: a root with no secret, then one with another secret.
+ * The node refuses each (it asks no proof, or cannot give one), counts
+ * it, and the job's request fails naming the parent, while the fake root
+ * never hears a request of the job. */
+static void test_fake_parent(void **state) {
+  (void)state;
+  struct proc fake, n2;
+  char fake_tcp[64], n2_tcp[64], sf[400], log[300];
+  snprintf(sf, sizeof(sf), "--secret-file=%s", file_a);
+  for (int k = 0; k < 2; k++) {
+    char fsf[400], bogus[300];
+    snprintf(bogus, sizeof(bogus), "%s/bogus", dir);
+    write_file(bogus, "a-secret-that-is-not-job-A-s-1234", 0600);
+    snprintf(fsf, sizeof(fsf), "--secret-file=%s", bogus);
+    const char *fx[] = {k == 0 ? "--log-level=0" : fsf, NULL};
+    const char *fake_secret = k == 0 ? NULL : "a-secret-that-is-not-job-A-s-1234";
+    assert_int_equal(daemon_start(&fake, dir, "fake", NULL, fx, fake_tcp), 0);
+    snprintf(log, sizeof(log), "%s/n2.log", dir);
+    const char *nx[] = {sf, "--job=A", "--upstream-timeout-ms=1500",
+                        "--log-level=1", NULL};
+    assert_int_equal(start_logged(&n2, "n2", fake_tcp, nx, n2_tcp, log), 0);
+    rdzv_client_t *c = client(n2_tcp, "A", SECRET_A);
+    assert_int_equal(rdzv_store_set(c, "from-n2", "1", 1, 0, 60),
+                     RDZV_EUNREACHABLE);
+    assert_non_null(strstr(rdzv_client_last_error(c), fake_tcp));
+    assert_non_null(strstr(rdzv_client_last_error(c), "secret"));
+    rdzv_client_destroy(c);
+    assert_true(auth_stat(n2_tcp, "auth.parent_refused") >= 1);
+    /* The fake heard no request of the job. */
+    assert_int_equal(stat_with(fake_tcp, fake_secret, "ops.set.received"), 0);
+    assert_int_equal(stat_with(fake_tcp, fake_secret, "ops.join.received"), 0);
+    assert_int_equal(proc_stop(&n2), 0);
+    assert_int_equal(proc_stop(&fake), 0);
+    char *text = NULL;
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    size_t cap = 0;
+    ssize_t got = getdelim(&text, &cap, '\0', f);
+    fclose(f);
+    assert_true(got > 0);
+    assert_non_null(strstr(text, "not trusted as this node's parent"));
+    assert_null(strstr(text, SECRET_A));
+    free(text);
+  }
+}
+
+static void test_job_completes(void **state) {
+  (void)state;
+  rdzv_client_t *c = client(node_unix, "A", SECRET_A);
+  assert_int_equal(rdzv_store_barrier(c, "b-auth", RANKS, RANKS + 1, 300), 0);
+  rdzv_client_destroy(c);
+  char *out = proc_read_all(&swarm);
+  assert_int_equal(proc_wait(&swarm), 0);
+  char want[64];
+  snprintf(want, sizeof(want), "barrier ok %d", RANKS);
+  assert_non_null(strstr(out, want));
+  free(out);
+  assert_still_serving();
+  /* Every peer that got in proved the secret; the logs hold no secret. */
+  assert_true(auth_stat(node_tcp, "auth.accepted") >= RANKS);
+  const char *logs[] = {root_log, node_log};
+  for (int i = 0; i < 2; i++) {
+    FILE *f = fopen(logs[i], "r");
+    assert_non_null(f);
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t got = getdelim(&text, &cap, '\0', f);
+    fclose(f);
+    if (got > 0) {
+      assert_null(strstr(text, SECRET_A));
+      assert_null(strstr(text, SECRET_B));
+    }
+    free(text);
+  }
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_job_starts),
+      cmocka_unit_test(test_no_secret),
+      cmocka_unit_test(test_wrong_secret),
+      cmocka_unit_test(test_other_jobs_client),
+      cmocka_unit_test(test_wrong_proof_raw),
+      cmocka_unit_test(test_replayed_hello),
+      cmocka_unit_test(test_reveals_nothing),
+      cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_fake_parent),
+      cmocka_unit_test(test_job_completes),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
