@@ -446,8 +446,8 @@ static int resolve_allow_uids(struct rdzv_daemon_config *cfg, char *err,
     size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
     char e[256];
     if (n == 0 || n >= sizeof(e)) {
-      snprintf(err, errlen, "--allow-uids '%s': entry %d is %s", cfg->allow_uids,
-               i, n == 0 ? "empty" : "over 255 bytes");
+      snprintf(err, errlen, "--allow-uids '%s': entry %d is %s",
+               cfg->allow_uids, i, n == 0 ? "empty" : "over 255 bytes");
       return -EINVAL;
     }
     if (cfg->nallow_uids == RDZV_MAX_ALLOW_UIDS) {
@@ -475,8 +475,8 @@ static void tcpstore_listen_default_host(struct rdzv_daemon_config *cfg) {
     return;
   char port[sizeof(cfg->tcpstore_listen)];
   snprintf(port, sizeof(port), "%s", v);
-  snprintf(cfg->tcpstore_listen, sizeof(cfg->tcpstore_listen), "127.0.0.1:%.200s",
-           port);
+  snprintf(cfg->tcpstore_listen, sizeof(cfg->tcpstore_listen),
+           "127.0.0.1:%.200s", port);
 }
 
 /* The TCPStore front end's address: HOST:PORT, a loopback HOST unless
@@ -487,7 +487,8 @@ static int check_tcpstore_listen(const struct rdzv_daemon_config *cfg,
   long port;
   const char *colon = strrchr(cfg->tcpstore_listen, ':');
   if (!host_port(cfg->tcpstore_listen, host, sizeof(host), &port) ||
-      strchr(colon, '-') != NULL || strncmp(cfg->tcpstore_listen, "tcp:", 4) == 0) {
+      strchr(colon, '-') != NULL ||
+      strncmp(cfg->tcpstore_listen, "tcp:", 4) == 0) {
     snprintf(err, errlen,
              "--tcpstore-listen '%s' is neither PORT nor HOST:PORT (PORT "
              "0..65535)", cfg->tcpstore_listen);

@@ -471,8 +471,12 @@ static void on_linger_timeout(uv_timer_t *t) {
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 
+/* The longest a refused connection stays open for its peer to read the
+ * refusal (less when --hello-timeout-ms is): a client reads it at once. */
+#define REFUSE_LINGER_MAX_MS 1000
+
 /* The ERROR frame goes at once, but the connection stays open until the
- * peer hangs up (or --hello-timeout-ms): a client writes its hello right
+ * peer hangs up (or REFUSE_LINGER_MAX_MS): a client writes its hello right
  * after connect(), and one whose write came after a close would see
  * EPIPE, not the refusal. What it sends meanwhile is dropped unread. */
 void rdzv__conn_refuse(struct conn *c, int status, const char *text) {
@@ -485,7 +489,10 @@ void rdzv__conn_refuse(struct conn *c, int status, const char *text) {
   uv_read_start(&c->h.stream, on_alloc, on_linger_read);
   if (c->timer != NULL) {
     c->timer->data = c;
-    uv_timer_start(c->timer, on_linger_timeout, c->d->cfg.hello_timeout_ms, 0);
+    uint64_t ms = c->d->cfg.hello_timeout_ms < REFUSE_LINGER_MAX_MS
+                      ? c->d->cfg.hello_timeout_ms
+                      : REFUSE_LINGER_MAX_MS;
+    uv_timer_start(c->timer, on_linger_timeout, ms, 0);
   }
 }
 

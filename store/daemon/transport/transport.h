@@ -179,7 +179,7 @@ struct conn {
   bool tcp;                /* accepted on the TCP listener */
   /* Refused before its hello (rdzv__conn_refuse): its last frame
    * written, c stays open, dropping what it reads, until the peer hangs
-   * up or --hello-timeout-ms passes. */
+   * up or min(--hello-timeout-ms, 1 s) passes. */
   bool linger;
   /* The peer process of a Unix-socket connection (SO_PEERCRED at accept,
    * in this daemon's pid namespace), 0 when unknown. Readable by roles. */
