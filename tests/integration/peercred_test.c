@@ -9,7 +9,8 @@
  *    and the daemon, counts each (auth.peer_refused, not proto_errors)
  *    and logs it, while a job of 4 allowed ranks (rdzv-example, this
  *    test's uid) completes its rendezvous through the same socket at the
- *    same time;
+ *    same time; one that connects and sends nothing is told all the same
+ *    (the refusal comes before any hello is read);
  *  - a daemon with --allow-uids naming nobody makes the socket 0666 and
  *    its directory 0711, lets nobody in (a set and a get), and still
  *    refuses a uid it does not name.
@@ -34,6 +35,7 @@
 
 #include "proc.h"
 #include "rdzv/rdzv.h"
+#include "store/wire/wire.h"
 
 #define EXAMPLE "tools/rdzv-example"
 /* Strangers' attempts while the allowed job runs. */
@@ -141,6 +143,8 @@ enum act {
   ACT_CONNECT, /* a bare connect(2): "errno N" (0: connected) */
   ACT_HELLO,   /* a client's connect: "status N: last_error" */
   ACT_SETGET,  /* connect, set key "k" and read it back: "status N: ..." */
+  ACT_SILENT,  /* a bare connect that sends nothing and reads until the
+                  daemon closes: "frame TYPE status N: text" */
 };
 
 static void child_line(int fd, const char *fmt, ...) {
@@ -164,6 +168,33 @@ static void child_act(int fd, enum act act, const char *path) {
     int rc = connect(s, (struct sockaddr *)&sa, sizeof(sa));
     child_line(fd, "errno %d", rc == 0 ? 0 : errno);
     close(s);
+    return;
+  }
+  if (act == ACT_SILENT) {
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    uint8_t buf[4096];
+    size_t got = 0;
+    if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+      child_line(fd, "connect: errno %d", errno);
+      close(s);
+      return;
+    }
+    for (ssize_t k = 1; k > 0 && got < sizeof(buf); got += (size_t)k)
+      if ((k = read(s, buf + got, sizeof(buf) - got)) <= 0)
+        break;
+    close(s);
+    struct rdzv_msg m;
+    size_t used = 0;
+    struct rdzv_slice t = {NULL, 0};
+    if (rdzv_msg_decode(buf, got, sizeof(buf), &m, &used) != 0) {
+      child_line(fd, "no frame in %zu bytes", got);
+      return;
+    }
+    rdzv_items_get(&m.keys, 0, &t);
+    child_line(fd, "frame %s status %d: %.*s", rdzv_msg_type_name(m.type),
+               m.status, (int)t.n, t.p != NULL ? (const char *)t.p : "");
     return;
   }
   char addr[160];
@@ -327,8 +358,17 @@ static void test_uid_check_refuses_while_a_job_runs(void **state) {
     free(r);
   }
   assert_int_equal(identical, 1); /* rank 0 reports the check */
+  /* One that sends nothing is refused all the same, at once: the
+   * refusal does not wait for a hello. */
+  out = stranger(nobody_uid, nobody_gid, ACT_SILENT, node_sock, 1);
+  char silent[600];
+  snprintf(silent, sizeof(silent), "frame %s status %d: %s: only the "
+           "daemon's own uid, root and --allow-uids are",
+           rdzv_msg_type_name(RDZV_MSG_ERROR), RDZV_EAUTH, want);
+  all_lines(out, 1, silent);
+  free(out);
   /* Each attempt counted once, as a refusal, not a broken rule. */
-  assert_int_equal(stats_at(node_addr, "auth.peer_refused"), STRANGERS);
+  assert_int_equal(stats_at(node_addr, "auth.peer_refused"), STRANGERS + 1);
   assert_int_equal(stats_at(node_addr, "proto_errors"), 0);
   /* ...and logged, naming the uid (at most 10 lines a second). */
   char *log = read_file(log_path);
