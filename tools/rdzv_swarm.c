@@ -17,6 +17,12 @@
  *                     "gather ok N"
  *   ops SECONDS KIND  each client keeps one request of KIND (set, get,
  *                     add) in flight for SECONDS; prints "ops N RATE"
+ *   reconnect SECONDS KEY
+ *                     for SECONDS each client in turn opens a new handle,
+ *                     connects (the hello, and its authentication when
+ *                     RDZV_SECRET_FILE or RDZV_SECRET is set), reads the
+ *                     write-once KEY (which must exist) and closes it;
+ *                     prints "reconnect N RATE" (connections a second)
  * Before submitting, every client connects; "connected N" is printed and
  * stdout flushed, and a scenario starts only after a line is read from
  * stdin when --sync is given (lets a test line things up). With --hold,
@@ -41,6 +47,7 @@ struct cl {
   struct swarm *s;
   rdzv_client_t *c;
   uint64_t member;
+  bool recycle; /* reconnect: its handle is done; a new one goes next */
   bool done;
   int status;
   int64_t value;
@@ -56,8 +63,10 @@ struct swarm {
   const char *arg;
   uint64_t count;
   double timeout_s;
-  double stop_at; /* ops scenario */
+  double stop_at; /* ops and reconnect scenarios */
   int kind;       /* ops scenario: RDZV_OP_* */
+  const char *addr_of_first; /* reconnect: where new handles go */
+  const char *job;
 };
 
 static double now_s(void) {
@@ -122,6 +131,10 @@ static void on_done(rdzv_client_t *c, const struct rdzv_result *res,
     if (strcmp(s->scenario, "ops") == 0 && now_s() < s->stop_at &&
         submit(k) == 0)
       return;
+    if (strcmp(s->scenario, "reconnect") == 0 && now_s() < s->stop_at) {
+      k->recycle = true; /* not destroyed inside its own callback */
+      return;
+    }
   }
   k->done = true;
   s->pending--;
@@ -143,7 +156,8 @@ static int submit(struct cl *k) {
   } else if (strcmp(s->scenario, "add") == 0) {
     req.op = RDZV_OP_ADD;
     req.a = 1;
-  } else if (strcmp(s->scenario, "get") == 0) {
+  } else if (strcmp(s->scenario, "get") == 0 ||
+             strcmp(s->scenario, "reconnect") == 0) {
     req.op = RDZV_OP_GET;
     req.flags = RDZV_STORE_WRITE_ONCE;
   } else if (strcmp(s->scenario, "barrier") == 0 ||
@@ -190,6 +204,28 @@ static int drive(struct swarm *s, struct pollfd *pfds, double deadline) {
     if (rc < 0)
       return rc;
   }
+  for (size_t i = 0; i < s->n; i++) { /* reconnect: a new handle each */
+    struct cl *k = &s->cls[i];
+    if (!k->recycle)
+      continue;
+    k->recycle = false;
+    rdzv_client_destroy(k->c);
+    k->c = NULL;
+    struct rdzv_client_opts o;
+    rdzv_client_opts_init(&o);
+    o.addr = s->addr_of_first;
+    o.job_id = s->job;
+    int rc = rdzv_client_create(&o, &k->c);
+    if (rc == 0)
+      rc = submit(k);
+    if (rc < 0) {
+      fail(k, rc, "reconnect");
+      k->done = true;
+      s->pending--;
+      if (k->c == NULL) /* every handle stays valid for the loops */
+        return rc;
+    }
+  }
   return 0;
 }
 
@@ -211,7 +247,8 @@ static int usage_to(FILE *f, int rc) {
           "       [--member-base B] [--timeout S] [--sync] [--hold]\n"
           "       SCENARIO ARGS\n"
           "scenarios: wait KEY | add KEY | get KEY | barrier NAME COUNT |\n"
-          "           gather NAME COUNT | ops SECONDS set|get|add\n");
+          "           gather NAME COUNT | ops SECONDS set|get|add |\n"
+          "           reconnect SECONDS KEY\n");
   return rc;
 }
 
@@ -257,7 +294,13 @@ static int parse_scenario(struct swarm *s, int argc, char **argv, int i) {
               strcmp(s->scenario, "gather") == 0;
   if (coll && (i >= argc || parse_u64(argv[i++], &s->count) < 0))
     return -1;
-  if (strcmp(s->scenario, "ops") == 0) {
+  if (strcmp(s->scenario, "reconnect") == 0) {
+    uint64_t secs;
+    if (parse_u64(s->arg, &secs) < 0 || i >= argc)
+      return -1;
+    s->arg = argv[i++];
+    s->stop_at = (double)secs;
+  } else if (strcmp(s->scenario, "ops") == 0) {
     uint64_t secs;
     if (parse_u64(s->arg, &secs) < 0 || i >= argc)
       return -1;
@@ -283,11 +326,13 @@ static void report(struct swarm *s, double elapsed) {
     for (size_t i = 0; i < s->n; i++)
       if (s->cls[i].status == 0)
         printf("%" PRId64 "\n", s->cls[i].value);
-  } else if (strcmp(s->scenario, "ops") == 0) {
+  } else if (strcmp(s->scenario, "ops") == 0 ||
+             strcmp(s->scenario, "reconnect") == 0) {
     uint64_t total = 0;
     for (size_t i = 0; i < s->n; i++)
       total += s->cls[i].ops;
-    printf("ops %" PRIu64 " %.0f\n", total, (double)total / elapsed);
+    printf("%s %" PRIu64 " %.0f\n", s->scenario, total,
+           (double)total / elapsed);
   } else {
     printf("%s ok %zu\n", s->scenario, s->n - s->failed);
   }
@@ -336,6 +381,15 @@ int main(int argc, char **argv) {
       parse_scenario(&s, argc, argv, i) < 0)
     return usage();
   s.n = n;
+  s.job = job;
+  /* reconnect: new handles go to the first address (strtok cuts the
+   * list itself). */
+  char *addrs_copy = strdup(addrs);
+  if (addrs_copy == NULL)
+    return 1;
+  s.addr_of_first = addrs_copy;
+  if (strchr(addrs_copy, ',') != NULL)
+    *strchr(addrs_copy, ',') = '\0';
   s.cls = calloc(n, sizeof(*s.cls));
   if (s.cls == NULL || create_clients(&s, addrs, job, base) < 0)
     return 1;
@@ -363,5 +417,6 @@ int main(int argc, char **argv) {
     rdzv_client_destroy(s.cls[k].c);
   free(s.cls);
   free(addrs);
+  free(addrs_copy);
   return rc == 0 && s.failed == 0 ? 0 : 1;
 }

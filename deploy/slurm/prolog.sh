@@ -322,7 +322,7 @@ if [ "${RDZV_TCPSTORE:-0}" = 1 ]; then
 fi
 start node --role=node --job="$job" --parent="$parent" \
   --listen="$listen:$ports" --unix="$run/$job.sock" --name="$me" \
-  --children="$children" \
+  --allow-uids="${SLURM_JOB_UID:-}" --children="$children" \
   "${auth[@]}" "${tcpstore[@]}"
 wait_started node "ports $ports on $listen"
 # The tasks run as the job's user, and connecting to a Unix socket needs

@@ -451,13 +451,16 @@ static void up_attempt_failed(struct upstream *u, const char *why, int err) {
   bool skip_addr = u->state == UP_CONNECTING &&
                    (err == RDZV_EDEADLINE || err == UV_EHOSTUNREACH ||
                     err == UV_ENETUNREACH);
-  if (err == RDZV_EJOB_MISMATCH)
+  /* Another job's daemon: one that says so, or (with secrets) one that
+   * cannot prove this job's secret. */
+  if (err == RDZV_EJOB_MISMATCH || err == RDZV_EAUTH)
     u->nother_job++;
   if ((u->state != UP_CONNECTING && u->state != UP_HELLO) ||
       !advance_cand(u, skip_addr)) {
     if (u->ncands_tried > 1)
       snprintf(what, sizeof(what), "%s %s (the last of %u addresses and "
-               "ports tried; %u of them served another job)", why,
+               "ports tried; %u of them served another job or could not prove "
+               "its secret)", why,
                u->cand_text, u->ncands_tried, u->nother_job);
     free_cands(u);
     up_reset(u, u->cand_text[0] ? what : why, err);

@@ -762,6 +762,10 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
             listen);
     return RDZV_EBAD_ADDR;
   }
+  /* The one name of a loopback address taken (--tcpstore-listen is
+   * loopback unless --tcpstore-remote, config.c). */
+  if (strcmp(host, "localhost") == 0)
+    snprintf(host, sizeof(host), "127.0.0.1");
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) < 0 &&
       uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) < 0) {
     fprintf(stderr, "rdzvd: --tcpstore-listen '%s': not a numeric address\n",
@@ -822,6 +826,12 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
   }
   rdzv__log(d, 1, "TCPStore front end on %s:%d for job %s", host, bound,
             job);
+  if (!rdzv_config_host_loopback(host))
+    rdzv__log(d, 0,
+              "warning: the TCPStore front end listens on %s:%d, not a "
+              "loopback address (--tcpstore-remote): PyTorch's TCPStore "
+              "protocol has no authentication, so anyone who reaches that "
+              "port can read and write job %s's keys", host, bound, job);
   return 0;
 }
 
