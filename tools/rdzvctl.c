@@ -39,8 +39,8 @@ enum {
 #define DEFAULT_FANOUT 16
 
 static const char usage_text[] =
-    "usage: rdzvctl [--addr ADDR] [--job JOB] [--timeout SECONDS] COMMAND "
-    "ARGS... [--] [ARGS...]\n"
+    "usage: rdzvctl [--addr ADDR] [--job JOB] [--timeout SECONDS]\n"
+    "               [--secret-file FILE] COMMAND ARGS... [--] [ARGS...]\n"
     "\n"
     "Options (before or after the command; \"--\" ends them, so that a\n"
     "value may begin with \"--\"):\n"

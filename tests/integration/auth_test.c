@@ -11,7 +11,8 @@
  *     again on a new connection);
  *   - malformed proofs and out-of-order frames;
  *   - a fake parent (a root without a secret, and one with another
- *     secret): the node refuses it and gives it nothing of the job.
+ *     secret): the node refuses it and gives it nothing of the job, and
+ *     its ranks' requests fail with RDZV_EAUTH naming it.
  * The challenge for a job the daemon has no secret of looks like one for
  * a job it serves (nothing revealed), and secrets never reach the logs or
  * stats. Invariant checked after each case: the daemons still serve, and
@@ -530,8 +531,10 @@ static void test_fake_parent(void **state) {
                         "--log-level=1", NULL};
     assert_int_equal(start_logged(&n2, "n2", fake_tcp, nx, n2_tcp, log), 0);
     rdzv_client_t *c = client(n2_tcp, "A", SECRET_A);
-    assert_int_equal(rdzv_store_set(c, "from-n2", "1", 1, 0, 60),
-                     RDZV_EUNREACHABLE);
+    /* Failed at once as an authentication failure, not after
+     * --upstream-timeout-ms as "unreachable". */
+    assert_int_equal(rdzv_store_set(c, "from-n2", "1", 1, 0, 60), RDZV_EAUTH);
+    assert_non_null(strstr(rdzv_client_last_error(c), "do not share job A's"));
     assert_non_null(strstr(rdzv_client_last_error(c), fake_tcp));
     assert_non_null(strstr(rdzv_client_last_error(c), "secret"));
     rdzv_client_destroy(c);

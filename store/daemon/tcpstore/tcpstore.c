@@ -832,6 +832,12 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
               "loopback address (--tcpstore-remote): PyTorch's TCPStore "
               "protocol has no authentication, so anyone who reaches that "
               "port can read and write job %s's keys", host, bound, job);
+  else if (d->auth)
+    rdzv__log(d, 1,
+              "note: the TCPStore front end on %s:%d has no authentication "
+              "(its protocol has none): the job secret does not guard it; "
+              "any process on this host that reaches the port can read and "
+              "write job %s's keys", host, bound, job);
   return 0;
 }
 

@@ -27,6 +27,7 @@ static void conn_set_state(struct conn *c, enum conn_state s) {
 void rdzv__conn_ref(struct conn *c) { c->refs++; }
 
 static void peer_desc(struct conn *c, char *buf, size_t n);
+static void printable(const struct rdzv_slice *s, char *buf, size_t n);
 
 /* A challenged hello waiting for the peer's proof (RDZV_MSG_AUTH). */
 struct conn_auth {
@@ -99,12 +100,19 @@ void rdzv__conn_close_now(struct conn *c) {
   if (c->auth != NULL) {
     /* Challenged, and gone without a proof: a peer that found this
      * daemon could not prove its secret (another secret), or a prober. */
-    char peer[96];
+    char peer[96], jb[128] = "?";
+    struct rdzv_msg h;
+    struct rdzv_slice job = {NULL, 0};
+    size_t used = 0;
+    if (rdzv_msg_decode(c->auth->hello.data, c->auth->hello.len, UINT32_MAX,
+                        &h, &used) == 0 &&
+        rdzv_items_get(&h.keys, 0, &job) == 0)
+      printable(&job, jb, sizeof(jb));
     d->stats.auth_refused++;
     peer_desc(c, peer, sizeof(peer));
-    rdzv__log_auth(d, "conn %s from %s: closed after the challenge, without "
-                   "a proof (its secret differs, or it has none)",
-                   c->name, peer);
+    rdzv__log_auth(d, "conn %s from %s (job %s): closed after the challenge, "
+                   "without a proof (its secret differs, or it has none)",
+                   c->name, peer, jb);
     auth_free(c);
   }
   conn_set_state(c, CONN_CLOSED);
