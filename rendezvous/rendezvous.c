@@ -252,6 +252,7 @@ static int make_client(const struct rdzv_rendezvous_opts *o,
   rdzv_client_opts_init(&co);
   co.addr = o->addr;
   co.job_id = o->job_id;
+  co.secret_file = o->secret_file;
   return rdzv_client_create(&co, c);
 }
 

@@ -4,7 +4,8 @@
  * the real ncclGetUniqueId, loaded with dlopen), and checks that every rank
  * holds the same bytes. Configured by the launcher's environment (see
  * rdzv_rendezvous_opts_from_env): RDZV_ADDR, RDZV_JOB, RDZV_HOST,
- * LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, ...
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, ...; the job's secret from
+ * RDZV_SECRET_FILE (or RDZV_SECRET).
  *
  *   rdzv-example [--nccl PATH|none] [--ranks-per-root N] [--timeout S]
  *
@@ -12,7 +13,9 @@
  * default loads libnccl.so.2 (RDZV_NCCL_LIBRARY, else the loader's search,
  * else /usr/local/cuda/lib64) and fails if it cannot.
  * Prints "rank R of W ..." and "ids identical on all W ranks: <digest>";
- * exits 0 on success, 1 on failure, 2 on usage errors. */
+ * exits 0 on success, 1 on failure, 2 on usage errors, 3 when the job's
+ * secret was refused or could not be read (RDZV_EAUTH: a retry will not
+ * help). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -155,7 +158,10 @@ int main(int argc, char **argv) {
   struct args a;
   static const char usage[] =
       "usage: rdzv-example [--nccl PATH|none] [--ranks-per-root N] "
-      "[--timeout S]\n";
+      "[--timeout S]\n"
+      "(the launcher's environment: RDZV_ADDR, RDZV_JOB, RDZV_HOST, "
+      "LOCAL_RANK, LOCAL_WORLD_SIZE,\n WORLD_SIZE, RDZV_SECRET_FILE; exit 0 "
+      "ok, 1 failed, 2 usage, 3 the job's secret refused)\n";
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       fputs(usage, stdout);
@@ -190,5 +196,5 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rdzv-example: %s (%s)\n", rdzv_strerror(rc), err);
   rdzv_rendezvous_destroy(r);
   rdzv_nccl_unload(api);
-  return rc < 0 ? 1 : 0;
+  return rc == RDZV_EAUTH ? 3 : rc < 0 ? 1 : 0;
 }

@@ -248,7 +248,8 @@ static int usage_to(FILE *f, int rc) {
           "       SCENARIO ARGS\n"
           "scenarios: wait KEY | add KEY | get KEY | barrier NAME COUNT |\n"
           "           gather NAME COUNT | ops SECONDS set|get|add |\n"
-          "           reconnect SECONDS KEY\n");
+          "           reconnect SECONDS KEY\n"
+          "(the job's secret: RDZV_SECRET_FILE or RDZV_SECRET)\n");
   return rc;
 }
 

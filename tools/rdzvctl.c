@@ -6,10 +6,12 @@
  * Configuration is read in three steps: parse_globals() takes the options
  * before the command, parse_trailing() those among its arguments, and
  * finish_globals() RDZV_ADDR and RDZV_JOB for what they did not give.
- * The host-list commands (local_commands[]) need no server and stop after
- * parse_trailing(). */
+ * The host-list and secret commands (local_commands[]) need no server and
+ * stop after parse_trailing(). */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -17,9 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include "rdzv/rdzv.h"
+#include "store/auth/auth.h"
 #include "tools/hostlist.h"
 
 enum {
@@ -34,8 +39,8 @@ enum {
 #define DEFAULT_FANOUT 16
 
 static const char usage_text[] =
-    "usage: rdzvctl [--addr ADDR] [--job JOB] [--timeout SECONDS] COMMAND "
-    "ARGS... [--] [ARGS...]\n"
+    "usage: rdzvctl [--addr ADDR] [--job JOB] [--timeout SECONDS]\n"
+    "               [--secret-file FILE] COMMAND ARGS... [--] [ARGS...]\n"
     "\n"
     "Options (before or after the command; \"--\" ends them, so that a\n"
     "value may begin with \"--\"):\n"
@@ -86,6 +91,26 @@ static const char usage_text[] =
     "                                 i hangs off host (i-1)/F, up to host 0\n"
     "                                 (F >= 1, default 16)\n"
     "\n"
+    "Per-job secrets (no server: --addr is not needed):\n"
+    "  site-key --out FILE            make a new site key: 32 random bytes as\n"
+    "                                 64 hex digits, FILE created with mode\n"
+    "                                 0400; an existing FILE is never\n"
+    "                                 overwritten. Copy it to every host, as\n"
+    "                                 munge's key is\n"
+    "  job-secret --site-key FILE --job JOB [--out FILE]\n"
+    "                                 JOB's secret, derived from the site key\n"
+    "                                 (the same on every host, without\n"
+    "                                 talking): 64 hex digits. --out writes it\n"
+    "                                 atomically (a new file renamed over\n"
+    "                                 FILE), mode 0400, owned by the caller.\n"
+    "                                 Without --out it goes to stdout, which\n"
+    "                                 is for piping into a file or a command,\n"
+    "                                 never for a log or a terminal's\n"
+    "                                 scrollback. The site key must be a\n"
+    "                                 regular file of the caller (or root)\n"
+    "                                 that no one else may read (mode 0400\n"
+    "                                 or 0600)\n"
+    "\n"
     "Exit status:\n"
     "  0  success\n"
     "  1  the operation failed (key not found, compare-and-set mismatch,\n"
@@ -106,6 +131,8 @@ struct ctl {
   const char *cmd;
   unsigned set_flags; /* RDZV_STORE_WRITE_ONCE from --write-once */
   const char *fanout; /* --fanout (tree-position only) */
+  const char *site_key; /* --site-key (job-secret only) */
+  const char *out;      /* --out (job-secret, site-key) */
   rdzv_client_t *client;
 };
 
@@ -300,10 +327,34 @@ static int parse_globals(struct ctl *ctl, int argc, char **argv, int *cmd_idx,
   return 0;
 }
 
+/* --site-key FILE (job-secret) and --out FILE (job-secret, site-key) at
+ * argv[*i]: 1 taken (*i advanced), 0 not one of them, -1 usage error
+ * (reported). */
+static int take_secret_opt(struct ctl *ctl, int argc, char **argv, int *i) {
+  int is_job = strcmp(ctl->cmd, "job-secret") == 0;
+  int r;
+
+  if (!is_job && strcmp(ctl->cmd, "site-key") != 0)
+    return 0;
+  if (is_job) {
+    r = take_opt(argc, argv, i, "site-key", &ctl->site_key);
+    if (r != 0) {
+      if (r < 0)
+        usage_error("option --site-key needs a value");
+      return r;
+    }
+  }
+  r = take_opt(argc, argv, i, "out", &ctl->out);
+  if (r < 0)
+    usage_error("option --out needs a value");
+  return r;
+}
+
 /* Options after the command word, as getopt permutes them: --addr, --job
  * and --timeout anywhere among the command's arguments are taken out of
- * argv[0..*argc), as are --write-once (set and mset only) and --fanout
- * (tree-position only), and
+ * argv[0..*argc), as are --write-once (set and mset only), --fanout
+ * (tree-position only), --site-key (job-secret only) and --out
+ * (job-secret and site-key), and
  * "--" ends the options (it is removed; what follows is taken as it is,
  * even a value that begins with "--"). Any other "--NAME" is a usage
  * error, so a typo is never stored as a value. Returns 0 or EXIT_USAGE. */
@@ -341,6 +392,11 @@ static int parse_trailing(struct ctl *ctl, int *argc, char **argv,
       if (err > 0)
         continue;
     }
+    err = take_secret_opt(ctl, *argc, argv, &i);
+    if (err < 0)
+      return EXIT_USAGE;
+    if (err > 0)
+      continue;
     if (strcmp(argv[i], "--help") == 0) {
       usage_error("--help after the command: run 'rdzvctl help'");
       return EXIT_USAGE;
@@ -828,10 +884,273 @@ static int cmd_tree_position(struct ctl *ctl, int argc, char **argv) {
   return err < 0 ? list_failed(ctl, argv[0], err, &e) : EXIT_OK;
 }
 
+/* ---- Per-job secrets (no server) -------------------------------------- */
+
+/* Writes len bytes of data to path atomically, as a file of the caller
+ * with the given mode: a new file beside it (path.tmp.XXXXXX, made with
+ * mode 0600 by mkstemp, then chmod'ed to mode), written and fsync'ed,
+ * then renamed over path (replace: a reader sees the old file or the
+ * whole new one, never a part) or hard-linked to it (!replace: fails with
+ * -EEXIST where path exists, even one made meanwhile), and the directory
+ * fsync'ed. Returns 0 or a negative errno, with err (errlen bytes) saying
+ * what failed, naming path (never the data). Nothing is left behind on
+ * failure but an old path. */
+static int write_file_atomic(const char *path, const void *data, size_t len,
+                             mode_t mode, int replace, char *err,
+                             size_t errlen) {
+  char tmp[PATH_MAX], dirbuf[PATH_MAX];
+  const char *step = "creating a temporary file beside it";
+  const uint8_t *p = data;
+  size_t done = 0;
+  int fd, dfd, rc = 0;
+  char *slash;
+
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp) {
+    snprintf(err, errlen, "%s: %s", path, strerror(ENAMETOOLONG));
+    return -ENAMETOOLONG;
+  }
+  fd = mkstemp(tmp);
+  if (fd < 0) {
+    rc = -errno;
+    snprintf(err, errlen, "%s: %s: %s", path, step, strerror(-rc));
+    return rc;
+  }
+  step = "setting its mode";
+  if (fchmod(fd, mode) < 0)
+    rc = -errno;
+  while (rc == 0 && done < len) {
+    ssize_t w = write(fd, p + done, len - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0) {
+      rc = -errno;
+      step = "writing it";
+    } else {
+      done += (size_t)w;
+    }
+  }
+  if (rc == 0 && fsync(fd) < 0) {
+    rc = -errno;
+    step = "syncing it";
+  }
+  if (close(fd) < 0 && rc == 0) {
+    rc = -errno;
+    step = "closing it";
+  }
+  if (rc == 0 && replace && rename(tmp, path) < 0) {
+    rc = -errno;
+    step = "renaming it into place";
+  }
+  if (rc == 0 && !replace && link(tmp, path) < 0) {
+    rc = -errno;
+    step = "linking it into place";
+  }
+  if (rc < 0 || !replace)
+    unlink(tmp);
+  if (rc < 0) {
+    if (rc == -EEXIST)
+      snprintf(err, errlen, "%s exists", path);
+    else
+      snprintf(err, errlen, "%s: %s: %s", path, step, strerror(-rc));
+    return rc;
+  }
+  /* The new name itself survives a crash. */
+  snprintf(dirbuf, sizeof dirbuf, "%s", path);
+  slash = strrchr(dirbuf, '/');
+  if (slash == dirbuf)
+    slash[1] = '\0';
+  else if (slash != NULL)
+    *slash = '\0';
+  else
+    snprintf(dirbuf, sizeof dirbuf, ".");
+  dfd = open(dirbuf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return 0;
+}
+
+/* Zeroes n bytes at p in a way the compiler keeps (glibc's
+ * explicit_bzero). */
+static void wipe(void *p, size_t n) { explicit_bzero(p, n); }
+
+/* rdzvctl site-key --out FILE: 32 bytes of OpenSSL's CSPRNG
+ * (rdzv_auth_nonce) as 64 lowercase hex digits and a newline, in a new
+ * FILE of mode 0400. A site key opens every job's secret, and replacing
+ * one changes them all: an existing FILE is refused (exit 1), never
+ * overwritten. */
+static int cmd_site_key(struct ctl *ctl, int argc, char **argv) {
+  static const char hex[] = "0123456789abcdef";
+  uint8_t key[32];
+  char text[2 * sizeof key + 1];
+  char err[PATH_MAX + 128];
+  size_t i;
+  int rc;
+
+  (void)argc;
+  (void)argv;
+  if (ctl->out == NULL || ctl->out[0] == '\0') {
+    usage_error("site-key: --out FILE is required (a site key never goes "
+                "to stdout)");
+    return EXIT_USAGE;
+  }
+  if (rdzv_auth_nonce(key, sizeof key) < 0) {
+    fprintf(stderr, "rdzvctl: site-key: the system's random generator "
+                    "failed (OpenSSL RAND_bytes); no key written\n");
+    return EXIT_FAILED;
+  }
+  for (i = 0; i < sizeof key; i++) {
+    text[2 * i] = hex[key[i] >> 4];
+    text[2 * i + 1] = hex[key[i] & 15];
+  }
+  text[2 * sizeof key] = '\n';
+  rc = write_file_atomic(ctl->out, text, sizeof text, 0400, 0, err,
+                         sizeof err);
+  wipe(key, sizeof key);
+  wipe(text, sizeof text);
+  if (rc == -EEXIST) {
+    fprintf(stderr,
+            "rdzvctl: site-key: %s exists; refusing to overwrite a site key "
+            "(every job's secret derives from it: a new key changes them "
+            "all). Remove it first to make a new one\n",
+            ctl->out);
+    return EXIT_FAILED;
+  }
+  if (rc < 0) {
+    fprintf(stderr, "rdzvctl: site-key: %s\n", err);
+    return EXIT_FAILED;
+  }
+  return EXIT_OK;
+}
+
+/* Checks that the site key at path is fit to hold every job's secret: a
+ * regular file (a link to one is followed) of the caller or root, which
+ * no one else may read or write (mode & 077 == 0; a job's secret file
+ * may be group-readable, a site key may not). 0, or EXIT_FAILED with a
+ * message naming path. */
+static int site_key_check(const char *path) {
+  struct stat st;
+
+  if (stat(path, &st) < 0) {
+    int e = errno;
+    fprintf(stderr, "rdzvctl: job-secret: site key %s: %s%s\n", path,
+            strerror(e),
+            e == ENOENT ? " (make one with `rdzvctl site-key --out FILE` "
+                          "and copy it to every host)"
+                        : "");
+    return EXIT_FAILED;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fprintf(stderr, "rdzvctl: job-secret: site key %s is not a regular file\n",
+            path);
+    return EXIT_FAILED;
+  }
+  if ((st.st_mode & 077) != 0) {
+    fprintf(stderr,
+            "rdzvctl: job-secret: site key %s has mode %04o: its group or "
+            "others may access it, and it opens every job's secret (chmod "
+            "0400 %s)\n",
+            path, (unsigned)(st.st_mode & 07777), path);
+    return EXIT_FAILED;
+  }
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    fprintf(stderr,
+            "rdzvctl: job-secret: site key %s belongs to uid %u, neither "
+            "this user (uid %u) nor root: its owner could change every "
+            "job's secret\n",
+            path, (unsigned)st.st_uid, (unsigned)geteuid());
+    return EXIT_FAILED;
+  }
+  return EXIT_OK;
+}
+
+/* rdzvctl job-secret --site-key FILE --job JOB [--out FILE]: JOB's
+ * secret, rdzv_auth_job_secret(site key, JOB) (store/auth/auth.h: 64 hex
+ * digits of HMAC-SHA256(site key, "rdzv-job-secret-v1" | u8 len(JOB) |
+ * JOB), the site key being its file's bytes without trailing
+ * whitespace), and a newline, to --out (atomically, mode 0400, the
+ * caller's) or to stdout. */
+static int cmd_job_secret(struct ctl *ctl, int argc, char **argv) {
+  uint8_t key[RDZV_AUTH_SECRET_MAX_BYTES + 1];
+  char secret[2 * 32 + 2];
+  char err[PATH_MAX + 256];
+  size_t key_len = 0, job_len;
+  int rc, code = EXIT_OK;
+
+  (void)argc;
+  (void)argv;
+  if (ctl->job == NULL)
+    ctl->job = getenv("RDZV_JOB");
+  if (ctl->site_key == NULL || ctl->site_key[0] == '\0') {
+    usage_error("job-secret: --site-key FILE is required");
+    return EXIT_USAGE;
+  }
+  if (ctl->job == NULL || ctl->job[0] == '\0') {
+    usage_error("job-secret: no job id: pass --job JOB or set RDZV_JOB");
+    return EXIT_USAGE;
+  }
+  job_len = strlen(ctl->job);
+  if (job_len > RDZV_AUTH_JOB_MAX_BYTES) {
+    usage_error("job-secret: the job id is %zu bytes; at most %u", job_len,
+                RDZV_AUTH_JOB_MAX_BYTES);
+    return EXIT_USAGE;
+  }
+  if (ctl->out != NULL && ctl->out[0] == '\0') {
+    usage_error("job-secret: --out needs a file name");
+    return EXIT_USAGE;
+  }
+  code = site_key_check(ctl->site_key);
+  if (code != EXIT_OK)
+    return code;
+  rc = rdzv_auth_secret_load(ctl->site_key, key, sizeof key, &key_len, err,
+                             sizeof err);
+  if (rc < 0) {
+    fprintf(stderr, "rdzvctl: job-secret: site key: %s\n", err);
+    return EXIT_FAILED;
+  }
+  rc = rdzv_auth_job_secret(key, key_len, (const uint8_t *)ctl->job, job_len,
+                            secret);
+  wipe(key, sizeof key);
+  if (rc < 0) {
+    fprintf(stderr, "rdzvctl: job-secret: job %s: %s\n", ctl->job,
+            strerror(-rc));
+    return EXIT_FAILED;
+  }
+  secret[64] = '\n';
+  secret[65] = '\0';
+  if (ctl->out != NULL) {
+    rc = write_file_atomic(ctl->out, secret, 65, 0400, 1, err, sizeof err);
+    if (rc < 0) {
+      fprintf(stderr, "rdzvctl: job-secret: job %s: %s\n", ctl->job, err);
+      code = EXIT_FAILED;
+    }
+  } else {
+    /* Straight to the descriptor: no copy left in stdio's buffer. */
+    size_t done = 0;
+    while (done < 65) {
+      ssize_t w = write(STDOUT_FILENO, secret + done, 65 - done);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w < 0) {
+        fprintf(stderr, "rdzvctl: job-secret: writing to stdout: %s\n",
+                strerror(errno));
+        code = EXIT_FAILED;
+        break;
+      }
+      done += (size_t)w;
+    }
+  }
+  wipe(secret, sizeof secret);
+  return code;
+}
+
 /* Commands that need no server: no --addr, --job or connection. */
 static const struct command local_commands[] = {
     {"hostnames", 1, 1, cmd_hostnames},
     {"tree-position", 2, 2, cmd_tree_position},
+    {"site-key", 0, 0, cmd_site_key},
+    {"job-secret", 0, 0, cmd_job_secret},
 };
 
 /* ---- main ------------------------------------------------------------- */

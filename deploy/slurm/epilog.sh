@@ -10,8 +10,8 @@
 #      RDZV_LOG_DIR/rdzvd.<host>.log under a line naming the job, host and
 #      daemon (or sent to syslog with RDZV_LOG_DIR=syslog), then removed;
 #      a log that cannot be filed stays (never lost);
-#   3. every other RDZV_RUN_DIR/<job>.* file (socket, lock, pid and port
-#      files) is removed.
+#   3. every other RDZV_RUN_DIR/<job>.* file (the job's secret, socket,
+#      lock, pid and port files) is removed.
 # Settings as in prolog.sh ($RDZV_SETTINGS, default /etc/default/rdzv).
 # With --logs-only it does step 2 alone (the Prolog's failure path).
 set -uo pipefail
@@ -70,6 +70,9 @@ for name in node root; do
   kill -KILL "$pid" 2>/dev/null
 done
 file_logs
+# The job's secret first: it is worth more than the rest (and the daemons
+# that read it are gone).
+rm -f "$run/$job.secret"
 for f in "$run/$job".*; do
   [ -e "$f" ] || continue
   case "$f" in *.log) continue ;; esac # not filed: kept

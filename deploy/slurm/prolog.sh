@@ -38,6 +38,24 @@
 #   RDZV_TCPSTORE      1: the node also serves PyTorch's TCPStore protocol
 #                      on 127.0.0.1 (port in RDZV_RUN_DIR/<job>.tcpstore.port;
 #                      task-prolog.sh points MASTER_ADDR/MASTER_PORT at it)
+#   RDZV_AUTH          required: every hello proves the job's secret (the
+#                      default); off: the daemons run without one, and
+#                      anyone who reaches their ports may act as the job
+#                      (the Prolog says so in slurmd's log)
+#   RDZV_SITE_KEY      the site key every job's secret derives from
+#                      (/etc/rdzv/site.key): the same file on every host,
+#                      root's, mode 0400, as munge's key; made once with
+#                      `rdzvctl site-key --out /etc/rdzv/site.key`
+#
+# The job's secret. Each host's Prolog derives it from the site key
+# (rdzvctl job-secret: HMAC-SHA256 of the job id under the site key, so
+# every host makes the same secret without talking to another, and one
+# job's secret opens no other job) and writes it to
+# RDZV_RUN_DIR/<job>.secret, the job's user's, mode 0400: the daemons run
+# as root and read it, the tasks run as the user and read it (the
+# TaskProlog exports RDZV_SECRET_FILE), other users cannot. Root and node
+# get --secret-file: a hello without the secret is refused. The Epilog
+# removes the file. A missing or unreadable site key fails the Prolog.
 #
 # Ports. A node's children on other hosts must find its port without
 # asking anyone, and jobs share hosts. A job's node listens on the first
@@ -78,12 +96,15 @@ range=${RDZV_PORT_RANGE:-1000}
 tries=${RDZV_PORT_TRIES:-16}
 listen=${RDZV_LISTEN_ADDR:-0.0.0.0}
 start_timeout=${RDZV_START_TIMEOUT:-10}
+auth_mode=${RDZV_AUTH:-required}
+site_key=${RDZV_SITE_KEY:-/etc/rdzv/site.key}
 job=${SLURM_JOB_ID:-}
 me=${RDZV_HOSTNAME:-${SLURMD_NODENAME:-$(hostname -s)}}
 # Slurm 22.05 gives the node Prolog SLURM_NODELIST, later ones also
 # SLURM_JOB_NODELIST.
 nodelist=${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-}}
 started=() # names of the daemons started here, for stop_started
+secret_made="" # the job's secret file, once this Prolog wrote it
 
 # The job's output file, from SLURM_JOB_STDOUT (PrologFlags=Alloc, batch
 # jobs), whose patterns Slurm 22.05 leaves unexpanded: %j, %J, %u and %N
@@ -124,6 +145,9 @@ fail() {
       -- /bin/sh -c 'printf "%s\n" "$1" >>"$2"' sh "$msg" "$out" 2>/dev/null
   fi
   stop_started
+  # A secret this Prolog wrote goes with its daemons (one a rerun finds
+  # was never this run's: it exits before writing).
+  [ -n "$secret_made" ] && rm -f "$secret_made"
   exit 1
 }
 
@@ -200,6 +224,10 @@ done
   [ "$tries" -le 64 ] && [ "$base" -ge 1 ] &&
   [ $((base + range + tries - 1)) -le 65536 ] ||
   fail "settings in $settings out of range: RDZV_FANOUT=$fanout and RDZV_PORT_RANGE=$range must be >= 1, RDZV_PORT_TRIES=$tries 1..64, and RDZV_PORT_BASE=$base + RANGE + TRIES - 1 <= 65536"
+case "$auth_mode" in
+  required | off) ;;
+  *) fail "RDZV_AUTH in $settings is '$auth_mode': it must be 'required' (the default) or 'off'" ;;
+esac
 [ -n "$nodelist" ] || fail "neither SLURM_JOB_NODELIST nor SLURM_NODELIST is set"
 [ -x "$bin" ] || fail "rdzvd is not at $bin (RDZV_BIN in $settings)"
 [ -x "$ctl" ] || fail "rdzvctl is not at $ctl (RDZVCTL_BIN in $settings)"
@@ -248,9 +276,32 @@ if pid=$(cat "$run/$job.node.pid" 2>/dev/null) &&
   exit 0
 fi
 
+# The job's secret, before any daemon: both are started with it.
+auth=()
+if [ "$auth_mode" = off ]; then
+  echo "rdzv prolog: job $job, host $me: RDZV_AUTH=off in $settings: the job's daemons run without a secret; anyone who reaches their ports can act as this job" >&2
+else
+  secret="$run/$job.secret"
+  if ! why=$("$ctl" job-secret --site-key "$site_key" --job "$job" \
+    --out "$secret" 2>&1); then
+    fail "cannot make the job's secret from the site key $site_key (RDZV_SITE_KEY): ${why#rdzvctl: }" \
+      "make a site key once, as root: rdzvctl site-key --out $site_key" \
+      "and copy it to every host, root's with mode 0400, as munge's key is;" \
+      "or set RDZV_AUTH=off in $settings to run without secrets"
+  fi
+  secret_made=$secret
+  # The tasks run as the job's user and read it; the daemons, as root,
+  # read it whoever owns it.
+  if [[ "${SLURM_JOB_UID:-}" =~ ^[0-9]+$ ]]; then
+    chown "$SLURM_JOB_UID${SLURM_JOB_GID:+:$SLURM_JOB_GID}" "$secret" ||
+      fail "cannot give the job's secret $secret to the job's user (uid $SLURM_JOB_UID)"
+  fi
+  auth=(--secret-file="$secret")
+fi
+
 if [ "$index" -eq 0 ]; then
   start root --role=root --listen=127.0.0.1:0 --job="$job" \
-    --name="root-$job"
+    --name="root-$job" "${auth[@]}"
   wait_started root "a TCP port on 127.0.0.1"
   parent="127.0.0.1:$bound"
 else
@@ -271,8 +322,8 @@ if [ "${RDZV_TCPSTORE:-0}" = 1 ]; then
 fi
 start node --role=node --job="$job" --parent="$parent" \
   --listen="$listen:$ports" --unix="$run/$job.sock" --name="$me" \
-  --children="$children" \
-  "${tcpstore[@]}"
+  --allow-uids="${SLURM_JOB_UID:-}" --children="$children" \
+  "${auth[@]}" "${tcpstore[@]}"
 wait_started node "ports $ports on $listen"
 # The tasks run as the job's user, and connecting to a Unix socket needs
 # write permission on it: the socket is the job user's alone (and root's).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Slurm TaskProlog: what it prints as "export NAME=value" lands in each
-# task's environment, so ranks find their host's node and their job id
-# (rdzv_rendezvous_opts_from_env reads RDZV_ADDR and RDZV_JOB; local rank
-# and sizes come from SLURM_LOCALID / SLURM_NTASKS).
+# task's environment, so ranks find their host's node, their job id and
+# the job's secret (rdzv_rendezvous_opts_from_env reads RDZV_ADDR and
+# RDZV_JOB, the client library RDZV_SECRET_FILE; local rank and sizes come
+# from SLURM_LOCALID / SLURM_NTASKS).
 # Settings as in prolog.sh ($RDZV_SETTINGS, default /etc/default/rdzv).
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 settings=${RDZV_SETTINGS:-/etc/default/rdzv}
@@ -14,6 +15,12 @@ echo "export RDZV_JOB=${SLURM_JOB_ID}"
 # Prolog placed it in the tree (the host name may differ: aliases, several
 # slurmd on one host).
 echo "export RDZV_HOST=${RDZV_HOSTNAME:-${SLURMD_NODENAME:-$(hostname -s)}}"
+# The job's secret, which the Prolog wrote for the job's user (mode 0400):
+# the client library reads the file named here (never the secret itself,
+# which would show in every process's environment).
+if [ "${RDZV_AUTH:-required}" != off ]; then
+  echo "export RDZV_SECRET_FILE=${RDZV_RUN_DIR:-/run/rdzv}/${SLURM_JOB_ID}.secret"
+fi
 # With RDZV_TCPSTORE=1 the node also speaks PyTorch's TCPStore protocol:
 # every rank is a client of its own host's node (torch's env:// then
 # starts no server on rank 0: TORCHELASTIC_USE_AGENT_STORE), and the tree

@@ -66,7 +66,8 @@ struct rdzv_client_opts {
    * (secret_len, 16 .. 1024) if set; else the file secret_file (no access
    * for others, 16 .. 1024 bytes without trailing whitespace); else the
    * file named by the environment variable RDZV_SECRET_FILE; else the
-   * value of RDZV_SECRET; else none. With a secret, a daemon that cannot
+   * value of RDZV_SECRET (without trailing whitespace, as a file's); else
+   * none. A file is read once, here. With a secret, a daemon that cannot
    * prove it (or asks for none) is refused: RDZV_EAUTH, last_error naming
    * it. A secret that cannot be read leaves the handle failed: every
    * request completes with RDZV_EAUTH, last_error saying why (never the

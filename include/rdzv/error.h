@@ -62,7 +62,7 @@ extern "C" {
   X(ECOMPACTED, -1042, "etcd revision compacted: read again, then watch")    \
   X(ETOO_LARGE, -1043, "etcd request over the server's size or operation limit") \
   X(EAUTH, -1044,                                                            \
-    "authentication failed: no job secret, or not the job's (see rdzvd --secret-file)")
+    "authentication failed (no job secret, another one, or a uid not allowed)")
 
 enum rdzv_status {
   RDZV_OK = 0,

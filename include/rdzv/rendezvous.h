@@ -50,6 +50,10 @@ struct rdzv_rendezvous_opts {
   double timeout_s;     /* deadline of the join, seconds; default 60 */
   const char *topology; /* this rank's topology record, "key=value" lines
                            (<= 64 KiB); NULL: detected (rdzv_topology_detect) */
+  /* The job's secret file (rdzv_client_opts.secret_file: proved in the
+   * hello, never sent); NULL: the client library's own default, the file
+   * RDZV_SECRET_FILE names, else RDZV_SECRET, else none. */
+  const char *secret_file;
 };
 
 /* Fills *o with defaults (nothing read from the environment). */
@@ -63,7 +67,8 @@ void rdzv_rendezvous_opts_init(struct rdzv_rendezvous_opts *o);
  * SLURM_NTASKS_PER_NODE (its first number); world_size from WORLD_SIZE,
  * else SLURM_NTASKS; on Kubernetes, JOB_COMPLETION_INDEX (an Indexed Job's
  * pod index) becomes the host identity "pod-<index>" when host is unset.
- * Strings point into the environment (valid while it is unchanged).
+ * (The job's secret, RDZV_SECRET_FILE or RDZV_SECRET, is read by the
+ * client library when the round's handle is created.) Strings point into the environment (valid while it is unchanged).
  * Returns 0, or -EINVAL when a variable that is set does not parse (err
  * names it). */
 int rdzv_rendezvous_opts_from_env(struct rdzv_rendezvous_opts *o, char *err,

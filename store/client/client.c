@@ -209,10 +209,26 @@ static int secret_init(struct rdzv_client *c,
         return 0; /* no secret */
     }
   }
+  if (opts->secret != NULL)
+    snprintf(c->secret_src, sizeof c->secret_src, "opts.secret");
+  else if (env != NULL)
+    snprintf(c->secret_src, sizeof c->secret_src, "RDZV_SECRET");
+  else
+    snprintf(c->secret_src, sizeof c->secret_src, "%s=%s",
+             opts->secret_file != NULL && opts->secret_file[0] != '\0'
+                 ? "opts.secret_file"
+                 : "RDZV_SECRET_FILE",
+             file);
   if (opts->secret != NULL || env != NULL) {
     const uint8_t *p = opts->secret != NULL ? opts->secret
                                             : (const uint8_t *)env;
     n = opts->secret != NULL ? opts->secret_len : strlen(env);
+    /* RDZV_SECRET as a file's text: without trailing whitespace (a value
+     * taken from a secret file keeps its newline). */
+    while (env != NULL && opts->secret == NULL && n > 0 &&
+           (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\n' ||
+            p[n - 1] == '\r'))
+      n--;
     if (n < RDZV_AUTH_SECRET_MIN_BYTES || n > RDZV_AUTH_SECRET_MAX_BYTES)
       snprintf(err, sizeof err,
                "the job secret (%s) must be %u to %u bytes",

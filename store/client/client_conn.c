@@ -570,7 +570,7 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
   const uint8_t *job = (const uint8_t *)c->job_id;
   size_t jn = strlen(c->job_id), before;
   struct rdzv_msg a;
-  char what[300];
+  char what[800];
 
   if (c->secret == NULL) {
     snprintf(what, sizeof what,
@@ -592,9 +592,10 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
                       c->cnonce, sn.p, want) < 0 ||
       !rdzv_auth_equal(want, proof.p, sizeof want)) {
     snprintf(what, sizeof what,
-             "daemon %s could not prove job %s's secret: it is not this "
-             "job's daemon, or its secret differs",
-             rdzv__target_str(c), c->job_id);
+             "daemon %s could not prove job %s's secret as this client "
+             "holds it (%s): the two differ (a wrong file, another job's), "
+             "or it is not this job's daemon",
+             rdzv__target_str(c), c->job_id, c->secret_src);
     hello_refused(c, RDZV_EAUTH, what);
     return 1;
   }

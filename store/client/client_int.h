@@ -96,6 +96,7 @@ struct rdzv_client {
    * (the next hello-like reply is the RDZV_MSG_AUTH's). */
   uint8_t *secret;
   size_t secret_len;
+  char secret_src[300]; /* where it came from, for errors ("RDZV_SECRET_FILE=...") */
   uint8_t cnonce[32];
   int auth_sent;
 

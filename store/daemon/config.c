@@ -2,13 +2,19 @@
 #include "store/daemon/config.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 
-enum opt_kind { OPT_STR, OPT_U32, OPT_ROLE, OPT_COUNT };
+/* OPT_BOOL: a flag, given alone (--tcpstore-remote) or as
+ * --flag=yes|no|true|false|1|0 (the environment: the same words, "" no). */
+enum opt_kind { OPT_STR, OPT_U32, OPT_ROLE, OPT_COUNT, OPT_BOOL };
 
 struct opt {
   const char *name;
@@ -35,6 +41,12 @@ static const struct opt opts[] = {
           "HOST:FIRST-LAST = the first free port of the range (at most 64)"),
   STR_OPT("unix", "RDZVD_UNIX", "", unix_path,
           "Unix socket path for local ranks (empty: none)"),
+  STR_OPT("allow-uids", "RDZVD_ALLOW_UIDS", "", allow_uids,
+          "the uids whose processes may connect to the Unix socket, besides "
+          "this daemon's own uid and root: comma-separated numeric uids or "
+          "user names (at most 64); any other peer gets RDZV_EAUTH "
+          "(SO_PEERCRED). The socket is 0600 when no other uid is allowed, "
+          "else 0666"),
   STR_OPT("parent", "RDZVD_PARENT", "", parent,
           "node: parent address (HOST:PORT or unix:PATH); optionally followed "
           "by the ancestors up to the root, comma-separated, nearest first "
@@ -125,7 +137,13 @@ static const struct opt opts[] = {
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen,
-          "serve PyTorch c10d TCPStore clients on HOST:PORT (empty: no)"),
+          "serve PyTorch c10d TCPStore clients on PORT (127.0.0.1:PORT) or "
+          "HOST:PORT, a loopback HOST unless --tcpstore-remote (empty: no)"),
+  { "tcpstore-remote", "RDZVD_TCPSTORE_REMOTE", "no", OPT_BOOL,
+    offsetof(struct rdzv_daemon_config, tcpstore_remote), sizeof(bool),
+    "let --tcpstore-listen name a non-loopback HOST: PyTorch's TCPStore "
+    "protocol has no authentication, so anyone who reaches that port can "
+    "read and write the job's keys (warned at start)" },
   STR_OPT("tcpstore-job", "RDZVD_TCPSTORE_JOB", "", tcpstore_job,
           "the job whose keys TCPStore clients read and write (default: "
           "--job)"),
@@ -213,6 +231,21 @@ static int set_opt(struct rdzv_daemon_config *cfg, const struct opt *o,
     memcpy(base, &r, sizeof(r));
     return 0;
   }
+  if (o->kind == OPT_BOOL) {
+    bool b;
+    if (strcmp(v, "yes") == 0 || strcmp(v, "true") == 0 ||
+        strcmp(v, "1") == 0) {
+      b = true;
+    } else if (strcmp(v, "no") == 0 || strcmp(v, "false") == 0 ||
+               strcmp(v, "0") == 0 || v[0] == '\0') {
+      b = false;
+    } else {
+      snprintf(err, errlen, "--%s: '%s' is neither yes nor no", o->name, v);
+      return -EINVAL;
+    }
+    memcpy(base, &b, sizeof(b));
+    return 0;
+  }
   if (o->kind == OPT_COUNT && strcmp(v, "auto") == 0) {
     uint32_t u = RDZV_CHILDREN_UNKNOWN;
     memcpy(base, &u, sizeof(u));
@@ -273,6 +306,8 @@ static int parse_argv(struct rdzv_daemon_config *cfg, int argc, char **argv,
       return -EINVAL;
     }
     const char *v = eq ? eq + 1 : NULL;
+    if (v == NULL && o->kind == OPT_BOOL)
+      v = "yes"; /* a flag alone takes no value */
     if (v == NULL) {
       if (i + 1 >= argc) {
         snprintf(err, errlen, "--%s needs a value", o->name);
@@ -354,9 +389,127 @@ static bool is_wildcard(const char *host) {
   return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
 }
 
+bool rdzv_config_host_loopback(const char *host) {
+  struct in_addr a4;
+  struct in6_addr a6;
+  if (strcmp(host, "localhost") == 0)
+    return true;
+  if (inet_pton(AF_INET, host, &a4) == 1)
+    return (ntohl(a4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET6, host, &a6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&a6) ||
+           (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+  return false;
+}
+
 static bool is_loopback(const char *host) {
-  return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
-         strcmp(host, "localhost") == 0;
+  return rdzv_config_host_loopback(host);
+}
+
+/* One --allow-uids entry: a numeric uid (0 .. 2^32-2; 2^32-1 is the
+ * kernel's "no uid") or a user name of this host's user database. */
+static int allow_uid_entry(const char *e, uint32_t *uid, char *err,
+                           size_t errlen) {
+  if (e[0] >= '0' && e[0] <= '9') {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(e, &end, 10);
+    if (errno != 0 || *end != '\0' || x >= UINT32_MAX) {
+      snprintf(err, errlen,
+               "--allow-uids: '%s' is not a uid in 0..%u (nor a user name)",
+               e, UINT32_MAX - 1);
+      return -EINVAL;
+    }
+    *uid = (uint32_t)x;
+    return 0;
+  }
+  struct passwd pw, *res = NULL;
+  char buf[4096];
+  int rc = getpwnam_r(e, &pw, buf, sizeof(buf), &res);
+  if (rc != 0 || res == NULL) {
+    snprintf(err, errlen,
+             "--allow-uids: '%s' is neither a numeric uid nor a user name "
+             "known to this host%s%s", e, rc != 0 ? ": " : "",
+             rc != 0 ? strerror(rc) : "");
+    return -EINVAL;
+  }
+  *uid = (uint32_t)pw.pw_uid;
+  return 0;
+}
+
+/* cfg->allow_uids ("U1,U2,...", "" none) into cfg->allow_uid. Every entry
+ * must be one (no empty ones), at most RDZV_MAX_ALLOW_UIDS. 0 or -EINVAL,
+ * naming the bad entry. */
+static int resolve_allow_uids(struct rdzv_daemon_config *cfg, char *err,
+                              size_t errlen) {
+  cfg->nallow_uids = 0;
+  const char *p = cfg->allow_uids;
+  if (p[0] == '\0')
+    return 0;
+  for (int i = 1;; i++) {
+    const char *comma = strchr(p, ',');
+    size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
+    char e[256];
+    if (n == 0 || n >= sizeof(e)) {
+      snprintf(err, errlen, "--allow-uids '%s': entry %d is %s",
+               cfg->allow_uids, i, n == 0 ? "empty" : "over 255 bytes");
+      return -EINVAL;
+    }
+    if (cfg->nallow_uids == RDZV_MAX_ALLOW_UIDS) {
+      snprintf(err, errlen, "--allow-uids: more than %d entries",
+               RDZV_MAX_ALLOW_UIDS);
+      return -EINVAL;
+    }
+    memcpy(e, p, n);
+    e[n] = '\0';
+    int rc = allow_uid_entry(e, &cfg->allow_uid[cfg->nallow_uids], err,
+                             errlen);
+    if (rc < 0)
+      return rc;
+    cfg->nallow_uids++;
+    if (comma == NULL)
+      return 0;
+    p = comma + 1;
+  }
+}
+
+/* --tcpstore-listen PORT means 127.0.0.1:PORT. */
+static void tcpstore_listen_default_host(struct rdzv_daemon_config *cfg) {
+  const char *v = cfg->tcpstore_listen;
+  if (v[0] == '\0' || strspn(v, "0123456789") != strlen(v))
+    return;
+  char port[sizeof(cfg->tcpstore_listen)];
+  snprintf(port, sizeof(port), "%s", v);
+  snprintf(cfg->tcpstore_listen, sizeof(cfg->tcpstore_listen),
+           "127.0.0.1:%.200s", port);
+}
+
+/* The TCPStore front end's address: HOST:PORT, a loopback HOST unless
+ * --tcpstore-remote. 0 or -EINVAL. */
+static int check_tcpstore_listen(const struct rdzv_daemon_config *cfg,
+                                 char *err, size_t errlen) {
+  char host[256];
+  long port;
+  const char *colon = strrchr(cfg->tcpstore_listen, ':');
+  if (!host_port(cfg->tcpstore_listen, host, sizeof(host), &port) ||
+      strchr(colon, '-') != NULL ||
+      strncmp(cfg->tcpstore_listen, "tcp:", 4) == 0) {
+    snprintf(err, errlen,
+             "--tcpstore-listen '%s' is neither PORT nor HOST:PORT (PORT "
+             "0..65535)", cfg->tcpstore_listen);
+    return -EINVAL;
+  }
+  if (!cfg->tcpstore_remote && !is_loopback(host)) {
+    snprintf(err, errlen,
+             "--tcpstore-listen '%s': %s is not a loopback address "
+             "(127.0.0.0/8, ::1, localhost), and PyTorch's TCPStore protocol "
+             "has no authentication: anyone who reaches the port could read "
+             "and write job %s's keys; give --tcpstore-remote to serve it "
+             "there anyway", cfg->tcpstore_listen, host,
+             cfg->tcpstore_job[0] ? cfg->tcpstore_job : "(none)");
+    return -EINVAL;
+  }
+  return 0;
 }
 
 /* Whether a node's --parent is its own --listen address: the same host and
@@ -529,6 +682,14 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
                           "--tcpstore-listen HOST:PORT");
     return -EINVAL;
   }
+  if (cfg->tcpstore_listen[0] == '\0' && cfg->tcpstore_remote) {
+    snprintf(err, errlen, "--tcpstore-remote needs --tcpstore-listen "
+                          "HOST:PORT");
+    return -EINVAL;
+  }
+  if (cfg->tcpstore_listen[0] != '\0' &&
+      check_tcpstore_listen(cfg, err, errlen) < 0)
+    return -EINVAL;
   if (cfg->job[0] != '\0' && cfg->tcpstore_job[0] != '\0' &&
       strcmp(cfg->job, cfg->tcpstore_job) != 0) {
     snprintf(err, errlen, "--tcpstore-job '%s' is not --job '%s' (this "
@@ -610,6 +771,20 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
   rc = split_parent(cfg, err, errlen);
   if (rc != 0)
     return rc;
+  rc = resolve_allow_uids(cfg, err, errlen);
+  if (rc != 0) {
+    /* Checked once all are read: say if the value came from the
+     * environment (argv did not override it). */
+    const char *ev = getenv("RDZVD_ALLOW_UIDS");
+    if (ev != NULL && strcmp(ev, cfg->allow_uids) == 0) {
+      char why[512];
+      snprintf(why, sizeof(why), "%s", err);
+      snprintf(err, errlen, "%s (from the environment: RDZVD_ALLOW_UIDS=%s)",
+               why, ev);
+    }
+    return rc;
+  }
+  tcpstore_listen_default_host(cfg);
   /* A daemon of one job serves that job's TCPStore clients. */
   if (cfg->tcpstore_listen[0] != '\0' && cfg->tcpstore_job[0] == '\0')
     snprintf(cfg->tcpstore_job, sizeof(cfg->tcpstore_job), "%s", cfg->job);

@@ -3,6 +3,7 @@
 #ifndef RDZV_STORE_CONFIG_H
 #define RDZV_STORE_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -14,12 +15,23 @@ enum rdzv_daemon_role {
 /* --children auto: a node does not know how many child nodes it has. */
 #define RDZV_CHILDREN_UNKNOWN UINT32_MAX
 
+/* The most entries --allow-uids may list (the daemon's own uid and root
+ * are allowed besides). */
+#define RDZV_MAX_ALLOW_UIDS 64
+
 struct rdzv_daemon_config {
   enum rdzv_daemon_role role;
   char listen[256];    /* "HOST:PORT" for TCP (ranks and child nodes), or
                           "HOST:FIRST-LAST": the first free port of the
                           range */
   char unix_path[256]; /* Unix socket for local ranks, "" for none */
+  /* --allow-uids as given (comma-separated uids or user names), and the
+   * uids it names, resolved once at parse time: with the daemon's own
+   * (effective) uid and root, the peers the Unix socket accepts
+   * (SO_PEERCRED). allow_uid[0..nallow_uids). */
+  char allow_uids[1024];
+  uint32_t allow_uid[RDZV_MAX_ALLOW_UIDS];
+  uint32_t nallow_uids;
   char parent[2048];   /* node: the parent's address (rdzv client syntax);
                           given as "PARENT,GRANDPARENT,...,ROOT" the rest
                           goes to ancestors at parse time */
@@ -80,6 +92,8 @@ struct rdzv_daemon_config {
   char tcpstore_listen[256];
   char tcpstore_job[256];
   char tcpstore_port_file[256];
+  bool tcpstore_remote; /* --tcpstore-remote: a non-loopback
+                           --tcpstore-listen host is served (warned) */
   char job[256]; /* child nodes of this job only ("": any): a child's
                     hello naming another is refused (RDZV_EJOB_MISMATCH) */
   /* The job secret (store/auth): a file that holds the secret of every
@@ -104,9 +118,17 @@ struct rdzv_daemon_config {
  * address's last ':', NUL-terminated. */
 int rdzv_config_port_range(const char *s, int *first, int *last);
 
+/* Whether host (an address without its port or brackets) means this host
+ * only: an IPv4 address in 127.0.0.0/8, ::1 (or ::ffff:127.x.y.z), or the
+ * name "localhost". Any other name, and the wildcards, are not. */
+bool rdzv_config_host_loopback(const char *host);
+
 /* Fills *cfg from defaults, then the environment (RDZVD_* variables), then
- * argv (--name=value or --name value). Returns 0, 1 when --help was
- * printed to out, or -EINVAL with a message in err[0..errlen). */
+ * argv (--name=value or --name value; a flag such as --tcpstore-remote
+ * alone, or --flag=yes|no). Resolves the user names of --allow-uids (the
+ * system's user database, getpwnam_r: may block on NSS). Returns 0, 1
+ * when --help was printed to out, or -EINVAL with a message in
+ * err[0..errlen). */
 int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
                       FILE *out, char *err, size_t errlen);
 

@@ -11,7 +11,8 @@
  *     again on a new connection);
  *   - malformed proofs and out-of-order frames;
  *   - a fake parent (a root without a secret, and one with another
- *     secret): the node refuses it and gives it nothing of the job.
+ *     secret): the node refuses it and gives it nothing of the job, and
+ *     its ranks' requests fail with RDZV_EAUTH naming it.
  * The challenge for a job the daemon has no secret of looks like one for
  * a job it serves (nothing revealed), and secrets never reach the logs or
  * stats. Invariant checked after each case: the daemons still serve, and
@@ -540,8 +541,10 @@ static void test_fake_parent(void **state) {
                         "--log-level=1", NULL};
     assert_int_equal(start_logged(&n2, "n2", fake_tcp, nx, n2_tcp, log), 0);
     rdzv_client_t *c = client(n2_tcp, "A", SECRET_A);
-    assert_int_equal(rdzv_store_set(c, "from-n2", "1", 1, 0, 60),
-                     RDZV_EUNREACHABLE);
+    /* Failed at once as an authentication failure, not after
+     * --upstream-timeout-ms as "unreachable". */
+    assert_int_equal(rdzv_store_set(c, "from-n2", "1", 1, 0, 60), RDZV_EAUTH);
+    assert_non_null(strstr(rdzv_client_last_error(c), "do not share job A's"));
     assert_non_null(strstr(rdzv_client_last_error(c), fake_tcp));
     assert_non_null(strstr(rdzv_client_last_error(c), "secret"));
     rdzv_client_destroy(c);
@@ -805,31 +808,6 @@ static void test_fifo_secret(void **state) {
   assert_still_serving();
 }
 
-/* A daemon with a secret and the TCPStore front end, which has no
- * authentication (c10d's protocol has none): it says so at start, so that
- * nobody takes the job for protected. */
-static void test_tcpstore_warns(void **state) {
-  (void)state;
-  struct proc ts;
-  char tcp[64], sf[400], log[300];
-  snprintf(sf, sizeof(sf), "--secret-file=%s", file_a);
-  snprintf(log, sizeof(log), "%s/ts.log", dir);
-  const char *x[] = {sf, "--job=A", "--tcpstore-listen=127.0.0.1:0",
-                     "--log-level=0", NULL};
-  assert_int_equal(start_logged(&ts, "ts", NULL, x, tcp, log), 0);
-  assert_int_equal(proc_stop(&ts), 0);
-  FILE *f = fopen(log, "r");
-  assert_non_null(f);
-  char *text = NULL;
-  size_t cap = 0;
-  assert_true(getdelim(&text, &cap, '\0', f) > 0);
-  fclose(f);
-  assert_non_null(strstr(text, "TCPStore front end"));
-  assert_non_null(strstr(text, "without authentication"));
-  assert_null(strstr(text, SECRET_A));
-  free(text);
-}
-
 /* A fake parent that asks no proof, in a thread (no cmocka asserts
  * there): it accepts until stop, answers each hello with a plain reply,
  * and a GET with "FAKE" (fed counts them). */
@@ -984,7 +962,9 @@ static void test_secret_gone_parent(void **state) {
              "no proof (%d hellos without a nonce): its rank read \"%s\"",
              pp.nonceless, got);
   assert_int_equal(pp.nonceless, 0);
-  assert_int_equal(status, RDZV_EUNREACHABLE);
+  /* The node can check no parent: its rank's request fails at once as a
+   * secret the parent does not share would. */
+  assert_int_equal(status, RDZV_EAUTH);
   assert_int_equal(proc_stop(&n4), 0);
   rm_rf(ndir);
 }
@@ -1035,7 +1015,6 @@ int main(void) {
       cmocka_unit_test(test_refused_after_proof),
       cmocka_unit_test(test_big_hello),
       cmocka_unit_test(test_fifo_secret),
-      cmocka_unit_test(test_tcpstore_warns),
       cmocka_unit_test(test_secret_gone_parent),
       cmocka_unit_test(test_job_completes),
   };

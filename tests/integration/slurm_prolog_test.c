@@ -9,7 +9,15 @@
  * leave nothing running. The hosts are 127.0.0.1-3, so every host's name
  * resolves and each binds its own loopback address; the Prolog expands
  * the host list itself (rdzvctl tree-position). tests/slurm:slurm_test
- * runs the same scripts under a real Slurm. */
+ * runs the same scripts under a real Slurm.
+ *
+ * The job's secret: each host's Prolog derives it from a site key made
+ * here (rdzvctl site-key), the same on every host, and writes
+ * RDZV_RUN_DIR/<job>.secret for the job's user (nobody here), mode 0400;
+ * the ranks run as that user with the TaskProlog's RDZV_SECRET_FILE; the
+ * Epilog removes it. A missing or readable site key, or an unknown
+ * RDZV_AUTH, fails the Prolog before any daemon starts; RDZV_AUTH=off
+ * runs without a secret and says so. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -37,6 +45,11 @@ static char slurm_conf_env[160] = "SLURM_CONF=/nonexistent";
 /* More of the Prolog's environment, for one check at a time. */
 static char extra_env[3][300] = {"RDZV_TEST_UNUSED1=", "RDZV_TEST_UNUSED2=",
                                  "RDZV_TEST_UNUSED3="};
+/* The Prolog's site key (RDZV_SITE_KEY) and RDZV_AUTH: the key made in
+ * dir and "required", but for one check at a time. */
+static char site_key_env[160], auth_env[64] = "RDZV_AUTH=required";
+/* The job's user: the Prolog gives it the socket and the secret. */
+#define JOB_UID 65534
 
 static int file_exists(const char *fmt, int h) {
   char path[256];
@@ -45,8 +58,10 @@ static int file_exists(const char *fmt, int h) {
 }
 
 /* The test's RDZV_PORT_BASE: job J's nodes try ports base + J mod 7 + 0..1
- * (RDZV_PORT_RANGE=7, RDZV_PORT_TRIES=2). */
-static int port_base(void) { return 20000 + (int)(getpid() % 20000); }
+ * (RDZV_PORT_RANGE=7, RDZV_PORT_TRIES=2). Below Linux's ephemeral ports
+ * (32768 and up), where other programs' outgoing connections (on a busy
+ * machine, thousands) could hold a port the test's nodes need. */
+static int port_base(void) { return 20000 + (int)(getpid() % 12000); }
 
 /* Runs a deploy script for host h with job's Slurm environment, and bin
  * as RDZV_BIN (NULL: the rdzvd built here). *out (if not NULL) gets its
@@ -67,7 +82,11 @@ static int run_job_script(const char *script, int h, int job,
   snprintf(job_env, sizeof(job_env), "SLURM_JOB_ID=%d", job);
   char base[48];
   snprintf(base, sizeof(base), "RDZV_PORT_BASE=%d", port_base());
-  char *argv[] = {"/usr/bin/env", "RDZV_SETTINGS=/nonexistent",
+  char uid_env[32], gid_env[32];
+  snprintf(uid_env, sizeof(uid_env), "SLURM_JOB_UID=%d", JOB_UID);
+  snprintf(gid_env, sizeof(gid_env), "SLURM_JOB_GID=%d", JOB_UID);
+  char *argv[] = {"/usr/bin/env", "RDZV_SETTINGS=/nonexistent", uid_env,
+                  gid_env, site_key_env, auth_env,
                   slurm_conf_env, extra_env[0], extra_env[1], extra_env[2],
                   host, listen,
                   rundir, bin, ctl, base, "RDZV_PORT_RANGE=7",
@@ -89,8 +108,9 @@ static int run_script(const char *script, int h, char **out) {
   return run_job_script(script, h, 4242, NULL, out);
 }
 
-/* Processes whose command line contains text (a daemon's --name=...). */
-static int count_procs(const char *text) {
+/* Processes whose command line contains text (a daemon's --name=...),
+ * and also text2 where it is not NULL. */
+static int count_procs(const char *text, const char *text2) {
   int n = 0;
   DIR *d = opendir("/proc");
   assert_non_null(d);
@@ -109,10 +129,180 @@ static int count_procs(const char *text) {
       if (buf[i] == '\0')
         buf[i] = ' ';
     buf[len] = '\0';
-    n += strstr(buf, text) != NULL;
+    n += strstr(buf, text) != NULL &&
+         (text2 == NULL || strstr(buf, text2) != NULL);
   }
   closedir(d);
   return n;
+}
+
+/* Runs argv (NULL-terminated) with its stdout and stderr in *out (if not
+ * NULL); returns its exit status. */
+static int run_cmd(char *const argv[], char **out) {
+  char *sh[64] = {"/bin/sh", "-c", "exec \"$@\" 2>&1", "sh"};
+  int n = 4;
+  for (int i = 0; argv[i] != NULL && n < 63; i++)
+    sh[n++] = argv[i];
+  sh[n] = NULL;
+  struct proc p;
+  assert_int_equal(proc_start(&p, sh, 1), 0);
+  char *text = proc_read_all(&p);
+  if (out != NULL)
+    *out = text;
+  else
+    free(text);
+  return proc_wait(&p);
+}
+
+/* Job's secret as `rdzvctl job-secret` derives it from the site key made
+ * here: 64 hex digits, into out (65 bytes). */
+static void derived_secret(int job, char *out) {
+  char ctl[1200], key[160], jobs[24];
+  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
+  snprintf(key, sizeof(key), "%s/site.key", dir);
+  snprintf(jobs, sizeof(jobs), "%d", job);
+  char *argv[] = {ctl, "job-secret", "--site-key", key, "--job", jobs, NULL};
+  char *text = NULL;
+  assert_int_equal(run_cmd(argv, &text), 0);
+  assert_non_null(text);
+  assert_int_equal(strlen(text), 65);
+  memcpy(out, text, 64);
+  out[64] = '\0';
+  free(text);
+}
+
+/* Host h's secret file of job: a regular file of the job's user, mode
+ * 0400, holding the secret derived from the site key and a newline; the
+ * job's user reads it, another user cannot. */
+static void check_secret_file(int job, int h) {
+  char path[160], want[65], buf[128];
+  struct stat st;
+  snprintf(path, sizeof(path), "%s/host%d/%d.secret", dir, h, job);
+  if (lstat(path, &st) != 0)
+    fail_msg("job %d, host %d: no secret file %s", job, h, path);
+  if (!S_ISREG(st.st_mode) || (st.st_mode & 07777) != 0400 ||
+      st.st_uid != JOB_UID || st.st_gid != JOB_UID)
+    fail_msg("job %d, host %d: %s has mode %04o, owner %u:%u (want a regular "
+             "file, 0400, %d:%d)",
+             job, h, path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid,
+             (unsigned)st.st_gid, JOB_UID, JOB_UID);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  derived_secret(job, want);
+  if (n != 65 || memcmp(buf, want, 64) != 0 || buf[64] != '\n')
+    fail_msg("job %d, host %d: %s holds %zu bytes, not the secret derived "
+             "from the site key and a newline",
+             job, h, path, n);
+  char uid[32], other[32];
+  snprintf(uid, sizeof(uid), "--reuid=%d", JOB_UID);
+  snprintf(other, sizeof(other), "--reuid=%d", JOB_UID - 1);
+  char *as_user[] = {"/usr/bin/setpriv", uid, "--regid=65534",
+                     "--clear-groups", "/bin/cat", path, NULL};
+  char *as_other[] = {"/usr/bin/setpriv", other, "--regid=65533",
+                      "--clear-groups", "/bin/cat", path, NULL};
+  char *text = NULL;
+  if (run_cmd(as_user, &text) != 0 || strncmp(text, want, 64) != 0)
+    fail_msg("job %d, host %d: the job's user cannot read %s: %s", job, h,
+             path, text);
+  free(text);
+  text = NULL;
+  if (run_cmd(as_other, &text) == 0 || strstr(text, "Permission denied") == NULL)
+    fail_msg("job %d, host %d: uid %d read %s: [%s]", job, h, JOB_UID - 1,
+             path, text);
+  free(text);
+}
+
+/* What the Prolog refuses about the secret, each before any daemon
+ * starts and leaving no secret file: a missing site key, one others may
+ * read, an unknown RDZV_AUTH. Then RDZV_AUTH=off: the daemons run
+ * without a secret, the Prolog says so, the TaskProlog exports none. */
+static void check_secret_prologs(void) {
+  struct {
+    const char *key; /* RDZV_SITE_KEY, relative to dir */
+    const char *auth;
+    const char *want[3];
+  } cases[] = {
+      {"none.key", "required",
+       {"cannot make the job's secret from the site key",
+        "No such file or directory",
+        "rdzvctl site-key --out"}},
+      {"readable.key", "required",
+       {"has mode 0644: its group or others may access it",
+        "copy it to every host, root's with mode 0400", NULL}},
+      {"site.key", "sometimes",
+       {"RDZV_AUTH in /nonexistent is 'sometimes': it must be 'required'",
+        NULL, NULL}},
+  };
+  char cmd[400];
+  snprintf(cmd, sizeof(cmd), "cp %s/site.key %s/readable.key && chmod 0644 %s/readable.key",
+           dir, dir, dir);
+  assert_int_equal(system(cmd), 0);
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    snprintf(site_key_env, sizeof(site_key_env), "RDZV_SITE_KEY=%s/%s", dir,
+             cases[c].key);
+    snprintf(auth_env, sizeof(auth_env), "RDZV_AUTH=%s", cases[c].auth);
+    for (int h = 0; h < 2; h++) {
+      char *out = NULL;
+      int rc = run_job_script("prolog.sh", h, 4253, NULL, &out);
+      assert_non_null(out);
+      int ok = rc != 0;
+      for (int w = 0; w < 3; w++)
+        ok = ok && (cases[c].want[w] == NULL ||
+                    strstr(out, cases[c].want[w]) != NULL);
+      if (!ok)
+        fail_msg("prolog with RDZV_SITE_KEY=%s RDZV_AUTH=%s on host %d: "
+                 "status %d, output [%s]",
+                 cases[c].key, cases[c].auth, h, rc, out);
+      free(out);
+      assert_false(file_exists("%s/host%d/4253.secret", h));
+      assert_false(file_exists("%s/host%d/4253.node.pid", h));
+      assert_false(file_exists("%s/host%d/4253.root.pid", h));
+    }
+    assert_int_equal(count_procs("--job=4253 ", NULL), 0);
+  }
+  /* RDZV_AUTH=off. */
+  snprintf(site_key_env, sizeof(site_key_env), "RDZV_SITE_KEY=%s/none.key",
+           dir);
+  snprintf(auth_env, sizeof(auth_env), "RDZV_AUTH=off");
+  for (int h = 0; h < 3; h++) {
+    char *out = NULL;
+    assert_int_equal(run_job_script("prolog.sh", h, 4254, NULL, &out), 0);
+    if (strstr(out, "RDZV_AUTH=off in /nonexistent: the job's daemons run "
+                    "without a secret") == NULL)
+      fail_msg("prolog with RDZV_AUTH=off on host %d does not say so: [%s]",
+               h, out);
+    free(out);
+    assert_false(file_exists("%s/host%d/4254.secret", h));
+    assert_true(file_exists("%s/host%d/4254.node.port", h));
+    out = NULL;
+    assert_int_equal(run_job_script("task-prolog.sh", h, 4254, NULL, &out), 0);
+    if (strstr(out, "RDZV_SECRET_FILE") != NULL)
+      fail_msg("task prolog with RDZV_AUTH=off: [%s]", out);
+    free(out);
+  }
+  assert_int_equal(count_procs("--job=4254 ", NULL), 4);
+  assert_int_equal(count_procs("--job=4254 ", "--secret-file"), 0);
+  /* Its daemons serve without a secret (the hosts' nodes reach the root
+   * through each other). */
+  char addr[160], ctl[1200];
+  snprintf(addr, sizeof(addr), "unix:%s/host2/4254.sock", dir);
+  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
+  char *set[] = {"/usr/bin/env", "-u", "RDZV_SECRET_FILE", "-u", "RDZV_SECRET",
+                 ctl, "--addr", addr, "--job", "4254", "--timeout", "20",
+                 "set", "k", "v", NULL};
+  char *text = NULL;
+  if (run_cmd(set, &text) != 0)
+    fail_msg("set through job 4254's node (RDZV_AUTH=off): [%s]", text);
+  free(text);
+  for (int h = 0; h < 3; h++)
+    assert_int_equal(run_job_script("epilog.sh", h, 4254, NULL, NULL), 0);
+  assert_int_equal(count_procs("--job=4254 ", NULL), 0);
+  snprintf(site_key_env, sizeof(site_key_env), "RDZV_SITE_KEY=%s/site.key",
+           dir);
+  snprintf(auth_env, sizeof(auth_env), "RDZV_AUTH=required");
 }
 
 /* Jobs whose ports overlap share the hosts up to RDZV_PORT_TRIES; a
@@ -122,11 +312,23 @@ static int count_procs(const char *text) {
 static void check_failed_prologs(void) {
   /* Job 4249 is 4242 mod RDZV_PORT_RANGE (7): its nodes take the range's
    * second port on every host. */
-  for (int h = 0; h < 3; h++)
-    assert_int_equal(run_job_script("prolog.sh", h, 4249, NULL, NULL), 0);
+  for (int h = 0; h < 3; h++) {
+    char *out = NULL;
+    int rc = run_job_script("prolog.sh", h, 4249, NULL, &out);
+    if (rc != 0)
+      fail_msg("prolog of job 4249 on host %d: status %d, output [%s]", h, rc,
+               out);
+    free(out);
+  }
   char pf[128];
   snprintf(pf, sizeof(pf), "%s/host1/4249.node.port", dir);
   assert_int_equal(wait_port_file(pf, 5), port_base() + 4242 % 7 + 1);
+  /* Its own secret, not job 4242's. */
+  check_secret_file(4249, 1);
+  char s4242[65], s4249[65];
+  derived_secret(4242, s4242);
+  derived_secret(4249, s4249);
+  assert_string_not_equal(s4242, s4249);
   /* Job 4256 too: both ports are taken on every host. On host 0 its root
    * starts (port 0) and must be stopped. */
   for (int h = 0; h < 3; h++) {
@@ -143,11 +345,15 @@ static void check_failed_prologs(void) {
     assert_false(file_exists("%s/host%d/4256.node.pid", h));
     assert_false(file_exists("%s/host%d/4256.root.pid", h));
     assert_false(file_exists("%s/host%d/4256.sock", h));
+    assert_false(file_exists("%s/host%d/4256.secret", h));
   }
-  assert_int_equal(count_procs("--name=root-4256"), 0);
+  assert_int_equal(count_procs("--name=root-4256", NULL), 0);
   for (int h = 0; h < 3; h++)
     assert_int_equal(run_job_script("epilog.sh", h, 4249, NULL, NULL), 0);
-  assert_int_equal(count_procs("--name=root-4249"), 0);
+  assert_int_equal(count_procs("--name=root-4249", NULL), 0);
+  for (int h = 0; h < 3; h++)
+    assert_false(file_exists("%s/host%d/4249.secret", h));
+  check_secret_prologs();
   /* A slurm.conf without PrologFlags=Alloc: refused before any daemon
    * starts, saying what to add. */
   char conf[128];
@@ -167,7 +373,7 @@ static void check_failed_prologs(void) {
              cout);
   free(cout);
   assert_false(file_exists("%s/host%d/4251.root.pid", 0));
-  assert_int_equal(count_procs("--name=root-4251"), 0);
+  assert_int_equal(count_procs("--name=root-4251", NULL), 0);
   /* A failure message goes to the job's output file as the job's user,
    * never as root: a file the user names in a directory only root may
    * write is not created. */
@@ -206,6 +412,8 @@ static void check_failed_prologs(void) {
              out);
   free(out);
   assert_false(file_exists("%s/host%d/4250.node.pid", 1));
+  /* ... and the secret it had written went with it. */
+  assert_false(file_exists("%s/host%d/4250.secret", 1));
 }
 
 
@@ -256,17 +464,161 @@ static void check_tcpstore(int port_host1, int port_host3) {
   assert_memory_equal(out + 1, blob, 10);
 }
 
+/* rdzvctl against job 4242's daemons with the secret file given (NULL:
+ * none, RDZV_SECRET_FILE and RDZV_SECRET unset) at addr: its status, and
+ * its output in *out. */
+static int ctl_with_secret(const char *secret_file, const char *addr,
+                           const char *cmd, char **out) {
+  char ctl[1200], env[200];
+  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
+  snprintf(env, sizeof(env), "RDZV_SECRET_FILE=%s",
+           secret_file != NULL ? secret_file : "");
+  char *argv[] = {"/usr/bin/env", "-u", "RDZV_SECRET", "-u",
+                  "RDZV_SECRET_FILE", env, ctl, "--addr", (char *)addr,
+                  "--job", "4242", "--timeout", "10", (char *)cmd, "k",
+                  "v", NULL};
+  if (secret_file == NULL)
+    argv[5] = "RDZV_TEST_NO_SECRET=1";
+  return run_cmd(argv, out);
+}
+
+/* A number from the stats of job 4242's daemon at addr (tcp:HOST:PORT),
+ * asked with the job's secret file; -1 if they cannot be read. */
+static int64_t node_auth_stat(const char *secret_file, const char *addr,
+                              const char *path) {
+  char ctl[1200], env[200];
+  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
+  snprintf(env, sizeof(env), "RDZV_SECRET_FILE=%s", secret_file);
+  char *argv[] = {"/usr/bin/env", "-u", "RDZV_SECRET", env, ctl, "--addr",
+                  (char *)addr, "--job", "4242", "--timeout", "10", "stats",
+                  NULL};
+  char *out = NULL;
+  int rc = run_cmd(argv, &out);
+  int64_t v = rc == 0 ? stats_get(out, path) : -1;
+  free(out);
+  return v;
+}
+
+/* Job 4242's nodes refuse whoever lacks its secret: rdzvctl with no
+ * secret at a node's TCP port and at its Unix socket, and with another
+ * job's secret (derived from the same site key), each refused with
+ * RDZV_EAUTH; with the job's own secret file the same command works. A
+ * daemon without the secret that poses as a child node is refused too.
+ * port: the first port of the job's nodes. */
+static void check_refused(int port) {
+  char tcp[64], sock[160], other[160], own[160];
+  snprintf(tcp, sizeof(tcp), "tcp:127.0.0.2:%d", port);
+  snprintf(sock, sizeof(sock), "unix:%s/host1/4242.sock", dir);
+  snprintf(own, sizeof(own), "%s/host1/4242.secret", dir);
+  /* Another job's secret, as its Prolog would have written it. */
+  snprintf(other, sizeof(other), "%s/other.secret", dir);
+  char ctl[1200], key[160];
+  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
+  snprintf(key, sizeof(key), "%s/site.key", dir);
+  char *mk[] = {ctl, "job-secret", "--site-key", key, "--job", "4243",
+                "--out", other, NULL};
+  assert_int_equal(run_cmd(mk, NULL), 0);
+  struct {
+    const char *secret, *addr, *what;
+  } refused[] = {
+      {NULL, tcp, "no secret, at the node's TCP port"},
+      {NULL, sock, "no secret, at the node's Unix socket"},
+      {other, tcp, "job 4243's secret, at the node's TCP port"},
+  };
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+    char *out = NULL;
+    int rc = ctl_with_secret(refused[i].secret, refused[i].addr, "set", &out);
+    if (rc == 0 || strstr(out, "RDZV_EAUTH") == NULL)
+      fail_msg("rdzvctl set with %s: status %d, output [%s] (want a "
+               "refusal, RDZV_EAUTH)",
+               refused[i].what, rc, out);
+    free(out);
+  }
+  char *out = NULL;
+  int rc = ctl_with_secret(own, tcp, "set", &out);
+  if (rc != 0)
+    fail_msg("rdzvctl set with the job's secret at %s: status %d, [%s]", tcp,
+             rc, out);
+  free(out);
+  /* A daemon without the secret posing as a child node of host 1's: it
+   * takes a client's set (it asks no secret itself), but its hello to the
+   * node carries no proof and is refused (the node counts it in
+   * auth.no_nonce), so the key never reaches the job. */
+  int64_t before = node_auth_stat(own, tcp, "auth.no_nonce");
+  assert_true(before >= 0);
+  struct proc fake;
+  char fake_tcp[64], parent[64], fake_addr[80];
+  snprintf(parent, sizeof(parent), "127.0.0.2:%d", port);
+  const char *fx[] = {"--job=4242", NULL};
+  const char *saved = getenv("RDZV_SECRET_FILE");
+  char keep[200];
+  snprintf(keep, sizeof(keep), "%s", saved != NULL ? saved : "");
+  unsetenv("RDZV_SECRET_FILE");
+  assert_int_equal(daemon_start(&fake, dir, "fake-child", parent, fx, fake_tcp),
+                   0);
+  if (keep[0] != '\0')
+    setenv("RDZV_SECRET_FILE", keep, 1);
+  snprintf(fake_addr, sizeof(fake_addr), "tcp:%s", fake_tcp);
+  char *fset[] = {"/usr/bin/env", "-u", "RDZV_SECRET", "-u", "RDZV_SECRET_FILE",
+                  ctl, "--addr", fake_addr, "--job", "4242", "--timeout", "3",
+                  "set", "from-fake", "v", NULL};
+  out = NULL;
+  rc = run_cmd(fset, &out);
+  if (rc == 0)
+    fail_msg("a set through a child node without the secret succeeded: [%s]",
+             out);
+  free(out);
+  int64_t after = node_auth_stat(own, tcp, "auth.no_nonce");
+  assert_int_equal(proc_stop(&fake), 0);
+  if (after <= before)
+    fail_msg("host 1's node did not refuse the fake child's hello: "
+             "auth.no_nonce %lld then %lld",
+             (long long)before, (long long)after);
+  out = NULL;
+  char *get[] = {"/usr/bin/env", "-u", "RDZV_SECRET", "RDZV_SECRET_FILE=",
+                 ctl, "--addr", tcp, "--job", "4242", "--timeout", "5",
+                 "get", "from-fake", NULL};
+  char sfe[200];
+  snprintf(sfe, sizeof(sfe), "RDZV_SECRET_FILE=%s", own);
+  get[3] = sfe;
+  rc = run_cmd(get, &out);
+  if (rc != 1 || strstr(out, "not found") == NULL)
+    fail_msg("the fake child's key reached the job: status %d, [%s]", rc, out);
+  free(out);
+}
+
 static void test_prolog_task_prolog_epilog(void **state) {
   (void)state;
   assert_non_null(getcwd(cwd, sizeof(cwd)));
   snprintf(dir, sizeof(dir), "/tmp/rdzv-slurm-XXXXXX");
   assert_non_null(mkdtemp(dir));
+  /* The job's user (nobody) reaches its sockets and secrets in here. */
+  assert_int_equal(chmod(dir, 0711), 0);
+  /* The site key every host's Prolog derives the secrets from, as an
+   * admin makes it; and rdzv-example where the job's user may run it. */
+  char cmd[6000];
+  snprintf(cmd, sizeof(cmd),
+           "%s/tools/rdzvctl site-key --out %s/site.key && "
+           "cp %s/tools/rdzv-example %s/rdzv-example && "
+           "chmod 0755 %s/rdzv-example",
+           cwd, dir, cwd, dir, dir);
+  assert_int_equal(system(cmd), 0);
+  snprintf(site_key_env, sizeof(site_key_env), "RDZV_SITE_KEY=%s/site.key",
+           dir);
   for (int h = 0; h < 3; h++)
     assert_int_equal(run_script("prolog.sh", h, NULL), 0);
   assert_true(file_exists("%s/host%d/4242.root.pid", 0));
   assert_false(file_exists("%s/host%d/4242.root.pid", 1));
   for (int h = 0; h < 3; h++)
     assert_true(file_exists("%s/host%d/4242.node.port", h));
+  /* Every host made the same secret, the job's user's alone, and gave it
+   * to its daemons (the first host's root and node both). */
+  for (int h = 0; h < 3; h++) {
+    check_secret_file(4242, h);
+    char opt[200];
+    snprintf(opt, sizeof(opt), "--secret-file=%s/host%d/4242.secret ", dir, h);
+    assert_int_equal(count_procs("--job=4242 ", opt), h == 0 ? 2 : 1);
+  }
   check_failed_prologs();
   struct proc ranks[6];
   int ts_port[3] = {0, 0, 0};
@@ -283,17 +635,28 @@ static void test_prolog_task_prolog_epilog(void **state) {
     assert_non_null(strstr(env, "export TORCHELASTIC_USE_AGENT_STORE=True\n"));
     /* The step's own key space: torch prefixes keys with it. */
     assert_non_null(strstr(env, "export TORCHELASTIC_RESTART_COUNT=3\n"));
+    /* The job's secret, by its file's name. */
+    char sf[200], want_sf[200];
+    snprintf(want_sf, sizeof(want_sf),
+             "export RDZV_SECRET_FILE=%s/host%d/4242.secret\n", dir, i / 2);
+    if (strstr(env, want_sf) == NULL)
+      fail_msg("the task prolog does not export [%s]: [%s]", want_sf, env);
+    snprintf(sf, sizeof(sf), "RDZV_SECRET_FILE=%s/host%d/4242.secret", dir,
+             i / 2);
     free(env);
     char a[300], j[80], hn[40], lr[32];
     snprintf(a, sizeof(a), "RDZV_ADDR=%s", addr);
     snprintf(j, sizeof(j), "RDZV_JOB=%s", job);
     snprintf(hn, sizeof(hn), "RDZV_HOST=127.0.0.%d", i / 2 + 1);
     snprintf(lr, sizeof(lr), "SLURM_LOCALID=%d", i % 2);
-    char ex[1200];
-    snprintf(ex, sizeof(ex), "%s/tools/rdzv-example", cwd);
-    char *argv[] = {"/usr/bin/env", a, j, hn, lr, "SLURM_NTASKS=6",
-                    "SLURM_NTASKS_PER_NODE=2", ex, "--nccl", "none",
-                    "--timeout", "60", NULL};
+    char ex[200], uid[32];
+    snprintf(ex, sizeof(ex), "%s/rdzv-example", dir);
+    snprintf(uid, sizeof(uid), "--reuid=%d", JOB_UID);
+    /* As the job's user, as Slurm runs a task. */
+    char *argv[] = {"/usr/bin/setpriv", uid, "--regid=65534",
+                    "--clear-groups", "/usr/bin/env", "-u", "RDZV_SECRET", a,
+                    j, hn, lr, sf, "SLURM_NTASKS=6", "SLURM_NTASKS_PER_NODE=2",
+                    ex, "--nccl", "none", "--timeout", "60", NULL};
     assert_int_equal(proc_start(&ranks[i], argv, 1), 0);
   }
   int identical = 0;
@@ -316,9 +679,15 @@ static void test_prolog_task_prolog_epilog(void **state) {
   assert_int_equal(wait_port_file(pfile, 5), first);
   char *json = NULL;
   struct rdzv_client_opts o;
+  /* The client library takes the secret from RDZV_SECRET_FILE, as a
+   * task's does. */
+  char host2_secret[160];
+  snprintf(host2_secret, sizeof(host2_secret), "%s/host2/4242.secret", dir);
+  assert_int_equal(setenv("RDZV_SECRET_FILE", host2_secret, 1), 0);
   rdzv_client_opts_init(&o);
   o.addr = sock;
-  o.job_id = "stats";
+  /* The node holds job 4242's secret only (--job): stats as that job. */
+  o.job_id = "4242";
   rdzv_client_t *c = NULL;
   assert_int_equal(rdzv_client_create(&o, &c), 0);
   assert_int_equal(rdzv_store_stats(c, &json, 10), 0);
@@ -330,18 +699,20 @@ static void test_prolog_task_prolog_epilog(void **state) {
   char chain[96];
   snprintf(chain, sizeof(chain), "--parent=127.0.0.2:%d-%d,127.0.0.1:%d-%d",
            first, first + 1, first, first + 1);
-  assert_int_equal(count_procs(chain), 1);
+  assert_int_equal(count_procs(chain, NULL), 1);
   check_tcpstore(ts_port[0], ts_port[2]);
+  check_refused(first);
+  unsetenv("RDZV_SECRET_FILE");
   for (int h = 0; h < 3; h++)
     assert_int_equal(run_script("epilog.sh", h, NULL), 0);
   for (int h = 0; h < 3; h++) {
+    assert_false(file_exists("%s/host%d/4242.secret", h));
     assert_false(file_exists("%s/host%d/4242.sock", h));
     assert_false(file_exists("%s/host%d/4242.sock.lock", h));
     assert_false(file_exists("%s/host%d/4242.node.pid", h));
     assert_false(file_exists("%s/host%d/4242.node.port", h));
   }
   assert_false(file_exists("%s/host%d/4242.root.port", 0));
-  char cmd[128];
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
 }

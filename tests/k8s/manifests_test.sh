@@ -170,7 +170,7 @@ mutant world-size jobset.yaml \
   's/value: "8"/value: "4"/'
 mutant jobset-per-job-uid jobset.yaml \
   "RDZV_JOB from the Job's UID differs between the JobSet's Jobs" \
-  "s/jobset.sigs.k8s.io\\/jobset-uid/batch.kubernetes.io\\/controller-uid/"
+  's/(- name: RDZV_JOB\n( *))value: trainjs\n/$1valueFrom:\n$2  fieldRef:\n$2    fieldPath: metadata.labels['"'"'batch.kubernetes.io\/controller-uid'"'"']\n/'
 mutant jobset-no-rdzv-host jobset.yaml \
   "no RDZV_HOST: the default .* repeats in each of the JobSet's Jobs" \
   's/- name: RDZV_HOST/- name: RDZV_HOSTX/'
@@ -180,6 +180,38 @@ mutant subdomain-without-service job.yaml \
 mutant kustomize-missing-file kustomization.yaml \
   "resources\[1\]: jobs.yaml does not exist \[kustomize\]" \
   's/- job.yaml/- jobs.yaml/'
+# The job's secret (rdzvd refuses one that others may read; the roots
+# look it up by the job id; whoever talks to a node needs it).
+mutant secret-mode-other job.yaml \
+  "volumes\[2\].secret.defaultMode: the node's --secret-file's files get mode 0444: others may read them" \
+  's/defaultMode: 288/defaultMode: 292/'
+mutant secret-default-mode root.yaml \
+  "volumes\[0\].secret.secretName: the root's --secret-dir's files get mode 0644 \(Kubernetes' default\)" \
+  's/\n *defaultMode: 288//'
+mutant secret-no-fsgroup root.yaml \
+  "StatefulSet/rdzv-root: spec.template.spec.securityContext: no fsGroup: the root's --secret-dir's files are root's" \
+  's/\n *fsGroup: 65532//'
+mutant secret-key-not-job job.yaml \
+  "items\[0\].key: the secret's key train2 is not the job id train \(RDZV_JOB\)" \
+  's/- key: train\n/- key: train2\n/'
+mutant secret-every-key jobset.yaml \
+  "mounts every key of Secret rdzv-job-secrets: a job's pods mount only their job's key" \
+  's/\n *items:\n *- key: trainjs\n *path: secret//'
+mutant secret-root-subpath root.yaml \
+  "volumeMounts\[0\].subPath: the root's secret directory is mounted with subPath" \
+  's/(mountPath: \/etc\/rdzv\/job-secrets\n( *))/$1subPath: x\n$2/'
+mutant secret-root-items root.yaml \
+  "the roots serve every job: they mount the whole Secret, not items" \
+  's/(secretName: rdzv-job-secrets\n( *))/$1items:\n$2  - key: train\n$2    path: train\n$2/'
+mutant secret-probe-none jobset.yaml \
+  "livenessProbe.exec.command: the probe's rdzvctl has no secret" \
+  's/"--secret-file", "\/etc\/rdzv\/job\/secret", //'
+mutant secret-trainer-none job.yaml \
+  "containers\[0\].env: no RDZV_SECRET_FILE: the node requires the job's secret" \
+  's/\n *- name: RDZV_SECRET_FILE\n *value: \S+//'
+mutant secret-node-unmounted jobset.yaml \
+  "initContainers\[0\].volumeMounts: node's --secret-file /etc/rdzv/job/secret is not in a volume this container mounts" \
+  '$n = 0; s/(\n *- name: job-secret\n *mountPath: \/etc\/rdzv\/job\n *readOnly: true)/++$n == 1 ? "" : $1/ge'
 
 # One validator run over every mutant, each a set of its own.
 out=$(node "$work/validate.mjs" --sets "${names[@]/#/$mut/}" 2>&1)

@@ -21,7 +21,13 @@
 #      reported and resumed;
 #   5. the Prolog with slurmctld stopped (SIGSTOP) and every Slurm client
 #      command replaced by a trap: it calls none, waits on no peer, and its
-#      daemons serve the job.
+#      daemons serve the job;
+#   6. the job's secret, derived on every host from the site key made here
+#      (rdzvctl site-key): during a job, RDZV_RUN_DIR/<job>.secret on
+#      every host, the same, the job's user's (root's or nobody's), mode
+#      0400, and the tasks' RDZV_SECRET_FILE; gone after the job (check 3);
+#      a client without it, or with another job's, refused by the job's
+#      nodes (RDZV_EAUTH), and one that poses as a child node too.
 # Prints "ok:"/"FAIL:" per check, the measured times, and a last line
 # "slurm_test: PASS" or "slurm_test: FAIL (...)". Needs root, slurm-wlm,
 # munge and python3-torch (tools/install-deps.sh).
@@ -82,6 +88,11 @@ cp -L "$src/tools/rdzvd" "$src/tools/rdzvctl" "$src/tools/rdzv-example" \
 cp -L "$src"/deploy/slurm/*.sh "$D/lib/"
 cp -L "$src/tests/slurm/gloo_task.py" "$D/bin/"
 chmod -R a+rX "$D"
+# The site key, as an admin makes it once and copies to every host (here
+# the hosts share this one file).
+mkdir -p "$D/etc"
+"$D/bin/rdzvctl" site-key --out "$D/etc/site.key" ||
+  fail "rdzvctl site-key --out $D/etc/site.key"
 cat >"$D/rdzv.conf" <<EOF
 # /etc/default/rdzv of this test cluster (see deploy/slurm/prolog.sh).
 RDZV_BIN=$D/bin/rdzvd
@@ -95,6 +106,8 @@ RDZV_TCPSTORE=1
 # Every job's nodes try the same 16 ports: jobs sharing a host must skip
 # each other's (check 1 runs two at once).
 RDZV_PORT_RANGE=1
+RDZV_SITE_KEY=$D/etc/site.key
+RDZV_AUTH=required
 # Check 4: rdzvd cannot start on a host with a fail.<host> file.
 [ -e "$D/fail.\${SLURMD_NODENAME}" ] && RDZV_BIN=/bin/false
 EOF
@@ -157,6 +170,98 @@ check_clean() {
     ok "$what: job $j left nothing in RDZV_RUN_DIR; its logs are in $C/log/rdzvd.<host>.log"
   else
     fail "$what: job $j's daemon logs were not filed in $C/log"
+  fi
+}
+
+# Check 6: job $1's secret on every host while it runs: one value, the
+# site key's for that job, root's (the test's jobs but nobody's are
+# root's), mode 0400.
+check_secrets() {
+  local j=$1 n want got bad=""
+  want=$("$D/bin/rdzvctl" job-secret --site-key "$D/etc/site.key" --job "$j")
+  for n in n1 n2 n3 n4; do
+    got=$(stat -c '%U %a' "$D/run/$n/$j.secret" 2>&1)
+    [ "$got" = "root 400" ] || bad="$bad $n:($got)"
+    [ "$(cat "$D/run/$n/$j.secret" 2>/dev/null)" = "$want" ] || bad="$bad $n:(content)"
+  done
+  if [ -z "$bad" ]; then
+    ok "job $j: the same secret on 4 hosts, derived from the site key, root's, mode 0400"
+  else
+    fail "job $j's secret files:$bad"
+  fi
+}
+
+# A number from the stats of job $1's daemon at $2, asked with the job's
+# secret (n2's copy), by its dotted path $3.
+node_stat() {
+  env -u RDZV_SECRET RDZV_SECRET_FILE="$D/run/n2/$1.secret" "$D/bin/rdzvctl" \
+    --addr "$2" --job "$1" --timeout 10 stats 2>/dev/null |
+    /usr/bin/python3 -c 'import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."): v = v[k]
+print(v)' "$3"
+}
+
+# Check 6: job $1's node on n2 refuses rdzvctl without the job's secret
+# (none; another job's, as its Prolog would derive it) and a fake child
+# node without it; with the secret the same command works.
+check_refusals() {
+  local j=$1 other=$(($1 + 1000)) port addr out rc
+  port=$(cat "$D/run/n2/$j.node.port" 2>/dev/null)
+  addr="tcp:127.0.1.2:$port"
+  "$D/bin/rdzvctl" job-secret --site-key "$D/etc/site.key" --job "$other" \
+    --out "$D/work/$other.secret"
+  out=$(env -u RDZV_SECRET_FILE -u RDZV_SECRET "$D/bin/rdzvctl" --addr "$addr" \
+    --job "$j" --timeout 10 set k v 2>&1)
+  rc=$?
+  if [ "$rc" != 0 ] && grep -q RDZV_EAUTH <<<"$out"; then
+    ok "job $j's node at $addr refuses rdzvctl without the secret (status $rc): $out"
+  else
+    fail "rdzvctl without the secret at job $j's node $addr: status $rc: $out"
+  fi
+  out=$(env -u RDZV_SECRET RDZV_SECRET_FILE="$D/work/$other.secret" \
+    "$D/bin/rdzvctl" --addr "$addr" --job "$j" --timeout 10 set k v 2>&1)
+  rc=$?
+  if [ "$rc" != 0 ] && grep -q RDZV_EAUTH <<<"$out"; then
+    ok "job $j's node refuses job $other's secret (status $rc)"
+  else
+    fail "rdzvctl with job $other's secret at job $j's node: status $rc: $out"
+  fi
+  out=$(env -u RDZV_SECRET RDZV_SECRET_FILE="$D/run/n2/$j.secret" \
+    "$D/bin/rdzvctl" --addr "$addr" --job "$j" --timeout 10 set k v 2>&1)
+  rc=$?
+  if [ "$rc" = 0 ]; then
+    ok "with job $j's own secret, rdzvctl set at $addr works"
+  else
+    fail "rdzvctl with job $j's own secret at $addr: status $rc: $out"
+  fi
+  # A daemon posing as a child node of n2, without the secret: it takes a
+  # client's set (it asks no secret itself), but n2's node refuses its
+  # hello (auth.no_nonce counts it) and the key never reaches the job.
+  local fake=$D/work/fake-$j fpid i before after
+  before=$(node_stat "$j" "$addr" auth.no_nonce)
+  env -u RDZVD_SECRET_FILE -u RDZVD_SECRET_DIR "$D/bin/rdzvd" --role=node \
+    --job="$j" --parent="127.0.1.2:$port" --listen=127.0.0.1:0 \
+    --port-file="$fake.port" --name="fake-child-$j" --log-level=1 \
+    >"$fake.log" 2>&1 &
+  fpid=$!
+  for ((i = 0; i < 100; i++)); do
+    [ -s "$fake.port" ] && break
+    sleep 0.1
+  done
+  env -u RDZV_SECRET_FILE -u RDZV_SECRET "$D/bin/rdzvctl" \
+    --addr "tcp:127.0.0.1:$(cat "$fake.port" 2>/dev/null)" --job "$j" \
+    --timeout 3 set from-fake v >/dev/null 2>&1 && rc=0 || rc=$?
+  after=$(node_stat "$j" "$addr" auth.no_nonce)
+  kill "$fpid" 2>/dev/null
+  wait "$fpid" 2>/dev/null
+  out=$(env -u RDZV_SECRET RDZV_SECRET_FILE="$D/run/n2/$j.secret" \
+    "$D/bin/rdzvctl" --addr "$addr" --job "$j" --timeout 10 get from-fake 2>&1)
+  if [ "$rc" != 0 ] && [ "${after:-0}" -gt "${before:-0}" ] &&
+    grep -q "not found" <<<"$out" && grep -qs "authentication failed" "$fake.log"; then
+    ok "a fake child node of job $j without the secret is refused (n2's auth.no_nonce $before -> $after; the set through it failed, status $rc): $(grep -m1 'authentication failed' "$fake.log" | cut -c1-120)"
+  else
+    fail "a fake child node of job $j without the secret: set status $rc, auth.no_nonce $before -> $after, get [$out], its log: $(tail -n 3 "$fake.log")"
   fi
 }
 
@@ -232,15 +337,31 @@ fi
 # node's socket (the Prolog gives it to the job's user).
 mkdir -p "$D/work-nobody"
 chown nobody "$D/work-nobody"
+# Each task first says what its RDZV_SECRET_FILE is: owner, mode, name.
+printf '%s\n' '#!/bin/sh' \
+  'echo "secret $SLURMD_NODENAME $(stat -c "%U %a" "$RDZV_SECRET_FILE") $RDZV_SECRET_FILE"' \
+  "exec $D/bin/rdzv-example --nccl none --timeout 60" >"$D/work-nobody/task.sh"
+chmod 755 "$D/work-nobody/task.sh"
 nj=$(sbatch --parsable --uid=nobody -N4 --ntasks-per-node=1 \
   -D "$D/work-nobody" -o "$D/work-nobody/out" \
-  --wrap "srun -K $D/bin/rdzv-example --nccl none --timeout 60")
+  --wrap "srun -K $D/work-nobody/task.sh")
 st=$(wait_job_done "${nj:-0}" 120)
 if [ "$st" = COMPLETED ] &&
   grep -q "ids identical on all 4 ranks" "$D/work-nobody/out"; then
-  ok "job $nj of user nobody: 4 ranks through sockets owned by nobody"
+  ok "job $nj of user nobody: 4 ranks through sockets owned by nobody, each proving the job's secret"
 else
   fail "job ${nj:-?} of user nobody ended $st: $(tail -n 5 "$D/work-nobody/out" 2>/dev/null)"
+fi
+# 6. Its tasks' secret files: nobody's, 0400, the Prolog's on each host.
+nsec=0
+for n in n1 n2 n3 n4; do
+  grep -qx "secret $n nobody 400 $D/run/$n/$nj.secret" "$D/work-nobody/out" &&
+    nsec=$((nsec + 1))
+done
+if [ "$nsec" = 4 ]; then
+  ok "job $nj: on each of 4 hosts the tasks' RDZV_SECRET_FILE is $D/run/<host>/$nj.secret, nobody's, mode 0400"
+else
+  fail "job ${nj:-?}: $nsec of 4 tasks saw their secret file as nobody's with mode 0400: $(grep '^secret ' "$D/work-nobody/out")"
 fi
 
 # ---- 2. torch gloo through the TCPStore front end, two steps.
@@ -270,6 +391,8 @@ for ((i = 0; i < 100; i++)); do # its daemons are up on every host
   [ "$(ls "$D"/run/n*/"$cj".node.port 2>/dev/null | wc -l)" = 4 ] && break
   sleep 0.1
 done
+check_secrets "$cj"
+check_refusals "$cj"
 scancel "$cj"
 st=$(wait_job_done "$cj" 60)
 [ "$st" = CANCELLED ] || fail "job $cj: $st after scancel"
@@ -341,8 +464,10 @@ for n in n1 n2 n3 n4; do
   times+=("$(echo "$(date +%s.%N) - $t0" | bc)")
 done
 v=$(env RDZV_ADDR="unix:$D/run/n4/7001.sock" RDZV_JOB=7001 \
+  RDZV_SECRET_FILE="$D/run/n4/7001.secret" \
   "$D/bin/rdzvctl" set k from-n4 2>&1 &&
   env RDZV_ADDR="unix:$D/run/n1/7001.sock" RDZV_JOB=7001 \
+    RDZV_SECRET_FILE="$D/run/n1/7001.secret" \
     "$D/bin/rdzvctl" get k 2>&1)
 for m in $(awk '$2 ~ "^/usr/bin/" {print $2}' /proc/self/mounts); do
   umount "$m"

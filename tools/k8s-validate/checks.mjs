@@ -25,6 +25,15 @@
 //   liveness probes that need no job (TCP, or `rdzvctl ... stats`); its
 //   pod's RDZV_ADDR is its --unix socket; a root has readiness and liveness
 //   probes, and with RDZVD_ETCD an RDZVD_ADVERTISE;
+// - secrets (rdzvd's --secret-file, --secret-dir / RDZVD_SECRET_DIR): the
+//   path lies in a Secret volume the container mounts; the files' mode
+//   lets no "other" read them (rdzvd refuses such a file; Kubernetes'
+//   default mode, 0644, does); a non-root pod has an fsGroup (else the
+//   files are root's and unreadable); a node's pod mounts only its job's
+//   key (items), named as the ranks' literal RDZV_JOB, and its ranks and
+//   exec probes (rdzvctl) have the secret too; a root's directory is the
+//   whole Secret, not a subPath (a subPath is never refreshed: jobs added
+//   later would never reach it);
 // - jobs: backoffLimit and podFailurePolicy set (restartPolicy Never, exit
 //   code rules naming a main container); an Indexed Job runs all its pods
 //   at once (parallelism = completions); a literal WORLD_SIZE is
@@ -221,7 +230,116 @@ export function checkAll(objects) {
   }
 
   for (const t of templates) checkPodTemplate(t, services, headless, policies, bad);
+  for (const t of templates) checkSecrets(t, bad);
   return out;
+}
+
+// The value of a --NAME option in a container's command ("--NAME=V" or
+// "--NAME V"), else of its environment variable env; undefined if neither.
+function optionOf(c, name, env) {
+  const m = new RegExp(`--${name}[= ]([^\\s"']+)`).exec(commandText(c));
+  if (m) return m[1];
+  const e = envValue(c, env);
+  return e && typeof e.value === "string" ? e.value : undefined;
+}
+
+// Where a file path of container c comes from: {mount, mi, vol, rest}
+// (rest: the path below the mount), the longest mountPath that holds it.
+function mountOf(c, volumes, file) {
+  let best;
+  arr(c.volumeMounts).forEach((m, mi) => {
+    if (!isObj(m) || typeof m.mountPath !== "string") return;
+    const mp = m.mountPath.replace(/\/+$/, "");
+    if (file !== mp && !file.startsWith(`${mp}/`)) return;
+    if (best && best.mount.mountPath.length >= mp.length) return;
+    best = { mount: m, mi, vol: volumes.find((v) => isObj(v) && v.name === m.name), rest: file.slice(mp.length + 1) };
+  });
+  return best;
+}
+
+const octal = (m) => `0${m.toString(8)}`;
+
+// Secret files that rdzvd reads: their volume, modes, keys and readers.
+function checkSecrets(t, bad) {
+  const { o, tpl, path } = t;
+  const spec = isObj(tpl.spec) ? tpl.spec : {};
+  const at = (...p) => [...path, ...p];
+  const psc = isObj(spec.securityContext) ? spec.securityContext : {};
+  const volumes = arr(spec.volumes);
+  const volIndex = (v) => volumes.indexOf(v);
+  const all = containersOf(tpl);
+  const main = all.filter((x) => !x.init);
+  // The job ids the ranks name literally.
+  const jobIds = new Set(main.map(({ c }) => envValue(c, "RDZV_JOB")).filter((e) => e && typeof e.value === "string").map((e) => e.value));
+
+  // A secret file (or directory, dir) at file in container x: where it
+  // comes from, and whether its mode and owner let rdzvd read it.
+  const source = (x, file, what, dir) => {
+    const m = mountOf(x.c, volumes, file);
+    if (!m || !m.vol) {
+      bad(o, at(...x.sub, "volumeMounts"), `${what} ${file} is not in a volume this container mounts`);
+      return undefined;
+    }
+    if (!isObj(m.vol.secret)) return undefined; // another kind: not checked
+    const sec = m.vol.secret;
+    const vp = at("spec", "volumes", volIndex(m.vol), "secret");
+    const item = dir ? undefined : arr(sec.items).find((it) => isObj(it) && it.path === m.rest);
+    const mode = item && Number.isInteger(item.mode) ? item.mode : Number.isInteger(sec.defaultMode) ? sec.defaultMode : 0o644;
+    if ((mode & 0o007) !== 0)
+      bad(o, item && Number.isInteger(item.mode) ? [...vp, "items", arr(sec.items).indexOf(item), "mode"] : [...vp, Number.isInteger(sec.defaultMode) ? "defaultMode" : "secretName"],
+        `the ${what}'s files get mode ${octal(mode)}${Number.isInteger(sec.defaultMode) || item ? "" : " (Kubernetes' default)"}: others may read them, and rdzvd refuses such a secret (defaultMode: 288, i.e. 0440)`);
+    const sc = isObj(x.c.securityContext) ? x.c.securityContext : {};
+    const uid = sc.runAsUser !== undefined ? sc.runAsUser : psc.runAsUser;
+    if (uid !== 0 && psc.fsGroup === undefined)
+      bad(o, at("spec", "securityContext"), `no fsGroup: the ${what}'s files are root's, and user ${uid} cannot read them`);
+    return { m, sec, vp, item };
+  };
+
+  for (const x of all) {
+    const role = rdzvdRole(x.c);
+    if (role === "node") {
+      const file = optionOf(x.c, "secret-file", "RDZVD_SECRET_FILE");
+      if (file === undefined) continue;
+      const src = source(x, file, "node's --secret-file", false);
+      if (src) {
+        if (src.m.mount.subPath === undefined && !arr(src.sec.items).length)
+          bad(o, [...src.vp, "secretName"], `mounts every key of Secret ${src.sec.secretName}: a job's pods mount only their job's key (items)`);
+        else if (!src.item && src.m.mount.subPath === undefined)
+          bad(o, [...src.vp, "items"], `no item has the path ${src.m.rest} of the node's --secret-file`);
+        const key = src.item ? src.item.key : src.m.mount.subPath;
+        if (typeof key === "string" && jobIds.size && !jobIds.has(key))
+          bad(o, src.item ? [...src.vp, "items", arr(src.sec.items).indexOf(src.item), "key"] : at(...x.sub, "volumeMounts", src.m.mi, "subPath"),
+            `the secret's key ${key} is not the job id ${[...jobIds].join(", ")} (RDZV_JOB): the roots look a job's secret up by its id`);
+      }
+      // Whoever talks to this node needs the secret: the ranks, and the
+      // node's own exec probes.
+      for (const y of main) {
+        if (!envValue(y.c, "RDZV_ADDR")) continue;
+        const sf = envValue(y.c, "RDZV_SECRET_FILE");
+        if (!sf && !envValue(y.c, "RDZV_SECRET"))
+          bad(o, at(...y.sub, "env"), "no RDZV_SECRET_FILE: the node requires the job's secret of its ranks");
+        else if (sf && typeof sf.value === "string") source(y, sf.value, "ranks' RDZV_SECRET_FILE", false);
+      }
+      for (const pr of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+        const probe = x.c[pr];
+        const cmd = isObj(probe) && isObj(probe.exec) ? arr(probe.exec.command).map(String) : [];
+        if (!cmd.length || !/(^|\/)rdzvctl$/.test(cmd[0])) continue;
+        if (!cmd.some((a) => a === "--secret-file" || a.startsWith("--secret-file=")) && !envValue(x.c, "RDZV_SECRET_FILE"))
+          bad(o, at(...x.sub, pr, "exec", "command"), "the probe's rdzvctl has no secret (--secret-file): the node refuses it");
+      }
+    } else if (role === "root") {
+      const d = optionOf(x.c, "secret-dir", "RDZVD_SECRET_DIR");
+      if (d === undefined) continue;
+      const src = source(x, d.replace(/\/+$/, ""), "root's --secret-dir", true);
+      if (!src) continue;
+      if (src.m.mount.subPath !== undefined)
+        bad(o, at(...x.sub, "volumeMounts", src.m.mi, "subPath"), "the root's secret directory is mounted with subPath, which the kubelet never refreshes: keys added later would never reach the root");
+      if (src.m.rest !== "")
+        bad(o, at(...x.sub, "volumeMounts", src.m.mi), `the root's --secret-dir is ${d}, not the Secret volume's mountPath`);
+      if (arr(src.sec.items).length)
+        bad(o, [...src.vp, "items"], "the roots serve every job: they mount the whole Secret, not items");
+    }
+  }
 }
 
 // Init containers, then containers: {c, path, init}.
@@ -382,7 +500,7 @@ function checkPodTemplate(t, services, headless, policies, bad) {
         const fp = e && isObj(e.valueFrom) && isObj(e.valueFrom.fieldRef) ? e.valueFrom.fieldRef.fieldPath : "";
         if (/controller-uid/.test(String(fp)))
           bad(o, at(...sub, "env", arr(c.env).indexOf(e)),
-            "RDZV_JOB from the Job's UID differs between the JobSet's Jobs: use jobset.sigs.k8s.io/jobset-uid");
+            "RDZV_JOB from the Job's UID differs between the JobSet's Jobs: give them one id (a literal: its key in rdzv-job-secrets)");
         // The default host name (pod-$JOB_COMPLETION_INDEX) repeats in
         // every Job of the JobSet: two pods would claim one host.
         const h = envValue(c, "RDZV_HOST");

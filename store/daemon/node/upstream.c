@@ -374,6 +374,20 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   arm_expire(u);
   u->loss_status = err == RDZV_ESILENT ? RDZV_ESILENT : RDZV_ECONN_CLOSED;
   fail_requests(u, u->loss_status, false, text);
+  /* The parent and every address of it refused this node's secret (or
+   * could not prove it), and no ancestor is left to try: what waits fails
+   * now with RDZV_EAUTH rather than at --upstream-timeout-ms as
+   * "unreachable" (the node is tried again later all the same: a secret
+   * put right, a parent restarted with the right one). */
+  if (err == RDZV_EAUTH && u->redirect < 0 &&
+      !(u->naddrs > 1 && u->addr_idx + 1 < u->naddrs)) {
+    char at[900];
+    snprintf(at, sizeof(at),
+             "node %s and its parent %s do not share job %s's secret: %s "
+             "(check the node's --secret-file and the parent's)",
+             u->d->cfg.name, up_addr(u), u->job_id, u->why);
+    fail_requests(u, RDZV_EAUTH, true, at);
+  }
   /* The next attempt goes to the next ancestor at once; after the last
    * one (the root), back to the node's own parent after a delay. A parent
    * that closed this node on purpose (an ERROR frame: it restarted above,

@@ -762,6 +762,10 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
             listen);
     return RDZV_EBAD_ADDR;
   }
+  /* The one name of a loopback address taken (--tcpstore-listen is
+   * loopback unless --tcpstore-remote, config.c). */
+  if (strcmp(host, "localhost") == 0)
+    snprintf(host, sizeof(host), "127.0.0.1");
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) < 0 &&
       uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) < 0) {
     fprintf(stderr, "rdzvd: --tcpstore-listen '%s': not a numeric address\n",
@@ -820,16 +824,20 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
             strerror(-rc));
     return rc;
   }
-  if (d->auth) /* said where it is read: the secret does not cover it */
+  rdzv__log(d, 1, "TCPStore front end on %s:%d for job %s", host, bound,
+            job);
+  if (!rdzv_config_host_loopback(host))
     rdzv__log(d, 0,
-              "TCPStore front end on %s:%d for job %s, without "
-              "authentication (c10d's protocol has none): any process that "
-              "reaches that port reads and writes job %s's keys, whatever "
-              "--secret-file or --secret-dir",
-              host, bound, job, job);
-  else
-    rdzv__log(d, 1, "TCPStore front end on %s:%d for job %s", host, bound,
-              job);
+              "warning: the TCPStore front end listens on %s:%d, not a "
+              "loopback address (--tcpstore-remote): PyTorch's TCPStore "
+              "protocol has no authentication, so anyone who reaches that "
+              "port can read and write job %s's keys", host, bound, job);
+  else if (d->auth)
+    rdzv__log(d, 1,
+              "note: the TCPStore front end on %s:%d has no authentication "
+              "(its protocol has none): the job secret does not guard it; "
+              "any process on this host that reaches the port can read and "
+              "write job %s's keys", host, bound, job);
   return 0;
 }
 

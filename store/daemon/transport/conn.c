@@ -27,6 +27,7 @@ static void conn_set_state(struct conn *c, enum conn_state s) {
 void rdzv__conn_ref(struct conn *c) { c->refs++; }
 
 static void peer_desc(struct conn *c, char *buf, size_t n);
+static void printable(const struct rdzv_slice *s, char *buf, size_t n);
 
 /* The most of a challenged hello's peer name kept until its proof comes
  * (the connection's name holds fewer). */
@@ -103,12 +104,19 @@ void rdzv__conn_close_now(struct conn *c) {
   if (c->auth != NULL) {
     /* Challenged, and gone without a proof: a peer that found this
      * daemon could not prove its secret (another secret), or a prober. */
-    char peer[96];
+    char peer[96], jb[128] = "?";
+    struct rdzv_msg h;
+    struct rdzv_slice job = {NULL, 0};
+    size_t used = 0;
+    if (rdzv_msg_decode(c->auth->hello.data, c->auth->hello.len, UINT32_MAX,
+                        &h, &used) == 0 &&
+        rdzv_items_get(&h.keys, 0, &job) == 0)
+      printable(&job, jb, sizeof(jb));
     d->stats.auth_refused++;
     peer_desc(c, peer, sizeof(peer));
-    rdzv__log_auth(d, "conn %s from %s: closed after the challenge, without "
-                   "a proof (its secret differs, or it has none)",
-                   c->name, peer);
+    rdzv__log_auth(d, "conn %s from %s (job %s): closed after the challenge, "
+                   "without a proof (its secret differs, or it has none)",
+                   c->name, peer, jb);
     auth_free(c);
   }
   conn_set_state(c, CONN_CLOSED);
@@ -151,10 +159,12 @@ static void on_write(void *arg, int status) {
               uv_strerror(status));
     rdzv__conn_close_now(c);
   } else if (c->state == CONN_CLOSING && c->out.buf.len == 0) {
-    rdzv__conn_close_now(c);
+    if (!c->linger)
+      rdzv__conn_close_now(c);
   } else if (c->state != CONN_CLOSED && c->out.buf.len > 0) {
     start_write(c); /* what was queued (or released) meanwhile */
-    if (!c->write_active && c->state == CONN_CLOSING && c->out.buf.len == 0)
+    if (!c->write_active && c->state == CONN_CLOSING && c->out.buf.len == 0 &&
+        !c->linger)
       rdzv__conn_close_now(c); /* that went at once: the last frame */
   }
   if (c->out.buf.len == 0)
@@ -452,14 +462,54 @@ void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
                          const char *text) {
   if (c->state == CONN_CLOSING || c->state == CONN_CLOSED)
     return;
-  struct daemon *d = c->d;
-  d->stats.proto_errors++;
-  rdzv__log_drop(d, "conn %s: dropped: %s (%s)", c->name,
+  c->d->stats.proto_errors++;
+  rdzv__log_drop(c->d, "conn %s: dropped: %s (%s)", c->name,
                  rdzv_strerror(status), text);
   conn_fail_sent(c, req_id, status, text);
 }
 
-/* Sends an ERROR frame (status, text) and closes c once it is written. */
+/* A refused peer's bytes are read and dropped; its hang-up (or a read
+ * error) closes the connection. */
+static void on_linger_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  struct conn *c = s->data;
+  (void)buf;
+  if (nread < 0)
+    rdzv__conn_close_now(c);
+}
+
+static void on_linger_timeout(uv_timer_t *t) {
+  rdzv__conn_close_now(t->data);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+/* The longest a refused connection stays open for its peer to read the
+ * refusal (less when --hello-timeout-ms is): a client reads it at once. */
+#define REFUSE_LINGER_MAX_MS 1000
+
+/* The ERROR frame goes at once, but the connection stays open until the
+ * peer hangs up (or REFUSE_LINGER_MAX_MS): a client writes its hello right
+ * after connect(), and one whose write came after a close would see
+ * EPIPE, not the refusal. What it sends meanwhile is dropped unread. */
+void rdzv__conn_refuse(struct conn *c, int status, const char *text) {
+  if (c->state != CONN_HELLO_WAIT || c->inproc)
+    return;
+  c->linger = true;
+  conn_fail_sent(c, 0, status, text);
+  if (c->state != CONN_CLOSING)
+    return; /* the write failed: closed already */
+  uv_read_start(&c->h.stream, on_alloc, on_linger_read);
+  if (c->timer != NULL) {
+    c->timer->data = c;
+    uint64_t ms = c->d->cfg.hello_timeout_ms < REFUSE_LINGER_MAX_MS
+                      ? c->d->cfg.hello_timeout_ms
+                      : REFUSE_LINGER_MAX_MS;
+    uv_timer_start(c->timer, on_linger_timeout, ms, 0);
+  }
+}
+
+/* Sends an ERROR frame (status, text) and closes c once it is written
+ * (a refused peer's, rdzv__conn_refuse: once the peer hangs up). */
 static void conn_fail_sent(struct conn *c, uint32_t req_id, int status,
                            const char *text) {
   struct daemon *d = c->d;
@@ -492,7 +542,7 @@ static void conn_fail_sent(struct conn *c, uint32_t req_id, int status,
     c->dirty = false;
   }
   start_write(c);
-  if (!c->write_active)
+  if (!c->write_active && !c->linger)
     rdzv__conn_close_now(c);
 }
 

@@ -4,6 +4,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* struct ucred */
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -20,6 +21,53 @@
 
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/transport/transport_int.h"
+
+/* Whether a Unix-socket peer of uid may use this daemon: its own uid,
+ * root's, or one --allow-uids names. */
+static bool uid_allowed(const struct daemon *d, uid_t uid) {
+  if (uid == geteuid() || uid == 0)
+    return true;
+  for (uint32_t i = 0; i < d->cfg.nallow_uids; i++)
+    if (d->cfg.allow_uid[i] == (uint32_t)uid)
+      return true;
+  return false;
+}
+
+/* Whether --allow-uids lets in a uid other than this daemon's and root's
+ * (then the socket must be writable by all: the uid check does the
+ * work). */
+static bool others_allowed(const struct daemon *d) {
+  for (uint32_t i = 0; i < d->cfg.nallow_uids; i++)
+    if (d->cfg.allow_uid[i] != (uint32_t)geteuid() && d->cfg.allow_uid[i] != 0)
+      return true;
+  return false;
+}
+
+/* A Unix-socket peer whose uid is not allowed (cr NULL: its credentials
+ * could not be read) is refused before any of its bytes is read: an
+ * ERROR frame with RDZV_EAUTH, then the connection closes. Counted
+ * (auth.peer_refused) and logged under the drop rate limit. */
+static void refuse_peer(struct conn *c, const struct ucred *cr) {
+  struct daemon *d = c->d;
+  char text[600];
+  d->stats.auth_peer_refused++;
+  if (cr != NULL) {
+    snprintf(text, sizeof(text),
+             "daemon %s: uid %u is not allowed on this socket (unix:%s): "
+             "only the daemon's own uid, root and --allow-uids are",
+             d->cfg.name, (unsigned)cr->uid, d->cfg.unix_path);
+    rdzv__log_drop(d, "conn %s: refused: uid %u (pid %d) is not allowed on "
+                   "unix:%s (--allow-uids)", c->name, (unsigned)cr->uid,
+                   (int)cr->pid, d->cfg.unix_path);
+  } else {
+    snprintf(text, sizeof(text),
+             "daemon %s: the peer's credentials on unix:%s could not be read "
+             "(SO_PEERCRED): refused", d->cfg.name, d->cfg.unix_path);
+    rdzv__log_drop(d, "conn %s: refused: no credentials (SO_PEERCRED) on "
+                   "unix:%s", c->name, d->cfg.unix_path);
+  }
+  rdzv__conn_refuse(c, RDZV_EAUTH, text);
+}
 
 static void on_connection(uv_stream_t *server, int status) {
   struct daemon *d = server->data;
@@ -62,14 +110,20 @@ static void on_connection(uv_stream_t *server, int status) {
     uv_tcp_nodelay(&c->h.tcp, 1);
     c->tcp = true;
   } else {
-    /* Who is on the other end: a rank's node tells a dead process from
-     * a live one whose connection merely broke (sessions). */
+    /* Who is on the other end: a uid allowed on this socket or not; and
+     * a rank's node tells a dead process from a live one whose
+     * connection merely broke (sessions). */
     uv_os_fd_t fd;
     struct ucred cr;
     socklen_t cl = sizeof(cr);
-    if (uv_fileno(&c->h.handle, &fd) == 0 &&
-        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+    bool known = uv_fileno(&c->h.handle, &fd) == 0 &&
+                 getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0;
+    if (known)
       c->peer_pid = cr.pid;
+    if (!known || !uid_allowed(d, cr.uid)) {
+      refuse_peer(c, known ? &cr : NULL);
+      return;
+    }
   }
   if (d->nconns > d->cfg.max_connections) {
     d->stats.conns_rejected++;
@@ -340,6 +394,125 @@ static int unix_path_claim(const char *path) {
   return 0;
 }
 
+/* The directory of a Unix socket's path ("." for a bare name). */
+static void socket_dir(const char *path, char *dir, size_t n) {
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL)
+    snprintf(dir, n, ".");
+  else if (slash == path)
+    snprintf(dir, n, "/");
+  else
+    snprintf(dir, n, "%.*s", (int)(slash - path), path);
+}
+
+/* The most entries of the socket's directory looked at for other
+ * daemons' sockets; a larger directory counts as shared. */
+#define DIR_SCAN_MAX 100000
+
+/* Whether dir holds a Unix socket other than base (this daemon's): one of
+ * another daemon (another job's, on a launcher's shared run directory,
+ * /run/rdzv), whose peers of other uids may need to reach it. Stops at the
+ * first one. */
+static bool dir_shared(const char *dir, const char *base) {
+  DIR *dp = opendir(dir);
+  if (dp == NULL)
+    return true;
+  bool shared = false;
+  long seen = 0;
+  for (struct dirent *e; !shared && (e = readdir(dp)) != NULL;) {
+    struct stat st;
+    if (++seen > DIR_SCAN_MAX)
+      shared = true;
+    else if (strcmp(e->d_name, base) == 0)
+      continue;
+    else if (e->d_type == DT_SOCK)
+      shared = true;
+    else if (e->d_type == DT_UNKNOWN &&
+             fstatat(dirfd(dp), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+      shared = S_ISSOCK(st.st_mode);
+  }
+  closedir(dp);
+  return shared;
+}
+
+/* The socket's directory gets the mode that says who may connect: 0700
+ * when only this daemon's uid and root are allowed, 0711 when other uids
+ * are (they may reach the socket, not list the directory) or when the
+ * directory holds other daemons' sockets (dir_shared: 0700 would lock out
+ * their peers). Only when it is this daemon's uid's and meant for it: not
+ * a shared sticky directory (/tmp), not "/" nor a directory right under
+ * it (/run, /var/run: system directories a chmod would break). Says what
+ * it did, or why not, into out. Never fails the start: the socket's own
+ * mode and the uid check hold without it. */
+static void unix_dir_mode(struct daemon *d, const char *path, char *out,
+                          size_t n) {
+  char dir[PATH_MAX], real[PATH_MAX];
+  struct stat st;
+  socket_dir(path, dir, sizeof(dir));
+  if (realpath(dir, real) == NULL || stat(real, &st) != 0) {
+    snprintf(out, n, "its directory %s left as it is: %s", dir,
+             strerror(errno));
+    return;
+  }
+  mode_t have = st.st_mode & 07777;
+  const char *slash = strrchr(real, '/');
+  const char *base = strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path;
+  bool shared = false;
+  mode_t want = 0711;
+  if (!others_allowed(d)) {
+    shared = dir_shared(real, base);
+    want = shared ? 0711 : 0700;
+  }
+  const char *why = shared ? " (it holds other daemons' sockets)" : "";
+  if (st.st_uid != geteuid()) {
+    snprintf(out, n, "its directory %s (mode %04o) left as it is: owned by "
+             "uid %u, not this daemon's (%u)", real, (unsigned)have,
+             (unsigned)st.st_uid, (unsigned)geteuid());
+  } else if (st.st_mode & S_ISVTX) {
+    snprintf(out, n, "its directory %s (mode %04o) left as it is: a shared "
+             "sticky directory", real, (unsigned)have);
+  } else if (slash == NULL || slash == real) {
+    snprintf(out, n, "its directory %s (mode %04o) left as it is: a system "
+             "directory (give the socket one of its own)", real,
+             (unsigned)have);
+  } else if ((have & 0777) == want) {
+    snprintf(out, n, "its directory %s: mode %04o already%s", real,
+             (unsigned)have, why);
+  } else if (chmod(real, (have & ~0777u) | want) != 0) {
+    snprintf(out, n, "its directory %s (mode %04o) left as it is: chmod: %s",
+             real, (unsigned)have, strerror(errno));
+  } else {
+    snprintf(out, n, "its directory %s: mode %04o -> %04o%s", real,
+             (unsigned)have, (unsigned)((have & ~0777u) | want), why);
+  }
+}
+
+/* After bind, before listen (nobody can connect yet): the socket gets the
+ * mode that says who may connect, 0600 when only this daemon's uid and
+ * root are allowed, else 0666 (the uid check at accept refuses the rest);
+ * its directory too (unix_dir_mode). Logged in one line. 0, or -errno
+ * when the socket's mode cannot be set (said on stderr). */
+static int unix_modes(struct daemon *d, const char *path) {
+  bool others = others_allowed(d);
+  mode_t mode = others ? 0666 : 0600;
+  if (chmod(path, mode) != 0) {
+    int e = errno;
+    fprintf(stderr, "rdzvd: unix:%s: cannot set the socket's mode %04o: %s\n",
+            path, (unsigned)mode, strerror(e));
+    return -e;
+  }
+  char dirs[PATH_MAX + 200];
+  unix_dir_mode(d, path, dirs, sizeof(dirs));
+  if (others)
+    rdzv__log(d, 1, "unix:%s: mode 0666, every peer's uid checked "
+              "(--allow-uids %s, this daemon's uid %u and root); %s", path,
+              d->cfg.allow_uids, (unsigned)geteuid(), dirs);
+  else
+    rdzv__log(d, 1, "unix:%s: mode 0600 (this daemon's uid %u and root "
+              "only); %s", path, (unsigned)geteuid(), dirs);
+  return 0;
+}
+
 int rdzv__listen_unix(struct daemon *d) {
   const char *path = d->cfg.unix_path;
   struct sockaddr_un sa;
@@ -379,6 +552,8 @@ int rdzv__listen_unix(struct daemon *d) {
     d->have_unix = true;
     rc = uv_pipe_bind(&d->unix_listen, path);
     bound = rc == 0;
+    if (rc == 0)
+      rc = unix_modes(d, path);
     if (rc == 0)
       rc = uv_listen((uv_stream_t *)&d->unix_listen, (int)d->cfg.backlog,
                      on_connection);

@@ -8,6 +8,9 @@
  *    "children_silent", "split_frames", "resent", "reattached",
  *    "dedup_hits", "fenced",
  *    "sessions_resumed", "sessions_lost",
+ *    "auth": {"secret", "challenged", "accepted", "refused", "no_nonce",
+ *    "parent_refused", "peer_refused" (Unix-socket peers of a uid not
+ *    allowed)},
  *    with an etcd-backed root: "etcd": {"role", "batches", "txns", "ops",
  *    "stand_downs", "elections_won", "requests", "bytes_out", "bytes_in",
  *    "errors"},
@@ -90,10 +93,11 @@ char *rdzv__stats_json(const struct daemon *d) {
                       json_integer((json_int_t)s->sessions_lost));
   /* Authentication: where the secret comes from ("none": any peer that
    * reaches a port joins), and the hellos challenged, accepted, refused
-   * (of which without a nonce), and parents refused. Never a secret. */
+   * (of which without a nonce), parents refused, and Unix-socket peers
+   * refused for their uid (--allow-uids). Never a secret. */
   json_object_set_new(
       o, "auth",
-      json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "secret",
+      json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "secret",
                 d->cfg.secret_file[0] != '\0'  ? "file"
                 : d->cfg.secret_dir[0] != '\0' ? "dir"
                                                : "none",
@@ -101,7 +105,8 @@ char *rdzv__stats_json(const struct daemon *d) {
                 (json_int_t)s->auth_accepted, "refused",
                 (json_int_t)s->auth_refused, "no_nonce",
                 (json_int_t)s->auth_no_nonce, "parent_refused",
-                (json_int_t)s->auth_parent_refused));
+                (json_int_t)s->auth_parent_refused, "peer_refused",
+                (json_int_t)s->auth_peer_refused));
   if (s->etcd_role != NULL)
     json_object_set_new(
         o, "etcd",

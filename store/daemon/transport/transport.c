@@ -151,7 +151,12 @@ static int auth_start(struct daemon *d) {
     rdzv__log(d, 1,
               "no job secret (--secret-file, --secret-dir): any process that "
               "reaches this daemon's ports can join its jobs, read and write "
-              "their keys");
+              "their keys%s",
+              d->cfg.unix_path[0] != '\0' && d->cfg.listen[0] != '\0'
+                  ? " (the Unix socket's uid check, --allow-uids, does not "
+                    "guard its TCP port: give a secret, or --listen= for no "
+                    "TCP listener)"
+                  : "");
   }
   return 0;
 }

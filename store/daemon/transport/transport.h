@@ -86,6 +86,8 @@ struct stats {
    * node) that could not prove the secret or asked for none. */
   uint64_t auth_challenged, auth_accepted, auth_refused, auth_no_nonce,
       auth_parent_refused;
+  uint64_t auth_peer_refused; /* Unix-socket peers whose uid is not allowed
+                                 (--allow-uids), refused before a hello */
 };
 
 /* Returns the daemon's statistics as one JSON object (malloc'd text). */
@@ -175,6 +177,10 @@ struct conn {
   uint64_t last_check_ms; /* when the child check last ran */
   uint64_t check_every_ms; /* its interval */
   bool tcp;                /* accepted on the TCP listener */
+  /* Refused before its hello (rdzv__conn_refuse): its last frame
+   * written, c stays open, dropping what it reads, until the peer hangs
+   * up or min(--hello-timeout-ms, 1 s) passes. */
+  bool linger;
   /* The peer process of a Unix-socket connection (SO_PEERCRED at accept,
    * in this daemon's pid namespace), 0 when unknown. Readable by roles. */
   int peer_pid;

@@ -15,6 +15,12 @@
 void rdzv__conn_close_now(struct conn *c);
 /* One decoded frame from c: the hello, or a request for the role. */
 void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m);
+/* Refuses c (accepted, nothing read yet) before anything of it is read:
+ * an ERROR frame of status with text (keys[0]) is its last; then c drops
+ * what it reads, unread, and closes when the peer hangs up or after
+ * --hello-timeout-ms or 1 s, whichever is shorter. Counts and logs
+ * nothing (the caller does: this is no broken rule, no proto_errors). */
+void rdzv__conn_refuse(struct conn *c, int status, const char *text);
 /* An accepted connection starts its hello timer and reading. */
 void rdzv__conn_start_reading(struct conn *c);
 /* The loop's check callback: writes what this iteration queued. */
