@@ -31,9 +31,9 @@ static int hmac_sha256(const uint8_t *key, size_t key_len, const uint8_t *msg,
 
 int rdzv_auth_proof(const uint8_t *secret, size_t secret_len,
                     enum rdzv_auth_side side, const uint8_t *job,
-                    size_t job_len, const uint8_t *cnonce,
+                    size_t job_len, uint16_t port, const uint8_t *cnonce,
                     const uint8_t *snonce, uint8_t *out) {
-  uint8_t msg[LABEL_LEN + 2 + RDZV_AUTH_JOB_MAX_BYTES +
+  uint8_t msg[LABEL_LEN + 2 + RDZV_AUTH_JOB_MAX_BYTES + 2 +
               2 * RDZV_AUTH_NONCE_BYTES];
   size_t n = 0;
   if (out == NULL)
@@ -50,6 +50,8 @@ int rdzv_auth_proof(const uint8_t *secret, size_t secret_len,
   msg[n++] = (uint8_t)job_len;
   memcpy(msg + n, job, job_len);
   n += job_len;
+  msg[n++] = (uint8_t)(port & 0xff);
+  msg[n++] = (uint8_t)(port >> 8);
   memcpy(msg + n, cnonce, RDZV_AUTH_NONCE_BYTES);
   n += RDZV_AUTH_NONCE_BYTES;
   memcpy(msg + n, snonce, RDZV_AUTH_NONCE_BYTES);

@@ -10,12 +10,19 @@
  * HMAC-SHA256(K, M("C")), which the daemon checks. M(side) is
  *
  *   "rdzv-auth-v1" (12 bytes) | side (1 byte, 'S' or 'C') |
- *   u8 job id length | job id | Nc (32 bytes) | Ns (32 bytes)
+ *   u8 job id length | job id | u16 port (LE) | Nc (32 bytes) |
+ *   Ns (32 bytes)
  *
  * The secret itself never crosses the wire; a proof is bound to both
  * nonces (a replayed hello or response meets a new Ns and fails), to the
- * job id (one job's secret opens no other job) and to its side (a
- * daemon's own proof, reflected back to it, is not a client's).
+ * job id (one job's secret opens no other job), to its side (a daemon's
+ * own proof, reflected back to it, is not a client's) and to the daemon's
+ * TCP port as the peer dialed it (0 over a Unix socket): a forwarder that
+ * took another port of a parent's range (a shared host, any local user)
+ * and relays to the daemon's real port cannot pass a challenge through,
+ * because the two ends compute it for different ports. (So a port
+ * mapping between them, NAT or a Service whose port differs from its
+ * targetPort, fails every hello: use the same port number.)
  * HMAC-SHA256 is RFC 2104 over FIPS 180-4's SHA-256, computed by
  * OpenSSL's libcrypto, not by rdzv.
  *
@@ -48,12 +55,13 @@ enum rdzv_auth_side {
 
 /* out (RDZV_AUTH_PROOF_BYTES) = HMAC-SHA256(secret, M(side)) as the
  * header describes. secret: secret_len bytes (1 .. 1024); job: job_len
- * bytes (1 .. 255); cnonce, snonce: RDZV_AUTH_NONCE_BYTES each. Returns 0,
+ * bytes (1 .. 255); port: the daemon's TCP port (0: a Unix socket);
+ * cnonce, snonce: RDZV_AUTH_NONCE_BYTES each. Returns 0,
  * or -EINVAL (a length out of range, an unknown side, NULL) with out
  * zeroed; never fails otherwise. */
 int rdzv_auth_proof(const uint8_t *secret, size_t secret_len,
                     enum rdzv_auth_side side, const uint8_t *job,
-                    size_t job_len, const uint8_t *cnonce,
+                    size_t job_len, uint16_t port, const uint8_t *cnonce,
                     const uint8_t *snonce, uint8_t *out);
 
 /* 1 if the n bytes at a and b are equal, else 0, in time that depends on

@@ -569,6 +569,7 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
   uint8_t want[RDZV_AUTH_PROOF_BYTES], mine[RDZV_AUTH_PROOF_BYTES];
   const uint8_t *job = (const uint8_t *)c->job_id;
   size_t jn = strlen(c->job_id), before;
+  uint16_t port;
   struct rdzv_msg a;
   char what[800];
 
@@ -588,7 +589,20 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
     hello_refused(c, RDZV_EAUTH, what);
     return 1;
   }
-  if (rdzv_auth_proof(c->secret, c->secret_len, RDZV_AUTH_SERVER, job, jn,
+  /* The daemon's port as this handle dialed it (0: a Unix socket): the
+   * proofs are bound to it (store/auth/auth.h). */
+  {
+    struct sockaddr_storage sa;
+    socklen_t salen = sizeof sa;
+    port = 0;
+    if (getpeername(c->fd, (struct sockaddr *)&sa, &salen) == 0)
+      port = sa.ss_family == AF_INET
+                 ? ntohs(((struct sockaddr_in *)&sa)->sin_port)
+             : sa.ss_family == AF_INET6
+                 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
+                 : 0;
+  }
+  if (rdzv_auth_proof(c->secret, c->secret_len, RDZV_AUTH_SERVER, job, jn, port,
                       c->cnonce, sn.p, want) < 0 ||
       !rdzv_auth_equal(want, proof.p, sizeof want)) {
     snprintf(what, sizeof what,
@@ -599,7 +613,7 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
     hello_refused(c, RDZV_EAUTH, what);
     return 1;
   }
-  rdzv_auth_proof(c->secret, c->secret_len, RDZV_AUTH_CLIENT, job, jn,
+  rdzv_auth_proof(c->secret, c->secret_len, RDZV_AUTH_CLIENT, job, jn, port,
                   c->cnonce, sn.p, mine);
   memset(&a, 0, sizeof a);
   a.type = RDZV_MSG_AUTH;

@@ -291,11 +291,11 @@ static void auth_check(const struct rdzv_msg *m) {
   const uint8_t *n1 = a.p != NULL && a.n == RDZV_AUTH_NONCE_BYTES ? a.p : pad;
   int ok = job.n >= 1 && job.n <= RDZV_AUTH_JOB_MAX_BYTES;
   int r1 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_SERVER, job.p,
-                           job.n, n1, pad, s1);
+                           job.n, 0, n1, pad, s1);
   int r2 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_SERVER, job.p,
-                           job.n, n1, pad, s2);
+                           job.n, 0, n1, pad, s2);
   int r3 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_CLIENT, job.p,
-                           job.n, n1, pad, c1);
+                           job.n, 0, n1, pad, c1);
   require(r1 == (ok ? 0 : -EINVAL) && r2 == r1 && r3 == r1,
           "auth proof: wrong code for the lengths");
   if (!ok) {

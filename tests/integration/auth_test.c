@@ -10,6 +10,8 @@
  *   - a replayed hello and proof (recorded from a valid exchange, sent
  *     again on a new connection);
  *   - malformed proofs and out-of-order frames;
+ *   - a plain TCP forwarder on another port (any local user on a shared
+ *     host) relaying to the node's real port;
  *   - a fake parent (a root without a secret, and one with another
  *     secret): the node refuses it and gives it nothing of the job, and
  *     its ranks' requests fail with RDZV_EAUTH naming it.
@@ -30,6 +32,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -175,6 +178,11 @@ static int teardown(void **state) {
 }
 
 /* ---- raw frames ------------------------------------------------------- */
+
+/* The port of "HOST:PORT": what a proof over TCP is bound to. */
+static uint16_t port_of(const char *hostport) {
+  return (uint16_t)atoi(strrchr(hostport, ':') + 1);
+}
 
 static int raw_tcp(const char *hostport) {
   int port = atoi(strrchr(hostport, ':') + 1);
@@ -394,7 +402,7 @@ static void test_wrong_proof_raw(void **state) {
   read_challenge(&r, sn, sp);
   assert_int_equal(rdzv_auth_proof((const uint8_t *)SECRET_B,
                                    strlen(SECRET_B), RDZV_AUTH_CLIENT,
-                                   (const uint8_t *)"A", 1, cn, sn, proof),
+                                   (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, proof),
                    0);
   send_auth(r.fd, proof, 32, 0, NULL);
   expect_refused(&r, RDZV_EAUTH);
@@ -415,10 +423,10 @@ static void test_replayed_hello(void **state) {
   read_challenge(&r, sn, sp);
   /* The daemon's proof is right for A's secret. */
   rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_SERVER, (const uint8_t *)"A", 1, cn, sn, want);
+                  RDZV_AUTH_SERVER, (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, want);
   assert_memory_equal(want, sp, 32);
   rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, proof);
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, proof);
   send_auth(r.fd, proof, 32, 0, &rec);
   struct rdzv_msg m;
   assert_int_equal(next_frame(&r, &m), 1);
@@ -508,7 +516,7 @@ static void test_malformed(void **state) {
   send_hello(r.fd, "A", cn, 32, NULL);
   read_challenge(&r, sn, sp);
   rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, good);
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, good);
   send_auth(r.fd, good, 32, 0, NULL);
   struct rdzv_msg m;
   assert_int_equal(next_frame(&r, &m), 1);
@@ -723,7 +731,7 @@ static void test_refused_after_proof(void **state) {
   send_hello(r.fd, "A", cn, 32, NULL);
   read_challenge(&r, sn, sp);
   rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, good);
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(root_tcp), cn, sn, good);
   send_auth(r.fd, good, 32, 0, NULL);
   assert_int_equal(next_frame(&r, &m), 1);
   assert_int_equal(m.status, 0);
@@ -736,7 +744,7 @@ static void test_refused_after_proof(void **state) {
   send_hello_as(r.fd, "A", cn, 32, RDZV_ROLE_NODE, inc, NULL);
   read_challenge(&r, sn, sp);
   rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, good);
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(root_tcp), cn, sn, good);
   send_auth(r.fd, good, 32, 0, NULL);
   assert_int_equal(next_frame(&r, &m), 1);
   assert_int_equal(m.type, RDZV_MSG_AUTH);
@@ -931,7 +939,7 @@ static void test_secret_gone_parent(void **state) {
   send_hello(r.fd, "A", cn, 32, NULL);
   read_challenge(&r, sn, sp);
   rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, cn, sn, good);
+                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(n4_tcp), cn, sn, good);
   send_auth(r.fd, good, 32, 0, NULL);
   assert_int_equal(next_frame(&r, &m), 1);
   assert_int_equal(m.status, 0);
@@ -967,6 +975,98 @@ static void test_secret_gone_parent(void **state) {
   assert_int_equal(status, RDZV_EAUTH);
   assert_int_equal(proc_stop(&n4), 0);
   rm_rf(ndir);
+}
+
+/* ---- a forwarder on another port ---------------------------------------- */
+
+/* Relays one connection's bytes both ways between a and b until either
+ * side closes. */
+static void relay_pair(int a, int b) {
+  struct pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+  char buf[65536];
+  for (;;) {
+    if (poll(p, 2, -1) < 0)
+      return;
+    for (int i = 0; i < 2; i++) {
+      if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
+      if (n <= 0 || send(p[1 - i].fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+        return;
+    }
+  }
+}
+
+/* A plain TCP forwarder (what any local user can run on a free port of a
+ * parent's range on a shared host): listens on 127.0.0.1, relays each
+ * connection to target. Returns its pid; its port in *port. */
+static pid_t start_forwarder(const char *target, int *port) {
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(ls >= 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(ls, 64), 0);
+  socklen_t sl = sizeof(sa);
+  assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+  *port = ntohs(sa.sin_port);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    signal(SIGCHLD, SIG_IGN); /* no zombies of the relays */
+    for (;;) {
+      int c = accept(ls, NULL, NULL);
+      if (c < 0)
+        continue;
+      if (fork() == 0) {
+        int t = raw_tcp(target);
+        relay_pair(c, t);
+        _exit(0);
+      }
+      close(c);
+    }
+  }
+  close(ls);
+  return pid;
+}
+
+/* A forwarder on another port that relays to a daemon's real port cannot
+ * pass the exchange through: the proofs are bound to the port each end
+ * sees (the one dialed, the one listened on). A client that dials it is
+ * refused with RDZV_EAUTH and learns nothing; a node whose --parent puts
+ * it first passes over it to the next address and serves its ranks. */
+static void test_forwarder(void **state) {
+  (void)state;
+  int fport = 0;
+  pid_t fw = start_forwarder(node_tcp, &fport);
+  char faddr[64];
+  snprintf(faddr, sizeof(faddr), "127.0.0.1:%d", fport);
+  rdzv_client_t *c = client(faddr, "A", SECRET_A);
+  void *v = NULL;
+  size_t len = 0;
+  assert_int_equal(rdzv_store_get(c, "accepted", &v, &len, 30), RDZV_EAUTH);
+  assert_non_null(strstr(rdzv_client_last_error(c), "could not prove"));
+  rdzv_client_destroy(c);
+  /* A node whose parent list starts with the forwarder (a port of its
+   * parent's range another user took), then the real root. */
+  struct proc n6;
+  char n6_tcp[64], sf[400], par[200];
+  snprintf(sf, sizeof(sf), "--secret-file=%s", file_a);
+  snprintf(par, sizeof(par), "--parent=%s,%s", faddr, root_tcp);
+  const char *nx[] = {sf, "--job=A", par, NULL};
+  assert_int_equal(daemon_start(&n6, dir, "n6", root_tcp, nx, n6_tcp), 0);
+  c = client(n6_tcp, "A", SECRET_A);
+  assert_int_equal(rdzv_store_get(c, "accepted", &v, &len, 60), 0);
+  assert_string_equal((char *)v, "kept");
+  rdzv_free(v);
+  rdzv_client_destroy(c);
+  assert_true(auth_stat(n6_tcp, "auth.parent_refused") >= 1);
+  assert_int_equal(proc_stop(&n6), 0);
+  kill(fw, SIGKILL);
+  waitpid(fw, NULL, 0);
+  assert_still_serving();
 }
 
 static void test_job_completes(void **state) {
@@ -1016,6 +1116,7 @@ int main(void) {
       cmocka_unit_test(test_big_hello),
       cmocka_unit_test(test_fifo_secret),
       cmocka_unit_test(test_secret_gone_parent),
+      cmocka_unit_test(test_forwarder),
       cmocka_unit_test(test_job_completes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

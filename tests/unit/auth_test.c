@@ -23,19 +23,24 @@ static void hex(const uint8_t *p, size_t n, char *out) {
 }
 
 /* Computed with: hmac.new(key, b"rdzv-auth-v1" + side + bytes([len(job)])
- * + job + cn + sn, hashlib.sha256).hexdigest(), key
- * b"a-job-secret-of-sixteen+", job b"job-42", cn = bytes(range(32)),
- * sn = bytes(range(32, 64)). */
+ * + job + port.to_bytes(2, "little") + cn + sn, hashlib.sha256)
+ * .hexdigest(), key b"a-job-secret-of-sixteen+", job b"job-42",
+ * cn = bytes(range(32)), sn = bytes(range(32, 64)). */
 static void test_proof_known_answers(void **state) {
   (void)state;
   static const struct {
     enum rdzv_auth_side side;
+    uint16_t port;
     const char *want;
   } cases[] = {
-      {RDZV_AUTH_SERVER,
-       "848ffa22c9a73d8f817d4f9364674a7b782ea36a63faefe305e0835416042383"},
-      {RDZV_AUTH_CLIENT,
-       "e4550373d68e078b79ae5aa3cf9375568dbae57d5f8d78e0217fd99f816f52f9"},
+      {RDZV_AUTH_SERVER, 0,
+       "8ef7eba584c0006788b07f32ce137c2931737c1386e70a8c787db50195af0915"},
+      {RDZV_AUTH_CLIENT, 0,
+       "790f114aebf285a60d56fd0a011ac78b9bbae1f29d32985f104a006d71943cc2"},
+      {RDZV_AUTH_SERVER, 29400,
+       "48d278d4fa46546f488e0158c75d0069f83bd49730dad49de3b5b092f58d0c66"},
+      {RDZV_AUTH_CLIENT, 29400,
+       "fffd0292b9483ae26548484ccc558adde1d099099e7945a177ae5e7962065986"},
   };
   const char *key = "a-job-secret-of-sixteen+";
   uint8_t cn[32], sn[32], out[32];
@@ -47,7 +52,7 @@ static void test_proof_known_answers(void **state) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     assert_int_equal(rdzv_auth_proof((const uint8_t *)key, strlen(key),
                                      cases[i].side, (const uint8_t *)"job-42",
-                                     6, cn, sn, out),
+                                     6, cases[i].port, cn, sn, out),
                      0);
     hex(out, 32, h);
     assert_string_equal(h, cases[i].want);
@@ -85,40 +90,43 @@ static void test_job_secret_known_answer(void **state) {
 }
 
 /* Each input of a proof changes it: the side, the job, either nonce, the
- * secret. */
+ * port, the secret. */
 static void test_proof_binds_every_input(void **state) {
   (void)state;
   const uint8_t *k = (const uint8_t *)"sixteen-byte-key";
   uint8_t cn[32] = {1}, sn[32] = {2}, base[32], other[32];
   assert_int_equal(
-      rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"J", 1, cn,
+      rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"J", 1, 0, cn,
                       sn, base),
       0);
   assert_int_equal(
-      rdzv_auth_proof(k, 16, RDZV_AUTH_SERVER, (const uint8_t *)"J", 1, cn,
+      rdzv_auth_proof(k, 16, RDZV_AUTH_SERVER, (const uint8_t *)"J", 1, 0, cn,
                       sn, other),
       0);
   assert_false(rdzv_auth_equal(base, other, 32));
-  rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"K", 1, cn, sn,
+  rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"K", 1, 0, cn, sn,
                   other);
   assert_false(rdzv_auth_equal(base, other, 32));
-  rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"J", 1, sn, cn,
+  rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"J", 1, 0, sn, cn,
                   other); /* nonces swapped */
   assert_false(rdzv_auth_equal(base, other, 32));
-  rdzv_auth_proof((const uint8_t *)"sixteen-byte-kez", 16, RDZV_AUTH_CLIENT,
-                  (const uint8_t *)"J", 1, cn, sn, other);
+  rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"J", 1, 28001, cn,
+                  sn, other); /* another port (a forwarder's) */
   assert_false(rdzv_auth_equal(base, other, 32));
-  rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"J", 1, cn, sn,
+  rdzv_auth_proof((const uint8_t *)"sixteen-byte-kez", 16, RDZV_AUTH_CLIENT,
+                  (const uint8_t *)"J", 1, 0, cn, sn, other);
+  assert_false(rdzv_auth_equal(base, other, 32));
+  rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"J", 1, 0, cn, sn,
                   other);
   assert_true(rdzv_auth_equal(base, other, 32)); /* deterministic */
   /* Out of range: -EINVAL, out zeroed. */
   uint8_t zero[32] = {0};
   assert_int_equal(rdzv_auth_proof(k, 16, (enum rdzv_auth_side)'X',
-                                   (const uint8_t *)"J", 1, cn, sn, other),
+                                   (const uint8_t *)"J", 1, 0, cn, sn, other),
                    -EINVAL);
   assert_memory_equal(other, zero, 32);
   assert_int_equal(rdzv_auth_proof(k, 0, RDZV_AUTH_CLIENT,
-                                   (const uint8_t *)"J", 1, cn, sn, other),
+                                   (const uint8_t *)"J", 1, 0, cn, sn, other),
                    -EINVAL);
 }
 

@@ -26,6 +26,7 @@
  * candidate failed does the round fail as a whole: then the next ancestor,
  * or the backoff. */
 #include <errno.h>
+#include <netinet/in.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -745,6 +746,19 @@ static bool up_auth_answer(struct upstream *u, const struct rdzv_msg *m) {
       mine[RDZV_AUTH_PROOF_BYTES];
   size_t klen = 0, jn = strlen(u->job_id);
   struct rdzv_slice sn, proof;
+  /* The parent's port as this node dialed it (0: a Unix socket): the
+   * proofs are bound to it, so a forwarder on another port cannot relay
+   * the exchange. */
+  uint16_t parent_port = 0;
+  struct sockaddr_storage sa;
+  int salen = sizeof(sa);
+  if (u->h.handle.type == UV_TCP &&
+      uv_tcp_getpeername(&u->h.tcp, (struct sockaddr *)&sa, &salen) == 0)
+    parent_port = sa.ss_family == AF_INET
+                      ? ntohs(((struct sockaddr_in *)&sa)->sin_port)
+                  : sa.ss_family == AF_INET6
+                      ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
+                      : 0;
   const char *bad = NULL;
   if (!up_secret(u, key, &klen))
     bad = "asks for a job secret and this node has none (--secret-file)";
@@ -753,7 +767,7 @@ static bool up_auth_answer(struct upstream *u, const struct rdzv_msg *m) {
            sn.n != RDZV_AUTH_NONCE_BYTES || proof.n != RDZV_AUTH_PROOF_BYTES)
     bad = "sent a malformed challenge";
   else if (rdzv_auth_proof(key, klen, RDZV_AUTH_SERVER,
-                           (const uint8_t *)u->job_id, jn, u->cnonce, sn.p,
+                           (const uint8_t *)u->job_id, jn, parent_port, u->cnonce, sn.p,
                            want) < 0 ||
            !rdzv_auth_equal(want, proof.p, sizeof(want)))
     bad = "could not prove the job's secret (another job's daemon, another "
@@ -767,7 +781,7 @@ static bool up_auth_answer(struct upstream *u, const struct rdzv_msg *m) {
                       RDZV_EAUTH);
     return false;
   }
-  rdzv_auth_proof(key, klen, RDZV_AUTH_CLIENT, (const uint8_t *)u->job_id, jn,
+  rdzv_auth_proof(key, klen, RDZV_AUTH_CLIENT, (const uint8_t *)u->job_id, jn, parent_port,
                   u->cnonce, sn.p, mine);
   rdzv_auth_wipe(key, sizeof(key));
   struct rdzv_slice pv = {mine, sizeof(mine)};

@@ -756,14 +756,26 @@ static void hello_challenge(struct conn *c, const struct rdzv_msg *m,
     return;
   }
   a->known = rdzv__job_secret(d, job.p, job.n, key, &klen) == 1;
+  /* The port the peer reached this daemon on (0: a Unix socket): the
+   * proofs are bound to it (store/auth/auth.h). */
+  uint16_t port = 0;
+  struct sockaddr_storage sa;
+  int salen = sizeof(sa);
+  if (c->tcp &&
+      uv_tcp_getsockname(&c->h.tcp, (struct sockaddr *)&sa, &salen) == 0)
+    port = sa.ss_family == AF_INET
+               ? ntohs(((struct sockaddr_in *)&sa)->sin_port)
+           : sa.ss_family == AF_INET6
+               ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
+               : 0;
   if (!a->known) { /* the same work with a key nobody holds */
     klen = 32;
     rdzv_auth_nonce(key, klen);
   }
   if (rdzv_auth_nonce(sn, sizeof(sn)) < 0 ||
-      rdzv_auth_proof(key, klen, RDZV_AUTH_SERVER, job.p, job.n, cn.p, sn,
+      rdzv_auth_proof(key, klen, RDZV_AUTH_SERVER, job.p, job.n, port, cn.p, sn,
                       proof) < 0 ||
-      rdzv_auth_proof(key, klen, RDZV_AUTH_CLIENT, job.p, job.n, cn.p, sn,
+      rdzv_auth_proof(key, klen, RDZV_AUTH_CLIENT, job.p, job.n, port, cn.p, sn,
                       a->expect) < 0) {
     rdzv_auth_wipe(key, sizeof(key));
     rdzv_buf_free(&a->hello);
