@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -57,6 +58,16 @@ int rdzv_auth_proof(const uint8_t *secret, size_t secret_len,
   memcpy(msg + n, snonce, RDZV_AUTH_NONCE_BYTES);
   n += RDZV_AUTH_NONCE_BYTES;
   return hmac_sha256(secret, secret_len, msg, n, out);
+}
+
+uint16_t rdzv_auth_port_of(const struct sockaddr_storage *sa) {
+  if (sa == NULL)
+    return 0;
+  if (sa->ss_family == AF_INET)
+    return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+  if (sa->ss_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+  return 0;
 }
 
 int rdzv_auth_equal(const uint8_t *a, const uint8_t *b, size_t n) {

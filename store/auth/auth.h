@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,6 +64,11 @@ int rdzv_auth_proof(const uint8_t *secret, size_t secret_len,
                     enum rdzv_auth_side side, const uint8_t *job,
                     size_t job_len, uint16_t port, const uint8_t *cnonce,
                     const uint8_t *snonce, uint8_t *out);
+
+/* The port a proof is bound to, of an address (the peer's, as a peer
+ * dialed it; the local one, as the daemon listened): an AF_INET or
+ * AF_INET6 address's port, 0 for any other family (AF_UNIX) or NULL. */
+uint16_t rdzv_auth_port_of(const struct sockaddr_storage *sa);
 
 /* 1 if the n bytes at a and b are equal, else 0, in time that depends on
  * n only (CRYPTO_memcmp). */

@@ -596,11 +596,7 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
     socklen_t salen = sizeof sa;
     port = 0;
     if (getpeername(c->fd, (struct sockaddr *)&sa, &salen) == 0)
-      port = sa.ss_family == AF_INET
-                 ? ntohs(((struct sockaddr_in *)&sa)->sin_port)
-             : sa.ss_family == AF_INET6
-                 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
-                 : 0;
+      port = rdzv_auth_port_of(&sa);
   }
   if (rdzv_auth_proof(c->secret, c->secret_len, RDZV_AUTH_SERVER, job, jn, port,
                       c->cnonce, sn.p, want) < 0 ||

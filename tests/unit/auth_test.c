@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -128,6 +129,27 @@ static void test_proof_binds_every_input(void **state) {
   assert_int_equal(rdzv_auth_proof(k, 0, RDZV_AUTH_CLIENT,
                                    (const uint8_t *)"J", 1, 0, cn, sn, other),
                    -EINVAL);
+}
+
+/* The port a proof binds: an IPv4 or IPv6 address's, 0 for a Unix
+ * socket's or none. */
+static void test_port_of(void **state) {
+  (void)state;
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof(ss));
+  struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+  v4->sin_family = AF_INET;
+  v4->sin_port = htons(28001);
+  assert_int_equal(rdzv_auth_port_of(&ss), 28001);
+  memset(&ss, 0, sizeof(ss));
+  struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+  v6->sin6_family = AF_INET6;
+  v6->sin6_port = htons(29400);
+  assert_int_equal(rdzv_auth_port_of(&ss), 29400);
+  memset(&ss, 0, sizeof(ss));
+  ss.ss_family = AF_UNIX;
+  assert_int_equal(rdzv_auth_port_of(&ss), 0);
+  assert_int_equal(rdzv_auth_port_of(NULL), 0);
 }
 
 static void test_nonces_differ(void **state) {
@@ -265,6 +287,7 @@ int main(void) {
       cmocka_unit_test(test_proof_known_answers),
       cmocka_unit_test(test_job_secret_known_answer),
       cmocka_unit_test(test_proof_binds_every_input),
+      cmocka_unit_test(test_port_of),
       cmocka_unit_test(test_nonces_differ),
       cmocka_unit_test(test_own_nonces),
       cmocka_unit_test(test_secret_files),

@@ -754,11 +754,7 @@ static bool up_auth_answer(struct upstream *u, const struct rdzv_msg *m) {
   int salen = sizeof(sa);
   if (u->h.handle.type == UV_TCP &&
       uv_tcp_getpeername(&u->h.tcp, (struct sockaddr *)&sa, &salen) == 0)
-    parent_port = sa.ss_family == AF_INET
-                      ? ntohs(((struct sockaddr_in *)&sa)->sin_port)
-                  : sa.ss_family == AF_INET6
-                      ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
-                      : 0;
+    parent_port = rdzv_auth_port_of(&sa);
   const char *bad = NULL;
   if (!up_secret(u, key, &klen))
     bad = "asks for a job secret and this node has none (--secret-file)";

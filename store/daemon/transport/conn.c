@@ -763,11 +763,7 @@ static void hello_challenge(struct conn *c, const struct rdzv_msg *m,
   int salen = sizeof(sa);
   if (c->tcp &&
       uv_tcp_getsockname(&c->h.tcp, (struct sockaddr *)&sa, &salen) == 0)
-    port = sa.ss_family == AF_INET
-               ? ntohs(((struct sockaddr_in *)&sa)->sin_port)
-           : sa.ss_family == AF_INET6
-               ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
-               : 0;
+    port = rdzv_auth_port_of(&sa);
   if (!a->known) { /* the same work with a key nobody holds */
     klen = 32;
     rdzv_auth_nonce(key, klen);
