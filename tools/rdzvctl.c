@@ -886,6 +886,22 @@ static int cmd_tree_position(struct ctl *ctl, int argc, char **argv) {
 
 /* ---- Per-job secrets (no server) -------------------------------------- */
 
+/* Writes all len bytes to fd (again after EINTR or a short write). 0 or
+ * -errno. */
+static int write_all(int fd, const void *data, size_t len) {
+  const uint8_t *p = data;
+  size_t done = 0;
+  while (done < len) {
+    ssize_t w = write(fd, p + done, len - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0)
+      return -errno;
+    done += (size_t)w;
+  }
+  return 0;
+}
+
 /* Writes len bytes of data to path atomically, as a file of the caller
  * with the given mode: a new file beside it (path.tmp.XXXXXX, made with
  * mode 0600 by mkstemp, then chmod'ed to mode), written and fsync'ed,
@@ -900,8 +916,6 @@ static int write_file_atomic(const char *path, const void *data, size_t len,
                              size_t errlen) {
   char tmp[PATH_MAX], dirbuf[PATH_MAX];
   const char *step = "creating a temporary file beside it";
-  const uint8_t *p = data;
-  size_t done = 0;
   int fd, dfd, rc = 0;
   char *slash;
 
@@ -918,17 +932,8 @@ static int write_file_atomic(const char *path, const void *data, size_t len,
   step = "setting its mode";
   if (fchmod(fd, mode) < 0)
     rc = -errno;
-  while (rc == 0 && done < len) {
-    ssize_t w = write(fd, p + done, len - done);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      rc = -errno;
-      step = "writing it";
-    } else {
-      done += (size_t)w;
-    }
-  }
+  if (rc == 0 && (rc = write_all(fd, data, len)) < 0)
+    step = "writing it";
   if (rc == 0 && fsync(fd) < 0) {
     rc = -errno;
     step = "syncing it";
@@ -971,9 +976,6 @@ static int write_file_atomic(const char *path, const void *data, size_t len,
   return 0;
 }
 
-/* Zeroes n bytes at p in a way the compiler keeps (glibc's
- * explicit_bzero). */
-static void wipe(void *p, size_t n) { explicit_bzero(p, n); }
 
 /* rdzvctl site-key --out FILE: 32 bytes of OpenSSL's CSPRNG
  * (rdzv_auth_nonce) as 64 lowercase hex digits and a newline, in a new
@@ -981,11 +983,9 @@ static void wipe(void *p, size_t n) { explicit_bzero(p, n); }
  * one changes them all: an existing FILE is refused (exit 1), never
  * overwritten. */
 static int cmd_site_key(struct ctl *ctl, int argc, char **argv) {
-  static const char hex[] = "0123456789abcdef";
   uint8_t key[32];
   char text[2 * sizeof key + 1];
   char err[PATH_MAX + 128];
-  size_t i;
   int rc;
 
   (void)argc;
@@ -1000,15 +1000,12 @@ static int cmd_site_key(struct ctl *ctl, int argc, char **argv) {
                     "failed (OpenSSL RAND_bytes); no key written\n");
     return EXIT_FAILED;
   }
-  for (i = 0; i < sizeof key; i++) {
-    text[2 * i] = hex[key[i] >> 4];
-    text[2 * i + 1] = hex[key[i] & 15];
-  }
+  rdzv_auth_hex(key, sizeof key, text);
   text[2 * sizeof key] = '\n';
   rc = write_file_atomic(ctl->out, text, sizeof text, 0400, 0, err,
                          sizeof err);
-  wipe(key, sizeof key);
-  wipe(text, sizeof text);
+  rdzv_auth_wipe(key, sizeof key);
+  rdzv_auth_wipe(text, sizeof text);
   if (rc == -EEXIST) {
     fprintf(stderr,
             "rdzvctl: site-key: %s exists; refusing to overwrite a site key "
@@ -1111,7 +1108,7 @@ static int cmd_job_secret(struct ctl *ctl, int argc, char **argv) {
   }
   rc = rdzv_auth_job_secret(key, key_len, (const uint8_t *)ctl->job, job_len,
                             secret);
-  wipe(key, sizeof key);
+  rdzv_auth_wipe(key, sizeof key);
   if (rc < 0) {
     fprintf(stderr, "rdzvctl: job-secret: job %s: %s\n", ctl->job,
             strerror(-rc));
@@ -1127,21 +1124,14 @@ static int cmd_job_secret(struct ctl *ctl, int argc, char **argv) {
     }
   } else {
     /* Straight to the descriptor: no copy left in stdio's buffer. */
-    size_t done = 0;
-    while (done < 65) {
-      ssize_t w = write(STDOUT_FILENO, secret + done, 65 - done);
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w < 0) {
-        fprintf(stderr, "rdzvctl: job-secret: writing to stdout: %s\n",
-                strerror(errno));
-        code = EXIT_FAILED;
-        break;
-      }
-      done += (size_t)w;
+    rc = write_all(STDOUT_FILENO, secret, 65);
+    if (rc < 0) {
+      fprintf(stderr, "rdzvctl: job-secret: writing to stdout: %s\n",
+              strerror(-rc));
+      code = EXIT_FAILED;
     }
   }
-  wipe(secret, sizeof secret);
+  rdzv_auth_wipe(secret, sizeof secret);
   return code;
 }
 

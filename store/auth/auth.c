@@ -74,6 +74,15 @@ int rdzv_auth_equal(const uint8_t *a, const uint8_t *b, size_t n) {
   return CRYPTO_memcmp(a, b, n) == 0;
 }
 
+void rdzv_auth_hex(const uint8_t *p, size_t n, char *out) {
+  static const char hex[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = hex[p[i] >> 4];
+    out[2 * i + 1] = hex[p[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
 void rdzv_auth_wipe(void *p, size_t n) { OPENSSL_cleanse(p, n); }
 
 int rdzv_auth_nonce(uint8_t *out, size_t n) {
@@ -123,7 +132,6 @@ int rdzv_auth_job_secret(const uint8_t *site_key, size_t site_key_len,
                          const uint8_t *job, size_t job_len, char *out_hex) {
   uint8_t msg[JOB_LABEL_LEN + 1 + RDZV_AUTH_JOB_MAX_BYTES];
   uint8_t mac[32];
-  static const char hex[] = "0123456789abcdef";
   if (out_hex == NULL)
     return -EINVAL;
   out_hex[0] = '\0';
@@ -137,11 +145,7 @@ int rdzv_auth_job_secret(const uint8_t *site_key, size_t site_key_len,
   if (hmac_sha256(site_key, site_key_len, msg, JOB_LABEL_LEN + 1 + job_len,
                   mac) < 0)
     return -EINVAL;
-  for (int i = 0; i < 32; i++) {
-    out_hex[2 * i] = hex[mac[i] >> 4];
-    out_hex[2 * i + 1] = hex[mac[i] & 15];
-  }
-  out_hex[64] = '\0';
+  rdzv_auth_hex(mac, sizeof(mac), out_hex);
   OPENSSL_cleanse(mac, sizeof(mac));
   return 0;
 }

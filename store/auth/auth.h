@@ -74,6 +74,10 @@ uint16_t rdzv_auth_port_of(const struct sockaddr_storage *sa);
  * n only (CRYPTO_memcmp). */
 int rdzv_auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
 
+/* Writes the n bytes at p as 2n lowercase hex digits and a NUL to out
+ * (2n + 1 bytes). */
+void rdzv_auth_hex(const uint8_t *p, size_t n, char *out);
+
 /* Zeroes n bytes at p in a way the compiler keeps (OPENSSL_cleanse): for
  * copies of a secret. */
 void rdzv_auth_wipe(void *p, size_t n);
