@@ -302,6 +302,19 @@ static void read_challenge(struct reader *r, uint8_t *sn, uint8_t *sp) {
   memcpy(sp, b.p, b.n);
 }
 
+/* Reads the challenge on r and answers it with job A's proof, the right
+ * one for addr's port and the nonce cn of the hello sent. */
+static void prove_a(struct reader *r, const char *addr, const uint8_t *cn) {
+  uint8_t sn[32], sp[32], good[32];
+  read_challenge(r, sn, sp);
+  assert_int_equal(rdzv_auth_proof((const uint8_t *)SECRET_A,
+                                   strlen(SECRET_A), RDZV_AUTH_CLIENT,
+                                   (const uint8_t *)"A", 1, port_of(addr), cn,
+                                   sn, good),
+                   0);
+  send_auth(r->fd, good, 32, 0, NULL);
+}
+
 /* The daemon answers with an ERROR frame of status want, then closes. */
 static void expect_refused(struct reader *r, int want) {
   struct rdzv_msg m;
@@ -514,10 +527,7 @@ static void test_malformed(void **state) {
   uint8_t good[32];
   r = (struct reader){raw_tcp(node_tcp), {0}, 0, 0};
   send_hello(r.fd, "A", cn, 32, NULL);
-  read_challenge(&r, sn, sp);
-  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, good);
-  send_auth(r.fd, good, 32, 0, NULL);
+  prove_a(&r, node_tcp, cn);
   struct rdzv_msg m;
   assert_int_equal(next_frame(&r, &m), 1);
   assert_int_equal(m.status, 0);
@@ -724,15 +734,12 @@ static void test_reflected_hello(void **state) {
  * is counted as accepted, not as a refused authentication. */
 static void test_refused_after_proof(void **state) {
   (void)state;
-  uint8_t cn[32], sn[32], sp[32], good[32];
+  uint8_t cn[32];
   struct rdzv_msg m;
   rdzv_auth_nonce(cn, sizeof(cn));
   struct reader r = {raw_tcp(root_tcp), {0}, 0, 0};
   send_hello(r.fd, "A", cn, 32, NULL);
-  read_challenge(&r, sn, sp);
-  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(root_tcp), cn, sn, good);
-  send_auth(r.fd, good, 32, 0, NULL);
+  prove_a(&r, root_tcp, cn);
   assert_int_equal(next_frame(&r, &m), 1);
   assert_int_equal(m.status, 0);
   uint64_t inc = (uint64_t)m.b; /* the root's incarnation */
@@ -742,10 +749,7 @@ static void test_refused_after_proof(void **state) {
   int64_t accepted = auth_stat(root_tcp, "auth.accepted");
   r = (struct reader){raw_tcp(root_tcp), {0}, 0, 0};
   send_hello_as(r.fd, "A", cn, 32, RDZV_ROLE_NODE, inc, NULL);
-  read_challenge(&r, sn, sp);
-  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(root_tcp), cn, sn, good);
-  send_auth(r.fd, good, 32, 0, NULL);
+  prove_a(&r, root_tcp, cn);
   assert_int_equal(next_frame(&r, &m), 1);
   assert_int_equal(m.type, RDZV_MSG_AUTH);
   assert_int_equal(m.status, RDZV_EHELLO);
@@ -932,15 +936,12 @@ static void test_secret_gone_parent(void **state) {
                       NULL};
   assert_int_equal(daemon_start(&n4, dir, "n4", parent, nx, n4_tcp), 0);
   /* A rank proves the secret while the file is there. */
-  uint8_t cn[32], sn[32], sp[32], good[32];
+  uint8_t cn[32];
   struct rdzv_msg m;
   rdzv_auth_nonce(cn, sizeof(cn));
   struct reader r = {raw_tcp(n4_tcp), {0}, 0, 0};
   send_hello(r.fd, "A", cn, 32, NULL);
-  read_challenge(&r, sn, sp);
-  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(n4_tcp), cn, sn, good);
-  send_auth(r.fd, good, 32, 0, NULL);
+  prove_a(&r, n4_tcp, cn);
   assert_int_equal(next_frame(&r, &m), 1);
   assert_int_equal(m.status, 0);
   /* The file goes; the fake answers from now on. */
