@@ -27,6 +27,16 @@ void rdzv_daemon_stop(struct daemon *d);
 void rdzv_daemon_free(struct daemon *d);
 /* d's statistics as one JSON object (malloc'd; free). */
 char *rdzv_daemon_stats_json(const struct daemon *d);
+/* d's traffic since it started: the "frames" and "bytes" of its
+ * statistics (store/daemon/transport/stats.c), read without building them
+ * (the benchmark reads 800 daemons a process). */
+struct rdzv_daemon_traffic {
+  uint64_t frames_in, frames_out;
+  uint64_t bytes_in, bytes_out;
+  uint64_t bytes_interned; /* of bytes_in: kept once per thread (blob.h) */
+};
+void rdzv_daemon_traffic(const struct daemon *d,
+                         struct rdzv_daemon_traffic *out);
 
 /* In-process peers, for the benchmark's in-process rank transport: a
  * READY client connection of job without a socket. Each message the

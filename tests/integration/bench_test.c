@@ -2,7 +2,9 @@
  * rank completes in both modes, the JSON holds the documented fields, and
  * the root of the tree handles a small fraction of the flat root's
  * messages (each flat rank costs the root at least 8: 4 requests, 4
- * replies). */
+ * replies). With a 28 KB id table (--ranks-per-root 2) the nodes of a
+ * process keep one copy of it (interned bytes), and every host's rank 0
+ * got the same table, in both modes. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -71,6 +73,50 @@ static void test_in_process(void **state) {
   run_bench("inproc");
 }
 
+static void test_interned(void **state) {
+  (void)state;
+  char json_path[] = "/tmp/rdzv-bench-test-XXXXXX";
+  int fd = mkstemp(json_path);
+  assert_true(fd >= 0);
+  close(fd);
+  char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
+                  "--fanout", "4", "--ranks-per-root", "2", "--mode",
+                  "both", "--transport", "inproc", "--json", json_path,
+                  NULL};
+  struct proc p;
+  assert_int_equal(proc_start(&p, argv, 1), 0);
+  char *out = proc_read_all(&p);
+  printf("%s", out ? out : "");
+  free(out);
+  assert_int_equal(proc_wait(&p), 0);
+  json_t *all = json_load_file(json_path, 0, NULL);
+  unlink(json_path);
+  assert_non_null(all);
+  assert_int_equal(json_array_size(all), 2);
+  for (size_t i = 0; i < 2; i++) {
+    json_t *r = json_array_get(all, i);
+    int tree = strcmp(json_string_value(json_object_get(r, "mode")),
+                      "tree") == 0;
+    assert_int_equal(json_integer_value(json_object_get(r, "failed")), 0);
+    /* Local rank 0 of each of the 50 hosts, checked. */
+    assert_int_equal(
+        json_integer_value(json_object_get(r, "id_tables_checked")), 50);
+    assert_int_equal(
+        json_integer_value(json_object_get(r, "id_table_mismatches")), 0);
+    json_int_t interned =
+        json_integer_value(json_object_get(r, "interned_bytes"));
+    /* Tree: 50 nodes in one process, each after the first that got a
+     * table found it interned (200 ids of 136 bytes). Flat: no node. */
+    if (tree)
+      assert_true(interned >= 40 * 200 * 136);
+    else
+      assert_int_equal(interned, 0);
+    assert_true(json_real_value(json_object_get(r, "rendezvous_cpu_s")) >
+                0);
+  }
+  json_decref(all);
+}
+
 /* A connection storm (field failure B01, pytorch/pytorch#76913): 4,096
  * ranks connect at the same moment to one server whose listen backlog is
  * 64. Refusals and resets are retried with backoff; every rank joins. */
@@ -102,6 +148,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sockets),
       cmocka_unit_test(test_in_process),
+      cmocka_unit_test(test_interned),
       cmocka_unit_test(test_connection_storm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

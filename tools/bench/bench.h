@@ -19,11 +19,20 @@ struct bench_opts {
   int root;              /* serve: run the root daemon */
   int tcpstore;          /* serve: each daemon also serves the TCPStore
                             protocol on 127.0.0.1 (incumbents.c) */
-  int64_t first, count;  /* serve/drive: host range */
+  int64_t first, count;  /* serve: a range of positions in the tree's
+                            depth-first order (bench_host_at); drive:
+                            a range of host indexes */
   uint32_t flush_ms, flush_max_ms;
 };
 
 int64_t bench_hosts(const struct bench_opts *o);
+/* The host at position pos (0 <= pos < bench_hosts) of the tree's hosts in
+ * depth-first preorder, -1 out of range. The server processes of the tree
+ * each run a range of positions: whole subtrees, so that each process
+ * writes to its own hosts' nodes (what a parent sends its children, above
+ * all the 100 KB id table to every host) instead of one process running
+ * every interior node and writing to every other process's nodes. */
+int64_t bench_host_at(const struct bench_opts *o, int64_t pos);
 /* Ranks on host h (the last host may have fewer). */
 int64_t bench_host_ranks(const struct bench_opts *o, int64_t h);
 /* Parses the options shared by every mode; returns the index of the

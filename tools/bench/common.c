@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rendezvous/topo.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/rank.h"
 
@@ -15,6 +16,39 @@ int64_t bench_hosts(const struct bench_opts *o) {
 int64_t bench_host_ranks(const struct bench_opts *o, int64_t h) {
   int64_t left = o->ranks - h * o->ranks_per_host;
   return left < o->ranks_per_host ? left : o->ranks_per_host;
+}
+
+int64_t bench_host_at(const struct bench_opts *o, int64_t pos) {
+  static int64_t *order, n_of, fanout_of;
+  int64_t n = bench_hosts(o);
+  if (pos < 0 || pos >= n)
+    return -1;
+  if (order == NULL || n_of != n || fanout_of != o->fanout) {
+    free(order);
+    order = malloc((size_t)n * sizeof(*order));
+    int64_t *stack = malloc((size_t)n * sizeof(*stack));
+    if (order == NULL || stack == NULL) {
+      free(order);
+      free(stack);
+      order = NULL;
+      return pos; /* host order: the processes are less balanced */
+    }
+    /* Preorder: a host, then each child's subtree in turn (children are
+     * pushed last first). Host 0 is the only host under the root. */
+    int64_t sp = 0, k = 0;
+    stack[sp++] = 0;
+    while (sp > 0) {
+      int64_t h = stack[--sp], first;
+      order[k++] = h;
+      int64_t nc = rdzv_tree_children(h, n, o->fanout, &first);
+      for (int64_t c = nc - 1; c >= 0; c--)
+        stack[sp++] = first + c;
+    }
+    free(stack);
+    n_of = n;
+    fanout_of = o->fanout;
+  }
+  return order[pos];
 }
 
 void bench_node_path(const struct bench_opts *o, int64_t h, char *out,

@@ -37,6 +37,10 @@ struct child {
   double cpu_go; /* with hooks: a server's CPU seconds at "go" */
 };
 
+static int64_t jint(json_t *j, const char *k) {
+  return (int64_t)json_integer_value(json_object_get(j, k));
+}
+
 struct run {
   struct bench_opts o;
   struct child ch[1024];
@@ -47,6 +51,8 @@ struct run {
 static void usage_to(FILE *f) {
   fprintf(f,
       "usage: rdzv-bench [--ranks N[,N...]] [--ranks-per-host R] [--fanout F]\n"
+      "       [--ranks-per-root K] (ranks a unique id serves, as PyTorch's\n"
+      "       TORCH_NCCL_RANKS_PER_ROOT: ceil(N / K) ids; default 128)\n"
       "       [--mode tree|flat|both] [--json FILE] [--plot FILE.png]\n"
       "       [--transport auto|sockets|inproc] [--sockets-max N]\n"
       "       [--rtt-us US] [--flush-ms MS] [--timeout S] [--idle-s S]\n"
@@ -230,6 +236,10 @@ struct result {
    * drivers: their whole life, which is mostly that), total and of the
    * busiest process. */
   double win_cpu_s, max_proc_win_cpu_s;
+  /* Bytes the nodes kept once per process (blob.h: interning); hosts
+   * whose local rank 0 had its id table checked (in-process ranks), and
+   * of them those that got other bytes than the others. */
+  int64_t interned_bytes, ids_checked, ids_mismatch;
   /* Frames per second while every rank is done and connected (heartbeats):
    * at the root and at the busiest node, over --idle-s; -1: not measured. */
   double idle_root_per_s, idle_node_per_s;
@@ -238,12 +248,10 @@ struct result {
 /* --idle-s: how long to measure the idle traffic after each run (0: not). */
 static double idle_s;
 
-static int64_t jint(json_t *j, const char *k) {
-  return (int64_t)json_integer_value(json_object_get(j, k));
-}
 
 static void collect(struct run *rn, struct result *r) {
   int64_t node_rss_per = 0;
+  char ref[2][20] = {"", ""}; /* the first process's table hashes */
   for (int i = 0; i < rn->n; i++) {
     struct child *c = &rn->ch[i];
     r->cpu_s += cpu_of(&c->ru);
@@ -254,10 +262,25 @@ static void collect(struct run *rn, struct result *r) {
                            c->cpu_go
                      : cpu_of(&c->ru);
     r->win_cpu_s += win;
+    if (getenv("RDZV_BENCH_VERBOSE") != NULL)
+      fprintf(stderr, "  process %d: cpu %.3f s from go\n", i, win);
     if (win > r->max_proc_win_cpu_s)
       r->max_proc_win_cpu_s = win;
     if (c->stats == NULL)
       continue;
+    r->interned_bytes += jint(c->stats, "interned");
+    r->ids_checked += jint(c->stats, "ids_checked");
+    r->ids_mismatch += jint(c->stats, "ids_mismatch");
+    for (size_t f = 0; f < 2; f++) { /* every process got the same table */
+      const char *hs = json_string_value(
+          json_array_get(json_object_get(c->stats, "ids_hash"), f));
+      if (hs == NULL || strcmp(hs, "0000000000000000") == 0)
+        continue;
+      if (ref[f][0] == '\0')
+        snprintf(ref[f], sizeof(ref[f]), "%s", hs);
+      else if (strcmp(ref[f], hs) != 0)
+        r->ids_mismatch++;
+    }
     if (c->is_root) {
       r->root_msgs = jint(c->stats, "root_msgs");
       r->root_bytes = jint(c->stats, "root_bytes");
@@ -383,9 +406,10 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
   for (int i = 0; rc == 0 && i < rn->n; i++)
     if (rn->ch[i].holds_ranks && !rn->o.inproc)
       rc = expect(&rn->ch[i], "ready", line, sizeof(line));
-  /* With hooks, each server's CPU before the ranks start (its daemons'
-   * start-up is not the rendezvous). */
-  for (int i = 0; hooks != NULL && rc == 0 && i < rn->n; i++) {
+  /* Each server's CPU before the ranks start (its daemons' start-up is
+   * not the rendezvous): cpu_s counts the whole life, rendezvous_cpu_s
+   * from here on. */
+  for (int i = 0; rc == 0 && i < rn->n; i++) {
     if (rn->ch[i].holds_ranks && !rn->o.inproc)
       continue;
     fprintf(rn->ch[i].in, "stats\n");
@@ -393,18 +417,25 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
     if (expect(&rn->ch[i], "stats ", line, sizeof(line)) == 0) {
       json_t *j = json_loads(line + 6, 0, NULL);
       rn->ch[i].cpu_go = json_real_value(json_object_get(j, "cpu_s"));
+      if (getenv("RDZV_BENCH_VERBOSE") != NULL)
+        fprintf(stderr, "  process %d at go: cpu %.3f s, peak RSS %" PRId64
+                " KiB\n", i, rn->ch[i].cpu_go, jint(j, "rss") / 1024);
       json_decref(j);
     }
   }
   if (hooks != NULL && hooks->go != NULL && rc == 0)
     hooks->go(&rn->o, hooks->arg);
   double t0 = bench_now();
+  if (getenv("RDZV_BENCH_VERBOSE") != NULL)
+    fprintf(stderr, "  go at %.6f (CLOCK_MONOTONIC)\n", t0);
   if (rc == 0)
     tell(rn, 2, "go");
   for (int i = 0; rc == 0 && i < rn->n; i++)
     if (rn->ch[i].holds_ranks)
       rc = expect(&rn->ch[i], "done", line, sizeof(line));
   double t1 = bench_now();
+  if (getenv("RDZV_BENCH_VERBOSE") != NULL)
+    fprintf(stderr, "  done at %.6f (CLOCK_MONOTONIC)\n", t1);
   /* Statistics first, with every rank still connected: a rank's
    * disconnect makes its node send an ABORT up the tree, and on a busy
    * machine those reached the root before its statistics were read (400
@@ -475,6 +506,12 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
   }
   free(d);
   collect(rn, r);
+  if (r->ids_mismatch > 0) {
+    fprintf(stderr, "rdzv-bench: %" PRId64 " of %" PRId64 " hosts checked "
+            "got another id table than the others\n", r->ids_mismatch,
+            r->ids_checked);
+    rc = rc ? rc : -1;
+  }
   project(r, &rn->o, tree);
   char cmd[200];
   snprintf(cmd, sizeof(cmd), "rm -rf %s", rn->o.dir);
@@ -505,7 +542,7 @@ int bench_run_tree(const struct bench_opts *base, int64_t ranks,
 static json_t *result_json(const struct result *r) {
   return json_pack(
       "{s:s,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,"
-      "s:I,s:f,s:f,s:f}",
+      "s:I,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I}",
       "mode", r->mode, "ranks", (json_int_t)r->ranks, "hosts",
       (json_int_t)r->hosts, "fanout", (json_int_t)r->fanout,
       "ranks_per_host", (json_int_t)r->ranks_per_host, "wall_s", r->wall_s,
@@ -515,8 +552,13 @@ static json_t *result_json(const struct result *r) {
       (json_int_t)r->max_node_bytes, "root_rss_bytes",
       (json_int_t)r->root_rss, "node_rss_bytes", (json_int_t)r->node_rss,
       "transport", r->transport, "failed", (json_int_t)r->failed, "depth",
-      (json_int_t)r->depth, "cpu_s", r->cpu_s, "projection_s",
-      r->projection_s, "projection_rtt_us", r->rtt_us);
+      (json_int_t)r->depth, "cpu_s", r->cpu_s, "rendezvous_cpu_s",
+      r->win_cpu_s, "max_process_rendezvous_cpu_s", r->max_proc_win_cpu_s,
+      "projection_s",
+      r->projection_s, "projection_rtt_us", r->rtt_us, "interned_bytes",
+      (json_int_t)r->interned_bytes, "id_tables_checked",
+      (json_int_t)r->ids_checked, "id_table_mismatches",
+      (json_int_t)r->ids_mismatch);
 }
 
 /* result_json and, when measured, the idle frame rates. */
@@ -672,6 +714,8 @@ int main(int argc, char **argv) {
       o.ranks_per_host = strtoll(v, &end, 10);
     } else if (strcmp(k, "--fanout") == 0) {
       o.fanout = strtoll(v, &end, 10);
+    } else if (strcmp(k, "--ranks-per-root") == 0) {
+      o.ranks_per_root = strtoll(v, &end, 10);
     } else if (strcmp(k, "--mode") == 0) {
       modes = !strcmp(v, "tree") ? 1 : !strcmp(v, "flat") ? 2
               : !strcmp(v, "both") ? 3 : !strcmp(v, "none") ? 4 : 0;
@@ -724,7 +768,8 @@ int main(int argc, char **argv) {
                         strcmp(transport, "sockets") != 0 &&
                         strcmp(transport, "inproc") != 0;
     if ((end != NULL && *end != '\0') || nn < 1 || modes == 0 ||
-        o.ranks_per_host < 1 || o.fanout < 1 || bad_transport ||
+        o.ranks_per_host < 1 || o.fanout < 1 || o.ranks_per_root < 1 ||
+        bad_transport ||
         o.flush_ms == UINT32_MAX || !(o.timeout_s > 0) || !(rtt_us >= 0) ||
         !(idle_s >= 0 && idle_s <= 3600) ||
         sockets_max < 1) {

@@ -9,6 +9,7 @@
  *   <- "exit"            stop and exit */
 #include <inttypes.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,12 @@ struct serve {
   size_t qn, qcap;
   uv_idle_t idle;
   int64_t *last_msgs; /* each daemon's frames at the previous "stats" */
+  /* The id table as the first host here got it, in each form (0: a
+   * gather's contributions, 1: the key's value), and how many hosts got
+   * other bytes: every host must get the same table (ids_check). */
+  struct rdzv_buf ids[2];
+  uint64_t ids_hash[2];
+  int64_t ids_checked, ids_mismatch;
 };
 
 /* A reply waiting for its rank: the fields the rank looks at, copied
@@ -63,6 +70,56 @@ struct queued {
 };
 
 static void on_idle(uv_idle_t *h);
+
+/* FNV-1a over a value list's bytes, 8 bytes a step. */
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x;
+    memcpy(&x, p + i, 8);
+    h = (h ^ x) * 1099511628211ull;
+  }
+  for (; i < n; i++)
+    h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+/* The id table that local rank 0 of a host got (a gather's answer or the
+ * key's value): the same bytes as the first host here got, in the same
+ * form. Catches a node that hands its ranks the wrong bytes of a big
+ * frame (blob.h's interning refers ranks to another daemon's copy). */
+static void ids_check(struct serve *sv, struct inproc_rank *ir,
+                      const struct rdzv_msg *m) {
+  enum bench_step st = ir->r.step;
+  int form = st == STEP_IDS_GATHER ? 0 : 1;
+  if (ir->r.local_rank != 0 || m->status != 0 ||
+      (st != STEP_IDS_GATHER && st != STEP_IDS_WAIT && st != STEP_IDS_GET))
+    return;
+  struct rdzv_buf b = {0};
+  size_t pos = 0;
+  struct rdzv_slice s;
+  while (rdzv_items_next(&m->vals, &pos, &s)) {
+    uint8_t len[4] = {(uint8_t)s.n, (uint8_t)(s.n >> 8),
+                      (uint8_t)(s.n >> 16), (uint8_t)(s.n >> 24)};
+    if (rdzv_buf_append(&b, len, 4) < 0 || rdzv_buf_append(&b, s.p, s.n) < 0)
+      break;
+  }
+  if (st == STEP_IDS_WAIT && b.len <= 4) { /* no value: a get follows */
+    rdzv_buf_free(&b);
+    return;
+  }
+  sv->ids_checked++;
+  if (sv->ids[form].data == NULL) {
+    sv->ids[form] = b;
+    sv->ids_hash[form] = hash_bytes(b.data, b.len);
+    return;
+  }
+  if (b.len != sv->ids[form].len ||
+      memcmp(b.data, sv->ids[form].data, b.len) != 0)
+    sv->ids_mismatch++;
+  rdzv_buf_free(&b);
+}
 
 static void queue_push(struct serve *sv, struct inproc_rank *ir,
                        const struct rdzv_msg *m) {
@@ -138,6 +195,7 @@ static void on_deliver(void *arg, const struct rdzv_msg *m) {
   struct inproc_rank *ir = arg;
   if (m->flags & (RDZV_F_SUPERSEDED | RDZV_F_PARTIAL))
     return;
+  ids_check(ir->sv, ir, m);
   queue_push(ir->sv, ir, m);
 }
 
@@ -177,8 +235,8 @@ static int start_ranks(struct serve *sv) {
   int64_t first = o->flat ? 0 : o->first;
   int64_t count = o->flat ? bench_hosts(o) : o->count;
   int64_t n = 0;
-  for (int64_t h = first; h < first + count; h++)
-    n += bench_host_ranks(o, h);
+  for (int64_t pos = first; pos < first + count; pos++)
+    n += bench_host_ranks(o, o->flat ? pos : bench_host_at(o, pos));
   sv->ranks = calloc((size_t)n, sizeof(*sv->ranks));
   if (sv->ranks == NULL)
     return -1;
@@ -188,8 +246,10 @@ static int start_ranks(struct serve *sv) {
   sv->params.timeout_s = o->timeout_s;
   sv->params.submit = inproc_submit;
   int64_t k = 0;
-  for (int64_t h = first; h < first + count; h++) {
-    struct daemon *d = o->flat ? sv->d[0] : sv->d[(o->root ? 1 : 0) + h - first];
+  for (int64_t pos = first; pos < first + count; pos++) {
+    int64_t h = o->flat ? pos : bench_host_at(o, pos);
+    struct daemon *d =
+        o->flat ? sv->d[0] : sv->d[(o->root ? 1 : 0) + pos - first];
     for (int64_t l = 0; l < bench_host_ranks(o, h); l++, k++) {
       struct inproc_rank *ir = &sv->ranks[k];
       ir->sv = sv;
@@ -214,28 +274,31 @@ static int start_ranks(struct serve *sv) {
 
 static void print_stats(struct serve *sv) {
   int64_t max_msgs = 0, max_bytes = 0, sum_msgs = 0, root_msgs = 0,
-          root_bytes = 0, root_delta = 0, max_delta = 0;
+          root_bytes = 0, root_delta = 0, max_delta = 0, interned = 0;
   char etcd_json[600] = "";
   /* Frames since the previous "stats" (the idle heartbeat traffic when
    * the ranks are done): at the root, and at the busiest node. */
   bool have_last = sv->last_msgs != NULL;
   if (!have_last)
     sv->last_msgs = calloc((size_t)sv->nd, sizeof(*sv->last_msgs));
+  /* The CPU first: what follows is the benchmark's, not the daemons'. */
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+               (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+  if (getenv("RDZV_BENCH_MALLINFO")) { struct mallinfo2 mi = mallinfo2(); fprintf(stderr, "MI %d used %zu mmap %zu arena %zu minflt %ld\n", (int)getpid(), mi.uordblks, mi.hblkhd, mi.arena, ru.ru_minflt); }
   for (int i = 0; i < sv->nd; i++) {
-    char *js = rdzv_daemon_stats_json(sv->d[i]);
-    json_t *j = json_loads(js, 0, NULL);
-    int64_t msgs = json_integer_value(json_object_get(
-                       json_object_get(j, "frames"), "in")) +
-                   json_integer_value(json_object_get(
-                       json_object_get(j, "frames"), "out"));
-    int64_t bytes = json_integer_value(json_object_get(
-                        json_object_get(j, "bytes"), "in")) +
-                    json_integer_value(json_object_get(
-                        json_object_get(j, "bytes"), "out"));
+    struct rdzv_daemon_traffic t;
+    rdzv_daemon_traffic(sv->d[i], &t);
+    int64_t msgs = (int64_t)(t.frames_in + t.frames_out),
+            bytes = (int64_t)(t.bytes_in + t.bytes_out);
+    interned += (int64_t)t.bytes_interned;
     int64_t delta = have_last ? msgs - sv->last_msgs[i] : 0;
     if (sv->last_msgs != NULL)
       sv->last_msgs[i] = msgs;
     if (sv->o->root && i == 0) {
+      char *js = rdzv_daemon_stats_json(sv->d[i]);
+      json_t *j = js != NULL ? json_loads(js, 0, NULL) : NULL;
       json_t *e = json_object_get(j, "etcd");
       if (e != NULL) { /* an etcd-backed root (--etcd): its requests */
         char *et = json_dumps(e, JSON_COMPACT);
@@ -243,6 +306,8 @@ static void print_stats(struct serve *sv) {
           snprintf(etcd_json, sizeof(etcd_json), ",\"etcd\":%s", et);
         free(et);
       }
+      json_decref(j);
+      free(js);
       root_msgs = msgs;
       root_bytes = bytes;
       root_delta = delta;
@@ -254,21 +319,18 @@ static void print_stats(struct serve *sv) {
         max_bytes = bytes;
       }
     }
-    json_decref(j);
-    free(js);
   }
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-               (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
   printf("stats {\"root\":%d,\"root_msgs\":%" PRId64 ",\"root_bytes\":%" PRId64
          ",\"max_node_msgs\":%" PRId64 ",\"max_node_bytes\":%" PRId64
          ",\"node_msgs\":%" PRId64 ",\"nodes\":%d,\"rss\":%" PRId64
          ",\"cpu_s\":%.3f,\"root_delta\":%" PRId64
-         ",\"max_node_delta\":%" PRId64 "%s}\n",
+         ",\"max_node_delta\":%" PRId64 ",\"interned\":%" PRId64
+         ",\"ids_checked\":%" PRId64 ",\"ids_mismatch\":%" PRId64
+         ",\"ids_hash\":[\"%016" PRIx64 "\",\"%016" PRIx64 "\"]%s}\n",
          sv->o->root, root_msgs, root_bytes, max_msgs, max_bytes, sum_msgs,
          sv->nd - (sv->o->root ? 1 : 0), bench_peak_rss(), cpu, root_delta,
-         max_delta, etcd_json);
+         max_delta, interned, sv->ids_checked, sv->ids_mismatch,
+         sv->ids_hash[0], sv->ids_hash[1], etcd_json);
   fflush(stdout);
 }
 
@@ -395,8 +457,8 @@ int bench_serve_main(struct bench_opts *o) {
   int rc = sv.d ? 0 : -1;
   if (rc == 0 && o->root)
     rc = start_daemon(&sv, 1, 0);
-  for (int64_t h = o->first; rc == 0 && h < o->first + o->count; h++)
-    rc = start_daemon(&sv, 0, h);
+  for (int64_t pos = o->first; rc == 0 && pos < o->first + o->count; pos++)
+    rc = start_daemon(&sv, 0, bench_host_at(o, pos));
   if (rc < 0) {
     fprintf(stderr, "rdzv-bench: a daemon failed to start\n");
     for (int i = 0; i < sv.nd; i++)
@@ -418,5 +480,7 @@ int bench_serve_main(struct bench_opts *o) {
   free(sv.ranks);
   free(sv.q);
   free(sv.last_msgs);
+  rdzv_buf_free(&sv.ids[0]);
+  rdzv_buf_free(&sv.ids[1]);
   return rc < 0 ? 1 : 0;
 }

@@ -924,10 +924,17 @@ static void up_on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
         frame >= u->d->cfg.share_min_bytes) {
       want = limit = frame - u->in.len;
       if (u->in.cap < frame + 1) { /* the frame and a NUL */
-        uint8_t *np = realloc(u->in.data, frame + 1);
+        size_t cap = 0;
+        uint8_t *np = rdzv__blob_spare_take(frame + 1, &cap);
+        if (np != NULL) { /* warm memory a big frame left (up_on_read) */
+          memcpy(np, u->in.data, u->in.len);
+          free(u->in.data);
+        } else if ((np = realloc(u->in.data, frame + 1)) != NULL) {
+          cap = frame + 1;
+        }
         if (np != NULL) {
           u->in.data = np;
-          u->in.cap = frame + 1;
+          u->in.cap = cap;
         }
       }
     }
@@ -941,6 +948,14 @@ static void up_on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
   buf->len = u->in.cap - u->in.len;
   if (limit > 0 && buf->len > limit)
     buf->len = limit;
+}
+
+/* Moves the items' bytes from the buffer from to the one at to, whose
+ * bytes at the same offsets are equal. */
+static void repoint(struct rdzv_items *it, const uint8_t *from,
+                    const uint8_t *to) {
+  if (it->raw != NULL)
+    it->raw = to + (it->raw - from);
 }
 
 static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
@@ -983,12 +998,29 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
      * ranks, its cache (store/daemon/transport: frame_blob). */
     struct rdzv_blob *fb = NULL;
     if (used >= u->d->cfg.share_min_bytes && used > 0) {
-      if (off == 0 && used == u->in.len) {
+      uint64_t h = 0;
+      struct rdzv_blob *same =
+          off == 0 && used == u->in.len &&
+                  used >= RDZV_BLOB_INTERN_MIN_BYTES
+              ? rdzv__blob_intern_find(u->in.data, (uint32_t)used,
+                                       RDZV_WIRE_HEADER_BYTES, &h)
+              : NULL;
+      if (same != NULL) {
+        /* Another daemon of this thread holds the same body (blob.h:
+         * interning): m refers to its copy at the same offsets (the
+         * header, already decoded, may differ), and the read buffer is
+         * left warm for the next big frame. */
+        fb = rdzv__blob_ref(same);
+        u->d->stats.bytes_interned += used;
+        repoint(&m.keys, u->in.data, fb->data);
+        repoint(&m.vals, u->in.data, fb->data);
+        rdzv__blob_spare_give(u->in.data, u->in.cap);
+        u->in = (struct rdzv_buf){0};
+      } else if (off == 0 && used == u->in.len) {
         fb = rdzv__blob_take(u->in.data, (uint32_t)used, u->in.cap);
-        if (fb != NULL)
-          u->in = (struct rdzv_buf){0}; /* the memory is the blob's now */
-        else
-          u->in = (struct rdzv_buf){0}; /* taken and freed: lost */
+        if (fb != NULL && used >= RDZV_BLOB_INTERN_MIN_BYTES)
+          rdzv__blob_intern_add(fb, RDZV_WIRE_HEADER_BYTES, h);
+        u->in = (struct rdzv_buf){0}; /* the blob's now (or freed: lost) */
       } else if ((fb = rdzv__blob_new(u->in.data + off, (uint32_t)used)) !=
                  NULL) {
         rdzv_msg_decode(fb->data, used, UINT32_MAX, &m, &used);

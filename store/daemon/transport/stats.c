@@ -1,7 +1,8 @@
 /* Statistics as one JSON object (jansson): the proof that the tree works.
  * Shape (every number an integer):
  *   {"name", "role", "uptime_ms", "jobs", "connections": {"open", "total",
- *    "rejected"}, "bytes": {"in", "out", "shared", "copied_large"},
+ *    "rejected"}, "bytes": {"in", "out", "shared", "copied_large",
+ *    "interned"},
  *    "frames": {"in", "out"},
  *    "proto_errors", "cache_hits", "coalesced", "combined",
  *    "upstream_reconnects", "parent_restarts", "parent_silent",
@@ -82,6 +83,8 @@ char *rdzv__stats_json(const struct daemon *d) {
   json_object_set_new(bytes, "shared", json_integer((json_int_t)s->bytes_shared));
   json_object_set_new(bytes, "copied_large",
                       json_integer((json_int_t)s->bytes_copied_large));
+  json_object_set_new(bytes, "interned",
+                      json_integer((json_int_t)s->bytes_interned));
   json_object_set_new(o, "fenced", json_integer((json_int_t)s->fenced));
   json_object_set_new(o, "coll_subtree_flushes",
                       json_integer((json_int_t)s->coll_subtree_flushes));

@@ -16,6 +16,7 @@
 #endif
 
 #include "store/auth/auth.h"
+#include "store/daemon/blob.h"
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/transport/transport_int.h"
 
@@ -228,6 +229,7 @@ static void on_linger(uv_timer_t *t) {
     }
   }
   uv_close((uv_handle_t *)&j->linger, on_job_closed);
+  rdzv__blob_spare_release();
 #ifdef __GLIBC__
   /* A long-lived daemon returns a finished job's memory to the system
    * (glibc keeps freed heap otherwise: 50 jobs of 100 KB kept 5 MB). */
@@ -388,3 +390,11 @@ char *rdzv_daemon_stats_json(const struct daemon *d) {
   return rdzv__stats_json(d);
 }
 
+
+void rdzv_daemon_traffic(const struct daemon *d,
+                         struct rdzv_daemon_traffic *out) {
+  *out = (struct rdzv_daemon_traffic){
+      .frames_in = d->stats.frames_in, .frames_out = d->stats.frames_out,
+      .bytes_in = d->stats.bytes_in, .bytes_out = d->stats.bytes_out,
+      .bytes_interned = d->stats.bytes_interned};
+}

@@ -50,6 +50,9 @@ struct stats {
    * held them). Socket peers only: in-process peers copy nothing. */
   uint64_t bytes_shared;
   uint64_t bytes_copied_large;
+  /* Of bytes_in: frames from the parent whose bytes another daemon of
+   * this thread already held, kept once (blob.h: interning). */
+  uint64_t bytes_interned;
   uint64_t frames_in;
   uint64_t frames_out;
   uint64_t cache_hits;      /* write-once reads served from the cache */
