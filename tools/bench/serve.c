@@ -9,7 +9,6 @@
  *   <- "exit"            stop and exit */
 #include <inttypes.h>
 #include <jansson.h>
-#include <malloc.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,7 +285,6 @@ static void print_stats(struct serve *sv) {
   getrusage(RUSAGE_SELF, &ru);
   double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
                (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-  if (getenv("RDZV_BENCH_MALLINFO")) { struct mallinfo2 mi = mallinfo2(); fprintf(stderr, "MI %d used %zu mmap %zu arena %zu minflt %ld\n", (int)getpid(), mi.uordblks, mi.hblkhd, mi.arena, ru.ru_minflt); }
   for (int i = 0; i < sv->nd; i++) {
     struct rdzv_daemon_traffic t;
     rdzv_daemon_traffic(sv->d[i], &t);
