@@ -56,7 +56,67 @@ if [ ! -f "$mods/.complete" ]; then
   mods="$tmp/npm"
   if ! npm_config_cache="$tmp/npm-cache" "$val/install.sh" "$mods"; then
     fail "the validator's npm packages could not be installed"
-    echo "manifests_test: $passes checks passed, $fails failed"
+    # 5. The node sidecar's own script, run by sh for every pod of job.yaml
+# (4 pods) and jobset.yaml (2 Jobs of 4), with a stub rdzvd on PATH that
+# prints its arguments: each node's parent chain and --children are those
+# of the tree (pod i under pod (i-1)/16; children: the pods 16i+1..16i+16
+# that exist), and --local-ranks is the pod's ranks.
+cat >"$work/script.mjs" <<'JS'
+import { readFileSync } from "node:fs";
+import { parseAllDocuments } from "yaml";
+// Prints the rdzv-node init container's script and its literal env
+// (NAME=value lines), separated by a line "---".
+for (const d of parseAllDocuments(readFileSync(process.argv[2], "utf8"))) {
+  const o = d.toJS();
+  if (!o || !["Job", "JobSet"].includes(o.kind)) continue;
+  const tpl = o.kind === "Job" ? o.spec.template : o.spec.replicatedJobs[0].template.spec.template;
+  const c = tpl.spec.initContainers.find((x) => x.name === "rdzv-node");
+  for (const e of c.env || []) if (typeof e.value === "string") console.log(`${e.name}=${e.value}`);
+  console.log("---");
+  console.log(c.command[2]);
+}
+JS
+mkdir -p "$tmp/stub"
+printf '#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n' >"$tmp/stub/rdzvd"
+chmod +x "$tmp/stub/rdzvd"
+shape() { # FILE PODS JOBS_OF_4: runs each pod's script, checks its shape
+  local f=$1 pods=$2 jobs=$3 dump envs script g j k out kids want_kids p chain
+  dump=$(node "$work/script.mjs" "$k8s/$f") || { fail "$f: no node script"; return; }
+  envs=$(sed '/^---$/q' <<<"$dump" | grep -v '^---$')
+  script=$(sed '1,/^---$/d' <<<"$dump")
+  for ((g = 0; g < pods; g++)); do
+    j=$((g / 4)) k=$((g % 4))
+    out=$(env -i PATH="$tmp/stub:/usr/bin:/bin" JOB_COMPLETION_INDEX=$k \
+      JOB_INDEX=$j $envs sh -c "$script" 2>&1)
+    kids=$((pods - 16 * g - 1))
+    ((kids < 0)) && kids=0
+    ((kids > 16)) && kids=16
+    chain="" p=$g
+    while ((p > 0)); do
+      p=$(((p - 1) / 16))
+      if [ "$jobs" -gt 0 ]; then
+        chain="$chain,trainjs-workers-$((p / 4))-$((p % 4)).trainjs:29401"
+      else
+        chain="$chain,train-$p.train:29401"
+      fi
+    done
+    chain="${chain#,}${chain:+,}rdzv-root-0.rdzv-root:29400"
+    if grep -qx -- "--children=$kids" <<<"$out" &&
+      grep -qx -- "--local-ranks=1" <<<"$out" &&
+      grep -q -- "^--parent=$chain" <<<"$out"; then
+      :
+    else
+      fail "$f pod $g: not --children=$kids --local-ranks=1 --parent=$chain...; the script ran:"
+      echo "$out"
+      return
+    fi
+  done
+  ok "$f: the node script gives each of $pods pods its tree position (--parent, --children, --local-ranks)"
+}
+shape job.yaml 4 0
+shape jobset.yaml 8 2
+
+echo "manifests_test: $passes checks passed, $fails failed"
     exit 1
   fi
 fi
@@ -167,13 +227,25 @@ mutant failure-policy-container job.yaml \
   's/containerName: trainer/containerName: trainr/'
 mutant world-size jobset.yaml \
   "WORLD_SIZE 4 is not 8 pods x 1 ranks" \
-  's/value: "8"/value: "4"/'
+  's/(name: WORLD_SIZE\n *value: )"8"/$1"4"/'
+mutant node-hosts job.yaml \
+  "initContainers\[0\].env\[0\].value: RDZV_HOSTS 5 is not the tree's 4 pods" \
+  's/(name: RDZV_HOSTS\n *value: )"4"/$1"5"/'
+mutant node-hosts-jobset jobset.yaml \
+  "RDZV_HOSTS 4 is not the tree's 8 pods" \
+  's/(name: RDZV_HOSTS\n *value: )"8"/$1"4"/'
+mutant node-local-ranks job.yaml \
+  "RDZV_LOCAL_RANKS 2 is not the trainer's LOCAL_WORLD_SIZE 1" \
+  's/(name: RDZV_LOCAL_RANKS\n *value: )"1"/$1"2"/'
+mutant node-children-no-hosts job.yaml \
+  "the node's --children needs RDZV_HOSTS" \
+  's/\n *- name: RDZV_HOSTS\n *value: "4"//'
 mutant jobset-per-job-uid jobset.yaml \
   "RDZV_JOB from the Job's UID differs between the JobSet's Jobs" \
   's/(- name: RDZV_JOB\n( *))value: trainjs\n/$1valueFrom:\n$2  fieldRef:\n$2    fieldPath: metadata.labels['"'"'batch.kubernetes.io\/controller-uid'"'"']\n/'
 mutant jobset-no-rdzv-host jobset.yaml \
   "no RDZV_HOST: the default .* repeats in each of the JobSet's Jobs" \
-  's/- name: RDZV_HOST/- name: RDZV_HOSTX/'
+  's/- name: RDZV_HOST\n/- name: RDZV_HOSTX\n/'
 mutant subdomain-without-service job.yaml \
   "spec.template.spec.subdomain: no headless Service trains" \
   's/subdomain: train/subdomain: trains/'
@@ -232,6 +304,66 @@ if yamllint -c tests/k8s/yamllint.conf "$mut/duplicate-key" >/dev/null 2>&1; the
 else
   ok "yamllint refuses the duplicate key"
 fi
+
+# 5. The node sidecar's own script, run by sh for every pod of job.yaml
+# (4 pods) and jobset.yaml (2 Jobs of 4), with a stub rdzvd on PATH that
+# prints its arguments: each node's parent chain and --children are those
+# of the tree (pod i under pod (i-1)/16; children: the pods 16i+1..16i+16
+# that exist), and --local-ranks is the pod's ranks.
+cat >"$work/script.mjs" <<'JS'
+import { readFileSync } from "node:fs";
+import { parseAllDocuments } from "yaml";
+// Prints the rdzv-node init container's script and its literal env
+// (NAME=value lines), separated by a line "---".
+for (const d of parseAllDocuments(readFileSync(process.argv[2], "utf8"))) {
+  const o = d.toJS();
+  if (!o || !["Job", "JobSet"].includes(o.kind)) continue;
+  const tpl = o.kind === "Job" ? o.spec.template : o.spec.replicatedJobs[0].template.spec.template;
+  const c = tpl.spec.initContainers.find((x) => x.name === "rdzv-node");
+  for (const e of c.env || []) if (typeof e.value === "string") console.log(`${e.name}=${e.value}`);
+  console.log("---");
+  console.log(c.command[2]);
+}
+JS
+mkdir -p "$tmp/stub"
+printf '#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n' >"$tmp/stub/rdzvd"
+chmod +x "$tmp/stub/rdzvd"
+shape() { # FILE PODS JOBS_OF_4: runs each pod's script, checks its shape
+  local f=$1 pods=$2 jobs=$3 dump envs script g j k out kids want_kids p chain
+  dump=$(node "$work/script.mjs" "$k8s/$f") || { fail "$f: no node script"; return; }
+  envs=$(sed '/^---$/q' <<<"$dump" | grep -v '^---$')
+  script=$(sed '1,/^---$/d' <<<"$dump")
+  for ((g = 0; g < pods; g++)); do
+    j=$((g / 4)) k=$((g % 4))
+    out=$(env -i PATH="$tmp/stub:/usr/bin:/bin" JOB_COMPLETION_INDEX=$k \
+      JOB_INDEX=$j $envs sh -c "$script" 2>&1)
+    kids=$((pods - 16 * g - 1))
+    ((kids < 0)) && kids=0
+    ((kids > 16)) && kids=16
+    chain="" p=$g
+    while ((p > 0)); do
+      p=$(((p - 1) / 16))
+      if [ "$jobs" -gt 0 ]; then
+        chain="$chain,trainjs-workers-$((p / 4))-$((p % 4)).trainjs:29401"
+      else
+        chain="$chain,train-$p.train:29401"
+      fi
+    done
+    chain="${chain#,}${chain:+,}rdzv-root-0.rdzv-root:29400"
+    if grep -qx -- "--children=$kids" <<<"$out" &&
+      grep -qx -- "--local-ranks=1" <<<"$out" &&
+      grep -q -- "^--parent=$chain" <<<"$out"; then
+      :
+    else
+      fail "$f pod $g: not --children=$kids --local-ranks=1 --parent=$chain...; the script ran:"
+      echo "$out"
+      return
+    fi
+  done
+  ok "$f: the node script gives each of $pods pods its tree position (--parent, --children, --local-ranks)"
+}
+shape job.yaml 4 0
+shape jobset.yaml 8 2
 
 echo "manifests_test: $passes checks passed, $fails failed"
 [ "$fails" -eq 0 ]

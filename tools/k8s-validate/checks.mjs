@@ -492,6 +492,29 @@ function checkPodTemplate(t, services, headless, policies, bad) {
           bad(o, at(...sub, "env", arr(c.env).indexOf(w), "value"),
             `WORLD_SIZE ${w.value} is not ${pods} pods x ${local} ranks`);
       }
+      // The node's shape hints (--children from RDZV_HOSTS, --local-ranks
+      // from RDZV_LOCAL_RANKS): the pods of the tree and a pod's ranks.
+      if (node && Number.isInteger(js.completions)) {
+        const pods = js.completions * (t.jobsetJobs !== undefined ? t.jobsetJobs : t.replicas);
+        const cmd = commandText(node.c);
+        const ne = (n) => {
+          const e = envValue(node.c, n);
+          return { e, i: arr(node.c.env).indexOf(e) };
+        };
+        const h = ne("RDZV_HOSTS"), lr = ne("RDZV_LOCAL_RANKS");
+        if (/--children/.test(cmd) && !h.e)
+          bad(o, at(...node.sub), "the node's --children needs RDZV_HOSTS (the tree's pods)");
+        else if (h.e && Number(h.e.value) !== pods)
+          bad(o, at(...node.sub, "env", h.i, "value"), `RDZV_HOSTS ${h.e.value} is not the tree's ${pods} pods`);
+        const trainer = containersOf(tpl).find(({ c, init }) => !init && envValue(c, "RDZV_ADDR"));
+        const l = trainer ? envValue(trainer.c, "LOCAL_WORLD_SIZE") : undefined;
+        const local = l && typeof l.value === "string" ? Number(l.value) : 1;
+        if (/--local-ranks/.test(cmd) && !lr.e)
+          bad(o, at(...node.sub), "the node's --local-ranks needs RDZV_LOCAL_RANKS (a pod's ranks)");
+        else if (lr.e && Number(lr.e.value) !== local)
+          bad(o, at(...node.sub, "env", lr.i, "value"),
+            `RDZV_LOCAL_RANKS ${lr.e.value} is not the trainer's LOCAL_WORLD_SIZE ${local}`);
+      }
     }
     if (t.jobsetJobs !== undefined && t.jobsetJobs > 1) {
       for (const { c, sub, init } of containersOf(tpl)) {
