@@ -122,7 +122,10 @@ void rdzv__blob_spare_release(void) {
 }
 
 uint8_t *rdzv__blob_spare_take(size_t need, size_t *cap) {
-  if (spare == NULL || spare_cap < need)
+  /* Not for a much smaller frame: the buffer becomes that frame's blob
+   * (upstream.c) and stays whole as long as it is held, a cached 24 KB
+   * value keeping 4 MiB of warm memory. */
+  if (spare == NULL || spare_cap < need || spare_cap / 2 > need)
     return NULL;
   uint8_t *m = spare;
   *cap = spare_cap;

@@ -70,7 +70,8 @@ void rdzv__blob_intern_add(struct rdzv_blob *b, uint32_t skip, uint64_t hash);
  * interned leaves its warm buffer for the next one rather than to
  * free(3) (which may give it back to the kernel, to be faulted in again):
  * rdzv__blob_spare_take returns this thread's spare of at least need
- * bytes (ownership passes; *cap is set) or NULL; rdzv__blob_spare_give
+ * bytes and at most twice that (ownership passes; *cap is set: the frame
+ * read into it keeps all of it), or NULL; rdzv__blob_spare_give
  * keeps mem (cap bytes) as the spare when it is bigger than the one held
  * and at most RDZV_BLOB_SPARE_MAX_BYTES, else frees it. */
 #define RDZV_BLOB_SPARE_MAX_BYTES ((size_t)16 << 20)

@@ -3,7 +3,8 @@
  * bytes after the skipped header, whatever the header; the last unref
  * takes a blob out of the table; a blob whose bytes changed is not found;
  * each thread has its own table; the spare read buffer keeps the biggest
- * one under the limit. */
+ * one under the limit, and is not handed to a frame of under half its
+ * size. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -127,6 +128,8 @@ static void test_spare(void **state) {
   rdzv__blob_spare_give(malloc(1000), 1000);
   rdzv__blob_spare_give(malloc(500), 500); /* smaller: freed */
   assert_null(rdzv__blob_spare_take(1001, &cap));
+  /* Over twice what is asked: not given (its frame would keep it all). */
+  assert_null(rdzv__blob_spare_take(499, &cap));
   uint8_t *m = rdzv__blob_spare_take(800, &cap);
   assert_non_null(m);
   assert_int_equal(cap, 1000);
