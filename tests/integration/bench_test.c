@@ -20,16 +20,21 @@
 
 #define BENCH "tools/bench/rdzv-bench"
 
-static void run_bench(const char *transport) {
+/* Runs rdzv-bench with argv plus "--json FILE", checks it exits 0, and
+ * returns the JSON it wrote (the caller decrefs). */
+static json_t *bench_json(char **argv, size_t argc) {
   char json_path[] = "/tmp/rdzv-bench-test-XXXXXX";
   int fd = mkstemp(json_path);
   assert_true(fd >= 0);
   close(fd);
-  char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
-                  "--fanout", "4", "--mode", "both", "--transport",
-                  (char *)transport, "--json", json_path, NULL};
+  char *full[32];
+  assert_true(argc + 3 <= 32);
+  memcpy(full, argv, argc * sizeof(*argv));
+  full[argc] = "--json";
+  full[argc + 1] = json_path;
+  full[argc + 2] = NULL;
   struct proc p;
-  assert_int_equal(proc_start(&p, argv, 1), 0);
+  assert_int_equal(proc_start(&p, full, 1), 0);
   char *out = proc_read_all(&p);
   printf("%s", out ? out : "");
   free(out);
@@ -37,6 +42,14 @@ static void run_bench(const char *transport) {
   json_t *all = json_load_file(json_path, 0, NULL);
   unlink(json_path);
   assert_non_null(all);
+  return all;
+}
+
+static void run_bench(const char *transport) {
+  char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
+                  "--fanout", "4", "--mode", "both", "--transport",
+                  (char *)transport};
+  json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
   assert_int_equal(json_array_size(all), 2);
   int64_t msgs[2] = {0, 0};
   for (size_t i = 0; i < 2; i++) {
@@ -75,23 +88,10 @@ static void test_in_process(void **state) {
 
 static void test_interned(void **state) {
   (void)state;
-  char json_path[] = "/tmp/rdzv-bench-test-XXXXXX";
-  int fd = mkstemp(json_path);
-  assert_true(fd >= 0);
-  close(fd);
   char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
                   "--fanout", "4", "--ranks-per-root", "2", "--mode",
-                  "both", "--transport", "inproc", "--json", json_path,
-                  NULL};
-  struct proc p;
-  assert_int_equal(proc_start(&p, argv, 1), 0);
-  char *out = proc_read_all(&p);
-  printf("%s", out ? out : "");
-  free(out);
-  assert_int_equal(proc_wait(&p), 0);
-  json_t *all = json_load_file(json_path, 0, NULL);
-  unlink(json_path);
-  assert_non_null(all);
+                  "both", "--transport", "inproc"};
+  json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
   assert_int_equal(json_array_size(all), 2);
   for (size_t i = 0; i < 2; i++) {
     json_t *r = json_array_get(all, i);
@@ -122,22 +122,9 @@ static void test_interned(void **state) {
  * 64. Refusals and resets are retried with backoff; every rank joins. */
 static void test_connection_storm(void **state) {
   (void)state;
-  char json_path[] = "/tmp/rdzv-bench-storm-XXXXXX";
-  int fd = mkstemp(json_path);
-  assert_true(fd >= 0);
-  close(fd);
   char *argv[] = {"/usr/bin/env", "RDZVD_BACKLOG=64", BENCH, "--ranks",
-                  "4096", "--mode", "flat", "--transport", "sockets",
-                  "--json", json_path, NULL};
-  struct proc p;
-  assert_int_equal(proc_start(&p, argv, 1), 0);
-  char *out = proc_read_all(&p);
-  printf("%s", out ? out : "");
-  free(out);
-  assert_int_equal(proc_wait(&p), 0);
-  json_t *all = json_load_file(json_path, 0, NULL);
-  unlink(json_path);
-  assert_non_null(all);
+                  "4096", "--mode", "flat", "--transport", "sockets"};
+  json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
   json_t *r = json_array_get(all, 0);
   assert_int_equal(json_integer_value(json_object_get(r, "ranks")), 4096);
   assert_int_equal(json_integer_value(json_object_get(r, "failed")), 0);
