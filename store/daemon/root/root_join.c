@@ -42,7 +42,12 @@ static struct jpend *pend_for(struct round *r, struct conn *c,
 }
 
 static struct jmember *member_new(const struct rdzv_slice *v) {
-  struct jmember *m = calloc(1, sizeof(*m) + v->n + 256 + 5);
+  /* Decoded once to size the slot key (host, NUL, local rank): held
+   * exactly, not for the longest host (the root keeps one a member). */
+  struct rdzv_join_full probe;
+  if (rdzv_join_rec_decode(v->p, v->n, &probe) < 0)
+    return NULL;
+  struct jmember *m = calloc(1, sizeof(*m) + v->n + probe.rec.host_len + 5);
   if (m == NULL)
     return NULL;
   memcpy(m->data, v->p, v->n);
