@@ -34,6 +34,9 @@ struct rdzv_daemon_traffic {
   uint64_t frames_in, frames_out;
   uint64_t bytes_in, bytes_out;
   uint64_t bytes_interned; /* of bytes_in: kept once per thread (blob.h) */
+  /* Of frames_in + frames_out: the liveness traffic, each PING this
+   * daemon answered or sent counted with its reply (two frames). */
+  uint64_t heartbeat_frames;
 };
 void rdzv_daemon_traffic(const struct daemon *d,
                          struct rdzv_daemon_traffic *out);

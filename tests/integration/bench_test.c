@@ -70,6 +70,19 @@ static void run_bench(const char *transport) {
     msgs[tree] = json_integer_value(json_object_get(r, "root_msgs"));
     if (tree)
       assert_true(json_integer_value(json_object_get(r, "max_node_msgs")) > 0);
+    /* The projection's busiest daemon: the root's or the busiest node's
+     * frames without heartbeats, never more than all its frames. */
+    json_int_t rw = json_integer_value(json_object_get(r, "root_work_msgs")),
+               nw = json_integer_value(
+                   json_object_get(r, "max_node_work_msgs"));
+    assert_true(rw > 0 && rw <= msgs[tree]);
+    assert_true(nw >= 0 &&
+                nw <= json_integer_value(json_object_get(r, "max_node_msgs")));
+    assert_true(!tree || nw > 0);
+    assert_int_equal(
+        json_integer_value(json_object_get(r, "projection_busiest_frames")),
+        rw > nw ? rw : nw);
+    assert_true(json_real_value(json_object_get(r, "projection_frame_us")) > 0);
   }
   json_decref(all);
   assert_true(msgs[0] >= 8 * 400);

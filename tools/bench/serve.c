@@ -274,6 +274,9 @@ static int start_ranks(struct serve *sv) {
 static void print_stats(struct serve *sv) {
   int64_t max_msgs = 0, max_bytes = 0, sum_msgs = 0, root_msgs = 0,
           root_bytes = 0, root_delta = 0, max_delta = 0, interned = 0;
+  /* Frames without the heartbeats (pings and their replies): the
+   * rendezvous's own work, which the projection counts. */
+  int64_t root_work = 0, max_work = 0;
   char etcd_json[600] = "";
   /* Frames since the previous "stats" (the idle heartbeat traffic when
    * the ranks are done): at the root, and at the busiest node. */
@@ -291,6 +294,7 @@ static void print_stats(struct serve *sv) {
     int64_t msgs = (int64_t)(t.frames_in + t.frames_out),
             bytes = (int64_t)(t.bytes_in + t.bytes_out);
     interned += (int64_t)t.bytes_interned;
+    int64_t work = msgs - (int64_t)t.heartbeat_frames;
     int64_t delta = have_last ? msgs - sv->last_msgs[i] : 0;
     if (sv->last_msgs != NULL)
       sv->last_msgs[i] = msgs;
@@ -307,6 +311,7 @@ static void print_stats(struct serve *sv) {
       json_decref(j);
       free(js);
       root_msgs = msgs;
+      root_work = work;
       root_bytes = bytes;
       root_delta = delta;
     } else {
@@ -316,6 +321,7 @@ static void print_stats(struct serve *sv) {
         max_msgs = msgs;
         max_bytes = bytes;
       }
+      max_work = work > max_work ? work : max_work;
     }
   }
   printf("stats {\"root\":%d,\"root_msgs\":%" PRId64 ",\"root_bytes\":%" PRId64
@@ -324,11 +330,13 @@ static void print_stats(struct serve *sv) {
          ",\"cpu_s\":%.3f,\"root_delta\":%" PRId64
          ",\"max_node_delta\":%" PRId64 ",\"interned\":%" PRId64
          ",\"ids_checked\":%" PRId64 ",\"ids_mismatch\":%" PRId64
-         ",\"ids_hash\":[\"%016" PRIx64 "\",\"%016" PRIx64 "\"]%s}\n",
+         ",\"ids_hash\":[\"%016" PRIx64 "\",\"%016" PRIx64 "\"]"
+         ",\"root_work_msgs\":%" PRId64 ",\"max_node_work_msgs\":%" PRId64
+         "%s}\n",
          sv->o->root, root_msgs, root_bytes, max_msgs, max_bytes, sum_msgs,
          sv->nd - (sv->o->root ? 1 : 0), bench_peak_rss(), cpu, root_delta,
          max_delta, interned, sv->ids_checked, sv->ids_mismatch,
-         sv->ids_hash[0], sv->ids_hash[1], etcd_json);
+         sv->ids_hash[0], sv->ids_hash[1], root_work, max_work, etcd_json);
   fflush(stdout);
 }
 

@@ -396,5 +396,7 @@ void rdzv_daemon_traffic(const struct daemon *d,
   *out = (struct rdzv_daemon_traffic){
       .frames_in = d->stats.frames_in, .frames_out = d->stats.frames_out,
       .bytes_in = d->stats.bytes_in, .bytes_out = d->stats.bytes_out,
-      .bytes_interned = d->stats.bytes_interned};
+      .bytes_interned = d->stats.bytes_interned,
+      .heartbeat_frames = 2 * (d->stats.ops[RDZV_MSG_PING].received +
+                               d->stats.ops[RDZV_MSG_PING].forwarded)};
 }
