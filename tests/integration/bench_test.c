@@ -99,6 +99,28 @@ static void test_in_process(void **state) {
   run_bench("inproc");
 }
 
+/* --heartbeat-ms reaches the nodes, and the projection's busiest daemon
+ * leaves their pings out: at 1 ms every node pings many times a run. */
+static void test_heartbeats(void **state) {
+  (void)state;
+  char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
+                  "--fanout", "4", "--mode", "tree", "--transport",
+                  "inproc", "--heartbeat-ms", "1"};
+  json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
+  assert_int_equal(json_array_size(all), 1);
+  json_t *r = json_array_get(all, 0);
+  assert_int_equal(json_integer_value(json_object_get(r, "failed")), 0);
+  json_int_t msgs = json_integer_value(json_object_get(r, "max_node_msgs")),
+             work = json_integer_value(
+                 json_object_get(r, "max_node_work_msgs")),
+             root = json_integer_value(json_object_get(r, "root_msgs")),
+             root_work = json_integer_value(
+                 json_object_get(r, "root_work_msgs"));
+  assert_true(work > 0 && work < msgs);
+  assert_true(root_work > 0 && root_work < root);
+  json_decref(all);
+}
+
 static void test_interned(void **state) {
   (void)state;
   char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
@@ -149,6 +171,7 @@ int main(void) {
       cmocka_unit_test(test_sockets),
       cmocka_unit_test(test_in_process),
       cmocka_unit_test(test_interned),
+      cmocka_unit_test(test_heartbeats),
       cmocka_unit_test(test_connection_storm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

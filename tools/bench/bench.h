@@ -23,6 +23,8 @@ struct bench_opts {
                             depth-first order (bench_host_at); drive:
                             a range of host indexes */
   uint32_t flush_ms, flush_max_ms;
+  /* The nodes' --heartbeat-ms; 0: a third of their liveness timeout. */
+  uint32_t heartbeat_ms;
 };
 
 int64_t bench_hosts(const struct bench_opts *o);

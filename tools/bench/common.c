@@ -110,6 +110,8 @@ int bench_parse_common(struct bench_opts *o, int argc, char **argv, int i) {
       o->tcpstore = (x & 8) != 0;
     } else if (strcmp(k, "--flush") == 0 && num)
       o->flush_ms = (uint32_t)x;
+    else if (strcmp(k, "--hb") == 0 && num && x >= 0 && x <= UINT32_MAX)
+      o->heartbeat_ms = (uint32_t)x;
     else if (strcmp(k, "--timeout") == 0 && num && x > 0)
       o->timeout_s = (double)x;
     else

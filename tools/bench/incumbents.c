@@ -261,11 +261,12 @@ static int spawn_bench(struct inc_run *rn, const char *kind, int64_t first,
   snprintf(a[5], 32, "%d", flags);
   snprintf(a[6], 32, "%u", o->flush_ms);
   snprintf(a[7], 32, "%.0f", o->timeout_s);
+  snprintf(a[8], 32, "%u", o->heartbeat_ms);
   char *argv[] = {"/proc/self/exe", (char *)kind, "--dir", (char *)o->dir,
                   "--job", (char *)o->job, "--n", a[0], "--rph", a[1],
                   "--fanout", a[2], "--first", a[3], "--count", a[4],
                   "--flags", a[5], "--flush", a[6], "--timeout", a[7],
-                  NULL};
+                  "--hb", a[8], NULL};
   return spawn(rn, argv, server ? 1 : 0, server, NULL);
 }
 

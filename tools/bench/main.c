@@ -56,6 +56,9 @@ static void usage_to(FILE *f) {
       "       [--mode tree|flat|both] [--json FILE] [--plot FILE.png]\n"
       "       [--transport auto|sockets|inproc] [--sockets-max N]\n"
       "       [--rtt-us US] [--flush-ms MS] [--timeout S] [--idle-s S]\n"
+      "       [--heartbeat-ms MS] (the nodes' pings to their parents;\n"
+      "       default 20000, a third of the 60 s liveness timeout the bench\n"
+      "       gives them; rdzvd's own default is 1000)\n"
       "       [--etcd URL[,URL...]] (an etcd-backed root: etcd's requests\n"
       "       and bytes per rendezvous are printed)\n"
       "       [--delay-tree HOSTS [--delay-us US[,US...]]] (a tree of HOSTS\n"
@@ -69,7 +72,8 @@ static void usage_to(FILE *f) {
       "  ranks, in-process rank hop above) --rtt-us 50 --flush-ms 2\n"
       "  --idle-s 0 (else: after each run, S seconds with every rank done\n"
       "  and connected, reporting the root's and the busiest node's frames\n"
-      "  per second: the heartbeat cost)\n");
+      "  per second: the heartbeat cost; use --heartbeat-ms 1000 for\n"
+      "  rdzvd's)\n");
   fputs(bench_inc_usage(), f);
   fprintf(f, "  --mode none: only the incumbents. Default --incumbents\n"
              "  1000,4000 when neither --ranks nor --incumbents is given\n");
@@ -101,11 +105,12 @@ static int spawn(struct run *rn, const char *kind, int64_t first,
     snprintf(a[6], 64, "%u", o->flush_ms);
     snprintf(a[7], 64, "%.0f", o->timeout_s);
     snprintf(a[8], 64, "%" PRId64, o->ranks_per_root);
+    snprintf(a[9], 64, "%u", o->heartbeat_ms);
     char *argv[] = {"rdzv-bench", (char *)kind, "--dir", (char *)o->dir,
                     "--job", (char *)o->job, "--n", a[0], "--rph", a[1],
                     "--fanout", a[2], "--first", a[3], "--count", a[4],
                     "--flags", a[5], "--flush", a[6], "--timeout", a[7],
-                    "--rpr", a[8], NULL};
+                    "--rpr", a[8], "--hb", a[9], NULL};
     execv("/proc/self/exe", argv);
     _exit(127);
   }
@@ -759,6 +764,11 @@ int main(int argc, char **argv) {
       o.flush_ms = f >= 0 && f <= 10000 ? (uint32_t)f : UINT32_MAX;
     } else if (strcmp(k, "--timeout") == 0) {
       o.timeout_s = strtod(v, &end);
+    } else if (strcmp(k, "--heartbeat-ms") == 0) {
+      long long hb = strtoll(v, &end, 10);
+      o.heartbeat_ms = hb >= 1 && hb <= 600000 ? (uint32_t)hb : 0;
+      if (o.heartbeat_ms == 0)
+        end = (char *)v; /* out of range: the usage */
     } else if (strcmp(k, "--etcd") == 0) {
       /* The root persists to etcd at these URLs (its children read it). */
       setenv("RDZV_BENCH_ETCD", v, 1);

@@ -403,6 +403,12 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
    * loaded machine, during which none of them pings. A real node is a
    * process of its own. */
   cfg.liveness_timeout_ms = 60000;
+  /* Pings at a third of it, the least the daemon's own rule allows (three
+   * within the parent's timeout), unless --heartbeat-ms says otherwise:
+   * at the daemons' default 1 s, 12,500 nodes each ping every second of a
+   * rendezvous that takes seconds here, and milliseconds on a cluster. */
+  cfg.heartbeat_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms
+                                         : cfg.liveness_timeout_ms / 3;
   /* For the same reason a parent may take seconds to accept and answer a
    * hello, and a node seconds to get its turn: the run's own deadline
    * bounds the wait instead. */
