@@ -27,6 +27,9 @@ struct node_job {
   struct nadd *adds;
   struct ncoll *colls;
   struct njround *jrounds;
+  /* Some round's generations died with the parent (joins_lost): until
+   * then no request needs rdzv__node_lost_generation's key parse. */
+  bool joins_lost;
   struct joined *joined; /* connections that joined, by conn */
   uint64_t epoch; /* parent restarts seen: mixed into our hello replies */
   uv_timer_t *lost_timer; /* node_join.c: lost child nodes' grace */

@@ -1178,8 +1178,11 @@ void rdzv__node_joins_leave(struct node_job *nj) {
 
 void rdzv__node_joins_lost(struct node_job *nj) {
   struct njround *jr, *t;
-  HASH_ITER(hh, nj->jrounds, jr, t)
+  HASH_ITER(hh, nj->jrounds, jr, t) {
     jr->lost_gen = jr->last_gen;
+    if (jr->lost_gen != 0)
+      nj->joins_lost = true; /* for good: the full check from now on */
+  }
 }
 
 bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
@@ -1188,7 +1191,8 @@ bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
   const uint8_t *name;
   size_t nlen;
   int64_t g;
-  if (nj->jrounds == NULL || rdzv_items_get(&m->keys, 0, &k) < 0 ||
+  if (!nj->joins_lost || nj->jrounds == NULL ||
+      rdzv_items_get(&m->keys, 0, &k) < 0 ||
       rdzv_gen_key_parse(k.p, k.n, &name, &nlen, &g) < 0)
     return false;
   struct njround *jr = NULL;

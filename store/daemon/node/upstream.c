@@ -103,8 +103,10 @@ struct upstream {
   /* Where to connect: addrs[0] = --parent, then the ancestors above it as
    * the parent last told them (nearest first); addr_idx the one in use.
    * incs[i]: the incarnation addrs[i] gave in its last hello reply, 0
-   * before the first (a change means that daemon restarted). */
-  char addrs[RDZV_MAX_ANCESTORS + 1][256];
+   * before the first (a change means that daemon restarted). Each a copy
+   * of its own (at most 255 bytes): a node holds one upstream a job, and
+   * a 100k-rank simulation 12,500 of them. */
+  char *addrs[RDZV_MAX_ANCESTORS + 1];
   uint64_t incs[RDZV_MAX_ANCESTORS + 1];
   uint64_t shared_inc; /* the last an etcd-backed root gave (0: none) */
   uint32_t naddrs;
@@ -148,17 +150,26 @@ static void arm_expire(struct upstream *u);
 
 /* The address in use: the parent, or an ancestor while reattached. */
 static const char *up_addr(const struct upstream *u) {
-  return u->addrs[u->addr_idx];
+  const char *a = u->addrs[u->addr_idx];
+  return a != NULL ? a : "";
 }
 
-/* addrs[1..] from the ancestors the parent last told (daemon-wide). */
+/* addrs[1..] from the ancestors the parent last told (daemon-wide). Out
+ * of memory, the list ends before the ancestor it could not copy (fewer
+ * places to reattach to, none wrong). */
 static void refresh_ancestors(struct upstream *u) {
   const struct daemon *d = u->d;
   uint32_t n = d->nancestors;
   for (uint32_t i = 0; i < n; i++) {
-    if (strcmp(u->addrs[i + 1], d->ancestors[i]) != 0 || i + 1 >= u->naddrs) {
-      snprintf(u->addrs[i + 1], sizeof(u->addrs[i + 1]), "%s",
-               d->ancestors[i]);
+    char **a = &u->addrs[i + 1];
+    if (*a == NULL || strcmp(*a, d->ancestors[i]) != 0 || i + 1 >= u->naddrs) {
+      char *s = strdup(d->ancestors[i]);
+      if (s == NULL) {
+        n = i;
+        break;
+      }
+      free(*a);
+      *a = s;
       u->incs[i + 1] = 0;
     }
   }
@@ -185,6 +196,8 @@ static void up_unref(struct upstream *u) {
   rdzv_buf_free(&u->out);
   rdzv_buf_free(&u->writing);
   rdzv_buf_free(&u->in);
+  for (size_t i = 0; i < sizeof(u->addrs) / sizeof(u->addrs[0]); i++)
+    free(u->addrs[i]);
   free(u->job_id);
   free(u);
 }
@@ -677,10 +690,9 @@ static void follow_leader(struct upstream *u, const struct rdzv_msg *m) {
   rdzv_items_get(&m->keys, 0, &t);
   rdzv__log(d, 2, "job %s: root %s: %.*s", u->job_id, up_addr(u),
             (int)(t.n < 300 ? t.n : 300), (const char *)t.p);
-  if (rdzv_items_get(&m->vals, 0, &l) < 0 || l.n == 0 ||
-      l.n >= sizeof(u->addrs[0]))
-    return;
   char leader[256];
+  if (rdzv_items_get(&m->vals, 0, &l) < 0 || l.n == 0 || l.n >= sizeof(leader))
+    return;
   memcpy(leader, l.p, l.n);
   leader[l.n] = '\0';
   if (strcmp(leader, up_addr(u)) == 0)
@@ -1247,7 +1259,12 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
   u->restart_arg = arg;
   u->refs = 1;
   u->next_id = 1;
-  snprintf(u->addrs[0], sizeof(u->addrs[0]), "%.255s", d->cfg.parent);
+  u->addrs[0] = strndup(d->cfg.parent, 255);
+  if (u->addrs[0] == NULL) {
+    free(u->job_id);
+    free(u);
+    return NULL;
+  }
   u->naddrs = 1;
   refresh_ancestors(u);
   u->backoff_ms = 10;
