@@ -236,8 +236,9 @@ struct result {
   double wall_s, p50_s, p99_s, cpu_s, projection_s, rtt_us;
   int64_t root_msgs, root_bytes, max_node_msgs, max_node_bytes;
   int64_t root_rss, node_rss, all_msgs;
-  /* root_msgs and the busiest node's without heartbeats (pings and their
-   * replies), which a rendezvous of milliseconds would not see. */
+  /* The root's frames and the most any node handled, without heartbeats
+   * (pings and their replies), which a rendezvous of milliseconds would
+   * not see. */
   int64_t root_work_msgs, max_node_work_msgs;
   /* The projection's inputs: CPU per frame (the rendezvous window's CPU
    * over all frames) and the busiest daemon's frames. */
