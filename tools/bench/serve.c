@@ -276,7 +276,7 @@ static void print_stats(struct serve *sv) {
           root_bytes = 0, root_delta = 0, max_delta = 0, interned = 0;
   /* Frames without the heartbeats (pings and their replies): the
    * rendezvous's own work, which the projection counts. */
-  int64_t root_work = 0, max_work = 0;
+  int64_t root_work = 0, max_work = 0, sum_work = 0;
   char etcd_json[600] = "";
   /* Frames since the previous "stats" (the idle heartbeat traffic when
    * the ranks are done): at the root, and at the busiest node. */
@@ -295,6 +295,7 @@ static void print_stats(struct serve *sv) {
             bytes = (int64_t)(t.bytes_in + t.bytes_out);
     interned += (int64_t)t.bytes_interned;
     int64_t work = msgs - (int64_t)t.heartbeat_frames;
+    sum_work += work;
     int64_t delta = have_last ? msgs - sv->last_msgs[i] : 0;
     if (sv->last_msgs != NULL)
       sv->last_msgs[i] = msgs;
@@ -332,11 +333,12 @@ static void print_stats(struct serve *sv) {
          ",\"ids_checked\":%" PRId64 ",\"ids_mismatch\":%" PRId64
          ",\"ids_hash\":[\"%016" PRIx64 "\",\"%016" PRIx64 "\"]"
          ",\"root_work_msgs\":%" PRId64 ",\"max_node_work_msgs\":%" PRId64
-         "%s}\n",
+         ",\"work_msgs\":%" PRId64 "%s}\n",
          sv->o->root, root_msgs, root_bytes, max_msgs, max_bytes, sum_msgs,
          sv->nd - (sv->o->root ? 1 : 0), bench_peak_rss(), cpu, root_delta,
          max_delta, interned, sv->ids_checked, sv->ids_mismatch,
-         sv->ids_hash[0], sv->ids_hash[1], root_work, max_work, etcd_json);
+         sv->ids_hash[0], sv->ids_hash[1], root_work, max_work, sum_work,
+         etcd_json);
   fflush(stdout);
 }
 
