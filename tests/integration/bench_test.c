@@ -20,6 +20,11 @@
 
 #define BENCH "tools/bench/rdzv-bench"
 
+/* The integer field key of a JSON record (0 when absent). */
+static json_int_t field(const json_t *r, const char *key) {
+  return json_integer_value(json_object_get(r, key));
+}
+
 /* Runs rdzv-bench with argv plus "--json FILE", checks it exits 0, and
  * returns the JSON it wrote (the caller decrefs). */
 static json_t *bench_json(char **argv, size_t argc) {
@@ -57,31 +62,27 @@ static void run_bench(const char *transport) {
     const char *mode = json_string_value(json_object_get(r, "mode"));
     assert_non_null(mode);
     int tree = strcmp(mode, "tree") == 0;
-    assert_int_equal(json_integer_value(json_object_get(r, "ranks")), 400);
-    assert_int_equal(json_integer_value(json_object_get(r, "hosts")), 50);
-    assert_int_equal(json_integer_value(json_object_get(r, "failed")), 0);
+    assert_int_equal(field(r, "ranks"), 400);
+    assert_int_equal(field(r, "hosts"), 50);
+    assert_int_equal(field(r, "failed"), 0);
     assert_true(json_real_value(json_object_get(r, "wall_s")) > 0);
     assert_true(json_real_value(json_object_get(r, "p99_s")) >=
                 json_real_value(json_object_get(r, "p50_s")));
-    assert_true(json_integer_value(json_object_get(r, "root_rss_bytes")) > 0);
+    assert_true(field(r, "root_rss_bytes") > 0);
     assert_string_equal(json_string_value(json_object_get(r, "transport")),
                         strcmp(transport, "inproc") == 0 ? "in-process"
                                                          : "sockets");
-    msgs[tree] = json_integer_value(json_object_get(r, "root_msgs"));
+    msgs[tree] = field(r, "root_msgs");
     if (tree)
-      assert_true(json_integer_value(json_object_get(r, "max_node_msgs")) > 0);
+      assert_true(field(r, "max_node_msgs") > 0);
     /* The projection's busiest daemon: the root's or the busiest node's
      * frames without heartbeats, never more than all its frames. */
-    json_int_t rw = json_integer_value(json_object_get(r, "root_work_msgs")),
-               nw = json_integer_value(
-                   json_object_get(r, "max_node_work_msgs"));
+    json_int_t rw = field(r, "root_work_msgs"),
+               nw = field(r, "max_node_work_msgs");
     assert_true(rw > 0 && rw <= msgs[tree]);
-    assert_true(nw >= 0 &&
-                nw <= json_integer_value(json_object_get(r, "max_node_msgs")));
+    assert_true(nw >= 0 && nw <= field(r, "max_node_msgs"));
     assert_true(!tree || nw > 0);
-    assert_int_equal(
-        json_integer_value(json_object_get(r, "projection_busiest_frames")),
-        rw > nw ? rw : nw);
+    assert_int_equal(field(r, "projection_busiest_frames"), rw > nw ? rw : nw);
     assert_true(json_real_value(json_object_get(r, "projection_frame_us")) > 0);
   }
   json_decref(all);
@@ -109,13 +110,11 @@ static void test_heartbeats(void **state) {
   json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
   assert_int_equal(json_array_size(all), 1);
   json_t *r = json_array_get(all, 0);
-  assert_int_equal(json_integer_value(json_object_get(r, "failed")), 0);
-  json_int_t msgs = json_integer_value(json_object_get(r, "max_node_msgs")),
-             work = json_integer_value(
-                 json_object_get(r, "max_node_work_msgs")),
-             root = json_integer_value(json_object_get(r, "root_msgs")),
-             root_work = json_integer_value(
-                 json_object_get(r, "root_work_msgs"));
+  assert_int_equal(field(r, "failed"), 0);
+  json_int_t msgs = field(r, "max_node_msgs"),
+             work = field(r, "max_node_work_msgs"),
+             root = field(r, "root_msgs"),
+             root_work = field(r, "root_work_msgs");
   assert_true(work > 0 && work < msgs);
   assert_true(root_work > 0 && root_work < root);
   json_decref(all);
@@ -132,14 +131,11 @@ static void test_interned(void **state) {
     json_t *r = json_array_get(all, i);
     int tree = strcmp(json_string_value(json_object_get(r, "mode")),
                       "tree") == 0;
-    assert_int_equal(json_integer_value(json_object_get(r, "failed")), 0);
+    assert_int_equal(field(r, "failed"), 0);
     /* Local rank 0 of each of the 50 hosts, checked. */
-    assert_int_equal(
-        json_integer_value(json_object_get(r, "id_tables_checked")), 50);
-    assert_int_equal(
-        json_integer_value(json_object_get(r, "id_table_mismatches")), 0);
-    json_int_t interned =
-        json_integer_value(json_object_get(r, "interned_bytes"));
+    assert_int_equal(field(r, "id_tables_checked"), 50);
+    assert_int_equal(field(r, "id_table_mismatches"), 0);
+    json_int_t interned = field(r, "interned_bytes");
     /* Tree: 50 nodes in one process, each after the first that got a
      * table found it interned (200 ids of 136 bytes). Flat: no node. */
     if (tree)
@@ -161,8 +157,8 @@ static void test_connection_storm(void **state) {
                   "4096", "--mode", "flat", "--transport", "sockets"};
   json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
   json_t *r = json_array_get(all, 0);
-  assert_int_equal(json_integer_value(json_object_get(r, "ranks")), 4096);
-  assert_int_equal(json_integer_value(json_object_get(r, "failed")), 0);
+  assert_int_equal(field(r, "ranks"), 4096);
+  assert_int_equal(field(r, "failed"), 0);
   json_decref(all);
 }
 
