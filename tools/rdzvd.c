@@ -17,12 +17,16 @@ int main(int argc, char **argv) {
       return 0;
     }
   int rc = rdzv_config_parse(&cfg, argc, argv, stdout, err, sizeof(err));
-  if (rc == 1)
+  if (rc == 1) {
+    rdzv_config_free(&cfg);
     return 0;
+  }
   if (rc < 0) {
     fprintf(stderr, "rdzvd: %s\n", err);
+    rdzv_config_free(&cfg);
     return 2;
   }
   rc = rdzv_daemon_run(&cfg);
+  rdzv_config_free(&cfg);
   return rc == 0 ? 0 : 1;
 }

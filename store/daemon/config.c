@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pwd.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -26,9 +27,9 @@ struct opt {
   const char *help;
 };
 
-#define STR_OPT(n, e, d, field, h)                                  \
-  { n, e, d, OPT_STR, offsetof(struct rdzv_daemon_config, field),  \
-    sizeof(((struct rdzv_daemon_config *)0)->field), h }
+/* size: a string option's longest value in bytes (without the NUL). */
+#define STR_OPT(n, e, d, field, max, h)                                 \
+  { n, e, d, OPT_STR, offsetof(struct rdzv_daemon_config, field), max, h }
 #define U32_OPT(n, e, d, field, h)                                  \
   { n, e, d, OPT_U32, offsetof(struct rdzv_daemon_config, field), 4, h }
 
@@ -36,26 +37,26 @@ static const struct opt opts[] = {
   { "role", "RDZVD_ROLE", "root", OPT_ROLE,
     offsetof(struct rdzv_daemon_config, role), 4,
     "root (holds the truth) or node (agent with one parent)" },
-  STR_OPT("listen", "RDZVD_LISTEN", "127.0.0.1:0", listen,
+  STR_OPT("listen", "RDZVD_LISTEN", "127.0.0.1:0", listen, RDZV_CONFIG_STR_MAX,
           "TCP HOST:PORT for ranks and child nodes; port 0 = kernel's choice; "
           "HOST:FIRST-LAST = the first free port of the range (at most 64)"),
-  STR_OPT("unix", "RDZVD_UNIX", "", unix_path,
+  STR_OPT("unix", "RDZVD_UNIX", "", unix_path, RDZV_CONFIG_STR_MAX,
           "Unix socket path for local ranks (empty: none)"),
-  STR_OPT("allow-uids", "RDZVD_ALLOW_UIDS", "", allow_uids,
+  STR_OPT("allow-uids", "RDZVD_ALLOW_UIDS", "", allow_uids, RDZV_CONFIG_UIDS_MAX,
           "the uids whose processes may connect to the Unix socket, besides "
           "this daemon's own uid and root: comma-separated numeric uids or "
           "user names (at most 64); any other peer gets RDZV_EAUTH "
           "(SO_PEERCRED). The socket is 0600 when no other uid is allowed, "
           "else 0666"),
-  STR_OPT("parent", "RDZVD_PARENT", "", parent,
+  STR_OPT("parent", "RDZVD_PARENT", "", parent, RDZV_CONFIG_LIST_MAX,
           "node: parent address (HOST:PORT or unix:PATH); optionally followed "
           "by the ancestors up to the root, comma-separated, nearest first "
           "(where to reattach if the parent is lost before it told them); "
           "HOST:FIRST-LAST tries each port of the range in turn (a parent "
           "started with --listen HOST:FIRST-LAST and --job)"),
-  STR_OPT("port-file", "RDZVD_PORT_FILE", "", port_file,
+  STR_OPT("port-file", "RDZVD_PORT_FILE", "", port_file, RDZV_CONFIG_STR_MAX,
           "write the bound TCP port here once listening"),
-  STR_OPT("name", "RDZVD_NAME", "", name, "name in logs (default host:pid)"),
+  STR_OPT("name", "RDZVD_NAME", "", name, RDZV_CONFIG_NAME_MAX, "name in logs (default host:pid)"),
   U32_OPT("max-key-bytes", "RDZVD_MAX_KEY_BYTES", "4096", max_key_bytes,
           "longest key, bytes"),
   U32_OPT("max-value-bytes", "RDZVD_MAX_VALUE_BYTES", "16777216",
@@ -93,13 +94,13 @@ static const struct opt opts[] = {
     "node that only relays); auto: each join record's local size, and a "
     "node whose ranks have not joined yet waits for them (with "
     "--children)" },
-  STR_OPT("secret-file", "RDZVD_SECRET_FILE", "", secret_file,
+  STR_OPT("secret-file", "RDZVD_SECRET_FILE", "", secret_file, RDZV_CONFIG_STR_MAX,
           "the job secret: a file (no access for others, 16..1024 bytes) "
           "whose secret every peer must prove in its hello, and that a "
           "node's parent must prove to it (HMAC-SHA256 challenge and "
           "response; with --job, that job's; else every job's); empty: no "
           "authentication"),
-  STR_OPT("secret-dir", "RDZVD_SECRET_DIR", "", secret_dir,
+  STR_OPT("secret-dir", "RDZVD_SECRET_DIR", "", secret_dir, RDZV_CONFIG_STR_MAX,
           "one secret file per job: DIR/<job id>, read at each hello (a "
           "root that serves many jobs; a Kubernetes Secret volume); a job "
           "without a file there is refused as a wrong secret is"),
@@ -136,7 +137,7 @@ static const struct opt opts[] = {
           "naming it"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
-  STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen,
+  STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen, RDZV_CONFIG_STR_MAX,
           "serve PyTorch c10d TCPStore clients on PORT (127.0.0.1:PORT) or "
           "HOST:PORT, a loopback HOST unless --tcpstore-remote (empty: no)"),
   { "tcpstore-remote", "RDZVD_TCPSTORE_REMOTE", "no", OPT_BOOL,
@@ -144,25 +145,25 @@ static const struct opt opts[] = {
     "let --tcpstore-listen name a non-loopback HOST: PyTorch's TCPStore "
     "protocol has no authentication, so anyone who reaches that port can "
     "read and write the job's keys (warned at start)" },
-  STR_OPT("tcpstore-job", "RDZVD_TCPSTORE_JOB", "", tcpstore_job,
+  STR_OPT("tcpstore-job", "RDZVD_TCPSTORE_JOB", "", tcpstore_job, RDZV_CONFIG_STR_MAX,
           "the job whose keys TCPStore clients read and write (default: "
           "--job)"),
-  STR_OPT("etcd", "RDZVD_ETCD", "", etcd,
+  STR_OPT("etcd", "RDZVD_ETCD", "", etcd, RDZV_CONFIG_LIST_MAX,
           "root: persist job state in etcd at these comma-separated URLs "
           "(http:// or https://) before acknowledging; several roots with "
           "the same --etcd elect one leader, the others stand by (empty: "
           "the in-memory root)"),
-  STR_OPT("etcd-prefix", "RDZVD_ETCD_PREFIX", "rdzv", etcd_prefix,
+  STR_OPT("etcd-prefix", "RDZVD_ETCD_PREFIX", "rdzv", etcd_prefix, RDZV_CONFIG_STR_MAX,
           "root: etcd key prefix of this service (leader key, jobs)"),
-  STR_OPT("etcd-credentials", "RDZVD_ETCD_CREDENTIALS", "", etcd_credentials,
+  STR_OPT("etcd-credentials", "RDZVD_ETCD_CREDENTIALS", "", etcd_credentials, RDZV_CONFIG_STR_MAX,
           "root: file holding etcd's USER:PASSWORD (empty: no auth)"),
-  STR_OPT("etcd-ca", "RDZVD_ETCD_CA", "", etcd_ca,
+  STR_OPT("etcd-ca", "RDZVD_ETCD_CA", "", etcd_ca, RDZV_CONFIG_STR_MAX,
           "root: CA bundle (PEM) for https:// etcd endpoints"),
-  STR_OPT("etcd-cert", "RDZVD_ETCD_CERT", "", etcd_cert,
+  STR_OPT("etcd-cert", "RDZVD_ETCD_CERT", "", etcd_cert, RDZV_CONFIG_STR_MAX,
           "root: client certificate (PEM) for etcd"),
-  STR_OPT("etcd-key", "RDZVD_ETCD_KEY", "", etcd_key,
+  STR_OPT("etcd-key", "RDZVD_ETCD_KEY", "", etcd_key, RDZV_CONFIG_STR_MAX,
           "root: client certificate's key (PEM) for etcd"),
-  STR_OPT("advertise", "RDZVD_ADVERTISE", "", advertise,
+  STR_OPT("advertise", "RDZVD_ADVERTISE", "", advertise, RDZV_CONFIG_STR_MAX,
           "root with --etcd: HOST:PORT nodes reach this root at (default: "
           "the bound --listen address)"),
   U32_OPT("etcd-lease-ttl-s", "RDZVD_ETCD_LEASE_TTL_S", "15",
@@ -185,8 +186,8 @@ static const struct opt opts[] = {
           "root: bytes per etcd transaction at most (below etcd's "
           "--max-request-bytes, 1.5 MiB by default)"),
   STR_OPT("tcpstore-port-file", "RDZVD_TCPSTORE_PORT_FILE", "",
-          tcpstore_port_file, "write the TCPStore port here once listening"),
-  STR_OPT("job", "RDZVD_JOB", "", job,
+          tcpstore_port_file, RDZV_CONFIG_STR_MAX, "write the TCPStore port here once listening"),
+  STR_OPT("job", "RDZVD_JOB", "", job, RDZV_CONFIG_STR_MAX,
           "serve child nodes of this job id only: a child node's hello "
           "naming another is refused with RDZV_EJOB_MISMATCH, and that child "
           "tries its parent's next address or port (a launcher that starts "
@@ -205,17 +206,100 @@ static const struct opt opts[] = {
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
+/* What every string member holds when it holds nothing of its own: never
+ * freed. */
+static const char empty[] = "";
+
+/* The offsets of the config's string members: those of the string options,
+ * and ancestors (derived from --parent). */
+static size_t str_offsets(size_t *out) {
+  size_t n = 0;
+  for (size_t i = 0; i < NOPTS; i++)
+    if (opts[i].kind == OPT_STR)
+      out[n++] = opts[i].off;
+  out[n++] = offsetof(struct rdzv_daemon_config, ancestors);
+  return n;
+}
+
+static const char **str_at(struct rdzv_daemon_config *cfg, size_t off) {
+  return (const char **)(void *)((char *)cfg + off);
+}
+
+static void str_free(const char *p) {
+  if (p != NULL && p != empty)
+    free((char *)p);
+}
+
+/* *field = a copy of the n bytes at v (empty for n 0). 0 or -ENOMEM (the
+ * field unchanged). */
+static int str_set(const char **field, const char *v, size_t n) {
+  const char *c = empty;
+  if (n > 0) {
+    char *m = malloc(n + 1);
+    if (m == NULL)
+      return -ENOMEM;
+    memcpy(m, v, n);
+    m[n] = '\0';
+    c = m;
+  }
+  str_free(*field);
+  *field = c;
+  return 0;
+}
+
+int rdzv_config_set(struct rdzv_daemon_config *cfg, const char **field,
+                    const char *fmt, ...) {
+  (void)cfg;
+  char buf[RDZV_CONFIG_LIST_MAX + 2];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  if (n < 0 || n > RDZV_CONFIG_LIST_MAX)
+    return -EINVAL;
+  return str_set(field, buf, (size_t)n);
+}
+
+void rdzv_config_free(struct rdzv_daemon_config *cfg) {
+  size_t offs[NOPTS + 1];
+  size_t n = str_offsets(offs);
+  for (size_t i = 0; i < n; i++) {
+    const char **f = str_at(cfg, offs[i]);
+    str_free(*f);
+    *f = empty;
+  }
+}
+
+int rdzv_config_copy(struct rdzv_daemon_config *dst,
+                     const struct rdzv_daemon_config *src) {
+  *dst = *src;
+  size_t offs[NOPTS + 1];
+  size_t n = str_offsets(offs);
+  for (size_t i = 0; i < n; i++)
+    *str_at(dst, offs[i]) = empty;
+  for (size_t i = 0; i < n; i++) {
+    const char *v = *str_at((struct rdzv_daemon_config *)src, offs[i]);
+    if (v != NULL && str_set(str_at(dst, offs[i]), v, strlen(v)) < 0) {
+      rdzv_config_free(dst);
+      return -ENOMEM;
+    }
+  }
+  return 0;
+}
+
 static int set_opt(struct rdzv_daemon_config *cfg, const struct opt *o,
                    const char *v, char *err, size_t errlen) {
   char *base = (char *)cfg + o->off;
   if (o->kind == OPT_STR) {
     size_t n = strlen(v);
-    if (n >= o->size) {
-      snprintf(err, errlen, "--%s: longer than %zu bytes", o->name,
-               o->size - 1);
+    if (n > o->size) {
+      snprintf(err, errlen, "--%s: longer than %zu bytes", o->name, o->size);
       return -EINVAL;
     }
-    memcpy(base, v, n + 1);
+    if (str_set(str_at(cfg, o->off), v, n) < 0) {
+      snprintf(err, errlen, "--%s: out of memory", o->name);
+      return -ENOMEM;
+    }
     return 0;
   }
   if (o->kind == OPT_ROLE) {
@@ -474,14 +558,11 @@ static int resolve_allow_uids(struct rdzv_daemon_config *cfg, char *err,
 }
 
 /* --tcpstore-listen PORT means 127.0.0.1:PORT. */
-static void tcpstore_listen_default_host(struct rdzv_daemon_config *cfg) {
+static int tcpstore_listen_default_host(struct rdzv_daemon_config *cfg) {
   const char *v = cfg->tcpstore_listen;
   if (v[0] == '\0' || strspn(v, "0123456789") != strlen(v))
-    return;
-  char port[sizeof(cfg->tcpstore_listen)];
-  snprintf(port, sizeof(port), "%s", v);
-  snprintf(cfg->tcpstore_listen, sizeof(cfg->tcpstore_listen),
-           "127.0.0.1:%.200s", port);
+    return 0;
+  return rdzv_config_set(cfg, &cfg->tcpstore_listen, "127.0.0.1:%.200s", v);
 }
 
 /* The TCPStore front end's address: HOST:PORT, a loopback HOST unless
@@ -540,17 +621,25 @@ static bool parent_is_self_tcp(const struct rdzv_daemon_config *cfg) {
  * ancestors. 0 or -EINVAL. */
 static int split_parent(struct rdzv_daemon_config *cfg, char *err,
                         size_t errlen) {
-  char *comma = strchr(cfg->parent, ',');
-  cfg->ancestors[0] = '\0';
+  const char *comma = strchr(cfg->parent, ',');
+  int rc = 0;
   if (comma != NULL) {
-    snprintf(cfg->ancestors, sizeof(cfg->ancestors), "%s", comma + 1);
-    *comma = '\0';
+    size_t plen = (size_t)(comma - cfg->parent);
+    rc = str_set(&cfg->ancestors, comma + 1, strlen(comma + 1));
+    if (rc == 0)
+      rc = str_set(&cfg->parent, cfg->parent, plen);
+  } else {
+    rc = str_set(&cfg->ancestors, "", 0);
+  }
+  if (rc < 0) {
+    snprintf(err, errlen, "--parent: out of memory");
+    return rc;
   }
   if (strlen(cfg->parent) > 255) {
     snprintf(err, errlen, "--parent: an address is at most 255 bytes");
     return -EINVAL;
   }
-  char copy[sizeof(cfg->ancestors)];
+  char copy[RDZV_CONFIG_LIST_MAX + 1];
   snprintf(copy, sizeof(copy), "%s", cfg->ancestors);
   int n = 0;
   for (char *save = NULL, *a = strtok_r(copy, ",", &save); a != NULL;
@@ -746,6 +835,7 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
 int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
                       FILE *out, char *err, size_t errlen) {
   memset(cfg, 0, sizeof(*cfg));
+  rdzv_config_free(cfg); /* every string "" */
   for (size_t i = 0; i < NOPTS; i++) {
     int rc = set_opt(cfg, &opts[i], opts[i].def, err, errlen);
     if (rc < 0)
@@ -784,9 +874,14 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
     }
     return rc;
   }
-  tcpstore_listen_default_host(cfg);
+  rc = tcpstore_listen_default_host(cfg);
   /* A daemon of one job serves that job's TCPStore clients. */
-  if (cfg->tcpstore_listen[0] != '\0' && cfg->tcpstore_job[0] == '\0')
-    snprintf(cfg->tcpstore_job, sizeof(cfg->tcpstore_job), "%s", cfg->job);
+  if (rc == 0 && cfg->tcpstore_listen[0] != '\0' &&
+      cfg->tcpstore_job[0] == '\0')
+    rc = str_set(&cfg->tcpstore_job, cfg->job, strlen(cfg->job));
+  if (rc < 0) {
+    snprintf(err, errlen, "out of memory");
+    return rc;
+  }
   return check_config(cfg, err, errlen);
 }

@@ -393,9 +393,14 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
   struct rdzv_daemon_config cfg;
   char err[256];
   char *argv[] = {"rdzv-bench", NULL};
-  if (rdzv_config_parse(&cfg, 1, argv, stdout, err, sizeof(err)) != 0)
+  if (rdzv_config_parse(&cfg, 1, argv, stdout, err, sizeof(err)) != 0) {
+    rdzv_config_free(&cfg);
     return -1;
-  cfg.listen[0] = '\0'; /* Unix sockets only: one fd per listener */
+  }
+  /* Unix sockets only: one fd per listener. Each rdzv_config_set below
+   * fails only out of memory (or for a text over 2 KB), which fails the
+   * start. */
+  int rc = rdzv_config_set(&cfg, &cfg.listen, "%s", "");
   cfg.log_level = 0;
   cfg.flush_ms = o->flush_ms;
   cfg.flush_max_ms = o->flush_max_ms;
@@ -417,11 +422,11 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
   cfg.connect_timeout_ms = 30000;
   cfg.upstream_timeout_ms = (uint32_t)(o->timeout_s * 1000);
   if (o->tcpstore) { /* the incumbents' mode: PyTorch's protocol too */
-    snprintf(cfg.tcpstore_listen, sizeof(cfg.tcpstore_listen),
-             "127.0.0.1:0");
-    snprintf(cfg.tcpstore_job, sizeof(cfg.tcpstore_job), "%s", o->job);
-    bench_ts_port_path(o, is_root ? -1 : h, cfg.tcpstore_port_file,
-                       sizeof(cfg.tcpstore_port_file));
+    char pf[256];
+    bench_ts_port_path(o, is_root ? -1 : h, pf, sizeof(pf));
+    rc |= rdzv_config_set(&cfg, &cfg.tcpstore_listen, "127.0.0.1:0");
+    rc |= rdzv_config_set(&cfg, &cfg.tcpstore_job, "%s", o->job);
+    rc |= rdzv_config_set(&cfg, &cfg.tcpstore_port_file, "%s", pf);
   }
   if (is_root) {
     cfg.role = RDZV_DAEMON_ROOT;
@@ -429,19 +434,23 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
      * own per run. */
     const char *etcd = getenv("RDZV_BENCH_ETCD");
     if (etcd != NULL && etcd[0] != '\0') {
-      snprintf(cfg.etcd, sizeof(cfg.etcd), "%s", etcd);
+      rc |= rdzv_config_set(&cfg, &cfg.etcd, "%s", etcd);
       const char *pre = getenv("RDZV_BENCH_ETCD_PREFIX");
       if (pre != NULL && pre[0] != '\0')
-        snprintf(cfg.etcd_prefix, sizeof(cfg.etcd_prefix), "%s", pre);
+        rc |= rdzv_config_set(&cfg, &cfg.etcd_prefix, "%s", pre);
       else
-        snprintf(cfg.etcd_prefix, sizeof(cfg.etcd_prefix), "rdzv-bench/%d",
-                 (int)getpid());
+        rc |= rdzv_config_set(&cfg, &cfg.etcd_prefix, "rdzv-bench/%d",
+                              (int)getpid());
     }
-    bench_root_path(o, cfg.unix_path, sizeof(cfg.unix_path));
-    snprintf(cfg.name, sizeof(cfg.name), "root");
+    char up[256];
+    bench_root_path(o, up, sizeof(up));
+    rc |= rdzv_config_set(&cfg, &cfg.unix_path, "%s", up);
+    rc |= rdzv_config_set(&cfg, &cfg.name, "root");
   } else {
     cfg.role = RDZV_DAEMON_NODE;
-    bench_node_path(o, h, cfg.unix_path, sizeof(cfg.unix_path));
+    char up[256];
+    bench_node_path(o, h, up, sizeof(up));
+    rc |= rdzv_config_set(&cfg, &cfg.unix_path, "%s", up);
     int64_t p = rdzv_tree_parent(h, bench_hosts(o), o->fanout);
     char path[200];
     if (getenv("RDZV_BENCH_UPLINK") != NULL)
@@ -450,8 +459,8 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
       bench_root_path(o, path, sizeof(path));
     else
       bench_node_path(o, p, path, sizeof(path));
-    snprintf(cfg.parent, sizeof(cfg.parent), "unix:%s", path);
-    snprintf(cfg.name, sizeof(cfg.name), "h%06" PRId64, h);
+    rc |= rdzv_config_set(&cfg, &cfg.parent, "unix:%s", path);
+    rc |= rdzv_config_set(&cfg, &cfg.name, "h%06" PRId64, h);
     /* The tree's shape is known here, as a launcher knows it: the node
      * forwards its subtree's joins once they are all in. */
     int64_t first;
@@ -459,7 +468,10 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
         (uint32_t)rdzv_tree_children(h, bench_hosts(o), o->fanout, &first);
     cfg.local_ranks = (uint32_t)bench_host_ranks(o, h);
   }
-  return rdzv_daemon_start(sv->loop, &cfg, &sv->d[sv->nd++]);
+  if (rc == 0)
+    rc = rdzv_daemon_start(sv->loop, &cfg, &sv->d[sv->nd++]);
+  rdzv_config_free(&cfg);
+  return rc;
 }
 
 int bench_serve_main(struct bench_opts *o) {

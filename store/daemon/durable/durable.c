@@ -1277,7 +1277,7 @@ static void stand_down(struct rdzv_durable *du, int status, const char *why) {
     }
     for (struct job *j = d->jobs; j != NULL; j = j->next)
       d->role->job_free(d, j);
-    d->npeers = 0;
+    rdzv__addrs_truncate(d->peers, &d->npeers, 0);
   }
   jobs_free(du);
   bigs_free(du);
@@ -1313,15 +1313,15 @@ static void on_peers(void *arg, const struct rdzv_etcd_result *r) {
   uint32_t n = 0;
   for (size_t i = 0; i < r->nkvs && n < RDZV_MAX_ANCESTORS; i++) {
     const struct rdzv_etcd_kv *kv = &r->kvs[i];
-    if (kv->vlen == 0 || kv->vlen >= sizeof(d->peers[0]) ||
+    if (kv->vlen == 0 || kv->vlen > 255 ||
         (kv->vlen == strlen(du->self) &&
          memcmp(kv->value, du->self, kv->vlen) == 0))
       continue;
-    memcpy(d->peers[n], kv->value, kv->vlen);
-    d->peers[n][kv->vlen] = '\0';
+    if (rdzv__addrs_set(d->peers, n, kv->value, kv->vlen) < 0)
+      break; /* out of memory: fewer peers told */
     n++;
   }
-  d->npeers = n;
+  rdzv__addrs_truncate(d->peers, &d->npeers, n);
 }
 
 static void peers_refresh(struct rdzv_durable *du) {
@@ -2024,7 +2024,10 @@ int rdzv__durable_new(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   du->backend.durable = true;
   du->backend.open = d_open;
   du->loop = loop;
-  du->cfg = *cfg;
+  if (rdzv_config_copy(&du->cfg, cfg) < 0) {
+    free(du);
+    return RDZV_ENOMEM;
+  }
   snprintf(du->prefix, sizeof(du->prefix), "%s", cfg->etcd_prefix);
   size_t pl = strlen(du->prefix);
   while (pl > 1 && du->prefix[pl - 1] == '/')
@@ -2032,6 +2035,7 @@ int rdzv__durable_new(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   if (cfg->etcd_credentials[0] != '\0') {
     int rc = read_credentials(du, cfg->etcd_credentials);
     if (rc < 0) {
+      rdzv_config_free(&du->cfg);
       free(du);
       return rc;
     }
@@ -2051,6 +2055,7 @@ int rdzv__durable_new(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
             "rdzvd: --etcd '%s': %s (each endpoint an http:// or https:// "
             "URL, comma-separated)\n",
             cfg->etcd, rdzv_strerror(rc));
+    rdzv_config_free(&du->cfg);
     free(du);
     return rc;
   }
@@ -2090,6 +2095,7 @@ static void maybe_free_du(struct rdzv_durable *du) {
     bigs_free(du);
     load_bigs_finish_drop(du);
     jobs_free(du);
+    rdzv_config_free(&du->cfg);
     free(du);
   }
 }

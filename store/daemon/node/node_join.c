@@ -108,20 +108,24 @@ struct cbind {
   uint8_t rec[];     /* its join record */
 };
 
+/* One per rank connection: about 120 bytes and its names' lengths. */
 struct joined { /* a connection that has joined a generation */
   UT_hash_handle hh;
   struct conn *c;
-  char round[128];
   int64_t gen;    /* 0 while its join is pending */
   uint64_t claim; /* a rank's claim (0 for a child node) */
   int32_t rank, local_rank; /* a rank's assignment, -1 until known */
-  char host[256];           /* a rank's host (its join record) */
+  const char *host;         /* a rank's host (its join record): heap, or
+                               no_host until known */
   int32_t local_size;       /* ... and its host's rank count (0: unknown) */
   /* Closed without a clean leave: its members have --session-grace-ms to
    * come back through another connection before the generation aborts. */
   bool lost;
   uint64_t lost_ms;
+  char round[]; /* the round's name, NUL-terminated */
 };
+
+static const char no_host[] = "";
 
 static void send_join_reply(struct jwait *w, int status, uint16_t flags,
                             const struct rdzv_msg *up) {
@@ -181,11 +185,13 @@ static struct joined *mark_joined(struct njround *jr, struct conn *c,
   struct node_job *nj = jr->nj;
   struct joined *jn = NULL;
   HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
-  if (jn == NULL && (jn = calloc(1, sizeof(*jn))) != NULL) {
+  size_t rlen = strlen(jr->name);
+  if (jn == NULL && (jn = calloc(1, sizeof(*jn) + rlen + 1)) != NULL) {
     jn->c = c;
     jn->rank = jn->local_rank = -1;
+    jn->host = no_host;
     rdzv__conn_ref(c);
-    snprintf(jn->round, sizeof(jn->round), "%s", jr->name);
+    memcpy(jn->round, jr->name, rlen + 1);
     HASH_ADD(hh, nj->joined, c, sizeof(jn->c), jn);
   }
   if (jn != NULL) {
@@ -197,9 +203,18 @@ static struct joined *mark_joined(struct njround *jr, struct conn *c,
       jn->local_rank = a->local_rank;
     }
     if (c->role != RDZV_ROLE_NODE && rec != NULL) {
-      snprintf(jn->host, sizeof(jn->host), "%.*s", (int)rec->rec.host_len,
-               (const char *)rec->rec.host);
-      jn->local_size = rec->local_size;
+      /* Kept when unchanged; out of memory, the host stays unknown (the
+       * node then does not count this rank's host complete). */
+      size_t hl = rec->rec.host_len < 255 ? rec->rec.host_len : 255;
+      bool ok = true;
+      if (strlen(jn->host) != hl || memcmp(jn->host, rec->rec.host, hl) != 0) {
+        char *h = strndup((const char *)rec->rec.host, hl);
+        if (jn->host != no_host)
+          free((char *)jn->host);
+        jn->host = h != NULL ? h : no_host;
+        ok = h != NULL;
+      }
+      jn->local_size = ok ? rec->local_size : 0;
     }
   }
   return jn;
@@ -310,6 +325,8 @@ static void joined_free(struct node_job *nj, struct joined *jn) {
     binds_unbind(jr, jn);
   HASH_DEL(nj->joined, jn);
   rdzv__conn_unref(jn->c);
+  if (jn->host != no_host)
+    free((char *)jn->host);
   free(jn);
 }
 

@@ -663,17 +663,17 @@ static void learn_ancestors(struct upstream *u, const struct rdzv_msg *m) {
   size_t pos = 0;
   uint32_t n = 0;
   while (n < RDZV_MAX_ANCESTORS && rdzv_items_next(&m->vals, &pos, &v)) {
-    if (v.n == 0 || v.n >= sizeof(d->ancestors[0]))
+    if (v.n == 0 || v.n > 255)
       continue;
-    memcpy(d->ancestors[n], v.p, v.n);
-    d->ancestors[n][v.n] = '\0';
     /* A loop (a misconfigured tree naming this node above itself) ends
-     * the list. */
-    if (strcmp(d->ancestors[n], d->cfg.parent) == 0)
+     * the list; so does a lack of memory (fewer places to reattach to). */
+    if ((v.n == strlen(d->cfg.parent) &&
+         memcmp(v.p, d->cfg.parent, v.n) == 0) ||
+        rdzv__addrs_set(d->ancestors, n, v.p, v.n) < 0)
       break;
     n++;
   }
-  d->nancestors = n;
+  rdzv__addrs_truncate(d->ancestors, &d->nancestors, n);
   /* A parent that tells none (a root without peers yet) leaves the chain
    * the launcher gave (--parent P,A1,...: the roots' list). */
   if (n == 0)
@@ -703,10 +703,10 @@ static void follow_leader(struct upstream *u, const struct rdzv_msg *m) {
       return;
     }
   }
-  if (d->nancestors >= RDZV_MAX_ANCESTORS)
+  if (d->nancestors >= RDZV_MAX_ANCESTORS ||
+      rdzv__addrs_set(d->ancestors, d->nancestors, leader, strlen(leader)) < 0)
     return;
-  snprintf(d->ancestors[d->nancestors++], sizeof(d->ancestors[0]), "%s",
-           leader);
+  d->nancestors++;
   refresh_ancestors(u);
   u->redirect = (int)(u->naddrs - 1);
 }

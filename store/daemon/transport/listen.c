@@ -364,7 +364,7 @@ void rdzv__unix_lock_release(const struct daemon *d) {
   pthread_mutex_unlock(&unix_locks_mu);
   if (l == NULL)
     return;
-  char lock_path[sizeof(d->cfg.unix_path) + 8];
+  char lock_path[RDZV_CONFIG_STR_MAX + 9];
   unix_lock_path(d, lock_path, sizeof(lock_path));
   unlink(lock_path);
   close(l->fd);
@@ -537,7 +537,7 @@ int rdzv__listen_unix(struct daemon *d) {
             path, strlen(path), sizeof(sa.sun_path) - 1);
     return RDZV_EBAD_ADDR;
   }
-  char lock_path[sizeof(d->cfg.unix_path) + 8];
+  char lock_path[RDZV_CONFIG_STR_MAX + 9];
   unix_lock_path(d, lock_path, sizeof(lock_path));
   int fd = unix_lock_take(lock_path);
   if (fd == -EWOULDBLOCK) {

@@ -123,7 +123,8 @@ int rdzv__job_secret(struct daemon *d, const uint8_t *id, size_t len,
 }
 
 /* Reads --secret-file, checks --secret-dir, and says in the log when
- * there is neither. 0, or -EINVAL with a message on stderr. */
+ * there is neither. 0, or -EINVAL or RDZV_ENOMEM with a message on
+ * stderr. */
 static int auth_start(struct daemon *d) {
   char err[800];
   struct stat st;
@@ -133,8 +134,13 @@ static int auth_start(struct daemon *d) {
     return -EIO;
   }
   if (d->cfg.secret_file[0] != '\0') {
+    d->secret = calloc(1, RDZV_AUTH_SECRET_MAX_BYTES);
+    if (d->secret == NULL) {
+      fprintf(stderr, "rdzvd: --secret-file: out of memory\n");
+      return RDZV_ENOMEM;
+    }
     if (rdzv_auth_secret_load(d->cfg.secret_file, d->secret,
-                              sizeof(d->secret), &d->secret_len, err,
+                              RDZV_AUTH_SECRET_MAX_BYTES, &d->secret_len, err,
                               sizeof(err)) < 0) {
       fprintf(stderr, "rdzvd: --secret-file: %s\n", err);
       return -EINVAL;
@@ -260,14 +266,37 @@ static uint64_t new_incarnation(void) {
   return v != 0 ? v : 1;
 }
 
+int rdzv__addrs_set(char **list, uint32_t i, const void *p, size_t len) {
+  if (list[i] != NULL && strlen(list[i]) == len &&
+      memcmp(list[i], p, len) == 0)
+    return 0;
+  char *c = strndup(p, len);
+  if (c == NULL)
+    return RDZV_ENOMEM;
+  free(list[i]);
+  list[i] = c;
+  return 0;
+}
+
+void rdzv__addrs_truncate(char **list, uint32_t *n, uint32_t keep) {
+  for (uint32_t i = keep; i < *n; i++) {
+    free(list[i]);
+    list[i] = NULL;
+  }
+  *n = keep;
+}
+
 void rdzv__ancestors_configured(struct daemon *d) {
-  char anc[sizeof(d->cfg.ancestors)];
+  char anc[RDZV_CONFIG_LIST_MAX + 1];
   snprintf(anc, sizeof(anc), "%s", d->cfg.ancestors);
-  d->nancestors = 0;
+  uint32_t n = 0;
+  /* Out of memory, the list ends early: fewer places to reattach to. */
   for (char *save = NULL, *a = strtok_r(anc, ",", &save);
-       a != NULL && d->nancestors < RDZV_MAX_ANCESTORS;
+       a != NULL && n < RDZV_MAX_ANCESTORS &&
+       strlen(a) <= 255 && rdzv__addrs_set(d->ancestors, n, a, strlen(a)) == 0;
        a = strtok_r(NULL, ",", &save))
-    snprintf(d->ancestors[d->nancestors++], sizeof(d->ancestors[0]), "%s", a);
+    n++;
+  rdzv__addrs_truncate(d->ancestors, &d->nancestors, n);
 }
 
 void rdzv__job_pin(struct job *j) {
@@ -340,6 +369,13 @@ void rdzv_daemon_free(struct daemon *d) {
     return;
   rdzv__unix_lock_release(d); /* stopped already, unless the caller skipped it */
   free_jobs(d);
+  rdzv__addrs_truncate(d->ancestors, &d->nancestors, 0);
+  rdzv__addrs_truncate(d->peers, &d->npeers, 0);
+  if (d->secret != NULL) {
+    explicit_bzero(d->secret, RDZV_AUTH_SECRET_MAX_BYTES);
+    free(d->secret);
+  }
+  rdzv_config_free(&d->cfg);
   free(d);
 }
 
@@ -349,7 +385,10 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   struct daemon *d = calloc(1, sizeof(*d));
   if (d == NULL)
     return RDZV_ENOMEM;
-  d->cfg = *cfg;
+  if (rdzv_config_copy(&d->cfg, cfg) < 0) {
+    free(d);
+    return RDZV_ENOMEM;
+  }
   /* The ancestors the launcher gave (--parent P,A1,...), until the parent
    * tells them. */
   rdzv__ancestors_configured(d);
@@ -361,7 +400,12 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   if (d->cfg.name[0] == '\0') {
     char host[64] = "host";
     gethostname(host, sizeof(host) - 1);
-    snprintf(d->cfg.name, sizeof(d->cfg.name), "%s:%d", host, (int)getpid());
+    if (rdzv_config_set(&d->cfg, &d->cfg.name, "%s:%d", host,
+                        (int)getpid()) < 0) {
+      rdzv_config_free(&d->cfg);
+      free(d);
+      return RDZV_ENOMEM;
+    }
   }
   d->limits.max_key_bytes = cfg->max_key_bytes;
   d->limits.max_value_bytes = cfg->max_value_bytes;

@@ -358,7 +358,7 @@ struct daemon {
   /* A node's ancestors above its parent, nearest first, as the parent
    * last told (node/upstream.c). The hello reply gives every peer this
    * daemon's own chain: its --parent, then these. */
-  char ancestors[RDZV_MAX_ANCESTORS][256];
+  char *ancestors[RDZV_MAX_ANCESTORS]; /* [0..nancestors): heap copies */
   uint32_t nancestors;
   uv_tcp_t tcp_listen;
   uv_pipe_t unix_listen;
@@ -396,7 +396,7 @@ struct daemon {
   /* A root's peers (the other roots of an etcd-backed service, leader
    * first), told in the hello reply as a node's ancestors are: where a
    * node goes when this root is lost. */
-  char peers[RDZV_MAX_ANCESTORS][256];
+  char *peers[RDZV_MAX_ANCESTORS]; /* [0..npeers): heap copies */
   uint32_t npeers;
   /* The blob that holds the frame being handled now (a node's reply
    * from its parent, while its callback runs), or NULL: every send
@@ -411,7 +411,7 @@ struct daemon {
    * (never logged, never in stats). auth_limit: the rate limit of the
    * refusals' log lines. */
   bool auth;
-  uint8_t secret[1024];
+  uint8_t *secret; /* RDZV_AUTH_SECRET_MAX_BYTES, with --secret-file */
   size_t secret_len;
   struct rdzv_log_limit auth_limit;
   /* This daemon's own key (random at start, never sent): its hellos to a
@@ -451,6 +451,16 @@ int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
 /* Writes "PORT\n" to path atomically (a temporary file renamed). 0 or
  * -errno. */
 int rdzv__write_port_file(const char *path, int port);
+
+/* list[i] = a copy of the len bytes at p (an address, at most 255 bytes),
+ * freeing what it held; kept as it is when it holds those bytes already.
+ * For d->ancestors and d->peers (i < RDZV_MAX_ANCESTORS). 0 or
+ * RDZV_ENOMEM (list[i] unchanged). */
+int rdzv__addrs_set(char **list, uint32_t i, const void *p, size_t len);
+
+/* Frees list[keep..*n) and sets *n = keep (keep may exceed *n after
+ * rdzv__addrs_set filled the entries up to it). */
+void rdzv__addrs_truncate(char **list, uint32_t *n, uint32_t keep);
 
 /* d->ancestors from --parent P,A1,A2,... (A1, A2, ...): what a node uses
  * until its parent tells it the chain, or when the parent tells none. */
