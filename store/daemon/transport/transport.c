@@ -402,6 +402,7 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
     gethostname(host, sizeof(host) - 1);
     if (rdzv_config_set(&d->cfg, &d->cfg.name, "%s:%d", host,
                         (int)getpid()) < 0) {
+      rdzv__addrs_truncate(d->ancestors, &d->nancestors, 0);
       rdzv_config_free(&d->cfg);
       free(d);
       return RDZV_ENOMEM;
