@@ -58,6 +58,19 @@ test_results() {
        | [$l, "FAILED_TO_BUILD"] | @tsv)' "$1"
 }
 
+# save_log_tail NAME LABEL: keeps the end of a failed test's log, to be
+# printed just above the summary (CI shows only the end of the output, and
+# the next configuration's run overwrites bazel-testlogs).
+save_log_tail() {
+  local path="${2#//}"
+  local log
+  log="$(bazel info bazel-testlogs 2>/dev/null)/${path/://}/test.log"
+  {
+    printf '\n---- %s %s: the last 25 lines of %s\n' "$1" "$2" "$log"
+    tail -n 25 "$log" 2>/dev/null || echo "(no log)"
+  } >>"$work/log-tails.txt"
+}
+
 # count_events NAME BEP_FILE BAZEL_EXIT SKIP_TAG: adds the run's test
 # results to the totals. A failed Bazel run with no failed test in it
 # (analysis error, bad flag, crash) counts as one failed test, so that it
@@ -76,6 +89,7 @@ count_events() {
       failed=$((failed + 1))
       n_fail=$((n_fail + 1))
       failures+=("$name $label $status")
+      save_log_tail "$name" "$label"
     fi
   done < <(test_results "$bep" "$4" 2>/dev/null)
   # 4: the build succeeded but there was no test to run.
@@ -121,6 +135,10 @@ if [ -f tests/fuzz/run_fuzz.sh ]; then
   fi
 fi
 
+if [ -s "$work/log-tails.txt" ]; then
+  step "the failed tests' logs"
+  cat "$work/log-tails.txt"
+fi
 echo
 if [ "$setup_failed" -ne 0 ]; then
   echo "test.sh: tools/install-deps.sh failed (see above)"

@@ -20,27 +20,69 @@
 
 extern char **environ;
 
-int proc_start(struct proc *p, char *const argv[], int keep_stdout) {
-  int fds[2] = {-1, -1};
+static int start(struct proc *p, char *const argv[], int keep_stdout,
+                 int *in_fd) {
+  int fds[2] = {-1, -1}, ins[2] = {-1, -1};
+  if (keep_stdout && pipe2(fds, O_CLOEXEC) < 0)
+    return -errno;
+  if (in_fd != NULL && pipe2(ins, O_CLOEXEC) < 0) {
+    int e = errno;
+    if (fds[0] >= 0) {
+      close(fds[0]);
+      close(fds[1]);
+    }
+    return -e;
+  }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  if (keep_stdout) {
-    if (pipe2(fds, O_CLOEXEC) < 0)
-      return -errno;
+  if (keep_stdout)
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  }
+  if (in_fd != NULL)
+    posix_spawn_file_actions_adddup2(&fa, ins[0], 0);
   int rc = posix_spawn(&p->pid, argv[0], &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   if (keep_stdout)
     close(fds[1]);
+  if (in_fd != NULL)
+    close(ins[0]);
   p->out_fd = fds[0];
   if (rc != 0) {
     if (fds[0] >= 0)
       close(fds[0]);
+    if (ins[1] >= 0)
+      close(ins[1]);
     p->out_fd = -1;
     return -rc;
   }
+  if (in_fd != NULL)
+    *in_fd = ins[1];
   return 0;
+}
+
+int proc_start(struct proc *p, char *const argv[], int keep_stdout) {
+  return start(p, argv, keep_stdout, NULL);
+}
+
+int proc_start_stdin(struct proc *p, char *const argv[], int *in_fd) {
+  return start(p, argv, 1, in_fd);
+}
+
+int proc_read_line(struct proc *p, char *line, size_t n) {
+  size_t len = 0;
+  for (;;) {
+    char ch;
+    ssize_t r = read(p->out_fd, &ch, 1);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    if (len + 1 < n)
+      line[len++] = ch;
+    if (ch == '\n')
+      break;
+  }
+  line[len] = '\0';
+  return (int)len;
 }
 
 char *proc_read_all(struct proc *p) {

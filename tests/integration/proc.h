@@ -16,6 +16,15 @@ struct proc {
 /* Starts argv (NULL-terminated; argv[0] a path). stdout is piped to
  * p->out_fd if keep_stdout, else inherited. Returns 0 or -errno. */
 int proc_start(struct proc *p, char *const argv[], int keep_stdout);
+/* As proc_start with stdout kept, and the child's stdin a pipe whose
+ * write end is returned in *in_fd (the caller writes to it and closes
+ * it). Returns 0 or -errno. */
+int proc_start_stdin(struct proc *p, char *const argv[], int *in_fd);
+/* Reads the child's stdout up to and including the next newline into
+ * line (at most n-1 bytes kept, NUL-terminated), one byte at a time so
+ * that nothing after the line is taken from proc_read_all. Returns the
+ * bytes kept, or -1 at EOF or error before a newline. */
+int proc_read_line(struct proc *p, char *line, size_t n);
 /* Reads the child's whole stdout (until EOF) into a malloc'd string. */
 char *proc_read_all(struct proc *p);
 /* Waits for exit; returns the exit status, 128+signal if killed. */

@@ -112,19 +112,35 @@ struct swarms {
 };
 
 /* Starts NSWARMS swarms of NCLIENTS/NSWARMS clients each (members
- * 0..NCLIENTS-1 in all, spread over the 16 leaf nodes). */
+ * 0..NCLIENTS-1 in all, spread over the 16 leaf nodes). With --sync each
+ * swarm connects all its clients, says "connected N" and waits for a line
+ * on stdin; only when every swarm has connected are they all let go, so
+ * that the 1,000 submissions reach the leaf nodes as one burst (swarms
+ * started one after another would otherwise submit seconds apart on a
+ * loaded machine, and the nodes would rightly forward each trickle on
+ * its own, which is not what the combining bounds below are about). */
 static void start_swarms(struct swarms *sw, const char *scenario,
                          const char *arg, const char *count) {
   char nper[24];
+  int in_fd[NSWARMS];
   snprintf(nper, sizeof(nper), "%d", NCLIENTS / NSWARMS);
   for (int i = 0; i < NSWARMS; i++) {
     char base[24];
     snprintf(base, sizeof(base), "%d", i * (NCLIENTS / NSWARMS));
     char *argv[] = {SWARM, "--addrs", T.leaf_addrs, "--job", "tree-job",
                     "--clients", nper, "--member-base", base,
-                    "--timeout", "120", (char *)scenario, (char *)arg,
-                    (char *)count, NULL};
-    assert_int_equal(proc_start(&sw->p[i], argv, 1), 0);
+                    "--timeout", "120", "--sync", (char *)scenario,
+                    (char *)arg, (char *)count, NULL};
+    assert_int_equal(proc_start_stdin(&sw->p[i], argv, &in_fd[i]), 0);
+  }
+  for (int i = 0; i < NSWARMS; i++) {
+    char line[64];
+    assert_true(proc_read_line(&sw->p[i], line, sizeof(line)) > 0);
+    assert_true(strncmp(line, "connected ", 10) == 0);
+  }
+  for (int i = 0; i < NSWARMS; i++) {
+    assert_int_equal(write(in_fd[i], "go\n", 3), 3);
+    close(in_fd[i]);
   }
 }
 
