@@ -41,7 +41,18 @@ check 300 16 4 5000 8
 check 500 4 7 136 2
 check 2000 16 16 106352 8
 
-for bad in "--hosts 0" "--fanout 1" "--procs 65" "--table-bytes x" \
+# The TCP floor: every rank's 6 round trips answered (the server counts
+# them and exits 0 only then; the clients likewise).
+out=$("$bin" --tcp-ranks 200 2>&1)
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q '^tcp floor: 200 ranks, 6 round trips each: wall ' <<<"$out"; then
+  echo "FAIL: --tcp-ranks 200: rc $rc: $out"
+  fail=1
+else
+  echo "ok: $out"
+fi
+
+for bad in "--tcp-ranks 18001" "--tcp-ranks 0" "--hosts 0" "--fanout 1" "--procs 65" "--table-bytes x" \
            "--nope 1" "--hosts"; do
   # shellcheck disable=SC2086
   "$bin" $bad >/dev/null 2>&1

@@ -3,6 +3,7 @@
  *
  *   rdzv-socket-floor [--hosts N] [--fanout F] [--procs P]
  *                     [--table-bytes B] [--ranks-per-host R]
+ *   rdzv-socket-floor --tcp-ranks N
  *
  * The same tree as rdzv-bench --mode tree (N hosts, default 12,500; host 0
  * under the root, host h's children F*h+1 .. F*h+F, default F 16; the
@@ -25,11 +26,26 @@
  * the connections, the frames and their bytes, and the least user-space
  * work that moves them.
  *
+ * With --tcp-ranks N (at most 18,000) it is the floor under a TCPStore
+ * server instead (rdzv-bench --incumbents): one client process on CPU 0
+ * opens N loopback TCP connections at once, as the bench's driver does,
+ * and each makes 6 round trips in turn (32-byte requests; 8-byte replies,
+ * the uid's 128), answered at once by a server process on CPU 1 that does
+ * nothing else: no store, no waits. It prints the wall time from the first
+ * connect to the last reply and each process's CPU.
+ *
  * Prints one line: wall seconds from the first connect to the root's last
  * answer, the CPU seconds of all processes (user and system, from
  * getrusage of the children) and the bytes and frames moved. Exit status
  * 0, 1 on a failure (printed), 2 on a usage error. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* sched_setaffinity */
+#endif
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -467,16 +483,218 @@ static int run_proc(int me) {
   return 0;
 }
 
+
+/* ---- --tcp-ranks: the floor under a TCPStore server ---------------------- */
+
+/* The init pattern's round trips a rank (rdzv-bench --incumbents: connect;
+ * ADD init/; SET or WAIT + GET the uid; SET topo; ADD barrier; WAIT
+ * barrier_done), each a 32-byte request and an 8-byte reply, the uid's
+ * a 128-byte one. The server answers at once: no store, no waiting. */
+enum { TCP_TRIPS = 6, TCP_REQ = 32 };
+static size_t tcp_reply_bytes(int trip) { return trip == 2 ? 128 : 8; }
+
+static void pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof(set), &set); /* best effort */
+}
+
+struct tconn {
+  int fd;
+  int trip;      /* round trips done */
+  size_t got;    /* bytes of the current request (server) or reply */
+};
+
+/* The server: accepts n connections and answers n * TCP_TRIPS requests. */
+static int tcp_server(int lfd, int64_t n) {
+  static uint8_t zero[128];
+  int e = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+  if (e < 0 || epoll_ctl(e, EPOLL_CTL_ADD, lfd, &ev) < 0)
+    die("epoll");
+  int64_t answered = 0;
+  struct epoll_event evs[256];
+  uint8_t buf[4096];
+  while (answered < n * TCP_TRIPS) {
+    int k = epoll_wait(e, evs, 256, 60000);
+    if (k == 0) {
+      fprintf(stderr, "rdzv-socket-floor: the server: no progress in 60 s\n");
+      return 1;
+    }
+    for (int i = 0; i < k; i++) {
+      struct tconn *c = evs[i].data.ptr;
+      if (c == NULL) {
+        int fd;
+        while ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >=
+               0) {
+          int one = 1;
+          setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+          c = calloc(1, sizeof(*c));
+          if (c == NULL)
+            die("calloc");
+          c->fd = fd;
+          struct epoll_event cev = {.events = EPOLLIN, .data.ptr = c};
+          epoll_ctl(e, EPOLL_CTL_ADD, fd, &cev);
+        }
+        continue;
+      }
+      ssize_t r = read(c->fd, buf, sizeof(buf));
+      if (r <= 0) {
+        if (r < 0 && errno == EAGAIN)
+          continue;
+        epoll_ctl(e, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+        free(c);
+        continue;
+      }
+      c->got += (size_t)r;
+      while (c->got >= TCP_REQ) { /* small replies: the socket takes them */
+        c->got -= TCP_REQ;
+        if (write(c->fd, zero, tcp_reply_bytes(c->trip)) < 0)
+          die("write");
+        c->trip++;
+        answered++;
+      }
+    }
+  }
+  return 0;
+}
+
+/* The clients: n connections at once, each TCP_TRIPS round trips in turn.
+ * Sets the wall time from the first connect to the last reply. */
+static int tcp_clients(int port, int64_t n, double *wall) {
+  static uint8_t req[TCP_REQ];
+  int e = epoll_create1(EPOLL_CLOEXEC);
+  struct tconn *cs = calloc((size_t)n, sizeof(*cs));
+  if (e < 0 || cs == NULL)
+    die("setup");
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  double t0 = now_s();
+  for (int64_t k = 0; k < n; k++) {
+    cs[k].fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (cs[k].fd < 0)
+      die("socket");
+    int one = 1;
+    setsockopt(cs[k].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(cs[k].fd, (struct sockaddr *)&a, sizeof(a)) < 0 &&
+        errno != EINPROGRESS)
+      die("connect");
+    struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = &cs[k]};
+    epoll_ctl(e, EPOLL_CTL_ADD, cs[k].fd, &ev);
+  }
+  int64_t done = 0;
+  struct epoll_event evs[256];
+  uint8_t buf[256];
+  while (done < n) {
+    int k = epoll_wait(e, evs, 256, 60000);
+    if (k == 0) {
+      fprintf(stderr, "rdzv-socket-floor: the clients: no progress in 60 s\n");
+      return 1;
+    }
+    for (int i = 0; i < k; i++) {
+      struct tconn *c = evs[i].data.ptr;
+      if (evs[i].events & EPOLLOUT) { /* connected: the first request */
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) {
+          errno = err;
+          die("connect");
+        }
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        epoll_ctl(e, EPOLL_CTL_MOD, c->fd, &ev);
+        if (write(c->fd, req, sizeof(req)) != (ssize_t)sizeof(req))
+          die("write");
+        continue;
+      }
+      ssize_t r = read(c->fd, buf, sizeof(buf));
+      if (r < 0 && errno == EAGAIN)
+        continue;
+      if (r <= 0)
+        die("read");
+      c->got += (size_t)r;
+      if (c->got < tcp_reply_bytes(c->trip))
+        continue;
+      c->got -= tcp_reply_bytes(c->trip);
+      if (++c->trip == TCP_TRIPS) {
+        epoll_ctl(e, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+        done++;
+      } else if (write(c->fd, req, sizeof(req)) != (ssize_t)sizeof(req)) {
+        die("write");
+      }
+    }
+  }
+  *wall = now_s() - t0;
+  return 0;
+}
+
+static double cpu_of(const struct rusage *ru) {
+  return (double)ru->ru_utime.tv_sec + ru->ru_utime.tv_usec / 1e6 +
+         (double)ru->ru_stime.tv_sec + ru->ru_stime.tv_usec / 1e6;
+}
+
+static int tcp_floor(int64_t n) {
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof(a);
+  if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+      listen(lfd, 65535) < 0 ||
+      getsockname(lfd, (struct sockaddr *)&a, &alen) < 0)
+    die("listen");
+  double *wall = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (wall == MAP_FAILED)
+    die("mmap");
+  pid_t server = fork();
+  if (server < 0)
+    die("fork");
+  if (server == 0) {
+    pin_to(1);
+    _exit(tcp_server(lfd, n));
+  }
+  pid_t client = fork();
+  if (client < 0)
+    die("fork");
+  if (client == 0) {
+    close(lfd);
+    pin_to(0);
+    _exit(tcp_clients(ntohs(a.sin_port), n, wall));
+  }
+  close(lfd);
+  int st_s, st_c, bad = 0;
+  struct rusage ru_s, ru_c;
+  if (wait4(server, &st_s, 0, &ru_s) < 0 || wait4(client, &st_c, 0, &ru_c) < 0)
+    die("wait4");
+  bad = !WIFEXITED(st_s) || WEXITSTATUS(st_s) != 0 || !WIFEXITED(st_c) ||
+        WEXITSTATUS(st_c) != 0;
+  if (bad) {
+    fprintf(stderr, "rdzv-socket-floor: a process failed\n");
+    return 1;
+  }
+  printf("tcp floor: %" PRId64 " ranks, %d round trips each: wall %.3f s, "
+         "server cpu %.3f s, clients cpu %.3f s\n",
+         n, TCP_TRIPS, *wall, cpu_of(&ru_s), cpu_of(&ru_c));
+  return 0;
+}
+
 static int usage(void) {
   fprintf(stderr, "usage: rdzv-socket-floor [--hosts N] [--fanout F] "
-                  "[--procs P] [--table-bytes B] [--ranks-per-host R]\n");
+                  "[--procs P] [--table-bytes B] [--ranks-per-host R]\n"
+                  "       rdzv-socket-floor --tcp-ranks N\n");
   return 2;
 }
 
 int main(int argc, char **argv) {
+  int64_t tcp_ranks = 0;
   for (int i = 1; i < argc; i++) {
     int64_t *dst = NULL;
-    if (strcmp(argv[i], "--hosts") == 0)
+    if (strcmp(argv[i], "--tcp-ranks") == 0)
+      dst = &tcp_ranks;
+    else if (strcmp(argv[i], "--hosts") == 0)
       dst = &O.hosts;
     else if (strcmp(argv[i], "--fanout") == 0)
       dst = &O.fanout;
@@ -493,6 +711,8 @@ int main(int argc, char **argv) {
     if (*end != '\0' || *dst <= 0)
       return usage();
   }
+  if (tcp_ranks > 0)
+    return tcp_ranks > 18000 ? usage() : tcp_floor(tcp_ranks);
   if (O.fanout < 2 || O.procs > MAX_PROCS || O.hosts > 1000000 ||
       O.table > (1 << 26) || O.rph > 1024)
     return usage();
