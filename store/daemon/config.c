@@ -369,8 +369,9 @@ void rdzv_config_usage(FILE *out) {
             opts[i].env, opts[i].def[0] ? opts[i].def : "\"\"", opts[i].help);
 }
 
+/* Sets each option of argv; given[k] is set for each opts[k] it names. */
 static int parse_argv(struct rdzv_daemon_config *cfg, int argc, char **argv,
-                      FILE *out, char *err, size_t errlen) {
+                      FILE *out, bool *given, char *err, size_t errlen) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -399,6 +400,7 @@ static int parse_argv(struct rdzv_daemon_config *cfg, int argc, char **argv,
       }
       v = argv[++i];
     }
+    given[o - opts] = true;
     int rc = set_opt(cfg, o, v, err, errlen);
     if (rc < 0)
       return rc;
@@ -841,11 +843,22 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
     if (rc < 0)
       return rc;
   }
+  /* A bad value in the environment counts only if argv does not give
+   * that option: an operator's --flag mends a stale variable. */
+  bool env_bad[NOPTS], given[NOPTS];
   for (size_t i = 0; i < NOPTS; i++) {
     const char *v = getenv(opts[i].env);
-    if (v == NULL)
+    given[i] = false;
+    env_bad[i] = v != NULL && set_opt(cfg, &opts[i], v, err, errlen) < 0;
+  }
+  int rc = parse_argv(cfg, argc, argv, out, given, err, errlen);
+  if (rc != 0)
+    return rc;
+  for (size_t i = 0; i < NOPTS; i++) {
+    if (!env_bad[i] || given[i])
       continue;
-    int rc = set_opt(cfg, &opts[i], v, err, errlen);
+    const char *v = getenv(opts[i].env);
+    rc = set_opt(cfg, &opts[i], v, err, errlen); /* the error again */
     if (rc < 0) {
       /* Say where the value came from: the environment, not argv. */
       char why[512];
@@ -855,9 +868,6 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
       return rc;
     }
   }
-  int rc = parse_argv(cfg, argc, argv, out, err, errlen);
-  if (rc != 0)
-    return rc;
   rc = split_parent(cfg, err, errlen);
   if (rc != 0)
     return rc;

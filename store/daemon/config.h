@@ -140,7 +140,9 @@ bool rdzv_config_host_loopback(const char *host);
 /* Fills *cfg (uninitialized: its old contents are not freed) from
  * defaults, then the environment (RDZVD_* variables), then
  * argv (--name=value or --name value; a flag such as --tcpstore-remote
- * alone, or --flag=yes|no). Resolves the user names of --allow-uids (the
+ * alone, or --flag=yes|no). A variable whose value is refused is an error
+ * only if argv does not give that option (named in the message with the
+ * variable). Resolves the user names of --allow-uids (the
  * system's user database, getpwnam_r: may block on NSS). Returns 0, 1
  * when --help was printed to out, -EINVAL with a message in
  * err[0..errlen), or -ENOMEM. Whatever it returns, the caller frees the

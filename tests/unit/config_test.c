@@ -228,7 +228,29 @@ static void test_environment(void **state) {
   assert_non_null(strstr(err, "RDZVD_NAME"));
   rdzv_config_free(&c);
   assert_all_empty(&c);
+  /* ... unless argv gives that option: it mends the stale variable. */
+  assert_int_equal(parse(&c, err, sizeof(err), "--name", "fixed", NULL), 0);
+  assert_string_equal(c.name, "fixed");
+  rdzv_config_free(&c);
   free(longname);
+  /* Two bad variables, argv mending one: the other is still refused. */
+  assert_int_equal(setenv("RDZVD_NAME", "from-env", 1), 0);
+  assert_int_equal(setenv("RDZVD_FLUSH_MS", "soon", 1), 0);
+  assert_int_equal(setenv("RDZVD_BACKLOG", "-1", 1), 0);
+  assert_int_equal(parse(&c, err, sizeof(err), "--flush-ms=3", NULL),
+                   -EINVAL);
+  assert_non_null(strstr(err, "RDZVD_BACKLOG=-1"));
+  assert_null(strstr(err, "RDZVD_FLUSH_MS"));
+  rdzv_config_free(&c);
+  assert_int_equal(parse(&c, err, sizeof(err), "--backlog", "7",
+                         "--flush-ms=3", NULL),
+                   0);
+  assert_int_equal(c.flush_ms, 3);
+  assert_int_equal(c.backlog, 7);
+  assert_string_equal(c.name, "from-env");
+  rdzv_config_free(&c);
+  unsetenv("RDZVD_FLUSH_MS");
+  unsetenv("RDZVD_BACKLOG");
 
   unsetenv("RDZVD_NAME");
   unsetenv("RDZVD_UNIX");
