@@ -156,11 +156,12 @@ static void watch_mod(struct link *l, uint32_t events) {
     die("epoll_ctl");
 }
 
-/* Writes out what l holds; returns false on a write error. */
-static void flush_link(struct link *l) {
+/* Writes buf[0..n) to fd until done or the socket is full; returns the
+ * bytes written. */
+static size_t write_some(int fd, const uint8_t *buf, size_t n) {
   size_t off = 0;
-  while (off < l->olen) {
-    ssize_t w = write(l->fd, l->out + off, l->olen - off);
+  while (off < n) {
+    ssize_t w = write(fd, buf + off, n - off);
     if (w < 0 && errno == EINTR)
       continue;
     if (w < 0 && errno == EAGAIN)
@@ -169,6 +170,12 @@ static void flush_link(struct link *l) {
       die("write");
     off += (size_t)w;
   }
+  return off;
+}
+
+/* Writes out what l holds, as far as the socket takes it. */
+static void flush_link(struct link *l) {
+  size_t off = write_some(l->fd, l->out, l->olen);
   memmove(l->out, l->out + off, l->olen - off);
   l->olen -= off;
   watch_mod(l, l->olen > 0 ? EPOLLIN | EPOLLOUT : EPOLLIN);
@@ -183,16 +190,7 @@ static void send_frame(struct link *l, int round, size_t n) {
   bytes_sent += total;
   frames_sent++;
   if (l->olen == 0) {
-    while (off < total) {
-      ssize_t w = write(l->fd, payload + off, total - off);
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w < 0 && errno == EAGAIN)
-        break;
-      if (w < 0)
-        die("write");
-      off += (size_t)w;
-    }
+    off = write_some(l->fd, payload, total);
     if (off == total)
       return;
   }
