@@ -40,25 +40,39 @@ check 17 16 2 1000 8
 check 300 16 4 5000 8
 check 500 4 7 136 2
 check 2000 16 16 106352 8
+# Host 0 with 4,999 children: more than a listen backlog (4,096) holds, so
+# the processes connect while they take each other's links.
+check 5000 5000 4 136 1
 
-# The TCP floor: every rank's 6 round trips answered (the server counts
+# --help: the usage and the limits on stdout, exit 0.
+out=$("$bin" --help 2>/dev/null)
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q '^usage: rdzv-socket-floor' <<<"$out" ||
+   ! grep -q 'procs 1-64' <<<"$out"; then
+  echo "FAIL: --help: rc $rc: $out"
+  fail=1
+fi
+
+# The TCP floor: every rank's 5 round trips answered (the server counts
 # them and exits 0 only then; the clients likewise).
 out=$("$bin" --tcp-ranks 200 2>&1)
 rc=$?
-if [ "$rc" -ne 0 ] || ! grep -q '^tcp floor: 200 ranks, 6 round trips each: wall ' <<<"$out"; then
+if [ "$rc" -ne 0 ] || ! grep -q '^tcp floor: 200 ranks, 5 round trips each: wall ' <<<"$out"; then
   echo "FAIL: --tcp-ranks 200: rc $rc: $out"
   fail=1
 else
   echo "ok: $out"
 fi
 
-for bad in "--tcp-ranks 18001" "--tcp-ranks 0" "--hosts 0" "--fanout 1" "--procs 65" "--table-bytes x" \
+for bad in "--tcp-ranks 18001" "--tcp-ranks 0" "--tcp-ranks 5 --procs 2" \
+           "--hosts 12abc" "--hosts ''" "--hosts -3" "--hosts 1000001" \
+           "--hosts 0" "--fanout 1" "--procs 65" "--table-bytes x" \
            "--nope 1" "--hosts"; do
   # shellcheck disable=SC2086
-  "$bin" $bad >/dev/null 2>&1
+  err=$("$bin" $bad 2>&1 >/dev/null)
   rc=$?
-  if [ "$rc" -ne 2 ]; then
-    echo "FAIL: '$bad' exited $rc, want 2"
+  if [ "$rc" -ne 2 ] || ! grep -q '^rdzv-socket-floor: ' <<<"$err"; then
+    echo "FAIL: '$bad' exited $rc, want 2 and a reason: $err"
     fail=1
   fi
 done

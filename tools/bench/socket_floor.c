@@ -26,13 +26,14 @@
  * the connections, the frames and their bytes, and the least user-space
  * work that moves them.
  *
- * With --tcp-ranks N (at most 18,000) it is the floor under a TCPStore
- * server instead (rdzv-bench --incumbents): one client process on CPU 0
- * opens N loopback TCP connections at once, as the bench's driver does,
- * and each makes 6 round trips in turn (32-byte requests; 8-byte replies,
- * the uid's 128), answered at once by a server process on CPU 1 that does
- * nothing else: no store, no waits. It prints the wall time from the first
- * connect to the last reply and each process's CPU.
+ * With --tcp-ranks N (at most 18,000) it is a TCPStore server that only
+ * answers, for rdzv-bench --incumbents: one client process on CPU 0 opens
+ * N loopback TCP connections at once, as the bench's driver does, and
+ * each makes the init pattern's 5 round trips in turn, with the sizes the
+ * bench's clients put on the wire (see tcp_req_bytes), answered at once by
+ * a server process on CPU 1 that does nothing else: no store, no waits,
+ * no parsing. It prints the wall time from the first connect to the last
+ * reply and each process's CPU.
  *
  * Prints one line: wall seconds from the first connect to the root's last
  * answer, the CPU seconds of all processes (user and system, from
@@ -54,7 +55,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -76,8 +79,8 @@ struct link {
   bool up;        /* this is host's upstream */
   uint8_t *buf;   /* unparsed input */
   size_t len, cap;
-  uint8_t *out;   /* what the socket did not take yet */
-  size_t olen, ocap;
+  uint8_t *out;   /* what the socket did not take yet: out[ooff..olen) */
+  size_t ooff, olen, ocap;
 };
 
 struct host {
@@ -138,11 +141,15 @@ static void order_hosts(void) {
   free(stack);
 }
 
-static char sock_dir[64];
+/* Process p's listener: a name in Linux's abstract socket namespace (a
+ * leading NUL), so that nothing is left in the file system however the
+ * run ends. */
+static pid_t run_id;
 static void sock_path(int p, struct sockaddr_un *a) {
   memset(a, 0, sizeof(*a));
   a->sun_family = AF_UNIX;
-  snprintf(a->sun_path, sizeof(a->sun_path), "%s/p%d", sock_dir, p);
+  snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "rdzv-floor-%d-p%d",
+           (int)run_id, p);
 }
 
 static uint8_t *payload;
@@ -173,12 +180,14 @@ static size_t write_some(int fd, const uint8_t *buf, size_t n) {
   return off;
 }
 
-/* Writes out what l holds, as far as the socket takes it. */
+/* Writes out what l holds, as far as the socket takes it (from an offset:
+ * a big frame is not moved down after each partial write). */
 static void flush_link(struct link *l) {
-  size_t off = write_some(l->fd, l->out, l->olen);
-  memmove(l->out, l->out + off, l->olen - off);
-  l->olen -= off;
-  watch_mod(l, l->olen > 0 ? EPOLLIN | EPOLLOUT : EPOLLIN);
+  l->ooff += write_some(l->fd, l->out + l->ooff, l->olen - l->ooff);
+  if (l->ooff == l->olen) {
+    l->ooff = l->olen = 0;
+    watch_mod(l, EPOLLIN);
+  }
 }
 
 /* One frame (header and body) with one write(2); what the socket cannot
@@ -193,6 +202,11 @@ static void send_frame(struct link *l, int round, size_t n) {
     off = write_some(l->fd, payload, total);
     if (off == total)
       return;
+  }
+  if (l->ooff > 0) { /* compact before appending */
+    memmove(l->out, l->out + l->ooff, l->olen - l->ooff);
+    l->olen -= l->ooff;
+    l->ooff = 0;
   }
   if (l->ocap < l->olen + total - off) {
     l->ocap = l->olen + total - off;
@@ -217,7 +231,7 @@ static size_t down_bytes(int round, int64_t below) {
   }
 }
 
-static struct host *H;  /* this process's hosts, by host id (sparse) */
+static struct host *H; /* this process's hosts, by host id (sparse) */
 static int64_t done_hosts, my_hosts;
 
 /* Host h is ready for round r once the round's answer came down (or, for
@@ -251,18 +265,32 @@ static void watch(struct link *l) {
     die("epoll_ctl");
 }
 
+/* Takes every pending link on this process's listener, with its hello
+ * (the child host's id; its sender wrote it right after connecting). */
+static int lfd_self = -1;
+static void accept_links(void);
+
+/* A connected Unix socket to process p's listener. The connect does not
+ * block: while p's backlog is full (p may be this process, or one that is
+ * itself waiting on ours), this process takes its own pending links, then
+ * tries again. */
 static int connect_to(int p) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
     die("socket");
   struct sockaddr_un a;
   sock_path(p, &a);
-  for (int tries = 0; connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0;
-       tries++) {
-    if ((errno != ENOENT && errno != ECONNREFUSED && errno != EAGAIN) ||
-        tries > 100000)
+  double give_up = now_s() + 60;
+  while (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+    if (errno != EAGAIN && errno != EINTR)
       die("connect");
-    struct timespec ts = {0, 1000000};
+    if (now_s() > give_up) {
+      fprintf(stderr, "rdzv-socket-floor: no room in process %d's listen "
+                      "backlog for 60 s\n", p);
+      exit(1);
+    }
+    accept_links();
+    struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
   return fd;
@@ -356,6 +384,33 @@ static bool read_link(struct link *l, int me, int64_t *root_rounds) {
   return true;
 }
 
+static void accept_links(void) {
+  int fd;
+  while ((fd = accept4(lfd_self, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+    uint8_t hello[16];
+    size_t got = 0;
+    while (got < sizeof(hello)) {
+      ssize_t r = read(fd, hello + got, sizeof(hello) - got);
+      if (r <= 0)
+        die("read hello");
+      got += (size_t)r;
+    }
+    int64_t child;
+    memcpy(&child, hello + 8, 8);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    struct link *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+      die("calloc");
+    c->fd = fd;
+    c->host = child;
+    if (child > 0) {
+      int64_t parent = (child - 1) / O.fanout;
+      H[parent].child[child - first_of(parent)] = c;
+    }
+    watch(c);
+  }
+}
+
 /* Every process's listening socket, made before the processes start so
  * that no connect waits for one. */
 static int listeners[MAX_PROCS + 1];
@@ -376,6 +431,7 @@ static int run_proc(int me) {
     if (p != me)
       close(listeners[p]);
   int lfd = listeners[me];
+  lfd_self = lfd;
   ep = epoll_create1(EPOLL_CLOEXEC);
   if (ep < 0)
     die("epoll_create1");
@@ -401,6 +457,13 @@ static int run_proc(int me) {
     x->upl = calloc(1, sizeof(*x->upl));
     if (x->child == NULL || x->upl == NULL)
       die("calloc");
+  }
+  /* (Every host is set up first: links to them may be taken while this
+   * process waits to connect.) */
+  for (int64_t h = 0; h < O.hosts && me != 0; h++) {
+    struct host *x = &H[h];
+    if (x->upl == NULL)
+      continue;
     int parent_proc = h == 0 ? 0 : proc_of_host((h - 1) / O.fanout);
     x->upl->fd = connect_to(parent_proc);
     x->upl->host = h;
@@ -435,31 +498,8 @@ static int run_proc(int me) {
       die("epoll_wait");
     for (int i = 0; i < n; i++) {
       struct link *l = evs[i].data.ptr;
-      if (l == NULL) { /* the listener: take each new link and its hello */
-        int fd;
-        while ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-          uint8_t hello[16];
-          size_t got = 0;
-          while (got < sizeof(hello)) {
-            ssize_t r = read(fd, hello + got, sizeof(hello) - got);
-            if (r <= 0)
-              die("read hello");
-            got += (size_t)r;
-          }
-          int64_t child;
-          memcpy(&child, hello + 8, 8);
-          fcntl(fd, F_SETFL, O_NONBLOCK);
-          struct link *c = calloc(1, sizeof(*c));
-          if (c == NULL)
-            die("calloc");
-          c->fd = fd;
-          c->host = child;
-          if (child > 0) {
-            int64_t parent = (child - 1) / O.fanout;
-            H[parent].child[child - first_of(parent)] = c;
-          }
-          watch(c);
-        }
+      if (l == NULL) { /* the listener */
+        accept_links();
         continue;
       }
       if ((evs[i].events & EPOLLOUT) && l->fd >= 0)
@@ -484,12 +524,19 @@ static int run_proc(int me) {
 
 /* ---- --tcp-ranks: the floor under a TCPStore server ---------------------- */
 
-/* The init pattern's round trips a rank (rdzv-bench --incumbents: connect;
- * ADD init/; SET or WAIT + GET the uid; SET topo; ADD barrier; WAIT
- * barrier_done), each a 32-byte request and an 8-byte reply, the uid's
- * a 128-byte one. The server answers at once: no store, no waiting. */
-enum { TCP_TRIPS = 6, TCP_REQ = 32 };
-static size_t tcp_reply_bytes(int trip) { return trip == 2 ? 128 : 8; }
+/* The init pattern's round trips a rank, as rdzv-bench --incumbents' C
+ * clients put them on the wire (tools/bench/ts_drive.c: the legacy
+ * TCPStore dialect, where a SET has no reply): connect; ADD init/ (an
+ * 8-byte reply); WAIT the uid (1 byte); GET it (4-byte length and 128
+ * bytes); SET topo and ADD barrier in one write (8 bytes back); WAIT
+ * barrier_done (1 byte). The server answers at once: no store, no
+ * waiting, and no parsing beyond each request's size. */
+enum { TCP_TRIPS = 5 };
+static size_t tcp_req_bytes(int trip) { return trip == 3 ? 112 : 32; }
+static size_t tcp_reply_bytes(int trip) {
+  static const size_t n[TCP_TRIPS] = {8, 1, 4 + 128, 8, 1};
+  return n[trip];
+}
 
 static void pin_to(int cpu) {
   cpu_set_t set;
@@ -547,8 +594,9 @@ static int tcp_server(int lfd, int64_t n) {
         continue;
       }
       c->got += (size_t)r;
-      while (c->got >= TCP_REQ) { /* small replies: the socket takes them */
-        c->got -= TCP_REQ;
+      while (c->trip < TCP_TRIPS && c->got >= tcp_req_bytes(c->trip)) {
+        /* Small replies: the socket takes them. */
+        c->got -= tcp_req_bytes(c->trip);
         if (write(c->fd, zero, tcp_reply_bytes(c->trip)) < 0)
           die("write");
         c->trip++;
@@ -562,7 +610,7 @@ static int tcp_server(int lfd, int64_t n) {
 /* The clients: n connections at once, each TCP_TRIPS round trips in turn.
  * Sets the wall time from the first connect to the last reply. */
 static int tcp_clients(int port, int64_t n, double *wall) {
-  static uint8_t req[TCP_REQ];
+  static uint8_t req[128];
   int e = epoll_create1(EPOLL_CLOEXEC);
   struct tconn *cs = calloc((size_t)n, sizeof(*cs));
   if (e < 0 || cs == NULL)
@@ -603,7 +651,7 @@ static int tcp_clients(int port, int64_t n, double *wall) {
         }
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         epoll_ctl(e, EPOLL_CTL_MOD, c->fd, &ev);
-        if (write(c->fd, req, sizeof(req)) != (ssize_t)sizeof(req))
+        if (write(c->fd, req, tcp_req_bytes(0)) != (ssize_t)tcp_req_bytes(0))
           die("write");
         continue;
       }
@@ -620,7 +668,8 @@ static int tcp_clients(int port, int64_t n, double *wall) {
         epoll_ctl(e, EPOLL_CTL_DEL, c->fd, NULL);
         close(c->fd);
         done++;
-      } else if (write(c->fd, req, sizeof(req)) != (ssize_t)sizeof(req)) {
+      } else if (write(c->fd, req, tcp_req_bytes(c->trip)) !=
+                 (ssize_t)tcp_req_bytes(c->trip)) {
         die("write");
       }
     }
@@ -651,6 +700,7 @@ static int tcp_floor(int64_t n) {
   if (server < 0)
     die("fork");
   if (server == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     pin_to(1);
     _exit(tcp_server(lfd, n));
   }
@@ -658,6 +708,7 @@ static int tcp_floor(int64_t n) {
   if (client < 0)
     die("fork");
   if (client == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(lfd);
     pin_to(0);
     _exit(tcp_clients(ntohs(a.sin_port), n, wall));
@@ -679,50 +730,75 @@ static int tcp_floor(int64_t n) {
   return 0;
 }
 
-static int usage(void) {
-  fprintf(stderr, "usage: rdzv-socket-floor [--hosts N] [--fanout F] "
-                  "[--procs P] [--table-bytes B] [--ranks-per-host R]\n"
-                  "       rdzv-socket-floor --tcp-ranks N\n");
+static void usage_to(FILE *f) {
+  fprintf(f,
+          "usage: rdzv-socket-floor [--hosts N] [--fanout F] [--procs P]\n"
+          "                         [--table-bytes B] [--ranks-per-host R]\n"
+          "       rdzv-socket-floor --tcp-ranks N\n"
+          "The tree's links with no store behind them (default 12,500 hosts,\n"
+          "fan-out 16, 16 processes, a 106,352-byte id table, 8 ranks a host),\n"
+          "or with --tcp-ranks N a TCPStore server that only answers. Limits:\n"
+          "hosts 1-1,000,000; fan-out 2-1,000,000; procs 1-%d; table-bytes\n"
+          "1-67,108,864; ranks-per-host 1-1,024; tcp-ranks 1-18,000 (alone).\n",
+          MAX_PROCS);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "rdzv-socket-floor: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  usage_to(stderr);
   return 2;
 }
 
 int main(int argc, char **argv) {
   int64_t tcp_ranks = 0;
+  struct {
+    const char *name;
+    int64_t *dst, max;
+  } opts[] = {
+      {"--hosts", &O.hosts, 1000000},   {"--fanout", &O.fanout, 1000000},
+      {"--procs", &O.procs, MAX_PROCS}, {"--table-bytes", &O.table, 1 << 26},
+      {"--ranks-per-host", &O.rph, 1024}, {"--tcp-ranks", &tcp_ranks, 18000},
+  };
+  bool tree_opt = false;
   for (int i = 1; i < argc; i++) {
-    int64_t *dst = NULL;
-    if (strcmp(argv[i], "--tcp-ranks") == 0)
-      dst = &tcp_ranks;
-    else if (strcmp(argv[i], "--hosts") == 0)
-      dst = &O.hosts;
-    else if (strcmp(argv[i], "--fanout") == 0)
-      dst = &O.fanout;
-    else if (strcmp(argv[i], "--procs") == 0)
-      dst = &O.procs;
-    else if (strcmp(argv[i], "--table-bytes") == 0)
-      dst = &O.table;
-    else if (strcmp(argv[i], "--ranks-per-host") == 0)
-      dst = &O.rph;
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage_to(stdout);
+      return 0;
+    }
+    size_t k = 0;
+    while (k < sizeof(opts) / sizeof(opts[0]) &&
+           strcmp(argv[i], opts[k].name) != 0)
+      k++;
+    if (k == sizeof(opts) / sizeof(opts[0]))
+      return usage_error("unknown option '%s'", argv[i]);
+    if (i + 1 >= argc)
+      return usage_error("%s needs a value", argv[i]);
     char *end;
-    if (dst == NULL || i + 1 >= argc)
-      return usage();
-    *dst = strtoll(argv[++i], &end, 10);
-    if (*end != '\0' || *dst <= 0)
-      return usage();
+    errno = 0;
+    long long v = strtoll(argv[i + 1], &end, 10);
+    if (errno != 0 || end == argv[i + 1] || *end != '\0' || v < 1 ||
+        v > opts[k].max || (opts[k].dst == &O.fanout && v < 2))
+      return usage_error("%s: value out of range (see the limits below)",
+                         argv[i]);
+    *opts[k].dst = v;
+    tree_opt |= opts[k].dst != &tcp_ranks;
+    i++;
   }
+  if (tcp_ranks > 0 && tree_opt)
+    return usage_error("%s takes no tree options", "--tcp-ranks");
   if (tcp_ranks > 0)
-    return tcp_ranks > 18000 ? usage() : tcp_floor(tcp_ranks);
-  if (O.fanout < 2 || O.procs > MAX_PROCS || O.hosts > 1000000 ||
-      O.table > (1 << 26) || O.rph > 1024)
-    return usage();
+    return tcp_floor(tcp_ranks);
   order_hosts();
   size_t maxf = (size_t)O.table;
   if ((size_t)(48 * O.rph * O.hosts) > maxf)
     maxf = (size_t)(48 * O.rph * O.hosts);
   payload = calloc(1, maxf + 8);
-  snprintf(sock_dir, sizeof(sock_dir), "/tmp/rdzv-floor.XXXXXX");
+  run_id = getpid();
   shared = mmap(NULL, sizeof(uint64_t) * 4 * (MAX_PROCS + 1),
                 PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (payload == NULL || shared == MAP_FAILED || mkdtemp(sock_dir) == NULL)
+  if (payload == NULL || shared == MAP_FAILED)
     die("setup");
   make_listeners();
   fflush(stdout);
@@ -732,8 +808,10 @@ int main(int argc, char **argv) {
     pids[p] = fork();
     if (pids[p] < 0)
       die("fork");
-    if (pids[p] == 0)
+    if (pids[p] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL); /* the run is killed: all of it */
       _exit(run_proc(p));
+    }
   }
   int bad = 0;
   for (int p = 0; p <= O.procs; p++) {
@@ -747,12 +825,6 @@ int main(int argc, char **argv) {
   getrusage(RUSAGE_CHILDREN, &ru);
   double user = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6;
   double sys = (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-  for (int p = 0; p <= O.procs; p++) {
-    char path[96];
-    snprintf(path, sizeof(path), "%s/p%d", sock_dir, p);
-    unlink(path);
-  }
-  rmdir(sock_dir);
   uint64_t bytes = 0, frames = 0;
   double first = 0, last = 0;
   for (int p = 0; p <= O.procs; p++) {
