@@ -338,14 +338,14 @@ static int set_opt(struct rdzv_daemon_config *cfg, const struct opt *o,
   char *end = NULL;
   errno = 0;
   unsigned long long x = strtoull(v, &end, 10);
+  bool digit = v[0] >= '0' && v[0] <= '9'; /* no sign, no space */
   if (o->kind == OPT_COUNT && (errno != 0 || end == v || *end != '\0' ||
-                               x > 65536 || v[0] == '-')) {
+                               x > 65536 || !digit)) {
     snprintf(err, errlen, "--%s: '%s' is neither auto nor a number in "
              "0..65536", o->name, v);
     return -EINVAL;
   }
-  if (errno != 0 || end == v || *end != '\0' || x > UINT32_MAX ||
-      v[0] == '-') {
+  if (errno != 0 || end == v || *end != '\0' || x > UINT32_MAX || !digit) {
     snprintf(err, errlen, "--%s: '%s' is not a number in 0..%u", o->name, v,
              UINT32_MAX);
     return -EINVAL;
@@ -834,6 +834,20 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
   return 0;
 }
 
+/* Adds to the message in err where the refused value came from: the
+ * variable name, and the value cut to 64 bytes; the message is cut
+ * instead of the name when err is short. */
+static void env_blame(char *err, size_t errlen, const char *name,
+                      const char *v) {
+  char why[512], suffix[160];
+  snprintf(why, sizeof(why), "%s", err);
+  snprintf(suffix, sizeof(suffix), " (from the environment: %s=%.64s%s)",
+           name, v, strlen(v) > 64 ? "..." : "");
+  size_t sl = strlen(suffix);
+  int room = errlen > sl + 1 ? (int)(errlen - sl - 1) : 0;
+  snprintf(err, errlen, "%.*s%s", room, why, suffix);
+}
+
 int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
                       FILE *out, char *err, size_t errlen) {
   memset(cfg, 0, sizeof(*cfg));
@@ -860,11 +874,7 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
     const char *v = getenv(opts[i].env);
     rc = set_opt(cfg, &opts[i], v, err, errlen); /* the error again */
     if (rc < 0) {
-      /* Say where the value came from: the environment, not argv. */
-      char why[512];
-      snprintf(why, sizeof(why), "%s", err);
-      snprintf(err, errlen, "%s (from the environment: %s=%s)", why,
-               opts[i].env, v);
+      env_blame(err, errlen, opts[i].env, v);
       return rc;
     }
   }
@@ -875,13 +885,10 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
   if (rc != 0) {
     /* Checked once all are read: say if the value came from the
      * environment (argv did not override it). */
-    const char *ev = getenv("RDZVD_ALLOW_UIDS");
-    if (ev != NULL && strcmp(ev, cfg->allow_uids) == 0) {
-      char why[512];
-      snprintf(why, sizeof(why), "%s", err);
-      snprintf(err, errlen, "%s (from the environment: RDZVD_ALLOW_UIDS=%s)",
-               why, ev);
-    }
+    const struct opt *au = find_opt("allow-uids", strlen("allow-uids"));
+    const char *ev = getenv(au->env);
+    if (ev != NULL && !given[au - opts])
+      env_blame(err, errlen, au->env, ev);
     return rc;
   }
   rc = tcpstore_listen_default_host(cfg);

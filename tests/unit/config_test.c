@@ -172,6 +172,21 @@ static void test_argv_values(void **state) {
                    0);
   assert_false(c.tcpstore_remote);
   rdzv_config_free(&c);
+
+  /* Numbers are digits only: a sign or a leading space is refused (strtoull
+   * would take " -1024" as 2^64 - 1024 and wrap it). */
+  static const char *const bad[] = {" -18446744073709550592", "+5", " 5",
+                                    "-0", "5 "};
+  for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+    assert_int_equal(parse(&c, err, sizeof(err), "--max-hello-bytes", bad[k],
+                           NULL),
+                     -EINVAL);
+    assert_non_null(strstr(err, "--max-hello-bytes"));
+    rdzv_config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof(err), "--children", bad[k], NULL),
+                     -EINVAL);
+    rdzv_config_free(&c);
+  }
 }
 
 static void test_help(void **state) {
@@ -251,6 +266,27 @@ static void test_environment(void **state) {
   rdzv_config_free(&c);
   unsetenv("RDZVD_FLUSH_MS");
   unsetenv("RDZVD_BACKLOG");
+  /* A long refused value: the message still names the variable (the
+   * value is cut, not the name). */
+  char *nines = filled("", '9', 2000);
+  assert_int_equal(setenv("RDZVD_FLUSH_MS", nines, 1), 0);
+  assert_int_equal(parse(&c, err, sizeof(err), NULL), -EINVAL);
+  assert_non_null(strstr(err, "(from the environment: RDZVD_FLUSH_MS=999"));
+  assert_non_null(strstr(err, "...)"));
+  rdzv_config_free(&c);
+  unsetenv("RDZVD_FLUSH_MS");
+  free(nines);
+  /* --allow-uids refused when argv gave it: not blamed on the variable. */
+  assert_int_equal(setenv("RDZVD_ALLOW_UIDS", "no-such-user-rdzv", 1), 0);
+  assert_int_equal(parse(&c, err, sizeof(err), "--allow-uids",
+                         "no-such-user-rdzv", NULL),
+                   -EINVAL);
+  assert_null(strstr(err, "environment"));
+  rdzv_config_free(&c);
+  assert_int_equal(parse(&c, err, sizeof(err), NULL), -EINVAL);
+  assert_non_null(strstr(err, "RDZVD_ALLOW_UIDS=no-such-user-rdzv"));
+  rdzv_config_free(&c);
+  unsetenv("RDZVD_ALLOW_UIDS");
 
   unsetenv("RDZVD_NAME");
   unsetenv("RDZVD_UNIX");
