@@ -716,7 +716,13 @@ static int tcp_floor(int64_t n) {
   close(lfd);
   int st_s, st_c, bad = 0;
   struct rusage ru_s, ru_c;
-  if (wait4(server, &st_s, 0, &ru_s) < 0 || wait4(client, &st_c, 0, &ru_c) < 0)
+  /* The clients first: if they fail (no more files, say), the server
+   * would wait for them in vain. */
+  if (wait4(client, &st_c, 0, &ru_c) < 0)
+    die("wait4");
+  if (!WIFEXITED(st_c) || WEXITSTATUS(st_c) != 0)
+    kill(server, SIGKILL);
+  if (wait4(server, &st_s, 0, &ru_s) < 0)
     die("wait4");
   bad = !WIFEXITED(st_s) || WEXITSTATUS(st_s) != 0 || !WIFEXITED(st_c) ||
         WEXITSTATUS(st_c) != 0;
@@ -739,7 +745,8 @@ static void usage_to(FILE *f) {
           "fan-out 16, 16 processes, a 106,352-byte id table, 8 ranks a host),\n"
           "or with --tcp-ranks N a TCPStore server that only answers. Limits:\n"
           "hosts 1-1,000,000; fan-out 2-1,000,000; procs 1-%d; table-bytes\n"
-          "1-67,108,864; ranks-per-host 1-1,024; tcp-ranks 1-18,000 (alone).\n",
+          "1-67,108,864; ranks-per-host 1-1,024 (48 x hosts x ranks-per-host\n"
+          "at most 1 GiB); tcp-ranks 1-18,000 (alone; an open file a rank in each of 2 processes).\n",
           MAX_PROCS);
 }
 
@@ -790,6 +797,9 @@ int main(int argc, char **argv) {
     return usage_error("%s takes no tree options", "--tcp-ranks");
   if (tcp_ranks > 0)
     return tcp_floor(tcp_ranks);
+  if (48 * O.rph * O.hosts > (int64_t)1 << 30)
+    return usage_error("%s: the join's top frame (48 bytes a rank) would "
+                       "pass 1 GiB", "--hosts times --ranks-per-host");
   order_hosts();
   size_t maxf = (size_t)O.table;
   if ((size_t)(48 * O.rph * O.hosts) > maxf)
