@@ -20,8 +20,8 @@
  *   topology up 64 B, down 128 B;
  *   barrier  up 64 B, down 64 B.
  * A frame is an 8-byte header (length, round) and its body; a process
- * reads each link into its own buffer and writes each frame with one
- * write(2), one epoll loop a process. What it measures is the floor under
+ * reads into one buffer (a link keeps only a frame's unread part) and
+ * writes each frame with one write(2), one epoll loop a process. What it measures is the floor under
  * any daemon that keeps this tree's links as sockets: the kernel's work for
  * the connections, the frames and their bytes, and the least user-space
  * work that moves them.
@@ -239,8 +239,7 @@ static int64_t done_hosts, my_hosts;
 static void maybe_up(int64_t h) {
   struct host *x = &H[h];
   if (x->round < ROUNDS && x->children_in == x->nchildren &&
-      x->children_in >= 0)
-  {
+      x->children_in >= 0) {
     x->children_in = -1; /* sent: waiting for the answer */
     send_frame(x->upl, x->round, up_bytes(x->round, x->below));
   }
@@ -265,9 +264,7 @@ static void watch(struct link *l) {
     die("epoll_ctl");
 }
 
-/* Takes every pending link on this process's listener, with its hello
- * (the child host's id; its sender wrote it right after connecting). */
-static int lfd_self = -1;
+static int lfd_self = -1; /* this process's listener */
 static void accept_links(void);
 
 /* A connected Unix socket to process p's listener. The connect does not
@@ -384,6 +381,8 @@ static bool read_link(struct link *l, int me, int64_t *root_rounds) {
   return true;
 }
 
+/* Takes every pending link on this process's listener, with its hello
+ * (the child host's id; its sender wrote it right after connecting). */
 static void accept_links(void) {
   int fd;
   while ((fd = accept4(lfd_self, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
