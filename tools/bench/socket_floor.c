@@ -552,7 +552,7 @@ struct tconn {
 
 /* The server: accepts n connections and answers n * TCP_TRIPS requests. */
 static int tcp_server(int lfd, int64_t n) {
-  static uint8_t zero[128];
+  static uint8_t zero[256]; /* the longest reply: 132 bytes */
   int e = epoll_create1(EPOLL_CLOEXEC);
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
   if (e < 0 || epoll_ctl(e, EPOLL_CTL_ADD, lfd, &ev) < 0)
