@@ -58,16 +58,20 @@ test_results() {
        | [$l, "FAILED_TO_BUILD"] | @tsv)' "$1"
 }
 
-# save_log_tail NAME LABEL: keeps the end of a failed test's log, to be
-# printed just above the summary (CI shows only the end of the output, and
+# save_log_tail NAME LABEL: keeps a failed test's FAIL and ERROR lines and
+# the end of its log, to be printed just above the summary (CI shows only the end of the output, and
 # the next configuration's run overwrites bazel-testlogs).
 save_log_tail() {
   local path="${2#//}"
   local log
   log="$(bazel info bazel-testlogs 2>/dev/null)/${path/://}/test.log"
   {
-    printf '\n---- %s %s: the last 25 lines of %s\n' "$1" "$2" "$log"
-    tail -n 25 "$log" 2>/dev/null || echo "(no log)"
+    printf '\n---- %s %s (%s): its first 20 lines that say FAIL or ERROR\n' \
+      "$1" "$2" "$log"
+    grep -m 20 -E 'FAIL|ERROR|[Aa]ssert|error:' "$log" 2>/dev/null ||
+      echo "(none)"
+    printf -- '---- and its last 15 lines\n'
+    tail -n 15 "$log" 2>/dev/null || echo "(no log)"
   } >>"$work/log-tails.txt"
 }
 
