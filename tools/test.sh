@@ -59,8 +59,9 @@ test_results() {
 }
 
 # save_log_tail NAME LABEL: keeps a failed test's FAIL and ERROR lines and
-# the end of its log, to be printed just above the summary (CI shows only the end of the output, and
-# the next configuration's run overwrites bazel-testlogs).
+# the end of its log, to be printed just above the summary (CI shows only
+# the end of the output, and the next configuration's run overwrites
+# bazel-testlogs).
 save_log_tail() {
   local path="${2#//}"
   local log
