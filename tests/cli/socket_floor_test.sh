@@ -19,6 +19,17 @@ expected() {
   }'
 }
 
+# verdict STATUS WHAT DETAIL: "ok: WHAT" when STATUS is 0, else
+# "FAIL: WHAT: DETAIL" and the test fails.
+verdict() {
+  if [ "$1" -eq 0 ]; then
+    echo "ok: $2"
+  else
+    echo "FAIL: $2: $3"
+    fail=1
+  fi
+}
+
 check() { # HOSTS FANOUT PROCS TABLE RPH
   local out want got
   out=$("$bin" --hosts "$1" --fanout "$2" --procs "$3" --table-bytes "$4" \
@@ -26,13 +37,9 @@ check() { # HOSTS FANOUT PROCS TABLE RPH
   local rc=$?
   want=$(expected "$1" "$2" "$4" "$5")
   got=$(sed -n 's/.*, \([0-9]*\) frames, \([0-9]*\) bytes$/\1 \2/p' <<<"$out")
-  if [ "$rc" -ne 0 ] || [ "$got" != "$want" ]; then
-    echo "FAIL: hosts $1 fan-out $2 procs $3 table $4 rph $5: rc $rc," \
-         "got '$got', want '$want': $out"
-    fail=1
-  else
-    echo "ok: $out"
-  fi
+  [ "$rc" -eq 0 ] && [ "$got" = "$want" ]
+  verdict $? "hosts $1 fan-out $2 procs $3 table $4 rph $5" \
+    "rc $rc, got '$got', want '$want': $out"
 }
 
 check 1 16 1 100 8
@@ -47,22 +54,17 @@ check 5000 5000 4 136 1
 # --help: the usage and the limits on stdout, exit 0.
 out=$("$bin" --help 2>/dev/null)
 rc=$?
-if [ "$rc" -ne 0 ] || ! grep -q '^usage: rdzv-socket-floor' <<<"$out" ||
-   ! grep -q 'procs 1-64' <<<"$out"; then
-  echo "FAIL: --help: rc $rc: $out"
-  fail=1
-fi
+[ "$rc" -eq 0 ] && grep -q '^usage: rdzv-socket-floor' <<<"$out" &&
+  grep -q 'procs 1-64' <<<"$out"
+verdict $? "--help" "rc $rc: $out"
 
 # The TCP floor: every rank's 5 round trips answered (the server counts
 # them and exits 0 only then; the clients likewise).
 out=$("$bin" --tcp-ranks 200 2>&1)
 rc=$?
-if [ "$rc" -ne 0 ] || ! grep -q '^tcp floor: 200 ranks, 5 round trips each: wall ' <<<"$out"; then
-  echo "FAIL: --tcp-ranks 200: rc $rc: $out"
-  fail=1
-else
-  echo "ok: $out"
-fi
+[ "$rc" -eq 0 ] &&
+  grep -q '^tcp floor: 200 ranks, 5 round trips each: wall ' <<<"$out"
+verdict $? "--tcp-ranks 200" "rc $rc: $out"
 
 for bad in "--tcp-ranks 18001" "--tcp-ranks 0" "--tcp-ranks 5 --procs 2" \
            "--hosts 12abc" "--hosts ''" "--hosts -3" "--hosts 1000001" \
@@ -71,9 +73,7 @@ for bad in "--tcp-ranks 18001" "--tcp-ranks 0" "--tcp-ranks 5 --procs 2" \
   # shellcheck disable=SC2086
   err=$("$bin" $bad 2>&1 >/dev/null)
   rc=$?
-  if [ "$rc" -ne 2 ] || ! grep -q '^rdzv-socket-floor: ' <<<"$err"; then
-    echo "FAIL: '$bad' exited $rc, want 2 and a reason: $err"
-    fail=1
-  fi
+  [ "$rc" -eq 2 ] && grep -q '^rdzv-socket-floor: ' <<<"$err"
+  verdict $? "'$bad' refused" "exited $rc, want 2 and a reason: $err"
 done
 exit "$fail"

@@ -258,6 +258,22 @@ static void on_down(int64_t h, int round) {
     maybe_up(h);
 }
 
+/* The next events of epoll e (at most 256): retried on EINTR; after 60 s
+ * with none the run is stuck, and who says so and exits 1. */
+static int wait_events(int e, struct epoll_event *evs, const char *who) {
+  for (;;) {
+    int n = epoll_wait(e, evs, 256, 60000);
+    if (n > 0)
+      return n;
+    if (n == 0) {
+      fprintf(stderr, "rdzv-socket-floor: %s: no progress in 60 s\n", who);
+      exit(1);
+    }
+    if (errno != EINTR)
+      die("epoll_wait");
+  }
+}
+
 static void watch(struct link *l) {
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = l};
   if (epoll_ctl(ep, EPOLL_CTL_ADD, l->fd, &ev) < 0)
@@ -484,17 +500,10 @@ static int run_proc(int me) {
       maybe_up(h);
   int64_t root_rounds = 0;
   struct epoll_event evs[256];
+  char who[32];
+  snprintf(who, sizeof(who), "process %d", me);
   while (me == 0 ? root_rounds < ROUNDS : done_hosts < my_hosts) {
-    int n = epoll_wait(ep, evs, 256, 60000);
-    if (n == 0) {
-      fprintf(stderr, "rdzv-socket-floor: process %d: no progress in 60 s\n",
-              me);
-      return 1;
-    }
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      die("epoll_wait");
+    int n = wait_events(ep, evs, who);
     for (int i = 0; i < n; i++) {
       struct link *l = evs[i].data.ptr;
       if (l == NULL) { /* the listener */
@@ -561,11 +570,7 @@ static int tcp_server(int lfd, int64_t n) {
   struct epoll_event evs[256];
   uint8_t buf[4096];
   while (answered < n * TCP_TRIPS) {
-    int k = epoll_wait(e, evs, 256, 60000);
-    if (k == 0) {
-      fprintf(stderr, "rdzv-socket-floor: the server: no progress in 60 s\n");
-      return 1;
-    }
+    int k = wait_events(e, evs, "the server");
     for (int i = 0; i < k; i++) {
       struct tconn *c = evs[i].data.ptr;
       if (c == NULL) {
@@ -633,11 +638,7 @@ static int tcp_clients(int port, int64_t n, double *wall) {
   struct epoll_event evs[256];
   uint8_t buf[256];
   while (done < n) {
-    int k = epoll_wait(e, evs, 256, 60000);
-    if (k == 0) {
-      fprintf(stderr, "rdzv-socket-floor: the clients: no progress in 60 s\n");
-      return 1;
-    }
+    int k = wait_events(e, evs, "the clients");
     for (int i = 0; i < k; i++) {
       struct tconn *c = evs[i].data.ptr;
       if (evs[i].events & EPOLLOUT) { /* connected: the first request */
