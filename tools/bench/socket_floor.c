@@ -797,14 +797,12 @@ int main(int argc, char **argv) {
     return usage_error("%s takes no tree options", "--tcp-ranks");
   if (tcp_ranks > 0)
     return tcp_floor(tcp_ranks);
-  if (48 * O.rph * O.hosts > (int64_t)1 << 30)
+  int64_t top = up_bytes(0, O.hosts); /* the largest frame but the table */
+  if (top > (int64_t)1 << 30)
     return usage_error("%s: the join's top frame (48 bytes a rank) would "
                        "pass 1 GiB", "--hosts times --ranks-per-host");
   order_hosts();
-  size_t maxf = (size_t)O.table;
-  if ((size_t)(48 * O.rph * O.hosts) > maxf)
-    maxf = (size_t)(48 * O.rph * O.hosts);
-  payload = calloc(1, maxf + 8);
+  payload = calloc(1, (size_t)(top > O.table ? top : O.table) + 8);
   run_id = getpid();
   shared = mmap(NULL, sizeof(uint64_t) * 4 * (MAX_PROCS + 1),
                 PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
