@@ -135,6 +135,20 @@ static const struct opt opts[] = {
           "a parent or child node silent this long (stopped, wedged, cut "
           "off) is lost: its connection is closed and what it carried fails, "
           "naming it"),
+  { "cache-mutable", "RDZVD_CACHE_MUTABLE", "yes", OPT_BOOL,
+    offsetof(struct rdzv_daemon_config, cache_mutable), sizeof(bool),
+    "nodes keep copies of mutable keys (values and absences) registered "
+    "with their parent, which invalidates them before a write is "
+    "acknowledged: reads and checks answered on the host, linearizable "
+    "(no: every read of a mutable key goes to the root)" },
+  U32_OPT("copy-lease-ms", "RDZVD_COPY_LEASE_MS", "0", copy_lease_ms,
+          "how long a parent's ping reply lets a node answer from its "
+          "copies (0: half of --liveness-timeout-ms; must be less); a write "
+          "waits at most this long for a silent holder"),
+  U32_OPT("copy-cooldown-ms", "RDZVD_COPY_COOLDOWN_MS", "1000",
+          copy_cooldown_ms,
+          "a key written while copies of it were held is not granted again "
+          "this long (counters and state keys written as often as read)"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen, RDZV_CONFIG_STR_MAX,
@@ -824,6 +838,14 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
              "--liveness-timeout-ms (%u) must exceed --heartbeat-ms (%u): a "
              "healthy peer would be lost between two heartbeats",
              cfg->liveness_timeout_ms, cfg->heartbeat_ms);
+    return -EINVAL;
+  }
+  if (cfg->copy_lease_ms >= cfg->liveness_timeout_ms) {
+    snprintf(err, errlen,
+             "--copy-lease-ms (%u) must be less than --liveness-timeout-ms "
+             "(%u): a parent closes a silent node only after its lease on "
+             "copies has ended",
+             cfg->copy_lease_ms, cfg->liveness_timeout_ms);
     return -EINVAL;
   }
   if (cfg->flush_ms > cfg->flush_max_ms) {

@@ -82,6 +82,13 @@ struct rdzv_daemon_config {
                                     without a frame from it */
   uint32_t liveness_timeout_ms;  /* a parent or child node silent this long
                                     is lost (> heartbeat_ms) */
+  /* Copies of mutable keys (store/daemon/keys/copies.h): whether nodes
+   * keep them and parents grant them; how long a parent's lease on them
+   * lasts (0: half of --liveness-timeout-ms; less than it); how long a key
+   * written while copies of it were held is not granted again. */
+  bool cache_mutable;
+  uint32_t copy_lease_ms; /* read through rdzv_config_copy_lease_ms */
+  uint32_t copy_cooldown_ms;
   uint32_t log_level;      /* 0 errors, 1 info, 2 debug */
   /* PyTorch c10d TCPStore front end (store/daemon/tcpstore/tcpstore.c): HOST:PORT, "" for
    * none; the job its clients' keys live in; where to write its port. */
@@ -170,5 +177,14 @@ void rdzv_config_free(struct rdzv_daemon_config *cfg);
 
 /* Prints the option table (name, env var, default, help) to out. */
 void rdzv_config_usage(FILE *out);
+
+/* The lease on copies a parent grants, ms: --copy-lease-ms, or half of
+ * --liveness-timeout-ms when that is 0 (at least 1). */
+static inline uint32_t rdzv_config_copy_lease_ms(
+    const struct rdzv_daemon_config *cfg) {
+  uint32_t l = cfg->copy_lease_ms ? cfg->copy_lease_ms
+                                  : cfg->liveness_timeout_ms / 2;
+  return l > 0 ? l : 1;
+}
 
 #endif /* RDZV_STORE_CONFIG_H */

@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/resource.h>
@@ -95,6 +96,13 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
     return rc;
   }
   d->started = true;
+  const char *mutant = getenv("RDZVD_TEST_MUTANT");
+  if (mutant != NULL && strcmp(mutant, "serve-expired") == 0) {
+    d->mutant_serve_expired = true;
+    rdzv__log(d, 0, "RDZVD_TEST_MUTANT=serve-expired: this daemon answers "
+              "from copies past their lease (a test's deliberate fault; "
+              "never in production)");
+  }
   rdzv__log(d, 1, "%s listening on tcp:%s%s%s", role->name,
             d->have_tcp ? d->bound_addr : "(none)",
             d->have_unix ? " and unix:" : "", d->have_unix ? cfg->unix_path : "");

@@ -511,6 +511,7 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_PING] = {0, 0, 0, 0},
     [RDZV_MSG_KEYS] = {0, 1, 0, 0},
     [RDZV_MSG_AUTH] = {0, 0, 1, 1},
+    [RDZV_MSG_INVAL] = {0, 0, 0, 0},
 };
 /* clang-format on */
 
@@ -527,6 +528,8 @@ static int shape_check(const struct rdzv_msg *msg) {
   switch (msg->type) {
   case RDZV_MSG_WAIT:
     return msg->a >= 0 ? 0 : RDZV_EPROTO;
+  case RDZV_MSG_INVAL:
+    return msg->b >= 0 ? 0 : RDZV_EPROTO;
   case RDZV_MSG_COLL_STATUS:
     if ((msg->a != RDZV_MSG_BARRIER && msg->a != RDZV_MSG_GATHER) ||
         msg->b < 1 || msg->b > RDZV_COLL_STATUS_MAX_IDS)
@@ -641,7 +644,7 @@ static const char *const type_names[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_ERROR] = "error", [RDZV_MSG_JOIN] = "join",
     [RDZV_MSG_ABORT] = "abort",   [RDZV_MSG_COLL_STATUS] = "coll_status",
     [RDZV_MSG_PING] = "ping",     [RDZV_MSG_KEYS] = "keys",
-    [RDZV_MSG_AUTH] = "auth",
+    [RDZV_MSG_AUTH] = "auth",     [RDZV_MSG_INVAL] = "inval",
 };
 
 const char *rdzv_msg_type_name(int type) {

@@ -72,6 +72,18 @@ extern "C" {
                                       daemon's nonce, vals[1] = its proof
                                       of the job's secret; the peer
                                       answers with RDZV_MSG_AUTH */
+#define RDZV_F_COPY 0x0400u        /* get, mget, wait from a node: keep a
+                                      copy of the key(s) (value or
+                                      absence) and register it with me; in
+                                      the reply: granted, the parent holds
+                                      this node registered and invalidates
+                                      the copy before any write to the key
+                                      is acknowledged (RDZV_MSG_INVAL).
+                                      What it covers: GET, OK or ENOKEY:
+                                      the key; MGET OK and WAIT OK: every
+                                      key; MGET ENOKEY: the missing keys
+                                      (keys), as absent */
+#define RDZV_F_ALL 0x0800u         /* inval reply: every copy goes */
 #define RDZV_F_SHARED_INC 0x0080u  /* hello reply: b is the incarnation of
                                       a service whose roots share it (an
                                       etcd-backed root): a peer compares it
@@ -209,8 +221,21 @@ enum rdzv_msg_type {
    * or status 0 with a, b, keys[0], vals and flags as a hello reply
    * has them). */
   RDZV_MSG_AUTH = 21,
+  /* A child node's invalidation stream (store/daemon/keys/copies.h):
+   * b = the last invalidation sequence number it has applied, each copy
+   * it named dropped here and below (0 at first; per connection). The
+   * parent takes that as the acknowledgment of every invalidation up to
+   * b and holds the request until it has more for this child. Reply: a =
+   * the sequence number of the newest invalidation it carries, keys = the
+   * keys whose copies go (flag ALL: every copy). A node keeps one in
+   * flight while its connection is ready. PING replies to a node tell
+   * its lease: a = milliseconds from when the PING was sent during which
+   * its copies may be served (0: none), b = the newest invalidation
+   * sequence number issued to it, which it must have applied for that
+   * lease to count. */
+  RDZV_MSG_INVAL = 22,
 };
-#define RDZV_MSG_TYPE_MAX 21
+#define RDZV_MSG_TYPE_MAX 22
 /* Most member ids one COLL_STATUS reply names. */
 #define RDZV_COLL_STATUS_MAX_IDS 4096
 

@@ -37,6 +37,8 @@ struct waiter {
   uint32_t req_id;
   uint32_t nkeys;
   uint32_t nmissing;
+  uint64_t seq;   /* the waitset's count when it registered */
+  bool want_copy; /* a child node asked for copies (RDZV_F_COPY) */
   uint64_t deadline_ms;
   struct rdzv_slice *keys; /* copies, in one block with the struct */
   struct waitref *refs;
@@ -138,6 +140,9 @@ static void reply_ok(struct waiter *w) {
     r.vals.n = w->nkeys;
     r.vals.v = vals;
   }
+  if (w->want_copy && ws->hooks.grant != NULL &&
+      ws->hooks.grant(ws->ctx, w->c, w->keys, w->nkeys))
+    r.flags |= RDZV_F_COPY;
   rdzv__conn_reply_shared(w->c, &r, blobs, blobs != NULL ? nblobs : 0);
   if (vals != &one)
     free(vals);
@@ -187,6 +192,43 @@ void rdzv__waits_notify(struct waitset *ws, const uint8_t *k, uint32_t klen) {
   free(wt->key);
   free(wt);
 }
+
+void rdzv__waits_notify_upto(struct waitset *ws, const uint8_t *k,
+                             uint32_t klen, uint64_t upto) {
+  struct watch *wt = NULL;
+  HASH_FIND(hh, ws->watches, k, klen, wt);
+  if (wt == NULL)
+    return;
+  /* Completing a waiter unlinks its other refs (never this watch's
+   * others: it waits on each key once), but may free this watch when it
+   * empties: collect the ones due first. */
+  struct waitref *r, *next;
+  struct waitref_list due;
+  TAILQ_INIT(&due);
+  for (r = TAILQ_FIRST(&wt->refs); r != NULL; r = next) {
+    next = TAILQ_NEXT(r, link);
+    if (r->w->seq > upto)
+      continue;
+    TAILQ_REMOVE(&wt->refs, r, link);
+    TAILQ_INSERT_TAIL(&due, r, link);
+  }
+  if (TAILQ_EMPTY(&wt->refs)) {
+    HASH_DEL(ws->watches, wt);
+    free(wt->key);
+    free(wt);
+  }
+  while ((r = TAILQ_FIRST(&due)) != NULL) {
+    TAILQ_REMOVE(&due, r, link);
+    r->linked = false;
+    struct waiter *w = r->w;
+    if (--w->nmissing == 0) {
+      reply_ok(w);
+      waiter_free(w);
+    }
+  }
+}
+
+uint64_t rdzv__waits_seq(const struct waitset *ws) { return ws->seq; }
 
 void rdzv__waits_fail_key(struct waitset *ws, const uint8_t *k,
                           uint32_t klen, int status, const char *text) {
@@ -247,6 +289,8 @@ static struct waiter *waiter_new(struct waitset *ws, struct conn *c,
   w->nkeys = m->keys.n;
   w->c = c;
   w->req_id = m->req_id;
+  w->seq = ++ws->seq;
+  w->want_copy = (m->flags & RDZV_F_COPY) != 0;
   w->deadline_ms = uv_now(ws->loop) + (uint64_t)m->a;
   pos = 0;
   for (uint32_t i = 0; rdzv_items_next(&m->keys, &pos, &k); i++) {
@@ -317,11 +361,30 @@ int rdzv__waits_add(struct waitset *ws, struct conn *c,
   }
   uv_timer_start(&w->timer, on_wait_timeout, (uint64_t)m->a, 0);
   uint64_t deadline = w->deadline_ms;
-  struct rdzv_slice *keys = w->keys; /* w may complete in the hook */
+  /* w may complete in a hook (answered from a cache): its memory lasts
+   * until its timer's close completes, on a later loop iteration, so its
+   * key bytes stay valid here; which keys it lacks is read first. */
+  struct rdzv_slice *keys = NULL;
+  uint32_t nk = 0;
+  if (ws->hooks.missing != NULL &&
+      (keys = calloc(missing, sizeof(*keys))) != NULL) {
+    for (uint32_t i = 0; i < w->nkeys; i++)
+      if (w->refs[i].linked)
+        keys[nk++] = w->keys[i];
+  }
+  struct rdzv_slice *wkeys = w->keys;
   for (uint32_t i = 0; fresh != NULL && i < m->keys.n; i++)
     if (fresh[i] && ws->hooks.first_waiter != NULL)
-      ws->hooks.first_waiter(ws->ctx, keys[i].p, keys[i].n, deadline);
+      ws->hooks.first_waiter(ws->ctx, wkeys[i].p, wkeys[i].n, deadline);
   free(fresh);
+  if (ws->hooks.missing != NULL && keys == NULL) {
+    /* Out of memory: the waiter waits on, asked of nobody, until its
+     * deadline. */
+    return (int)missing;
+  }
+  if (keys != NULL)
+    ws->hooks.missing(ws->ctx, keys, nk, deadline);
+  free(keys);
   return (int)missing;
 }
 

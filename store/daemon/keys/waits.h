@@ -29,9 +29,20 @@ struct waits_hooks {
   void (*value)(void *ctx, const uint8_t *k, uint32_t klen,
                 struct rdzv_slice *v, bool *write_once,
                 struct rdzv_blob **blob);
-  /* key got its first waiter (deadline_ms: that waiter's, loop time). */
+  /* key got its first waiter (deadline_ms: that waiter's, loop time).
+   * Optional (NULL: not called). */
   void (*first_waiter)(void *ctx, const uint8_t *k, uint32_t klen,
                        uint64_t deadline_ms);
+  /* Optional (NULL: none granted): the waiter of c that asked for copies
+   * (RDZV_F_COPY) completes with keys[0..n): true when the role granted
+   * them (registered c for each), and the reply carries RDZV_F_COPY. */
+  bool (*grant)(void *ctx, struct conn *c, const struct rdzv_slice *keys,
+                uint32_t n);
+  /* Optional (NULL: not called): a new waiter lacks keys[0..n) (borrowed
+   * for the call), deadline_ms its deadline (loop time). Called once per
+   * waiter, after first_waiter. */
+  void (*missing)(void *ctx, const struct rdzv_slice *keys, uint32_t n,
+                  uint64_t deadline_ms);
 };
 
 struct waitset {
@@ -41,6 +52,7 @@ struct waitset {
   struct watch *watches;
   struct waiter_list waiters;
   struct conn_waiters *by_conn; /* each connection's waiters */
+  uint64_t seq; /* waiters registered so far (each gets the next) */
 };
 
 void rdzv__waits_init(struct waitset *ws, uv_loop_t *loop,
@@ -52,6 +64,13 @@ int rdzv__waits_add(struct waitset *ws, struct conn *c,
                     const struct rdzv_msg *m);
 /* key now exists: completes the waiters that lacked only it. */
 void rdzv__waits_notify(struct waitset *ws, const uint8_t *k, uint32_t klen);
+/* key existed at some moment after each waiter registered as number
+ * <= upto (rdzv__waits_seq then) came: completes those that lacked only
+ * it; later waiters keep waiting for it. */
+void rdzv__waits_notify_upto(struct waitset *ws, const uint8_t *k,
+                             uint32_t klen, uint64_t upto);
+/* The number the last registered waiter got (0: none yet). */
+uint64_t rdzv__waits_seq(const struct waitset *ws);
 /* Latest deadline (loop ms) among waiters of key, or 0 if none. */
 uint64_t rdzv__waits_deadline(struct waitset *ws, const uint8_t *k,
                               uint32_t klen);

@@ -1,8 +1,9 @@
 /* The node role (agent): serves the ranks of its host and child nodes,
- * answers what it can locally (write-once keys it has cached), coalesces
- * waits (and reads hinted write-once) into one upstream request per key,
- * combines concurrent adds and collective contributions, and forwards the
- * rest to its parent unchanged. */
+ * answers what it can locally (write-once keys it has cached, copies of
+ * mutable keys: node_copies.c), combines identical reads and waits into
+ * one upstream request (node_read.c), combines concurrent adds and
+ * collective contributions, and forwards the rest to its parent
+ * unchanged. This file: forwarding, adds, dispatch and the job's state. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,14 +14,6 @@
 #include "store/daemon/keys/waits.h"
 #include "store/daemon/node/node.h"
 #include "store/daemon/node/node_int.h"
-
-struct nget { /* coalesced reads of one key */
-  UT_hash_handle hh;
-  struct node_job *nj;
-  uint8_t *key;
-  uint32_t klen;
-  struct lreq *reqs;
-};
 
 /* Combined adds to one counter. What goes up is a list of parts, each
  * { op id, delta } (wire.h, RDZV_MSG_ADD): one for the sum of this node's
@@ -97,124 +90,6 @@ void rdzv__node_cache_put(struct node_job *nj, struct rdzv_slice k,
     rc = rdzv__kv_set(&nj->cache, k.p, k.n, v.p, v.n, true, NULL);
   if (rc == 0)
     rdzv__waits_notify(&nj->waits, k.p, k.n);
-}
-
-/* ---- waits: one upstream wait per key ------------------------------------- */
-
-/* An upstream wait in flight, by key: at most one per key, whatever the
- * local waiters do (a waiter that comes while one is in flight rides on
- * it; at its deadline it is asked again for those still waiting). So
- * waiters that come and go (their connections closing) do not pile up
- * upstream waits. */
-struct upwait {
-  UT_hash_handle hh; /* nj->upwaits */
-  struct node_job *nj;
-  uint32_t klen;
-  uint8_t key[];
-};
-
-static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
-                        uint64_t deadline_ms);
-
-static void on_upwait(struct daemon *d, const struct rdzv_msg *r, void *arg) {
-  struct upwait *uw = arg;
-  struct node_job *nj = uw->nj;
-  HASH_DEL(nj->upwaits, uw);
-  if (r->status == 0) {
-    struct rdzv_slice k = {uw->key, uw->klen}, v;
-    if ((r->a & 1) && rdzv_items_get(&r->vals, 0, &v) == 0)
-      rdzv__node_cache_put(nj, k, v);
-    rdzv__waits_notify(&nj->waits, uw->key, uw->klen);
-  } else if (r->status == RDZV_EDEADLINE) {
-    /* Waiters that came later may still have time: ask again for them. */
-    uint64_t dl = rdzv__waits_deadline(&nj->waits, uw->key, uw->klen);
-    if (dl > rdzv__now_ms(d))
-      send_upwait(nj, uw->key, uw->klen, dl);
-  } else {
-    /* The upstream failure's text (which daemon, why) in keys[0]. */
-    char text[600] = "";
-    struct rdzv_slice t;
-    if (rdzv_items_get(&r->keys, 0, &t) == 0 && t.n > 0)
-      snprintf(text, sizeof(text), "%.*s", (int)(t.n < 599 ? t.n : 599),
-               (const char *)t.p);
-    rdzv__waits_fail_key(&nj->waits, uw->key, uw->klen, r->status, text);
-  }
-  free(uw);
-}
-
-static void send_upwait(struct node_job *nj, const uint8_t *k, uint32_t klen,
-                        uint64_t deadline_ms) {
-  struct upwait *uw = NULL;
-  HASH_FIND(hh, nj->upwaits, k, klen, uw);
-  if (uw != NULL)
-    return; /* in flight already: it is asked again at its deadline */
-  uw = malloc(sizeof(*uw) + klen);
-  if (uw == NULL) {
-    rdzv__waits_fail_key(&nj->waits, k, klen, RDZV_ENOMEM,
-                         "out of memory at the node");
-    return;
-  }
-  uw->nj = nj;
-  uw->klen = klen;
-  memcpy(uw->key, k, klen);
-  uint64_t now = rdzv__now_ms(nj->d);
-  struct rdzv_slice ks = {uw->key, klen};
-  struct rdzv_msg m;
-  memset(&m, 0, sizeof(m));
-  m.type = RDZV_MSG_WAIT;
-  /* At most --upstream-wait-max-ms at once: at its end it is asked again
-   * if a local waiter still needs it (on_upwait), so a wait whose waiters
-   * all hung up (a TCPStore WAIT has a 24-day timeout) ends here and at
-   * the parent within that time. */
-  uint64_t left = deadline_ms > now ? deadline_ms - now : 0;
-  if (left > nj->d->cfg.upstream_wait_max_ms)
-    left = nj->d->cfg.upstream_wait_max_ms;
-  m.a = (int64_t)left;
-  m.keys.n = 1;
-  m.keys.v = &ks;
-  /* Listed first: the reply may come inside the send. */
-  HASH_ADD_KEYPTR(hh, nj->upwaits, uw->key, uw->klen, uw);
-  int rc = rdzv__upstream_send(nj->up, &m, on_upwait, uw);
-  if (rc < 0) {
-    HASH_DEL(nj->upwaits, uw);
-    free(uw);
-    rdzv__waits_fail_key(&nj->waits, k, klen, rc, "");
-  }
-}
-
-static bool hook_present(void *ctx, const uint8_t *k, uint32_t klen) {
-  struct node_job *nj = ctx;
-  return rdzv__kv_find(&nj->cache, k, klen) != NULL;
-}
-
-static void hook_value(void *ctx, const uint8_t *k, uint32_t klen,
-                       struct rdzv_slice *v, bool *write_once,
-                       struct rdzv_blob **blob) {
-  struct node_job *nj = ctx;
-  struct kv_entry *e = rdzv__kv_find(&nj->cache, k, klen);
-  v->p = e ? e->val : NULL;
-  v->n = e ? e->vlen : 0;
-  *write_once = e != NULL;
-  *blob = e ? e->blob : NULL;
-}
-
-static void hook_first_waiter(void *ctx, const uint8_t *k, uint32_t klen,
-                              uint64_t deadline_ms) {
-  send_upwait(ctx, k, klen, deadline_ms);
-}
-
-static const struct waits_hooks node_wait_hooks = {
-    hook_present, hook_value, hook_first_waiter};
-
-static void handle_wait(struct node_job *nj, struct conn *c,
-                        const struct rdzv_msg *m) {
-  struct stats *st = &nj->d->stats;
-  uint64_t before = st->ops[RDZV_MSG_WAIT].forwarded;
-  int missing = rdzv__waits_add(&nj->waits, c, m);
-  if (missing == 0)
-    st->ops[RDZV_MSG_WAIT].local++;
-  else if (missing > 0 && st->ops[RDZV_MSG_WAIT].forwarded == before)
-    st->coalesced++;
 }
 
 /* ---- forwarding ------------------------------------------------------------ */
@@ -305,119 +180,6 @@ void rdzv__node_forward(struct node_job *nj, struct conn *c,
     rdzv__node_lreq_answer(l, m->type, &r);
     free(f);
   }
-}
-
-/* ---- reads ----------------------------------------------------------------- */
-
-static void on_get_reply(struct daemon *d, const struct rdzv_msg *r,
-                         void *arg) {
-  struct nget *g = arg;
-  struct node_job *nj = g->nj;
-  (void)d;
-  struct rdzv_slice k = {g->key, g->klen}, v;
-  HASH_DEL(nj->gets, g);
-  if (r->status == 0 && (r->a & 1) && rdzv_items_get(&r->vals, 0, &v) == 0)
-    rdzv__node_cache_put(nj, k, v);
-  struct lreq *l;
-  while ((l = g->reqs) != NULL) {
-    g->reqs = l->next;
-    rdzv__node_lreq_answer(l, RDZV_MSG_GET, r);
-  }
-  free(g->key);
-  free(g);
-}
-
-/* A read the caller marked write-once joins an identical read in flight:
- * safe because such a key never changes once it exists. Other reads are
- * forwarded one by one, so a read never returns a value older than a
- * write that completed before it was issued. */
-static void handle_get(struct node_job *nj, struct conn *c,
-                       const struct rdzv_msg *m) {
-  struct stats *st = &nj->d->stats;
-  struct rdzv_slice k;
-  rdzv_items_get(&m->keys, 0, &k);
-  struct kv_entry *e = rdzv__kv_find(&nj->cache, k.p, k.n);
-  if (e != NULL) { /* from the cache's one buffer, not a copy */
-    struct rdzv_slice v = {e->val, e->vlen};
-    struct rdzv_msg r;
-    rdzv__reply_init(&r, m, 0);
-    r.a = 1;
-    r.vals.n = 1;
-    r.vals.v = &v;
-    st->cache_hits++;
-    st->ops[RDZV_MSG_GET].local++;
-    rdzv__conn_reply_shared(c, &r, &e->blob, 1);
-    return;
-  }
-  if (!(m->flags & RDZV_F_WRITE_ONCE)) {
-    rdzv__node_forward(nj, c, m);
-    return;
-  }
-  struct nget *g = NULL;
-  HASH_FIND(hh, nj->gets, k.p, k.n, g);
-  struct lreq *l = rdzv__node_lreq_new(c, m->req_id);
-  if (l == NULL) {
-    rdzv__node_reply_status(c, m, RDZV_ENOMEM);
-    return;
-  }
-  if (g != NULL) {
-    l->next = g->reqs;
-    g->reqs = l;
-    st->coalesced++;
-    return;
-  }
-  g = calloc(1, sizeof(*g));
-  if (g == NULL || (g->key = malloc(k.n)) == NULL) {
-    free(g);
-    struct rdzv_msg r;
-    rdzv__reply_init(&r, m, RDZV_ENOMEM);
-    rdzv__node_lreq_answer(l, RDZV_MSG_GET, &r);
-    return;
-  }
-  memcpy(g->key, k.p, k.n);
-  g->klen = k.n;
-  g->nj = nj;
-  g->reqs = l;
-  HASH_ADD_KEYPTR(hh, nj->gets, g->key, g->klen, g);
-  if (rdzv__upstream_send(nj->up, m, on_get_reply, g) < 0) {
-    struct rdzv_msg r;
-    rdzv__reply_init(&r, m, RDZV_ENOMEM);
-    on_get_reply(nj->d, &r, g);
-  }
-}
-
-/* A MGET whose keys are all cached is answered here. */
-static void handle_mget(struct node_job *nj, struct conn *c,
-                        const struct rdzv_msg *m) {
-  struct rdzv_slice *vals = calloc(m->keys.n, sizeof(*vals));
-  struct rdzv_blob **blobs = calloc(m->keys.n, sizeof(*blobs));
-  size_t pos = 0;
-  struct rdzv_slice k;
-  uint32_t i = 0;
-  while (vals != NULL && blobs != NULL &&
-         rdzv_items_next(&m->keys, &pos, &k)) {
-    struct kv_entry *e = rdzv__kv_find(&nj->cache, k.p, k.n);
-    if (e == NULL)
-      break;
-    blobs[i] = e->blob;
-    vals[i].p = e->val;
-    vals[i++].n = e->vlen;
-  }
-  if (vals == NULL || blobs == NULL || i < m->keys.n) {
-    free(vals);
-    free(blobs);
-    rdzv__node_forward(nj, c, m);
-    return;
-  }
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, 0);
-  r.vals.n = i;
-  r.vals.v = vals;
-  nj->d->stats.cache_hits += i;
-  nj->d->stats.ops[RDZV_MSG_MGET].local++;
-  rdzv__conn_reply_shared(c, &r, blobs, i);
-  free(vals);
-  free(blobs);
 }
 
 /* ---- adds: combined per counter ------------------------------------------- */
@@ -683,6 +445,7 @@ static void on_parent_restart(void *arg) {
             "cached values dropped, ranks must rejoin",
             nj->job->id, d->cfg.parent);
   rdzv__kv_clear(&nj->cache);
+  rdzv__node_copies_on_lost(nj);
   rdzv__node_joins_lost(nj);
   nj->epoch++;
   char text[400];
@@ -711,7 +474,8 @@ static struct node_job *node_job(struct daemon *d, struct job *j) {
     free(nj);
     return NULL;
   }
-  rdzv__waits_init(&nj->waits, d->loop, &node_wait_hooks, nj);
+  rdzv__waits_init(&nj->waits, d->loop, &rdzv__node_wait_hooks, nj);
+  rdzv__node_copies_init(nj);
   j->role_data = nj;
   return nj;
 }
@@ -723,13 +487,17 @@ static void node_handle(struct daemon *d, struct conn *c,
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
+  if (m->type == RDZV_MSG_INVAL) { /* a child node's, never forwarded */
+    rdzv__copies_inval_request(&nj->holders, c, m);
+    return;
+  }
   if (m->type != RDZV_MSG_JOIN && m->type != RDZV_MSG_ABORT &&
       rdzv__node_lost_generation(nj, c, m))
     return;
   switch (m->type) {
-  case RDZV_MSG_GET: handle_get(nj, c, m); break;
-  case RDZV_MSG_WAIT: handle_wait(nj, c, m); break;
-  case RDZV_MSG_MGET: handle_mget(nj, c, m); break;
+  case RDZV_MSG_GET: rdzv__node_get(nj, c, m); break;
+  case RDZV_MSG_WAIT: rdzv__node_wait(nj, c, m); break;
+  case RDZV_MSG_MGET: rdzv__node_mget(nj, c, m); break;
   case RDZV_MSG_ADD: handle_add(nj, c, m); break;
   case RDZV_MSG_BARRIER:
   case RDZV_MSG_GATHER: rdzv__node_collective(nj, c, m); break;
@@ -763,6 +531,7 @@ static void node_conn_closed(struct daemon *d, struct conn *c) {
   struct node_job *nj = c->job->role_data;
   (void)d;
   rdzv__waits_drop_conn(&nj->waits, c);
+  rdzv__copies_conn_closed(&nj->holders, c);
   rdzv__node_colls_drop_conn(nj, c);
   rdzv__node_conn_closed(nj, c);
 }
@@ -776,10 +545,13 @@ static void node_job_free(struct daemon *d, struct job *j) {
   bool clean = !d->stopping;
   if (clean)
     rdzv__node_joins_leave(nj);
+  /* Child nodes' copies first: their callbacks acknowledge up. */
+  rdzv__node_copies_free(nj);
   /* Upstream callbacks run (with RDZV_ECANCELED) and release their
    * requests before the tables go. */
   rdzv__upstream_destroy(nj->up, clean);
   rdzv__waits_clear(&nj->waits);
+  rdzv__node_reads_free(nj);
   rdzv__node_joins_free(nj);
   struct nadd *ad, *at;
   HASH_ITER(hh, nj->adds, ad, at) {
@@ -796,5 +568,5 @@ static void node_job_free(struct daemon *d, struct job *j) {
 
 const struct rdzv_role rdzv__node_role = {
     "node", node_handle, node_conn_closed, node_hello_epoch, node_job_free,
-    NULL,
+    NULL, rdzv__node_copies_ping,
 };

@@ -3,6 +3,7 @@
 #ifndef RDZV_STORE_NODE_INT_H
 #define RDZV_STORE_NODE_INT_H
 
+#include "store/daemon/keys/copies.h"
 #include "store/daemon/keys/kvs.h"
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/keys/waits.h"
@@ -15,14 +16,23 @@ struct njround;
 struct joined;
 struct upstream;
 struct upwait;
+struct absent;
 
 struct node_job {
   struct daemon *d;
   struct job *job;
   struct upstream *up;
   struct kv_table cache; /* write-once keys */
+  /* node_copies.c: copies of mutable keys granted by the parent (values,
+   * and keys known absent), valid while the upstream's lease runs; and
+   * this node's own child nodes' copies (it is their parent). */
+  struct kv_table copies;
+  struct absent *absent;
+  struct copies holders;
+  char what[300]; /* "job <id>" for logs */
   struct waitset waits;
-  struct upwait *upwaits; /* node.c: upstream waits in flight, by key */
+  struct upwait *upwaits; /* node_read.c: upstream waits in flight, by
+                             their keys */
   struct nget *gets;
   struct nadd *adds;
   struct ncoll *colls;
@@ -38,6 +48,7 @@ struct node_job {
 struct lreq { /* a local request waiting for an upstream answer */
   struct conn *c;
   uint32_t req_id;
+  bool copy;       /* reads: a child node asked for a copy (RDZV_F_COPY) */
   int64_t delta;   /* adds: a local caller's delta */
   uint32_t nparts; /* adds: a child node's parts (0: a local caller) */
   struct lreq *next;
@@ -83,6 +94,45 @@ void rdzv__node_schedule(struct daemon *d, uv_timer_t *t, uint64_t first_ms,
 /* Caches a write-once key (copied) and wakes local waiters of it. */
 void rdzv__node_cache_put(struct node_job *nj, struct rdzv_slice k,
                           struct rdzv_slice v);
+
+/* node_read.c: GET, MGET and WAIT (answered from the write-once cache
+ * and valid copies, or one upstream request per identical read or wait
+ * in flight); the waits' hooks. */
+void rdzv__node_get(struct node_job *nj, struct conn *c,
+                    const struct rdzv_msg *m);
+void rdzv__node_mget(struct node_job *nj, struct conn *c,
+                     const struct rdzv_msg *m);
+void rdzv__node_wait(struct node_job *nj, struct conn *c,
+                     const struct rdzv_msg *m);
+extern const struct waits_hooks rdzv__node_wait_hooks;
+/* Frees the reads in flight (their requests unanswered: the job ends). */
+void rdzv__node_reads_free(struct node_job *nj);
+
+/* node_copies.c: copies of mutable keys (keys/copies.h). */
+void rdzv__node_copies_init(struct node_job *nj);
+/* Before the upstream goes: child nodes' holders released. */
+void rdzv__node_copies_free(struct node_job *nj);
+/* Whether copies may be answered from now (the parent's lease runs). */
+bool rdzv__node_copies_valid(struct node_job *nj);
+/* This node's copy of k: 1 with its value in *v (and *blob), 0 when k is
+ * held absent, -1 when no copy is held (or copies are not valid now). */
+int rdzv__node_copy_find(struct node_job *nj, struct rdzv_slice k,
+                         struct rdzv_slice *v, struct rdzv_blob **blob);
+/* A granted copy of k: its value, or (v NULL) its absence. */
+void rdzv__node_copy_put(struct node_job *nj, struct rdzv_slice k,
+                         const struct rdzv_slice *v);
+/* Registers child node c (a no-op for a client) for keys[0..n): true
+ * when c is a node and every one was registered (the reply may carry
+ * RDZV_F_COPY). */
+bool rdzv__node_copies_grant(struct node_job *nj, struct conn *c,
+                             const struct rdzv_slice *keys, uint32_t n);
+/* The upstream's callbacks (rdzv__upstream_copies). */
+void rdzv__node_copies_on_inval(void *arg, uint64_t gen,
+                                const struct rdzv_msg *m);
+void rdzv__node_copies_on_lost(void *arg);
+/* A child node's PING: its lease (at most what is left of ours). */
+void rdzv__node_copies_ping(struct daemon *d, struct conn *c,
+                            struct rdzv_msg *r);
 
 /* node_join.c */
 void rdzv__node_join(struct node_job *nj, struct conn *c,
@@ -144,6 +194,23 @@ void rdzv__upstream_destroy(struct upstream *u, bool flush);
 /* Sends m (its req_id is replaced) to the parent; queued until connected. */
 int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
                         upstream_cb cb, void *arg);
+/* Copies (keys/copies.h): on_inval(arg, gen, m) gets each invalidation
+ * reply of the parent (m->a its sequence number; keys, or flag ALL); the
+ * node drops those copies, then calls rdzv__upstream_inval_ack(u, gen,
+ * m->a) once the copies below it are gone too. on_lost(arg): the
+ * connection that granted the copies ended (they all go). */
+void rdzv__upstream_copies(struct upstream *u,
+                           void (*on_inval)(void *arg, uint64_t gen,
+                                            const struct rdzv_msg *m),
+                           void (*on_lost)(void *arg));
+/* Acknowledges invalidations up to seq on connection gen (a no-op when
+ * that connection has ended), asking for the next ones. */
+void rdzv__upstream_inval_ack(struct upstream *u, uint64_t gen, uint64_t seq);
+/* Copies were granted while no lease runs: a PING goes now (unless one
+ * is in flight), so that they may be answered from after its reply. */
+void rdzv__upstream_want_lease(struct upstream *u);
+/* Milliseconds the parent's lease on copies still runs (0: none). */
+uint64_t rdzv__upstream_lease_left(const struct upstream *u);
 /* The largest frame body the parent takes: what its hello reply said, or
  * this daemon's own --max-frame-bytes before the first hello. */
 uint32_t rdzv__upstream_frame_limit(const struct upstream *u);

@@ -132,6 +132,20 @@ struct upstream {
   void (*on_reconnect)(void *arg);
   void *restart_arg;
   uint64_t backoff_ms;
+  /* Copies of mutable keys (keys/copies.h, wire.h's RDZV_MSG_INVAL): the
+   * lease the parent's ping replies gave (loop ms; 0: none), the ping
+   * whose reply renews it and when it was sent, the newest invalidation
+   * received on this connection, the INVAL request in flight (0: none),
+   * and a number that changes with every ready connection (an
+   * acknowledgment meant for an earlier one is not sent). */
+  uint64_t lease_until;
+  uint32_t ping_id;
+  uint64_t ping_sent_ms;
+  uint64_t inval_recv;
+  uint32_t inval_id;
+  uint64_t conn_gen;
+  void (*on_inval)(void *arg, uint64_t gen, const struct rdzv_msg *m);
+  void (*on_lost)(void *arg);
   /* A standby root's hello refusal named the leader: addrs[redirect] is
    * tried next (-1: none); redirects in a row since the last ready
    * connection (past two, the backoff applies: standbys that disagree
@@ -180,6 +194,125 @@ static void up_set_state(struct upstream *u, enum up_state s) {
   rdzv__log(u->d, 2, "upstream %s: %s -> %s", u->job_id,
             up_state_names[u->state], up_state_names[s]);
   u->state = s;
+}
+
+
+/* ---- copies: the lease and the invalidation stream ------------------------ */
+
+/* A ready connection's lease and invalidation stream end (it failed):
+ * the node drops its copies, and those below it go too. */
+static void lease_end(struct upstream *u) {
+  bool was_ready = u->state == UP_READY;
+  u->lease_until = 0;
+  u->inval_id = 0;
+  u->inval_recv = 0;
+  u->ping_id = 0;
+  u->conn_gen++; /* acknowledgments meant for it are not sent */
+  if (was_ready && u->on_lost != NULL)
+    u->on_lost(u->restart_arg);
+}
+
+static void send_ping(struct upstream *u) {
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_PING;
+  m.req_id = u->next_id++;
+  if (m.req_id == 0)
+    m.req_id = u->next_id++;
+  if (rdzv_msg_encode(&m, &u->out) == 0) {
+    u->ping_id = m.req_id;
+    u->ping_sent_ms = uv_now(u->d->loop);
+    u->d->stats.frames_out++;
+    u->d->stats.ops[RDZV_MSG_PING].forwarded++;
+    up_start_write(u);
+  }
+}
+
+static void send_inval(struct upstream *u, uint64_t ack) {
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_INVAL;
+  m.b = (int64_t)ack;
+  m.req_id = u->next_id++;
+  if (m.req_id == 0)
+    m.req_id = u->next_id++;
+  if (rdzv_msg_encode(&m, &u->out) == 0) {
+    u->inval_id = m.req_id;
+    u->d->stats.frames_out++;
+    u->d->stats.ops[RDZV_MSG_INVAL].forwarded++;
+    up_start_write(u);
+  }
+}
+
+/* A PING or INVAL reply on a ready connection: true when it was one
+ * (consumed here). */
+static bool copies_frame(struct upstream *u, const struct rdzv_msg *m) {
+  if (m->type == RDZV_MSG_PING) {
+    /* The lease counts only once every invalidation issued before the
+     * parent answered has come (m->b): a node that fell behind serves no
+     * copy until it caught up. */
+    if (m->req_id == u->ping_id && m->a > 0 &&
+        (uint64_t)m->b <= u->inval_recv) {
+      uint64_t until = u->ping_sent_ms + (uint64_t)m->a;
+      if (until > u->lease_until)
+        u->lease_until = until;
+    }
+    if (m->req_id == u->ping_id)
+      u->ping_id = 0; /* answered: the next may go */
+    return true;
+  }
+  if (m->type != RDZV_MSG_INVAL || m->req_id != u->inval_id ||
+      u->inval_id == 0)
+    return false;
+  u->inval_id = 0;
+  if (m->status != 0) {
+    /* A parent that keeps no invalidation stream for this node: no lease
+     * will count (nothing is served from copies). */
+    rdzv__log(u->d, 1, "job %s: parent %s refused the invalidation "
+              "stream: %s", u->job_id, up_addr(u), rdzv_strerror(m->status));
+    u->lease_until = 0;
+    return true;
+  }
+  if ((uint64_t)m->a > u->inval_recv)
+    u->inval_recv = (uint64_t)m->a;
+  u->d->stats.invalidations_received++;
+  if (u->on_inval != NULL)
+    u->on_inval(u->restart_arg, u->conn_gen, m);
+  else
+    send_inval(u, (uint64_t)m->a);
+  return true;
+}
+
+void rdzv__upstream_copies(struct upstream *u,
+                           void (*on_inval)(void *arg, uint64_t gen,
+                                            const struct rdzv_msg *m),
+                           void (*on_lost)(void *arg)) {
+  u->on_inval = on_inval;
+  u->on_lost = on_lost;
+}
+
+void rdzv__upstream_want_lease(struct upstream *u) {
+  if (u->state != UP_READY || u->ping_id != 0 || !u->d->cfg.cache_mutable)
+    return;
+  uint64_t now = uv_now(u->d->loop);
+  if (u->lease_until > now)
+    return;
+  send_ping(u);
+}
+
+void rdzv__upstream_inval_ack(struct upstream *u, uint64_t gen, uint64_t seq) {
+  if (u->state != UP_READY || gen != u->conn_gen || u->inval_id != 0)
+    return;
+  send_inval(u, seq);
+}
+
+uint64_t rdzv__upstream_lease_left(const struct upstream *u) {
+  if (u->state != UP_READY || u->lease_until == 0)
+    return 0;
+  uint64_t now = uv_now(u->d->loop);
+  if (u->d->mutant_serve_expired)
+    return rdzv_config_copy_lease_ms(&u->d->cfg); /* the checker's mutant: no expiry */
+  return u->lease_until > now ? u->lease_until - now : 0;
 }
 
 static void free_cands(struct upstream *u) {
@@ -351,6 +484,7 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   }
   if (u->state == UP_READY)
     u->d->stats.upstream_reconnects++;
+  lease_end(u);
   /* Not READY before the failure callbacks run: what they send again
    * waits in the queue for the next connection, never in u->out ahead of
    * its hello. */
@@ -564,17 +698,7 @@ static void on_beat(uv_timer_t *t) {
   }
   if (u->state != UP_READY)
     return;
-  struct rdzv_msg m;
-  memset(&m, 0, sizeof(m));
-  m.type = RDZV_MSG_PING;
-  m.req_id = u->next_id++;
-  if (m.req_id == 0)
-    m.req_id = u->next_id++;
-  if (rdzv_msg_encode(&m, &u->out) == 0) {
-    d->stats.frames_out++;
-    d->stats.ops[RDZV_MSG_PING].forwarded++;
-    up_start_write(u);
-  }
+  send_ping(u);
 }
 
 static void on_write(uv_write_t *req, int status) {
@@ -649,6 +773,15 @@ static void up_ready(struct upstream *u) {
     r->sent = true;
   }
   uv_timer_stop(&u->expire);
+  /* Copies: this connection's invalidation stream, and a lease at once
+   * (what was granted through another connection went when it ended). */
+  u->conn_gen++;
+  u->inval_recv = 0;
+  u->lease_until = 0;
+  if (u->d->cfg.cache_mutable) {
+    send_inval(u, 0);
+    send_ping(u);
+  }
   if (again && u->on_reconnect != NULL)
     u->on_reconnect(u->restart_arg);
   up_start_write(u);
@@ -905,6 +1038,9 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     up_ready(u);
     return true;
   }
+  if ((m->type == RDZV_MSG_PING || m->type == RDZV_MSG_INVAL) &&
+      u->state == UP_READY && copies_frame(u, m))
+    return true;
   struct upreq *r = NULL;
   uint32_t id = m->req_id;
   HASH_FIND(hh, u->reqs, &id, sizeof(id), r);

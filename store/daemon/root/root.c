@@ -35,8 +35,31 @@ static void key_value(void *ctx, const uint8_t *k, uint32_t klen,
   *blob = e.blob;
 }
 
+/* Grants child node c copies of a completed wait's keys (all or none). */
+static bool key_grant(void *ctx, struct conn *c, const struct rdzv_slice *keys,
+                      uint32_t n) {
+  struct root_job *s = ctx;
+  if (c->role != RDZV_ROLE_NODE)
+    return false;
+  for (uint32_t i = 0; i < n; i++)
+    if (!rdzv__copies_grantable(&s->copies, keys[i].p, keys[i].n))
+      return false;
+  /* Write-once keys need no registration: nodes keep them for good. */
+  for (uint32_t i = 0; i < n; i++) {
+    struct rdzv_state_val v;
+    if (rdzv__state_get(s->st, keys[i].p, keys[i].n, &v) == 0 &&
+        v.write_once)
+      continue;
+    if (rdzv__copies_register(&s->copies, c, keys[i].p, keys[i].n) < 0)
+      return false;
+  }
+  return true;
+}
+
 static const struct waits_hooks root_wait_hooks = {key_present, key_value,
-                                                    NULL};
+                                                    NULL, key_grant, NULL};
+
+static void undefer(void *arg);
 
 /* The root's state of job j, opened on first use with the backend given
  * at start-up (d->role_ctx). NULL on ENOMEM (or the backend's error). */
@@ -58,6 +81,10 @@ static struct root_job *root_job(struct daemon *d, struct job *j) {
   s->job_id = j->id;
   TAILQ_INIT(&s->done_fifo);
   rdzv__waits_init(&s->waits, d->loop, &root_wait_hooks, s);
+  snprintf(s->what, sizeof(s->what), "job %s", j->id);
+  rdzv__copies_init(&s->copies, d, s->what, 0);
+  TAILQ_INIT(&s->deferred);
+  rdzv__copies_on_idle(&s->copies, undefer, s);
   j->role_data = s;
   return s;
 }
@@ -236,6 +263,8 @@ static bool dedup_answer(struct root_job *s, struct conn *c,
   r.vals.raw = o->vals.data;
   r.vals.raw_len = o->vals.len;
   s->d->stats.dedup_hits++;
+  /* (A re-send of a write whose invalidations are still waited for was
+   * held until they were done: its keys were busy.) */
   rdzv__conn_reply(c, &r);
   return true;
 }
@@ -268,6 +297,229 @@ void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, st);
   answer(c, &r);
+}
+
+/* ---- writes: answered once every copy below is invalidated ---------------- */
+
+/* A write's answer held until the copies of its keys held below are
+ * invalidated (keys/copies.h): its fields copied, c referenced, and the
+ * keys whose waiters it completes (raw item list). */
+struct held_reply {
+  struct root_job *s;
+  struct conn *c;
+  struct rdzv_msg r;
+  struct rdzv_buf keys, vals, notify;
+  uint32_t nnotify;
+};
+
+static void notify_items(struct root_job *s, const struct rdzv_items *it) {
+  size_t pos = 0;
+  struct rdzv_slice k;
+  while (rdzv_items_next(it, &pos, &k))
+    rdzv__waits_notify(&s->waits, k.p, k.n);
+}
+
+static void held_free(struct held_reply *h) {
+  rdzv__conn_unref(h->c);
+  rdzv_buf_free(&h->keys);
+  rdzv_buf_free(&h->vals);
+  rdzv_buf_free(&h->notify);
+  free(h);
+}
+
+static void held_send(void *arg) {
+  struct held_reply *h = arg;
+  h->r.keys.raw = h->keys.data;
+  h->r.keys.raw_len = h->keys.len;
+  h->r.keys.v = NULL;
+  h->r.vals.raw = h->vals.data;
+  h->r.vals.raw_len = h->vals.len;
+  h->r.vals.v = NULL;
+  rdzv__conn_reply(h->c, &h->r);
+  struct rdzv_items n = {h->nnotify, NULL, h->notify.data, h->notify.len};
+  notify_items(h->s, &n);
+  held_free(h);
+}
+
+/* The first n keys of items (or the one key k when items is NULL) as a
+ * raw item list. */
+static int keys_copy(const struct rdzv_items *items, struct rdzv_slice k,
+                     uint32_t n, struct rdzv_buf *out) {
+  if (items == NULL)
+    return n > 0 ? rdzv_items_append(out, k.p, k.n) : 0;
+  size_t pos = 0;
+  struct rdzv_slice x;
+  for (uint32_t i = 0; i < n && rdzv_items_next(items, &pos, &x); i++)
+    if (rdzv_items_append(out, x.p, x.n) < 0)
+      return RDZV_ENOMEM;
+  return 0;
+}
+
+static struct held_reply *held_new(struct root_job *s, struct conn *c,
+                                   const struct rdzv_msg *r,
+                                   const struct rdzv_items *items,
+                                   struct rdzv_slice k, uint32_t nnotify) {
+  struct held_reply *h = calloc(1, sizeof(*h));
+  if (h == NULL)
+    return NULL;
+  h->s = s;
+  h->r = *r;
+  h->c = c;
+  rdzv__conn_ref(c);
+  h->nnotify = nnotify;
+  if (items_copy(&r->keys, &h->keys) < 0 ||
+      items_copy(&r->vals, &h->vals) < 0 ||
+      keys_copy(items, k, nnotify, &h->notify) < 0) {
+    held_free(h);
+    return NULL;
+  }
+  return h;
+}
+
+/* Answers write r to c once the copies of the keys it changed (items, or
+ * the one key k when items is NULL; none when changed is false) are
+ * invalidated below, then completes the waiters of its first nnotify
+ * keys: the new value is seen nowhere before every old copy is gone (the
+ * keys are busy meanwhile: root_handle holds requests naming them). The
+ * answer to an op id is kept at once. */
+static void answer_write(struct root_job *s, struct conn *c, struct rdzv_msg *r,
+                         const struct rdzv_items *items, struct rdzv_slice k,
+                         bool changed, uint32_t nnotify) {
+  if (s->cur_op != 0 && r->req_id == s->cur_req) {
+    dedup_put(s, s->cur_op, r);
+    s->cur_op = 0;
+  }
+  int rc = 0;
+  if (changed && rdzv__copies_nholders(&s->copies) > 0) {
+    struct held_reply *h = held_new(s, c, r, items, k, nnotify);
+    if (h == NULL)
+      rc = RDZV_ENOMEM;
+    else if (items != NULL)
+      rc = rdzv__copies_invalidate_items(&s->copies, items, 0, held_send, h);
+    else
+      rc = rdzv__copies_invalidate(&s->copies, &k, 1, 0, held_send, h);
+    if (rc == 1)
+      return;
+    if (h != NULL)
+      held_free(h);
+  }
+  if (rc < 0) {
+    /* Applied, but not known to be visible everywhere: an outcome the
+     * writer must treat as unknown. */
+    struct rdzv_msg e = *r;
+    e.status = RDZV_ENOMEM;
+    e.keys.n = e.vals.n = 0;
+    e.keys.raw_len = e.vals.raw_len = 0;
+    e.keys.v = e.vals.v = NULL;
+    rdzv__conn_reply(c, &e);
+  } else {
+    rdzv__conn_reply(c, r);
+  }
+  if (items != NULL) {
+    size_t pos = 0;
+    struct rdzv_slice x;
+    for (uint32_t i = 0; i < nnotify && rdzv_items_next(items, &pos, &x); i++)
+      rdzv__waits_notify(&s->waits, x.p, x.n);
+  } else if (nnotify > 0) {
+    rdzv__waits_notify(&s->waits, k.p, k.n);
+  }
+}
+
+static void answer_status_write(struct root_job *s, struct conn *c,
+                                const struct rdzv_msg *m, int st,
+                                const struct rdzv_items *items,
+                                struct rdzv_slice k, bool changed,
+                                uint32_t nnotify) {
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, st);
+  answer_write(s, c, &r, items, k, changed, nnotify);
+}
+
+/* ---- requests about busy keys: held until their invalidation is done ------- */
+
+/* A request naming a key whose invalidation is waited for, kept as its
+ * encoded frame until no key of it is busy. */
+struct deferred {
+  TAILQ_ENTRY(deferred) link;
+  struct conn *c;
+  struct rdzv_buf frame;
+};
+
+/* Requests about keys (their keys[] are keys of the job). */
+static bool keyed(uint8_t type) {
+  return type == RDZV_MSG_GET || type == RDZV_MSG_MGET ||
+         type == RDZV_MSG_WAIT || type == RDZV_MSG_SET ||
+         type == RDZV_MSG_CAS || type == RDZV_MSG_DELETE ||
+         type == RDZV_MSG_MSET || type == RDZV_MSG_APPEND ||
+         type == RDZV_MSG_ADD;
+}
+
+static bool blocked(struct root_job *s, const struct rdzv_msg *m) {
+  if (!keyed(m->type) || (s->copies.busy == NULL && s->copies.busy_all == 0))
+    return false;
+  size_t pos = 0;
+  struct rdzv_slice k;
+  while (rdzv_items_next(&m->keys, &pos, &k))
+    if (rdzv__copies_busy(&s->copies, k.p, k.n))
+      return true;
+  return false;
+}
+
+/* Holds m of c; false (nothing held) out of memory. */
+static bool defer_request(struct root_job *s, struct conn *c,
+                          const struct rdzv_msg *m) {
+  struct deferred *x = calloc(1, sizeof(*x));
+  if (x == NULL || rdzv_msg_encode(m, &x->frame) < 0) {
+    free(x);
+    return false;
+  }
+  x->c = c;
+  rdzv__conn_ref(c);
+  TAILQ_INSERT_TAIL(&s->deferred, x, link);
+  return true;
+}
+
+static void deferred_free(struct deferred *x) {
+  rdzv__conn_unref(x->c);
+  rdzv_buf_free(&x->frame);
+  free(x);
+}
+
+static void root_handle(struct daemon *d, struct conn *c,
+                        const struct rdzv_msg *m);
+
+/* Keys stopped being busy: the requests held for them go, in the order
+ * they came (one that makes a key busy again holds those after it). A
+ * read or wait of a connection that closed meanwhile is dropped; a
+ * write is applied (its node sends it again, applied once, op ids). */
+static void undefer(void *arg) {
+  struct root_job *s = arg;
+  if (s->undeferring)
+    return; /* the walk below sees what this call would */
+  s->undeferring = true;
+  struct deferred *x, *next;
+  for (x = TAILQ_FIRST(&s->deferred); x != NULL; x = next) {
+    next = TAILQ_NEXT(x, link);
+    struct rdzv_msg m;
+    size_t used = 0;
+    if (rdzv_msg_decode(x->frame.data, x->frame.len, UINT32_MAX, &m,
+                        &used) < 0) {
+      TAILQ_REMOVE(&s->deferred, x, link);
+      deferred_free(x);
+      continue;
+    }
+    if (blocked(s, &m))
+      continue;
+    TAILQ_REMOVE(&s->deferred, x, link);
+    bool gone = x->c->state != CONN_READY;
+    bool read = m.type == RDZV_MSG_GET || m.type == RDZV_MSG_MGET ||
+                m.type == RDZV_MSG_WAIT;
+    if (!(gone && read))
+      root_handle(s->d, x->c, &m);
+    deferred_free(x);
+    next = TAILQ_FIRST(&s->deferred); /* handling may have changed it */
+  }
+  s->undeferring = false;
 }
 
 /* ---- the job's memory cap ------------------------------------------------- */
@@ -325,9 +577,7 @@ static void handle_set(struct root_job *s, struct conn *c,
     return;
   int rc = rdzv__state_set(s->st, k.p, k.n, v.p, v.n,
                            (m->flags & RDZV_F_WRITE_ONCE) != 0);
-  rdzv__root_reply_status(c, m, rc);
-  if (rc == 0)
-    rdzv__waits_notify(&s->waits, k.p, k.n);
+  answer_status_write(s, c, m, rc, NULL, k, rc == 0, rc == 0);
 }
 
 static void handle_get(struct root_job *s, struct conn *c,
@@ -347,6 +597,13 @@ static void handle_get(struct root_job *s, struct conn *c,
     r.a = e.write_once ? 1 : 0;
     b = e.blob;
   }
+  /* A child node asked to keep a copy (of the value, or of the absence):
+   * registered before the reply goes, so an invalidation follows it. */
+  if ((m->flags & RDZV_F_COPY) && c->role == RDZV_ROLE_NODE &&
+      (r.status == 0 || r.status == RDZV_ENOKEY) && r.a == 0 &&
+      rdzv__copies_grantable(&s->copies, k.p, k.n) &&
+      rdzv__copies_register(&s->copies, c, k.p, k.n) == 0)
+    r.flags |= RDZV_F_COPY;
   answer_shared(c, &r, &b, b != NULL ? 1 : 0);
 }
 
@@ -460,11 +717,11 @@ static void handle_add_parts(struct root_job *s, struct conn *c,
     if (fresh > 1)
       s->d->stats.combined += fresh - 1;
   }
-  answer(c, &r);
+  /* Parts answered again (fresh < i) may belong to a first sending whose
+   * answer still waits for invalidations: this one waits for them too. */
+  answer_write(s, c, &r, NULL, k, rc == 0 && fresh > 0, rc == 0 && fresh > 0);
   rdzv_buf_free(&vals);
   free(after);
-  if (rc == 0 && fresh > 0)
-    rdzv__waits_notify(&s->waits, k.p, k.n);
 }
 
 static void handle_add(struct root_job *s, struct conn *c,
@@ -492,9 +749,7 @@ static void handle_add(struct root_job *s, struct conn *c,
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, rc);
   r.a = cur;
-  answer(c, &r);
-  if (rc == 0)
-    rdzv__waits_notify(&s->waits, k.p, k.n);
+  answer_write(s, c, &r, NULL, k, rc == 0, rc == 0);
 }
 
 static void handle_cas(struct root_job *s, struct conn *c,
@@ -522,9 +777,7 @@ static void handle_cas(struct root_job *s, struct conn *c,
   r.vals.n = 1;
   r.vals.v = &cur;
   r.a = have;
-  answer(c, &r);
-  if (rc == 0)
-    rdzv__waits_notify(&s->waits, k.p, k.n);
+  answer_write(s, c, &r, NULL, k, rc == 0, rc == 0);
 }
 
 static void handle_delete(struct root_job *s, struct conn *c,
@@ -539,7 +792,32 @@ static void handle_delete(struct root_job *s, struct conn *c,
   rdzv__reply_init(&r, m, have && e.write_once ? RDZV_EWRITE_ONCE : 0);
   if (r.status == 0)
     r.a = rdzv__state_del(s->st, k.p, k.n);
-  answer(c, &r);
+  answer_write(s, c, &r, NULL, k, r.status == 0 && r.a == 1, 0);
+}
+
+/* Registers c for keys[0..n) (or, keys NULL, every key of items).
+ * True when every one is granted. */
+static bool mget_grant(struct root_job *s, struct conn *c,
+                       const struct rdzv_slice *keys, uint32_t n,
+                       const struct rdzv_items *items) {
+  size_t pos = 0;
+  struct rdzv_slice k;
+  for (uint32_t i = 0; keys != NULL ? i < n : rdzv_items_next(items, &pos, &k);
+       i++) {
+    if (keys != NULL)
+      k = keys[i];
+    if (!rdzv__copies_grantable(&s->copies, k.p, k.n))
+      return false;
+  }
+  pos = 0;
+  for (uint32_t i = 0; keys != NULL ? i < n : rdzv_items_next(items, &pos, &k);
+       i++) {
+    if (keys != NULL)
+      k = keys[i];
+    if (rdzv__copies_register(&s->copies, c, k.p, k.n) < 0)
+      return false;
+  }
+  return true;
 }
 
 static void handle_mget(struct root_job *s, struct conn *c,
@@ -575,6 +853,12 @@ static void handle_mget(struct root_job *s, struct conn *c,
       r.vals.n = m->keys.n;
       r.vals.v = vals;
     }
+    /* Copies for a child node: of every value, or (ENOKEY) of every
+     * absence the reply lists; all or none. */
+    if ((m->flags & RDZV_F_COPY) && c->role == RDZV_ROLE_NODE &&
+        mget_grant(s, c, nmiss > 0 ? missing : NULL,
+                   nmiss > 0 ? nmiss : 0, &m->keys))
+      r.flags |= RDZV_F_COPY;
   }
   answer_shared(c, &r, blobs, nblobs);
   free(vals);
@@ -605,14 +889,16 @@ static void handle_mset(struct root_job *s, struct conn *c,
   if (rdzv__root_room(s, c, m, more) < 0)
     return;
   int rc = 0;
+  uint32_t nset = 0;
   kp = vp = 0;
   while (rc == 0 && rdzv_items_next(&m->keys, &kp, &k) &&
          rdzv_items_next(&m->vals, &vp, &v)) {
     rc = rdzv__state_set(s->st, k.p, k.n, v.p, v.n, wo);
     if (rc == 0)
-      rdzv__waits_notify(&s->waits, k.p, k.n);
+      nset++;
   }
-  rdzv__root_reply_status(c, m, rc);
+  /* Every key's copies go (a failure part-way set the first nset). */
+  answer_status_write(s, c, m, rc, &m->keys, k, nset > 0, nset);
 }
 
 static void handle_append(struct root_job *s, struct conn *c,
@@ -630,9 +916,7 @@ static void handle_append(struct root_job *s, struct conn *c,
   if (rdzv__root_room(s, c, m, set_growth(s, k, 0) + v.n) < 0)
     return;
   int rc = rdzv__state_append(s->st, k.p, k.n, v.p, v.n);
-  rdzv__root_reply_status(c, m, rc);
-  if (rc == 0)
-    rdzv__waits_notify(&s->waits, k.p, k.n);
+  answer_status_write(s, c, m, rc, NULL, k, rc == 0, rc == 0);
 }
 
 /* RDZV_MSG_KEYS: every key (with the prefix, if one is given) as an
@@ -687,6 +971,8 @@ static void root_handle(struct daemon *d, struct conn *c,
     rdzv__root_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
+  if (blocked(s, m) && defer_request(s, c, m))
+    return; /* taken up when its keys' invalidations are done */
   const char *why = "";
   int gen_rc = m->type == RDZV_MSG_JOIN || m->type == RDZV_MSG_ABORT
                    ? 0
@@ -733,6 +1019,7 @@ static void root_handle(struct daemon *d, struct conn *c,
     break;
   }
   case RDZV_MSG_KEYS: handle_keys(s, c, m); break;
+  case RDZV_MSG_INVAL: rdzv__copies_inval_request(&s->copies, c, m); break;
   case RDZV_MSG_BARRIER:
   case RDZV_MSG_GATHER: rdzv__root_collective(s, c, m); break;
   case RDZV_MSG_COLL_STATUS: rdzv__root_coll_status(s, c, m); break;
@@ -749,6 +1036,7 @@ static void root_conn_closed(struct daemon *d, struct conn *c) {
   struct root_job *s = c->job->role_data;
   (void)d;
   rdzv__waits_drop_conn(&s->waits, c); /* their replies would go nowhere */
+  rdzv__copies_conn_closed(&s->copies, c);
   rdzv__root_colls_conn_closed(s, c);
   rdzv__root_rounds_conn_closed(s, c);
 }
@@ -758,6 +1046,12 @@ static void root_job_free(struct daemon *d, struct job *j) {
   if (s == NULL)
     return;
   rdzv__waits_clear(&s->waits);
+  rdzv__copies_free(&s->copies); /* held answers go (their peers are gone) */
+  struct deferred *x;
+  while ((x = TAILQ_FIRST(&s->deferred)) != NULL) {
+    TAILQ_REMOVE(&s->deferred, x, link);
+    deferred_free(x);
+  }
   dedup_free(s);
   rdzv__root_rounds_free(s);
   rdzv__root_colls_free(s);
@@ -785,6 +1079,17 @@ static void root_fail_all(struct daemon *d, struct job *j, int status,
   rdzv__root_rounds_fail_pending(s, status, text);
 }
 
+/* A child node's PING: its lease on copies, the root's whole --copy-lease-ms. */
+static void root_ping(struct daemon *d, struct conn *c, struct rdzv_msg *r) {
+  struct root_job *s = c->job != NULL ? c->job->role_data : NULL;
+  if (s == NULL)
+    s = root_job(d, c->job);
+  if (s != NULL)
+    rdzv__copies_ping(&s->copies, c, rdzv_config_copy_lease_ms(&d->cfg),
+                      &r->a, &r->b);
+}
+
 const struct rdzv_role rdzv__root_role = {
     "root", root_handle, root_conn_closed, NULL, root_job_free, root_fail_all,
+    root_ping,
 };

@@ -4,6 +4,7 @@
 #ifndef RDZV_STORE_ROOT_INT_H
 #define RDZV_STORE_ROOT_INT_H
 
+#include "store/daemon/keys/copies.h"
 #include "store/daemon/keys/waits.h"
 #include "store/daemon/state/state.h"
 #include "store/daemon/transport/transport.h"
@@ -11,6 +12,7 @@
 struct coll;
 struct round;
 struct done_op;
+struct deferred;
 
 /* A job at the root: j->role_data. st is the truth (keys, counters,
  * write-once keys, round and collective records); the rest is live
@@ -22,6 +24,12 @@ struct root_job {
   struct coll *colls;   /* coll.c: collectives seen, done or not */
   struct round *rounds; /* round.c: rounds by name */
   struct waitset waits;
+  struct copies copies; /* child nodes' copies of this job's keys */
+  /* root.c: requests naming keys whose invalidation is waited for, in
+   * the order they came; whether they are being taken up. */
+  TAILQ_HEAD(, deferred) deferred;
+  bool undeferring;
+  char what[300];       /* "job <id>" for logs */
   uint64_t coll_bytes; /* coll.c: contributions held until completion */
   /* root.c: answers to ops with an op id, by id and oldest first; the op
    * being handled (cur_op, 0 for none) and its request id. */
@@ -88,7 +96,8 @@ void rdzv__root_rounds_fail_pending(struct root_job *s, int status,
 /* c closed: a generation it joined ranks to is aborted (unless they left
  * cleanly). */
 void rdzv__root_rounds_conn_closed(struct root_job *s, struct conn *c);
-/* Sets a write-once key on behalf of the root itself and wakes waiters. */
+/* Sets a write-once key on behalf of the root itself and wakes its
+ * waiters, once copies of its absence held below are invalidated. */
 int rdzv__root_put(struct root_job *s, const char *key, const uint8_t *v,
                    uint32_t vlen);
 

@@ -400,19 +400,47 @@ static void on_deadline(uv_timer_t *t) {
 
 /* ---- completion -------------------------------------------------------------- */
 
+/* A key the root set: its waiters go once copies of its absence are
+ * gone below. */
+struct put_notify {
+  struct root_job *s;
+  uint32_t klen;
+  uint8_t key[];
+};
+
+static void put_notified(void *arg) {
+  struct put_notify *p = arg;
+  rdzv__waits_notify(&p->s->waits, p->key, p->klen);
+  free(p);
+}
+
 int rdzv__root_put(struct root_job *s, const char *key, const uint8_t *v,
                    uint32_t vlen) {
   uint32_t kl = (uint32_t)strlen(key);
   int rc = rdzv__state_set(s->st, (const uint8_t *)key, kl, v, vlen, true);
-  if (rc == 0)
-    rdzv__waits_notify(&s->waits, (const uint8_t *)key, kl);
-  return rc;
+  if (rc < 0)
+    return rc;
+  struct rdzv_slice k = {(const uint8_t *)key, kl};
+  struct put_notify *p = malloc(sizeof(*p) + kl);
+  if (p != NULL) {
+    p->s = s;
+    p->klen = kl;
+    memcpy(p->key, key, kl);
+    if (rdzv__copies_invalidate(&s->copies, &k, 1, 0, put_notified, p) == 1)
+      return 0;
+    free(p);
+  } else {
+    rdzv__copies_invalidate(&s->copies, &k, 1, 0, NULL, NULL);
+  }
+  rdzv__waits_notify(&s->waits, (const uint8_t *)key, kl);
+  return 0;
 }
 
 /* Removes the keys of generations older than r->gen. */
 struct old_gen_scan {
   uint32_t plen; /* of "rdzv/<round>/g" */
   int64_t gen;   /* keys of generations below this one go */
+  struct copies *cp; /* copies of them held below go too */
 };
 
 static int old_generation_key(void *arg, const uint8_t *k, uint32_t klen,
@@ -423,15 +451,17 @@ static int old_generation_key(void *arg, const uint8_t *k, uint32_t klen,
   uint32_t i = o->plen;
   while (i < klen && k[i] >= '0' && k[i] <= '9' && g < INT32_MAX)
     g = g * 10 + (k[i++] - '0');
-  return i < klen && k[i] == '/' && g < o->gen
-             ? RDZV_STATE_DELETE
-             : RDZV_STATE_KEEP;
+  if (!(i < klen && k[i] == '/' && g < o->gen))
+    return RDZV_STATE_KEEP;
+  struct rdzv_slice ks = {k, klen};
+  rdzv__copies_invalidate(o->cp, &ks, 1, 0, NULL, NULL);
+  return RDZV_STATE_DELETE;
 }
 
 static void drop_old_generations(struct round *r) {
   char prefix[160];
   int pl = snprintf(prefix, sizeof(prefix), "rdzv/%s/g", r->name);
-  struct old_gen_scan o = {(uint32_t)pl, r->gen};
+  struct old_gen_scan o = {(uint32_t)pl, r->gen, &r->s->copies};
   rdzv__state_scan(r->s->st, (const uint8_t *)prefix, (uint32_t)pl,
                    old_generation_key, &o);
 }

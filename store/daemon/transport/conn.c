@@ -1061,6 +1061,8 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
     struct rdzv_msg r;
     d->stats.ops[m->type].local++;
     rdzv__reply_init(&r, m, 0);
+    if (d->role->ping != NULL && c->role == RDZV_ROLE_NODE && c->job != NULL)
+      d->role->ping(d, c, &r);
     if (d->gate != NULL && !c->inproc)
       reply_ungated(c, &r); /* depends on nothing a gate holds */
     else

@@ -9,6 +9,8 @@
  *    "children_silent", "split_frames", "resent", "reattached",
  *    "dedup_hits", "fenced",
  *    "sessions_resumed", "sessions_lost",
+ *    "copies": {"granted", "invalidations_sent", "write_waits",
+ *    "lease_waits", "hits", "invalidations_received", "reads_combined"},
  *    "auth": {"secret", "challenged", "accepted", "refused", "no_nonce",
  *    "parent_refused", "peer_refused" (Unix-socket peers of a uid not
  *    allowed)},
@@ -94,6 +96,16 @@ char *rdzv__stats_json(const struct daemon *d) {
                       json_integer((json_int_t)s->sessions_resumed));
   json_object_set_new(o, "sessions_lost",
                       json_integer((json_int_t)s->sessions_lost));
+  json_object_set_new(
+      o, "copies",
+      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "granted",
+                (json_int_t)s->copies_granted, "invalidations_sent",
+                (json_int_t)s->invalidations_sent, "write_waits",
+                (json_int_t)s->copy_write_waits, "lease_waits",
+                (json_int_t)s->copy_lease_waits, "hits",
+                (json_int_t)s->copy_hits, "invalidations_received",
+                (json_int_t)s->invalidations_received, "reads_combined",
+                (json_int_t)s->reads_combined));
   /* Authentication: where the secret comes from ("none": any peer that
    * reaches a port joins), and the hellos challenged, accepted, refused
    * (of which without a nonce), parents refused, and Unix-socket peers

@@ -70,6 +70,15 @@ struct stats {
   uint64_t resent;          /* requests sent again after a lost connection */
   uint64_t reattached;      /* connections made to an ancestor, not --parent */
   uint64_t dedup_hits;      /* root: re-sent mutations answered, not redone */
+  /* Copies of mutable keys (keys/copies.h). Parent side: copies granted
+   * to child nodes, invalidation replies sent, writes that waited for
+   * invalidations, holders whose lease ended before they acknowledged.
+   * Node side: reads, checks and waits answered from valid copies, and
+   * invalidations received. */
+  uint64_t copies_granted, invalidations_sent, copy_write_waits,
+      copy_lease_waits, copy_hits, invalidations_received;
+  uint64_t reads_combined; /* reads answered by an identical one sent
+                              after they came (mutable keys) */
   uint64_t fenced;          /* stale aborts and re-binds of a lost daemon
                                refused (the members are bound elsewhere) */
   uint64_t sessions_resumed; /* ranks' sessions resumed on a new connection */
@@ -329,6 +338,10 @@ struct rdzv_role {
    * that stands down tells its waiting callers why. */
   void (*fail_all)(struct daemon *d, struct job *j, int status,
                    const char *text);
+  /* Optional (NULL: a bare reply): child node c of a job sent a PING; the
+   * role may fill reply's a and b (its lease on copies of mutable keys,
+   * RDZV_MSG_INVAL in wire.h) before it goes. */
+  void (*ping)(struct daemon *d, struct conn *c, struct rdzv_msg *reply);
 };
 
 /* A rate limit for a kind of log line: at most 10 lines a second; the
@@ -347,6 +360,10 @@ struct rdzv_log_limit {
 struct daemon {
   /* Readable by roles: loop, cfg and stats (roles count into stats). */
   uv_loop_t *loop;
+  /* The linearizability checker's mutant (RDZVD_TEST_MUTANT=serve-expired
+   * in the environment, logged at start): a node answers from copies
+   * whose lease has run out. Never set otherwise. */
+  bool mutant_serve_expired;
   struct rdzv_daemon_config cfg;
   struct rdzv_wire_limits limits;
   const struct rdzv_role *role;
