@@ -168,7 +168,7 @@ static void test_random(void **state) {
       uint64_t call = t + 1 - next() % 3, ret = t + 1 + next() % 3;
       int kind = (int)(next() % 4);
       if (kind == 0) {
-        char v[8];
+        char v[16];
         snprintf(v, sizeof(v), "v%d", i);
         h[i] = op(i % 4, LIN_SET, "k", v, call, ret);
         present = true;

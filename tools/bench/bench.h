@@ -19,6 +19,10 @@ struct bench_opts {
   int root;              /* serve: run the root daemon */
   int tcpstore;          /* serve: each daemon also serves the TCPStore
                             protocol on 127.0.0.1 (incumbents.c) */
+  int pytorch;           /* ts-drive: PyTorch's own store traffic
+                            (--pattern pytorch, ts_drive.c) */
+  int no_copies;         /* serve: nodes keep no copies of mutable keys
+                            (--cache-mutable no) */
   int64_t first, count;  /* serve: a range of positions in the tree's
                             depth-first order (bench_host_at); drive:
                             a range of host indexes */

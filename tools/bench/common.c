@@ -108,6 +108,8 @@ int bench_parse_common(struct bench_opts *o, int argc, char **argv, int i) {
       o->inproc = (x & 2) != 0;
       o->root = (x & 4) != 0;
       o->tcpstore = (x & 8) != 0;
+      o->pytorch = (x & 16) != 0;
+      o->no_copies = (x & 32) != 0;
     } else if (strcmp(k, "--flush") == 0 && num)
       o->flush_ms = (uint32_t)x;
     else if (strcmp(k, "--hb") == 0 && num && x >= 0 && x <= UINT32_MAX)

@@ -340,7 +340,11 @@ static int lone_ops(const struct bench_opts *o, const char *path, int add,
     } else {
       void *v = NULL;
       size_t n = 0;
-      rc = rdzv_store_get(c, "lone/missing", &v, &n, 10);
+      char key[48];
+      /* A key never read before: the node holds no copy of it (not even
+       * of its absence), so the read goes up to the root. */
+      snprintf(key, sizeof(key), "lone/missing/%d", i);
+      rc = rdzv_store_get(c, key, &v, &n, 10);
       rc = rc == RDZV_ENOKEY ? 0 : -1; /* absent: the answer expected */
       rdzv_free(v);
     }

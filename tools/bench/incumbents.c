@@ -31,13 +31,14 @@
 #include "rendezvous/topo.h"
 #include "tools/bench/rank.h"
 
-enum { S_TORCH, S_FLAT, S_TREE, S_ETCD, S_COUNT };
+enum { S_TORCH, S_FLAT, S_TREE, S_ETCD, S_TREE_NC, S_COUNT };
 
-static const char *const server_names[S_COUNT] = {"torch", "flat", "tree",
-                                                  "etcd"};
+static const char *const server_names[S_COUNT] = {
+    "torch", "flat", "tree", "etcd", "tree-nocopies"};
 static const char *const server_titles[S_COUNT] = {
     "PyTorch TCPStore (1.13)", "rdzvd flat + front end",
-    "rdzvd tree + front ends", "etcd gateway (3.4)"};
+    "rdzvd tree + front ends", "etcd gateway (3.4)",
+    "rdzvd tree, no copies"};
 
 #define MAX_NS 8
 #define MAX_PROCS 64
@@ -51,7 +52,11 @@ static const char *const server_titles[S_COUNT] = {
 
 static int64_t inc_ns[MAX_NS];
 static int inc_nn = -1; /* -1: not given */
-static unsigned inc_servers = (1u << S_COUNT) - 1;
+static unsigned inc_servers = (1u << S_COUNT) - 1 - (1u << S_TREE_NC);
+/* --pytorch: PyTorch's own store traffic (ts_drive.c) at these N, with
+ * rdzvd flat, tree and tree without copies. */
+static int64_t pt_ns[MAX_NS];
+static int pt_nn = 0;
 static int inc_pin = 1;
 /* TCPStore connections a rank: 1 (as torch 2.x's client), or 2 (as torch
  * 1.13's: its idle callback connection too; its own server resets
@@ -69,6 +74,9 @@ struct inc_result {
   int server;
   int64_t ranks, nprocs, failed;
   bool verified, skipped;
+  bool pytorch; /* --pytorch: PyTorch's traffic, the root's counts */
+  int64_t root_msgs, root_bytes, root_wait, root_get, root_mget;
+  int64_t node_msgs, node_bytes; /* the busiest node's */
   double wall_s, p50_s, p99_s, cpu_s;
   int64_t rss, rss_start; /* summed over the server's processes */
 };
@@ -89,10 +97,15 @@ const char *bench_inc_usage(void) {
          "       tree, and etcd) [--incumbent-servers torch,flat,tree,etcd]\n"
          "       [--pin on|off] (clients on CPU 0, servers on CPU 1)\n"
          "       [--tcpstore-conns 1|2] (a rank's connections; 2 as torch\n"
-         "       1.13's client: the store's and an idle callback one)\n";
+         "       1.13's client: the store's and an idle callback one)\n"
+         "       [--pytorch N[,N...]] (PyTorch's own store traffic, torch\n"
+         "       2.x's protocol: scalable-init ids, the one-root id, 60\n"
+         "       heartbeat checks a rank, torchrun's state reads by each\n"
+         "       host's agent; rdzvd flat, tree and tree-nocopies: the\n"
+         "       root's requests and bytes, the busiest node's, wall time)\n";
 }
 
-int bench_inc_given(void) { return inc_nn >= 0; }
+int bench_inc_given(void) { return inc_nn >= 0 || pt_nn > 0; }
 
 void bench_inc_default(void) {
   inc_ns[0] = 1000;
@@ -133,6 +146,17 @@ int bench_inc_option(const char *k, const char *v) {
           inc_ns[inc_nn++] = n;
         p = end != NULL && *end == ',' ? end + 1 : end;
       }
+  } else if (strcmp(k, "--pytorch") == 0) {
+    pt_nn = 0;
+    for (const char *p = v; *p != '\0' && !bad;) {
+      char *end = NULL;
+      long long n = strtoll(p, &end, 10);
+      bad = end == p || n < 2 || n > 100000 || pt_nn == MAX_NS ||
+            (*end != ',' && *end != '\0');
+      if (!bad)
+        pt_ns[pt_nn++] = n;
+      p = end != NULL && *end == ',' ? end + 1 : end;
+    }
   } else if (strcmp(k, "--incumbent-servers") == 0) {
     bad = parse_servers(v) < 0;
   } else if (strcmp(k, "--tcpstore-conns") == 0) {
@@ -359,7 +383,7 @@ static int start_etcd(struct inc_run *rn) {
 /* rdzvd: flat, one root with the front end; tree, a root and node
  * processes (NODE_FDS per node under the 20,000-file cap), a front end on
  * every node. */
-static int start_rdzvd(struct inc_run *rn, bool tree) {
+static int start_rdzvd(struct inc_run *rn, bool tree, bool nocopies) {
   const struct bench_opts *o = &rn->o;
   int64_t hosts = bench_hosts(o);
   char line[256];
@@ -369,7 +393,7 @@ static int start_rdzvd(struct inc_run *rn, bool tree) {
   int64_t chunk = 15000 / NODE_FDS(o);
   for (int64_t h = 0; tree && h < hosts; h += chunk)
     if (spawn_bench(rn, "--serve", h, h + chunk <= hosts ? chunk : hosts - h,
-                    8, true) < 0)
+                    8 | (nocopies ? 32 : 0), true) < 0)
       return -1;
   for (int i = first; i < rn->np; i++)
     if (expect(&rn->p[i], "ready", line, sizeof(line)) < 0) {
@@ -457,7 +481,9 @@ static int start_drivers(struct inc_run *rn, int s) {
   int first = rn->np;
   for (int64_t h = 0; h < hosts; h += chunk)
     if (spawn_bench(rn, kind, h, h + chunk <= hosts ? chunk : hosts - h,
-                    s == S_TREE ? 0 : 1, false) < 0)
+                    (s == S_TREE || s == S_TREE_NC ? 0 : 1) |
+                        (rn->o.pytorch ? 16 : 0),
+                    false) < 0)
       return -1;
   for (int i = first; i < rn->np; i++)
     if (expect(&rn->p[i], "ready", line, sizeof(line)) < 0) {
@@ -504,7 +530,9 @@ static int go(struct inc_run *rn, int s, struct inc_result *r) {
   /* Every rank has the uid; exactly one saw the counter reach N; every
    * add counted once (replies 1..N). etcd has no counters: its barrier
    * counts keys, and every rank must have seen all N. */
-  if (s == S_ETCD)
+  if (rn->o.pytorch) /* every id right, every init/ add once */
+    r->verified = fail == 0 && ok == n && uid == n && init == tri;
+  else if (s == S_ETCD)
     r->verified = fail == 0 && ok == n && uid == n && last == n;
   else
     r->verified = fail == 0 && ok == n && uid == n && last == 1 &&
@@ -517,16 +545,52 @@ static int go(struct inc_run *rn, int s, struct inc_result *r) {
   return 0;
 }
 
+static int64_t jint(json_t *j, const char *k) {
+  return (int64_t)json_integer_value(json_object_get(j, k));
+}
+
+/* The rdzvd processes' "stats": the root's requests and bytes, the
+ * busiest node's frames (--pytorch). */
+static void server_stats(struct inc_run *rn, struct inc_result *r) {
+  char line[2048];
+  for (int i = 0; i < rn->np; i++) {
+    if (!rn->p[i].server)
+      continue;
+    tell(&rn->p[i], "stats");
+    if (expect(&rn->p[i], "stats ", line, sizeof(line)) < 0)
+      continue;
+    json_t *j = json_loads(line + 6, 0, NULL);
+    if (j == NULL)
+      continue;
+    if (json_is_true(json_object_get(j, "root")) ||
+        jint(j, "root") == 1) {
+      json_t *ops = json_object_get(j, "root_ops");
+      r->root_msgs = jint(j, "root_work_msgs");
+      r->root_bytes = jint(j, "root_bytes");
+      r->root_wait = jint(ops, "wait");
+      r->root_get = jint(ops, "get");
+      r->root_mget = jint(ops, "mget");
+    }
+    if (jint(j, "max_node_msgs") > r->node_msgs) {
+      r->node_msgs = jint(j, "max_node_msgs");
+      r->node_bytes = jint(j, "max_node_bytes");
+    }
+    json_decref(j);
+  }
+}
+
 static int run_one(const struct bench_opts *base, int s, int64_t n,
-                   struct inc_result *r) {
+                   bool pytorch, struct inc_result *r) {
   struct inc_run *rn = calloc(1, sizeof(*rn));
   if (rn == NULL)
     return -1;
   memset(r, 0, sizeof(*r));
   r->server = s;
   r->ranks = n;
+  r->pytorch = pytorch;
   rn->o = *base;
   rn->o.ranks = n;
+  rn->o.pytorch = pytorch;
   snprintf(rn->o.dir, sizeof(rn->o.dir), "/tmp/rdzv-bench-inc-XXXXXX");
   if (mkdtemp(rn->o.dir) == NULL) {
     free(rn);
@@ -534,11 +598,13 @@ static int run_one(const struct bench_opts *base, int s, int64_t n,
   }
   int rc = s == S_TORCH  ? start_torch(rn)
            : s == S_ETCD ? start_etcd(rn)
-                         : start_rdzvd(rn, s == S_TREE);
+                         : start_rdzvd(rn, s != S_FLAT, s == S_TREE_NC);
   if (rc == 0)
     rc = start_drivers(rn, s);
   if (rc == 0)
     rc = go(rn, s, r);
+  if (rc == 0 && s != S_TORCH && s != S_ETCD)
+    server_stats(rn, r);
   stop_all(rn);
   durations(rn, r);
   if (rc < 0 || !r->verified)
@@ -597,6 +663,29 @@ static void print_table(const struct inc_result *rs, int n, int64_t ranks) {
   fflush(stdout);
 }
 
+static void print_pattern_table(const struct inc_result *rs, int n,
+                                int64_t ranks) {
+  printf("PyTorch's store traffic, %" PRId64 " ranks (%" PRId64
+         " ids, 60 checks a rank, 5 state reads an agent; torch 2.x's "
+         "protocol, the same C clients):\n", ranks,
+         (ranks + 127) / 128);
+  printf("  %-24s %8s %8s %8s %8s %9s %12s %11s %12s\n", "server", "wall s",
+         "root wait", "get", "mget", "root sum", "root bytes",
+         "node frames", "node bytes");
+  for (int i = 0; i < n; i++) {
+    const struct inc_result *r = &rs[i];
+    if (r->ranks != ranks || !r->pytorch)
+      continue;
+    printf("  %-24s %8.3f %8" PRId64 " %8" PRId64 " %8" PRId64 " %9" PRId64
+           " %12" PRId64 " %11" PRId64 " %12" PRId64 "%s\n",
+           server_titles[r->server], r->wall_s, r->root_wait, r->root_get,
+           r->root_mget, r->root_wait + r->root_get + r->root_mget,
+           r->root_bytes, r->node_msgs, r->node_bytes,
+           r->verified ? "" : "  FAILED (see above)");
+  }
+  fflush(stdout);
+}
+
 static json_t *result_json(const struct inc_result *r,
                            const struct inc_result *t) {
   json_t *j = json_pack(
@@ -617,8 +706,24 @@ static json_t *result_json(const struct inc_result *r,
   json_object_set_new(j, "failed", json_integer(r->failed));
   json_object_set_new(j, "verified", json_boolean(r->verified));
   json_object_set_new(j, "pinned", json_boolean(pinning()));
-  if (r->server != S_ETCD)
+  if (r->server != S_ETCD && !r->pytorch)
     json_object_set_new(j, "tcpstore_conns_per_rank", json_integer(inc_conns));
+  if (r->pytorch) {
+    json_object_set_new(j, "mode", json_string("pytorch-traffic"));
+    json_object_set_new(j, "protocol", json_string("tcpstore-v2"));
+    json_object_set_new(
+        j, "root",
+        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "requests_wait_get_mget",
+                  (json_int_t)(r->root_wait + r->root_get + r->root_mget),
+                  "wait", (json_int_t)r->root_wait, "get",
+                  (json_int_t)r->root_get, "mget", (json_int_t)r->root_mget,
+                  "frames", (json_int_t)r->root_msgs, "bytes",
+                  (json_int_t)r->root_bytes));
+    json_object_set_new(j, "busiest_node",
+                        json_pack("{s:I,s:I}", "frames",
+                                  (json_int_t)r->node_msgs, "bytes",
+                                  (json_int_t)r->node_bytes));
+  }
   if (speedup(t, r) > 0)
     json_object_set_new(j, "speedup_vs_torch", json_real(speedup(t, r)));
   return j;
@@ -639,7 +744,8 @@ static int plot(const char *png, const struct inc_result *rs, int n) {
     int any = 0;
     fprintf(f, "# %s\n", server_names[s]);
     for (int i = 0; i < n; i++)
-      if (rs[i].server == s && !rs[i].skipped && rs[i].verified) {
+      if (rs[i].server == s && !rs[i].skipped && rs[i].verified &&
+          !rs[i].pytorch) {
         fprintf(f, "%" PRId64 " %f %f\n", rs[i].ranks, rs[i].wall_s,
                 rs[i].cpu_s > 0.005 ? rs[i].cpu_s : 0.005);
         any = 1;
@@ -673,7 +779,7 @@ static int plot(const char *png, const struct inc_result *rs, int n) {
 }
 
 int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
-  struct inc_result rs[MAX_NS * S_COUNT];
+  struct inc_result rs[2 * MAX_NS * S_COUNT];
   int nr = 0, bad = 0;
   setenv("RDZV_BENCH_TS_CONNS", inc_conns == 1 ? "1" : "2", 1);
   bool have_etcd = system("command -v etcd >/dev/null 2>&1") == 0;
@@ -691,14 +797,26 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
       }
       fprintf(stderr, "rdzv-bench: incumbents: %s at %" PRId64 " ranks\n",
               server_names[s], inc_ns[i]);
-      bad |= run_one(o, s, inc_ns[i], r) < 0;
+      bad |= run_one(o, s, inc_ns[i], false, r) < 0;
     }
     print_table(rs, nr, inc_ns[i]);
+  }
+  /* PyTorch's own traffic: rdzvd flat, tree, and tree without copies. */
+  static const int pt_servers[] = {S_FLAT, S_TREE, S_TREE_NC};
+  int pt_first = nr;
+  for (int i = 0; i < pt_nn; i++) {
+    for (size_t k = 0; k < sizeof(pt_servers) / sizeof(pt_servers[0]); k++) {
+      struct inc_result *r = &rs[nr++];
+      fprintf(stderr, "rdzv-bench: pytorch traffic: %s at %" PRId64
+              " ranks\n", server_names[pt_servers[k]], pt_ns[i]);
+      bad |= run_one(o, pt_servers[k], pt_ns[i], true, r) < 0;
+    }
+    print_pattern_table(rs + pt_first, nr - pt_first, pt_ns[i]);
   }
   for (int i = 0; i < nr; i++)
     json_array_append_new(all,
                           result_json(&rs[i], torch_of(rs, nr, rs[i].ranks)));
-  if (png != NULL && nr > 0 && plot(png, rs, nr) < 0) {
+  if (png != NULL && inc_nn > 0 && nr > 0 && plot(png, rs, nr) < 0) {
     fprintf(stderr, "rdzv-bench: gnuplot failed to write the incumbents' "
                     "plot\n");
     bad = 1;

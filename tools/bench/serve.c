@@ -277,7 +277,7 @@ static void print_stats(struct serve *sv) {
   /* Frames without the heartbeats (pings and their replies): the
    * rendezvous's own work, which the projection counts. */
   int64_t root_work = 0, max_work = 0, sum_work = 0;
-  char etcd_json[600] = "";
+  char etcd_json[600] = "", ops_json[400] = "";
   /* Frames since the previous "stats" (the idle heartbeat traffic when
    * the ranks are done): at the root, and at the busiest node. */
   bool have_last = sv->last_msgs != NULL;
@@ -302,6 +302,19 @@ static void print_stats(struct serve *sv) {
     if (sv->o->root && i == 0) {
       char *js = rdzv_daemon_stats_json(sv->d[i]);
       json_t *j = js != NULL ? json_loads(js, 0, NULL) : NULL;
+      /* The root's requests by operation (what the tree saved it). */
+      json_t *ops = json_object_get(j, "ops");
+      static const char *const names[] = {"wait", "get", "mget", "set",
+                                          "add", "inval", "ping"};
+      size_t off = (size_t)snprintf(ops_json, sizeof(ops_json),
+                                    ",\"root_ops\":{");
+      for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+        off += (size_t)snprintf(
+            ops_json + off, sizeof(ops_json) - off, "%s\"%s\":%" PRId64,
+            k ? "," : "", names[k],
+            (int64_t)json_integer_value(json_object_get(
+                json_object_get(ops, names[k]), "received")));
+      snprintf(ops_json + off, sizeof(ops_json) - off, "}");
       json_t *e = json_object_get(j, "etcd");
       if (e != NULL) { /* an etcd-backed root (--etcd): its requests */
         char *et = json_dumps(e, JSON_COMPACT);
@@ -333,12 +346,12 @@ static void print_stats(struct serve *sv) {
          ",\"ids_checked\":%" PRId64 ",\"ids_mismatch\":%" PRId64
          ",\"ids_hash\":[\"%016" PRIx64 "\",\"%016" PRIx64 "\"]"
          ",\"root_work_msgs\":%" PRId64 ",\"max_node_work_msgs\":%" PRId64
-         ",\"work_msgs\":%" PRId64 "%s}\n",
+         ",\"work_msgs\":%" PRId64 "%s%s}\n",
          sv->o->root, root_msgs, root_bytes, max_msgs, max_bytes, sum_msgs,
          sv->nd - (sv->o->root ? 1 : 0), bench_peak_rss(), cpu, root_delta,
          max_delta, interned, sv->ids_checked, sv->ids_mismatch,
          sv->ids_hash[0], sv->ids_hash[1], root_work, max_work, sum_work,
-         etcd_json);
+         etcd_json, ops_json);
   fflush(stdout);
 }
 
@@ -466,6 +479,8 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
     int64_t first;
     cfg.children =
         (uint32_t)rdzv_tree_children(h, bench_hosts(o), o->fanout, &first);
+    /* --incumbent-servers tree-nocopies: no copies of mutable keys. */
+    cfg.cache_mutable = !o->no_copies;
     cfg.local_ranks = (uint32_t)bench_host_ranks(o, h);
   }
   if (rc == 0)
