@@ -57,6 +57,9 @@ static unsigned inc_servers = (1u << S_COUNT) - 1 - (1u << S_TREE_NC);
  * rdzvd flat, tree and tree without copies. */
 static int64_t pt_ns[MAX_NS];
 static int pt_nn = 0;
+/* Most ranks a flat run takes: its root's process holds a connection per
+ * rank, and a process may open 20,000 files here. */
+#define PT_FLAT_MAX 18000
 static int inc_pin = 1;
 /* TCPStore connections a rank: 1 (as torch 2.x's client), or 2 (as torch
  * 1.13's: its idle callback connection too; its own server resets
@@ -676,6 +679,12 @@ static void print_pattern_table(const struct inc_result *rs, int n,
     const struct inc_result *r = &rs[i];
     if (r->ranks != ranks || !r->pytorch)
       continue;
+    if (r->skipped) {
+      printf("  %-24s skipped: one process would hold every rank's "
+             "connection (at most %d here)\n", server_titles[r->server],
+             PT_FLAT_MAX);
+      continue;
+    }
     printf("  %-24s %8.3f %8" PRId64 " %8" PRId64 " %8" PRId64 " %9" PRId64
            " %12" PRId64 " %11" PRId64 " %12" PRId64 "%s\n",
            server_titles[r->server], r->wall_s, r->root_wait, r->root_get,
@@ -693,6 +702,10 @@ static json_t *result_json(const struct inc_result *r,
       server_names[r->server], "protocol",
       r->server == S_ETCD ? "etcd-v3-json" : "tcpstore-legacy", "ranks",
       (json_int_t)r->ranks, "skipped", r->skipped);
+  if (r->pytorch) {
+    json_object_set_new(j, "mode", json_string("pytorch-traffic"));
+    json_object_set_new(j, "protocol", json_string("tcpstore-v2"));
+  }
   if (r->skipped)
     return j;
   json_object_set_new(j, "wall_s", json_real(r->wall_s));
@@ -709,8 +722,6 @@ static json_t *result_json(const struct inc_result *r,
   if (r->server != S_ETCD && !r->pytorch)
     json_object_set_new(j, "tcpstore_conns_per_rank", json_integer(inc_conns));
   if (r->pytorch) {
-    json_object_set_new(j, "mode", json_string("pytorch-traffic"));
-    json_object_set_new(j, "protocol", json_string("tcpstore-v2"));
     json_object_set_new(
         j, "root",
         json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "requests_wait_get_mget",
@@ -807,6 +818,16 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
   for (int i = 0; i < pt_nn; i++) {
     for (size_t k = 0; k < sizeof(pt_servers) / sizeof(pt_servers[0]); k++) {
       struct inc_result *r = &rs[nr++];
+      if (pt_servers[k] == S_FLAT && pt_ns[i] > PT_FLAT_MAX) {
+        /* One root process holds every rank's connection: past the open
+         * files one process may hold here, it cannot. */
+        memset(r, 0, sizeof(*r));
+        r->server = S_FLAT;
+        r->ranks = pt_ns[i];
+        r->pytorch = true;
+        r->skipped = true;
+        continue;
+      }
       fprintf(stderr, "rdzv-bench: pytorch traffic: %s at %" PRId64
               " ranks\n", server_names[pt_servers[k]], pt_ns[i]);
       bad |= run_one(o, pt_servers[k], pt_ns[i], true, r) < 0;

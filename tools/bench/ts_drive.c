@@ -555,6 +555,20 @@ static void start_connect(struct ts_driver *dv, struct ts_rank *r) {
     return;
   }
   setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  /* One source address has about 28,000 ephemeral ports for one server
+   * address (fewer while earlier runs' connections linger in TIME_WAIT):
+   * a run of more than 10,000 ranks spreads them over 127.0.0.2, .3, ...,
+   * 10,000 ranks each. */
+  if (dv->o->ranks > 10000) {
+    struct sockaddr_in src = {
+        .sin_family = AF_INET,
+        .sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 +
+                                 (uint32_t)(r->rank / 10000))};
+    if (bind(r->fd, (struct sockaddr *)&src, sizeof(src)) < 0) {
+      fail(dv, r, strerror(errno));
+      return;
+    }
+  }
   r->events = UINT32_MAX;
   r->step = T_CONNECT;
   if (connect(r->fd, (struct sockaddr *)&a, sizeof(a)) < 0 &&
