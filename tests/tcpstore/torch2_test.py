@@ -37,6 +37,10 @@ Groups (--groups, default all):
            each time where the workers' store was is checked, and that
            the rendezvous keys are in rdzv.
 
+Mode "pattern" (run by torch2_test.sh apart): PyTorch's id exchange and
+heartbeat checks by 32 real stores through the two nodes, whose cost at the
+root the shell checks.
+
 Prints one "PASS: name" or "FAIL: name: why" line per check, and a line
 "FACT: ..." for each finding about torch itself (what goes through rdzv);
 exits with status 1 when any check failed.
@@ -750,12 +754,59 @@ def worker_main(port):
 
 # -------------------------------------------------------------------- main
 
+def pattern_main(port_a, port_b, stores):
+    """PyTorch's id exchange and heartbeat checks by real torch stores,
+    half through node A and half through node B (each store a thread):
+    the first store of each 8 sets UniqueNCCLID:<b> (128 bytes), every
+    store waits for all of them and multi_gets them, checks the absent
+    "dump" key 20 times, waits for and gets a one-root id. The shell
+    compares the root's requests before and after (rdzvctl stats)."""
+    import threading
+    nb = (stores + 7) // 8
+    keys = ["UniqueNCCLID:%d" % b for b in range(nb)]
+    ss = [store(port_a if i % 2 == 0 else port_b) for i in range(stores)]
+    errors = []
+
+    def one(i):
+        try:
+            s = ss[i]
+            if i % 8 == 0:
+                s.set(keys[i // 8], bytes([i // 8]) * 128)
+            if i == 0:
+                s.set("single_uid", b"u" * 128)
+            s.wait(keys)
+            got = s.multi_get(keys)
+            for b, v in enumerate(got):
+                if v != bytes([b]) * 128:
+                    errors.append("store %d: id %d wrong" % (i, b))
+            for _ in range(20):
+                if s.check(["dump"]):
+                    errors.append("store %d: dump present" % i)
+            s.wait(["single_uid"])
+            if s.get("single_uid") != b"u" * 128:
+                errors.append("store %d: one-root id wrong" % i)
+        except Exception as e:  # noqa: BLE001 (reported, then failed)
+            errors.append("store %d: %r" % (i, e))
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(stores)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for e in errors[:5]:
+        print("pattern: %s" % e, flush=True)
+    print("pattern: %d stores, %d ids, %d errors" % (stores, nb, len(errors)),
+          flush=True)
+    return 1 if errors else 0
+
+
 def main():
     global args
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", nargs="?", default="checks",
                     choices=["checks", "child-set", "rank-store", "rank-env",
-                             "worker"])
+                             "worker", "pattern"])
+    ap.add_argument("--stores", type=int, default=32)
     ap.add_argument("--port-root", type=int)
     ap.add_argument("--port-a", type=int)
     ap.add_argument("--port-b", type=int)
@@ -778,6 +829,8 @@ def main():
                          args.run)
     if args.mode == "worker":
         return worker_main(args.port)
+    if args.mode == "pattern":
+        return pattern_main(args.port_a, args.port_b, args.stores)
 
     import torch
     print("torch %s from %s (python %s)" % (

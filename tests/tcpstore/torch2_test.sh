@@ -87,6 +87,36 @@ native a /root/c -2
 native b /nodeA/ap abcd
 native a /bar/one 5
 
+# PyTorch's own pattern through the two nodes (ids, multi_get, checks of
+# an absent key, a one-root id): the root's wait/get/mget requests for it
+# are a few per node and phase (copies of mutable keys at the nodes), not
+# one per store and call (32 stores: 32 x 24 = 768 without the tree).
+root_reads() {
+  "$ctl" --addr "$root" --timeout 10 stats | /usr/bin/python3 -c '
+import json, sys
+o = json.load(sys.stdin)["ops"]
+print(sum(o[k]["received"] for k in ("wait", "get", "mget")))'
+}
+before=$(root_reads)
+"$chroot_sh" --dir "$croot" --exec /usr/bin/env PYTHONPATH="$dir/shim" \
+  TORCH_CPP_LOG_LEVEL=ERROR /usr/bin/python3 "$dir/torch2_test.py" pattern \
+  --port-a "$port_a" --port-b "$port_b" --stores 32
+prc=$?
+after=$(root_reads)
+if [ "$prc" != 0 ]; then
+  fail "pattern: torch stores failed (status $prc)"
+elif [ -z "$before" ] || [ -z "$after" ]; then
+  fail "pattern: no statistics from the root"
+elif [ $((after - before)) -gt 24 ]; then
+  # 2 nodes x 3 phases (ids, checks, one-root id) x 4
+  fail "pattern: the root got $((after - before)) wait/get/mget requests" \
+    "for 32 stores (want at most 24: 4 per node and phase)"
+else
+  echo "PASS: pattern: the root got $((after - before)) wait/get/mget" \
+    "requests for 32 torch stores' ids, multi_gets, 640 checks and" \
+    "one-root ids (at most 24; one per store and call would be 768)"
+fi
+
 # The daemons kept serving through every bad input above...
 for i in "${!pids[@]}"; do
   if ! kill -0 "${pids[$i]}" 2>/dev/null; then

@@ -56,6 +56,9 @@ struct delay_row {
   struct bench_tree_run tree;
   double get_root_us, get_us, add_us; /* lone round trips, medians */
   double get_us_p90, add_us_p90;
+  /* Lone sets of a key no node holds a copy of, and of one every host's
+   * node holds (each waits for the invalidations down and back). */
+  double set_us, set_us_p90, set_held_us, set_held_us_p90;
   int lone_failed;
   double relay_cpu_s, relay_late_p50_us, relay_late_p99_us;
   double relay_win_cpu_s; /* the relay's CPU during the rendezvous */
@@ -360,6 +363,59 @@ static int lone_ops(const struct bench_opts *o, const char *path, int add,
   return 0;
 }
 
+/* LONE_COUNT sequential sets from the deepest host's node. held: before
+ * each, a client on every host's node reads the key, so that every node
+ * holds a copy (the tree's daemons grant again at once: no cooldown) and
+ * the set is answered only once all of them are invalidated; else a key
+ * nobody reads. Median and p90 in microseconds; -1 when one failed. */
+static int lone_sets(const struct bench_opts *o, int held, double *p50,
+                     double *p90) {
+  int64_t nh = bench_hosts(o);
+  rdzv_client_t **cs = calloc((size_t)nh, sizeof(*cs));
+  if (cs == NULL)
+    return -1;
+  int rc = 0;
+  for (int64_t h = 0; h < nh && rc == 0; h++) {
+    char path[200], addr[220];
+    bench_node_path(o, h, path, sizeof(path));
+    snprintf(addr, sizeof(addr), "unix:%s", path);
+    struct rdzv_client_opts co;
+    rdzv_client_opts_init(&co);
+    co.addr = addr;
+    co.job_id = o->job;
+    rc = rdzv_client_create(&co, &cs[h]);
+  }
+  const char *key = held ? "lone/held" : "lone/unread";
+  static double t[LONE_COUNT];
+  for (int i = 0; i < LONE_COUNT + 10 && rc == 0; i++) {
+    for (int64_t h = 0; held && h < nh && rc == 0; h++) {
+      void *v = NULL;
+      size_t n = 0;
+      int g = rdzv_store_get(cs[h], key, &v, &n, 10);
+      rc = g == 0 || g == RDZV_ENOKEY ? 0 : -1;
+      rdzv_free(v);
+    }
+    char val[32];
+    snprintf(val, sizeof(val), "v%d", i);
+    double t0 = bench_now();
+    if (rc == 0)
+      rc = rdzv_store_set(cs[nh - 1], key, val, strlen(val), 0, 10) == 0
+               ? 0
+               : -1;
+    if (i >= 10) /* the first ones connect */
+      t[i - 10] = (bench_now() - t0) * 1e6;
+  }
+  for (int64_t h = 0; h < nh; h++)
+    rdzv_client_destroy(cs[h]);
+  free(cs);
+  if (rc < 0)
+    return -1;
+  qsort(t, LONE_COUNT, sizeof(t[0]), cmp_u);
+  *p50 = t[LONE_COUNT / 2];
+  *p90 = t[LONE_COUNT * 9 / 10];
+  return 0;
+}
+
 static double jreal(json_t *j, const char *k) {
   json_t *v = json_object_get(j, k);
   return json_is_integer(v) ? (double)json_integer_value(v)
@@ -381,6 +437,9 @@ static void on_finished(const struct bench_opts *o, int rc, void *arg) {
   if (rc == 0 && tc->relay.pid > 0) {
     row->lone_failed |= lone_ops(o, path, 0, &row->get_us, &row->get_us_p90);
     row->lone_failed |= lone_ops(o, path, 1, &row->add_us, &row->add_us_p90);
+    row->lone_failed |= lone_sets(o, 0, &row->set_us, &row->set_us_p90);
+    row->lone_failed |=
+        lone_sets(o, 1, &row->set_held_us, &row->set_held_us_p90);
     bench_root_path(o, path, sizeof(path));
     row->lone_failed |= lone_ops(o, path, 0, &row->get_root_us, &p90);
   } else {
@@ -443,6 +502,11 @@ static json_t *row_json(const struct delay_row *r, const struct bench_opts *o) {
       r->relay_cpu_s, "relay_late_p50_us", r->relay_late_p50_us,
       "relay_late_p99_us", r->relay_late_p99_us, "relay_chunks",
       (json_int_t)r->relay_chunks);
+  json_object_set_new(j, "lone_set_us", json_real(r->set_us));
+  json_object_set_new(j, "lone_set_p90_us", json_real(r->set_us_p90));
+  json_object_set_new(j, "lone_set_held_us", json_real(r->set_held_us));
+  json_object_set_new(j, "lone_set_held_p90_us",
+                      json_real(r->set_held_us_p90));
   json_object_set_new(j, "relay_rendezvous_cpu_s",
                       json_real(r->relay_win_cpu_s));
   json_object_set_new(j, "rendezvous_cpu_s", json_real(r->tree.win_cpu_s));
@@ -482,6 +546,9 @@ static void print_row(const struct delay_row *r) {
          "%.2f\n",
          r->add_us, r->add_us_p90, r->model_add.total_s * 1e6,
          ratio(r->add_us, r->model_add.total_s * 1e6));
+  printf("  lone set: %.0f us (p90 %.0f); with a copy on every host's "
+         "node: %.0f us (p90 %.0f)\n",
+         r->set_us, r->set_us_p90, r->set_held_us, r->set_held_us_p90);
   printf("  relay: %.3f s CPU for %" PRId64 " chunks (%.1f us each), "
          "written late by p50 %.0f us, p99 %.0f us\n",
          r->relay_cpu_s, r->relay_chunks,

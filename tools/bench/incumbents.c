@@ -10,7 +10,12 @@
  * at each N of --incumbents, clients pinned to CPU 0 and every server
  * process to CPU 1 (when there are two), and reports wall time, p99 per
  * rank, the server processes' CPU and peak RSS, and the speed-up over
- * PyTorch's server. See incumbents.h and README ("The incumbents"). */
+ * PyTorch's server. With --pytorch N[,N...] the clients send PyTorch's
+ * own store traffic instead (ts_pattern.c) to rdzvd flat, tree, and
+ * tree-nocopies (nodes started --cache-mutable no), and each run reports
+ * the root's wait/get/mget requests and bytes and the busiest node's
+ * frames. See incumbents.h and README ("The incumbents", "PyTorch's own
+ * store traffic"). */
 #include "tools/bench/incumbents.h"
 
 #include <errno.h>
@@ -29,13 +34,12 @@
 #include <unistd.h>
 
 #include "rendezvous/topo.h"
+#include "tools/bench/incumbents_int.h"
 #include "tools/bench/rank.h"
 
-enum { S_TORCH, S_FLAT, S_TREE, S_ETCD, S_TREE_NC, S_COUNT };
-
-static const char *const server_names[S_COUNT] = {
+const char *const server_names[S_COUNT] = {
     "torch", "flat", "tree", "etcd", "tree-nocopies"};
-static const char *const server_titles[S_COUNT] = {
+const char *const server_titles[S_COUNT] = {
     "PyTorch TCPStore (1.13)", "rdzvd flat + front end",
     "rdzvd tree + front ends", "etcd gateway (3.4)",
     "rdzvd tree, no copies"};
@@ -57,31 +61,17 @@ static unsigned inc_servers = (1u << S_COUNT) - 1 - (1u << S_TREE_NC);
  * rdzvd flat, tree and tree without copies. */
 static int64_t pt_ns[MAX_NS];
 static int pt_nn = 0;
-/* Most ranks a flat run takes: its root's process holds a connection per
- * rank, and a process may open 20,000 files here. */
-#define PT_FLAT_MAX 18000
 static int inc_pin = 1;
 /* TCPStore connections a rank: 1 (as torch 2.x's client), or 2 (as torch
  * 1.13's: its idle callback connection too; its own server resets
  * connections when 9,000 such ranks connect at once). */
-static int inc_conns = 1;
+int inc_conns = 1;
 
 struct proc {
   pid_t pid;
   FILE *in, *out;
   bool server;
   double cpu0; /* CPU seconds at "go" */
-};
-
-struct inc_result {
-  int server;
-  int64_t ranks, nprocs, failed;
-  bool verified, skipped;
-  bool pytorch; /* --pytorch: PyTorch's traffic, the root's counts */
-  int64_t root_msgs, root_bytes, root_wait, root_get, root_mget;
-  int64_t node_msgs, node_bytes; /* the busiest node's */
-  double wall_s, p50_s, p99_s, cpu_s;
-  int64_t rss, rss_start; /* summed over the server's processes */
 };
 
 struct inc_run {
@@ -215,7 +205,7 @@ static int64_t proc_mem(pid_t pid, const char *field) {
   return kb * 1024;
 }
 
-static bool pinning(void) {
+bool bench_inc_pinning(void) {
   return inc_pin && sysconf(_SC_NPROCESSORS_ONLN) >= 2;
 }
 
@@ -241,7 +231,7 @@ static int spawn(struct inc_run *rn, char *const argv[], int cpu, bool server,
         dup2(fd, 2);
       }
     }
-    if (cpu >= 0 && pinning()) {
+    if (cpu >= 0 && bench_inc_pinning()) {
       cpu_set_t s;
       CPU_ZERO(&s);
       CPU_SET(cpu, &s);
@@ -623,172 +613,6 @@ static int run_one(const struct bench_opts *base, int s, int64_t n,
 
 /* ---- output --------------------------------------------------------------- */
 
-static const struct inc_result *torch_of(const struct inc_result *rs, int n,
-                                         int64_t ranks) {
-  for (int i = 0; i < n; i++)
-    if (rs[i].server == S_TORCH && rs[i].ranks == ranks && !rs[i].skipped &&
-        rs[i].verified)
-      return &rs[i];
-  return NULL;
-}
-
-static double speedup(const struct inc_result *t, const struct inc_result *r) {
-  return t != NULL && r->verified && r->wall_s > 0 ? t->wall_s / r->wall_s
-                                                   : 0;
-}
-
-static void print_table(const struct inc_result *rs, int n, int64_t ranks) {
-  const struct inc_result *t = torch_of(rs, n, ranks);
-  printf("incumbents, %" PRId64 " ranks (PyTorch's init pattern, the same C "
-         "clients, %d TCPStore connection%s a rank; %s):\n", ranks, inc_conns,
-         inc_conns == 1 ? "" : "s",
-         pinning() ? "clients on CPU 0, servers on CPU 1" : "not pinned");
-  printf("  %-26s %9s %9s %14s %12s %11s\n", "server", "wall s", "p99 s",
-         "server CPU s", "server RSS", "vs PyTorch");
-  for (int i = 0; i < n; i++) {
-    const struct inc_result *r = &rs[i];
-    if (r->ranks != ranks)
-      continue;
-    if (r->skipped) {
-      printf("  %-26s skipped: `etcd` is not installed (apt-get install "
-             "etcd-server)\n", server_titles[r->server]);
-      continue;
-    }
-    char sp[32] = "-";
-    if (speedup(t, r) > 0)
-      snprintf(sp, sizeof(sp), speedup(t, r) < 1 ? "%.2fx" : "%.1fx",
-               speedup(t, r));
-    printf("  %-26s %9.3f %9.3f %14.3f %8.0f MiB %11s%s\n",
-           server_titles[r->server], r->wall_s, r->p99_s, r->cpu_s,
-           (double)r->rss / 1048576.0, sp,
-           r->verified ? "" : "  FAILED (see above)");
-  }
-  fflush(stdout);
-}
-
-static void print_pattern_table(const struct inc_result *rs, int n,
-                                int64_t ranks) {
-  printf("PyTorch's store traffic, %" PRId64 " ranks (%" PRId64
-         " ids, 60 checks a rank, 5 state reads an agent; torch 2.x's "
-         "protocol, the same C clients):\n", ranks,
-         (ranks + 127) / 128);
-  printf("  %-24s %8s %8s %8s %8s %9s %12s %11s %12s\n", "server", "wall s",
-         "root wait", "get", "mget", "root sum", "root bytes",
-         "node frames", "node bytes");
-  for (int i = 0; i < n; i++) {
-    const struct inc_result *r = &rs[i];
-    if (r->ranks != ranks || !r->pytorch)
-      continue;
-    if (r->skipped) {
-      printf("  %-24s skipped: one process would hold every rank's "
-             "connection (at most %d here)\n", server_titles[r->server],
-             PT_FLAT_MAX);
-      continue;
-    }
-    printf("  %-24s %8.3f %8" PRId64 " %8" PRId64 " %8" PRId64 " %9" PRId64
-           " %12" PRId64 " %11" PRId64 " %12" PRId64 "%s\n",
-           server_titles[r->server], r->wall_s, r->root_wait, r->root_get,
-           r->root_mget, r->root_wait + r->root_get + r->root_mget,
-           r->root_bytes, r->node_msgs, r->node_bytes,
-           r->verified ? "" : "  FAILED (see above)");
-  }
-  fflush(stdout);
-}
-
-static json_t *result_json(const struct inc_result *r,
-                           const struct inc_result *t) {
-  json_t *j = json_pack(
-      "{s:s,s:s,s:s,s:I,s:b}", "mode", "incumbent", "server",
-      server_names[r->server], "protocol",
-      r->server == S_ETCD ? "etcd-v3-json" : "tcpstore-legacy", "ranks",
-      (json_int_t)r->ranks, "skipped", r->skipped);
-  if (r->pytorch) {
-    json_object_set_new(j, "mode", json_string("pytorch-traffic"));
-    json_object_set_new(j, "protocol", json_string("tcpstore-v2"));
-  }
-  if (r->skipped)
-    return j;
-  json_object_set_new(j, "wall_s", json_real(r->wall_s));
-  json_object_set_new(j, "p50_s", json_real(r->p50_s));
-  json_object_set_new(j, "p99_s", json_real(r->p99_s));
-  json_object_set_new(j, "server_cpu_s", json_real(r->cpu_s));
-  json_object_set_new(j, "server_rss_bytes", json_integer(r->rss));
-  json_object_set_new(j, "server_rss_start_bytes",
-                      json_integer(r->rss_start));
-  json_object_set_new(j, "server_processes", json_integer(r->nprocs));
-  json_object_set_new(j, "failed", json_integer(r->failed));
-  json_object_set_new(j, "verified", json_boolean(r->verified));
-  json_object_set_new(j, "pinned", json_boolean(pinning()));
-  if (r->server != S_ETCD && !r->pytorch)
-    json_object_set_new(j, "tcpstore_conns_per_rank", json_integer(inc_conns));
-  if (r->pytorch) {
-    json_object_set_new(
-        j, "root",
-        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "requests_wait_get_mget",
-                  (json_int_t)(r->root_wait + r->root_get + r->root_mget),
-                  "wait", (json_int_t)r->root_wait, "get",
-                  (json_int_t)r->root_get, "mget", (json_int_t)r->root_mget,
-                  "frames", (json_int_t)r->root_msgs, "bytes",
-                  (json_int_t)r->root_bytes));
-    json_object_set_new(j, "busiest_node",
-                        json_pack("{s:I,s:I}", "frames",
-                                  (json_int_t)r->node_msgs, "bytes",
-                                  (json_int_t)r->node_bytes));
-  }
-  if (speedup(t, r) > 0)
-    json_object_set_new(j, "speedup_vs_torch", json_real(speedup(t, r)));
-  return j;
-}
-
-/* Two panels against N (log-log): wall time and the servers' CPU. */
-static int plot(const char *png, const struct inc_result *rs, int n) {
-  char out[300], dat[] = "/tmp/rdzv-bench-incplot-XXXXXX";
-  size_t l = strlen(png);
-  if (l > 4 && strcmp(png + l - 4, ".png") == 0)
-    l -= 4;
-  snprintf(out, sizeof(out), "%.*s-incumbents.png", (int)l, png);
-  int fd = mkstemp(dat);
-  if (fd < 0)
-    return -errno;
-  FILE *f = fdopen(fd, "w");
-  for (int s = 0; s < S_COUNT; s++) {
-    int any = 0;
-    fprintf(f, "# %s\n", server_names[s]);
-    for (int i = 0; i < n; i++)
-      if (rs[i].server == s && !rs[i].skipped && rs[i].verified &&
-          !rs[i].pytorch) {
-        fprintf(f, "%" PRId64 " %f %f\n", rs[i].ranks, rs[i].wall_s,
-                rs[i].cpu_s > 0.005 ? rs[i].cpu_s : 0.005);
-        any = 1;
-      }
-    if (!any)
-      fprintf(f, "NaN NaN NaN\n");
-    fprintf(f, "\n\n");
-  }
-  fclose(f);
-  FILE *g = popen("gnuplot >/dev/null 2>&1", "w");
-  if (g == NULL)
-    return -errno;
-  fprintf(g, "set terminal png size 1100,450\nset output '%s'\n"
-             "set multiplot layout 1,2 title 'PyTorch init pattern, same C "
-             "clients: the incumbents'\n"
-             "set logscale xy\nset grid\nset key top left font ',9'\n"
-             "set xlabel 'ranks'\n", out);
-  for (int panel = 0; panel < 2; panel++) {
-    fprintf(g, "set ylabel '%s'\nplot ",
-            panel == 0 ? "seconds to complete" : "server CPU seconds");
-    for (int s = 0; s < S_COUNT; s++)
-      fprintf(g, "%s'%s' index %d using 1:%d with linespoints lt %d pt 7 "
-                 "title '%s'", s ? ", " : "", dat, s, panel + 2, s + 1,
-              server_titles[s]);
-    fprintf(g, "\n");
-  }
-  fprintf(g, "unset multiplot\n");
-  int rc = pclose(g);
-  unlink(dat);
-  return rc == 0 ? 0 : -1;
-}
-
 int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
   struct inc_result rs[2 * MAX_NS * S_COUNT];
   int nr = 0, bad = 0;
@@ -810,7 +634,7 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
               server_names[s], inc_ns[i]);
       bad |= run_one(o, s, inc_ns[i], false, r) < 0;
     }
-    print_table(rs, nr, inc_ns[i]);
+    bench_inc_print_table(rs, nr, inc_ns[i]);
   }
   /* PyTorch's own traffic: rdzvd flat, tree, and tree without copies. */
   static const int pt_servers[] = {S_FLAT, S_TREE, S_TREE_NC};
@@ -832,12 +656,12 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
               " ranks\n", server_names[pt_servers[k]], pt_ns[i]);
       bad |= run_one(o, pt_servers[k], pt_ns[i], true, r) < 0;
     }
-    print_pattern_table(rs + pt_first, nr - pt_first, pt_ns[i]);
+    bench_inc_print_pattern_table(rs + pt_first, nr - pt_first, pt_ns[i]);
   }
   for (int i = 0; i < nr; i++)
     json_array_append_new(all,
-                          result_json(&rs[i], torch_of(rs, nr, rs[i].ranks)));
-  if (png != NULL && inc_nn > 0 && nr > 0 && plot(png, rs, nr) < 0) {
+                          bench_inc_result_json(&rs[i], bench_inc_torch_of(rs, nr, rs[i].ranks)));
+  if (png != NULL && inc_nn > 0 && nr > 0 && bench_inc_plot(png, rs, nr) < 0) {
     fprintf(stderr, "rdzv-bench: gnuplot failed to write the incumbents' "
                     "plot\n");
     bad = 1;

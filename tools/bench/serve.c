@@ -483,6 +483,10 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
     cfg.cache_mutable = !o->no_copies;
     cfg.local_ranks = (uint32_t)bench_host_ranks(o, h);
   }
+  /* --delay-tree's lone sets of a key every node holds: copies granted
+   * again right after each write (no --copy-cooldown-ms). */
+  if (getenv("RDZV_BENCH_UPLINK") != NULL)
+    cfg.copy_cooldown_ms = 0;
   if (rc == 0)
     rc = rdzv_daemon_start(sv->loop, &cfg, &sv->d[sv->nd++]);
   rdzv_config_free(&cfg);

@@ -46,71 +46,11 @@
 
 #include "store/wire/tcpstore_wire.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/ts_drive.h"
 #include "tools/bench/incumbents.h"
 #include "tools/bench/rank.h"
 
-enum ts_step {
-  T_CONNECT,
-  T_INIT,
-  /* --pattern pytorch */
-  T_IDS_WAIT,
-  T_IDS_MGET,
-  T_SINGLE_WAIT,
-  T_SINGLE_GET,
-  T_STATE_WAIT,
-  T_STATE_GET,
-  T_CHECK,
-  T_CALLBACK, /* the second connection is connecting */
-  T_UID_WAIT,
-  T_UID_GET,
-  T_BARRIER_ADD,
-  T_DONE_WAIT,
-  T_DONE,
-  T_FAILED,
-};
-
-struct ts_rank {
-  int fd;
-  int fd2; /* the idle second connection, or -1 */
-  int64_t rank;
-  uint16_t port;
-  enum ts_step step;
-  enum rdzv_ts_op expect; /* the reply awaited */
-  struct rdzv_buf out;    /* bytes not sent yet: out.data[off..len) */
-  size_t out_off;
-  uint8_t in[512];
-  size_t in_len;
-  uint32_t events; /* registered with epoll */
-  int tries;
-  double retry_at; /* > 0: reconnect then */
-  double t_done;
-  double t_phase[4]; /* connected, init/ answered, uid had, barrier add */
-  int64_t add_reply, init_reply;
-  bool uid_ok, last;
-  bool v2; /* the v2 dialect (--pattern pytorch) */
-  char why[96]; /* a failure */
-  /* --pattern pytorch: a MULTI_GET's reply, checked as it streams in
-   * (B blobs of 128 bytes: never held whole), and the steps' counters. */
-  int64_t mg_left;      /* blobs still to come */
-  int64_t mg_body;      /* bytes of the current blob still to come */
-  uint8_t mg_hdr[8];    /* its length, as it comes */
-  int mg_nhdr;
-  int64_t mg_pos;       /* offset in the current blob */
-  bool mg_ok;
-  int reps;             /* GETs or CHECKs done in this step */
-};
-
-struct ts_driver {
-  const struct bench_opts *o;
-  int64_t nblocks; /* --pattern pytorch: B */
-  struct ts_rank *rs;
-  int64_t n, ndone, nfail, nretry;
-  int conns; /* connections a rank: 1 or 2 */
-  int ep;
-  double t_go;
-};
-
-static void fail(struct ts_driver *dv, struct ts_rank *r, const char *why) {
+void ts_fail(struct ts_driver *dv, struct ts_rank *r, const char *why) {
   if (r->step == T_DONE || r->step == T_FAILED)
     return;
   snprintf(r->why, sizeof(r->why), "%s", why);
@@ -136,7 +76,7 @@ static void rearm(struct ts_driver *dv, struct ts_rank *r) {
                           .data.u64 = (uint64_t)(r - dv->rs)};
   int op = r->events == UINT32_MAX ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
   if (epoll_ctl(dv->ep, op, r->fd, &e) < 0)
-    fail(dv, r, strerror(errno));
+    ts_fail(dv, r, strerror(errno));
   r->events = ev;
 }
 
@@ -147,7 +87,7 @@ static void flush(struct ts_driver *dv, struct ts_rank *r) {
     if (k < 0 && (errno == EAGAIN || errno == EINTR))
       break;
     if (k < 0) {
-      fail(dv, r, strerror(errno));
+      ts_fail(dv, r, strerror(errno));
       return;
     }
     r->out_off += (size_t)k;
@@ -158,8 +98,8 @@ static void flush(struct ts_driver *dv, struct ts_rank *r) {
 }
 
 /* Queues one request: op on key (with one value, or a delta). */
-static int put_req(struct ts_rank *r, enum rdzv_ts_op op, const char *key,
-                   const void *val, size_t vlen, int64_t delta) {
+int ts_put_req(struct ts_rank *r, enum rdzv_ts_op op, const char *key,
+               const void *val, size_t vlen, int64_t delta) {
   struct rdzv_slice k = {(const uint8_t *)key, (uint32_t)strlen(key)};
   struct rdzv_slice v = {val, (uint32_t)vlen};
   struct rdzv_ts_req q = {.op = op, .nkeys = 1, .keys = &k, .delta = delta};
@@ -173,7 +113,7 @@ static int put_req(struct ts_rank *r, enum rdzv_ts_op op, const char *key,
 }
 
 /* The uid rank 0 sets: 128 bytes every rank can check. */
-static void uid_bytes(uint8_t *p) {
+void ts_uid_bytes(uint8_t *p) {
   for (int i = 0; i < BENCH_INC_UID_BYTES; i++)
     p[i] = (uint8_t)(i * 7 + 13);
 }
@@ -185,9 +125,9 @@ static int topo_and_add(struct ts_driver *dv, struct ts_rank *r) {
   memset(rec, ' ', sizeof(rec));
   snprintf(rec, sizeof(rec), "rank=%" PRId64 " host=h%06" PRId64
            " gpu_pci=simulated", r->rank, r->rank / dv->o->ranks_per_host);
-  int rc = put_req(r, RDZV_TS_SET, key, rec, sizeof(rec), 0);
+  int rc = ts_put_req(r, RDZV_TS_SET, key, rec, sizeof(rec), 0);
   if (rc == 0)
-    rc = put_req(r, RDZV_TS_ADD, "/barrier", NULL, 0, 1);
+    rc = ts_put_req(r, RDZV_TS_ADD, "/barrier", NULL, 0, 1);
   r->step = T_BARRIER_ADD;
   return rc;
 }
@@ -211,255 +151,6 @@ static int open_callback(struct ts_driver *dv, struct ts_rank *r) {
 }
 
 
-/* ---- --pattern pytorch ------------------------------------------------------ */
-
-#define PT_BLOCK 128       /* TORCH_NCCL_RANKS_PER_ROOT's default */
-#define PT_STATE_GETS 5    /* an agent's reads of the rendezvous state */
-#define PT_CHECKS 60       /* the heartbeat monitor's checks of "dump" */
-#define PT_AGENT_STATE 97  /* bytes of pickled state per agent */
-
-/* The block whose first rank is r (blocks balanced: the first N mod B one
- * rank larger), or -1. */
-static int64_t block_led(int64_t n, int64_t nb, int64_t r) {
-  int64_t base = n / nb, extra = n % nb, big = extra * (base + 1);
-  if (r < big)
-    return r % (base + 1) == 0 ? r / (base + 1) : -1;
-  return (r - big) % base == 0 ? extra + (r - big) / base : -1;
-}
-
-static uint8_t id_byte(int64_t b, int64_t i) {
-  return (uint8_t)(b * 131 + i * 7 + 13);
-}
-
-static int64_t state_bytes(const struct ts_driver *dv) {
-  return PT_AGENT_STATE * bench_hosts(dv->o);
-}
-
-/* Queues op on keys[0..n) (WAIT, MULTI_GET, CHECK). */
-static int put_keys(struct ts_rank *r, enum rdzv_ts_op op,
-                    const struct rdzv_slice *keys, uint32_t n) {
-  struct rdzv_ts_req q = {.op = op, .nkeys = n,
-                          .keys = (struct rdzv_slice *)keys};
-  r->expect = op;
-  return rdzv_ts_encode(RDZV_TS_V2, &q, &r->out);
-}
-
-static struct rdzv_slice *pt_keys;
-static char *pt_key_bytes;
-
-static int pt_prepare(struct ts_driver *dv) {
-  int64_t nb = (dv->o->ranks + PT_BLOCK - 1) / PT_BLOCK;
-  dv->nblocks = nb;
-  pt_keys = calloc((size_t)nb, sizeof(*pt_keys));
-  pt_key_bytes = calloc((size_t)nb, 48);
-  if (pt_keys == NULL || pt_key_bytes == NULL)
-    return -1;
-  for (int64_t b = 0; b < nb; b++) {
-    char *k = pt_key_bytes + 48 * b;
-    int len = snprintf(k, 48, "/UniqueNCCLID:%" PRId64, b);
-    pt_keys[b].p = (const uint8_t *)k;
-    pt_keys[b].n = (uint32_t)len;
-  }
-  return 0;
-}
-
-/* A reply of nblobs blobs, read as it comes (GET, MULTI_GET). */
-static void stream_start(struct ts_rank *r, enum ts_step step,
-                         int64_t nblobs) {
-  r->step = step;
-  r->expect = 0; /* readable() streams it */
-  r->mg_left = nblobs;
-  r->mg_nhdr = 0;
-  r->mg_body = 0;
-  r->mg_pos = 0;
-  r->mg_ok = true;
-}
-
-static int pt_after_ids(struct ts_driver *dv, struct ts_rank *r);
-static int pt_state(struct ts_driver *dv, struct ts_rank *r);
-
-/* The heartbeat monitor's checks, then done. */
-static int pt_checks(struct ts_driver *dv, struct ts_rank *r) {
-  static const struct rdzv_slice dump = {(const uint8_t *)"/dump", 5};
-  if (r->step != T_CHECK) {
-    r->step = T_CHECK;
-    r->reps = 0;
-  }
-  if (r->reps++ < PT_CHECKS)
-    return put_keys(r, RDZV_TS_CHECK, &dump, 1);
-  r->step = T_DONE;
-  r->expect = 0;
-  r->t_done = bench_now();
-  dv->ndone++;
-  return 0;
-}
-
-/* A streamed reply's blob i is complete (len bytes, content checked as
- * it came): the next step when it was the last. */
-static int pt_blob_done(struct ts_driver *dv, struct ts_rank *r) {
-  if (r->mg_left > 0)
-    return 0;
-  switch (r->step) {
-  case T_IDS_MGET:
-    r->uid_ok = r->mg_ok;
-    r->t_phase[2] = bench_now();
-    return r->mg_ok ? pt_after_ids(dv, r) : RDZV_EPROTO;
-  case T_SINGLE_GET:
-    if (!r->mg_ok)
-      return RDZV_EPROTO;
-    return pt_state(dv, r);
-  case T_STATE_GET:
-    if (!r->mg_ok)
-      return RDZV_EPROTO;
-    if (++r->reps < PT_STATE_GETS) {
-      int rc = put_req(r, RDZV_TS_GET, "/torchelastic/state", NULL, 0, 0);
-      stream_start(r, T_STATE_GET, 1);
-      return rc;
-    }
-    return pt_checks(dv, r);
-  default:
-    return RDZV_EPROTO;
-  }
-}
-
-/* Whether byte v at offset pos of the current blob is what it should be. */
-static bool pt_byte_ok(const struct ts_driver *dv, const struct ts_rank *r,
-                       int64_t pos, uint8_t v) {
-  uint8_t uid[BENCH_INC_UID_BYTES];
-  switch (r->step) {
-  case T_IDS_MGET:
-    return v == id_byte(dv->nblocks - r->mg_left, pos);
-  case T_SINGLE_GET:
-    uid_bytes(uid);
-    return v == uid[pos];
-  default:
-    return true; /* the state: its length is checked */
-  }
-}
-
-static int64_t pt_blob_len(const struct ts_driver *dv,
-                           const struct ts_rank *r) {
-  return r->step == T_STATE_GET ? state_bytes(dv) : BENCH_INC_UID_BYTES;
-}
-
-/* Consumes what r->in holds of a streamed reply. */
-static int pt_stream(struct ts_driver *dv, struct ts_rank *r) {
-  size_t off = 0;
-  int rc = 0;
-  while (rc == 0 && off < r->in_len && r->mg_left > 0) {
-    if (r->mg_nhdr < 8) {
-      r->mg_hdr[r->mg_nhdr++] = r->in[off++];
-      if (r->mg_nhdr == 8) {
-        r->mg_body = (int64_t)rdzv_load_u64le(r->mg_hdr);
-        r->mg_pos = 0;
-        if (r->mg_body != pt_blob_len(dv, r))
-          r->mg_ok = false;
-      }
-    } else {
-      size_t k = r->in_len - off;
-      if ((int64_t)k > r->mg_body - r->mg_pos)
-        k = (size_t)(r->mg_body - r->mg_pos);
-      for (size_t i = 0; i < k && r->mg_ok; i++)
-        r->mg_ok = pt_byte_ok(dv, r, r->mg_pos + (int64_t)i, r->in[off + i]);
-      off += k;
-      r->mg_pos += (int64_t)k;
-    }
-    if (r->mg_nhdr == 8 && r->mg_pos == r->mg_body) {
-      r->mg_left--;
-      r->mg_nhdr = 0;
-      rc = pt_blob_done(dv, r);
-    }
-  }
-  memmove(r->in, r->in + off, r->in_len - off);
-  r->in_len -= off;
-  return rc;
-}
-
-/* After init/: a block's first rank sets its id; then every rank waits
- * for all ids. */
-static int pt_start(struct ts_driver *dv, struct ts_rank *r) {
-  int64_t b = block_led(dv->o->ranks, dv->nblocks, r->rank);
-  if (b >= 0) {
-    uint8_t id[BENCH_INC_UID_BYTES];
-    char key[48];
-    for (int i = 0; i < BENCH_INC_UID_BYTES; i++)
-      id[i] = id_byte(b, i);
-    snprintf(key, sizeof(key), "/UniqueNCCLID:%" PRId64, b);
-    int rc = put_req(r, RDZV_TS_SET, key, id, sizeof(id), 0);
-    if (rc < 0)
-      return rc;
-  }
-  r->step = T_IDS_WAIT;
-  return put_keys(r, RDZV_TS_WAIT, pt_keys, (uint32_t)dv->nblocks);
-}
-
-/* Every id read: rank 0 sets the one-root id and torchrun's state;
- * every rank reads the one-root id. */
-static int pt_after_ids(struct ts_driver *dv, struct ts_rank *r) {
-  if (r->rank == 0) {
-    uint8_t uid[BENCH_INC_UID_BYTES];
-    uid_bytes(uid);
-    int rc = put_req(r, RDZV_TS_SET, "/single_uid", uid, sizeof(uid), 0);
-    size_t sn = (size_t)state_bytes(dv);
-    uint8_t *st = malloc(sn ? sn : 1);
-    if (st == NULL)
-      return RDZV_ENOMEM;
-    memset(st, 'S', sn);
-    if (rc == 0)
-      rc = put_req(r, RDZV_TS_SET, "/torchelastic/state", st, sn, 0);
-    free(st);
-    if (rc < 0)
-      return rc;
-  }
-  r->step = T_SINGLE_WAIT;
-  return put_req(r, RDZV_TS_WAIT, "/single_uid", NULL, 0, 0);
-}
-
-/* A host's agent reads the state; then the checks. */
-static int pt_state(struct ts_driver *dv, struct ts_rank *r) {
-  if (r->rank % dv->o->ranks_per_host != 0)
-    return pt_checks(dv, r);
-  r->step = T_STATE_WAIT;
-  return put_req(r, RDZV_TS_WAIT, "/torchelastic/state", NULL, 0, 0);
-}
-
-/* The reply to a --pattern pytorch request (not a streamed one). */
-static int pt_advance(struct ts_driver *dv, struct ts_rank *r,
-                      const struct rdzv_ts_reply *rep) {
-  int rc;
-  switch (r->step) {
-  case T_INIT:
-    r->t_phase[1] = bench_now();
-    r->init_reply = rep->i64;
-    return pt_start(dv, r);
-  case T_IDS_WAIT:
-    if (rep->u8 != RDZV_TS_STOP_WAITING)
-      return RDZV_EPROTO;
-    rc = put_keys(r, RDZV_TS_MULTI_GET, pt_keys, (uint32_t)dv->nblocks);
-    stream_start(r, T_IDS_MGET, dv->nblocks);
-    return rc;
-  case T_SINGLE_WAIT:
-    if (rep->u8 != RDZV_TS_STOP_WAITING)
-      return RDZV_EPROTO;
-    rc = put_req(r, RDZV_TS_GET, "/single_uid", NULL, 0, 0);
-    stream_start(r, T_SINGLE_GET, 1);
-    return rc;
-  case T_STATE_WAIT:
-    if (rep->u8 != RDZV_TS_STOP_WAITING)
-      return RDZV_EPROTO;
-    r->reps = 0;
-    rc = put_req(r, RDZV_TS_GET, "/torchelastic/state", NULL, 0, 0);
-    stream_start(r, T_STATE_GET, 1);
-    return rc;
-  case T_CHECK:
-    if (rep->u8 != RDZV_TS_NOT_READY)
-      return RDZV_EPROTO; /* "dump" was never set */
-    return pt_checks(dv, r);
-  default:
-    return RDZV_EPROTO;
-  }
-}
-
 static int advance(struct ts_driver *dv, struct ts_rank *r,
                    const struct rdzv_ts_reply *rep);
 
@@ -470,13 +161,13 @@ static void callback_connected(struct ts_driver *dv, struct ts_rank *r) {
   getsockopt(r->fd2, SOL_SOCKET, SO_ERROR, &err, &len);
   epoll_ctl(dv->ep, EPOLL_CTL_DEL, r->fd2, NULL);
   if (err != 0 || r->step != T_CALLBACK) {
-    fail(dv, r, err != 0 ? strerror(err) : "callback connection");
+    ts_fail(dv, r, err != 0 ? strerror(err) : "callback connection");
     return;
   }
   struct rdzv_ts_reply none = {0};
   int rc = advance(dv, r, &none);
   if (rc < 0)
-    fail(dv, r, rdzv_strerror(rc));
+    ts_fail(dv, r, rdzv_strerror(rc));
   else
     flush(dv, r);
 }
@@ -487,7 +178,7 @@ static int advance(struct ts_driver *dv, struct ts_rank *r,
   int64_t n = dv->o->ranks;
   uint8_t uid[BENCH_INC_UID_BYTES];
   if (dv->o->pytorch)
-    return pt_advance(dv, r, rep);
+    return ts_pt_advance(dv, r, rep);
   switch (r->step) {
   case T_INIT:
     r->t_phase[1] = bench_now();
@@ -499,21 +190,21 @@ static int advance(struct ts_driver *dv, struct ts_rank *r,
     /* fall through */
   case T_CALLBACK:
     if (r->rank == 0) {
-      uid_bytes(uid);
+      ts_uid_bytes(uid);
       r->uid_ok = true;
-      int rc = put_req(r, RDZV_TS_SET, "/uid", uid, sizeof(uid), 0);
+      int rc = ts_put_req(r, RDZV_TS_SET, "/uid", uid, sizeof(uid), 0);
       return rc < 0 ? rc : topo_and_add(dv, r);
     }
     r->step = T_UID_WAIT;
-    return put_req(r, RDZV_TS_WAIT, "/uid", NULL, 0, 0);
+    return ts_put_req(r, RDZV_TS_WAIT, "/uid", NULL, 0, 0);
   case T_UID_WAIT:
     if (rep->u8 != RDZV_TS_STOP_WAITING)
       return RDZV_EPROTO;
     r->step = T_UID_GET;
-    return put_req(r, RDZV_TS_GET, "/uid", NULL, 0, 0);
+    return ts_put_req(r, RDZV_TS_GET, "/uid", NULL, 0, 0);
   case T_UID_GET:
     r->t_phase[2] = bench_now();
-    uid_bytes(uid);
+    ts_uid_bytes(uid);
     r->uid_ok = rep->nblobs == 1 && rep->blobs[0].n == sizeof(uid) &&
                 memcmp(rep->blobs[0].p, uid, sizeof(uid)) == 0;
     if (!r->uid_ok)
@@ -525,11 +216,11 @@ static int advance(struct ts_driver *dv, struct ts_rank *r,
     r->step = T_DONE_WAIT;
     if (rep->i64 == n) {
       r->last = true;
-      int rc = put_req(r, RDZV_TS_SET, "/barrier_done", "1", 1, 0);
+      int rc = ts_put_req(r, RDZV_TS_SET, "/barrier_done", "1", 1, 0);
       if (rc < 0)
         return rc;
     }
-    return put_req(r, RDZV_TS_WAIT, "/barrier_done", NULL, 0, 0);
+    return ts_put_req(r, RDZV_TS_WAIT, "/barrier_done", NULL, 0, 0);
   case T_DONE_WAIT:
     if (rep->u8 != RDZV_TS_STOP_WAITING)
       return RDZV_EPROTO;
@@ -551,7 +242,7 @@ static void start_connect(struct ts_driver *dv, struct ts_rank *r) {
   r->retry_at = 0;
   r->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (r->fd < 0) {
-    fail(dv, r, strerror(errno));
+    ts_fail(dv, r, strerror(errno));
     return;
   }
   setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -565,7 +256,7 @@ static void start_connect(struct ts_driver *dv, struct ts_rank *r) {
         .sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 +
                                  (uint32_t)(r->rank / 10000))};
     if (bind(r->fd, (struct sockaddr *)&src, sizeof(src)) < 0) {
-      fail(dv, r, strerror(errno));
+      ts_fail(dv, r, strerror(errno));
       return;
     }
   }
@@ -573,7 +264,7 @@ static void start_connect(struct ts_driver *dv, struct ts_rank *r) {
   r->step = T_CONNECT;
   if (connect(r->fd, (struct sockaddr *)&a, sizeof(a)) < 0 &&
       errno != EINPROGRESS) {
-    fail(dv, r, strerror(errno));
+    ts_fail(dv, r, strerror(errno));
     return;
   }
   rearm(dv, r);
@@ -596,7 +287,7 @@ static void connected(struct ts_driver *dv, struct ts_rank *r) {
     return;
   }
   if (err != 0) {
-    fail(dv, r, strerror(err));
+    ts_fail(dv, r, strerror(err));
     return;
   }
   r->step = T_INIT;
@@ -605,10 +296,10 @@ static void connected(struct ts_driver *dv, struct ts_rank *r) {
     struct rdzv_ts_req v = {.op = RDZV_TS_VALIDATE, .u32 = RDZV_TS_MAGIC};
     r->v2 = true;
     if (rdzv_ts_encode(RDZV_TS_V2, &v, &r->out) < 0)
-      fail(dv, r, "out of memory");
+      ts_fail(dv, r, "out of memory");
   }
-  if (put_req(r, RDZV_TS_ADD, "init/", NULL, 0, 1) < 0)
-    fail(dv, r, "out of memory");
+  if (ts_put_req(r, RDZV_TS_ADD, "init/", NULL, 0, 1) < 0)
+    ts_fail(dv, r, "out of memory");
   flush(dv, r);
 }
 
@@ -617,7 +308,7 @@ static void readable(struct ts_driver *dv, struct ts_rank *r) {
   if (k < 0 && (errno == EAGAIN || errno == EINTR))
     return;
   if (k <= 0) {
-    fail(dv, r, k == 0 ? "the server closed the connection" : strerror(errno));
+    ts_fail(dv, r, k == 0 ? "the server closed the connection" : strerror(errno));
     return;
   }
   r->in_len += (size_t)k;
@@ -626,9 +317,9 @@ static void readable(struct ts_driver *dv, struct ts_rank *r) {
     struct rdzv_ts_reply rep;
     size_t used = 0;
     if (r->expect == 0 && r->mg_left > 0) { /* a streamed reply */
-      int rc = pt_stream(dv, r);
+      int rc = ts_pt_stream(dv, r);
       if (rc < 0) {
-        fail(dv, r, rc == RDZV_EPROTO ? "a wrong value" : rdzv_strerror(rc));
+        ts_fail(dv, r, rc == RDZV_EPROTO ? "a wrong value" : rdzv_strerror(rc));
         return;
       }
       flush(dv, r);
@@ -638,7 +329,7 @@ static void readable(struct ts_driver *dv, struct ts_rank *r) {
     }
     if (r->expect == 0) {
       if (r->in_len > 0)
-        fail(dv, r, "bytes nobody asked for");
+        ts_fail(dv, r, "bytes nobody asked for");
       return;
     }
     int rc = rdzv_ts_parse_reply(r->expect, 1, r->in, r->in_len,
@@ -648,7 +339,7 @@ static void readable(struct ts_driver *dv, struct ts_rank *r) {
     if (rc == 0)
       return;
     if (rc < 0) {
-      fail(dv, r, rdzv_strerror(rc));
+      ts_fail(dv, r, rdzv_strerror(rc));
       return;
     }
     r->expect = 0;
@@ -656,7 +347,7 @@ static void readable(struct ts_driver *dv, struct ts_rank *r) {
     memmove(r->in, r->in + used, r->in_len - used);
     r->in_len -= used;
     if (rc < 0) {
-      fail(dv, r, rc == RDZV_EPROTO ? "unexpected reply" : rdzv_strerror(rc));
+      ts_fail(dv, r, rc == RDZV_EPROTO ? "unexpected reply" : rdzv_strerror(rc));
       return;
     }
     flush(dv, r);
@@ -707,7 +398,7 @@ static void loop(struct ts_driver *dv) {
         }
     if (now > deadline) {
       for (int64_t i = 0; i < dv->n; i++)
-        fail(dv, &dv->rs[i], "timed out (--timeout)");
+        ts_fail(dv, &dv->rs[i], "timed out (--timeout)");
     }
   }
 }
@@ -771,7 +462,7 @@ int bench_ts_drive_main(struct bench_opts *o) {
   for (int64_t h = o->first; h < o->first + o->count; h++)
     dv.n += bench_host_ranks(o, h);
   dv.rs = calloc((size_t)(dv.n > 0 ? dv.n : 1), sizeof(*dv.rs));
-  if (dv.rs == NULL || dv.ep < 0 || (o->pytorch && pt_prepare(&dv) < 0))
+  if (dv.rs == NULL || dv.ep < 0 || (o->pytorch && ts_pt_prepare(&dv) < 0))
     return 1;
   int64_t k = 0;
   for (int64_t h = o->first; h < o->first + o->count; h++) {
