@@ -331,6 +331,19 @@ int rdzv__copies_register(struct copies *cp, struct conn *c, const uint8_t *k,
     if (kh->ids[i] == h->id)
       return 0;
   if (kh->n == kh->cap) {
+    /* Holders forgotten since (their connections closed, their leases
+     * ended) leave the list first: a key read again after every
+     * reconnection of its holders does not grow without bound. */
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < kh->n; i++) {
+      struct holder *x = NULL;
+      HASH_FIND(hh_id, cp->by_id, &kh->ids[i], sizeof(kh->ids[i]), x);
+      if (x != NULL)
+        kh->ids[k++] = kh->ids[i];
+    }
+    kh->n = k;
+  }
+  if (kh->n == kh->cap) {
     uint32_t cap = kh->cap ? kh->cap * 2 : 4;
     uint64_t *ids = realloc(kh->ids, cap * sizeof(*ids));
     if (ids == NULL)
