@@ -1730,6 +1730,7 @@ static void become_leader(struct rdzv_durable *du) {
   struct daemon *d = du->d;
   du->role = DUR_LEADER;
   uint64_t now = now_ms(du);
+  d->leader_since_ms = now > 0 ? now : 1;
   struct djob *lj, *lt;
   HASH_ITER(hh, du->jobs, lj, lt) lj->loaded_ms = now > 0 ? now : 1;
   watch_own_key_from(du, du->leader_rev + 1);

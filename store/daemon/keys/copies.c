@@ -261,11 +261,16 @@ void rdzv__copies_init(struct copies *cp, struct daemon *d, const char *what,
   memset(cp, 0, sizeof(*cp));
   cp->d = d;
   cp->what = what;
-  if (grace_until_ms > rdzv__now_ms(d)) {
-    cp->grace = holder_new(cp, NULL);
-    if (cp->grace != NULL)
-      cp->grace->lease_until = grace_until_ms;
-  }
+  rdzv__copies_grace(cp, grace_until_ms);
+}
+
+void rdzv__copies_grace(struct copies *cp, uint64_t until_ms) {
+  if (until_ms <= rdzv__now_ms(cp->d))
+    return;
+  if (cp->grace == NULL && (cp->grace = holder_new(cp, NULL)) == NULL)
+    return; /* out of memory: see copies.h's ENOMEM rule for writes */
+  if (until_ms > cp->grace->lease_until)
+    cp->grace->lease_until = until_ms;
 }
 
 void rdzv__copies_free(struct copies *cp) {
@@ -334,14 +339,14 @@ int rdzv__copies_register(struct copies *cp, struct conn *c, const uint8_t *k,
     /* Holders forgotten since (their connections closed, their leases
      * ended) leave the list first: a key read again after every
      * reconnection of its holders does not grow without bound. */
-    uint32_t k = 0;
+    uint32_t live = 0;
     for (uint32_t i = 0; i < kh->n; i++) {
       struct holder *x = NULL;
       HASH_FIND(hh_id, cp->by_id, &kh->ids[i], sizeof(kh->ids[i]), x);
       if (x != NULL)
-        kh->ids[k++] = kh->ids[i];
+        kh->ids[live++] = kh->ids[i];
     }
-    kh->n = k;
+    kh->n = live;
   }
   if (kh->n == kh->cap) {
     uint32_t cap = kh->cap ? kh->cap * 2 : 4;

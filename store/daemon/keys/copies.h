@@ -73,6 +73,11 @@ struct copies {
  * whose holders it does not know. */
 void rdzv__copies_init(struct copies *cp, struct daemon *d, const char *what,
                        uint64_t grace_until_ms);
+/* Every write waits at least until until_ms (loop time), as for a holder
+ * whose lease ends then: copies granted by another daemon before this one
+ * took over (a new leader of an etcd-backed root) may be answered from
+ * until then. An earlier time than one already set changes nothing. */
+void rdzv__copies_grace(struct copies *cp, uint64_t until_ms);
 /* Ends cp: holders dropped, waiting writes released (their callbacks
  * run), held INVAL requests left unanswered (their connections are
  * closing). */

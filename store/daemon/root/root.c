@@ -971,6 +971,14 @@ static void root_handle(struct daemon *d, struct conn *c,
     rdzv__root_reply_status(c, m, RDZV_ENOMEM);
     return;
   }
+  /* An etcd-backed root that took over: its predecessor's copies may be
+   * answered from until their leases end (nobody here knows their
+   * holders), so its writes wait one lease from the takeover. */
+  if (d->leader_since_ms != s->grace_for) {
+    s->grace_for = d->leader_since_ms;
+    rdzv__copies_grace(&s->copies, d->leader_since_ms +
+                                       rdzv_config_copy_lease_ms(&d->cfg));
+  }
   if (blocked(s, m) && defer_request(s, c, m))
     return; /* taken up when its keys' invalidations are done */
   const char *why = "";

@@ -29,6 +29,8 @@ struct root_job {
    * the order they came; whether they are being taken up. */
   TAILQ_HEAD(, deferred) deferred;
   bool undeferring;
+  uint64_t grace_for; /* the leadership (d->leader_since_ms) whose grace
+                         is set on copies */
   char what[300];       /* "job <id>" for logs */
   uint64_t coll_bytes; /* coll.c: contributions held until completion */
   /* root.c: answers to ops with an op id, by id and oldest first; the op

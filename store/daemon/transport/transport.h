@@ -364,6 +364,10 @@ struct daemon {
    * in the environment, logged at start): a node answers from copies
    * whose lease has run out. Never set otherwise. */
   bool mutant_serve_expired;
+  /* An etcd-backed root: when it last became the leader (loop ms; 0:
+   * never). Copies granted by the leader before it may be answered from
+   * until their leases end: its writes wait that long (root.c). */
+  uint64_t leader_since_ms;
   struct rdzv_daemon_config cfg;
   struct rdzv_wire_limits limits;
   const struct rdzv_role *role;
