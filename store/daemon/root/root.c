@@ -2,8 +2,9 @@
  * itself. This file: the role's table, per-job set-up and teardown,
  * dispatch, and the key operations (set, get, add, compare-and-set,
  * delete, multi-get and -set, append, number of keys) over the job's
- * state (store/daemon/state); collectives are in coll.c, rendezvous
- * rounds in round.c and root_join.c. */
+ * state (store/daemon/state); re-sent mutations in root_dedup.c, writes
+ * held for copies below in root_fence.c, collectives in coll.c,
+ * rendezvous rounds in round.c and root_join.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -59,8 +60,6 @@ static bool key_grant(void *ctx, struct conn *c, const struct rdzv_slice *keys,
 static const struct waits_hooks root_wait_hooks = {key_present, key_value,
                                                     NULL, key_grant, NULL};
 
-static void undefer(void *arg);
-
 /* The root's state of job j, opened on first use with the backend given
  * at start-up (d->role_ctx). NULL on ENOMEM (or the backend's error). */
 static struct root_job *root_job(struct daemon *d, struct job *j) {
@@ -84,195 +83,9 @@ static struct root_job *root_job(struct daemon *d, struct job *j) {
   snprintf(s->what, sizeof(s->what), "job %s", j->id);
   rdzv__copies_init(&s->copies, d, s->what, 0);
   TAILQ_INIT(&s->deferred);
-  rdzv__copies_on_idle(&s->copies, undefer, s);
+  rdzv__copies_on_idle(&s->copies, rdzv__root_undefer, s);
   j->role_data = s;
   return s;
-}
-
-/* ---- re-sent mutations: applied once ---------------------------------------- */
-
-/* The answer to a mutation that carried an op id (RDZV_F_OPID), kept
- * --dedup-window-ms (and at most DEDUP_MAX per job) so that the same op
- * sent again by a node whose connection failed before the answer came is
- * answered the same, not applied twice. */
-#define DEDUP_MAX 1000000
-
-struct done_op {
-  UT_hash_handle hh;
-  uint64_t id;
-  uint64_t at_ms;
-  int32_t status;
-  int64_t a;
-  uint16_t flags;
-  uint32_t nkeys, nvals;
-  struct rdzv_buf keys, vals; /* raw item lists */
-  TAILQ_ENTRY(done_op) link;  /* oldest first */
-};
-
-static bool mutates(uint8_t type) {
-  return type == RDZV_MSG_SET || type == RDZV_MSG_CAS ||
-         type == RDZV_MSG_DELETE || type == RDZV_MSG_MSET ||
-         type == RDZV_MSG_APPEND || type == RDZV_MSG_ADD;
-}
-
-/* A durable backend keeps each answer as a record (RDZV_STATE_REC_OP),
- * so that the leader after a failover answers a re-send too. The record:
- * status, a, flags, the key and value counts (8 bytes each, little-
- * endian), then the keys' and values' raw item lists, each after its
- * length (8 bytes). */
-static bool durable(const struct root_job *s) {
-  const struct rdzv_state_backend *b = s->d->role_ctx;
-  return b->durable;
-}
-
-static void op_name(uint64_t id, uint8_t out[8]) { rdzv_store_u64le(out, id); }
-
-static void op_rec_put(struct root_job *s, const struct done_op *o) {
-  size_t n = 7 * 8 + o->keys.len + o->vals.len;
-  uint8_t *v = malloc(n), name[8];
-  if (v == NULL)
-    return; /* kept in memory only: a re-send after a failover applies */
-  uint64_t f[7] = {(uint64_t)(int64_t)o->status, (uint64_t)o->a, o->flags,
-                   o->nkeys, o->nvals, o->keys.len, o->vals.len};
-  for (int i = 0; i < 7; i++)
-    rdzv_store_u64le(v + 8 * i, f[i]);
-  if (o->keys.len > 0)
-    memcpy(v + 56, o->keys.data, o->keys.len);
-  if (o->vals.len > 0)
-    memcpy(v + 56 + o->keys.len, o->vals.data, o->vals.len);
-  op_name(o->id, name);
-  rdzv__state_rec_put(s->st, RDZV_STATE_REC_OP, name, 8, v, (uint32_t)n);
-  free(v);
-}
-
-/* The answer to op id from its record, or NULL (none, or not one). */
-static struct done_op *op_rec_get(struct root_job *s, uint64_t id) {
-  uint8_t name[8];
-  struct rdzv_state_val e;
-  op_name(id, name);
-  if (rdzv__state_rec_get(s->st, RDZV_STATE_REC_OP, name, 8, &e) < 0 ||
-      e.n < 56)
-    return NULL;
-  uint64_t f[7];
-  for (int i = 0; i < 7; i++)
-    f[i] = rdzv_load_u64le(e.p + 8 * i);
-  if (f[5] > e.n - 56 || f[6] != e.n - 56 - f[5] || f[3] > UINT32_MAX ||
-      f[4] > UINT32_MAX)
-    return NULL;
-  struct done_op *o = calloc(1, sizeof(*o));
-  if (o == NULL)
-    return NULL;
-  o->id = id;
-  o->at_ms = uv_now(s->d->loop);
-  o->status = (int32_t)(int64_t)f[0];
-  o->a = (int64_t)f[1];
-  o->flags = (uint16_t)f[2];
-  o->nkeys = (uint32_t)f[3];
-  o->nvals = (uint32_t)f[4];
-  if ((f[5] > 0 && rdzv_buf_append(&o->keys, e.p + 56, f[5]) < 0) ||
-      (f[6] > 0 && rdzv_buf_append(&o->vals, e.p + 56 + f[5], f[6]) < 0)) {
-    rdzv_buf_free(&o->keys);
-    rdzv_buf_free(&o->vals);
-    free(o);
-    return NULL;
-  }
-  HASH_ADD(hh, s->done_ops, id, sizeof(o->id), o);
-  TAILQ_INSERT_TAIL(&s->done_fifo, o, link);
-  s->ndone++;
-  return o;
-}
-
-static void done_op_free(struct root_job *s, struct done_op *o) {
-  HASH_DEL(s->done_ops, o);
-  TAILQ_REMOVE(&s->done_fifo, o, link);
-  s->ndone--;
-  rdzv_buf_free(&o->keys);
-  rdzv_buf_free(&o->vals);
-  free(o);
-}
-
-static int items_copy(const struct rdzv_items *it, struct rdzv_buf *out) {
-  size_t pos = 0;
-  struct rdzv_slice v;
-  while (rdzv_items_next(it, &pos, &v))
-    if (rdzv_items_append(out, v.p, v.n) < 0)
-      return RDZV_ENOMEM;
-  return 0;
-}
-
-/* Keeps r as the answer to op id. Out of memory keeps nothing: a re-send
- * would then be applied again, as without op ids. */
-static void dedup_put(struct root_job *s, uint64_t id,
-                      const struct rdzv_msg *r) {
-  uint64_t now = uv_now(s->d->loop);
-  struct done_op *o;
-  while ((o = TAILQ_FIRST(&s->done_fifo)) != NULL &&
-         (o->at_ms + s->d->cfg.dedup_window_ms < now || s->ndone >= DEDUP_MAX)) {
-    if (durable(s)) {
-      uint8_t name[8];
-      op_name(o->id, name);
-      rdzv__state_rec_del(s->st, RDZV_STATE_REC_OP, name, 8);
-    }
-    done_op_free(s, o);
-  }
-  o = calloc(1, sizeof(*o));
-  if (o == NULL)
-    return;
-  o->id = id;
-  o->at_ms = now;
-  o->status = r->status;
-  o->a = r->a;
-  o->flags = r->flags;
-  o->nkeys = r->keys.n;
-  o->nvals = r->vals.n;
-  if (items_copy(&r->keys, &o->keys) < 0 || items_copy(&r->vals, &o->vals) < 0) {
-    rdzv_buf_free(&o->keys);
-    rdzv_buf_free(&o->vals);
-    free(o);
-    return;
-  }
-  HASH_ADD(hh, s->done_ops, id, sizeof(o->id), o);
-  TAILQ_INSERT_TAIL(&s->done_fifo, o, link);
-  s->ndone++;
-  if (durable(s))
-    op_rec_put(s, o);
-}
-
-static struct done_op *dedup_find(struct root_job *s, uint64_t id) {
-  struct done_op *o = NULL;
-  HASH_FIND(hh, s->done_ops, &id, sizeof(id), o);
-  if (o == NULL && durable(s))
-    o = op_rec_get(s, id); /* answered by an earlier leader */
-  return o;
-}
-
-/* A re-sent op already applied: answered as the first time. */
-static bool dedup_answer(struct root_job *s, struct conn *c,
-                         const struct rdzv_msg *m) {
-  struct done_op *o = dedup_find(s, (uint64_t)m->b);
-  if (o == NULL)
-    return false;
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, o->status);
-  r.a = o->a;
-  r.flags = o->flags;
-  r.keys.n = o->nkeys;
-  r.keys.raw = o->keys.data;
-  r.keys.raw_len = o->keys.len;
-  r.vals.n = o->nvals;
-  r.vals.raw = o->vals.data;
-  r.vals.raw_len = o->vals.len;
-  s->d->stats.dedup_hits++;
-  /* (A re-send of a write whose invalidations are still waited for was
-   * held until they were done: its keys were busy.) */
-  rdzv__conn_reply(c, &r);
-  return true;
-}
-
-static void dedup_free(struct root_job *s) {
-  struct done_op *o;
-  while ((o = TAILQ_FIRST(&s->done_fifo)) != NULL)
-    done_op_free(s, o);
 }
 
 /* Every answer of this file goes here: the answer to an op with an id is
@@ -282,7 +95,7 @@ static void answer_shared(struct conn *c, struct rdzv_msg *r,
                           struct rdzv_blob *const *blobs, uint32_t n) {
   struct root_job *s = c->job != NULL ? c->job->role_data : NULL;
   if (s != NULL && s->cur_op != 0 && r->req_id == s->cur_req) {
-    dedup_put(s, s->cur_op, r);
+    rdzv__root_dedup_put(s, s->cur_op, r);
     s->cur_op = 0;
   }
   rdzv__conn_reply_shared(c, r, blobs, n);
@@ -297,229 +110,6 @@ void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, st);
   answer(c, &r);
-}
-
-/* ---- writes: answered once every copy below is invalidated ---------------- */
-
-/* A write's answer held until the copies of its keys held below are
- * invalidated (keys/copies.h): its fields copied, c referenced, and the
- * keys whose waiters it completes (raw item list). */
-struct held_reply {
-  struct root_job *s;
-  struct conn *c;
-  struct rdzv_msg r;
-  struct rdzv_buf keys, vals, notify;
-  uint32_t nnotify;
-};
-
-static void notify_items(struct root_job *s, const struct rdzv_items *it) {
-  size_t pos = 0;
-  struct rdzv_slice k;
-  while (rdzv_items_next(it, &pos, &k))
-    rdzv__waits_notify(&s->waits, k.p, k.n);
-}
-
-static void held_free(struct held_reply *h) {
-  rdzv__conn_unref(h->c);
-  rdzv_buf_free(&h->keys);
-  rdzv_buf_free(&h->vals);
-  rdzv_buf_free(&h->notify);
-  free(h);
-}
-
-static void held_send(void *arg) {
-  struct held_reply *h = arg;
-  h->r.keys.raw = h->keys.data;
-  h->r.keys.raw_len = h->keys.len;
-  h->r.keys.v = NULL;
-  h->r.vals.raw = h->vals.data;
-  h->r.vals.raw_len = h->vals.len;
-  h->r.vals.v = NULL;
-  rdzv__conn_reply(h->c, &h->r);
-  struct rdzv_items n = {h->nnotify, NULL, h->notify.data, h->notify.len};
-  notify_items(h->s, &n);
-  held_free(h);
-}
-
-/* The first n keys of items (or the one key k when items is NULL) as a
- * raw item list. */
-static int keys_copy(const struct rdzv_items *items, struct rdzv_slice k,
-                     uint32_t n, struct rdzv_buf *out) {
-  if (items == NULL)
-    return n > 0 ? rdzv_items_append(out, k.p, k.n) : 0;
-  size_t pos = 0;
-  struct rdzv_slice x;
-  for (uint32_t i = 0; i < n && rdzv_items_next(items, &pos, &x); i++)
-    if (rdzv_items_append(out, x.p, x.n) < 0)
-      return RDZV_ENOMEM;
-  return 0;
-}
-
-static struct held_reply *held_new(struct root_job *s, struct conn *c,
-                                   const struct rdzv_msg *r,
-                                   const struct rdzv_items *items,
-                                   struct rdzv_slice k, uint32_t nnotify) {
-  struct held_reply *h = calloc(1, sizeof(*h));
-  if (h == NULL)
-    return NULL;
-  h->s = s;
-  h->r = *r;
-  h->c = c;
-  rdzv__conn_ref(c);
-  h->nnotify = nnotify;
-  if (items_copy(&r->keys, &h->keys) < 0 ||
-      items_copy(&r->vals, &h->vals) < 0 ||
-      keys_copy(items, k, nnotify, &h->notify) < 0) {
-    held_free(h);
-    return NULL;
-  }
-  return h;
-}
-
-/* Answers write r to c once the copies of the keys it changed (items, or
- * the one key k when items is NULL; none when changed is false) are
- * invalidated below, then completes the waiters of its first nnotify
- * keys: the new value is seen nowhere before every old copy is gone (the
- * keys are busy meanwhile: root_handle holds requests naming them). The
- * answer to an op id is kept at once. */
-static void answer_write(struct root_job *s, struct conn *c, struct rdzv_msg *r,
-                         const struct rdzv_items *items, struct rdzv_slice k,
-                         bool changed, uint32_t nnotify) {
-  if (s->cur_op != 0 && r->req_id == s->cur_req) {
-    dedup_put(s, s->cur_op, r);
-    s->cur_op = 0;
-  }
-  int rc = 0;
-  if (changed && rdzv__copies_nholders(&s->copies) > 0) {
-    struct held_reply *h = held_new(s, c, r, items, k, nnotify);
-    if (h == NULL)
-      rc = RDZV_ENOMEM;
-    else if (items != NULL)
-      rc = rdzv__copies_invalidate_items(&s->copies, items, 0, held_send, h);
-    else
-      rc = rdzv__copies_invalidate(&s->copies, &k, 1, 0, held_send, h);
-    if (rc == 1)
-      return;
-    if (h != NULL)
-      held_free(h);
-  }
-  if (rc < 0) {
-    /* Applied, but not known to be visible everywhere: an outcome the
-     * writer must treat as unknown. */
-    struct rdzv_msg e = *r;
-    e.status = RDZV_ENOMEM;
-    e.keys.n = e.vals.n = 0;
-    e.keys.raw_len = e.vals.raw_len = 0;
-    e.keys.v = e.vals.v = NULL;
-    rdzv__conn_reply(c, &e);
-  } else {
-    rdzv__conn_reply(c, r);
-  }
-  if (items != NULL) {
-    size_t pos = 0;
-    struct rdzv_slice x;
-    for (uint32_t i = 0; i < nnotify && rdzv_items_next(items, &pos, &x); i++)
-      rdzv__waits_notify(&s->waits, x.p, x.n);
-  } else if (nnotify > 0) {
-    rdzv__waits_notify(&s->waits, k.p, k.n);
-  }
-}
-
-static void answer_status_write(struct root_job *s, struct conn *c,
-                                const struct rdzv_msg *m, int st,
-                                const struct rdzv_items *items,
-                                struct rdzv_slice k, bool changed,
-                                uint32_t nnotify) {
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, st);
-  answer_write(s, c, &r, items, k, changed, nnotify);
-}
-
-/* ---- requests about busy keys: held until their invalidation is done ------- */
-
-/* A request naming a key whose invalidation is waited for, kept as its
- * encoded frame until no key of it is busy. */
-struct deferred {
-  TAILQ_ENTRY(deferred) link;
-  struct conn *c;
-  struct rdzv_buf frame;
-};
-
-/* Requests about keys (their keys[] are keys of the job). */
-static bool keyed(uint8_t type) {
-  return type == RDZV_MSG_GET || type == RDZV_MSG_MGET ||
-         type == RDZV_MSG_WAIT || type == RDZV_MSG_SET ||
-         type == RDZV_MSG_CAS || type == RDZV_MSG_DELETE ||
-         type == RDZV_MSG_MSET || type == RDZV_MSG_APPEND ||
-         type == RDZV_MSG_ADD;
-}
-
-static bool blocked(struct root_job *s, const struct rdzv_msg *m) {
-  if (!keyed(m->type) || (s->copies.busy == NULL && s->copies.busy_all == 0))
-    return false;
-  size_t pos = 0;
-  struct rdzv_slice k;
-  while (rdzv_items_next(&m->keys, &pos, &k))
-    if (rdzv__copies_busy(&s->copies, k.p, k.n))
-      return true;
-  return false;
-}
-
-/* Holds m of c; false (nothing held) out of memory. */
-static bool defer_request(struct root_job *s, struct conn *c,
-                          const struct rdzv_msg *m) {
-  struct deferred *x = calloc(1, sizeof(*x));
-  if (x == NULL || rdzv_msg_encode(m, &x->frame) < 0) {
-    free(x);
-    return false;
-  }
-  x->c = c;
-  rdzv__conn_ref(c);
-  TAILQ_INSERT_TAIL(&s->deferred, x, link);
-  return true;
-}
-
-static void deferred_free(struct deferred *x) {
-  rdzv__conn_unref(x->c);
-  rdzv_buf_free(&x->frame);
-  free(x);
-}
-
-static void root_handle(struct daemon *d, struct conn *c,
-                        const struct rdzv_msg *m);
-
-/* Keys stopped being busy: the requests held for them go, in the order
- * they came (one that makes a key busy again holds those after it). A
- * read or wait of a connection that closed meanwhile is dropped; a
- * write is applied (its node sends it again, applied once, op ids). */
-static void undefer(void *arg) {
-  struct root_job *s = arg;
-  if (s->undeferring)
-    return; /* the walk below sees what this call would */
-  s->undeferring = true;
-  struct deferred *x, *next;
-  for (x = TAILQ_FIRST(&s->deferred); x != NULL; x = next) {
-    next = TAILQ_NEXT(x, link);
-    struct rdzv_msg m;
-    size_t used = 0;
-    if (rdzv_msg_decode(x->frame.data, x->frame.len, UINT32_MAX, &m,
-                        &used) < 0) {
-      TAILQ_REMOVE(&s->deferred, x, link);
-      deferred_free(x);
-      continue;
-    }
-    if (blocked(s, &m))
-      continue;
-    TAILQ_REMOVE(&s->deferred, x, link);
-    bool gone = x->c->state != CONN_READY;
-    bool read = m.type == RDZV_MSG_GET || m.type == RDZV_MSG_MGET ||
-                m.type == RDZV_MSG_WAIT;
-    if (!(gone && read))
-      root_handle(s->d, x->c, &m);
-    deferred_free(x);
-    next = TAILQ_FIRST(&s->deferred); /* handling may have changed it */
-  }
-  s->undeferring = false;
 }
 
 /* ---- the job's memory cap ------------------------------------------------- */
@@ -577,7 +167,7 @@ static void handle_set(struct root_job *s, struct conn *c,
     return;
   int rc = rdzv__state_set(s->st, k.p, k.n, v.p, v.n,
                            (m->flags & RDZV_F_WRITE_ONCE) != 0);
-  answer_status_write(s, c, m, rc, NULL, k, rc == 0, rc == 0);
+  rdzv__root_answer_status_write(s, c, m, rc, NULL, k, rc == 0, rc == 0);
 }
 
 static void handle_get(struct root_job *s, struct conn *c,
@@ -654,7 +244,7 @@ static void handle_add_parts(struct root_job *s, struct conn *c,
   } *seen = NULL, *sp, *st;
   while (rc == 0 && rdzv_items_next(&m->vals, &pos, &p)) {
     uint64_t id = rdzv_load_u64le(p.p);
-    struct done_op *o = dedup_find(s, id);
+    struct done_op *o = rdzv__root_dedup_find(s, id);
     if (o != NULL) {
       s->d->stats.dedup_hits++;
       after[i++] = (uint64_t)o->a;
@@ -703,11 +293,11 @@ static void handle_add_parts(struct root_job *s, struct conn *c,
       rdzv_store_u64le(le, after[j]);
       rdzv_items_append(&vals, le, sizeof(le));
       uint64_t id = rdzv_load_u64le(p.p);
-      if (dedup_find(s, id) == NULL) {
+      if (rdzv__root_dedup_find(s, id) == NULL) {
         struct rdzv_msg one;
         memset(&one, 0, sizeof(one));
         one.a = (int64_t)after[j];
-        dedup_put(s, id, &one);
+        rdzv__root_dedup_put(s, id, &one);
       }
     }
     r.a = i > 0 ? (int64_t)after[i - 1] : cur;
@@ -719,7 +309,7 @@ static void handle_add_parts(struct root_job *s, struct conn *c,
   }
   /* Parts answered again (fresh < i) may belong to a first sending whose
    * answer still waits for invalidations: this one waits for them too. */
-  answer_write(s, c, &r, NULL, k, rc == 0 && fresh > 0, rc == 0 && fresh > 0);
+  rdzv__root_answer_write(s, c, &r, NULL, k, rc == 0 && fresh > 0, rc == 0 && fresh > 0);
   rdzv_buf_free(&vals);
   free(after);
 }
@@ -749,7 +339,7 @@ static void handle_add(struct root_job *s, struct conn *c,
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, rc);
   r.a = cur;
-  answer_write(s, c, &r, NULL, k, rc == 0, rc == 0);
+  rdzv__root_answer_write(s, c, &r, NULL, k, rc == 0, rc == 0);
 }
 
 static void handle_cas(struct root_job *s, struct conn *c,
@@ -777,7 +367,7 @@ static void handle_cas(struct root_job *s, struct conn *c,
   r.vals.n = 1;
   r.vals.v = &cur;
   r.a = have;
-  answer_write(s, c, &r, NULL, k, rc == 0, rc == 0);
+  rdzv__root_answer_write(s, c, &r, NULL, k, rc == 0, rc == 0);
 }
 
 static void handle_delete(struct root_job *s, struct conn *c,
@@ -792,7 +382,7 @@ static void handle_delete(struct root_job *s, struct conn *c,
   rdzv__reply_init(&r, m, have && e.write_once ? RDZV_EWRITE_ONCE : 0);
   if (r.status == 0)
     r.a = rdzv__state_del(s->st, k.p, k.n);
-  answer_write(s, c, &r, NULL, k, r.status == 0 && r.a == 1, 0);
+  rdzv__root_answer_write(s, c, &r, NULL, k, r.status == 0 && r.a == 1, 0);
 }
 
 /* Registers c for keys[0..n) (or, keys NULL, every key of items).
@@ -898,7 +488,7 @@ static void handle_mset(struct root_job *s, struct conn *c,
       nset++;
   }
   /* Every key's copies go (a failure part-way set the first nset). */
-  answer_status_write(s, c, m, rc, &m->keys, k, nset > 0, nset);
+  rdzv__root_answer_status_write(s, c, m, rc, &m->keys, k, nset > 0, nset);
 }
 
 static void handle_append(struct root_job *s, struct conn *c,
@@ -916,7 +506,7 @@ static void handle_append(struct root_job *s, struct conn *c,
   if (rdzv__root_room(s, c, m, set_growth(s, k, 0) + v.n) < 0)
     return;
   int rc = rdzv__state_append(s->st, k.p, k.n, v.p, v.n);
-  answer_status_write(s, c, m, rc, NULL, k, rc == 0, rc == 0);
+  rdzv__root_answer_status_write(s, c, m, rc, NULL, k, rc == 0, rc == 0);
 }
 
 /* RDZV_MSG_KEYS: every key (with the prefix, if one is given) as an
@@ -964,8 +554,8 @@ static void handle_keys(struct root_job *s, struct conn *c,
 
 /* ---- dispatch and teardown ------------------------------------------------ */
 
-static void root_handle(struct daemon *d, struct conn *c,
-                        const struct rdzv_msg *m) {
+void rdzv__root_handle(struct daemon *d, struct conn *c,
+                       const struct rdzv_msg *m) {
   struct root_job *s = root_job(d, c->job);
   if (s == NULL) {
     rdzv__root_reply_status(c, m, RDZV_ENOMEM);
@@ -979,7 +569,7 @@ static void root_handle(struct daemon *d, struct conn *c,
     rdzv__copies_grace(&s->copies, d->leader_since_ms +
                                        rdzv_config_copy_lease_ms(&d->cfg));
   }
-  if (blocked(s, m) && defer_request(s, c, m))
+  if (rdzv__root_blocked(s, m) && rdzv__root_defer(s, c, m))
     return; /* taken up when its keys' invalidations are done */
   const char *why = "";
   int gen_rc = m->type == RDZV_MSG_JOIN || m->type == RDZV_MSG_ABORT
@@ -994,9 +584,9 @@ static void root_handle(struct daemon *d, struct conn *c,
     answer(c, &r);
     return;
   }
-  if ((m->flags & RDZV_F_OPID) && m->b != 0 && mutates(m->type) &&
+  if ((m->flags & RDZV_F_OPID) && m->b != 0 && rdzv__root_mutates(m->type) &&
       m->type != RDZV_MSG_ADD) {
-    if (dedup_answer(s, c, m))
+    if (rdzv__root_dedup_answer(s, c, m))
       return;
     s->cur_op = (uint64_t)m->b;
     s->cur_req = m->req_id;
@@ -1055,12 +645,8 @@ static void root_job_free(struct daemon *d, struct job *j) {
     return;
   rdzv__waits_clear(&s->waits);
   rdzv__copies_free(&s->copies); /* held answers go (their peers are gone) */
-  struct deferred *x;
-  while ((x = TAILQ_FIRST(&s->deferred)) != NULL) {
-    TAILQ_REMOVE(&s->deferred, x, link);
-    deferred_free(x);
-  }
-  dedup_free(s);
+  rdzv__root_deferred_clear(s);
+  rdzv__root_dedup_free(s);
   rdzv__root_rounds_free(s);
   rdzv__root_colls_free(s);
   /* Lingered out: the job ended (a durable backend removes what it
@@ -1098,6 +684,6 @@ static void root_ping(struct daemon *d, struct conn *c, struct rdzv_msg *r) {
 }
 
 const struct rdzv_role rdzv__root_role = {
-    "root", root_handle, root_conn_closed, NULL, root_job_free, root_fail_all,
+    "root", rdzv__root_handle, root_conn_closed, NULL, root_job_free, root_fail_all,
     root_ping,
 };

@@ -4,6 +4,8 @@
 #ifndef RDZV_STORE_ROOT_INT_H
 #define RDZV_STORE_ROOT_INT_H
 
+#include <uthash.h>
+
 #include "store/daemon/keys/copies.h"
 #include "store/daemon/keys/waits.h"
 #include "store/daemon/state/state.h"
@@ -59,6 +61,75 @@ void rdzv__root_item(const struct rdzv_items *it, uint32_t i,
  * logged (rate-limited). */
 int rdzv__root_room(struct root_job *s, struct conn *c,
                     const struct rdzv_msg *m, uint64_t more);
+
+/* ---- root_dedup.c: re-sent mutations, applied once ------------------------ */
+
+/* The answer to a mutation that carried an op id (RDZV_F_OPID), kept
+ * --dedup-window-ms (and at most DEDUP_MAX per job) so that the same op
+ * sent again by a node whose connection failed before the answer came is
+ * answered the same, not applied twice. */
+struct done_op {
+  UT_hash_handle hh;
+  uint64_t id;
+  uint64_t at_ms;
+  int32_t status;
+  int64_t a;
+  uint16_t flags;
+  uint32_t nkeys, nvals;
+  struct rdzv_buf keys, vals; /* raw item lists */
+  TAILQ_ENTRY(done_op) link;  /* oldest first */
+};
+
+/* Whether type changes keys (set, cas, delete, mset, append, add). */
+bool rdzv__root_mutates(uint8_t type);
+/* Keeps r as the answer to op id (out of memory: nothing kept, a
+ * re-send is then applied again); a durable backend also as a record. */
+void rdzv__root_dedup_put(struct root_job *s, uint64_t id,
+                          const struct rdzv_msg *r);
+/* The answer to op id (from the table, or a durable backend's record),
+ * or NULL. */
+struct done_op *rdzv__root_dedup_find(struct root_job *s, uint64_t id);
+/* A re-sent op already applied (m->b its id): answered as the first
+ * time, true; false when it is new. */
+bool rdzv__root_dedup_answer(struct root_job *s, struct conn *c,
+                             const struct rdzv_msg *m);
+void rdzv__root_dedup_free(struct root_job *s);
+/* Appends it's items to out as a raw list. 0 or RDZV_ENOMEM. */
+int rdzv__root_items_copy(const struct rdzv_items *it, struct rdzv_buf *out);
+
+/* ---- root_fence.c: writes answered once copies below are invalidated ---- */
+
+/* Answers write r to c once the copies of the keys it changed (items, or
+ * the one key k when items is NULL; none when changed is false) are
+ * invalidated below, then wakes the waiters of its first nnotify keys
+ * (the same keys). The answer to the op id being handled is kept at once.
+ * Out of memory to wait: answered RDZV_ENOMEM (applied, outcome unknown
+ * to the writer). */
+void rdzv__root_answer_write(struct root_job *s, struct conn *c,
+                             struct rdzv_msg *r,
+                             const struct rdzv_items *items,
+                             struct rdzv_slice k, bool changed,
+                             uint32_t nnotify);
+/* The same with a bare status reply to request m. */
+void rdzv__root_answer_status_write(struct root_job *s, struct conn *c,
+                                    const struct rdzv_msg *m, int st,
+                                    const struct rdzv_items *items,
+                                    struct rdzv_slice k, bool changed,
+                                    uint32_t nnotify);
+/* Whether request m names a key whose invalidation is waited for. */
+bool rdzv__root_blocked(struct root_job *s, const struct rdzv_msg *m);
+/* Holds m of c until its keys are not busy (false: out of memory,
+ * nothing held). */
+bool rdzv__root_defer(struct root_job *s, struct conn *c,
+                      const struct rdzv_msg *m);
+/* Keys stopped being busy (copies' idle callback, arg = s): the held
+ * requests go, in order. */
+void rdzv__root_undefer(void *arg);
+/* Drops every held request (the job ends). */
+void rdzv__root_deferred_clear(struct root_job *s);
+/* The role's request handler (root.c), for the held requests. */
+void rdzv__root_handle(struct daemon *d, struct conn *c,
+                       const struct rdzv_msg *m);
 
 /* ---- coll.c ---------------------------------------------------------------- */
 
