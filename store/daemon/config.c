@@ -149,6 +149,11 @@ static const struct opt opts[] = {
           copy_cooldown_ms,
           "a key written while copies of it were held is not granted again "
           "this long (counters and state keys written as often as read)"),
+  U32_OPT("max-copies", "RDZVD_MAX_COPIES", "1000000", max_copies,
+          "copies of mutable keys one job may keep at a node, and keys with "
+          "copies registered at a parent; past it none is kept or granted "
+          "(reads go up), so keys read once and never written do not grow a "
+          "daemon without bound"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen, RDZV_CONFIG_STR_MAX,

@@ -89,6 +89,8 @@ struct rdzv_daemon_config {
   bool cache_mutable;
   uint32_t copy_lease_ms; /* read through rdzv_config_copy_lease_ms */
   uint32_t copy_cooldown_ms;
+  uint32_t max_copies; /* keys one job's copies may cover: a node's copies
+                          kept, a parent's keys with holders registered */
   uint32_t log_level;      /* 0 errors, 1 info, 2 debug */
   /* PyTorch c10d TCPStore front end (store/daemon/tcpstore/tcpstore.c): HOST:PORT, "" for
    * none; the job its clients' keys live in; where to write its port. */

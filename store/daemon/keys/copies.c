@@ -304,7 +304,8 @@ void rdzv__copies_free(struct copies *cp) {
 bool rdzv__copies_grantable(struct copies *cp, const uint8_t *k,
                             uint32_t klen) {
   const struct rdzv_daemon_config *cfg = &cp->d->cfg;
-  if (!cfg->cache_mutable || klen == 0)
+  if (!cfg->cache_mutable || klen == 0 ||
+      HASH_CNT(hh, cp->keys) >= cfg->max_copies)
     return false;
   struct hotkey *x = NULL;
   HASH_FIND(hh, cp->hot, k, klen, x);
@@ -606,11 +607,21 @@ void rdzv__copies_ping(struct copies *cp, struct conn *c, uint32_t lease_ms,
   struct holder *h = holder_of(cp, c);
   if (h == NULL && (h = holder_new(cp, c)) == NULL)
     return; /* no lease: the child serves no copy */
+  *issued = (int64_t)h->issued;
+  /* A child that has not acknowledged every invalidation issued to it
+   * (stopped, slow, or one that never will) gets no renewal: a write waits
+   * for it at most until the lease it has runs out. The child counts a
+   * renewal only when it had acknowledged up to *issued before this ping
+   * (its acknowledgment and its ping travel the same ordered link). */
+  if (h->acked < h->issued)
+    return;
+  /* The time now, not the loop iteration's start: the ping may have come
+   * after that, and this view must not end before the child's. */
+  uv_update_time(cp->d->loop);
   uint64_t until = now_ms(cp) + lease_ms;
   if (until > h->lease_until)
     h->lease_until = until;
   *grant_ms = lease_ms;
-  *issued = (int64_t)h->issued;
 }
 
 void rdzv__copies_conn_closed(struct copies *cp, struct conn *c) {

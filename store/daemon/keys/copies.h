@@ -21,10 +21,12 @@
  *   them acknowledged (its next INVAL's b) or its lease ended.
  * - Leases: a child's lease is renewed by the parent's PING replies
  *   (rdzv__copies_ping): it lasts the granted ms from when the child sent
- *   the ping, so the child's own view ends first. A child counts a renewal
- *   only when it has applied every invalidation issued before it (the
- *   reply's b): one that fell behind (stopped, slow) stays expired until it
- *   caught up. A holder whose connection closed is waited for until its
+ *   the ping, so the child's own view ends first. Neither side counts a
+ *   renewal while an invalidation issued before it is unacknowledged (the
+ *   reply's b: the child counts it only when it had acknowledged up to b):
+ *   one that fell behind (stopped, slow, out of memory, hostile) stays
+ *   expired until it caught up, and a write waits for it no longer than
+ *   the lease it had. A holder whose connection closed is waited for until its
  *   lease ends (a stopped process may still answer from its copies when it
  *   resumes, until its own clock says the lease is over).
  * - Write-hot keys: a key written while copies of it were held is not
@@ -133,9 +135,11 @@ void rdzv__copies_on_idle(struct copies *cp, void (*idle)(void *arg),
  * (not a node) is answered RDZV_EPROTO. */
 void rdzv__copies_inval_request(struct copies *cp, struct conn *c,
                                 const struct rdzv_msg *m);
-/* c sent a PING: *grant_ms (at most lease_ms: this daemon's own lease
- * left, for a node) becomes c's lease from now as this daemon sees it,
- * and *issued the newest invalidation sequence number issued to c. */
+/* c sent a PING: *issued gets the newest invalidation sequence number
+ * issued to c, and *grant_ms lease_ms (at most this daemon's own lease
+ * left, for a node), which becomes c's lease from now as this daemon sees
+ * it; or 0 (no renewal) while c has not acknowledged every invalidation
+ * issued to it. */
 void rdzv__copies_ping(struct copies *cp, struct conn *c, uint32_t lease_ms,
                        int64_t *grant_ms, int64_t *issued);
 /* c closed: it is waited for until its lease ends, then forgotten. */

@@ -72,6 +72,14 @@ void rdzv__node_copy_put(struct node_job *nj, struct rdzv_slice k,
   if (k.n == 0)
     return;
   rdzv__upstream_want_lease(nj->up);
+  /* Past --max-copies no new key is kept (one already kept is updated). */
+  if (nj->copies.count + HASH_COUNT(nj->absent) >= nj->d->cfg.max_copies &&
+      rdzv__kv_find(&nj->copies, k.p, k.n) == NULL) {
+    struct absent *a = NULL;
+    HASH_FIND(hh, nj->absent, k.p, k.n, a);
+    if (a == NULL)
+      return;
+  }
   if (v == NULL) {
     rdzv__kv_delete(&nj->copies, k.p, k.n);
     struct absent *a = NULL;

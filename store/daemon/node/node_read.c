@@ -372,17 +372,20 @@ static void on_upwait(struct daemon *d, const struct rdzv_msg *r, void *arg) {
       else if (granted && have)
         rdzv__node_copy_put(nj, k, &v);
     }
-    /* With copies granted every waiter may go (no write completed since
-     * the parent answered: it would have waited for this node); without,
-     * only those that came before this wait went up. */
+    /* With copies granted and the lease running every waiter may go (no
+     * write completed since the parent answered: it would have waited
+     * for this node); otherwise only those that came before this wait
+     * went up (the keys existed while they waited), and the others ask
+     * again. */
+    bool all = granted && rdzv__node_copies_valid(nj);
     pos = 0;
     while (rdzv_items_next(&it, &pos, &k)) {
-      if (granted)
+      if (all)
         rdzv__waits_notify(&nj->waits, k.p, k.n);
       else
         rdzv__waits_notify_upto(&nj->waits, k.p, k.n, uw->seq);
     }
-    if (!granted)
+    if (!all)
       upwait_again(nj, uw);
   } else if (r->status == RDZV_EDEADLINE) {
     /* Waiters that came later may still have time: ask again for them. */

@@ -142,6 +142,7 @@ struct upstream {
   uint32_t ping_id;
   uint64_t ping_sent_ms;
   uint64_t inval_recv;
+  uint64_t inval_acked; /* the last sent in an INVAL request (b) */
   uint32_t inval_id;
   uint64_t conn_gen;
   void (*on_inval)(void *arg, uint64_t gen, const struct rdzv_msg *m);
@@ -206,6 +207,7 @@ static void lease_end(struct upstream *u) {
   u->lease_until = 0;
   u->inval_id = 0;
   u->inval_recv = 0;
+  u->inval_acked = 0;
   u->ping_id = 0;
   u->conn_gen++; /* acknowledgments meant for it are not sent */
   if (was_ready && u->on_lost != NULL)
@@ -238,6 +240,7 @@ static void send_inval(struct upstream *u, uint64_t ack) {
     m.req_id = u->next_id++;
   if (rdzv_msg_encode(&m, &u->out) == 0) {
     u->inval_id = m.req_id;
+    u->inval_acked = ack;
     u->d->stats.frames_out++;
     u->d->stats.ops[RDZV_MSG_INVAL].forwarded++;
     up_start_write(u);
@@ -252,7 +255,7 @@ static bool copies_frame(struct upstream *u, const struct rdzv_msg *m) {
      * parent answered has come (m->b): a node that fell behind serves no
      * copy until it caught up. */
     if (m->req_id == u->ping_id && m->a > 0 &&
-        (uint64_t)m->b <= u->inval_recv) {
+        (uint64_t)m->b <= u->inval_acked) {
       uint64_t until = u->ping_sent_ms + (uint64_t)m->a;
       if (until > u->lease_until)
         u->lease_until = until;
@@ -309,6 +312,9 @@ void rdzv__upstream_inval_ack(struct upstream *u, uint64_t gen, uint64_t seq) {
 uint64_t rdzv__upstream_lease_left(const struct upstream *u) {
   if (u->state != UP_READY || u->lease_until == 0)
     return 0;
+  /* The time now, not the loop iteration's start (a long iteration, or a
+   * stop in the middle of one, must not stretch the lease). */
+  uv_update_time(u->d->loop);
   uint64_t now = uv_now(u->d->loop);
   if (u->d->mutant_serve_expired)
     return rdzv_config_copy_lease_ms(&u->d->cfg); /* the checker's mutant: no expiry */
@@ -777,6 +783,7 @@ static void up_ready(struct upstream *u) {
    * (what was granted through another connection went when it ended). */
   u->conn_gen++;
   u->inval_recv = 0;
+  u->inval_acked = 0;
   u->lease_until = 0;
   if (u->d->cfg.cache_mutable) {
     send_inval(u, 0);

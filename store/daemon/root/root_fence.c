@@ -161,7 +161,11 @@ static bool keyed(uint8_t type) {
 }
 
 bool rdzv__root_blocked(struct root_job *s, const struct rdzv_msg *m) {
-  if (!keyed(m->type) || (s->copies.busy == NULL && s->copies.busy_all == 0))
+  bool any = s->copies.busy != NULL || s->copies.busy_all > 0;
+  /* Counting or listing keys tells of every key: held while any is. */
+  if (m->type == RDZV_MSG_NKEYS || m->type == RDZV_MSG_KEYS)
+    return any;
+  if (!keyed(m->type) || !any)
     return false;
   size_t pos = 0;
   struct rdzv_slice k;
@@ -216,7 +220,8 @@ void rdzv__root_undefer(void *arg) {
     TAILQ_REMOVE(&s->deferred, x, link);
     bool gone = x->c->state != CONN_READY;
     bool read = m.type == RDZV_MSG_GET || m.type == RDZV_MSG_MGET ||
-                m.type == RDZV_MSG_WAIT;
+                m.type == RDZV_MSG_WAIT || m.type == RDZV_MSG_NKEYS ||
+                m.type == RDZV_MSG_KEYS;
     if (!(gone && read))
       rdzv__root_handle(s->d, x->c, &m);
     deferred_free(x);

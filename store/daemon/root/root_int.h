@@ -116,7 +116,8 @@ void rdzv__root_answer_status_write(struct root_job *s, struct conn *c,
                                     const struct rdzv_items *items,
                                     struct rdzv_slice k, bool changed,
                                     uint32_t nnotify);
-/* Whether request m names a key whose invalidation is waited for. */
+/* Whether request m names a key whose invalidation is waited for (a
+ * count or a listing of keys: whether any key is). */
 bool rdzv__root_blocked(struct root_job *s, const struct rdzv_msg *m);
 /* Holds m of c until its keys are not busy (false: out of memory,
  * nothing held). */
