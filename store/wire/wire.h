@@ -230,9 +230,10 @@ enum rdzv_msg_type {
    * keys whose copies go (flag ALL: every copy). A node keeps one in
    * flight while its connection is ready. PING replies to a node tell
    * its lease: a = milliseconds from when the PING was sent during which
-   * its copies may be served (0: none), b = the newest invalidation
-   * sequence number issued to it, which it must have applied for that
-   * lease to count. */
+   * its copies may be served (0: none, given while the node has not
+   * acknowledged every invalidation issued to it), b = the newest
+   * invalidation sequence number issued to it, which it must have
+   * acknowledged before that PING for the lease to count. */
   RDZV_MSG_INVAL = 22,
 };
 #define RDZV_MSG_TYPE_MAX 22

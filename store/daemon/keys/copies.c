@@ -503,10 +503,6 @@ static int invalidate(struct copies *cp, const struct rdzv_items *items,
     }
     deliver(cp, h);
   }
-  if (cp->grace != NULL && cp->grace->lease_until <= now) {
-    holder_forget(cp, cp->grace);
-    cp->grace = NULL;
-  }
   if (w == NULL)
     return rc;
   if (rc == 0 && w->left > 0) {

@@ -60,7 +60,8 @@ struct copies {
   struct hotkey *hot;
   uint64_t next_id;
   /* A pseudo-holder whose lease ends when writes may be acknowledged
-   * without waiting (a root's start-up grace); NULL: none. */
+   * without waiting (a new leader's grace); NULL: none. Kept, expired,
+   * until cp ends (a write's callbacks may run inside its own release). */
   struct holder *grace;
   uint64_t pending; /* invalidations waited for, all holders together */
   struct busykey *busy; /* keys whose invalidation is waited for */

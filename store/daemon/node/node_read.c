@@ -21,7 +21,7 @@
 
 #include "store/daemon/node/node_int.h"
 
-/* ---- reads ----------------------------------------------------------------- */
+/* ---- reads ------------------------------------------------------------- */
 
 struct nget { /* one read in flight (type and keys), and those after it */
   UT_hash_handle hh;
@@ -314,7 +314,7 @@ void rdzv__node_reads_free(struct node_job *nj) {
   }
 }
 
-/* ---- waits: one upstream wait per set of keys ------------------------------ */
+/* ---- waits: one upstream wait per set of keys -------------------------- */
 
 /* An upstream wait in flight, by its keys (their raw item list): at most
  * one per set, whatever the local waiters do (a waiter that comes while

@@ -135,9 +135,10 @@ struct upstream {
   /* Copies of mutable keys (keys/copies.h, wire.h's RDZV_MSG_INVAL): the
    * lease the parent's ping replies gave (loop ms; 0: none), the ping
    * whose reply renews it and when it was sent, the newest invalidation
-   * received on this connection, the INVAL request in flight (0: none),
-   * and a number that changes with every ready connection (an
-   * acknowledgment meant for an earlier one is not sent). */
+   * received on this connection and the last acknowledged, the INVAL
+   * request in flight (0: none), and a number that changes with every
+   * ready connection (an acknowledgment meant for an earlier one is not
+   * sent). */
   uint64_t lease_until;
   uint32_t ping_id;
   uint64_t ping_sent_ms;
@@ -197,8 +198,7 @@ static void up_set_state(struct upstream *u, enum up_state s) {
   u->state = s;
 }
 
-
-/* ---- copies: the lease and the invalidation stream ------------------------ */
+/* ---- copies: the lease and the invalidation stream ---------------------- */
 
 /* A ready connection's lease and invalidation stream end (it failed):
  * the node drops its copies, and those below it go too. */
@@ -251,9 +251,11 @@ static void send_inval(struct upstream *u, uint64_t ack) {
  * (consumed here). */
 static bool copies_frame(struct upstream *u, const struct rdzv_msg *m) {
   if (m->type == RDZV_MSG_PING) {
-    /* The lease counts only once every invalidation issued before the
-     * parent answered has come (m->b): a node that fell behind serves no
-     * copy until it caught up. */
+    /* The renewal counts only when this node had acknowledged every
+     * invalidation issued before the parent answered (m->b: its INVAL
+     * request carrying that went up before this ping), as the parent
+     * counts it: a node that fell behind serves no copy until it caught
+     * up. */
     if (m->req_id == u->ping_id && m->a > 0 &&
         (uint64_t)m->b <= u->inval_acked) {
       uint64_t until = u->ping_sent_ms + (uint64_t)m->a;
@@ -316,8 +318,8 @@ uint64_t rdzv__upstream_lease_left(const struct upstream *u) {
    * stop in the middle of one, must not stretch the lease). */
   uv_update_time(u->d->loop);
   uint64_t now = uv_now(u->d->loop);
-  if (u->d->mutant_serve_expired)
-    return rdzv_config_copy_lease_ms(&u->d->cfg); /* the checker's mutant: no expiry */
+  if (u->d->mutant_serve_expired) /* the checker's mutant: no expiry */
+    return rdzv_config_copy_lease_ms(&u->d->cfg);
   return u->lease_until > now ? u->lease_until - now : 0;
 }
 

@@ -309,7 +309,8 @@ static void handle_add_parts(struct root_job *s, struct conn *c,
   }
   /* Parts answered again (fresh < i) may belong to a first sending whose
    * answer still waits for invalidations: this one waits for them too. */
-  rdzv__root_answer_write(s, c, &r, NULL, k, rc == 0 && fresh > 0, rc == 0 && fresh > 0);
+  rdzv__root_answer_write(s, c, &r, NULL, k, rc == 0 && fresh > 0,
+                          rc == 0 && fresh > 0);
   rdzv_buf_free(&vals);
   free(after);
 }
@@ -673,7 +674,8 @@ static void root_fail_all(struct daemon *d, struct job *j, int status,
   rdzv__root_rounds_fail_pending(s, status, text);
 }
 
-/* A child node's PING: its lease on copies, the root's whole --copy-lease-ms. */
+/* A child node's PING: its lease on copies, the root's whole
+ * --copy-lease-ms. */
 static void root_ping(struct daemon *d, struct conn *c, struct rdzv_msg *r) {
   struct root_job *s = c->job != NULL ? c->job->role_data : NULL;
   if (s == NULL)
@@ -684,6 +686,6 @@ static void root_ping(struct daemon *d, struct conn *c, struct rdzv_msg *r) {
 }
 
 const struct rdzv_role rdzv__root_role = {
-    "root", rdzv__root_handle, root_conn_closed, NULL, root_job_free, root_fail_all,
-    root_ping,
+    "root",        rdzv__root_handle, root_conn_closed, NULL,
+    root_job_free, root_fail_all,     root_ping,
 };

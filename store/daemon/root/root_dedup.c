@@ -104,7 +104,7 @@ int rdzv__root_items_copy(const struct rdzv_items *it, struct rdzv_buf *out) {
 /* Keeps r as the answer to op id. Out of memory keeps nothing: a re-send
  * would then be applied again, as without op ids. */
 void rdzv__root_dedup_put(struct root_job *s, uint64_t id,
-                      const struct rdzv_msg *r) {
+                          const struct rdzv_msg *r) {
   uint64_t now = uv_now(s->d->loop);
   struct done_op *o;
   while ((o = TAILQ_FIRST(&s->done_fifo)) != NULL &&
@@ -126,7 +126,8 @@ void rdzv__root_dedup_put(struct root_job *s, uint64_t id,
   o->flags = r->flags;
   o->nkeys = r->keys.n;
   o->nvals = r->vals.n;
-  if (rdzv__root_items_copy(&r->keys, &o->keys) < 0 || rdzv__root_items_copy(&r->vals, &o->vals) < 0) {
+  if (rdzv__root_items_copy(&r->keys, &o->keys) < 0 ||
+      rdzv__root_items_copy(&r->vals, &o->vals) < 0) {
     rdzv_buf_free(&o->keys);
     rdzv_buf_free(&o->vals);
     free(o);
@@ -149,7 +150,7 @@ struct done_op *rdzv__root_dedup_find(struct root_job *s, uint64_t id) {
 
 /* A re-sent op already applied: answered as the first time. */
 bool rdzv__root_dedup_answer(struct root_job *s, struct conn *c,
-                         const struct rdzv_msg *m) {
+                             const struct rdzv_msg *m) {
   struct done_op *o = rdzv__root_dedup_find(s, (uint64_t)m->b);
   if (o == NULL)
     return false;

@@ -88,9 +88,11 @@ static struct held_reply *held_new(struct root_job *s, struct conn *c,
  * keys: the new value is seen nowhere before every old copy is gone (the
  * keys are busy meanwhile: root_handle holds requests naming them). The
  * answer to an op id is kept at once. */
-void rdzv__root_answer_write(struct root_job *s, struct conn *c, struct rdzv_msg *r,
-                         const struct rdzv_items *items, struct rdzv_slice k,
-                         bool changed, uint32_t nnotify) {
+void rdzv__root_answer_write(struct root_job *s, struct conn *c,
+                             struct rdzv_msg *r,
+                             const struct rdzv_items *items,
+                             struct rdzv_slice k, bool changed,
+                             uint32_t nnotify) {
   if (s->cur_op != 0 && r->req_id == s->cur_req) {
     rdzv__root_dedup_put(s, s->cur_op, r);
     s->cur_op = 0;
@@ -132,16 +134,16 @@ void rdzv__root_answer_write(struct root_job *s, struct conn *c, struct rdzv_msg
 }
 
 void rdzv__root_answer_status_write(struct root_job *s, struct conn *c,
-                                const struct rdzv_msg *m, int st,
-                                const struct rdzv_items *items,
-                                struct rdzv_slice k, bool changed,
-                                uint32_t nnotify) {
+                                    const struct rdzv_msg *m, int st,
+                                    const struct rdzv_items *items,
+                                    struct rdzv_slice k, bool changed,
+                                    uint32_t nnotify) {
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, st);
   rdzv__root_answer_write(s, c, &r, items, k, changed, nnotify);
 }
 
-/* ---- requests about busy keys: held until their invalidation is done ------- */
+/* ---- requests about busy keys: held until their invalidation is done --- */
 
 /* A request naming a key whose invalidation is waited for, kept as its
  * encoded frame until no key of it is busy. */
