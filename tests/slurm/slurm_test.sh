@@ -419,8 +419,12 @@ echo "drained after the failed Prolog: ${drained:-none}"
 [[ "$drained" == "n3 Prolog error"* ]] || fail "n3 not drained: $drained"
 scontrol update nodename=n3 state=resume
 # sbatch: the reason lands in the job's output file.
-bj=$(sbatch --parsable -N4 -o "$D/work/fail-%j.out" --wrap "srun true")
-for ((i = 0; i < 300; i++)); do
+# --open-mode=append: a start of the requeued job must not truncate what
+# the failed Prolog wrote there (the check was seen to find the file empty
+# once, on a loaded machine).
+bj=$(sbatch --parsable -N4 --open-mode=append -o "$D/work/fail-%j.out" \
+  --wrap "srun true")
+for ((i = 0; i < 600; i++)); do
   grep -qs "rdzv prolog: job $bj, host n3" "$D/work/fail-$bj.out" && break
   sleep 0.1
 done
