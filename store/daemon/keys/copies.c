@@ -167,7 +167,6 @@ static void wait_free(struct cwait *w) {
 }
 
 static void wait_release(struct copies *cp, struct cwait *w) {
-  cp->pending--;
   if (--w->left == 0) {
     copies_done_cb done = w->done;
     void *arg = w->arg;
@@ -256,12 +255,11 @@ static struct holder *holder_of(struct copies *cp, struct conn *c) {
   return h;
 }
 
-void rdzv__copies_init(struct copies *cp, struct daemon *d, const char *what,
-                       uint64_t grace_until_ms) {
+void rdzv__copies_init(struct copies *cp, struct daemon *d,
+                       const char *what) {
   memset(cp, 0, sizeof(*cp));
   cp->d = d;
   cp->what = what;
-  rdzv__copies_grace(cp, grace_until_ms);
 }
 
 void rdzv__copies_grace(struct copies *cp, uint64_t until_ms) {
@@ -399,7 +397,6 @@ static int pend_add(struct copies *cp, struct holder *h, struct cwait *w,
   h->pend_tail = &p->next;
   h->last = p;
   w->left++;
-  cp->pending++;
   if (h->timer == NULL || !uv_is_active((uv_handle_t *)h->timer))
     arm(cp, h);
   return 0;
@@ -645,8 +642,4 @@ void rdzv__copies_conn_closed(struct copies *cp, struct conn *c) {
 
 uint64_t rdzv__copies_nholders(const struct copies *cp) {
   return HASH_CNT(hh_id, cp->by_id);
-}
-
-uint64_t rdzv__copies_nkeys(const struct copies *cp) {
-  return HASH_CNT(hh, cp->keys);
 }

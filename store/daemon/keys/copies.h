@@ -63,19 +63,14 @@ struct copies {
    * without waiting (a new leader's grace); NULL: none. Kept, expired,
    * until cp ends (a write's callbacks may run inside its own release). */
   struct holder *grace;
-  uint64_t pending; /* invalidations waited for, all holders together */
   struct busykey *busy; /* keys whose invalidation is waited for */
   uint64_t busy_all;    /* ... of every key (RDZV_COPIES_ALL) */
   void (*idle)(void *arg);
   void *idle_arg;
 };
 
-/* Starts cp for a job (what names it in logs, borrowed for cp's life).
- * grace_until_ms (loop time; 0: none): until then every write waits,
- * for copies granted by an earlier incarnation of this daemon's role
- * whose holders it does not know. */
-void rdzv__copies_init(struct copies *cp, struct daemon *d, const char *what,
-                       uint64_t grace_until_ms);
+/* Starts cp for a job (what names it in logs, borrowed for cp's life). */
+void rdzv__copies_init(struct copies *cp, struct daemon *d, const char *what);
 /* Every write waits at least until until_ms (loop time), as for a holder
  * whose lease ends then: copies granted by another daemon before this one
  * took over (a new leader of an etcd-backed root) may be answered from
@@ -146,8 +141,7 @@ void rdzv__copies_ping(struct copies *cp, struct conn *c, uint32_t lease_ms,
 /* c closed: it is waited for until its lease ends, then forgotten. */
 void rdzv__copies_conn_closed(struct copies *cp, struct conn *c);
 
-/* For stats and tests: holders known, keys registered, writes waiting. */
+/* Holders known (live, closed within their lease, and the grace). */
 uint64_t rdzv__copies_nholders(const struct copies *cp);
-uint64_t rdzv__copies_nkeys(const struct copies *cp);
 
 #endif /* RDZV_STORE_COPIES_H */

@@ -341,27 +341,24 @@ int rdzv__waits_add(struct waitset *ws, struct conn *c,
   w->timer.data = w;
   TAILQ_INSERT_TAIL(&ws->waiters, w, link);
   index_by_conn(ws, w);
-  /* Count first, then announce new watches: an announcement may answer
+  /* Count first, then tell the role what is missing: it may answer
    * synchronously (e.g. from a cache) and must see a complete waiter. */
-  bool *fresh = calloc(w->nkeys, sizeof(*fresh));
   for (uint32_t i = 0; i < w->nkeys; i++) {
     if (ws->hooks.present(ws->ctx, w->keys[i].p, w->keys[i].n))
       continue;
     w->nmissing++;
-    int rc = watch_key(ws, &w->refs[i], &w->keys[i]);
-    if (fresh != NULL && rc == 1)
-      fresh[i] = true;
+    /* Out of memory it stays unlinked: only its deadline ends it. */
+    (void)watch_key(ws, &w->refs[i], &w->keys[i]);
   }
   uint32_t missing = w->nmissing;
   if (missing == 0) {
     reply_ok(w);
     waiter_free(w);
-    free(fresh);
     return 0;
   }
   uv_timer_start(&w->timer, on_wait_timeout, (uint64_t)m->a, 0);
   uint64_t deadline = w->deadline_ms;
-  /* w may complete in a hook (answered from a cache): its memory lasts
+  /* w may complete in the hook (answered from a cache): its memory lasts
    * until its timer's close completes, on a later loop iteration, so its
    * key bytes stay valid here; which keys it lacks is read first. */
   struct rdzv_slice *keys = NULL;
@@ -372,11 +369,6 @@ int rdzv__waits_add(struct waitset *ws, struct conn *c,
       if (w->refs[i].linked)
         keys[nk++] = w->keys[i];
   }
-  struct rdzv_slice *wkeys = w->keys;
-  for (uint32_t i = 0; fresh != NULL && i < m->keys.n; i++)
-    if (fresh[i] && ws->hooks.first_waiter != NULL)
-      ws->hooks.first_waiter(ws->ctx, wkeys[i].p, wkeys[i].n, deadline);
-  free(fresh);
   if (ws->hooks.missing != NULL && keys == NULL) {
     /* Out of memory: the waiter waits on, asked of nobody, until its
      * deadline. */

@@ -29,10 +29,6 @@ struct waits_hooks {
   void (*value)(void *ctx, const uint8_t *k, uint32_t klen,
                 struct rdzv_slice *v, bool *write_once,
                 struct rdzv_blob **blob);
-  /* key got its first waiter (deadline_ms: that waiter's, loop time).
-   * Optional (NULL: not called). */
-  void (*first_waiter)(void *ctx, const uint8_t *k, uint32_t klen,
-                       uint64_t deadline_ms);
   /* Optional (NULL: none granted): the waiter of c that asked for copies
    * (RDZV_F_COPY) completes with keys[0..n): true when the role granted
    * them (registered c for each), and the reply carries RDZV_F_COPY. */
@@ -40,7 +36,7 @@ struct waits_hooks {
                 uint32_t n);
   /* Optional (NULL: not called): a new waiter lacks keys[0..n) (borrowed
    * for the call), deadline_ms its deadline (loop time). Called once per
-   * waiter, after first_waiter. */
+   * waiter. */
   void (*missing)(void *ctx, const struct rdzv_slice *keys, uint32_t n,
                   uint64_t deadline_ms);
 };

@@ -37,7 +37,7 @@ static void drop_all(struct node_job *nj) {
 
 void rdzv__node_copies_init(struct node_job *nj) {
   snprintf(nj->what, sizeof(nj->what), "job %s", nj->job->id);
-  rdzv__copies_init(&nj->holders, nj->d, nj->what, 0);
+  rdzv__copies_init(&nj->holders, nj->d, nj->what);
   rdzv__upstream_copies(nj->up, rdzv__node_copies_on_inval,
                         rdzv__node_copies_on_lost);
 }

@@ -517,7 +517,7 @@ static void hook_missing(void *ctx, const struct rdzv_slice *keys, uint32_t n,
 }
 
 const struct waits_hooks rdzv__node_wait_hooks = {
-    hook_present, hook_value, NULL, hook_grant, hook_missing};
+    hook_present, hook_value, hook_grant, hook_missing};
 
 void rdzv__node_wait(struct node_job *nj, struct conn *c,
                      const struct rdzv_msg *m) {

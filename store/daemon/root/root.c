@@ -58,7 +58,7 @@ static bool key_grant(void *ctx, struct conn *c, const struct rdzv_slice *keys,
 }
 
 static const struct waits_hooks root_wait_hooks = {key_present, key_value,
-                                                    NULL, key_grant, NULL};
+                                                    key_grant, NULL};
 
 /* The root's state of job j, opened on first use with the backend given
  * at start-up (d->role_ctx). NULL on ENOMEM (or the backend's error). */
@@ -81,7 +81,7 @@ static struct root_job *root_job(struct daemon *d, struct job *j) {
   TAILQ_INIT(&s->done_fifo);
   rdzv__waits_init(&s->waits, d->loop, &root_wait_hooks, s);
   snprintf(s->what, sizeof(s->what), "job %s", j->id);
-  rdzv__copies_init(&s->copies, d, s->what, 0);
+  rdzv__copies_init(&s->copies, d, s->what);
   TAILQ_INIT(&s->deferred);
   rdzv__copies_on_idle(&s->copies, rdzv__root_undefer, s);
   j->role_data = s;
