@@ -80,6 +80,7 @@ static const char usage_text[] =
     "  stats                          print the server's statistics (one JSON\n"
     "                                 object, as received)\n"
     "  help                           print this text\n"
+    "  version, --version             print the release (as rdzvd --version)\n"
     "\n"
     "Slurm host lists (no server: --addr and --job are not needed):\n"
     "  hostnames LIST                 print LIST's hosts, one per line, as\n"
@@ -1220,6 +1221,11 @@ int main(int argc, char **argv) {
   int code;
 
   clock_gettime(CLOCK_MONOTONIC, &ctl.start);
+  if (argc >= 2 && (strcmp(argv[1], "--version") == 0 ||
+                    strcmp(argv[1], "version") == 0)) {
+    printf("rdzvctl %s\n", RDZV_VERSION_STRING);
+    return finish_output(EXIT_OK);
+  }
   code = parse_globals(&ctl, argc, argv, &idx, &timeout);
   if (code != EXIT_OK)
     return code;

@@ -40,6 +40,16 @@ expect() {
   fi
 }
 
+# --version as rdzvd's: the same release.
+want_version="rdzvctl $("$rdzvd" --version | awk '{print $2}')"
+got_version=$("$ctl_bin" --version)
+if [ "$got_version" != "$want_version" ]; then
+  echo "FAIL: rdzvctl --version [$got_version] (want [$want_version])"
+  fails=$((fails + 1))
+else
+  echo "ok: rdzvctl --version"
+fi
+
 expect 0 "" set k v1
 expect 0 "v1" get k
 expect 1 "" get nope

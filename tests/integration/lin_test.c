@@ -15,7 +15,9 @@
  *   I killed (-9) for good (A and B reattach to R); the in-memory root
  *   killed and restarted on its port (its state is lost: the history
  *   before and the history after are each checked, an operation running
- *   across it counted as of unknown outcome in the second).
+ *   across it counted as of unknown outcome in the second); and with an
+ *   etcd-backed root (a real etcd member, the leader R and a standby R2
+ *   that every node is told of), the leader killed (-9): one history.
  * Invariants after every round: each history is linearizable (else the
  * smallest failing window is printed), every daemon still runs (but the
  * one killed), and the clients completed operations after the fault.
@@ -44,6 +46,7 @@
 
 #include "proc.h"
 #include "rdzv/rdzv.h"
+#include "tests/etcd/etcd_harness.h"
 #include "tests/lin/lincheck.h"
 
 static const char *const OPTS[] = {"--liveness-timeout-ms=2000",
@@ -51,15 +54,19 @@ static const char *const OPTS[] = {"--liveness-timeout-ms=2000",
                                    "--copy-lease-ms=500",
                                    "--copy-cooldown-ms=100", NULL};
 
-enum { R, I, A, B, C, NDAEMONS };
-static const char *const NAMES[NDAEMONS] = {"R", "I", "A", "B", "C"};
+enum { R, I, A, B, C, R2, NDAEMONS };
+static const char *const NAMES[NDAEMONS] = {"R", "I", "A", "B", "C", "R2"};
 
 struct tree {
   char dir[64];
   struct proc p[NDAEMONS];
   bool up[NDAEMONS];
-  int port_r, port_i;
+  int port_r, port_i, port_r2;
   char tcp[NDAEMONS][64];
+  /* Set: R and R2 are etcd-backed roots (R leads, R2 stands by) on
+   * eh's member, and every node is told both. */
+  bool etcd;
+  struct etcdh eh;
 };
 
 static struct tree T;
@@ -75,26 +82,34 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Starts daemon i with its fixed port (R, I) and parent chain. */
+/* Starts daemon i with its fixed port (R, I, R2) and parent chain. */
 static int start(int i, bool mutant) {
-  char listen[64], parent[160];
-  const char *extra[8];
+  char listen[64], parent[160], roots[80], etcd[160];
+  const char *extra[12];
   int n = 0;
   for (const char *const *o = OPTS; *o != NULL; o++)
     extra[n++] = *o;
-  if (i == R || i == I) {
+  if (i == R || i == I || i == R2) {
     snprintf(listen, sizeof(listen), "--listen=127.0.0.1:%d",
-             i == R ? T.port_r : T.port_i);
+             i == R ? T.port_r : i == I ? T.port_i : T.port_r2);
     extra[n++] = listen;
   }
+  if (T.etcd && (i == R || i == R2)) {
+    snprintf(etcd, sizeof(etcd), "--etcd=%s", etcdh_endpoints(&T.eh));
+    extra[n++] = etcd;
+    extra[n++] = "--etcd-lease-ttl-s=2";
+  }
   extra[n] = NULL;
+  if (T.etcd)
+    snprintf(roots, sizeof(roots), "127.0.0.1:%d,127.0.0.1:%d", T.port_r,
+             T.port_r2);
+  else
+    snprintf(roots, sizeof(roots), "127.0.0.1:%d", T.port_r);
   const char *par = NULL;
   if (i == I || i == C) {
-    snprintf(parent, sizeof(parent), "127.0.0.1:%d", T.port_r);
-    par = parent;
+    par = roots;
   } else if (i == A || i == B) {
-    snprintf(parent, sizeof(parent), "127.0.0.1:%d,127.0.0.1:%d", T.port_i,
-             T.port_r);
+    snprintf(parent, sizeof(parent), "127.0.0.1:%d,%s", T.port_i, roots);
     par = parent;
   }
   if (mutant)
@@ -120,6 +135,9 @@ static int setup(void **state) {
   T.port_i = free_port();
   while (T.port_i == T.port_r)
     T.port_i = free_port();
+  T.port_r2 = free_port();
+  while (T.port_r2 == T.port_r || T.port_r2 == T.port_i)
+    T.port_r2 = free_port();
   return 0;
 }
 
@@ -130,8 +148,14 @@ static int teardown(void **state) {
 }
 
 static void start_all(bool mutant_a) {
-  for (int i = 0; i < NDAEMONS; i++)
+  for (int i = 0; i < NDAEMONS; i++) {
+    if (i == R2 && !T.etcd)
+      continue;
+    /* R leads before R2 starts: the nodes' first choice is the leader. */
+    if (i == R2)
+      assert_true(stats_reach(T.tcp[R], "etcd.elections_won", 1) >= 1);
     assert_int_equal(start(i, i == A && mutant_a), 0);
+  }
 }
 
 static void stop_all(void) {
@@ -396,12 +420,12 @@ static int64_t leaves_stat(const char *path) {
   return sum;
 }
 
-static void round_of(const char *name, void (*fault)(void)) {
+static void round_of(const char *name, void (*fault)(void), int after_ms) {
   char job[64];
   snprintf(job, sizeof(job), "lin-%s", name);
   int64_t hits = leaves_stat("copies.hits");
   int64_t invs = leaves_stat("copies.invalidations_received");
-  run_workers(job, fault, 1000, 2500);
+  run_workers(job, fault, 1000, after_ms);
   check_alive();
   assert_true(atomic_load(&after_fault) > 0);
   /* Copies were served and invalidated during the round (counters of a
@@ -420,10 +444,10 @@ static void round_of(const char *name, void (*fault)(void)) {
 static void test_rounds(void **state) {
   (void)state;
   start_all(false);
-  round_of("none", NULL);
-  round_of("kill-leaf", fault_kill_b);
-  round_of("stop-interior", fault_stop_i);
-  round_of("kill-interior", fault_kill_i);
+  round_of("none", NULL, 2500);
+  round_of("kill-leaf", fault_kill_b, 2500);
+  round_of("stop-interior", fault_stop_i, 2500);
+  round_of("kill-interior", fault_kill_i, 2500);
   stop_all();
 }
 
@@ -459,6 +483,34 @@ static void test_root_restart(void **state) {
   assert_int_equal(verdict("before the root's restart", before, nb), 1);
   assert_int_equal(verdict("after the root's restart", after, na), 1);
   stop_all();
+}
+
+/* The etcd-backed root: R leads, R2 stands by; R is killed (-9) a second
+ * into the round. The state is etcd's, so the whole history is checked
+ * as one: nothing acknowledged by R is lost, and no node serves a copy R
+ * granted once R2 leads (R2 holds writes for a lease after it won; nodes
+ * that lost their parent drop their copies and invalidate their
+ * children's). */
+static void fault_kill_leader(void) { kill9(R); }
+
+static void test_etcd_leader_killed(void **state) {
+  (void)state;
+  T.etcd = true;
+  assert_int_equal(etcdh_start(&T.eh, NULL, NULL), 0);
+  start_all(false);
+  round_of("etcd-leader-killed", fault_kill_leader, 6000);
+  int64_t won = stats_at(T.tcp[R2], "etcd.elections_won");
+  printf("R2 elections won after the leader's kill: %" PRId64 "\n", won);
+  assert_true(won >= 1);
+  stop_all();
+}
+
+static int stop_etcd_td(void **state) {
+  stop_all_td(state);
+  if (T.etcd)
+    etcdh_stop_all(&T.eh);
+  T.etcd = false;
+  return 0;
 }
 
 /* ---- the mutant --------------------------------------------------------------- */
@@ -512,6 +564,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_mutant_caught, stop_all_td),
       cmocka_unit_test_teardown(test_rounds, stop_all_td),
       cmocka_unit_test_teardown(test_root_restart, stop_all_td),
+      cmocka_unit_test_teardown(test_etcd_leader_killed, stop_etcd_td),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

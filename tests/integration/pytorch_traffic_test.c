@@ -11,7 +11,9 @@
  *     ranks and ids;
  *   - 512 ranks cost the tree's root at most 1.2 times what 256 do;
  *   - the flat root gets a request per rank and step (O(ranks)), and the
- *     tree without copies more than the tree with them.
+ *     tree without copies more than the tree with them;
+ *   - with the checks paced (--pt-check-ms 600, the steady state, past
+ *     the copies' lease), the tree's root gets no more than that either.
  * Counts only; no time is asserted. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,14 +30,18 @@
 
 #define BENCH "tools/bench/rdzv-bench"
 
-static json_t *run(const char *ranks, const char *rph) {
+/* One bench run; extra: NULL, or two more arguments. */
+static json_t *run(const char *ranks, const char *rph,
+                   const char *const *extra) {
   char json_path[] = "/tmp/rdzv-pytorch-test-XXXXXX";
   int fd = mkstemp(json_path);
   assert_true(fd >= 0);
   close(fd);
-  char *argv[] = {BENCH, "--mode", "none", "--pytorch", (char *)ranks,
-                  "--ranks-per-host", (char *)rph, "--fanout", "4",
-                  "--json", json_path, NULL};
+  char *argv[16] = {BENCH, "--mode", "none", "--pytorch", (char *)ranks,
+                    "--ranks-per-host", (char *)rph, "--fanout", "4",
+                    "--json", json_path, NULL};
+  for (int i = 0; extra != NULL && extra[i] != NULL; i++)
+    argv[11 + i] = (char *)extra[i];
   struct proc p;
   assert_int_equal(proc_start(&p, argv, 1), 0);
   char *out = proc_read_all(&p);
@@ -71,7 +77,7 @@ static int64_t root_reads(json_t *r) {
 
 static void test_root_requests(void **state) {
   (void)state;
-  json_t *a = run("256", "64"), *b = run("512", "128");
+  json_t *a = run("256", "64", NULL), *b = run("512", "128", NULL);
   static const char *const servers[] = {"flat", "tree", "tree-nocopies"};
   for (int k = 0; k < 3; k++) {
     assert_true(json_is_true(json_object_get(row(a, servers[k]), "verified")));
@@ -96,9 +102,31 @@ static void test_root_requests(void **state) {
   json_decref(b);
 }
 
+/* The steady state: the 60 checks 600 ms apart (the heartbeat monitor's
+ * once a second, a little faster), 36 s, past the copies' 30 s lease
+ * (half the bench's 60 s liveness timeout): the tree's root gets no more
+ * wait/get/mget requests than at full speed (the nodes answer from the
+ * absent key's copy while their pings, every 20 s, renew the lease). */
+static void test_steady_checks(void **state) {
+  (void)state;
+  static const char *const paced[] = {"--pt-check-ms", "600",
+                                      "--pytorch-servers", "tree", NULL};
+  json_t *a = run("256", "64", paced);
+  json_t *r = row(a, "tree");
+  assert_true(json_is_true(json_object_get(r, "verified")));
+  assert_int_equal(json_integer_value(json_object_get(r, "check_period_ms")),
+                   600);
+  int64_t reads = root_reads(r);
+  printf("root wait+get+mget with checks 600 ms apart: %lld\n",
+         (long long)reads);
+  assert_true(reads >= 1 && reads <= 4 * 1 * 4);
+  json_decref(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_root_requests),
+      cmocka_unit_test(test_steady_checks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

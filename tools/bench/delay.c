@@ -59,6 +59,7 @@ struct delay_row {
   /* Lone sets of a key no node holds a copy of, and of one every host's
    * node holds (each waits for the invalidations down and back). */
   double set_us, set_us_p90, set_held_us, set_held_us_p90;
+  double set_us_p99, set_held_us_p99;
   int lone_failed;
   double relay_cpu_s, relay_late_p50_us, relay_late_p99_us;
   double relay_win_cpu_s; /* the relay's CPU during the rendezvous */
@@ -367,9 +368,10 @@ static int lone_ops(const struct bench_opts *o, const char *path, int add,
  * each, a client on every host's node reads the key, so that every node
  * holds a copy (the tree's daemons grant again at once: no cooldown) and
  * the set is answered only once all of them are invalidated; else a key
- * nobody reads. Median and p90 in microseconds; -1 when one failed. */
+ * nobody reads. Median, p90 and p99 in microseconds; -1 when one
+ * failed. */
 static int lone_sets(const struct bench_opts *o, int held, double *p50,
-                     double *p90) {
+                     double *p90, double *p99) {
   int64_t nh = bench_hosts(o);
   rdzv_client_t **cs = calloc((size_t)nh, sizeof(*cs));
   if (cs == NULL)
@@ -413,6 +415,7 @@ static int lone_sets(const struct bench_opts *o, int held, double *p50,
   qsort(t, LONE_COUNT, sizeof(t[0]), cmp_u);
   *p50 = t[LONE_COUNT / 2];
   *p90 = t[LONE_COUNT * 9 / 10];
+  *p99 = t[LONE_COUNT * 99 / 100];
   return 0;
 }
 
@@ -437,9 +440,10 @@ static void on_finished(const struct bench_opts *o, int rc, void *arg) {
   if (rc == 0 && tc->relay.pid > 0) {
     row->lone_failed |= lone_ops(o, path, 0, &row->get_us, &row->get_us_p90);
     row->lone_failed |= lone_ops(o, path, 1, &row->add_us, &row->add_us_p90);
-    row->lone_failed |= lone_sets(o, 0, &row->set_us, &row->set_us_p90);
-    row->lone_failed |=
-        lone_sets(o, 1, &row->set_held_us, &row->set_held_us_p90);
+    row->lone_failed |= lone_sets(o, 0, &row->set_us, &row->set_us_p90,
+                                  &row->set_us_p99);
+    row->lone_failed |= lone_sets(o, 1, &row->set_held_us,
+                                  &row->set_held_us_p90, &row->set_held_us_p99);
     bench_root_path(o, path, sizeof(path));
     row->lone_failed |= lone_ops(o, path, 0, &row->get_root_us, &p90);
   } else {
@@ -507,6 +511,9 @@ static json_t *row_json(const struct delay_row *r, const struct bench_opts *o) {
   json_object_set_new(j, "lone_set_held_us", json_real(r->set_held_us));
   json_object_set_new(j, "lone_set_held_p90_us",
                       json_real(r->set_held_us_p90));
+  json_object_set_new(j, "lone_set_p99_us", json_real(r->set_us_p99));
+  json_object_set_new(j, "lone_set_held_p99_us",
+                      json_real(r->set_held_us_p99));
   json_object_set_new(j, "relay_rendezvous_cpu_s",
                       json_real(r->relay_win_cpu_s));
   json_object_set_new(j, "rendezvous_cpu_s", json_real(r->tree.win_cpu_s));
@@ -546,9 +553,10 @@ static void print_row(const struct delay_row *r) {
          "%.2f\n",
          r->add_us, r->add_us_p90, r->model_add.total_s * 1e6,
          ratio(r->add_us, r->model_add.total_s * 1e6));
-  printf("  lone set: %.0f us (p90 %.0f); with a copy on every host's "
-         "node: %.0f us (p90 %.0f)\n",
-         r->set_us, r->set_us_p90, r->set_held_us, r->set_held_us_p90);
+  printf("  lone set: %.0f us (p90 %.0f, p99 %.0f); with a copy on every "
+         "host's node: %.0f us (p90 %.0f, p99 %.0f)\n",
+         r->set_us, r->set_us_p90, r->set_us_p99, r->set_held_us,
+         r->set_held_us_p90, r->set_held_us_p99);
   printf("  relay: %.3f s CPU for %" PRId64 " chunks (%.1f us each), "
          "written late by p50 %.0f us, p99 %.0f us\n",
          r->relay_cpu_s, r->relay_chunks,

@@ -61,6 +61,10 @@ static unsigned inc_servers = (1u << S_COUNT) - 1 - (1u << S_TREE_NC);
  * rdzvd flat, tree and tree without copies. */
 static int64_t pt_ns[MAX_NS];
 static int pt_nn = 0;
+static unsigned pt_servers_mask =
+    (1u << S_FLAT) | (1u << S_TREE) | (1u << S_TREE_NC);
+/* --pt-check-ms: the heartbeat checks' period (0: back to back). */
+int pt_check_ms = 0;
 static int inc_pin = 1;
 /* TCPStore connections a rank: 1 (as torch 2.x's client), or 2 (as torch
  * 1.13's: its idle callback connection too; its own server resets
@@ -95,7 +99,11 @@ const char *bench_inc_usage(void) {
          "       2.x's protocol: scalable-init ids, the one-root id, 60\n"
          "       heartbeat checks a rank, torchrun's state reads by each\n"
          "       host's agent; rdzvd flat, tree and tree-nocopies: the\n"
-         "       root's requests and bytes, the busiest node's, wall time)\n";
+         "       root's requests and bytes, the busiest node's, wall time)\n"
+         "       [--pytorch-servers flat,tree,tree-nocopies] (default all)\n"
+         "       [--pt-check-ms MS] (the checks MS apart, as the heartbeat\n"
+         "       monitor's once a second: the steady state; default 0,\n"
+         "       back to back; give --timeout past 60 checks' time)\n";
 }
 
 int bench_inc_given(void) { return inc_nn >= 0 || pt_nn > 0; }
@@ -106,7 +114,7 @@ void bench_inc_default(void) {
   inc_nn = 2;
 }
 
-static int parse_servers(const char *v) {
+static int parse_servers(const char *v, unsigned *mask) {
   unsigned m = 0;
   while (*v != '\0') {
     size_t len = strcspn(v, ",");
@@ -121,7 +129,7 @@ static int parse_servers(const char *v) {
   }
   if (m == 0)
     return -1;
-  inc_servers = m;
+  *mask = m;
   return 0;
 }
 
@@ -150,8 +158,17 @@ int bench_inc_option(const char *k, const char *v) {
         pt_ns[pt_nn++] = n;
       p = end != NULL && *end == ',' ? end + 1 : end;
     }
+  } else if (strcmp(k, "--pt-check-ms") == 0) {
+    char *end = NULL;
+    long ms = strtol(v, &end, 10);
+    bad = end == v || *end != '\0' || ms < 0 || ms > 60000;
+    pt_check_ms = bad ? 0 : (int)ms;
   } else if (strcmp(k, "--incumbent-servers") == 0) {
-    bad = parse_servers(v) < 0;
+    bad = parse_servers(v, &inc_servers) < 0;
+  } else if (strcmp(k, "--pytorch-servers") == 0) {
+    bad = parse_servers(v, &pt_servers_mask) < 0 ||
+          (pt_servers_mask &
+           ~((1u << S_FLAT) | (1u << S_TREE) | (1u << S_TREE_NC))) != 0;
   } else if (strcmp(k, "--tcpstore-conns") == 0) {
     bad = strcmp(v, "1") != 0 && strcmp(v, "2") != 0;
     inc_conns = strcmp(v, "1") == 0 ? 1 : 2;
@@ -563,6 +580,8 @@ static void server_stats(struct inc_run *rn, struct inc_result *r) {
       r->root_wait = jint(ops, "wait");
       r->root_get = jint(ops, "get");
       r->root_mget = jint(ops, "mget");
+      r->root_ping = jint(ops, "ping");
+      r->root_inval = jint(ops, "inval");
     }
     if (jint(j, "max_node_msgs") > r->node_msgs) {
       r->node_msgs = jint(j, "max_node_msgs");
@@ -617,6 +636,9 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
   struct inc_result rs[2 * MAX_NS * S_COUNT];
   int nr = 0, bad = 0;
   setenv("RDZV_BENCH_TS_CONNS", inc_conns == 1 ? "1" : "2", 1);
+  char pc[16];
+  snprintf(pc, sizeof(pc), "%d", pt_check_ms);
+  setenv("RDZV_BENCH_PT_CHECK_MS", pc, 1);
   bool have_etcd = system("command -v etcd >/dev/null 2>&1") == 0;
   for (int i = 0; i < inc_nn; i++) {
     for (int s = 0; s < S_COUNT; s++) {
@@ -641,6 +663,8 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
   int pt_first = nr;
   for (int i = 0; i < pt_nn; i++) {
     for (size_t k = 0; k < sizeof(pt_servers) / sizeof(pt_servers[0]); k++) {
+      if (!(pt_servers_mask & (1u << pt_servers[k])))
+        continue;
       struct inc_result *r = &rs[nr++];
       if (pt_servers[k] == S_FLAT && pt_ns[i] > PT_FLAT_MAX) {
         /* One root process holds every rank's connection: past the open
@@ -655,6 +679,11 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
       fprintf(stderr, "rdzv-bench: pytorch traffic: %s at %" PRId64
               " ranks\n", server_names[pt_servers[k]], pt_ns[i]);
       bad |= run_one(o, pt_servers[k], pt_ns[i], true, r) < 0;
+      fprintf(stderr, "rdzv-bench: pytorch traffic: %s at %" PRId64
+              " ranks: %s, %.3f s, root wait+get+mget %" PRId64
+              ", root bytes %" PRId64 "\n", server_names[pt_servers[k]],
+              pt_ns[i], r->verified ? "verified" : "FAILED", r->wall_s,
+              r->root_wait + r->root_get + r->root_mget, r->root_bytes);
     }
     bench_inc_print_pattern_table(rs + pt_first, nr - pt_first, pt_ns[i]);
   }
@@ -663,6 +692,11 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
                           bench_inc_result_json(&rs[i], bench_inc_torch_of(rs, nr, rs[i].ranks)));
   if (png != NULL && inc_nn > 0 && nr > 0 && bench_inc_plot(png, rs, nr) < 0) {
     fprintf(stderr, "rdzv-bench: gnuplot failed to write the incumbents' "
+                    "plot\n");
+    bad = 1;
+  }
+  if (png != NULL && pt_nn > 0 && bench_inc_plot_pytorch(png, rs, nr) < 0) {
+    fprintf(stderr, "rdzv-bench: gnuplot failed to write the pytorch "
                     "plot\n");
     bad = 1;
   }

@@ -24,11 +24,15 @@ struct inc_result {
   bool verified, skipped;
   bool pytorch; /* --pytorch: PyTorch's traffic, the root's counts */
   int64_t root_msgs, root_bytes, root_wait, root_get, root_mget;
+  int64_t root_ping, root_inval; /* pings (leases ride on them) and the
+                                    children's invalidation polls */
   int64_t node_msgs, node_bytes; /* the busiest node's */
   double wall_s, p50_s, p99_s, cpu_s;
   int64_t rss, rss_start; /* summed over the server's processes */
 };
 
+/* --pt-check-ms: the heartbeat checks' period (0: back to back). */
+extern int pt_check_ms;
 /* TCPStore connections a rank (--tcpstore-conns). */
 extern int inc_conns;
 /* Whether clients and servers are pinned to CPUs 0 and 1. */
@@ -47,5 +51,9 @@ json_t *bench_inc_result_json(const struct inc_result *r,
                               const struct inc_result *t);
 /* The incumbents' plot beside png (see bench_inc_run). 0 or -1. */
 int bench_inc_plot(const char *png, const struct inc_result *rs, int n);
+/* --pytorch's plot beside png (PNG-pytorch.png): the root's requests and
+ * bytes against N, flat, tree and tree without copies. 0 or -1. */
+int bench_inc_plot_pytorch(const char *png, const struct inc_result *rs,
+                           int n);
 
 #endif

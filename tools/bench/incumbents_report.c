@@ -48,16 +48,23 @@ void bench_inc_print_table(const struct inc_result *rs, int n, int64_t ranks) {
            server_titles[r->server], r->wall_s, r->p99_s, r->cpu_s,
            (double)r->rss / 1048576.0, sp,
            r->verified ? "" : "  FAILED (see above)");
+    if (r->server != S_FLAT)
+      printf("  %-24s %8s pings %" PRId64 ", invalidation polls %" PRId64
+             " (leases ride on pings)\n", "", "", r->root_ping,
+             r->root_inval);
   }
   fflush(stdout);
 }
 
 void bench_inc_print_pattern_table(const struct inc_result *rs, int n,
                                    int64_t ranks) {
+  char paced[48] = "";
+  if (pt_check_ms > 0)
+    snprintf(paced, sizeof(paced), " %d ms apart", pt_check_ms);
   printf("PyTorch's store traffic, %" PRId64 " ranks (%" PRId64
-         " ids, 60 checks a rank, 5 state reads an agent; torch 2.x's "
+         " ids, 60 checks a rank%s, 5 state reads an agent; torch 2.x's "
          "protocol, the same C clients):\n", ranks,
-         (ranks + 127) / 128);
+         (ranks + 127) / 128, paced);
   printf("  %-24s %8s %8s %8s %8s %9s %12s %11s %12s\n", "server", "wall s",
          "root wait", "get", "mget", "root sum", "root bytes",
          "node frames", "node bytes");
@@ -77,6 +84,10 @@ void bench_inc_print_pattern_table(const struct inc_result *rs, int n,
            r->root_mget, r->root_wait + r->root_get + r->root_mget,
            r->root_bytes, r->node_msgs, r->node_bytes,
            r->verified ? "" : "  FAILED (see above)");
+    if (r->server != S_FLAT)
+      printf("  %-24s %8s pings %" PRId64 ", invalidation polls %" PRId64
+             " (leases ride on pings)\n", "", "", r->root_ping,
+             r->root_inval);
   }
   fflush(stdout);
 }
@@ -110,12 +121,16 @@ json_t *bench_inc_result_json(const struct inc_result *r,
   if (r->pytorch) {
     json_object_set_new(
         j, "root",
-        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "requests_wait_get_mget",
+        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+                  "requests_wait_get_mget",
                   (json_int_t)(r->root_wait + r->root_get + r->root_mget),
                   "wait", (json_int_t)r->root_wait, "get",
                   (json_int_t)r->root_get, "mget", (json_int_t)r->root_mget,
-                  "frames", (json_int_t)r->root_msgs, "bytes",
+                  "ping", (json_int_t)r->root_ping, "inval",
+                  (json_int_t)r->root_inval, "frames",
+                  (json_int_t)r->root_msgs, "bytes",
                   (json_int_t)r->root_bytes));
+    json_object_set_new(j, "check_period_ms", json_integer(pt_check_ms));
     json_object_set_new(j, "busiest_node",
                         json_pack("{s:I,s:I}", "frames",
                                   (json_int_t)r->node_msgs, "bytes",
@@ -175,3 +190,68 @@ int bench_inc_plot(const char *png, const struct inc_result *rs, int n) {
   return rc == 0 ? 0 : -1;
 }
 
+
+/* --pytorch's plot beside png (PNG-pytorch.png): the root's read
+ * requests (wait, get, multi_get and check) and its bytes against N, for
+ * rdzvd flat, tree and tree without copies (log-log). 0 or -1. */
+int bench_inc_plot_pytorch(const char *png, const struct inc_result *rs,
+                           int n) {
+  static const int servers[] = {S_FLAT, S_TREE, S_TREE_NC};
+  char out[300], dat[] = "/tmp/rdzv-bench-ptplot-XXXXXX";
+  size_t l = strlen(png);
+  if (l > 4 && strcmp(png + l - 4, ".png") == 0)
+    l -= 4;
+  snprintf(out, sizeof(out), "%.*s-pytorch.png", (int)l, png);
+  int fd = mkstemp(dat);
+  if (fd < 0)
+    return -errno;
+  FILE *f = fdopen(fd, "w");
+  if (f == NULL) {
+    close(fd);
+    unlink(dat);
+    return -1;
+  }
+  for (size_t k = 0; k < sizeof(servers) / sizeof(servers[0]); k++) {
+    int any = 0;
+    fprintf(f, "# %s\n", server_names[servers[k]]);
+    for (int i = 0; i < n; i++) {
+      const struct inc_result *r = &rs[i];
+      if (r->server != servers[k] || r->skipped || !r->verified ||
+          !r->pytorch)
+        continue;
+      int64_t reads = r->root_wait + r->root_get + r->root_mget;
+      fprintf(f, "%" PRId64 " %" PRId64 " %" PRId64 "\n", r->ranks,
+              reads > 0 ? reads : 1, r->root_bytes > 0 ? r->root_bytes : 1);
+      any = 1;
+    }
+    if (!any)
+      fprintf(f, "NaN NaN NaN\n");
+    fprintf(f, "\n\n");
+  }
+  fclose(f);
+  FILE *g = popen("gnuplot >/dev/null 2>&1", "w");
+  if (g == NULL) {
+    unlink(dat);
+    return -errno;
+  }
+  fprintf(g, "set terminal png size 1100,450 noenhanced\n"
+             "set output '%s'\n"
+             "set multiplot layout 1,2 title \"PyTorch's own store traffic "
+             "(ids, checks, state reads): the root's load\"\n"
+             "set logscale xy\nset grid\nset key top left font ',9'\n"
+             "set xlabel 'ranks'\n", out);
+  for (int panel = 0; panel < 2; panel++) {
+    fprintf(g, "set ylabel \"%s\"\nplot ",
+            panel == 0 ? "root's wait+get+multi_get+check requests"
+                       : "root's bytes in and out");
+    for (size_t k = 0; k < sizeof(servers) / sizeof(servers[0]); k++)
+      fprintf(g, "%s'%s' index %zu using 1:%d with linespoints lt %d pt 7 "
+                 "title '%s'", k ? ", " : "", dat, k, panel + 2,
+              servers[k] + 1, server_titles[servers[k]]);
+    fprintf(g, "\n");
+  }
+  fprintf(g, "unset multiplot\n");
+  int rc = pclose(g);
+  unlink(dat);
+  return rc == 0 ? 0 : -1;
+}

@@ -433,6 +433,7 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
    * hello, and a node seconds to get its turn: the run's own deadline
    * bounds the wait instead. */
   cfg.connect_timeout_ms = 30000;
+  cfg.hello_timeout_ms = 30000;
   cfg.upstream_timeout_ms = (uint32_t)(o->timeout_s * 1000);
   if (o->tcpstore) { /* the incumbents' mode: PyTorch's protocol too */
     char pf[256];

@@ -60,6 +60,7 @@ struct ts_rank {
   int64_t mg_pos;       /* offset in the current blob */
   bool mg_ok;
   int reps;             /* GETs or CHECKs done in this step */
+  double check_at;      /* > 0: the next paced check is due then */
 };
 
 struct ts_driver {
@@ -68,6 +69,8 @@ struct ts_driver {
   struct ts_rank *rs;
   int64_t n, ndone, nfail, nretry;
   int conns; /* connections a rank: 1 or 2 */
+  double check_s; /* --pt-check-ms in seconds (0: checks back to back) */
+  int64_t npaced; /* ranks waiting for their next paced check */
   int ep;
   double t_go;
 };
@@ -88,5 +91,10 @@ int ts_pt_prepare(struct ts_driver *dv);
 int ts_pt_advance(struct ts_driver *dv, struct ts_rank *r,
                   const struct rdzv_ts_reply *rep);
 int ts_pt_stream(struct ts_driver *dv, struct ts_rank *r);
+/* The same on p[0..n), read straight from the socket: *used bytes. */
+int ts_pt_stream_buf(struct ts_driver *dv, struct ts_rank *r,
+                     const uint8_t *p, size_t n, size_t *used);
+/* r's paced check is due (r->check_at passed): sends it, or ends r. */
+int ts_pt_check_due(struct ts_driver *dv, struct ts_rank *r);
 
 #endif

@@ -77,20 +77,36 @@ static void stream_start(struct ts_rank *r, enum ts_step step,
 static int pt_after_ids(struct ts_driver *dv, struct ts_rank *r);
 static int pt_state(struct ts_driver *dv, struct ts_rank *r);
 
-/* The heartbeat monitor's checks, then done. */
+/* The heartbeat monitor's checks, then done. With --pt-check-ms the
+ * checks after the first wait that long apart (the monitor checks once a
+ * second): the steady state, in which a tree's root should see none. */
 static int pt_checks(struct ts_driver *dv, struct ts_rank *r) {
   static const struct rdzv_slice dump = {(const uint8_t *)"/dump", 5};
   if (r->step != T_CHECK) {
     r->step = T_CHECK;
     r->reps = 0;
+    r->check_at = 0;
   }
-  if (r->reps++ < PT_CHECKS)
+  if (r->reps < PT_CHECKS) {
+    if (dv->check_s > 0 && r->reps > 0 && r->check_at == 0) {
+      r->check_at = bench_now() + dv->check_s;
+      dv->npaced++;
+      return 0; /* nothing awaited until then */
+    }
+    r->check_at = 0;
+    r->reps++;
     return put_keys(r, RDZV_TS_CHECK, &dump, 1);
+  }
   r->step = T_DONE;
   r->expect = 0;
   r->t_done = bench_now();
   dv->ndone++;
   return 0;
+}
+
+int ts_pt_check_due(struct ts_driver *dv, struct ts_rank *r) {
+  dv->npaced--;
+  return pt_checks(dv, r);
 }
 
 /* A streamed reply's blob i is complete (len bytes, content checked as
@@ -141,13 +157,14 @@ static int64_t pt_blob_len(const struct ts_driver *dv,
   return r->step == T_STATE_GET ? state_bytes(dv) : BENCH_INC_UID_BYTES;
 }
 
-/* Consumes what r->in holds of a streamed reply. */
-int ts_pt_stream(struct ts_driver *dv, struct ts_rank *r) {
+/* Consumes p[0..n) of a streamed reply, up to its end: *used bytes. */
+int ts_pt_stream_buf(struct ts_driver *dv, struct ts_rank *r,
+                     const uint8_t *p, size_t n, size_t *used) {
   size_t off = 0;
   int rc = 0;
-  while (rc == 0 && off < r->in_len && r->mg_left > 0) {
+  while (rc == 0 && off < n && r->mg_left > 0) {
     if (r->mg_nhdr < 8) {
-      r->mg_hdr[r->mg_nhdr++] = r->in[off++];
+      r->mg_hdr[r->mg_nhdr++] = p[off++];
       if (r->mg_nhdr == 8) {
         r->mg_body = (int64_t)rdzv_load_u64le(r->mg_hdr);
         r->mg_pos = 0;
@@ -155,11 +172,11 @@ int ts_pt_stream(struct ts_driver *dv, struct ts_rank *r) {
           r->mg_ok = false;
       }
     } else {
-      size_t k = r->in_len - off;
+      size_t k = n - off;
       if ((int64_t)k > r->mg_body - r->mg_pos)
         k = (size_t)(r->mg_body - r->mg_pos);
       for (size_t i = 0; i < k && r->mg_ok; i++)
-        r->mg_ok = pt_byte_ok(dv, r, r->mg_pos + (int64_t)i, r->in[off + i]);
+        r->mg_ok = pt_byte_ok(dv, r, r->mg_pos + (int64_t)i, p[off + i]);
       off += k;
       r->mg_pos += (int64_t)k;
     }
@@ -169,6 +186,14 @@ int ts_pt_stream(struct ts_driver *dv, struct ts_rank *r) {
       rc = pt_blob_done(dv, r);
     }
   }
+  *used = off;
+  return rc;
+}
+
+/* Consumes what r->in holds of a streamed reply. */
+int ts_pt_stream(struct ts_driver *dv, struct ts_rank *r) {
+  size_t off = 0;
+  int rc = ts_pt_stream_buf(dv, r, r->in, r->in_len, &off);
   memmove(r->in, r->in + off, r->in_len - off);
   r->in_len -= off;
   return rc;
