@@ -243,7 +243,7 @@ if [ -r "$conf" ]; then
     { [ -n "$flags" ] || ! grep -qi '^[[:space:]]*include[[:space:]]' "$conf"; }; then
     fail "slurm.conf ($conf) lacks PrologFlags=Alloc (PrologFlags=${flags:-none})." \
       "rdzv's Prolog must run on every host of a job at allocation: add" \
-      "PrologFlags=Alloc and restart slurmd (README.md, Slurm)."
+      "PrologFlags=Alloc and restart slurmd (docs/slurm.md)."
   fi
 fi
 if ! pos=$("$ctl" tree-position --fanout "$fanout" "$nodelist" "$me" 2>&1); then

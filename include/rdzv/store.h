@@ -197,7 +197,7 @@ int rdzv_store_collective_give_up(rdzv_client_t *c, const char *name,
 
 /* Statistics of the server this handle is connected to: *json is one JSON
  * object (malloc'd, NUL-terminated; free with rdzv_free). Its shape is
- * documented in README.md ("stats"). */
+ * documented in docs/reference/rdzvd.md ("stats"). */
 int rdzv_store_stats(rdzv_client_t *c, char **json, double timeout_s);
 
 #ifdef __cplusplus

@@ -1,6 +1,6 @@
 #!/bin/bash
 # rdzvctl against a real root and one node: commands, output formats and
-# exit statuses (README "CLI"). Every check prints what it ran on failure.
+# exit statuses (docs/reference/rdzvctl.md). Every check prints what it ran on failure.
 set -u
 ctl_bin=$PWD/tools/rdzvctl
 rdzvd=$PWD/tools/rdzvd

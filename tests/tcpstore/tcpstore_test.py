@@ -794,7 +794,7 @@ def stack_checks():
         with tempfile.TemporaryDirectory() as tmp:
             for port in (args.port_a, args.port_b):
                 # -r 1 -t 1: Debian's 1.13 launcher fails on Python 3.11
-                # without them (see the README).
+                # without them (see docs/pytorch.md).
                 f = open(os.path.join(tmp, "agent%d" % port), "w+b")
                 procs.append((subprocess.Popen(
                     [sys.executable, "-m", "torch.distributed.run", "-r", "1",
@@ -832,7 +832,7 @@ def stack_checks():
                "worker %s TORCHELASTIC_USE_AGENT_STORE" % r)
             expect(kv["port"] not in (str(args.port_a), str(args.port_b)),
                    "worker %s's MASTER_PORT %s is a node's front end: torch "
-                   "changed; update the README" % (r, kv["port"]))
+                   "changed; update docs/pytorch.md" % (r, kv["port"]))
         rc, out, err = ctl("a", "get", "/torch.rendezvous.%s.0/MASTER_PORT"
                            % run_id)
         eq((rc, out.strip()), (0, workers["0"]["port"]),

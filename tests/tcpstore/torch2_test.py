@@ -678,7 +678,7 @@ def torchrun_checks():
         eq(w["use_agent_store"], "True", "TORCHELASTIC_USE_AGENT_STORE")
         expect(w["master_port"] not in ports,
                "the workers' MASTER_PORT %s is an rdzv front end: torch "
-               "changed; update the README" % w["master_port"])
+               "changed; update docs/pytorch.md" % w["master_port"])
         expect(any("MASTER_ADDR" in k for k in mine) and
                any("MASTER_PORT" in k for k in mine),
                "the bootstrap address keys are not in rdzv: %s" % mine)

@@ -15,7 +15,7 @@
  *   3. the model (bench_delay_model) for the same shape and delay, and
  *      its projection to 100,000 and 1,000,000 ranks at --rtt-us.
  * It prints one row per delay and writes them, with the projections, as
- * JSON (README.md, "The projection checked against latency"). */
+ * JSON (docs/benchmarks.md, "The projection checked against latency"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

@@ -14,7 +14,7 @@
  * own store traffic instead (ts_pattern.c) to rdzvd flat, tree, and
  * tree-nocopies (nodes started --cache-mutable no), and each run reports
  * the root's wait/get/mget requests and bytes and the busiest node's
- * frames. See incumbents.h and README ("The incumbents", "PyTorch's own
+ * frames. See incumbents.h and docs/benchmarks.md ("The incumbents", "PyTorch's own
  * store traffic"). */
 #include "tools/bench/incumbents.h"
 

@@ -4,7 +4,7 @@
  * and in flat mode (every rank straight to one server, as with PyTorch's
  * TCPStore), and reports time to complete, messages and bytes at the root
  * and at the busiest node, peak memory, and a projection to a real
- * cluster. See usage() and README.md ("The main job"). */
+ * cluster. See usage() and docs/benchmarks.md ("The main job"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

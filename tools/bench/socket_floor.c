@@ -1,5 +1,5 @@
 /* rdzv-socket-floor: what the tree's socket traffic alone costs on this
- * machine (a benchmark, not a test; see README.md, "The socket floor").
+ * machine (a benchmark, not a test; see docs/benchmarks.md, "The socket floor").
  *
  *   rdzv-socket-floor [--hosts N] [--fanout F] [--procs P]
  *                     [--table-bytes B] [--ranks-per-host R]

@@ -42,7 +42,7 @@
  *   PING, VALIDATE          -> answered here (echo; nothing);
  *   QUEUE_PUSH/POP/LEN      -> not served (closed): the tree has no FIFO
  *                              with an atomic pop, nor a wait that a push
- *                              ends for one waiter (README).
+ *                              ends for one waiter (docs/pytorch.md).
  * Any failure (unknown opcode, limits, an error answer such as a
  * non-numeric ADD) closes that connection only, the protocol's only way
  * to report one. Idle connections are never closed (a torch 1.13 client
@@ -613,7 +613,7 @@ static void parse_all(struct ts_conn *t) {
         q.op == RDZV_TS_QUEUE_LEN) {
       char why[160];
       snprintf(why, sizeof(why), "%s: not served (PyTorch's queues need a "
-               "FIFO the tree does not have; see the README)",
+               "FIFO the tree does not have; see docs/pytorch.md)",
                rdzv_ts_op_name(q.op));
       t->broke_rule = true;
       ts_close(t, why);

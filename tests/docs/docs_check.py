@@ -1,0 +1,88 @@
+"""Checks the documentation (//tests/docs:docs_test).
+
+links ROOT FILE...: every relative Markdown link [text](target) in FILEs
+  (outside fenced code) names a file that exists under ROOT, and, with a
+  #fragment, a heading of that file whose GitHub anchor is the fragment.
+  Prints each bad link; exits 1 when there is one.
+blocks FILE NAME: prints the fenced blocks of FILE that follow a line
+  "<!-- doctest: NAME -->", in order, as one script.
+"""
+import os
+import re
+import sys
+
+LINK = re.compile(r'\[[^\]]*\]\(([^)\s]+)\)')
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped,
+    spaces to hyphens."""
+    h = heading.strip().lower()
+    h = re.sub(r'[^\w\- ]', '', h)
+    return h.replace(' ', '-')
+
+
+def prose_lines(path: str):
+    fence = False
+    with open(path, encoding='utf-8') as f:
+        for n, line in enumerate(f, 1):
+            if line.startswith('```'):
+                fence = not fence
+                continue
+            if not fence:
+                yield n, line
+
+
+def anchors(path: str) -> set:
+    out = set()
+    for _, line in prose_lines(path):
+        m = re.match(r'^#{1,6} (.*)$', line)
+        if m:
+            out.add(anchor(m.group(1)))
+    return out
+
+
+def links(root: str, files: list) -> int:
+    bad = 0
+    checked = 0
+    for f in files:
+        for n, line in prose_lines(os.path.join(root, f)):
+            for target in LINK.findall(line):
+                if re.match(r'^[a-z]+:', target):
+                    print(f'{f}:{n}: a link out of the repository: {target}')
+                    bad += 1
+                    continue
+                path, _, frag = target.partition('#')
+                full = os.path.normpath(os.path.join(root, os.path.dirname(f),
+                                                     path)) if path else \
+                    os.path.join(root, f)
+                checked += 1
+                if not os.path.exists(full):
+                    print(f'{f}:{n}: {target}: no such file')
+                    bad += 1
+                elif frag and full.endswith('.md') and \
+                        frag not in anchors(full):
+                    print(f'{f}:{n}: {target}: no such heading')
+                    bad += 1
+    print(f'{checked} links checked in {len(files)} files, {bad} bad')
+    return 1 if bad or checked == 0 else 0
+
+
+def blocks(path: str, name: str) -> int:
+    text = open(path, encoding='utf-8').read()
+    found = re.findall(r'<!-- doctest: ' + re.escape(name) +
+                       r' -->\n```[a-z]*\n(.*?)```', text, re.S)
+    if not found:
+        print(f'{path}: no block marked "doctest: {name}"', file=sys.stderr)
+        return 1
+    sys.stdout.write(''.join(found))
+    return 0
+
+
+if __name__ == '__main__':
+    if len(sys.argv) >= 3 and sys.argv[1] == 'links':
+        sys.exit(links(sys.argv[2], sys.argv[3:]))
+    if len(sys.argv) == 4 and sys.argv[1] == 'blocks':
+        sys.exit(blocks(sys.argv[2], sys.argv[3]))
+    print(__doc__, file=sys.stderr)
+    sys.exit(2)

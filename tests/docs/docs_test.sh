@@ -1,0 +1,51 @@
+#!/bin/bash
+# The documentation checked (tests/docs/BUILD says what). Needs python3,
+# and /usr/bin/python3 with torch for the quick start's PyTorch block
+# (tools/install-deps.sh installs Debian's python3-torch).
+set -u
+src=$PWD
+check="python3 $src/tests/docs/docs_check.py"
+fails=0
+
+files=(README.md CHANGELOG.md)
+while IFS= read -r f; do files+=("$f"); done < <(cd "$src" && find docs -name '*.md' | sort)
+if $check links "$src" "${files[@]}"; then
+  echo "ok: links"
+else
+  echo "FAIL: links"
+  fails=$((fails + 1))
+fi
+
+# The quick start, as a user runs it from the checkout after building:
+# bazel-bin/tools/ holds the binaries.
+work=$(mktemp -d /tmp/rdzv-docs-test-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/bazel-bin"
+ln -s "$src/tools" "$work/bazel-bin/tools"
+$check blocks "$src/README.md" quickstart > "$work/quickstart.sh" || fails=$((fails + 1))
+out=$(cd "$work" && timeout -k 5 300 bash -eu quickstart.sh 2>"$work/err")
+rc=$?
+echo "$out"
+# What the README says the blocks print: the key read back through the
+# other node, each rank's assignment and the ids' agreement, the PyTorch
+# key read by torch and by rdzvctl.
+want=("hello" "rank 0 of 4: local rank 0 of 2, node 0 of 2"
+      "rank 3 of 4: local rank 1 of 2, node 1 of 2"
+      "ids identical on all 4 ranks" "through the tree")
+bad=$([ "$rc" = 0 ] && echo 0 || echo 1)
+for w in "${want[@]}"; do
+  grep -qF -- "$w" <<<"$out" || { echo "missing from the output: [$w]"; bad=1; }
+done
+if [ "$(grep -c '^through the tree$' <<<"$out")" != 2 ]; then
+  echo "want 'through the tree' twice (torch, then rdzvctl)"
+  bad=1
+fi
+if [ "$bad" = 0 ]; then
+  echo "ok: the README's quick start"
+else
+  echo "FAIL: the README's quick start (status $rc); its stderr:"
+  tail -n 40 "$work/err"
+  fails=$((fails + 1))
+fi
+[ "$fails" = 0 ] && echo "docs_test: PASS" || echo "docs_test: FAIL"
+[ "$fails" = 0 ]
