@@ -465,6 +465,38 @@ static const char *addr_hint(const char *addr) {
          "1..65535 (an IPv6 host in brackets)";
 }
 
+/* How long a Unix socket path that does not exist is waited for: a daemon
+ * being started makes it within that; a mistyped path fails fast. */
+#define SOCKET_APPEAR_MS 2000
+
+/* --addr unix:PATH with no PATH: waits up to SOCKET_APPEAR_MS (or the
+ * command's deadline, if sooner) for it to appear, then fails with exit 4
+ * naming it, rather than retrying until the deadline (30 s by default). */
+static int wait_for_socket(struct ctl *ctl) {
+  if (strncmp(ctl->addr, "unix:", 5) != 0)
+    return EXIT_OK;
+  const char *path = ctl->addr + 5;
+  struct stat st;
+  double waited = 0, limit = SOCKET_APPEAR_MS / 1000.0;
+  double left = remaining(ctl);
+  if (left < limit)
+    limit = left;
+  while (stat(path, &st) < 0 && errno == ENOENT) {
+    if (waited >= limit) {
+      fprintf(stderr,
+              "rdzvctl: could not connect to %s: no such socket (nothing "
+              "appeared there within %.1f s: check --addr or RDZV_ADDR, and "
+              "that rdzvd runs with --unix %s)\n",
+              ctl->addr, limit, path);
+      return EXIT_CONNECT;
+    }
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    waited += 0.05;
+  }
+  return EXIT_OK;
+}
+
 /* Creates the handle and connects, so that "could not connect" (exit 4)
  * stays apart from "connected, but the command's deadline passed"
  * (exit 3). */
@@ -490,6 +522,9 @@ static int open_client(struct ctl *ctl) {
     report(ctl, "", err);
     return EXIT_FAILED;
   }
+  err = wait_for_socket(ctl); /* the address is valid: created */
+  if (err != EXIT_OK)
+    return err;
   err = rdzv_client_connect(ctl->client, remaining(ctl));
   if (err < 0) {
     fprintf(stderr, "rdzvctl: could not connect to %s: %s [%s] (%s)\n",

@@ -382,10 +382,35 @@ static const struct opt *find_opt(const char *name, size_t len) {
 }
 
 void rdzv_config_usage(FILE *out) {
-  fprintf(out, "usage: rdzvd [--option value]...\n\n");
+  int wn = 0, we = 0, wd = 2;
+  for (size_t i = 0; i < NOPTS; i++) {
+    int n = (int)strlen(opts[i].name), e = (int)strlen(opts[i].env),
+        d = (int)strlen(opts[i].def);
+    wn = n > wn ? n : wn;
+    we = e > we ? e : we;
+    wd = d > wd ? d : wd;
+  }
+  fprintf(out,
+          "usage: rdzvd [--option value | --option=value]...\n"
+          "       rdzvd --help | --version\n\n"
+          "rdzvd is rdzv's daemon: the root of a job's tree (--role root, the\n"
+          "truth of each job, in memory or on etcd) or a node agent on a host\n"
+          "(--role node --parent ADDR: serves that host's ranks, caches,\n"
+          "coalesces and combines for them). Every option can also come from\n"
+          "its environment variable; the command line wins.\n\n"
+          "example: rdzvd --role root --listen 0.0.0.0:29400 &\n"
+          "         rdzvd --role node --parent root-host:29400 "
+          "--unix /run/rdzv/node.sock\n\n"
+          "  %-*s %-*s %-*s  %s\n",
+          wn + 2, "option", we, "variable", wd + 8, "default", "meaning");
   for (size_t i = 0; i < NOPTS; i++)
-    fprintf(out, "  --%-18s %-24s default %-12s %s\n", opts[i].name,
-            opts[i].env, opts[i].def[0] ? opts[i].def : "\"\"", opts[i].help);
+    fprintf(out, "  --%-*s %-*s default %-*s  %s\n", wn, opts[i].name, we,
+            opts[i].env, wd, opts[i].def[0] ? opts[i].def : "\"\"",
+            opts[i].help);
+  fprintf(out, "  --%-*s %-*s %-*s  %s\n", wn, "help", we, "", wd + 8, "",
+          "print this text on stdout and exit 0");
+  fprintf(out, "  --%-*s %-*s %-*s  %s\n", wn, "version", we, "", wd + 8, "",
+          "print the release and the wire protocol version and exit 0");
 }
 
 /* Sets each option of argv; given[k] is set for each opts[k] it names. */

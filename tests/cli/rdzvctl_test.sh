@@ -50,6 +50,17 @@ else
   echo "ok: rdzvctl --version"
 fi
 
+# A Unix socket that is not there: exit 4 naming it, after a short wait
+# for a daemon being started (not the command's whole deadline).
+"$ctl_bin" --addr "unix:$dir/absent.sock" --job cli get k 2>"$dir/err"
+rc=$?
+if [ "$rc" = 4 ] && grep -qF "unix:$dir/absent.sock: no such socket" "$dir/err"; then
+  echo "ok: rdzvctl on a socket that does not exist"
+else
+  echo "FAIL: rdzvctl on a socket that does not exist: status $rc, stderr [$(cat "$dir/err")]"
+  fails=$((fails + 1))
+fi
+
 expect 0 "" set k v1
 expect 0 "v1" get k
 expect 1 "" get nope

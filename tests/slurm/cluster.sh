@@ -117,12 +117,21 @@ for i in $(seq "$N"); do
   mkdir -p "$D/spool/n$i"
   slurmd -f "$SLURM_CONF" -N "n$i"
 done
-for _ in $(seq 200); do
-  if [ "$(sinfo -h -o '%D %T' 2>/dev/null)" = "$N idle" ]; then
+# Bounded by time, not by tries: a query of a slurmctld that died at start
+# can itself hang (each sinfo gets 5 s).
+deadline=$((SECONDS + 30))
+while [ "$SECONDS" -lt "$deadline" ]; do
+  pid=$(cat "$D/slurmctld.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+    echo "cluster.sh: slurmctld (pid $pid) died at start; its log:" >&2
+    tail -n 20 "$D/log/slurmctld.log" >&2 || true
+    exit 1
+  fi
+  if [ "$(timeout 5 sinfo -h -o '%D %T' 2>/dev/null)" = "$N idle" ]; then
     exit 0
   fi
   sleep 0.1
 done
-echo "cluster.sh: the cluster is not idle after 20 s:" >&2
-sinfo -N >&2 || true
+echo "cluster.sh: the cluster is not idle after 30 s:" >&2
+timeout 5 sinfo -N >&2 || true
 exit 1
