@@ -2,8 +2,9 @@
 # Slurm TaskProlog: what it prints as "export NAME=value" lands in each
 # task's environment, so ranks find their host's node, their job id and
 # the job's secret (rdzv_rendezvous_opts_from_env reads RDZV_ADDR and
-# RDZV_JOB, the client library RDZV_SECRET_FILE; local rank and sizes come
-# from SLURM_LOCALID / SLURM_NTASKS).
+# RDZV_JOB, the client library RDZV_SECRET_FILE), and what PyTorch's
+# env:// reads (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; with
+# RDZV_TCPSTORE=1 MASTER_ADDR and MASTER_PORT).
 # Settings as in prolog.sh ($RDZV_SETTINGS, default /etc/default/rdzv).
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 settings=${RDZV_SETTINGS:-/etc/default/rdzv}
@@ -20,6 +21,36 @@ echo "export RDZV_HOST=${RDZV_HOSTNAME:-${SLURMD_NODENAME:-$(hostname -s)}}"
 # which would show in every process's environment).
 if [ "${RDZV_AUTH:-required}" != off ]; then
   echo "export RDZV_SECRET_FILE=${RDZV_RUN_DIR:-/run/rdzv}/${SLURM_JOB_ID}.secret"
+fi
+# What torch's env:// and torchrun-style scripts read, from Slurm's own
+# variables of this task (an unmodified init_process_group() under srun
+# then needs nothing else): RANK and WORLD_SIZE are the task's place in
+# the step, LOCAL_RANK and LOCAL_WORLD_SIZE its place on this host.
+# LOCAL_WORLD_SIZE is this host's entry of SLURM_STEP_TASKS_PER_NODE
+# ("4(x3),2": three hosts of 4 tasks, then one of 2), by SLURM_NODEID.
+tasks_here() {
+  local list=$1 want=$2 i=0 item n reps
+  local IFS=,
+  for item in $list; do
+    n=${item%%(*}
+    reps=1
+    case $item in *"(x"*) reps=${item#*(x}; reps=${reps%)} ;; esac
+    if [ "$want" -lt $((i + reps)) ]; then
+      echo "$n"
+      return 0
+    fi
+    i=$((i + reps))
+  done
+  return 1
+}
+[ -n "${SLURM_PROCID:-}" ] && echo "export RANK=$SLURM_PROCID"
+ntasks=${SLURM_STEP_NUM_TASKS:-${SLURM_NTASKS:-}}
+[ -n "$ntasks" ] && echo "export WORLD_SIZE=$ntasks"
+[ -n "${SLURM_LOCALID:-}" ] && echo "export LOCAL_RANK=$SLURM_LOCALID"
+per_node=${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-}}
+if [ -n "$per_node" ] && [ -n "${SLURM_NODEID:-}" ] &&
+  local_n=$(tasks_here "$per_node" "$SLURM_NODEID"); then
+  echo "export LOCAL_WORLD_SIZE=$local_n"
 fi
 # With RDZV_TCPSTORE=1 the node also speaks PyTorch's TCPStore protocol:
 # every rank is a client of its own host's node (torch's env:// then

@@ -1,7 +1,8 @@
 # One Slurm task of tests/slurm/slurm_test.sh's torch job: gloo
-# init_process_group through env:// (MASTER_ADDR/MASTER_PORT: this host's
-# rdzv node's TCPStore front end, exported by deploy/slurm/task-prolog.sh,
-# with TORCHELASTIC_USE_AGENT_STORE so that no rank starts a server), then
+# init_process_group through env:// with no arguments but the backend
+# (RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT: this host's rdzv node's
+# TCPStore front end, all exported by deploy/slurm/task-prolog.sh, with
+# TORCHELASTIC_USE_AGENT_STORE so that no rank starts a server), then
 # an all_reduce of rank+1 over every task. Prints "all_reduce ok RANK SUM".
 import os
 import sys
@@ -9,10 +10,18 @@ import sys
 import torch
 import torch.distributed as dist
 
+# The TaskProlog's RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE agree
+# with Slurm's own (4 tasks a host here), and init_process_group reads
+# them itself: the call is what an unmodified script makes.
 rank = int(os.environ["SLURM_PROCID"])
 world = int(os.environ["SLURM_NTASKS"])
-dist.init_process_group("gloo", init_method="env://", rank=rank,
-                        world_size=world)
+want = {"RANK": str(rank), "WORLD_SIZE": str(world),
+        "LOCAL_RANK": os.environ["SLURM_LOCALID"], "LOCAL_WORLD_SIZE": "4"}
+got = {k: os.environ.get(k) for k in want}
+if got != want:
+    print(f"env wrong {rank} {got} != {want}", flush=True)
+    sys.exit(1)
+dist.init_process_group("gloo", init_method="env://")
 t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
 want = world * (world + 1) / 2
