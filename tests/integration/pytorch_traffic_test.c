@@ -13,7 +13,9 @@
  *   - the flat root gets a request per rank and step (O(ranks)), and the
  *     tree without copies more than the tree with them;
  *   - with the checks paced (--pt-check-ms 600, the steady state, past
- *     the copies' lease), the tree's root gets no more than that either.
+ *     the copies' lease), the tree's root gets no more than that either;
+ *   - with torchrun's keep-alive writes (--pt-keepalive on) the state key
+ *     does not thrash: invalidations at most a tenth of the writes.
  * Counts only; no time is asserted. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,8 +125,32 @@ static void test_steady_checks(void **state) {
   json_decref(a);
 }
 
+/* torchrun's keep-alive (--pt-keepalive on): every agent's read of the
+ * state followed by a compare_set of it, 32 agents (256 ranks, 8 a
+ * host) 5 times each: the key is written as often as read. It must not
+ * thrash: after a write invalidates the copies, the key is not granted
+ * again for the cooldown (1 s), so the root sends a few invalidations,
+ * not one per write. */
+static void test_keepalive_no_thrash(void **state) {
+  (void)state;
+  static const char *const ka[] = {"--pt-keepalive", "on",
+                                   "--pytorch-servers", "tree", NULL};
+  json_t *a = run("256", "8", ka);
+  json_t *r = row(a, "tree");
+  assert_true(json_is_true(json_object_get(r, "verified")));
+  json_t *root = json_object_get(r, "root");
+  int64_t cas = json_integer_value(json_object_get(root, "cas"));
+  int64_t inv = json_integer_value(json_object_get(root, "invalidations_sent"));
+  printf("keep-alive: %lld compare_sets at the root, %lld invalidations "
+         "sent\n", (long long)cas, (long long)inv);
+  assert_int_equal(cas, 32 * 5);
+  assert_true(inv * 10 <= cas);
+  json_decref(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_keepalive_no_thrash),
       cmocka_unit_test(test_root_requests),
       cmocka_unit_test(test_steady_checks),
   };

@@ -65,6 +65,8 @@ static unsigned pt_servers_mask =
     (1u << S_FLAT) | (1u << S_TREE) | (1u << S_TREE_NC);
 /* --pt-check-ms: the heartbeat checks' period (0: back to back). */
 int pt_check_ms = 0;
+/* --pt-keepalive: each agent's state read followed by a compare_set. */
+int pt_keepalive = 0;
 static int inc_pin = 1;
 /* TCPStore connections a rank: 1 (as torch 2.x's client), or 2 (as torch
  * 1.13's: its idle callback connection too; its own server resets
@@ -103,7 +105,10 @@ const char *bench_inc_usage(void) {
          "       [--pytorch-servers flat,tree,tree-nocopies] (default all)\n"
          "       [--pt-check-ms MS] (the checks MS apart, as the heartbeat\n"
          "       monitor's once a second: the steady state; default 0,\n"
-         "       back to back; give --timeout past 60 checks' time)\n";
+         "       back to back; give --timeout past 60 checks' time)\n"
+         "       [--pt-keepalive on|off] (each state read followed by a\n"
+         "       compare_set of it, as torchrun's keep-alive: a key written\n"
+         "       as often as read; default off)\n";
 }
 
 int bench_inc_given(void) { return inc_nn >= 0 || pt_nn > 0; }
@@ -158,6 +163,9 @@ int bench_inc_option(const char *k, const char *v) {
         pt_ns[pt_nn++] = n;
       p = end != NULL && *end == ',' ? end + 1 : end;
     }
+  } else if (strcmp(k, "--pt-keepalive") == 0) {
+    bad = strcmp(v, "on") != 0 && strcmp(v, "off") != 0;
+    pt_keepalive = strcmp(v, "on") == 0;
   } else if (strcmp(k, "--pt-check-ms") == 0) {
     char *end = NULL;
     long ms = strtol(v, &end, 10);
@@ -582,6 +590,9 @@ static void server_stats(struct inc_run *rn, struct inc_result *r) {
       r->root_mget = jint(ops, "mget");
       r->root_ping = jint(ops, "ping");
       r->root_inval = jint(ops, "inval");
+      r->root_cas = jint(ops, "cas");
+      r->root_invals_sent = jint(j, "root_invalidations_sent");
+      r->root_write_waits = jint(j, "root_write_waits");
     }
     if (jint(j, "max_node_msgs") > r->node_msgs) {
       r->node_msgs = jint(j, "max_node_msgs");
@@ -639,6 +650,7 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
   char pc[16];
   snprintf(pc, sizeof(pc), "%d", pt_check_ms);
   setenv("RDZV_BENCH_PT_CHECK_MS", pc, 1);
+  setenv("RDZV_BENCH_PT_KEEPALIVE", pt_keepalive ? "1" : "0", 1);
   bool have_etcd = system("command -v etcd >/dev/null 2>&1") == 0;
   for (int i = 0; i < inc_nn; i++) {
     for (int s = 0; s < S_COUNT; s++) {

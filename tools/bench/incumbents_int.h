@@ -26,6 +26,9 @@ struct inc_result {
   int64_t root_msgs, root_bytes, root_wait, root_get, root_mget;
   int64_t root_ping, root_inval; /* pings (leases ride on them) and the
                                     children's invalidation polls */
+  int64_t root_cas;               /* compare_sets (--pt-keepalive) */
+  int64_t root_invals_sent, root_write_waits; /* the root's copies: keys
+                     invalidated, writes that waited for invalidations */
   int64_t node_msgs, node_bytes; /* the busiest node's */
   double wall_s, p50_s, p99_s, cpu_s;
   int64_t rss, rss_start; /* summed over the server's processes */
@@ -33,6 +36,8 @@ struct inc_result {
 
 /* --pt-check-ms: the heartbeat checks' period (0: back to back). */
 extern int pt_check_ms;
+/* --pt-keepalive: each agent's state read followed by a compare_set. */
+extern int pt_keepalive;
 /* TCPStore connections a rank (--tcpstore-conns). */
 extern int inc_conns;
 /* Whether clients and servers are pinned to CPUs 0 and 1. */

@@ -48,10 +48,6 @@ void bench_inc_print_table(const struct inc_result *rs, int n, int64_t ranks) {
            server_titles[r->server], r->wall_s, r->p99_s, r->cpu_s,
            (double)r->rss / 1048576.0, sp,
            r->verified ? "" : "  FAILED (see above)");
-    if (r->server != S_FLAT)
-      printf("  %-24s %8s pings %" PRId64 ", invalidation polls %" PRId64
-             " (leases ride on pings)\n", "", "", r->root_ping,
-             r->root_inval);
   }
   fflush(stdout);
 }
@@ -62,9 +58,10 @@ void bench_inc_print_pattern_table(const struct inc_result *rs, int n,
   if (pt_check_ms > 0)
     snprintf(paced, sizeof(paced), " %d ms apart", pt_check_ms);
   printf("PyTorch's store traffic, %" PRId64 " ranks (%" PRId64
-         " ids, 60 checks a rank%s, 5 state reads an agent; torch 2.x's "
+         " ids, 60 checks a rank%s, 5 state reads an agent%s; torch 2.x's "
          "protocol, the same C clients):\n", ranks,
-         (ranks + 127) / 128, paced);
+         (ranks + 127) / 128, paced,
+         pt_keepalive ? ", each followed by a compare_set of the state" : "");
   printf("  %-24s %8s %8s %8s %8s %9s %12s %11s %12s\n", "server", "wall s",
          "root wait", "get", "mget", "root sum", "root bytes",
          "node frames", "node bytes");
@@ -86,8 +83,10 @@ void bench_inc_print_pattern_table(const struct inc_result *rs, int n,
            r->verified ? "" : "  FAILED (see above)");
     if (r->server != S_FLAT)
       printf("  %-24s %8s pings %" PRId64 ", invalidation polls %" PRId64
-             " (leases ride on pings)\n", "", "", r->root_ping,
-             r->root_inval);
+             " (leases ride on pings); compare_sets %" PRId64
+             ", invalidations sent %" PRId64 ", writes that waited for "
+             "them %" PRId64 "\n", "", "", r->root_ping, r->root_inval,
+             r->root_cas, r->root_invals_sent, r->root_write_waits);
   }
   fflush(stdout);
 }
@@ -121,16 +120,19 @@ json_t *bench_inc_result_json(const struct inc_result *r,
   if (r->pytorch) {
     json_object_set_new(
         j, "root",
-        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
                   "requests_wait_get_mget",
                   (json_int_t)(r->root_wait + r->root_get + r->root_mget),
                   "wait", (json_int_t)r->root_wait, "get",
                   (json_int_t)r->root_get, "mget", (json_int_t)r->root_mget,
                   "ping", (json_int_t)r->root_ping, "inval",
-                  (json_int_t)r->root_inval, "frames",
+                  (json_int_t)r->root_inval, "cas", (json_int_t)r->root_cas,
+                  "invalidations_sent", (json_int_t)r->root_invals_sent,
+                  "write_waits", (json_int_t)r->root_write_waits, "frames",
                   (json_int_t)r->root_msgs, "bytes",
                   (json_int_t)r->root_bytes));
     json_object_set_new(j, "check_period_ms", json_integer(pt_check_ms));
+    json_object_set_new(j, "keepalive", json_boolean(pt_keepalive));
     json_object_set_new(j, "busiest_node",
                         json_pack("{s:I,s:I}", "frames",
                                   (json_int_t)r->node_msgs, "bytes",

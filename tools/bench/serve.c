@@ -277,7 +277,7 @@ static void print_stats(struct serve *sv) {
   /* Frames without the heartbeats (pings and their replies): the
    * rendezvous's own work, which the projection counts. */
   int64_t root_work = 0, max_work = 0, sum_work = 0;
-  char etcd_json[600] = "", ops_json[400] = "";
+  char etcd_json[600] = "", ops_json[600] = "";
   /* Frames since the previous "stats" (the idle heartbeat traffic when
    * the ranks are done): at the root, and at the busiest node. */
   bool have_last = sv->last_msgs != NULL;
@@ -305,7 +305,7 @@ static void print_stats(struct serve *sv) {
       /* The root's requests by operation (what the tree saved it). */
       json_t *ops = json_object_get(j, "ops");
       static const char *const names[] = {"wait", "get", "mget", "set",
-                                          "add", "inval", "ping"};
+                                          "add", "inval", "ping", "cas"};
       size_t off = (size_t)snprintf(ops_json, sizeof(ops_json),
                                     ",\"root_ops\":{");
       for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -314,7 +314,14 @@ static void print_stats(struct serve *sv) {
             k ? "," : "", names[k],
             (int64_t)json_integer_value(json_object_get(
                 json_object_get(ops, names[k]), "received")));
-      snprintf(ops_json + off, sizeof(ops_json) - off, "}");
+      json_t *cp = json_object_get(j, "copies");
+      off += (size_t)snprintf(ops_json + off, sizeof(ops_json) - off, "}");
+      snprintf(ops_json + off, sizeof(ops_json) - off,
+               ",\"root_invalidations_sent\":%" PRId64
+               ",\"root_write_waits\":%" PRId64,
+               (int64_t)json_integer_value(
+                   json_object_get(cp, "invalidations_sent")),
+               (int64_t)json_integer_value(json_object_get(cp, "write_waits")));
       json_t *e = json_object_get(j, "etcd");
       if (e != NULL) { /* an etcd-backed root (--etcd): its requests */
         char *et = json_dumps(e, JSON_COMPACT);

@@ -497,6 +497,8 @@ int bench_ts_drive_main(struct bench_opts *o) {
   const char *c = getenv("RDZV_BENCH_TS_CONNS");
   if (c != NULL && strcmp(c, "2") == 0)
     dv.conns = 2;
+  const char *ka = getenv("RDZV_BENCH_PT_KEEPALIVE");
+  dv.keepalive = ka != NULL && strcmp(ka, "1") == 0;
   const char *pc = getenv("RDZV_BENCH_PT_CHECK_MS");
   if (pc != NULL)
     dv.check_s = strtod(pc, NULL) / 1000.0;

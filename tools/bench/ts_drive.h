@@ -21,6 +21,7 @@ enum ts_step {
   T_SINGLE_GET,
   T_STATE_WAIT,
   T_STATE_GET,
+  T_STATE_CAS, /* --pt-keepalive: an agent's compare_set of the state */
   T_CHECK,
   T_CALLBACK, /* the second connection is connecting */
   T_UID_WAIT,
@@ -71,6 +72,7 @@ struct ts_driver {
   int conns; /* connections a rank: 1 or 2 */
   double check_s; /* --pt-check-ms in seconds (0: checks back to back) */
   int64_t npaced; /* ranks waiting for their next paced check */
+  bool keepalive; /* --pt-keepalive: agents rewrite the state */
   int ep;
   double t_go;
 };

@@ -77,6 +77,25 @@ static void stream_start(struct ts_rank *r, enum ts_step step,
 static int pt_after_ids(struct ts_driver *dv, struct ts_rank *r);
 static int pt_state(struct ts_driver *dv, struct ts_rank *r);
 
+/* --pt-keepalive: after each read of the state, the agent rewrites it
+ * with a compare_set that matches (the same bytes: a write all the same),
+ * as torchrun's c10d handler does every 5 s; its reply is the value. */
+static int pt_state_cas(struct ts_driver *dv, struct ts_rank *r) {
+  size_t sn = (size_t)state_bytes(dv);
+  uint8_t *st = malloc(sn ? sn : 1);
+  if (st == NULL)
+    return RDZV_ENOMEM;
+  memset(st, 'S', sn);
+  struct rdzv_slice key = {(const uint8_t *)"/torchelastic/state", 19};
+  struct rdzv_slice vals[2] = {{st, (uint32_t)sn}, {st, (uint32_t)sn}};
+  struct rdzv_ts_req q = {.op = RDZV_TS_COMPARE_SET, .nkeys = 1,
+                          .keys = &key, .nvals = 2, .vals = vals};
+  int rc = rdzv_ts_encode(RDZV_TS_V2, &q, &r->out);
+  free(st);
+  stream_start(r, T_STATE_CAS, 1);
+  return rc;
+}
+
 /* The heartbeat monitor's checks, then done. With --pt-check-ms the
  * checks after the first wait that long apart (the monitor checks once a
  * second): the steady state, in which a tree's root should see none. */
@@ -126,6 +145,12 @@ static int pt_blob_done(struct ts_driver *dv, struct ts_rank *r) {
   case T_STATE_GET:
     if (!r->mg_ok)
       return RDZV_EPROTO;
+    if (dv->keepalive) /* torchrun's keep-alive: rewrite the state */
+      return pt_state_cas(dv, r);
+    /* fall through */
+  case T_STATE_CAS:
+    if (!r->mg_ok)
+      return RDZV_EPROTO;
     if (++r->reps < PT_STATE_GETS) {
       int rc = ts_put_req(r, RDZV_TS_GET, "/torchelastic/state", NULL, 0, 0);
       stream_start(r, T_STATE_GET, 1);
@@ -154,7 +179,9 @@ static bool pt_byte_ok(const struct ts_driver *dv, const struct ts_rank *r,
 
 static int64_t pt_blob_len(const struct ts_driver *dv,
                            const struct ts_rank *r) {
-  return r->step == T_STATE_GET ? state_bytes(dv) : BENCH_INC_UID_BYTES;
+  return r->step == T_STATE_GET || r->step == T_STATE_CAS
+             ? state_bytes(dv)
+             : BENCH_INC_UID_BYTES;
 }
 
 /* Consumes p[0..n) of a streamed reply, up to its end: *used bytes. */
