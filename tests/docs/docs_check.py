@@ -6,6 +6,12 @@ links ROOT FILE...: every relative Markdown link [text](target) in FILEs
   Prints each bad link; exits 1 when there is one.
 blocks FILE NAME: prints the fenced blocks of FILE that follow a line
   "<!-- doctest: NAME -->", in order, as one script.
+options HELP_FILE PAGE: the options `rdzvd --help` printed (HELP_FILE)
+  and those PAGE's option table documents (the `--NAME`s in its rows'
+  first column) are the same set, each documented once. Prints what
+  differs; exits 1 when anything does.
+commands HELP_FILE PAGE: every command `rdzvctl help` lists (HELP_FILE:
+  its lines "  NAME ...") is named in PAGE as `NAME` or `NAME ...`.
 """
 import os
 import re
@@ -79,7 +85,52 @@ def blocks(path: str, name: str) -> int:
     return 0
 
 
+def options(help_file: str, page: str) -> int:
+    helped = set()
+    for line in open(help_file, encoding='utf-8'):
+        m = re.match(r'^  --([a-z0-9-]+)\s', line)
+        if m and m.group(1) not in ('help', 'version'):
+            helped.add(m.group(1))
+    documented = []
+    for _, line in prose_lines(page):
+        if line.startswith('| `--'):
+            first = line.split('|')[1]
+            documented += re.findall(r'`--([a-z0-9-]+)`', first)
+    bad = 0
+    for name in sorted(helped - set(documented)):
+        print(f'--{name}: in rdzvd --help, not in {page}')
+        bad += 1
+    for name in sorted(set(documented) - helped):
+        print(f'--{name}: in {page}, not in rdzvd --help')
+        bad += 1
+    for name in sorted({n for n in documented if documented.count(n) > 1}):
+        print(f'--{name}: documented {documented.count(name)} times in {page}')
+        bad += 1
+    print(f'{len(helped)} options in --help, {len(documented)} rows\' '
+          f'options in {page}, {bad} differences')
+    return 1 if bad or not helped else 0
+
+
+def commands(help_file: str, page: str) -> int:
+    text = open(page, encoding='utf-8').read()
+    names = []
+    for line in open(help_file, encoding='utf-8'):
+        m = re.match(r'^  ([a-z][a-z-]*)[ ,]', line)
+        if m:
+            names.append(m.group(1))
+    bad = [n for n in names if not re.search(r'`(?:rdzvctl )?' + re.escape(n) + r'[` ]',
+                                             text)]
+    for n in bad:
+        print(f'rdzvctl {n}: in rdzvctl help, not in {page}')
+    print(f'{len(names)} commands in rdzvctl help, {len(bad)} undocumented')
+    return 1 if bad or not names else 0
+
+
 if __name__ == '__main__':
+    if len(sys.argv) == 4 and sys.argv[1] == 'options':
+        sys.exit(options(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 4 and sys.argv[1] == 'commands':
+        sys.exit(commands(sys.argv[2], sys.argv[3]))
     if len(sys.argv) >= 3 and sys.argv[1] == 'links':
         sys.exit(links(sys.argv[2], sys.argv[3:]))
     if len(sys.argv) == 4 and sys.argv[1] == 'blocks':

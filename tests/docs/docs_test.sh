@@ -16,6 +16,26 @@ else
   fails=$((fails + 1))
 fi
 
+# The references against the binaries: every rdzvd option documented once
+# in docs/reference/rdzvd.md and none that --help lacks; every rdzvctl
+# command named in docs/reference/rdzvctl.md.
+helpdir=$(mktemp -d /tmp/rdzv-docs-help-XXXXXX)
+"$src/tools/rdzvd" --help >"$helpdir/rdzvd.txt"
+"$src/tools/rdzvctl" help >"$helpdir/rdzvctl.txt"
+if $check options "$helpdir/rdzvd.txt" "$src/docs/reference/rdzvd.md"; then
+  echo "ok: rdzvd --help and docs/reference/rdzvd.md agree"
+else
+  echo "FAIL: rdzvd --help and docs/reference/rdzvd.md"
+  fails=$((fails + 1))
+fi
+if $check commands "$helpdir/rdzvctl.txt" "$src/docs/reference/rdzvctl.md"; then
+  echo "ok: every rdzvctl command is in docs/reference/rdzvctl.md"
+else
+  echo "FAIL: rdzvctl help and docs/reference/rdzvctl.md"
+  fails=$((fails + 1))
+fi
+rm -rf "$helpdir"
+
 # The quick start, as a user runs it from the checkout after building:
 # bazel-bin/tools/ holds the binaries.
 work=$(mktemp -d /tmp/rdzv-docs-test-XXXXXX)
