@@ -10,6 +10,8 @@ options HELP_FILE PAGE: the options `rdzvd --help` printed (HELP_FILE)
   and those PAGE's option table documents (the `--NAME`s in its rows'
   first column) are the same set, each documented once. Prints what
   differs; exits 1 when anything does.
+statuses HEADER PAGE: every status X(NAME, ...) of HEADER (error.h) has a
+  row in PAGE naming `RDZV_NAME`, and PAGE names no status HEADER lacks.
 commands HELP_FILE PAGE: every command `rdzvctl help` lists (HELP_FILE:
   its lines "  NAME ...") is named in PAGE as `NAME` or `NAME ...`.
 """
@@ -126,7 +128,25 @@ def commands(help_file: str, page: str) -> int:
     return 1 if bad or not names else 0
 
 
+def statuses(header: str, page: str) -> int:
+    declared = set(re.findall(r'X\((E[A-Z0-9_]+),', open(header).read()))
+    text = open(page, encoding='utf-8').read()
+    rows = set(re.findall(r'^\| `RDZV_(E[A-Z0-9_]+)` \|', text, re.M))
+    named = set(re.findall(r'RDZV_(E[A-Z0-9_]+)', text))
+    bad = 0
+    for n in sorted(declared - rows):
+        print(f'RDZV_{n}: in {header}, no row in {page}')
+        bad += 1
+    for n in sorted(named - declared):
+        print(f'RDZV_{n}: in {page}, not a status of {header}')
+        bad += 1
+    print(f'{len(declared)} statuses, {len(rows)} rows, {bad} differences')
+    return 1 if bad or not declared else 0
+
+
 if __name__ == '__main__':
+    if len(sys.argv) == 4 and sys.argv[1] == 'statuses':
+        sys.exit(statuses(sys.argv[2], sys.argv[3]))
     if len(sys.argv) == 4 and sys.argv[1] == 'options':
         sys.exit(options(sys.argv[2], sys.argv[3]))
     if len(sys.argv) == 4 and sys.argv[1] == 'commands':

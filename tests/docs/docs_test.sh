@@ -35,6 +35,12 @@ else
   fails=$((fails + 1))
 fi
 rm -rf "$helpdir"
+if $check statuses "$src/include/rdzv/error.h" "$src/docs/troubleshooting.md"; then
+  echo "ok: every status of include/rdzv/error.h is in docs/troubleshooting.md"
+else
+  echo "FAIL: include/rdzv/error.h and docs/troubleshooting.md"
+  fails=$((fails + 1))
+fi
 
 # The quick start, as a user runs it from the checkout after building:
 # bazel-bin/tools/ holds the binaries.
