@@ -621,61 +621,68 @@ static void print_row(const struct result *r) {
   fflush(stdout);
 }
 
-/* Two panels against N (log-log): time to complete and root messages,
- * tree against flat; gnuplot's pngcairo or png terminal. */
+/* Three panels against N (log-log), tree against flat: the root's
+ * messages, the root's bytes, and the time: projected on a cluster (the
+ * model that --delay-tree checks) beside what this machine measured,
+ * labelled as such; gnuplot's png terminal. */
 static int plot(const char *png, const struct result *rs, int n) {
   char dat[] = "/tmp/rdzv-bench-plot-XXXXXX";
   int fd = mkstemp(dat);
   if (fd < 0)
     return -errno;
   FILE *f = fdopen(fd, "w");
-  /* Four series: (tree, flat) x (sockets, in-process rank hop). */
-  static const char *const series[4][2] = {{"tree", "sockets"},
-                                           {"flat", "sockets"},
-                                           {"tree", "in-process"},
-                                           {"flat", "in-process"}};
-  for (int m = 0; m < 4; m++) {
-    fprintf(f, "# %s %s\n", series[m][0], series[m][1]);
+  if (f == NULL) {
+    close(fd);
+    unlink(dat);
+    return -1;
+  }
+  /* Two series, tree and flat, whatever the rank hop's transport. */
+  static const char *const modes[2] = {"tree", "flat"};
+  for (int m = 0; m < 2; m++) {
+    fprintf(f, "# %s: ranks wall_s root_msgs root_bytes projection_s\n",
+            modes[m]);
     int any = 0;
     for (int i = 0; i < n; i++)
-      if (strcmp(rs[i].mode, series[m][0]) == 0 &&
-          strcmp(rs[i].transport, series[m][1]) == 0) {
-        fprintf(f, "%" PRId64 " %f %" PRId64 "\n", rs[i].ranks, rs[i].wall_s,
-                rs[i].root_msgs);
+      if (strcmp(rs[i].mode, modes[m]) == 0) {
+        fprintf(f, "%" PRId64 " %f %" PRId64 " %" PRId64 " %f\n",
+                rs[i].ranks, rs[i].wall_s, rs[i].root_msgs,
+                rs[i].root_bytes, rs[i].projection_s);
         any = 1;
       }
     if (!any)
-      fprintf(f, "NaN NaN NaN\n");
+      fprintf(f, "NaN NaN NaN NaN NaN\n");
     fprintf(f, "\n\n");
   }
   fclose(f);
   FILE *g = popen("gnuplot >/dev/null 2>&1", "w");
-  if (g == NULL)
+  if (g == NULL) {
+    unlink(dat);
     return -errno;
+  }
   fprintf(g,
-          "set terminal png size 1100,450\nset output '%s'\n"
-          "set multiplot layout 1,2 title 'rdzv-bench: tree vs flat'\n"
+          "set terminal png size 1500,470 noenhanced\nset output '%s'\n"
+          "set multiplot layout 1,3 title 'rdzv-bench: the rendezvous "
+          "through the tree and flat (every rank to one server)'\n"
           "set logscale xy\nset grid\nset key top left font ',9'\n"
-          "set xlabel 'ranks'\nset ylabel 'seconds to complete'\n"
-          "plot '%s' index 0 using 1:2 with linespoints lt 1 pt 7 "
-          "title 'tree, sockets', "
-          "'' index 1 using 1:2 with linespoints lt 2 pt 7 "
-          "title 'flat, sockets', "
-          "'' index 2 using 1:2 with linespoints lt 1 pt 6 dt 2 "
-          "title 'tree, in-process rank hop', "
-          "'' index 3 using 1:2 with linespoints lt 2 pt 6 dt 2 "
-          "title 'flat, in-process rank hop'\n"
-          "set ylabel 'messages at the root'\n"
+          "set xlabel 'ranks'\nset ylabel 'messages at the root'\n"
           "plot '%s' index 0 using 1:3 with linespoints lt 1 pt 7 "
-          "title 'tree, sockets', "
-          "'' index 1 using 1:3 with linespoints lt 2 pt 7 "
-          "title 'flat, sockets', "
-          "'' index 2 using 1:3 with linespoints lt 1 pt 6 dt 2 "
-          "title 'tree, in-process', "
-          "'' index 3 using 1:3 with linespoints lt 2 pt 6 dt 2 "
-          "title 'flat, in-process'\n"
+          "title 'tree', '' index 1 using 1:3 with linespoints lt 2 pt 7 "
+          "title 'flat'\n"
+          "set ylabel 'bytes in and out of the root'\n"
+          "plot '%s' index 0 using 1:4 with linespoints lt 1 pt 7 "
+          "title 'tree', '' index 1 using 1:4 with linespoints lt 2 pt 7 "
+          "title 'flat'\n"
+          "set ylabel 'seconds'\nset key bottom right font ',8'\n"
+          "plot '%s' index 0 using 1:5 with linespoints lt 1 pt 7 "
+          "title 'tree, projected on a cluster', "
+          "'' index 1 using 1:5 with linespoints lt 2 pt 7 "
+          "title 'flat, projected on a cluster', "
+          "'' index 0 using 1:2 with linespoints lt 1 pt 6 dt 2 "
+          "title 'tree, measured on this machine (every daemon on it)', "
+          "'' index 1 using 1:2 with linespoints lt 2 pt 6 dt 2 "
+          "title 'flat, measured on this machine'\n"
           "unset multiplot\n",
-          png, dat, dat);
+          png, dat, dat, dat);
   int rc = pclose(g);
   unlink(dat);
   return rc == 0 ? 0 : -1;
