@@ -42,6 +42,20 @@ else
   fails=$((fails + 1))
 fi
 
+# The man pages: made from the binaries' help by tools/gen-man.py, so they
+# cannot say other than --help; the committed ones must be today's.
+mandir=$(mktemp -d /tmp/rdzv-docs-man-XXXXXX)
+if python3 "$src/tools/gen-man.py" "$src/tools/rdzvd" "$src/tools/rdzvctl" "$mandir" &&
+  diff -u "$src/docs/man/rdzvd.8" "$mandir/rdzvd.8" &&
+  diff -u "$src/docs/man/rdzvctl.1" "$mandir/rdzvctl.1"; then
+  echo "ok: docs/man is what tools/gen-man.py makes from the binaries"
+else
+  echo "FAIL: docs/man differs from the binaries' help: run" \
+    "tools/gen-man.py bazel-bin/tools/rdzvd bazel-bin/tools/rdzvctl docs/man"
+  fails=$((fails + 1))
+fi
+rm -rf "$mandir"
+
 # The quick start, as a user runs it from the checkout after building:
 # bazel-bin/tools/ holds the binaries.
 work=$(mktemp -d /tmp/rdzv-docs-test-XXXXXX)
