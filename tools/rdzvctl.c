@@ -1274,6 +1274,10 @@ int main(int argc, char **argv) {
     fputs(usage_text, stdout);
     return finish_output(EXIT_OK);
   }
+  if (strcmp(ctl.cmd, "version") == 0) { /* after options, as a command */
+    printf("rdzvctl %s\n", RDZV_VERSION_STRING);
+    return finish_output(EXIT_OK);
+  }
   nargs = argc - idx - 1;
   cmd = find_local_command(ctl.cmd);
   if (cmd != NULL)
