@@ -20,4 +20,10 @@
 /* This release of rdzv (what `rdzvd --version` prints). */
 #define RDZV_VERSION_STRING "0.3.0"
 
+/* The release of the library this process runs ("0.3.0": the
+ * RDZV_VERSION_STRING it was built with), so that a program loading
+ * librdzv.so at run time (the Python bindings) can check it. A static
+ * string, never NULL; never fails. */
+const char *rdzv_version(void);
+
 #endif /* RDZV_RDZV_H */

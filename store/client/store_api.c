@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rdzv/rdzv.h"
 #include "rdzv/store.h"
 #include "store/client/client_int.h"
 
@@ -38,6 +39,8 @@ struct call {
 };
 
 void rdzv_free(void *p) { free(p); }
+
+const char *rdzv_version(void) { return RDZV_VERSION_STRING; }
 
 void rdzv_values_free(struct rdzv_value *vals, size_t n) {
   size_t i;

@@ -1,0 +1,103 @@
+"""The Python bindings against a root and two nodes (python_test.sh starts
+them in DIR: DIR/a.sock, DIR/b.sock). Prints "ok: ..." per check and
+exits 1 on the first failure."""
+import ctypes
+import os
+import re
+import subprocess
+import sys
+
+import rdzv
+import rdzv.errors as errors
+
+DIR, WANT_VERSION, PYPROJECT = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def ok(what: str) -> None:
+    print(f"ok: {what}", flush=True)
+
+
+def expect_raises(cls, fn, *args):
+    try:
+        fn(*args)
+    except cls as e:
+        return e
+    raise AssertionError(f"{fn.__name__}{args}: no {cls.__name__}")
+
+
+# Versions: the package, the library, rdzvd, pyproject.toml.
+assert rdzv.__version__ == WANT_VERSION, rdzv.__version__
+assert rdzv.library_version() == WANT_VERSION, rdzv.library_version()
+py = re.search(r'^version = "([^"]+)"', open(PYPROJECT).read(), re.M)
+assert py and py.group(1) == WANT_VERSION, py
+out = subprocess.run([sys.executable, "-m", "rdzv", "--version"],
+                     capture_output=True, text=True, check=True).stdout
+assert out.strip() == f"rdzv {WANT_VERSION} (librdzv {WANT_VERSION})", out
+ok(f"versions agree: {out.strip()}")
+
+# The store through node a, read back through node b.
+a = rdzv.Client(f"unix:{DIR}/a.sock", job="py", timeout_s=10)
+b = rdzv.Client(f"unix:{DIR}/b.sock", job="py", timeout_s=10)
+a.set("k", "v1")
+assert b.get("k") == b"v1"
+assert a.add("n", 5) == 5 and b.add("n", -2) == 3
+did, now = a.compare_set("k", b"v1", b"v2")
+assert did and now == b"v2", (did, now)
+did, now = b.compare_set("k", b"nope", b"v3")
+assert not did and now == b"v2", (did, now)
+a.set("once", b"x", write_once=True)
+e = expect_raises(errors.WriteOnceError, a.set, "once", b"y")
+assert e.name == "RDZV_EWRITE_ONCE", e.name
+b.wait(["k", "n"])
+assert a.num_keys() == 3, a.num_keys()
+assert a.delete("k") and not a.delete("k")
+e = expect_raises(errors.NokeyError, b.get, "k")
+assert isinstance(e, rdzv.RdzvError) and e.status == -1010 and "'k'" in str(e)
+e = expect_raises(errors.DeadlineError, b.wait, ["never"], 0.3)
+assert "never" in str(e), str(e)
+ok("store calls through two nodes; NokeyError, WriteOnceError and "
+   f"DeadlineError with their detail ({e})")
+a.close()
+b.close()
+
+# A rendezvous of 4 ranks on 2 hosts, one process each.
+child = r'''
+import os, sys, rdzv, ctypes
+def make_id():
+    try:
+        nccl = ctypes.CDLL(os.environ.get("RDZV_NCCL_LIBRARY") or "libnccl.so.2")
+        buf = ctypes.create_string_buffer(128)
+        assert nccl.ncclGetUniqueId(buf) == 0
+        return buf.raw
+    except OSError:
+        return os.urandom(128)
+with rdzv.Rendezvous.join(timeout_s=60) as r:
+    ids = r.unique_ids("world", make_id, ranks_per_root=2)
+    r.barrier("done")
+    print(r.rank, r.world_size, r.local_rank, r.node_rank, r.node_count,
+          r.generation, len(ids), b"".join(ids).hex(), flush=True)
+'''
+procs = []
+for host in ("a", "b"):
+    for local in (0, 1):
+        env = dict(os.environ, RDZV_ADDR=f"unix:{DIR}/{host}.sock",
+                   RDZV_JOB="pyrdzv", RDZV_HOST=f"host-{host}",
+                   LOCAL_RANK=str(local), LOCAL_WORLD_SIZE="2",
+                   WORLD_SIZE="4")
+        procs.append((host, local, subprocess.Popen(
+            [sys.executable, "-c", child], env=env, stdout=subprocess.PIPE,
+            text=True)))
+rows = []
+for host, local, p in procs:
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0, (host, local, p.returncode)
+    f = out.split()
+    rows.append((host, local, [int(x) for x in f[:7]], f[7]))
+for host, local, (rank, world, lr, node, nodes, gen, nids), _ in rows:
+    want_node = 0 if host == "a" else 1
+    assert (world, lr, node, nodes, nids) == (4, local, want_node, 2, 2), rows
+    assert rank == want_node * 2 + local, rows
+assert len({r[3] for r in rows}) == 1, "ids differ between ranks"
+ok("rendezvous of 4 ranks on 2 hosts: ranks by host, 2 ids (2 ranks a "
+   "block) the same on every rank, a barrier")
+print("python_test: PASS")
