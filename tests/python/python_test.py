@@ -11,6 +11,9 @@ import rdzv
 import rdzv.errors as errors
 
 DIR, WANT_VERSION, PYPROJECT = sys.argv[1], sys.argv[2], sys.argv[3]
+# Job ids of this run (the same daemons serve the 3.11 and 3.13 runs).
+TAG = sys.argv[4]
+print(f"python {sys.version.split()[0]}", flush=True)
 
 
 def ok(what: str) -> None:
@@ -36,8 +39,8 @@ assert out.strip() == f"rdzv {WANT_VERSION} (librdzv {WANT_VERSION})", out
 ok(f"versions agree: {out.strip()}")
 
 # The store through node a, read back through node b.
-a = rdzv.Client(f"unix:{DIR}/a.sock", job="py", timeout_s=10)
-b = rdzv.Client(f"unix:{DIR}/b.sock", job="py", timeout_s=10)
+a = rdzv.Client(f"unix:{DIR}/a.sock", job=f"py-{TAG}", timeout_s=10)
+b = rdzv.Client(f"unix:{DIR}/b.sock", job=f"py-{TAG}", timeout_s=10)
 a.set("k", "v1")
 assert b.get("k") == b"v1"
 assert a.add("n", 5) == 5 and b.add("n", -2) == 3
@@ -81,7 +84,7 @@ procs = []
 for host in ("a", "b"):
     for local in (0, 1):
         env = dict(os.environ, RDZV_ADDR=f"unix:{DIR}/{host}.sock",
-                   RDZV_JOB="pyrdzv", RDZV_HOST=f"host-{host}",
+                   RDZV_JOB=f"pyrdzv-{TAG}", RDZV_HOST=f"host-{host}",
                    LOCAL_RANK=str(local), LOCAL_WORLD_SIZE="2",
                    WORLD_SIZE="4")
         procs.append((host, local, subprocess.Popen(

@@ -27,4 +27,21 @@ fi
 echo "ok: pip install of python/ into $dir/site"
 export RDZV_LIBRARY=$src/librdzv.so.0 PYTHONPATH=$dir/site
 want=$("$src/tools/rdzvd" --version | awk '{print $2}')
-/usr/bin/python3 "$src/tests/python/python_test.py" "$dir" "$want" "$src/python/pyproject.toml"
+/usr/bin/python3 "$src/tests/python/python_test.py" "$dir" "$want" \
+  "$src/python/pyproject.toml" py311 || exit 1
+
+# The same with the torch 2.6 chroot's Python 3.13 (Debian trixie; the
+# chroot sees the host's /tmp and loopback): the package and the library
+# copied under $dir, the daemons outside.
+chroot_sh=$src/tools/torch2-chroot.sh
+croot="${RDZV_TORCH2_CHROOT:-/var/cache/rdzv/trixie-torch}"
+if [ "$(id -u)" != 0 ] || ! "$chroot_sh" --dir "$croot" --check; then
+  echo "FAIL: no torch 2.x chroot at $croot, or not root: build it with" \
+    "tools/torch2-chroot.sh (tools/install-deps.sh does)"
+  exit 1
+fi
+cp -L "$src/librdzv.so.0" "$src/tests/python/python_test.py" \
+  "$src/python/pyproject.toml" "$dir/"
+"$chroot_sh" --dir "$croot" --exec /usr/bin/env RDZV_LIBRARY="$dir/librdzv.so.0" \
+  PYTHONPATH="$dir/site" python3 "$dir/python_test.py" "$dir" "$want" \
+  "$dir/pyproject.toml" py313 || exit 1
