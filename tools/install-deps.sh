@@ -22,6 +22,11 @@ packages=(
   clang                # tests/fuzz/run_fuzz.sh
   libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for clang
   python3              # scripts
+  python3-pip          # //tests/python: pip installs python/ offline
+  python3-setuptools   # ... its build backend
+  python3-wheel        # ... and bdist_wheel
+  pkg-config           # //tests/install: a program built against rdzv.pc
+  binutils             # //tests/abi: nm, objdump and readelf on librdzv.so.0
   slurm-client         # scontrol: //tests/unit:hostlist_scontrol_test
   gnuplot-nox          # benchmark plots
   jq                   # scripts reading `rdzvctl stats`
