@@ -48,9 +48,11 @@ class Client:
     call's default deadline, seconds."""
 
     def __init__(self, addr: str, job: str, timeout_s: float = 30.0,
-                 _handle: Optional[int] = None) -> None:
+                 _handle: Optional[int] = None,
+                 _owner: Optional[object] = None) -> None:
         self.timeout_s = timeout_s
         self._owned = _handle is None
+        self._owner = _owner  # a Rendezvous whose connection this is: kept alive
         if _handle is not None:
             self._c = ctypes.c_void_p(_handle)
             return
@@ -63,7 +65,16 @@ class Client:
                                           ctypes.byref(self._c)),
               f"client of job {job!r} at {addr}")
 
+    def _h(self) -> ctypes.c_void_p:
+        """The handle; errors.NotconnError once closed (or its rendezvous
+        left)."""
+        if not self._c:
+            raise error(-1013, "this client is closed")  # RDZV_ENOTCONN
+        return self._c
+
     def _detail(self, what: str) -> str:
+        if not self._c:
+            return what
         last = _lib.lib.rdzv_client_last_error(self._c) or b""
         return f"{what}: {last.decode(errors='replace')}" if last else what
 
@@ -74,7 +85,7 @@ class Client:
             timeout_s: Optional[float] = None) -> None:
         """Sets key (write_once: it can never change or go)."""
         v = _bytes(value)
-        check(_lib.lib.rdzv_store_set(self._c, key.encode(), v, len(v),
+        check(_lib.lib.rdzv_store_set(self._h(), key.encode(), v, len(v),
                                       _WRITE_ONCE if write_once else 0,
                                       self._t(timeout_s)),
               self._detail(f"set {key!r}"))
@@ -82,7 +93,7 @@ class Client:
     def get(self, key: str, timeout_s: Optional[float] = None) -> bytes:
         """The value of key; errors.NokeyError when it does not exist."""
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        check(_lib.lib.rdzv_store_get(self._c, key.encode(), ctypes.byref(p),
+        check(_lib.lib.rdzv_store_get(self._h(), key.encode(), ctypes.byref(p),
                                       ctypes.byref(n), self._t(timeout_s)),
               self._detail(f"get {key!r}"))
         try:
@@ -94,7 +105,7 @@ class Client:
             timeout_s: Optional[float] = None) -> int:
         """Adds delta to the int64 counter at key; the new value."""
         out = ctypes.c_int64()
-        check(_lib.lib.rdzv_store_add(self._c, key.encode(), delta,
+        check(_lib.lib.rdzv_store_add(self._h(), key.encode(), delta,
                                       ctypes.byref(out), self._t(timeout_s)),
               self._detail(f"add {key!r}"))
         return out.value
@@ -106,7 +117,7 @@ class Client:
         (whether it did, the value now)."""
         e, d = _bytes(expected), _bytes(desired)
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        rc = _lib.lib.rdzv_store_cas(self._c, key.encode(), e, len(e), d,
+        rc = _lib.lib.rdzv_store_cas(self._h(), key.encode(), e, len(e), d,
                                      len(d), ctypes.byref(p), ctypes.byref(n),
                                      self._t(timeout_s))
         if rc < 0 and error(rc).name != "RDZV_ECAS_FAILED":
@@ -119,7 +130,7 @@ class Client:
     def delete(self, key: str, timeout_s: Optional[float] = None) -> bool:
         """Deletes key; whether it existed."""
         deleted = ctypes.c_int()
-        rc = _lib.lib.rdzv_store_delete(self._c, key.encode(),
+        rc = _lib.lib.rdzv_store_delete(self._h(), key.encode(),
                                         ctypes.byref(deleted),
                                         self._t(timeout_s))
         if rc < 0 and error(rc).name == "RDZV_ENOKEY":
@@ -133,14 +144,14 @@ class Client:
         missing ones)."""
         ks = [k.encode() for k in keys]
         arr = (ctypes.c_char_p * len(ks))(*ks)
-        check(_lib.lib.rdzv_store_wait(self._c, arr, len(ks),
+        check(_lib.lib.rdzv_store_wait(self._h(), arr, len(ks),
                                        self._t(timeout_s)),
               self._detail(f"wait {[k.decode() for k in ks]}"))
 
     def num_keys(self, timeout_s: Optional[float] = None) -> int:
         """How many keys the job holds."""
         out = ctypes.c_int64()
-        check(_lib.lib.rdzv_store_num_keys(self._c, ctypes.byref(out),
+        check(_lib.lib.rdzv_store_num_keys(self._h(), ctypes.byref(out),
                                            self._t(timeout_s)),
               self._detail("num_keys"))
         return out.value
@@ -172,7 +183,7 @@ class Rendezvous:
     def __init__(self, handle: ctypes.c_void_p) -> None:
         self._r = handle
         self.store = Client("", "", _handle=_lib.lib.rdzv_rendezvous_client(
-            handle))
+            handle), _owner=self)
 
     @classmethod
     def join(cls, addr: Optional[str] = None, job: Optional[str] = None,
@@ -217,8 +228,13 @@ class Rendezvous:
         check(rc, err.value.decode(errors="replace"))
         return cls(h)
 
+    def _h(self) -> ctypes.c_void_p:
+        if not self._r:
+            raise error(-1013, "this rendezvous handle is closed")
+        return self._r
+
     def _get(self, what: str) -> int:
-        return getattr(_lib.lib, f"rdzv_rendezvous_{what}")(self._r)
+        return getattr(_lib.lib, f"rdzv_rendezvous_{what}")(self._h())
 
     @property
     def rank(self) -> int:
@@ -249,6 +265,8 @@ class Rendezvous:
         return self._get("generation")
 
     def _detail(self, what: str) -> str:
+        if not self._r:
+            return what
         last = _lib.lib.rdzv_rendezvous_last_error(self._r) or b""
         return f"{what}: {last.decode(errors='replace')}" if last else what
 
@@ -277,7 +295,7 @@ class Rendezvous:
         ids = ctypes.POINTER(ctypes.c_uint8)()
         n = ctypes.c_int64()
         rc = _lib.lib.rdzv_rendezvous_unique_ids(
-            self._r, comm.encode(), ranks_per_root, fn, None,
+            self._h(), comm.encode(), ranks_per_root, fn, None,
             ctypes.byref(ids), ctypes.byref(n), timeout_s)
         if failure:
             raise failure[0]
@@ -292,7 +310,7 @@ class Rendezvous:
     def barrier(self, name: str, timeout_s: float = 60.0) -> None:
         """Every rank of this generation reaches name (DeadlineError names
         the missing ranks and their hosts)."""
-        check(_lib.lib.rdzv_rendezvous_barrier(self._r, name.encode(),
+        check(_lib.lib.rdzv_rendezvous_barrier(self._h(), name.encode(),
                                                timeout_s),
               self._detail(f"barrier {name!r}"))
 

@@ -62,6 +62,9 @@ ok("store calls through two nodes; NokeyError, WriteOnceError and "
    f"DeadlineError with their detail ({e})")
 a.close()
 b.close()
+b.close()  # twice: a no-op
+e = expect_raises(errors.NotconnError, b.get, "n")
+ok(f"a closed client raises, not crashes: {e}")
 
 # A rendezvous of 4 ranks on 2 hosts, one process each.
 child = r'''
