@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import threading
 from typing import Callable, Iterable, Optional
 
 from rdzv import _lib
@@ -35,8 +36,52 @@ def library_version() -> str:
     return _lib.lib.rdzv_version().decode()
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def _bytes(v: bytes | str) -> bytes:
-    return v.encode() if isinstance(v, str) else bytes(v)
+    """A value: bytes (or bytearray, memoryview) as they are, str as
+    UTF-8; anything else is a TypeError (bytes(5) would be 5 NULs)."""
+    if isinstance(v, str):
+        return v.encode()
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"a value is bytes or str, not {type(v).__name__}")
+
+
+def _name(v: str, what: str = "key") -> bytes:
+    """A key or name for C: a str without NUL (C would cut it there)."""
+    if not isinstance(v, str):
+        raise TypeError(f"a {what} is a str, not {type(v).__name__}")
+    b = v.encode()
+    if b"\0" in b:
+        raise ValueError(f"a {what} may not contain NUL: {v!r}")
+    return b
+
+
+def _int(v: int, lo: int, hi: int, what: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise ValueError(f"{what} must be an int in {lo}..{hi}, not {v!r}")
+    return v
+
+
+class _Handle:
+    """A rendezvous handle and the lock of its connection, shared by the
+    Rendezvous and its .store: the handle is left when the last of them
+    goes (or at close)."""
+
+    def __init__(self, h: ctypes.c_void_p) -> None:
+        self.h = h
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        with self.lock:
+            if self.h:
+                _lib.lib.rdzv_rendezvous_destroy(self.h)
+            self.h = ctypes.c_void_p()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class Client:
@@ -45,38 +90,42 @@ class Client:
     addr: "unix:PATH", "HOST:PORT" or "tcp:HOST:PORT"; job: the job id (the
     key space, required). The job's secret, when there is one, comes from
     RDZV_SECRET_FILE or RDZV_SECRET, as for every client. timeout_s: each
-    call's default deadline, seconds."""
+    call's default deadline, seconds. Threads may share a client: its calls
+    go one at a time (the C handle takes one thread at a time)."""
 
     def __init__(self, addr: str, job: str, timeout_s: float = 30.0,
-                 _handle: Optional[int] = None,
-                 _owner: Optional[object] = None) -> None:
+                 _owner: Optional[_Handle] = None) -> None:
+        self._c = ctypes.c_void_p()
+        self._owner = _owner
         self.timeout_s = timeout_s
-        self._owned = _handle is None
-        self._owner = _owner  # a Rendezvous whose connection this is: kept alive
-        if _handle is not None:
-            self._c = ctypes.c_void_p(_handle)
+        if _owner is not None:  # a rendezvous's connection, its lock
+            self._lock = _owner.lock
+            self._c = ctypes.c_void_p(
+                _lib.lib.rdzv_rendezvous_client(_owner.h))
             return
+        self._lock = threading.Lock()
         opts = _lib.ClientOpts()
         _lib.lib.rdzv_client_opts_init(ctypes.byref(opts))
-        self._addr, self._job = addr.encode(), job.encode()
+        self._addr, self._job = _name(addr, "address"), _name(job, "job id")
         opts.addr, opts.job_id = self._addr, self._job
-        self._c = ctypes.c_void_p()
         check(_lib.lib.rdzv_client_create(ctypes.byref(opts),
                                           ctypes.byref(self._c)),
               f"client of job {job!r} at {addr}")
 
-    def _h(self) -> ctypes.c_void_p:
-        """The handle; errors.NotconnError once closed (or its rendezvous
-        left)."""
-        if not self._c:
-            raise error(-1013, "this client is closed")  # RDZV_ENOTCONN
-        return self._c
-
-    def _detail(self, what: str) -> str:
-        if not self._c:
-            return what
-        last = _lib.lib.rdzv_client_last_error(self._c) or b""
-        return f"{what}: {last.decode(errors='replace')}" if last else what
+    def _call(self, what: str, fn, *args) -> int:
+        """fn(handle, *args) under the lock; raises for a negative status
+        (with the C handle's detail), else returns it."""
+        with self._lock:
+            if not self._c or (self._owner is not None
+                               and not self._owner.h):
+                raise error(-1013, "this client is closed")  # ENOTCONN
+            rc = fn(self._c, *args)
+            if rc < 0:
+                last = _lib.lib.rdzv_client_last_error(self._c) or b""
+                detail = f"{what}: {last.decode(errors='replace')}" \
+                    if last else what
+                raise error(rc, detail)
+            return rc
 
     def _t(self, timeout_s: Optional[float]) -> float:
         return self.timeout_s if timeout_s is None else timeout_s
@@ -85,17 +134,15 @@ class Client:
             timeout_s: Optional[float] = None) -> None:
         """Sets key (write_once: it can never change or go)."""
         v = _bytes(value)
-        check(_lib.lib.rdzv_store_set(self._h(), key.encode(), v, len(v),
-                                      _WRITE_ONCE if write_once else 0,
-                                      self._t(timeout_s)),
-              self._detail(f"set {key!r}"))
+        self._call(f"set {key!r}", _lib.lib.rdzv_store_set, _name(key), v,
+                   len(v), _WRITE_ONCE if write_once else 0,
+                   self._t(timeout_s))
 
     def get(self, key: str, timeout_s: Optional[float] = None) -> bytes:
         """The value of key; errors.NokeyError when it does not exist."""
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        check(_lib.lib.rdzv_store_get(self._h(), key.encode(), ctypes.byref(p),
-                                      ctypes.byref(n), self._t(timeout_s)),
-              self._detail(f"get {key!r}"))
+        self._call(f"get {key!r}", _lib.lib.rdzv_store_get, _name(key),
+                   ctypes.byref(p), ctypes.byref(n), self._t(timeout_s))
         try:
             return ctypes.string_at(p, n.value)
         finally:
@@ -103,11 +150,11 @@ class Client:
 
     def add(self, key: str, delta: int,
             timeout_s: Optional[float] = None) -> int:
-        """Adds delta to the int64 counter at key; the new value."""
+        """Adds delta (an int64) to the counter at key; the new value."""
         out = ctypes.c_int64()
-        check(_lib.lib.rdzv_store_add(self._h(), key.encode(), delta,
-                                      ctypes.byref(out), self._t(timeout_s)),
-              self._detail(f"add {key!r}"))
+        self._call(f"add {key!r}", _lib.lib.rdzv_store_add, _name(key),
+                   _int(delta, *_INT64, "delta"), ctypes.byref(out),
+                   self._t(timeout_s))
         return out.value
 
     def compare_set(self, key: str, expected: bytes | str,
@@ -117,50 +164,56 @@ class Client:
         (whether it did, the value now)."""
         e, d = _bytes(expected), _bytes(desired)
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        rc = _lib.lib.rdzv_store_cas(self._h(), key.encode(), e, len(e), d,
-                                     len(d), ctypes.byref(p), ctypes.byref(n),
-                                     self._t(timeout_s))
-        if rc < 0 and error(rc).name != "RDZV_ECAS_FAILED":
-            raise error(rc, self._detail(f"compare_set {key!r}"))
         try:
-            return rc == 0, ctypes.string_at(p, n.value) if p else b""
+            self._call(f"compare_set {key!r}", _lib.lib.rdzv_store_cas,
+                       _name(key), e, len(e), d, len(d), ctypes.byref(p),
+                       ctypes.byref(n), self._t(timeout_s))
+            did = True
+        except RdzvError as err:
+            if err.name != "RDZV_ECAS_FAILED":
+                raise
+            did = False
+        try:
+            return did, ctypes.string_at(p, n.value) if p else b""
         finally:
             _lib.lib.rdzv_free(p)
 
     def delete(self, key: str, timeout_s: Optional[float] = None) -> bool:
         """Deletes key; whether it existed."""
         deleted = ctypes.c_int()
-        rc = _lib.lib.rdzv_store_delete(self._h(), key.encode(),
-                                        ctypes.byref(deleted),
-                                        self._t(timeout_s))
-        if rc < 0 and error(rc).name == "RDZV_ENOKEY":
-            return False
-        check(rc, self._detail(f"delete {key!r}"))
+        try:
+            self._call(f"delete {key!r}", _lib.lib.rdzv_store_delete,
+                       _name(key), ctypes.byref(deleted), self._t(timeout_s))
+        except RdzvError as err:
+            if err.name == "RDZV_ENOKEY":
+                return False
+            raise
         return bool(deleted.value)
 
     def wait(self, keys: Iterable[str],
              timeout_s: Optional[float] = None) -> None:
         """Returns once every key exists (errors.DeadlineError names the
         missing ones)."""
-        ks = [k.encode() for k in keys]
+        ks = [_name(k) for k in keys]
         arr = (ctypes.c_char_p * len(ks))(*ks)
-        check(_lib.lib.rdzv_store_wait(self._h(), arr, len(ks),
-                                       self._t(timeout_s)),
-              self._detail(f"wait {[k.decode() for k in ks]}"))
+        self._call(f"wait {[k.decode() for k in ks]}",
+                   _lib.lib.rdzv_store_wait, arr, len(ks),
+                   self._t(timeout_s))
 
     def num_keys(self, timeout_s: Optional[float] = None) -> int:
         """How many keys the job holds."""
         out = ctypes.c_int64()
-        check(_lib.lib.rdzv_store_num_keys(self._h(), ctypes.byref(out),
-                                           self._t(timeout_s)),
-              self._detail("num_keys"))
+        self._call("num_keys", _lib.lib.rdzv_store_num_keys,
+                   ctypes.byref(out), self._t(timeout_s))
         return out.value
 
     def close(self) -> None:
-        """Closes the connection (idempotent)."""
-        if self._owned and self._c:
-            _lib.lib.rdzv_client_destroy(self._c)
-        self._c = ctypes.c_void_p()
+        """Closes the connection (idempotent; a rendezvous's store is
+        closed with its rendezvous)."""
+        with self._lock:
+            if self._owner is None and self._c:
+                _lib.lib.rdzv_client_destroy(self._c)
+            self._c = ctypes.c_void_p()
 
     def __enter__(self) -> "Client":
         return self
@@ -169,7 +222,8 @@ class Client:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        if getattr(self, "_lock", None) is not None:
+            self.close()
 
 
 MakeId = Callable[[], bytes]
@@ -178,12 +232,13 @@ MakeId = Callable[[], bytes]
 class Rendezvous:
     """This rank's place in a round (rdzv_rendezvous_t): rank, world size,
     local rank and size, node rank and count, generation; unique ids and
-    barriers of this generation; the job's store (.store)."""
+    barriers of this generation; the job's store (.store, the same
+    connection). The round is left at close(), or when neither this
+    object nor its .store is referenced any more."""
 
     def __init__(self, handle: ctypes.c_void_p) -> None:
-        self._r = handle
-        self.store = Client("", "", _handle=_lib.lib.rdzv_rendezvous_client(
-            handle), _owner=self)
+        self._hold = _Handle(handle)
+        self.store = Client("", "", _owner=self._hold)
 
     @classmethod
     def join(cls, addr: Optional[str] = None, job: Optional[str] = None,
@@ -202,22 +257,24 @@ class Rendezvous:
         _lib.lib.rdzv_rendezvous_opts_init(ctypes.byref(o))
         keep = []  # the bytes the struct points at, alive until the join
 
-        def s(v: Optional[str]) -> Optional[bytes]:
+        def s(v: Optional[str], what: str) -> Optional[bytes]:
             if v is None:
                 return None
-            b = v.encode()
+            b = _name(v, what)
             keep.append(b)
             return b
 
-        o.addr, o.job_id, o.host = s(addr), s(job), s(host)
-        o.round = s(round)
+        o.addr, o.job_id = s(addr, "address"), s(job, "job id")
+        o.host, o.round = s(host, "host"), s(round, "round")
+        i32 = (-(1 << 31), (1 << 31) - 1)
         if local_rank is not None:
-            o.local_rank = local_rank
+            o.local_rank = _int(local_rank, 0, i32[1], "local_rank")
         if local_size is not None:
-            o.local_size = local_size
+            o.local_size = _int(local_size, 1, i32[1], "local_size")
         if world_size is not None:
-            o.world_size = world_size
-        o.min_size, o.timeout_s = min_size, timeout_s
+            o.world_size = _int(world_size, 1, i32[1], "world_size")
+        o.min_size = _int(min_size, 0, i32[1], "min_size")
+        o.timeout_s = timeout_s
         err = ctypes.create_string_buffer(512)
         check(_lib.lib.rdzv_rendezvous_opts_from_env(ctypes.byref(o), err,
                                                      len(err)),
@@ -228,13 +285,22 @@ class Rendezvous:
         check(rc, err.value.decode(errors="replace"))
         return cls(h)
 
-    def _h(self) -> ctypes.c_void_p:
-        if not self._r:
-            raise error(-1013, "this rendezvous handle is closed")
-        return self._r
+    def _call(self, what: str, fn, *args) -> int:
+        with self._hold.lock:
+            if not self._hold.h:
+                raise error(-1013, "this rendezvous handle is closed")
+            rc = fn(self._hold.h, *args)
+            if rc < 0:
+                last = _lib.lib.rdzv_rendezvous_last_error(self._hold.h)
+                last = (last or b"").decode(errors="replace")
+                raise error(rc, f"{what}: {last}" if last else what)
+            return rc
 
     def _get(self, what: str) -> int:
-        return getattr(_lib.lib, f"rdzv_rendezvous_{what}")(self._h())
+        with self._hold.lock:
+            if not self._hold.h:
+                raise error(-1013, "this rendezvous handle is closed")
+            return getattr(_lib.lib, f"rdzv_rendezvous_{what}")(self._hold.h)
 
     @property
     def rank(self) -> int:
@@ -264,28 +330,23 @@ class Rendezvous:
     def generation(self) -> int:
         return self._get("generation")
 
-    def _detail(self, what: str) -> str:
-        if not self._r:
-            return what
-        last = _lib.lib.rdzv_rendezvous_last_error(self._r) or b""
-        return f"{what}: {last.decode(errors='replace')}" if last else what
-
     def unique_ids(self, comm: str, make_id: MakeId,
                    ranks_per_root: int = 128,
                    timeout_s: float = 60.0) -> list[bytes]:
         """The communicator's unique ids in this generation: ceil(world /
         ranks_per_root) of UNIQUE_ID_BYTES bytes, the same on every rank.
-        make_id() returns one id (e.g. ncclGetUniqueId's bytes); it runs on
-        the first rank of each block only."""
+        make_id() returns one id as bytes (e.g. ncclGetUniqueId's); it runs
+        on the first rank of each block only."""
         failure: list[BaseException] = []
 
         def cb(_arg: Optional[int], out: ctypes.Array) -> int:
             try:
                 b = make_id()
-                if len(b) != UNIQUE_ID_BYTES:
-                    raise ValueError(f"make_id gave {len(b)} bytes, not "
-                                     f"{UNIQUE_ID_BYTES}")
-                ctypes.memmove(out, b, UNIQUE_ID_BYTES)
+                if not isinstance(b, (bytes, bytearray)) or \
+                        len(b) != UNIQUE_ID_BYTES:
+                    raise ValueError(f"make_id must return {UNIQUE_ID_BYTES} "
+                                     f"bytes, not {b!r:.60}")
+                ctypes.memmove(out, bytes(b), UNIQUE_ID_BYTES)
                 return 0
             except BaseException as e:  # reported after the call
                 failure.append(e)
@@ -294,12 +355,15 @@ class Rendezvous:
         fn = _lib.MAKE_ID(cb)
         ids = ctypes.POINTER(ctypes.c_uint8)()
         n = ctypes.c_int64()
-        rc = _lib.lib.rdzv_rendezvous_unique_ids(
-            self._h(), comm.encode(), ranks_per_root, fn, None,
-            ctypes.byref(ids), ctypes.byref(n), timeout_s)
-        if failure:
-            raise failure[0]
-        check(rc, self._detail(f"unique ids of {comm!r}"))
+        try:
+            self._call(f"unique ids of {comm!r}",
+                       _lib.lib.rdzv_rendezvous_unique_ids, _name(comm, "comm"),
+                       _int(ranks_per_root, 1, _INT64[1], "ranks_per_root"),
+                       fn, None, ctypes.byref(ids), ctypes.byref(n), timeout_s)
+        except RdzvError:
+            if failure:
+                raise failure[0]
+            raise
         try:
             raw = ctypes.string_at(ids, n.value * UNIQUE_ID_BYTES)
         finally:
@@ -310,22 +374,16 @@ class Rendezvous:
     def barrier(self, name: str, timeout_s: float = 60.0) -> None:
         """Every rank of this generation reaches name (DeadlineError names
         the missing ranks and their hosts)."""
-        check(_lib.lib.rdzv_rendezvous_barrier(self._h(), name.encode(),
-                                               timeout_s),
-              self._detail(f"barrier {name!r}"))
+        self._call(f"barrier {name!r}", _lib.lib.rdzv_rendezvous_barrier,
+                   _name(name, "barrier name"), timeout_s)
 
     def close(self) -> None:
-        """Leaves cleanly and frees the handle (idempotent)."""
-        if self._r:
-            self.store._c = ctypes.c_void_p()
-            _lib.lib.rdzv_rendezvous_destroy(self._r)
-        self._r = ctypes.c_void_p()
+        """Leaves cleanly and frees the handle (idempotent); .store is
+        closed with it."""
+        self._hold.close()
 
     def __enter__(self) -> "Rendezvous":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
         self.close()

@@ -60,6 +60,33 @@ e = expect_raises(errors.DeadlineError, b.wait, ["never"], 0.3)
 assert "never" in str(e), str(e)
 ok("store calls through two nodes; NokeyError, WriteOnceError and "
    f"DeadlineError with their detail ({e})")
+# Bad arguments are refused in Python, before C could cut or wrap them.
+expect_raises(ValueError, a.set, "a\0b", b"x")
+expect_raises(ValueError, a.add, "n", 1 << 64)
+expect_raises(TypeError, a.set, "k", 5)
+ok("a NUL in a key, an add past int64 and an int value are refused")
+
+# Threads sharing one client: calls go one at a time.
+import threading
+errs = []
+
+
+def hammer(t: int) -> None:
+    try:
+        for i in range(100):
+            a.set(f"t{t}", str(i))
+            assert a.get(f"t{t}") == str(i).encode()
+    except BaseException as exc:
+        errs.append(exc)
+
+
+ts = [threading.Thread(target=hammer, args=(t,)) for t in range(8)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+assert not errs, errs
+ok("8 threads x 100 set+get on one client")
 a.close()
 b.close()
 b.close()  # twice: a no-op
@@ -106,4 +133,14 @@ for host, local, (rank, world, lr, node, nodes, gen, nids), _ in rows:
 assert len({r[3] for r in rows}) == 1, "ids differ between ranks"
 ok("rendezvous of 4 ranks on 2 hosts: ranks by host, 2 ids (2 ranks a "
    "block) the same on every rank, a barrier")
+# A rendezvous dropped (no close) leaves its round: the same slot joins again.
+solo = dict(addr=f"unix:{DIR}/a.sock", job=f"solo-{TAG}", host="h1",
+            local_rank=0, local_size=1, world_size=1, timeout_s=20)
+r1 = rdzv.Rendezvous.join(**solo)
+assert r1.rank == 0 and r1.generation >= 1
+del r1
+r2 = rdzv.Rendezvous.join(**solo)
+assert r2.rank == 0
+r2.close()
+ok("a dropped rendezvous left its round: its slot joined again")
 print("python_test: PASS")
