@@ -32,13 +32,16 @@ prefix=/usr/local
 destdir=
 from=
 mode=install
+need() { # an option's value, or a usage error
+  [ $# -ge 2 ] || { echo "install.sh: $1 needs a value (try --help)" >&2; exit 2; }
+}
 while [ $# -gt 0 ]; do
   case "$1" in
-  --prefix) prefix=$2; shift 2 ;;
+  --prefix) need "$@"; prefix=$2; shift 2 ;;
   --prefix=*) prefix=${1#*=}; shift ;;
-  --destdir) destdir=$2; shift 2 ;;
+  --destdir) need "$@"; destdir=$2; shift 2 ;;
   --destdir=*) destdir=${1#*=}; shift ;;
-  --from) from=$2; shift 2 ;;
+  --from) need "$@"; from=$2; shift 2 ;;
   --from=*) from=${1#*=}; shift ;;
   --uninstall) mode=uninstall; shift ;;
   -h | --help)
@@ -55,6 +58,16 @@ case "$prefix" in
 /*) ;;
 *) echo "install.sh: --prefix must be an absolute path, not '$prefix'" >&2; exit 2 ;;
 esac
+# The prefix goes into rdzv.pc and the unit's ExecStart, which take no
+# quoting: letters, digits and . _ + - / only.
+if [[ ! "$prefix" =~ ^[A-Za-z0-9._+/-]+$ ]]; then
+  echo "install.sh: --prefix '$prefix' has a character rdzv.pc and the systemd" \
+    "unit cannot carry (use letters, digits, '.', '_', '+', '-' and '/')" >&2
+  exit 2
+fi
+while [ "${prefix%/}" != "$prefix" ] && [ "$prefix" != / ]; do
+  prefix=${prefix%/}
+done
 top=$destdir$prefix
 manifest=$top/share/rdzv/install-manifest
 
@@ -135,10 +148,16 @@ sed "s|@SBINDIR@|$prefix/sbin|" "$(srcfile deploy/systemd/rdzv-root.service)" \
   >"$top/lib/systemd/system/rdzv-root.service"
 installed+=(lib/systemd/system/rdzv-root.service)
 dirs_for share/rdzv/install-manifest
+# An install over an earlier one keeps the directories that one created.
+if [ -f "$manifest" ]; then
+  while read -r kind rel; do
+    [ "$kind" = d ] && created+=("$rel")
+  done <"$manifest"
+fi
 mkdir -p "$(dirname "$manifest")"
 {
   printf 'f %s\n' "${installed[@]}"
-  [ "${#created[@]}" = 0 ] || printf 'd %s\n' "${created[@]}"
+  [ "${#created[@]}" = 0 ] || printf 'd %s\n' "${created[@]}" | sort -u
 } >"$manifest"
 echo "install.sh: installed rdzv $version under $top (${#installed[@]} files;" \
   "the list: $manifest)"

@@ -16,8 +16,11 @@ out=$PWD
 from=
 while [ $# -gt 0 ]; do
   case "$1" in
-  --out) out=$2; shift 2 ;;
-  --from) from=$2; shift 2 ;;
+  --out | --from)
+    [ $# -ge 2 ] || { echo "make-deb.sh: $1 needs a value" >&2; exit 2; }
+    if [ "$1" = --out ]; then out=$2; else from=$2; fi
+    shift 2
+    ;;
   -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "make-deb.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
@@ -38,9 +41,13 @@ done | sort -u | while IFS= read -r so; do
   path=$(ldconfig -p | awk -v so="$so" '$1 == so {print $NF; exit}')
   [ -n "$path" ] || { echo "make-deb.sh: $so not found by ldconfig" >&2; exit 1; }
   real=$(readlink -f "$path")
-  dpkg -S "$path" 2>/dev/null || dpkg -S "$real"
+  # A library no package owns (installed by hand) cannot be a Depends:
+  # fail rather than leave it out.
+  dpkg -S "$path" 2>/dev/null || dpkg -S "$real" ||
+    { echo "make-deb.sh: no Debian package owns $so ($real)" >&2; exit 1; }
 done | cut -d: -f1 | sort -u | paste -sd, | sed 's/,/, /g')
 size=$(du -sk "$stage/usr" | cut -f1)
+chmod 0755 "$stage" # the package's ./ (mktemp made it 0700)
 mkdir -p "$stage/DEBIAN"
 cat >"$stage/DEBIAN/control" <<EOF
 Package: rdzv

@@ -471,7 +471,8 @@ static const char *addr_hint(const char *addr) {
 
 /* --addr unix:PATH with no PATH: waits up to SOCKET_APPEAR_MS (or the
  * command's deadline, if sooner) for it to appear, then fails with exit 4
- * naming it, rather than retrying until the deadline (30 s by default). */
+ * naming it, rather than retrying until the deadline (30 s by default);
+ * a path that is there but is no socket fails at once. */
 static int wait_for_socket(struct ctl *ctl) {
   if (strncmp(ctl->addr, "unix:", 5) != 0)
     return EXIT_OK;
@@ -493,6 +494,13 @@ static int wait_for_socket(struct ctl *ctl) {
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
     waited += 0.05;
+  }
+  if (stat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    fprintf(stderr,
+            "rdzvctl: could not connect to %s: not a socket (%s is a %s: "
+            "check --addr or RDZV_ADDR)\n",
+            ctl->addr, path, S_ISDIR(st.st_mode) ? "directory" : "file");
+    return EXIT_CONNECT;
   }
   return EXIT_OK;
 }

@@ -30,6 +30,10 @@ fi
 # ("4(x3),2": three hosts of 4 tasks, then one of 2), by SLURM_NODEID.
 tasks_here() {
   local list=$1 want=$2 i=0 item n reps
+  # Slurm's form only (digits, or digits(xdigits), comma-separated), and a
+  # numeric node id: anything else prints nothing (no variable exported).
+  [[ "$list" =~ ^[0-9]+(\(x[0-9]+\))?(,[0-9]+(\(x[0-9]+\))?)*$ ]] || return 1
+  [[ "$want" =~ ^[0-9]+$ ]] || return 1
   local IFS=,
   for item in $list; do
     n=${item%%(*}

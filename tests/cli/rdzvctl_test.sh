@@ -61,6 +61,17 @@ else
   fails=$((fails + 1))
 fi
 
+# A path that is there but is no socket: exit 4 at once, saying so.
+: >"$dir/plain-file"
+"$ctl_bin" --addr "unix:$dir/plain-file" --job cli get k 2>"$dir/err"
+rc=$?
+if [ "$rc" = 4 ] && grep -qF "not a socket" "$dir/err"; then
+  echo "ok: rdzvctl on a regular file"
+else
+  echo "FAIL: rdzvctl on a regular file: status $rc, stderr [$(cat "$dir/err")]"
+  fails=$((fails + 1))
+fi
+
 expect 0 "" set k v1
 expect 0 "v1" get k
 expect 1 "" get nope
