@@ -38,7 +38,10 @@ struct rdzv_client_opts {
   const char *job_id;
   /* Name of this peer for the server's logs; default "<hostname>:<pid>". */
   const char *name;
-  /* Largest frame body accepted from the server, bytes. Default 64 MiB. */
+  /* Largest frame body accepted from the server, and sent to it: a
+   * request whose frame would be larger fails at once with
+   * RDZV_EFRAME_TOO_BIG (rdzvd's --max-frame-bytes has the same default),
+   * bytes. Default 64 MiB. */
   uint32_t max_frame_bytes;
   /* First reconnect delay and its cap, seconds. The delay doubles after
    * each failed attempt, with +-25% jitter. Defaults 0.01 and 2.0. */

@@ -14,7 +14,9 @@
  * request was in flight; it may or may not have been applied),
  * RDZV_EPROTO_VERSION / RDZV_EJOB_MISMATCH / RDZV_EHELLO (server refused
  * the hello), RDZV_EKEY_TOO_LONG / RDZV_EVALUE_TOO_BIG (over a limit; the
- * server closes the connection), RDZV_EWOULDBLOCK_CB (called from inside a
+ * server closes the connection), RDZV_EFRAME_TOO_BIG (the request's frame
+ * is over the handle's max_frame_bytes: refused before it is sent),
+ * RDZV_EWOULDBLOCK_CB (called from inside a
  * callback of this handle), -EINVAL (NULL or empty argument),
  * RDZV_ENOMEM. */
 #ifndef RDZV_STORE_H

@@ -545,6 +545,11 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
     m.req_id = r->id;
     err = rdzv_msg_encode(&m, &r->frame);
   }
+  /* A frame over the limit would make the server drop the connection, and
+   * the client would send it again after each reconnect until the
+   * deadline: refuse it here (the server's default limit is ours). */
+  if (err == 0 && r->frame.len - RDZV_WIRE_HEADER_BYTES > c->max_frame)
+    err = RDZV_EFRAME_TOO_BIG;
   free(sl);
   return err;
 }

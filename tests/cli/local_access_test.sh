@@ -34,9 +34,16 @@ refuses() {
   [ -e "$dir/ts.port" ] && fail "a refused start wrote $dir/ts.port"
 }
 
-# wait_file PATH: until PATH exists (10 s at most).
+# wait_file PATH: until PATH exists, or the daemon started last ($pid)
+# exited, or 120 s passed (a bound for a hung daemon, not a time asserted:
+# a loaded machine once took over 10 s).
 wait_file() {
-  for _ in $(seq 100); do [ -e "$1" ] && return 0; sleep 0.1; done
+  local end=$((SECONDS + 120))
+  while [ "$SECONDS" -lt "$end" ]; do
+    [ -e "$1" ] && return 0
+    [ -n "${pid:-}" ] && ! kill -0 "$pid" 2>/dev/null && { [ -e "$1" ]; return; }
+    sleep 0.1
+  done
   return 1
 }
 
@@ -117,7 +124,11 @@ dir_mode_logged() {
   local d=$1 want=$2 line=$3
   shift 3
   start --log-level=1 "$@"
-  for _ in $(seq 100); do grep -q "listening on" "$dir/log" && break; sleep 0.1; done
+  local end=$((SECONDS + 120)) # see wait_file
+  while [ "$SECONDS" -lt "$end" ] && ! grep -q "listening on" "$dir/log" &&
+    kill -0 "$pid" 2>/dev/null; do
+    sleep 0.1
+  done
   local got
   got=$(stat -c %a "$d")
   if [ "$got" != "$want" ]; then

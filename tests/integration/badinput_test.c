@@ -413,6 +413,28 @@ static void test_value_too_big(void **state) {
   assert_still_serving();
 }
 
+/* A request whose frame is over the client's max_frame_bytes fails at
+ * once with RDZV_EFRAME_TOO_BIG: sent, it would make the server drop the
+ * connection, and the client would resend it until the deadline. */
+static void test_frame_over_client_limit(void **state) {
+  (void)state;
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = root_addr;
+  o.job_id = "bad-job";
+  o.max_frame_bytes = 1024;
+  rdzv_client_t *c = NULL;
+  assert_int_equal(rdzv_client_create(&o, &c), 0);
+  char val[2000];
+  memset(val, 'v', sizeof(val));
+  assert_int_equal(rdzv_store_set(c, "frame", val, sizeof(val), 0, 30),
+                   RDZV_EFRAME_TOO_BIG);
+  /* The handle still works for what fits. */
+  assert_int_equal(rdzv_store_set(c, "frame", "v", 1, 0, 30), 0);
+  rdzv_client_destroy(c);
+  assert_still_serving();
+}
+
 static void test_too_many_outstanding(void **state) {
   (void)state;
   int fd = raw_connect();
@@ -541,6 +563,7 @@ int main(void) {
       cmocka_unit_test(test_silence_is_dropped),
       cmocka_unit_test(test_half_frame_then_close),
       cmocka_unit_test(test_oversized_frame),
+      cmocka_unit_test(test_frame_over_client_limit),
       cmocka_unit_test(test_wrong_version),
       cmocka_unit_test(test_request_before_hello),
       cmocka_unit_test(test_empty_job_id),
