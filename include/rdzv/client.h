@@ -151,6 +151,7 @@ enum rdzv_op {
   RDZV_OP_JOIN = 16,
   RDZV_OP_ABORT = 17,
   RDZV_OP_COLL_STATUS = 18,
+  RDZV_OP_TS_SPACE = 23,
 };
 
 /* A borrowed byte string. */

@@ -62,7 +62,9 @@ extern "C" {
   X(ECOMPACTED, -1042, "etcd revision compacted: read again, then watch")    \
   X(ETOO_LARGE, -1043, "etcd request over the server's size or operation limit") \
   X(EAUTH, -1044,                                                            \
-    "authentication failed (no job secret, another one, or a uid not allowed)")
+    "authentication failed (no job secret, another one, or a uid not allowed)") \
+  X(EROUND_FULL, -1045,                                                      \
+    "the rendezvous round is complete at its maximum size: no room to join")
 
 enum rdzv_status {
   RDZV_OK = 0,

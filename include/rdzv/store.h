@@ -202,6 +202,22 @@ int rdzv_store_collective_give_up(rdzv_client_t *c, const char *name,
  * documented in docs/reference/rdzvd.md ("stats"). */
 int rdzv_store_stats(rdzv_client_t *c, char **json, double timeout_s);
 
+/* Opens (or joins) a PyTorch TCPStore key space at the daemon this handle
+ * is connected to: a listener on that host's 127.0.0.1 whose TCPStore
+ * clients (torch.distributed.TCPStore, protocol as docs/pytorch.md) keep
+ * their keys in this handle's job under prefix (1..200 bytes, no NUL): a
+ * client's key "k" is the job's key prefix + "k", served through the tree
+ * like every key; LIST_KEYS and GETNUMKEYS see the keys under the prefix.
+ * The same job and prefix give the same port; the listener closes about
+ * a second after the last connection that asked for it closes. *port
+ * receives the port. Used by torchrun's rdzv handler for each restart
+ * round's workers (MASTER_PORT). Returns 0, -EINVAL (bad prefix),
+ * RDZV_EBAD_ROLE (the daemon serves none: --tcpstore-spaces 0, or an
+ * etcd-backed root), RDZV_ETOO_MANY_CONNECTIONS (at --tcpstore-spaces),
+ * or a store error; the daemon's message is in rdzv_client_last_error. */
+int rdzv_store_tcpstore_space(rdzv_client_t *c, const char *prefix,
+                              int32_t *port, double timeout_s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -207,6 +207,20 @@ class Client:
                    ctypes.byref(out), self._t(timeout_s))
         return out.value
 
+    def tcpstore_space(self, prefix: str,
+                       timeout_s: Optional[float] = None) -> int:
+        """Opens (or joins) a PyTorch TCPStore key space at the daemon this
+        client is connected to and returns its port on that host's
+        127.0.0.1: torch.distributed.TCPStore clients there keep their keys
+        in this job under prefix (rdzv_store_tcpstore_space). It closes
+        about a second after the last client that asked for it closes."""
+        out = ctypes.c_int32()
+        self._call(f"TCPStore key space {prefix!r}",
+                   _lib.lib.rdzv_store_tcpstore_space,
+                   _name(prefix, "prefix"), ctypes.byref(out),
+                   self._t(timeout_s))
+        return out.value
+
     def close(self) -> None:
         """Closes the connection (idempotent; a rendezvous's store is
         closed with its rendezvous)."""
@@ -246,13 +260,18 @@ class Rendezvous:
              local_rank: Optional[int] = None,
              local_size: Optional[int] = None,
              world_size: Optional[int] = None, min_size: int = 0,
-             timeout_s: float = 60.0) -> "Rendezvous":
+             timeout_s: float = 60.0, last_call_s: Optional[float] = None,
+             location: Optional[str] = None) -> "Rendezvous":
         """Joins the round and blocks until the root answers. What is not
         given comes from the launcher's environment, as in C
         (rdzv_rendezvous_opts_from_env: RDZV_ADDR, RDZV_JOB, RDZV_HOST,
         LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE and their Slurm and
-        torchrun fallbacks). Raises DeadlineError naming the hosts that lack
-        ranks, DuplicateClaimError, AbortedError, ..."""
+        torchrun fallbacks). An elastic round (min_size > 0, below
+        world_size, the maximum) completes last_call_s (default 5) after
+        min_size joined, or at world_size. location: network labels
+        ("pod1/rack7") that order the hosts. Raises DeadlineError naming
+        the hosts that lack ranks, DuplicateClaimError, RoundFullError (a
+        complete round at its maximum), AbortedError, ..."""
         o = _lib.RendezvousOpts()
         _lib.lib.rdzv_rendezvous_opts_init(ctypes.byref(o))
         keep = []  # the bytes the struct points at, alive until the join
@@ -266,6 +285,9 @@ class Rendezvous:
 
         o.addr, o.job_id = s(addr, "address"), s(job, "job id")
         o.host, o.round = s(host, "host"), s(round, "round")
+        o.location = s(location, "location")
+        if last_call_s is not None:
+            o.last_call_s = float(last_call_s)
         i32 = (-(1 << 31), (1 << 31) - 1)
         if local_rank is not None:
             o.local_rank = _int(local_rank, 0, i32[1], "local_rank")

@@ -498,7 +498,8 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
   uint8_t part[16];
   int err;
 
-  if (req->op < RDZV_OP_SET || req->op > RDZV_OP_COLL_STATUS ||
+  if (req->op < RDZV_OP_SET ||
+      (req->op > RDZV_OP_COLL_STATUS && req->op != RDZV_OP_TS_SPACE) ||
       req->nkeys > UINT32_MAX || req->nvals > UINT32_MAX ||
       (req->flags & ~(RDZV_STORE_WRITE_ONCE | RDZV_STORE_LEAVE |
                       RDZV_STORE_GIVE_UP)) != 0 ||

@@ -667,3 +667,23 @@ int rdzv_store_stats(rdzv_client_t *c, char **json, double timeout_s) {
     *json = call.val;
   return err;
 }
+
+int rdzv_store_tcpstore_space(rdzv_client_t *c, const char *prefix,
+                              int32_t *port, double timeout_s) {
+  struct rdzv_bytes k;
+  struct rdzv_request req = {.op = RDZV_OP_TS_SPACE, .nkeys = 1, .keys = &k};
+  struct call call = {0};
+  int err;
+
+  if (port == NULL || prefix == NULL || prefix[0] == '\0' ||
+      strlen(prefix) > 200)
+    return -EINVAL;
+  k.data = prefix;
+  k.len = strlen(prefix);
+  err = call_run(c, &req, timeout_s, &call);
+  if (err == 0 && (call.a < 1 || call.a > 65535))
+    err = RDZV_EPROTO;
+  if (err == 0)
+    *port = (int32_t)call.a;
+  return err;
+}

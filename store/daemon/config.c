@@ -204,6 +204,10 @@ static const struct opt opts[] = {
           "1048576", etcd_max_request_bytes,
           "root: bytes per etcd transaction at most (below etcd's "
           "--max-request-bytes, 1.5 MiB by default)"),
+  U32_OPT("tcpstore-spaces", "RDZVD_TCPSTORE_SPACES", "64", tcpstore_spaces,
+          "TCPStore key spaces a client may open, each a listener on "
+          "127.0.0.1 whose keys live under a prefix of its job (torchrun's "
+          "rdzv handler gives each restart round's workers one); 0: none"),
   STR_OPT("tcpstore-port-file", "RDZVD_TCPSTORE_PORT_FILE", "",
           tcpstore_port_file, RDZV_CONFIG_STR_MAX, "write the TCPStore port here once listening"),
   STR_OPT("job", "RDZVD_JOB", "", job, RDZV_CONFIG_STR_MAX,

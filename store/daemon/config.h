@@ -115,6 +115,8 @@ struct rdzv_daemon_config {
   const char *tcpstore_listen;
   const char *tcpstore_job;
   const char *tcpstore_port_file;
+  uint32_t tcpstore_spaces; /* --tcpstore-spaces: key spaces open at once
+                               (0: none served) */
   bool tcpstore_remote; /* --tcpstore-remote: a non-loopback
                            --tcpstore-listen host is served (warned) */
   const char *job; /* child nodes of this job only ("": any): a child's

@@ -14,10 +14,25 @@
 #include "store/daemon/node/node.h"
 #include "store/daemon/root/root.h"
 #include "store/daemon/state/mem.h"
+#include "store/daemon/tcpstore/spaces.h"
 #include "store/daemon/tcpstore/tcpstore.h"
 #include "store/daemon/transport/transport.h"
 
-static void tcpstore_stop_hook(void *arg) { rdzv__tcpstore_stop(arg); }
+/* The front ends, stopped first when the daemon stops: their in-process
+ * connections go before the transport closes the rest. */
+struct front_ends {
+  struct daemon *d;
+  struct ts_server *ts;     /* --tcpstore-listen, or NULL */
+  struct ts_spaces *spaces; /* --tcpstore-spaces, or NULL */
+};
+
+static void front_ends_stop_hook(void *arg) {
+  struct front_ends *f = arg;
+  f->d->ts_space = NULL; /* requests from here on are refused */
+  rdzv__tcpstore_stop(f->ts);
+  rdzv__ts_spaces_stop(f->spaces);
+  free(f);
+}
 static void durable_stop_hook(void *arg) { rdzv__durable_stop(arg); }
 
 /* --max-connections above the process's open-file limit cannot be kept:
@@ -73,14 +88,25 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
     d->stop_hook_arg = du;
     rdzv__durable_attach(du, d);
   }
-  if (rc == 0 && cfg->tcpstore_listen[0] != '\0') {
-    struct ts_server *ts = NULL;
-    rc = rdzv__tcpstore_start(d, cfg->tcpstore_listen, cfg->tcpstore_job,
-                              cfg->tcpstore_port_file, &ts);
-    /* Stopped first when the daemon stops: its in-process connections go
-     * before the transport closes the rest. */
-    d->stop_hook = tcpstore_stop_hook;
-    d->stop_hook_arg = ts;
+  /* An etcd-backed root has its own stop hook and serves no TCPStore
+   * (config.c refuses --tcpstore-listen there). */
+  bool fronts = du == NULL && (cfg->tcpstore_listen[0] != '\0' ||
+                               cfg->tcpstore_spaces > 0);
+  struct front_ends *f = rc == 0 && fronts ? calloc(1, sizeof(*f)) : NULL;
+  if (rc == 0 && fronts && f == NULL)
+    rc = RDZV_ENOMEM;
+  if (f != NULL) {
+    f->d = d;
+    d->stop_hook = front_ends_stop_hook;
+    d->stop_hook_arg = f;
+    if (cfg->tcpstore_listen[0] != '\0')
+      rc = rdzv__tcpstore_start(d, cfg->tcpstore_listen, cfg->tcpstore_job,
+                                cfg->tcpstore_port_file, &f->ts);
+    if (rc == 0 && cfg->tcpstore_spaces > 0) {
+      rc = rdzv__ts_spaces_new(d, cfg->tcpstore_spaces, &f->spaces);
+      d->ts_space = rdzv__ts_spaces_request;
+      d->ts_space_arg = f->spaces;
+    }
   }
   /* The port is published only once every listener is up: a script that
    * waits for the port file must never find a daemon that gave up. */

@@ -512,6 +512,7 @@ static const struct shape shapes[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_KEYS] = {0, 1, 0, 0},
     [RDZV_MSG_AUTH] = {0, 0, 1, 1},
     [RDZV_MSG_INVAL] = {0, 0, 0, 0},
+    [RDZV_MSG_TS_SPACE] = {1, 1, 0, 0},
 };
 /* clang-format on */
 
@@ -645,6 +646,7 @@ static const char *const type_names[RDZV_MSG_TYPE_MAX + 1] = {
     [RDZV_MSG_ABORT] = "abort",   [RDZV_MSG_COLL_STATUS] = "coll_status",
     [RDZV_MSG_PING] = "ping",     [RDZV_MSG_KEYS] = "keys",
     [RDZV_MSG_AUTH] = "auth",     [RDZV_MSG_INVAL] = "inval",
+    [RDZV_MSG_TS_SPACE] = "ts_space",
 };
 
 const char *rdzv_msg_type_name(int type) {

@@ -235,8 +235,16 @@ enum rdzv_msg_type {
    * invalidation sequence number issued to it, which it must have
    * acknowledged before that PING for the lease to count. */
   RDZV_MSG_INVAL = 22,
+  /* A TCPStore key space at the daemon the client is connected to (never
+   * forwarded): keys[0] = a prefix (1..200 bytes). Reply: a = the port of
+   * a listener on 127.0.0.1 whose PyTorch TCPStore clients' keys live in
+   * the connection's job under that prefix (the same port for the same
+   * job and prefix while any connection that asked for it is open); or
+   * RDZV_EBAD_ROLE (none served here), RDZV_ETOO_MANY_CONNECTIONS (at
+   * --tcpstore-spaces), -EINVAL, with keys[0] = why. */
+  RDZV_MSG_TS_SPACE = 23,
 };
-#define RDZV_MSG_TYPE_MAX 22
+#define RDZV_MSG_TYPE_MAX 23
 /* Most member ids one COLL_STATUS reply names. */
 #define RDZV_COLL_STATUS_MAX_IDS 4096
 

@@ -143,4 +143,87 @@ r2 = rdzv.Rendezvous.join(**solo)
 assert r2.rank == 0
 r2.close()
 ok("a dropped rendezvous left its round: its slot joined again")
+
+# A round complete at its maximum, every member live: another host's join
+# is refused at once (RoundFullError), not a restart of the job; once the
+# member leaves, the same join opens the next generation.
+full = dict(addr=f"unix:{DIR}/a.sock", job=f"full-{TAG}", local_rank=0,
+            local_size=1, world_size=1, timeout_s=20)
+r1 = rdzv.Rendezvous.join(host="h1", **full)
+e = expect_raises(errors.RoundFullError, lambda: rdzv.Rendezvous.join(
+    **dict(full, host="h2", addr=f"unix:{DIR}/b.sock")))
+assert "maximum of 1 ranks" in str(e) and "no room" in str(e), str(e)
+g1 = r1.generation
+r1.close()
+r2 = rdzv.Rendezvous.join(host="h2", **full)
+assert r2.generation == g1 + 1, (g1, r2.generation)
+r2.close()
+ok(f"a full round refuses another host ({e.detail[-90:]}); after a leave "
+   "it joins the next generation")
+
+# TCPStore key spaces: the same prefix gives the same port, another
+# prefix another; a TCPStore client's keys land under the prefix and its
+# num_keys counts only them; the space closes once its asker is gone.
+import socket
+import time
+sp = rdzv.Client(f"unix:{DIR}/a.sock", job=f"space-{TAG}", timeout_s=10)
+port = sp.tcpstore_space(f"sp/{TAG}/")
+assert port == sp.tcpstore_space(f"sp/{TAG}/")
+port2 = sp.tcpstore_space(f"sp/{TAG}/other/")
+assert port2 != port
+e = expect_raises(rdzv.RdzvError, sp.tcpstore_space, "x" * 201)
+assert e.name == "EINVAL", e.name
+try:
+    import torch.distributed as dist
+    from datetime import timedelta
+    try:
+        ts = dist.TCPStore("127.0.0.1", port, is_master=False,
+                           timeout=timedelta(seconds=10), use_libuv=False)
+    except TypeError:  # torch 1.13: no use_libuv
+        ts = dist.TCPStore("127.0.0.1", port, is_master=False,
+                           timeout=timedelta(seconds=10))
+    ts.set("k1", "v1")
+    ts.set("k2", "v2")
+    rd = rdzv.Client(f"unix:{DIR}/b.sock", job=f"space-{TAG}", timeout_s=10)
+    got = None
+    for key in (f"sp/{TAG}/k1", f"sp/{TAG}//k1"):
+        try:
+            got = (key, rd.get(key))
+            break
+        except errors.NokeyError:
+            pass
+    assert got is not None and got[1] == b"v1", got
+    rd.set(f"sp/{TAG}/outside-the-space-but-not-under-it/../x", b"1")
+    rd.set("elsewhere", b"1")
+    assert ts.get("k2") == b"v2"
+    n = ts.num_keys()
+    assert n in (2, 3), n  # k1, k2 (+ the one rd set under the prefix)
+    ok(f"a torch TCPStore client in a key space: its key is {got[0]!r} in "
+       f"rdzv (read through node b), num_keys {n} sees only the space")
+    del ts
+except ImportError:
+    ok("no torch here: the key space's TCPStore side is left to torchrun_test")
+sp.close()
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        time.sleep(0.3)
+    except ConnectionRefusedError:
+        break
+else:
+    raise AssertionError(f"key space port {port} still open 10 s after "
+                         "its asker closed")
+ok(f"key spaces: one port per prefix ({port}, {port2}); closed once the "
+   "asker's connection closed")
+with rdzv.Client(f"unix:{DIR}/z.sock", job=f"space-{TAG}") as z:
+    e = expect_raises(errors.BadRoleError, z.tcpstore_space, "p")
+    assert "daemon z serves no TCPStore key spaces" in str(e), str(e)
+with rdzv.Client(f"unix:{DIR}/s.sock", job=f"space-{TAG}") as one:
+    one.tcpstore_space("p1")
+    e2 = expect_raises(errors.TooManyConnectionsError, one.tcpstore_space,
+                       "p2")
+    assert "--tcpstore-spaces 1" in str(e2) and "p2" in str(e2), str(e2)
+ok(f"key spaces refused where none are served ({e.detail}) and past the "
+   f"limit ({e2.detail})")
 print("python_test: PASS")

@@ -12,7 +12,12 @@ for n in a b; do
   "$src/tools/rdzvd" --role=node --parent="127.0.0.1:$(cat "$dir/root.port")" \
     --unix="$dir/$n.sock" --log-level=0 & pids+=($!)
 done
-for n in a b; do
+# Two more nodes for the limits of TCPStore key spaces: none, and one.
+"$src/tools/rdzvd" --role=node --parent="127.0.0.1:$(cat "$dir/root.port")" \
+  --unix="$dir/z.sock" --name=z --tcpstore-spaces=0 --log-level=0 & pids+=($!)
+"$src/tools/rdzvd" --role=node --parent="127.0.0.1:$(cat "$dir/root.port")" \
+  --unix="$dir/s.sock" --name=s --tcpstore-spaces=1 --log-level=0 & pids+=($!)
+for n in a b z s; do
   for _ in $(seq 100); do [ -S "$dir/$n.sock" ] && break; sleep 0.1; done
 done
 # Installed as a user installs it, with pip from a copy of the checkout's

@@ -374,7 +374,7 @@ static const struct bad bads[] = {
     {"version-2-full", {0x52, 0x44, 0x5A, 0x56, 2, 3}, 12, 28, {FIX, 0, 0},
      28, RDZV_EPROTO_VERSION},
     {"type-0", HDR(0), 6, 0, {0}, 0, RDZV_EPROTO},
-    {"type-23", HDR(23), 12, 28, {FIX, 0, 0}, 28, RDZV_EPROTO},
+    {"type-24", HDR(24), 12, 28, {FIX, 0, 0}, 28, RDZV_EPROTO},
     {"type-255", HDR(255), 12, 28, {FIX, 0, 0}, 28, RDZV_EPROTO},
     {"body-over-max-header-only", HDR(2), 12, 1025, {0}, 0,
      RDZV_EFRAME_TOO_BIG},
@@ -708,7 +708,7 @@ static void test_type_names(void **state) {
       "unknown", "hello",  "set",   "get",   "wait",   "add",
       "cas",     "delete", "mget",  "mset",  "append", "nkeys",
       "barrier", "gather", "stats", "error", "join",   "abort",
-      "coll_status", "ping", "keys", "auth", "inval",
+      "coll_status", "ping", "keys", "auth", "inval", "ts_space",
       "unknown"};
   int t;
 

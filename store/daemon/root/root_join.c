@@ -101,6 +101,16 @@ static int add_member(struct round *r, struct jpend *p,
     return RDZV_EPROTO;
   }
   HASH_FIND(hh, r->by_claim, &m->j.rec.claim, sizeof(uint64_t), old);
+  if (old == NULL && r->n >= r->params.max_size) {
+    /* Past the maximum (records that came in one request with the last
+     * that fitted): this one is not in the generation. */
+    snprintf(text, tn, "round %s generation %" PRId64 " is complete at its "
+             "maximum of %u ranks: host %.*s local rank %d is not in it",
+             r->name, r->gen, r->params.max_size, (int)m->j.rec.host_len,
+             m->j.rec.host, m->j.rec.local_rank);
+    free(m);
+    return RDZV_EROUND_FULL;
+  }
   if (old != NULL) {
     if (old->via != p) { /* a re-send through another path: counted once */
       old->via->nmembers--;
@@ -147,6 +157,7 @@ static int add_member(struct round *r, struct jpend *p,
     HASH_ADD_KEYPTR(hh_host, r->by_host, m->j.rec.host, m->j.rec.host_len, m);
   }
   r->n++;
+  rdzv__round_prev_back(r, m);
   return 0;
 }
 
@@ -293,6 +304,44 @@ static int refuse_live_conflicts(struct round *r, struct conn *c,
   return 1;
 }
 
+/* A DONE generation at its maximum size whose members are all still in
+ * it (none left cleanly, none lost: a loss fails the generation) and a
+ * join of others: there is no room, and opening the next generation
+ * would restart the whole job for a member it cannot take. Refused with
+ * RDZV_EROUND_FULL (a launcher parks or ends that process). Answers and
+ * returns 1, else 0. */
+static int refuse_full(struct round *r, struct conn *c,
+                       const struct rdzv_msg *m) {
+  struct jmember *mb, *t;
+  uint32_t live = 0;
+  HASH_ITER(hh, r->by_claim, mb, t)
+    if (!mb->left)
+      live++;
+  if (live < r->params.max_size)
+    return 0;
+  char text[300];
+  snprintf(text, sizeof(text), "round %s generation %" PRId64 " is complete "
+           "at its maximum of %u ranks, all of them live: no room for "
+           "another member until one leaves or is lost", r->name, r->gen,
+           r->params.max_size);
+  struct rdzv_buf errs = {0};
+  struct rdzv_slice v;
+  size_t pos = 0;
+  rdzv_items_next(&m->vals, &pos, &v); /* params */
+  while (rdzv_items_next(&m->vals, &pos, &v)) {
+    struct rdzv_join_full j;
+    uint8_t item[RDZV_JOIN_ERROR_BYTES];
+    rdzv_join_error_encode(rdzv_join_rec_decode(v.p, v.n, &j) == 0 ? j.rec.claim
+                                                                    : 0,
+                           RDZV_EROUND_FULL, item);
+    rdzv_items_append(&errs, item, sizeof(item));
+  }
+  rdzv__round_reply(c, m->req_id, RDZV_EROUND_FULL, 0, &errs, m->vals.n - 1,
+                    text, r->gen, 0);
+  rdzv_buf_free(&errs);
+  return 1;
+}
+
 void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *m) {
   struct rdzv_slice name, pv;
   struct rdzv_join_params params;
@@ -324,7 +373,8 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
     return;
   }
   if (r->state == ROUND_DONE &&
-      (answer_known(r, c, m) || refuse_live_conflicts(r, c, m)))
+      (answer_known(r, c, m) || refuse_live_conflicts(r, c, m) ||
+       refuse_full(r, c, m)))
     return;
   if (r->state != ROUND_OPEN)
     rdzv__round_open(r, &params);

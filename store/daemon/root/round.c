@@ -400,6 +400,8 @@ static void on_deadline(uv_timer_t *t) {
 
 /* ---- completion -------------------------------------------------------------- */
 
+static void prev_clear(struct round *r);
+
 /* A key the root set: its waiters go once copies of its absence are
  * gone below. */
 struct put_notify {
@@ -451,19 +453,26 @@ static int old_generation_key(void *arg, const uint8_t *k, uint32_t klen,
   uint32_t i = o->plen;
   while (i < klen && k[i] >= '0' && k[i] <= '9' && g < INT32_MAX)
     g = g * 10 + (k[i++] - '0');
-  if (!(i < klen && k[i] == '/' && g < o->gen))
+  if (!(i > o->plen && i < klen && k[i] == '/' && g < o->gen))
     return RDZV_STATE_KEEP;
   struct rdzv_slice ks = {k, klen};
   rdzv__copies_invalidate(o->cp, &ks, 1, 0, NULL, NULL);
   return RDZV_STATE_DELETE;
 }
 
+/* Keys of older generations go: the generation's own ("rdzv/<round>/g<N>/")
+ * and its workers' ("rdzv/<round>/w<N>/", e.g. a torchrun restart round's
+ * TCPStore key space, python/rdzv/torchrun.py), which are not refused as
+ * stale while the next generation forms (those workers still run then). */
 static void drop_old_generations(struct round *r) {
-  char prefix[160];
-  int pl = snprintf(prefix, sizeof(prefix), "rdzv/%s/g", r->name);
-  struct old_gen_scan o = {(uint32_t)pl, r->gen, &r->s->copies};
-  rdzv__state_scan(r->s->st, (const uint8_t *)prefix, (uint32_t)pl,
-                   old_generation_key, &o);
+  static const char kinds[] = {'g', 'w'};
+  for (size_t i = 0; i < sizeof(kinds); i++) {
+    char prefix[160];
+    int pl = snprintf(prefix, sizeof(prefix), "rdzv/%s/%c", r->name, kinds[i]);
+    struct old_gen_scan o = {(uint32_t)pl, r->gen, &r->s->copies};
+    rdzv__state_scan(r->s->st, (const uint8_t *)prefix, (uint32_t)pl,
+                     old_generation_key, &o);
+  }
 }
 
 /* Publishes "rdzv/<round>/g<gen>/hosts" (one line per host in node-rank
@@ -525,6 +534,7 @@ void rdzv__round_complete(struct round *r) {
       scratch[asg[i].rank] = i;
     }
     r->state = ROUND_DONE;
+    prev_clear(r);
     uv_timer_stop(&r->deadline);
     uv_timer_stop(&r->last_call);
     drop_old_generations(r);
@@ -553,11 +563,77 @@ void rdzv__round_complete(struct round *r) {
 
 void rdzv__round_on_last_call(uv_timer_t *t) {
   struct round *r = t->data;
-  if (r->state == ROUND_OPEN && r->n >= r->params.min_size)
-    rdzv__round_complete(r);
+  if (r->state != ROUND_OPEN || r->n < r->params.min_size)
+    return;
+  if (r->prev_pending > 0 && !r->prev_held) {
+    /* Members of the superseded generation are still on their way:
+     * one more last call for them. */
+    r->prev_held = true;
+    rdzv__log(r->s->d, 2, "round %s generation %" PRId64 ": last call held "
+              "%u ms for %u members of the previous generation", r->name,
+              r->gen, r->params.last_call_ms, r->prev_pending);
+    uv_timer_start(&r->last_call, rdzv__round_on_last_call,
+                   r->params.last_call_ms, 0);
+    return;
+  }
+  rdzv__round_complete(r);
+}
+
+static void prev_clear(struct round *r) {
+  struct prevslot *p, *t;
+  HASH_ITER(hh, r->prev, p, t) {
+    HASH_DEL(r->prev, p);
+    free(p);
+  }
+  r->prev_pending = 0;
+  r->prev_held = false;
+}
+
+/* r's complete generation is being superseded: its live members' slots
+ * are what the next one waits for (see struct round). */
+static void prev_remember(struct round *r) {
+  struct jmember *m, *t;
+  HASH_ITER(hh, r->by_claim, m, t) {
+    if (m->left)
+      continue;
+    struct prevslot *p = NULL;
+    HASH_FIND(hh, r->prev, m->slot, m->slot_len, p);
+    if (p != NULL || (p = calloc(1, sizeof(*p) + m->slot_len)) == NULL)
+      continue;
+    p->len = m->slot_len;
+    memcpy(p->slot, m->slot, m->slot_len);
+    HASH_ADD_KEYPTR(hh, r->prev, p->slot, p->len, p);
+    r->prev_pending++;
+  }
+}
+
+void rdzv__round_prev_back(struct round *r, const struct jmember *m) {
+  struct prevslot *p = NULL;
+  if (r->prev_pending == 0)
+    return;
+  HASH_FIND(hh, r->prev, m->slot, m->slot_len, p);
+  if (p != NULL && !p->back) {
+    p->back = true;
+    r->prev_pending--;
+  }
 }
 
 void rdzv__round_open(struct round *r, const struct rdzv_join_params *p) {
+  if (r->state == ROUND_DONE && r->gen > 0) {
+    /* The live generation is superseded: "rdzv/<round>/g<N>/next" (the
+     * new generation's number) wakes whoever waits on it, e.g. torchrun's
+     * agents, whose num_nodes_waiting is that wait (python/rdzv/torchrun.py);
+     * nodes hold one wait for their subtree. A later request of
+     * generation N gets RDZV_ESTALE_GENERATION, which says the same. */
+    char key[180], val[24];
+    snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/next", r->name, r->gen);
+    int vl = snprintf(val, sizeof(val), "%" PRId64, r->gen + 1);
+    if (rdzv__root_put(r->s, key, (const uint8_t *)val, (uint32_t)vl) < 0)
+      rdzv__log(r->s->d, 0, "round %s: cannot publish %s", r->name, key);
+  }
+  prev_clear(r);
+  if (r->state == ROUND_DONE)
+    prev_remember(r);
   member_free_all(r);
   pend_free_all(r);
   contrib_clear(r);
@@ -606,6 +682,7 @@ void rdzv__root_rounds_free(struct root_job *s) {
   struct round *r, *t;
   HASH_ITER(hh, s->rounds, r, t) {
     HASH_DEL(s->rounds, r);
+    prev_clear(r);
     member_free_all(r);
     pend_free_all(r);
     contrib_clear(r);

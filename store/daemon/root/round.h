@@ -64,6 +64,20 @@ struct round {
   } *contribs;
   uint64_t opened_ms;
   char reason[512];
+  /* A generation that superseded a complete one: the slots (host, local
+   * rank) of the members that were live in it. Until each is back (or
+   * one more last call has passed) the last call does not complete the
+   * round, so a late joiner cannot close it before the running members
+   * have stopped and rejoined (torchrun's agents restart their workers
+   * first). */
+  struct prevslot {
+    UT_hash_handle hh;
+    bool back;
+    uint32_t len;
+    uint8_t slot[];
+  } *prev;
+  uint32_t prev_pending;
+  bool prev_held; /* the last call was held once for them */
 };
 
 
@@ -92,6 +106,8 @@ void rdzv__round_complete(struct round *r);
 /* The current generation fails: every requester and waiter of its keys
  * gets status with why, and its pending collectives fail too. */
 void rdzv__round_fail(struct round *r, int status, const char *why);
+/* Member m (just added) may be one the round waits for (r->prev). */
+void rdzv__round_prev_back(struct round *r, const struct jmember *m);
 /* The last-call timer's callback (elastic rounds). */
 void rdzv__round_on_last_call(uv_timer_t *t);
 /* A JOIN answer to c: status, flags (RDZV_F_PARTIAL: not the last), the

@@ -128,6 +128,14 @@ struct ts_server {
   uv_tcp_t listen;
   struct daemon *d;
   char job[256];
+  /* A key space (spaces.c): every key a client names is this prefix
+   * followed by the key; LIST_KEYS and GETNUMKEYS see only keys under it,
+   * without it. plen 0: the job's keys as they are (--tcpstore-listen). */
+  char prefix[RDZV_TS_SPACE_PREFIX_MAX + 1];
+  uint32_t plen;
+  struct rdzv_buf kbuf;   /* prefixed keys of the request being sent */
+  struct rdzv_slice *pkeys; /* ... as slices, TS_KEYS_CAP */
+  int port;               /* bound */
   struct rdzv_ts_limits lim;
   uint32_t max_pending; /* TS_MAX_PENDING, or less under --max-outstanding */
   struct rdzv_slice *keys, *vals; /* parse scratch, TS_KEYS_CAP each */
@@ -315,13 +323,15 @@ static int translate(struct ts_conn *t, const struct ts_pending *p,
     while (rc == 0 && rdzv_items_next(&r->vals, &pos, &v))
       rc = put_value(t, v);
     return rc;
-  case RDZV_TS_LIST_KEYS:
+  case RDZV_TS_LIST_KEYS: {
     if (r->status < 0)
       return r->status;
+    uint32_t pl = t->srv->plen; /* KEYS named only keys under the prefix */
     rc = rdzv_ts_put_i64(o, (int64_t)r->keys.n);
     while (rc == 0 && rdzv_items_next(&r->keys, &pos, &v))
-      rc = rdzv_ts_put_blob(o, v.p, v.n);
+      rc = v.n < pl ? RDZV_EPROTO : rdzv_ts_put_blob(o, v.p + pl, v.n - pl);
     return rc;
+  }
   case RDZV_TS_BARRIER:
     if (r->status < 0)
       return r->status;
@@ -481,6 +491,7 @@ static int send_frame(struct ts_conn *t, struct ts_pending *p,
  * inside this call. */
 static int send_rdzv(struct ts_conn *t, const struct rdzv_ts_req *q,
                      struct rdzv_msg *m) {
+  /* m's keys: the request's, or the prefixed copies of them. */
   struct ts_pending *p = calloc(1, sizeof(*p));
   if (p == NULL)
     return RDZV_ENOMEM;
@@ -492,7 +503,7 @@ static int send_rdzv(struct ts_conn *t, const struct rdzv_ts_req *q,
   }
   if (q->op == RDZV_TS_BARRIER) {
     p->world = q->delta;
-    if (rdzv_buf_append(&p->arg, q->keys[0].p, q->keys[0].n) < 0) {
+    if (rdzv_buf_append(&p->arg, m->keys.v[0].p, m->keys.v[0].n) < 0) {
       free(p);
       return RDZV_ENOMEM;
     }
@@ -500,6 +511,33 @@ static int send_rdzv(struct ts_conn *t, const struct rdzv_ts_req *q,
   /* Pending before sending: the answer may come back inside the call. */
   pending_add(t, p);
   return send_frame(t, p, m);
+}
+
+/* A key space's request: m names the prefixed keys (built in s->kbuf);
+ * LIST_KEYS and GETNUMKEYS become KEYS of the prefix (its count is
+ * GETNUMKEYS's answer). 0 or RDZV_ENOMEM. */
+static int prefix_keys(struct ts_server *s, const struct rdzv_ts_req *q,
+                       struct rdzv_msg *m) {
+  if (q->op == RDZV_TS_LIST_KEYS || q->op == RDZV_TS_GETNUMKEYS) {
+    m->type = RDZV_MSG_KEYS;
+    s->pkeys[0] = (struct rdzv_slice){(const uint8_t *)s->prefix, s->plen};
+    m->keys.n = 1;
+    m->keys.v = s->pkeys;
+    return 0;
+  }
+  s->kbuf.len = 0;
+  for (uint32_t i = 0; i < q->nkeys; i++)
+    if (rdzv_buf_append(&s->kbuf, s->prefix, s->plen) < 0 ||
+        rdzv_buf_append(&s->kbuf, q->keys[i].p, q->keys[i].n) < 0)
+      return RDZV_ENOMEM;
+  size_t off = 0; /* slices once the buffer no longer moves */
+  for (uint32_t i = 0; i < q->nkeys; i++) {
+    uint32_t n = s->plen + q->keys[i].n;
+    s->pkeys[i] = (struct rdzv_slice){s->kbuf.data + off, n};
+    off += n;
+  }
+  m->keys.v = s->pkeys;
+  return 0;
 }
 
 /* One parsed request. Returns 0, or a status that closes the
@@ -569,6 +607,11 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
   }
   if (q->op == RDZV_TS_MULTI_SET && q->nkeys == 0)
     return 0;
+  if (t->srv->plen > 0) {
+    int rc = prefix_keys(t->srv, q, &m);
+    if (rc < 0)
+      return rc;
+  }
   return send_rdzv(t, q, &m);
 }
 
@@ -744,8 +787,11 @@ static void on_connection(uv_stream_t *ls, int status) {
 
 /* ---- the listener --------------------------------------------------------- */
 
-int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
-                         const char *port_file, struct ts_server **out) {
+/* rdzv__tcpstore_start, and a key space's listener (prefix non-empty:
+ * the job is not pinned, the holder's connection keeps it). */
+static int ts_start(struct daemon *d, const char *listen, const char *job,
+                    const char *prefix, const char *port_file,
+                    struct ts_server **out) {
   char host[256];
   int port, rc;
   struct sockaddr_storage ss;
@@ -777,24 +823,30 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
     return RDZV_ENOMEM;
   s->keys = calloc(TS_KEYS_CAP, sizeof(*s->keys));
   s->vals = calloc(TS_KEYS_CAP, sizeof(*s->vals));
-  if (s->keys == NULL || s->vals == NULL) {
+  s->pkeys = calloc(TS_KEYS_CAP, sizeof(*s->pkeys));
+  if (s->keys == NULL || s->vals == NULL || s->pkeys == NULL) {
     free(s->keys);
     free(s->vals);
+    free(s->pkeys);
     free(s);
     return RDZV_ENOMEM;
   }
   s->d = d;
   snprintf(s->job, sizeof(s->job), "%s", job);
+  snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
+  s->plen = (uint32_t)strlen(s->prefix);
   /* A TCPStore server keeps its keys for its whole life, clients or not:
    * so does this job (it never lingers out). */
   struct job *j = rdzv__job_get(d, (const uint8_t *)job, strlen(job));
   if (j == NULL) {
     free(s->keys);
     free(s->vals);
+    free(s->pkeys);
     free(s);
     return RDZV_ENOMEM;
   }
-  rdzv__job_pin(j);
+  if (s->plen == 0)
+    rdzv__job_pin(j);
   s->lim.max_key_bytes = d->cfg.max_key_bytes;
   s->lim.max_value_bytes = d->cfg.max_value_bytes;
   s->lim.max_keys = TS_KEYS_CAP;
@@ -818,6 +870,12 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
   int len = sizeof(ss);
   uv_tcp_getsockname(&s->listen, (struct sockaddr *)&ss, &len);
   int bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  s->port = bound;
+  if (s->plen > 0) {
+    rdzv__log(d, 2, "TCPStore key space %s of job %s on %s:%d", s->prefix,
+              job, host, bound);
+    return 0;
+  }
   if (port_file != NULL && port_file[0] != '\0' &&
       (rc = rdzv__write_port_file(port_file, bound)) < 0) {
     fprintf(stderr, "rdzvd: --tcpstore-port-file %s: %s\n", port_file,
@@ -841,11 +899,30 @@ int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
   return 0;
 }
 
+int rdzv__tcpstore_start(struct daemon *d, const char *listen, const char *job,
+                         const char *port_file, struct ts_server **out) {
+  return ts_start(d, listen, job, "", port_file, out);
+}
+
+int rdzv__tcpstore_start_space(struct daemon *d, const char *job,
+                               const char *prefix, struct ts_server **out) {
+  size_t n = strlen(prefix);
+  if (n == 0 || n > RDZV_TS_SPACE_PREFIX_MAX || memchr(prefix, '\0', n)) {
+    *out = NULL;
+    return -EINVAL;
+  }
+  return ts_start(d, "127.0.0.1:0", job, prefix, NULL, out);
+}
+
+int rdzv__tcpstore_port(const struct ts_server *s) { return s->port; }
+
 static void on_listen_closed(uv_handle_t *h) {
   struct ts_server *s = h->data;
   rdzv_buf_free(&s->frame);
+  rdzv_buf_free(&s->kbuf);
   free(s->keys);
   free(s->vals);
+  free(s->pkeys);
   free(s);
 }
 

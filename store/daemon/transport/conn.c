@@ -1057,6 +1057,18 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
     rdzv__reply_stats(c, m);
     return;
   }
+  if (m->type == RDZV_MSG_TS_SPACE) { /* this daemon's, not the tree's */
+    d->stats.ops[m->type].local++;
+    if (d->ts_space != NULL) {
+      d->ts_space(d->ts_space_arg, c, m);
+    } else {
+      char text[200];
+      snprintf(text, sizeof(text), "daemon %s serves no TCPStore key spaces "
+               "(--tcpstore-spaces 0, or an etcd-backed root)", d->cfg.name);
+      rdzv__conn_reply_text(c, m, RDZV_EBAD_ROLE, text);
+    }
+    return;
+  }
   if (m->type == RDZV_MSG_PING) { /* liveness: no job state */
     struct rdzv_msg r;
     d->stats.ops[m->type].local++;

@@ -401,6 +401,9 @@ struct daemon {
    * connections before the transport closes the rest), or NULL. */
   void (*stop_hook)(void *arg);
   void *stop_hook_arg;
+  /* RDZV_MSG_TS_SPACE from c (tcpstore/spaces.c), or NULL: refused. */
+  void (*ts_space)(void *arg, struct conn *c, const struct rdzv_msg *m);
+  void *ts_space_arg;
   /* The write gate (NULL: none), its argument, whether a batch is being
    * persisted, and the connections with frames it holds. */
   const struct rdzv_gate *gate;

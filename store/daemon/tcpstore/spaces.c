@@ -1,0 +1,182 @@
+/* TCPStore key spaces (RDZV_MSG_TS_SPACE, --tcpstore-spaces): a client of
+ * this daemon asks for a loopback TCPStore listener whose keys live in its
+ * job under a prefix it names, and gets the port. torchrun's rdzv handler
+ * (python/rdzv/torchrun.py) gives each restart round's workers one as
+ * their MASTER_ADDR:MASTER_PORT: PyTorch's TCPStore protocol has no
+ * namespace of its own, and torch >= 2.6 puts no prefix on an agent
+ * store's keys, so a fresh port per round is the only way to give a
+ * round its own keys without touching the workers.
+ *
+ * A space is shared: asking again for the same job and prefix gives the
+ * same port and adds the asker as a holder. It closes (with its TCPStore
+ * connections) once every holder's connection has closed, checked once a
+ * second, or when the daemon stops. At most --tcpstore-spaces are open. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/daemon/tcpstore/spaces.h"
+#include "store/daemon/tcpstore/tcpstore.h"
+
+/* How often spaces whose holders are all gone are closed, ms. */
+#define SPACES_REAP_MS 1000
+
+struct space {
+  struct space *next;
+  struct ts_server *srv;
+  char job[256];
+  char prefix[RDZV_TS_SPACE_PREFIX_MAX + 1];
+  struct conn **holders; /* referenced (rdzv__conn_ref) */
+  uint32_t nholders, cap;
+};
+
+struct ts_spaces {
+  struct daemon *d;
+  struct space *list;
+  uint32_t n, max;
+  uv_timer_t reaper;
+};
+
+static void space_close(struct ts_spaces *sp, struct space **pp) {
+  struct space *s = *pp;
+  *pp = s->next;
+  rdzv__log(sp->d, 2, "TCPStore key space %s of job %s closed", s->prefix,
+            s->job);
+  rdzv__tcpstore_stop(s->srv);
+  for (uint32_t i = 0; i < s->nholders; i++)
+    rdzv__conn_unref(s->holders[i]);
+  free(s->holders);
+  free(s);
+  sp->n--;
+}
+
+/* Drops holders whose connection closed; closes spaces left with none. */
+static void on_reap(uv_timer_t *t) {
+  struct ts_spaces *sp = t->data;
+  for (struct space **pp = &sp->list; *pp != NULL;) {
+    struct space *s = *pp;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < s->nholders; i++) {
+      if (rdzv__conn_alive(s->holders[i]))
+        s->holders[k++] = s->holders[i];
+      else
+        rdzv__conn_unref(s->holders[i]);
+    }
+    s->nholders = k;
+    if (k == 0)
+      space_close(sp, pp);
+    else
+      pp = &s->next;
+  }
+  if (sp->list == NULL)
+    uv_timer_stop(t);
+}
+
+static int hold(struct space *s, struct conn *c) {
+  for (uint32_t i = 0; i < s->nholders; i++)
+    if (s->holders[i] == c)
+      return 0;
+  if (s->nholders == s->cap) {
+    uint32_t cap = s->cap ? s->cap * 2 : 4;
+    struct conn **h = realloc(s->holders, cap * sizeof(*h));
+    if (h == NULL)
+      return RDZV_ENOMEM;
+    s->holders = h;
+    s->cap = cap;
+  }
+  rdzv__conn_ref(c);
+  s->holders[s->nholders++] = c;
+  return 0;
+}
+
+static void reply_port(struct conn *c, const struct rdzv_msg *m, int port) {
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, 0);
+  r.a = port;
+  rdzv__conn_reply(c, &r);
+}
+
+void rdzv__ts_spaces_request(void *arg, struct conn *c,
+                             const struct rdzv_msg *m) {
+  struct ts_spaces *sp = arg;
+  struct daemon *d = sp->d;
+  char text[400], prefix[RDZV_TS_SPACE_PREFIX_MAX + 1];
+  struct rdzv_slice p;
+  if (c->job == NULL || c->role != RDZV_ROLE_CLIENT) {
+    rdzv__conn_reply_text(c, m, RDZV_EBAD_ROLE,
+                          "a TCPStore key space is asked by a client of a job");
+    return;
+  }
+  if (rdzv_items_get(&m->keys, 0, &p) < 0 || p.n == 0 ||
+      p.n > RDZV_TS_SPACE_PREFIX_MAX || memchr(p.p, '\0', p.n) != NULL) {
+    snprintf(text, sizeof(text), "daemon %s: a TCPStore key space's prefix "
+             "is 1..%d bytes without NUL", d->cfg.name,
+             RDZV_TS_SPACE_PREFIX_MAX);
+    rdzv__conn_reply_text(c, m, -EINVAL, text);
+    return;
+  }
+  memcpy(prefix, p.p, p.n);
+  prefix[p.n] = '\0';
+  struct space *s;
+  for (s = sp->list; s != NULL; s = s->next)
+    if (strcmp(s->job, c->job->id) == 0 && strcmp(s->prefix, prefix) == 0)
+      break;
+  if (s == NULL && sp->n >= sp->max) {
+    snprintf(text, sizeof(text), "daemon %s: %u TCPStore key spaces are "
+             "open (--tcpstore-spaces %u): none for %s of job %s",
+             d->cfg.name, sp->n, sp->max, prefix, c->job->id);
+    rdzv__conn_reply_text(c, m, RDZV_ETOO_MANY_CONNECTIONS, text);
+    return;
+  }
+  if (s == NULL) {
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+      rdzv__conn_reply_text(c, m, RDZV_ENOMEM, "");
+      return;
+    }
+    snprintf(s->job, sizeof(s->job), "%s", c->job->id);
+    memcpy(s->prefix, prefix, p.n + 1);
+    int rc = rdzv__tcpstore_start_space(d, s->job, s->prefix, &s->srv);
+    if (rc < 0) {
+      rdzv__tcpstore_stop(s->srv);
+      free(s);
+      snprintf(text, sizeof(text), "daemon %s: cannot open a TCPStore key "
+               "space on 127.0.0.1: %s", d->cfg.name, rdzv_strerror(rc));
+      rdzv__conn_reply_text(c, m, rc, text);
+      return;
+    }
+    s->next = sp->list;
+    sp->list = s;
+    sp->n++;
+    if (!uv_is_active((uv_handle_t *)&sp->reaper))
+      uv_timer_start(&sp->reaper, on_reap, SPACES_REAP_MS, SPACES_REAP_MS);
+  }
+  if (hold(s, c) < 0) {
+    rdzv__conn_reply_text(c, m, RDZV_ENOMEM, "");
+    return;
+  }
+  reply_port(c, m, rdzv__tcpstore_port(s->srv));
+}
+
+int rdzv__ts_spaces_new(struct daemon *d, uint32_t max,
+                        struct ts_spaces **out) {
+  struct ts_spaces *sp = calloc(1, sizeof(*sp));
+  *out = sp;
+  if (sp == NULL)
+    return RDZV_ENOMEM;
+  sp->d = d;
+  sp->max = max;
+  uv_timer_init(d->loop, &sp->reaper);
+  sp->reaper.data = sp;
+  return 0;
+}
+
+static void on_reaper_closed(uv_handle_t *h) { free(h->data); }
+
+void rdzv__ts_spaces_stop(struct ts_spaces *sp) {
+  if (sp == NULL)
+    return;
+  while (sp->list != NULL)
+    space_close(sp, &sp->list);
+  uv_close((uv_handle_t *)&sp->reaper, on_reaper_closed);
+}

@@ -1,0 +1,135 @@
+#!/bin/bash
+# torchrun's agents' rendezvous measured: N agents (torchrun's handler
+# objects, threads of one process: tools/bench/torchrun_agents.py, in the
+# torch 2.6 chroot of tools/torch2-chroot.sh) through a root and K nodes:
+#   rdzv        the native handler (--rdzv-backend=rdzv), agents spread
+#               over the nodes' sockets;
+#   c10d-tree   torch's c10d handler over the nodes' TCPStore front ends;
+#   c10d-torch  torch's c10d handler on PyTorch's own TCPStore server (one
+#               process); its requests are counted by running the same
+#               handler against one rdzvd root's front end (c10d-flat).
+# For each: the time to form the group, the root's requests and bytes
+# while it formed, and the root's requests a second over --steady seconds
+# of idling as torchrun's monitor loop does (num_nodes_waiting every
+# 0.1 s). One JSON line a run on stdout, a table on stderr.
+#
+#   tools/bench/torchrun-agents.sh [--agents 64,256,1024] [--nodes 8]
+#       [--steady 30] [--handlers rdzv,c10d-tree,c10d-flat,c10d-torch]
+#
+# Needs bazel-bin/tools/{rdzvd,rdzvctl} and bazel-bin/librdzv.so.0 (bazel
+# build //tools:rdzvd //tools:rdzvctl //:librdzv.so.0) and root (chroot).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+agents=64,256,1024 nodes=8 steady=30 handlers=rdzv,c10d-tree,c10d-flat,c10d-torch
+while [ $# -gt 0 ]; do
+  case $1 in
+    --agents) agents=$2; shift 2 ;;
+    --nodes) nodes=$2; shift 2 ;;
+    --steady) steady=$2; shift 2 ;;
+    --handlers) handlers=$2; shift 2 ;;
+    *) echo "usage: $0 [--agents N,...] [--nodes K] [--steady S] [--handlers H,...]" >&2; exit 2 ;;
+  esac
+done
+bin=$here/bazel-bin/tools
+chroot_sh=$here/tools/torch2-chroot.sh
+dir=$(mktemp -d /tmp/rdzv-agents-XXXXXX)
+pids=()
+stop_all() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=(); }
+trap 'stop_all; rm -rf "$dir"' EXIT
+cp -rL "$here/python" "$dir/pkg"
+/usr/bin/python3 -m pip install --quiet --no-build-isolation --no-deps \
+  --no-index --target "$dir/site" "$dir/pkg" >/dev/null 2>&1
+cp "$here/tests/tcpstore/torch2_shim/sitecustomize.py" "$dir/site/"
+cp -L "$here/bazel-bin/librdzv.so.0" "$here/tools/bench/torchrun_agents.py" "$dir/"
+ulimit -n 20000
+
+wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; echo "no $1" >&2; exit 1; }
+# root_stats: "requests bytes_in bytes_out" of the root (every request it
+# received but the stats asks themselves; hellos and pings included).
+root_stats() {
+  "$bin/rdzvctl" --addr "127.0.0.1:$(cat "$dir/root.port")" stats | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+ops = s["ops"]
+n = sum(v["received"] for k, v in ops.items() if k != "stats")
+print(n, s["bytes"]["in"], s["bytes"]["out"])'
+}
+
+run() { # handler agents
+  local h=$1 n=$2 job="agents-$1-$2" eps="" i
+  stop_all
+  rm -f "$dir"/*.port "$dir"/*.sock "$dir"/*.ts formed steady done
+  local ts_root=()
+  [ "$h" = c10d-flat ] && ts_root=(--tcpstore-listen 127.0.0.1:0 --tcpstore-port-file "$dir/root.ts" --tcpstore-job "$job")
+  "$bin/rdzvd" --role=root --name=root --listen=127.0.0.1:0 --port-file="$dir/root.port" \
+    --max-connections=16000 --log-level=0 "${ts_root[@]}" 2>/dev/null & pids+=($!)
+  wait_file "$dir/root.port"
+  if [ "$h" = rdzv ] || [ "$h" = c10d-tree ]; then
+    for i in $(seq 0 $((nodes - 1))); do
+      "$bin/rdzvd" --role=node --name="n$i" --parent="127.0.0.1:$(cat "$dir/root.port")" \
+        --unix="$dir/n$i.sock" --max-connections=16000 --log-level=0 \
+        --tcpstore-listen 127.0.0.1:0 --tcpstore-port-file "$dir/n$i.ts" --tcpstore-job "$job" \
+        2>/dev/null & pids+=($!)
+    done
+    for i in $(seq 0 $((nodes - 1))); do wait_file "$dir/n$i.ts"; done
+    for i in $(seq 0 $((nodes - 1))); do
+      if [ "$h" = rdzv ]; then eps+="unix:$dir/n$i.sock,"; else eps+="127.0.0.1:$(cat "$dir/n$i.ts"),"; fi
+    done
+  elif [ "$h" = c10d-flat ]; then
+    wait_file "$dir/root.ts"; eps="127.0.0.1:$(cat "$dir/root.ts"),"
+  else # c10d-torch: PyTorch's own server
+    "$chroot_sh" --exec /usr/bin/python3 -c '
+import sys, time, torch.distributed as d
+s = d.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=False, wait_for_workers=False)
+open(sys.argv[1], "w").write(str(s.port)); time.sleep(1e9)' "$dir/torch.ts" & pids+=($!)
+    wait_file "$dir/torch.ts"; eps="127.0.0.1:$(cat "$dir/torch.ts"),"
+  fi
+  local kind=rdzv; [ "$h" = rdzv ] || kind=c10d
+  local before; before=$(root_stats)
+  "$chroot_sh" --exec /usr/bin/env RDZV_LIBRARY="$dir/librdzv.so.0" PYTHONPATH="$dir/site" \
+    python3 "$dir/torchrun_agents.py" --handler "$kind" --agents "$n" --endpoints "${eps%,}" \
+    --job "$job" --steady "$steady" --phase-dir "$dir" >"$dir/out.json" 2>"$dir/err.log" &
+  local py=$!
+  while [ ! -s "$dir/formed" ] && kill -0 $py 2>/dev/null; do sleep 0.1; done
+  local formed; formed=$(root_stats)
+  touch "$dir/steady"
+  local t0; t0=$(date +%s.%N)
+  while [ ! -s "$dir/done" ] && kill -0 $py 2>/dev/null; do sleep 0.1; done
+  local t1; t1=$(date +%s.%N)
+  local after; after=$(root_stats)
+  wait $py || { echo "$h $n failed:" >&2; tail -5 "$dir/err.log" >&2; cat "$dir/out.json" >&2; }
+  /usr/bin/python3 - "$h" "$n" "$nodes" "$before" "$formed" "$after" "$t0" "$t1" "$dir/out.json" <<'PY'
+import json, sys
+h, n, nodes, b, f, a, t0, t1, out = sys.argv[1:]
+b, f, a = ([int(x) for x in s.split()] for s in (b, f, a))
+r = json.load(open(out))
+steady = float(t1) - float(t0)
+children = int(nodes) if h in ("rdzv", "c10d-tree") else int(n)
+rec = {"handler": h, "agents": int(n), "root_children": children,
+       "form_s": r["form_s"], "ranks_ok": r["ranks_ok"],
+       "form_root_requests": None if h == "c10d-torch" else f[0] - b[0],
+       "form_root_bytes": None if h == "c10d-torch" else f[1] - b[1] + f[2] - b[2],
+       "steady_s": round(steady, 1),
+       "steady_root_rps": None if h == "c10d-torch" else round((a[0] - f[0]) / steady, 1),
+       "nerrors": r["nerrors"], "errors": r["errors"]}
+print(json.dumps(rec), flush=True)
+PY
+}
+
+for n in ${agents//,/ }; do
+  for h in ${handlers//,/ }; do run "$h" "$n"; done
+done | tee "$dir/results.jsonl"
+/usr/bin/python3 - "$dir/results.jsonl" >&2 <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(f"{'handler':<11} {'agents':>6} {'children':>8} {'form s':>8} {'root req':>9} "
+      f"{'req/child':>9} {'root bytes':>11} {'steady req/s':>12} {'/child':>7} ok")
+for r in rows:
+    req, rps = r["form_root_requests"], r["steady_root_rps"]
+    c = r["root_children"]
+    f = lambda v, d=0: "-" if v is None else f"{v:,.{d}f}"
+    print(f"{r['handler']:<11} {r['agents']:>6} {c:>8} {r['form_s']:>8.2f} {f(req):>9} "
+          f"{f(None if req is None else req / c, 1):>9} {f(r['form_root_bytes']):>11} "
+          f"{f(rps, 1):>12} {f(None if rps is None else rps / c, 2):>7} "
+          f"{r['ranks_ok'] and r['nerrors'] == 0}")
+PY
