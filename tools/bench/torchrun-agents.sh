@@ -35,7 +35,7 @@ chroot_sh=$here/tools/torch2-chroot.sh
 dir=$(mktemp -d /tmp/rdzv-agents-XXXXXX)
 pids=()
 stop_all() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=(); }
-trap 'stop_all; rm -rf "$dir"' EXIT
+trap 'stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 cp -rL "$here/python" "$dir/pkg"
 /usr/bin/python3 -m pip install --quiet --no-build-isolation --no-deps \
   --no-index --target "$dir/site" "$dir/pkg" >/dev/null 2>&1
@@ -44,21 +44,21 @@ cp -L "$here/bazel-bin/librdzv.so.0" "$here/tools/bench/torchrun_agents.py" "$di
 ulimit -n 20000
 
 wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; echo "no $1" >&2; exit 1; }
-# root_stats: "requests bytes_in bytes_out" of the root (every request it
-# received but the stats asks themselves; hellos and pings included).
+# root_stats: one JSON line, the root's requests received by op (the
+# stats requests themselves left out) and its bytes in and out.
 root_stats() {
   "$bin/rdzvctl" --addr "127.0.0.1:$(cat "$dir/root.port")" stats | /usr/bin/python3 -c '
 import json, sys
 s = json.load(sys.stdin)
-ops = s["ops"]
-n = sum(v["received"] for k, v in ops.items() if k != "stats")
-print(n, s["bytes"]["in"], s["bytes"]["out"])'
+print(json.dumps({"ops": {k: v["received"] for k, v in s["ops"].items()
+                          if v["received"] and k != "stats"},
+                  "in": s["bytes"]["in"], "out": s["bytes"]["out"]}))'
 }
 
 run() { # handler agents
   local h=$1 n=$2 job="agents-$1-$2" eps="" i
   stop_all
-  rm -f "$dir"/*.port "$dir"/*.sock "$dir"/*.ts formed steady done
+  rm -f "$dir"/*.port "$dir"/*.sock "$dir"/*.ts "$dir/formed" "$dir/steady" "$dir/done" "$dir/quit"
   local ts_root=()
   [ "$h" = c10d-flat ] && ts_root=(--tcpstore-listen 127.0.0.1:0 --tcpstore-port-file "$dir/root.ts" --tcpstore-job "$job")
   "$bin/rdzvd" --role=root --name=root --listen=127.0.0.1:0 --port-file="$dir/root.port" \
@@ -68,6 +68,7 @@ run() { # handler agents
     for i in $(seq 0 $((nodes - 1))); do
       "$bin/rdzvd" --role=node --name="n$i" --parent="127.0.0.1:$(cat "$dir/root.port")" \
         --unix="$dir/n$i.sock" --max-connections=16000 --log-level=0 \
+        --children 0 --local-ranks $((n / nodes)) --flush-max-ms 2000 \
         --tcpstore-listen 127.0.0.1:0 --tcpstore-port-file "$dir/n$i.ts" --tcpstore-job "$job" \
         2>/dev/null & pids+=($!)
     done
@@ -97,20 +98,30 @@ open(sys.argv[1], "w").write(str(s.port)); time.sleep(1e9)' "$dir/torch.ts" & pi
   while [ ! -s "$dir/done" ] && kill -0 $py 2>/dev/null; do sleep 0.1; done
   local t1; t1=$(date +%s.%N)
   local after; after=$(root_stats)
+  touch "$dir/quit"
   wait $py || { echo "$h $n failed:" >&2; tail -5 "$dir/err.log" >&2; cat "$dir/out.json" >&2; }
   /usr/bin/python3 - "$h" "$n" "$nodes" "$before" "$formed" "$after" "$t0" "$t1" "$dir/out.json" <<'PY'
 import json, sys
 h, n, nodes, b, f, a, t0, t1, out = sys.argv[1:]
-b, f, a = ([int(x) for x in s.split()] for s in (b, f, a))
+b, f, a = (json.loads(s) for s in (b, f, a))
 r = json.load(open(out))
 steady = float(t1) - float(t0)
 children = int(nodes) if h in ("rdzv", "c10d-tree") else int(n)
+def delta(x, y):
+    return {k: y["ops"].get(k, 0) - x["ops"].get(k, 0)
+            for k in y["ops"] if y["ops"].get(k, 0) != x["ops"].get(k, 0)}
+form_ops, steady_ops = delta(b, f), delta(f, a)
+torch_server = h == "c10d-torch"  # PyTorch's server counts nothing
 rec = {"handler": h, "agents": int(n), "root_children": children,
        "form_s": r["form_s"], "ranks_ok": r["ranks_ok"],
-       "form_root_requests": None if h == "c10d-torch" else f[0] - b[0],
-       "form_root_bytes": None if h == "c10d-torch" else f[1] - b[1] + f[2] - b[2],
+       "form_root_requests": None if torch_server else sum(form_ops.values()),
+       "form_root_ops": None if torch_server else form_ops,
+       "form_root_bytes": None if torch_server else f["in"] - b["in"] + f["out"] - b["out"],
        "steady_s": round(steady, 1),
-       "steady_root_rps": None if h == "c10d-torch" else round((a[0] - f[0]) / steady, 1),
+       "steady_root_rps": None if torch_server else round(sum(steady_ops.values()) / steady, 2),
+       "steady_root_rps_no_pings": None if torch_server else round(
+           sum(v for k, v in steady_ops.items() if k != "ping") / steady, 2),
+       "steady_root_ops": None if torch_server else steady_ops,
        "nerrors": r["nerrors"], "errors": r["errors"]}
 print(json.dumps(rec), flush=True)
 PY
@@ -123,13 +134,16 @@ done | tee "$dir/results.jsonl"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(f"{'handler':<11} {'agents':>6} {'children':>8} {'form s':>8} {'root req':>9} "
-      f"{'req/child':>9} {'root bytes':>11} {'steady req/s':>12} {'/child':>7} ok")
+      f"{'req/child':>9} {'root bytes':>11} {'steady req/s':>12} {'/child':>7} "
+      f"{'no pings/child':>14} ok")
 for r in rows:
     req, rps = r["form_root_requests"], r["steady_root_rps"]
+    np_ = r["steady_root_rps_no_pings"]
     c = r["root_children"]
     f = lambda v, d=0: "-" if v is None else f"{v:,.{d}f}"
     print(f"{r['handler']:<11} {r['agents']:>6} {c:>8} {r['form_s']:>8.2f} {f(req):>9} "
           f"{f(None if req is None else req / c, 1):>9} {f(r['form_root_bytes']):>11} "
           f"{f(rps, 1):>12} {f(None if rps is None else rps / c, 2):>7} "
+          f"{f(None if np_ is None else np_ / c, 2):>14} "
           f"{r['ranks_ok'] and r['nerrors'] == 0}")
 PY

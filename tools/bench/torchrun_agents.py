@@ -113,6 +113,11 @@ def main() -> None:
           flush=True)
     with open(os.path.join(args.phase_dir, "done"), "w") as f:
         f.write("done\n")
+    # Held until the driver has read the root's statistics: exiting closes
+    # every agent's connections, which the root would count.
+    quit_file = os.path.join(args.phase_dir, "quit")
+    while not os.path.exists(quit_file):
+        time.sleep(0.05)
     os._exit(0 if ok and not errors else 1)
 
 
