@@ -161,7 +161,6 @@ class RdzvRendezvousHandler(RendezvousHandler):
         # calls it twice: the agent, then the launcher).
         self._unreachable = False
         self._shut = False
-        self._joined_before = False
 
     # ---- what torchrun asks -------------------------------------------
 
@@ -244,13 +243,8 @@ class RdzvRendezvousHandler(RendezvousHandler):
     def _join(self) -> rdzv.Rendezvous:
         deadline = time.monotonic() + self._join_s
         parked = False
-        # A closed rendezvous refuses a restart round, not the first one
-        # (torchrun closes it when an agent gives up or the job ends): the
-        # first join costs no read of the closed key.
-        check_closed = self._joined_before
-        self._joined_before = True
         while True:
-            if check_closed and self.is_closed():
+            if self.is_closed():
                 if parked:
                     # Exits 0 here: torch 2.6's agent catches
                     # RendezvousGracefulExitError but then returns None,
@@ -278,7 +272,7 @@ class RdzvRendezvousHandler(RendezvousHandler):
                 if not parked:
                     print(f"rdzv: host {self._host} parked: {e}",
                           file=sys.stderr, flush=True)
-                parked = check_closed = True
+                parked = True
                 time.sleep(_PARK_S)
             except errors.DeadlineError as e:
                 raise RendezvousTimeoutError(
