@@ -257,6 +257,28 @@ static void add_records(struct round *r, struct jpend *p,
   rdzv_buf_free(&errs);
 }
 
+/* Answers join request m: every record refused with status, text
+ * saying why. */
+static void refuse_all(struct round *r, struct conn *c,
+                       const struct rdzv_msg *m, int status,
+                       const char *text) {
+  struct rdzv_buf errs = {0};
+  struct rdzv_slice v;
+  size_t pos = 0;
+  rdzv_items_next(&m->vals, &pos, &v); /* params */
+  while (rdzv_items_next(&m->vals, &pos, &v)) {
+    struct rdzv_join_full j;
+    uint8_t item[RDZV_JOIN_ERROR_BYTES];
+    rdzv_join_error_encode(rdzv_join_rec_decode(v.p, v.n, &j) == 0 ? j.rec.claim
+                                                                    : 0,
+                           status, item);
+    rdzv_items_append(&errs, item, sizeof(item));
+  }
+  rdzv__round_reply(c, m->req_id, status, 0, &errs, m->vals.n - 1, text,
+                    r->gen, 0);
+  rdzv_buf_free(&errs);
+}
+
 /* A DONE generation whose ranks are alive and a join that claims one of
  * their slots (host, local rank) with another process: a second job using
  * this job's id, or a rank started twice. Refused, and the live
@@ -266,7 +288,6 @@ static int refuse_live_conflicts(struct round *r, struct conn *c,
   struct rdzv_slice v;
   size_t pos = 0;
   char text[512] = "";
-  struct rdzv_buf errs = {0};
   rdzv_items_next(&m->vals, &pos, &v); /* params */
   while (rdzv_items_next(&m->vals, &pos, &v)) {
     struct jmember *probe = member_new(&v), *old = NULL;
@@ -288,19 +309,7 @@ static int refuse_live_conflicts(struct round *r, struct conn *c,
     return 0;
   /* Every record of the request is refused: part of it must not start a
    * new generation under the live job. */
-  pos = 0;
-  rdzv_items_next(&m->vals, &pos, &v);
-  while (rdzv_items_next(&m->vals, &pos, &v)) {
-    struct rdzv_join_full j;
-    uint8_t item[RDZV_JOIN_ERROR_BYTES];
-    rdzv_join_error_encode(rdzv_join_rec_decode(v.p, v.n, &j) == 0 ? j.rec.claim
-                                                                    : 0,
-                           RDZV_EDUPLICATE_CLAIM, item);
-    rdzv_items_append(&errs, item, sizeof(item));
-  }
-  rdzv__round_reply(c, m->req_id, RDZV_EDUPLICATE_CLAIM, 0, &errs, m->vals.n - 1,
-             text, r->gen, 0);
-  rdzv_buf_free(&errs);
+  refuse_all(r, c, m, RDZV_EDUPLICATE_CLAIM, text);
   return 1;
 }
 
@@ -324,21 +333,7 @@ static int refuse_full(struct round *r, struct conn *c,
            "at its maximum of %u ranks, all of them live: no room for "
            "another member until one leaves or is lost", r->name, r->gen,
            r->params.max_size);
-  struct rdzv_buf errs = {0};
-  struct rdzv_slice v;
-  size_t pos = 0;
-  rdzv_items_next(&m->vals, &pos, &v); /* params */
-  while (rdzv_items_next(&m->vals, &pos, &v)) {
-    struct rdzv_join_full j;
-    uint8_t item[RDZV_JOIN_ERROR_BYTES];
-    rdzv_join_error_encode(rdzv_join_rec_decode(v.p, v.n, &j) == 0 ? j.rec.claim
-                                                                    : 0,
-                           RDZV_EROUND_FULL, item);
-    rdzv_items_append(&errs, item, sizeof(item));
-  }
-  rdzv__round_reply(c, m->req_id, RDZV_EROUND_FULL, 0, &errs, m->vals.n - 1,
-                    text, r->gen, 0);
-  rdzv_buf_free(&errs);
+  refuse_all(r, c, m, RDZV_EROUND_FULL, text);
   return 1;
 }
 
