@@ -79,6 +79,13 @@ static const char usage_text[] =
     "                                 (COUNT 0: nobody reached NAME yet)\n"
     "  stats                          print the server's statistics (one JSON\n"
     "                                 object, as received)\n"
+    "  tcpstore-space PREFIX [PID]    open (or join) a PyTorch TCPStore key\n"
+    "                                 space of the job at the daemon: a\n"
+    "                                 listener on 127.0.0.1 whose keys live\n"
+    "                                 under PREFIX; print its port. It stays\n"
+    "                                 open while process PID (this host's;\n"
+    "                                 over unix: only) lives, without PID\n"
+    "                                 while this command runs: about 1 s\n"
     "  help                           print this text\n"
     "  version, --version             print the release (as rdzvd --version)\n"
     "\n"
@@ -786,6 +793,26 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv) {
   return EXIT_OK;
 }
 
+/* The port of a TCPStore key space, held by process PID when given (a
+ * Slurm TaskProlog's task), else by this short-lived connection. */
+static int cmd_tcpstore_space(struct ctl *ctl, int argc, char **argv) {
+  int64_t pid = 0;
+  int32_t port = 0;
+  int err;
+
+  if (argc == 2 && (parse_i64(argv[1], &pid) < 0 || pid < 1 ||
+                    pid > INT32_MAX)) {
+    usage_error("tcpstore-space: PID '%s' is not a process id", argv[1]);
+    return EXIT_USAGE;
+  }
+  err = rdzv_store_tcpstore_space_held(ctl->client, argv[0], (int32_t)pid,
+                                       &port, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, argv[0], err);
+  printf("%d\n", (int)port);
+  return EXIT_OK;
+}
+
 static const struct command commands[] = {
     {"set", 2, 2, cmd_set},        {"get", 1, 1, cmd_get},
     {"wait", 1, 65536, cmd_wait},   {"add", 2, 2, cmd_add},
@@ -794,6 +821,7 @@ static const struct command commands[] = {
     {"append", 2, 2, cmd_append},   {"num-keys", 0, 0, cmd_num_keys},
     {"barrier", 3, 3, cmd_barrier}, {"gather", 4, 4, cmd_gather},
     {"missing", 2, 2, cmd_missing}, {"stats", 0, 0, cmd_stats},
+    {"tcpstore-space", 1, 2, cmd_tcpstore_space},
 };
 
 /* ---- Host lists (no server) ------------------------------------------- */

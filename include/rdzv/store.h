@@ -218,6 +218,19 @@ int rdzv_store_stats(rdzv_client_t *c, char **json, double timeout_s);
 int rdzv_store_tcpstore_space(rdzv_client_t *c, const char *prefix,
                               int32_t *port, double timeout_s);
 
+/* rdzv_store_tcpstore_space with another holder: the space stays open
+ * while process holder_pid lives (a pid of the daemon's host, watched by
+ * the daemon through a pidfd), not while this handle's connection does;
+ * 0 is this connection, as rdzv_store_tcpstore_space. Slurm's TaskProlog
+ * (deploy/slurm/task-prolog.sh) asks for each step's space on behalf of
+ * the task it precedes. A process holder is asked over a Unix socket only.
+ * Returns what rdzv_store_tcpstore_space returns, and -EINVAL (holder_pid
+ * < 0), RDZV_EBAD_ROLE (a process holder asked over TCP), -ESRCH (no such
+ * process). */
+int rdzv_store_tcpstore_space_held(rdzv_client_t *c, const char *prefix,
+                                   int32_t holder_pid, int32_t *port,
+                                   double timeout_s);
+
 #ifdef __cplusplus
 }
 #endif

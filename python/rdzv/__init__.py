@@ -207,17 +207,20 @@ class Client:
                    ctypes.byref(out), self._t(timeout_s))
         return out.value
 
-    def tcpstore_space(self, prefix: str,
+    def tcpstore_space(self, prefix: str, holder_pid: int = 0,
                        timeout_s: Optional[float] = None) -> int:
         """Opens (or joins) a PyTorch TCPStore key space at the daemon this
         client is connected to and returns its port on that host's
         127.0.0.1: torch.distributed.TCPStore clients there keep their keys
-        in this job under prefix (rdzv_store_tcpstore_space). It closes
-        about a second after the last client that asked for it closes."""
+        in this job under prefix (rdzv_store_tcpstore_space_held). It
+        closes about a second after the last holder is gone: this client
+        (holder_pid 0), or process holder_pid of the daemon's host (asked
+        over a Unix socket only; ProcessLookupError's status ESRCH when it
+        does not exist)."""
         out = ctypes.c_int32()
         self._call(f"TCPStore key space {prefix!r}",
-                   _lib.lib.rdzv_store_tcpstore_space,
-                   _name(prefix, "prefix"), ctypes.byref(out),
+                   _lib.lib.rdzv_store_tcpstore_space_held,
+                   _name(prefix, "prefix"), holder_pid, ctypes.byref(out),
                    self._t(timeout_s))
         return out.value
 

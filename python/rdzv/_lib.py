@@ -84,6 +84,8 @@ _fn("rdzv_store_cas", c_int, c_void_p, c_char_p, c_void_p, c_size_t,
 _fn("rdzv_store_num_keys", c_int, c_void_p, POINTER(c_int64), c_double)
 _fn("rdzv_store_tcpstore_space", c_int, c_void_p, c_char_p, POINTER(c_int32),
     c_double)
+_fn("rdzv_store_tcpstore_space_held", c_int, c_void_p, c_char_p, c_int32,
+    POINTER(c_int32), c_double)
 _fn("rdzv_rendezvous_opts_init", None, POINTER(RendezvousOpts))
 _fn("rdzv_rendezvous_opts_from_env", c_int, POINTER(RendezvousOpts),
     c_char_p, c_size_t)

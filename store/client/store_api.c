@@ -670,13 +670,20 @@ int rdzv_store_stats(rdzv_client_t *c, char **json, double timeout_s) {
 
 int rdzv_store_tcpstore_space(rdzv_client_t *c, const char *prefix,
                               int32_t *port, double timeout_s) {
+  return rdzv_store_tcpstore_space_held(c, prefix, 0, port, timeout_s);
+}
+
+int rdzv_store_tcpstore_space_held(rdzv_client_t *c, const char *prefix,
+                                   int32_t holder_pid, int32_t *port,
+                                   double timeout_s) {
   struct rdzv_bytes k;
-  struct rdzv_request req = {.op = RDZV_OP_TS_SPACE, .nkeys = 1, .keys = &k};
+  struct rdzv_request req = {.op = RDZV_OP_TS_SPACE, .nkeys = 1, .keys = &k,
+                             .b = holder_pid};
   struct call call = {0};
   int err;
 
   if (port == NULL || prefix == NULL || prefix[0] == '\0' ||
-      strlen(prefix) > 200)
+      strlen(prefix) > 200 || holder_pid < 0)
     return -EINVAL;
   k.data = prefix;
   k.len = strlen(prefix);

@@ -185,13 +185,19 @@ try:
     ts.set("k1", "v1")
     ts.set("k2", "v2")
     rd = rdzv.Client(f"unix:{DIR}/b.sock", job=f"space-{TAG}", timeout_s=10)
+    # TCPStore's SET has no reply: the client returns before node a has
+    # the key; node b finds it once the root has it (asked until then).
     got = None
-    for key in (f"sp/{TAG}/k1", f"sp/{TAG}//k1"):
-        try:
-            got = (key, rd.get(key))
-            break
-        except errors.NokeyError:
-            pass
+    deadline = time.monotonic() + 60
+    while got is None and time.monotonic() < deadline:
+        for key in (f"sp/{TAG}/k1", f"sp/{TAG}//k1"):
+            try:
+                got = (key, rd.get(key))
+                break
+            except errors.NokeyError:
+                pass
+        else:
+            time.sleep(0.1)
     assert got is not None and got[1] == b"v1", got
     rd.set(f"sp/{TAG}/outside-the-space-but-not-under-it/../x", b"1")
     rd.set("elsewhere", b"1")
@@ -216,6 +222,48 @@ else:
                          "its asker closed")
 ok(f"key spaces: one port per prefix ({port}, {port2}); closed once the "
    "asker's connection closed")
+
+# A space held by a process (what Slurm's TaskProlog asks for its task):
+# open after the asker's connection closed, while the process lives;
+# closed once it ended. Over TCP a pid means nothing: refused; a pid that
+# is no process: ESRCH.
+
+
+def port_open(p: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", p), timeout=1).close()
+        return True
+    except ConnectionRefusedError:
+        return False
+
+
+holder = subprocess.Popen(["sleep", "600"])
+with rdzv.Client(f"unix:{DIR}/a.sock", job=f"space-{TAG}") as hc:
+    hport = hc.tcpstore_space(f"held/{TAG}/", holder_pid=holder.pid)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    e3 = expect_raises(rdzv.RdzvError, hc.tcpstore_space, f"held2/{TAG}/",
+                       dead.pid)
+    assert e3.name == "ESRCH" and f"holder process {dead.pid}" in str(e3), \
+        str(e3)
+time.sleep(2.5)  # the reaper looked at least twice
+assert port_open(hport), "a process-held space closed with its asker"
+holder.kill()
+holder.wait()
+deadline = time.monotonic() + 10
+while port_open(hport):
+    assert time.monotonic() < deadline, \
+        f"space {hport} open 10 s after its holder process ended"
+    time.sleep(0.3)
+with open(f"{DIR}/root.port") as f:
+    rport = int(f.read())
+with rdzv.Client(f"127.0.0.1:{rport}", job=f"space-{TAG}") as tc:
+    e4 = expect_raises(errors.BadRoleError, tc.tcpstore_space, "p",
+                       os.getpid())
+    assert "over the Unix socket" in str(e4), str(e4)
+ok(f"a process-held key space stays open after its asker left, closes "
+   f"when the process ends; refused over TCP ({e4.detail}); a dead pid: "
+   f"{e3.detail}")
 with rdzv.Client(f"unix:{DIR}/z.sock", job=f"space-{TAG}") as z:
     e = expect_raises(errors.BadRoleError, z.tcpstore_space, "p")
     assert "daemon z serves no TCPStore key spaces" in str(e), str(e)

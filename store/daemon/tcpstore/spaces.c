@@ -8,12 +8,23 @@
  * round its own keys without touching the workers.
  *
  * A space is shared: asking again for the same job and prefix gives the
- * same port and adds the asker as a holder. It closes (with its TCPStore
- * connections) once every holder's connection has closed, checked once a
- * second, or when the daemon stops. At most --tcpstore-spaces are open. */
+ * same port and adds the asker as a holder. A holder is the asking
+ * connection, or, when the request names a process (m->b, a pid in this
+ * daemon's pid namespace, asked over the Unix socket only), that process:
+ * Slurm's TaskProlog asks for its step's space on behalf of the task it
+ * precedes (its parent process), so that the space lives as long as the
+ * step's tasks on this host, not as long as the prolog. A process is
+ * watched through a pidfd (Linux >= 5.3), so a reused pid holds nothing.
+ * A space closes (with its TCPStore connections) once every holder has
+ * gone, checked once a second, or when the daemon stops. At most
+ * --tcpstore-spaces are open. */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "store/daemon/tcpstore/spaces.h"
 #include "store/daemon/tcpstore/tcpstore.h"
@@ -26,8 +37,16 @@ struct space {
   struct ts_server *srv;
   char job[256];
   char prefix[RDZV_TS_SPACE_PREFIX_MAX + 1];
-  struct conn **holders; /* referenced (rdzv__conn_ref) */
+  struct holder *holders;
   uint32_t nholders, cap;
+};
+
+/* A holder of a space: a connection (referenced, rdzv__conn_ref) or a
+ * process (a pidfd of it; c is NULL). */
+struct holder {
+  struct conn *c;
+  int pidfd;
+  int pid;
 };
 
 struct ts_spaces {
@@ -37,6 +56,22 @@ struct ts_spaces {
   uv_timer_t reaper;
 };
 
+static void holder_drop(struct holder *h) {
+  if (h->c != NULL)
+    rdzv__conn_unref(h->c);
+  else
+    close(h->pidfd);
+}
+
+/* Whether h still holds: its connection open, its process not ended (a
+ * pidfd polls readable once the process exits). */
+static bool holder_alive(const struct holder *h) {
+  if (h->c != NULL)
+    return rdzv__conn_alive(h->c);
+  struct pollfd p = {.fd = h->pidfd, .events = POLLIN};
+  return poll(&p, 1, 0) == 0;
+}
+
 static void space_close(struct ts_spaces *sp, struct space **pp) {
   struct space *s = *pp;
   *pp = s->next;
@@ -44,7 +79,7 @@ static void space_close(struct ts_spaces *sp, struct space **pp) {
             s->job);
   rdzv__tcpstore_stop(s->srv);
   for (uint32_t i = 0; i < s->nholders; i++)
-    rdzv__conn_unref(s->holders[i]);
+    holder_drop(&s->holders[i]);
   free(s->holders);
   free(s);
   sp->n--;
@@ -57,10 +92,10 @@ static void on_reap(uv_timer_t *t) {
     struct space *s = *pp;
     uint32_t k = 0;
     for (uint32_t i = 0; i < s->nholders; i++) {
-      if (rdzv__conn_alive(s->holders[i]))
+      if (holder_alive(&s->holders[i]))
         s->holders[k++] = s->holders[i];
       else
-        rdzv__conn_unref(s->holders[i]);
+        holder_drop(&s->holders[i]);
     }
     s->nholders = k;
     if (k == 0)
@@ -72,20 +107,57 @@ static void on_reap(uv_timer_t *t) {
     uv_timer_stop(t);
 }
 
-static int hold(struct space *s, struct conn *c) {
-  for (uint32_t i = 0; i < s->nholders; i++)
-    if (s->holders[i] == c)
+/* Adds h (a connection, not yet referenced, or a process with its pidfd,
+ * which s then owns) unless it holds s already; RDZV_ENOMEM. */
+static int hold(struct space *s, struct holder h) {
+  for (uint32_t i = 0; i < s->nholders; i++) {
+    const struct holder *o = &s->holders[i];
+    if (h.c != NULL ? o->c == h.c : (o->c == NULL && o->pid == h.pid)) {
+      if (h.c == NULL)
+        close(h.pidfd); /* the same process (one pid lives at a time) */
       return 0;
+    }
+  }
   if (s->nholders == s->cap) {
     uint32_t cap = s->cap ? s->cap * 2 : 4;
-    struct conn **h = realloc(s->holders, cap * sizeof(*h));
-    if (h == NULL)
+    struct holder *v = realloc(s->holders, cap * sizeof(*v));
+    if (v == NULL)
       return RDZV_ENOMEM;
-    s->holders = h;
+    s->holders = v;
     s->cap = cap;
   }
-  rdzv__conn_ref(c);
-  s->holders[s->nholders++] = c;
+  if (h.c != NULL)
+    rdzv__conn_ref(h.c);
+  s->holders[s->nholders++] = h;
+  return 0;
+}
+
+/* The holder that request m of c names: c itself (m->b == 0) or process
+ * m->b, watched through a pidfd. 0, or an error with text filled. */
+static int holder_of(struct daemon *d, struct conn *c,
+                     const struct rdzv_msg *m, struct holder *h, char *text,
+                     size_t n) {
+  *h = (struct holder){.c = c, .pidfd = -1};
+  if (m->b == 0)
+    return 0;
+  if (c->peer_pid == 0) {
+    snprintf(text, n, "daemon %s: a key space held by a process is asked "
+             "over the Unix socket (the pid is this host's)", d->cfg.name);
+    return RDZV_EBAD_ROLE;
+  }
+  if (m->b < 1 || m->b > INT32_MAX) {
+    snprintf(text, n, "daemon %s: holder pid %lld is not a pid",
+             d->cfg.name, (long long)m->b);
+    return -EINVAL;
+  }
+  int fd = (int)syscall(SYS_pidfd_open, (pid_t)m->b, 0);
+  if (fd < 0) {
+    int e = errno;
+    snprintf(text, n, "daemon %s: cannot watch holder process %lld: %s",
+             d->cfg.name, (long long)m->b, strerror(e));
+    return e == ESRCH ? -ESRCH : -e;
+  }
+  *h = (struct holder){.c = NULL, .pidfd = fd, .pid = (int)m->b};
   return 0;
 }
 
@@ -117,6 +189,12 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
   }
   memcpy(prefix, p.p, p.n);
   prefix[p.n] = '\0';
+  struct holder h;
+  int err = holder_of(d, c, m, &h, text, sizeof(text));
+  if (err < 0) {
+    rdzv__conn_reply_text(c, m, err, text);
+    return;
+  }
   struct space *s;
   for (s = sp->list; s != NULL; s = s->next)
     if (strcmp(s->job, c->job->id) == 0 && strcmp(s->prefix, prefix) == 0)
@@ -125,12 +203,16 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
     snprintf(text, sizeof(text), "daemon %s: %u TCPStore key spaces are "
              "open (--tcpstore-spaces %u): none for %s of job %s",
              d->cfg.name, sp->n, sp->max, prefix, c->job->id);
+    if (h.c == NULL)
+      close(h.pidfd);
     rdzv__conn_reply_text(c, m, RDZV_ETOO_MANY_CONNECTIONS, text);
     return;
   }
   if (s == NULL) {
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
+      if (h.c == NULL)
+        close(h.pidfd);
       rdzv__conn_reply_text(c, m, RDZV_ENOMEM, "");
       return;
     }
@@ -140,6 +222,8 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
     if (rc < 0) {
       rdzv__tcpstore_stop(s->srv);
       free(s);
+      if (h.c == NULL)
+        close(h.pidfd);
       snprintf(text, sizeof(text), "daemon %s: cannot open a TCPStore key "
                "space on 127.0.0.1: %s", d->cfg.name, rdzv_strerror(rc));
       rdzv__conn_reply_text(c, m, rc, text);
@@ -151,7 +235,9 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
     if (!uv_is_active((uv_handle_t *)&sp->reaper))
       uv_timer_start(&sp->reaper, on_reap, SPACES_REAP_MS, SPACES_REAP_MS);
   }
-  if (hold(s, c) < 0) {
+  if (hold(s, h) < 0) {
+    if (h.c == NULL)
+      close(h.pidfd);
     rdzv__conn_reply_text(c, m, RDZV_ENOMEM, "");
     return;
   }
