@@ -63,7 +63,27 @@ fi
 ts="${RDZV_RUN_DIR:-/run/rdzv}/${SLURM_JOB_ID}.tcpstore.port"
 if [ -s "$ts" ]; then
   echo "export MASTER_ADDR=127.0.0.1"
-  echo "export MASTER_PORT=$(cat "$ts")"
+  # Each srun step gets a key space of its own at the node: a port whose
+  # TCPStore keys live under slurm/step<id>/ of the job (torch 2.x puts no
+  # prefix on an agent store's keys, so a second step on the job's one
+  # port would read the first step's keys). The space is held for the
+  # task this prolog precedes (its parent process: slurmstepd runs the
+  # TaskProlog from the task's own process, just before exec), so it
+  # closes when the step's last task on this host ends. The job's port
+  # is the fallback (a node without key spaces: --tcpstore-spaces 0).
+  ctl=${RDZVCTL_BIN:-$(dirname "${RDZV_BIN:-/usr/local/bin/rdzvd}")/rdzvctl}
+  secret=()
+  [ "${RDZV_AUTH:-required}" != off ] &&
+    secret=(--secret-file "${RDZV_RUN_DIR:-/run/rdzv}/${SLURM_JOB_ID}.secret")
+  port=$("$ctl" --addr "unix:${RDZV_RUN_DIR:-/run/rdzv}/${SLURM_JOB_ID}.sock" \
+    --job "$SLURM_JOB_ID" "${secret[@]}" --timeout 30 \
+    tcpstore-space "slurm/step${SLURM_STEP_ID:-0}/" "$PPID" 2>&1)
+  if ! [[ "$port" =~ ^[0-9]+$ ]]; then
+    echo "rdzv task-prolog: no key space for step ${SLURM_STEP_ID:-0}" \
+      "(the job's port instead): $port" >&2
+    port=$(cat "$ts")
+  fi
+  echo "export MASTER_PORT=$port"
   echo "export TORCHELASTIC_USE_AGENT_STORE=True"
   # torch's env:// reads it whenever the agent store is used and prefixes
   # every key with it ("/worker/attempt_<it>/"): the step's id gives each

@@ -1,4 +1,5 @@
-"""torchrun's rendezvous over rdzv (torch >= 2.5):
+"""torchrun's rendezvous over rdzv (torch >= 2.5; torch 1.13 too, see
+below):
 
     torchrun --rdzv-backend=rdzv --rdzv-endpoint=<this host's node>
              --rdzv-id=<job> --nnodes=MIN:MAX --nproc-per-node=G train.py
@@ -30,9 +31,16 @@ What each agent does (docs/pytorch.md has the whole story):
   "torchelastic/".
 
 --rdzv-conf keys: join_timeout (s, 600), last_call_timeout (s, 30),
-round ("agents"), host (RDZV_HOST, else the hostname), location
-(RDZV_LOCATION), job (the rdzv job id; the run id). The job's secret, if
-any, comes from RDZV_SECRET_FILE as for every client."""
+host (RDZV_HOST, else the hostname), location (RDZV_LOCATION), job (the
+rdzv job id: RDZV_JOB, else the run id), round ("agents" when the job is
+the run id, else "agents-<run id>"). The endpoint defaults to RDZV_ADDR.
+The job's secret, if any, comes from RDZV_SECRET_FILE as for every client.
+
+torch 1.13: its torchrun reads no entry points, so `python -m
+rdzv.torchrun ARGS` (or register() before torch.distributed.run.main) is
+the way in. The agents' rendezvous is the same; the workers use the
+store torch 1.13 gives them (a server of worker 0 at agent 0's host:
+torch 1.13 gives the agent store to the "static" backend only)."""
 from __future__ import annotations
 
 import os
@@ -51,14 +59,12 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError, RendezvousConnectionError, RendezvousError,
     RendezvousHandler, RendezvousParameters, RendezvousTimeoutError)
 
-try:  # torch >= 2.5
+try:  # torch >= 2.5: RendezvousInfo, and the agent store for workers
     from torch.distributed.elastic.rendezvous import (
         RendezvousInfo, RendezvousStoreInfo)
-except ImportError as e:  # pragma: no cover - torch 1.13
-    raise ImportError("rdzv's torchrun handler needs torch >= 2.5 (its "
-                      "RendezvousInfo API); torch 1.13 jobs use the c10d "
-                      "handler over rdzvd's TCPStore front end "
-                      "(docs/pytorch.md)") from e
+    _TORCH1 = False
+except ImportError:  # torch 1.13: next_rendezvous returns a tuple
+    _TORCH1 = True
 
 BACKEND = "rdzv"
 # Statuses that say the node is not there (connection refused or lost, no
@@ -66,7 +72,11 @@ BACKEND = "rdzv"
 _CONNECTION = {"ECONNREFUSED", "ENOENT", "ECONNRESET", "EPIPE", "ETIMEDOUT",
                "EHOSTUNREACH", "ENETUNREACH", "RDZV_ENOTCONN",
                "RDZV_ECONN_CLOSED", "RDZV_EUNREACHABLE", "RDZV_ESILENT",
-               "RDZV_EBAD_ADDR", "RDZV_EHELLO", "RDZV_EAUTH"}
+               "RDZV_EBAD_ADDR", "RDZV_EHELLO", "RDZV_EAUTH",
+               "RDZV_EJOB_MISMATCH"}
+# Of those, the ones that say the node is there but does not take this job
+# (a node of another job, no secret of this one, another secret).
+_REFUSED = {"RDZV_EAUTH", "RDZV_EJOB_MISMATCH"}
 # How long one wait of a generation's watcher lasts before it waits again
 # (s): a node holds it, so this bounds only how late a stopped handler's
 # thread ends.
@@ -137,14 +147,23 @@ class RdzvRendezvousHandler(RendezvousHandler):
     module's docstring)."""
 
     def __init__(self, params: RendezvousParameters) -> None:
-        if not params.endpoint:
-            raise ValueError("--rdzv-endpoint: this host's rdzvd node "
-                             "(unix:PATH or HOST:PORT)")
+        # The node: --rdzv-endpoint, else RDZV_ADDR (what Slurm's
+        # TaskProlog and the Kubernetes manifests export).
+        self._addr = params.endpoint or os.environ.get("RDZV_ADDR", "")
+        if not self._addr:
+            raise ValueError("--rdzv-endpoint (or RDZV_ADDR): this host's "
+                             "rdzvd node (unix:PATH or HOST:PORT)")
         self._params = params
-        self._addr = params.endpoint
         self._run_id = params.run_id
-        self._job = str(params.get("job") or params.run_id)
-        self._round = str(params.get("round") or "agents")
+        # The rdzv job: rdzv-conf job=, else RDZV_JOB (a node that serves
+        # one job, as Slurm's per-job nodes do), else the run id. Runs of
+        # one rdzv job with other run ids get rounds of their own.
+        self._job = str(params.get("job") or os.environ.get("RDZV_JOB")
+                        or params.run_id)
+        default_round = "agents" if self._job == self._run_id else \
+            "agents-" + "".join(ch if ch.isalnum() or ch in "-_." else "_"
+                                for ch in self._run_id)[:100]
+        self._round = str(params.get("round") or default_round)
         self._host = str(params.get("host") or os.environ.get("RDZV_HOST")
                          or socket.gethostname())
         self._location = params.get("location") or \
@@ -185,6 +204,12 @@ class RdzvRendezvousHandler(RendezvousHandler):
     def _connection_error(self, e: rdzv.RdzvError) -> RendezvousError:
         if e.name in _CONNECTION:
             self._unreachable = True
+        if e.name in _REFUSED:
+            return RendezvousConnectionError(
+                f"rdzv node at {self._addr} refused job {self._job} (host "
+                f"{self._host}): it serves another job, or this job's "
+                f"secret differs; check --rdzv-id (rdzv-conf job=, "
+                f"RDZV_JOB) and RDZV_SECRET_FILE: {e}")
         return RendezvousConnectionError(
             f"rdzv node at {self._addr} (job {self._job}, host "
             f"{self._host}): {e}")
@@ -288,7 +313,10 @@ class RdzvRendezvousHandler(RendezvousHandler):
                 raise RendezvousError(f"rendezvous {self._run_id}: {e}") \
                     from e
 
-    def next_rendezvous(self) -> RendezvousInfo:
+    def next_rendezvous(self) -> Any:
+        """torch >= 2.5: a RendezvousInfo; torch 1.13: (store, rank,
+        world_size), and its workers use their own store (torch 1.13
+        gives the agent store to workers of the "static" backend only)."""
         with self._lock:
             self._leave()
             r = self._join()
@@ -301,6 +329,9 @@ class RdzvRendezvousHandler(RendezvousHandler):
             self._rdzv = r
             self._watch = _Watch(self._addr, self._job, self._round, gen)
             store = _tcpstore("127.0.0.1", port, self._join_s)
+            if _TORCH1:
+                return (PrefixStore("torchelastic/", store), r.rank,
+                        r.world_size)
             return RendezvousInfo(
                 PrefixStore("torchelastic/", store), r.rank, r.world_size,
                 RendezvousStoreInfo("127.0.0.1", port))
@@ -308,9 +339,13 @@ class RdzvRendezvousHandler(RendezvousHandler):
 
 def _tcpstore(host: str, port: int, timeout_s: float) -> Store:
     """A TCPStore client of the key space (no libuv needed by a client; a
-    torch built without libuv refuses use_libuv=True)."""
+    torch built without libuv refuses use_libuv=True; torch 1.13 has no
+    such argument)."""
+    timeout = timedelta(seconds=timeout_s)
+    if _TORCH1:
+        return TCPStore(host, port, is_master=False, timeout=timeout)
     return TCPStore(host, port, is_master=False, use_libuv=False,
-                    timeout=timedelta(seconds=timeout_s))
+                    timeout=timeout)
 
 
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:

@@ -11,6 +11,7 @@ fails=0
 cleanup() {
   pkill -9 -f "rdzv-id=trt-$$-" 2>/dev/null
   pkill -9 -f "$dir/torchrun_train.py" 2>/dev/null
+  pkill -9 -f "rdzv_id=trt-$$-" 2>/dev/null
   kill "${pids[@]}" 2>/dev/null
   wait 2>/dev/null
   if [ "$fails" = 0 ]; then rm -rf "$dir"; else echo "logs kept in $dir"; fi
@@ -57,9 +58,10 @@ ctl() { "$src/tools/rdzvctl" --timeout 5 "$@"; }
 agent() {
   local n=$1 job=$2 nn=$3
   shift 3
+  # shellcheck disable=SC2086 # XENV: NAME=VALUE words
   ( "$chroot_sh" --dir "$croot" --exec /usr/bin/env \
       RDZV_LIBRARY="$dir/librdzv.so.0" PYTHONPATH="$dir/site" \
-      RDZV_HOST="host-$n" TRAIN_STEPS="${STEPS:-0}" \
+      RDZV_HOST="host-$n" TRAIN_STEPS="${STEPS:-0}" ${XENV:-} \
       torchrun --rdzv-backend=rdzv --rdzv-endpoint="${EP:-unix:$dir/$n.sock}" \
       --rdzv-id="trt-$$-$job" --nnodes="$nn" --nproc-per-node=2 \
       --rdzv-conf=last_call_timeout=2,join_timeout=120 \
@@ -187,6 +189,74 @@ if [ "$(exit_of dead c)" != 0 ] &&
   ok "dead node: RendezvousConnectionError naming it"
 else
   fail "dead node"; show dead-c
+fi
+
+# 6. An unknown job id: a node that serves one job (--job, its secret, as
+#    Slurm's per-job nodes do) under a root that knows that job's secret.
+#    An agent whose run id is another job (RDZV_JOB unset) gets a
+#    RendezvousConnectionError saying the node refused that job; with
+#    RDZV_JOB naming the node's job (what Slurm's TaskProlog exports), the
+#    same run id trains (its round is agents-<run id> of that job).
+mkdir -m 700 "$dir/secrets"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secrets/trt-$$-known"
+chmod 600 "$dir/secrets/trt-$$-known"
+"$src/tools/rdzvd" --role=root --name=root2 --listen=127.0.0.1:0 \
+  --port-file="$dir/root2.port" --secret-dir="$dir/secrets" --log-level=1 \
+  2>"$dir/root2.log" & pids+=($!)
+for _ in $(seq 100); do [ -s "$dir/root2.port" ] && break; sleep 0.1; done
+"$src/tools/rdzvd" --role=node --name=j --job="trt-$$-known" \
+  --secret-file="$dir/secrets/trt-$$-known" \
+  --parent="127.0.0.1:$(cat "$dir/root2.port")" --unix="$dir/j.sock" \
+  --log-level=1 2>"$dir/j.log" & pids+=($!)
+for _ in $(seq 100); do [ -S "$dir/j.sock" ] && break; sleep 0.1; done
+XENV="RDZV_SECRET_FILE=$dir/secrets/trt-$$-known" agent j unknown 1
+wait_agents
+if [ "$(exit_of unknown j)" != 0 ] &&
+   grep -q "RendezvousConnectionError: rdzv node at unix:$dir/j.sock refused job trt-$$-unknown" "$dir/unknown-j.log"; then
+  ok "unknown job id: RendezvousConnectionError naming the node and the job it refused"
+else
+  fail "unknown job id"; show unknown-j
+fi
+XENV="RDZV_SECRET_FILE=$dir/secrets/trt-$$-known RDZV_JOB=trt-$$-known" \
+  agent j unknown2 1
+wait_agents
+if [ "$(exit_of unknown2 j)" = 0 ] &&
+   [ "$(results unknown2 j | grep -c 'world=2 sum=3 ')" = 2 ]; then
+  ok "RDZV_JOB names the node's job: a run id of its own trains there"
+else
+  fail "RDZV_JOB"; show unknown2-j
+fi
+
+# 7. torch 1.13 (Debian 12's, the system Python): its torchrun reads no
+#    entry points, so `python3 -m rdzv.torchrun` registers the handler;
+#    two agents on hosts a and b, 2 workers each, one all_reduce.
+agent13() {
+  local n=$1 job=$2 nn=$3
+  shift 3
+  ( env RDZV_LIBRARY="$dir/librdzv.so.0" PYTHONPATH="$dir/site" \
+      RDZV_HOST="host-$n" TRAIN_STEPS=0 \
+      /usr/bin/python3 -m rdzv.torchrun --rdzv_backend=rdzv \
+      --rdzv_endpoint="unix:$dir/$n.sock" --rdzv_id="trt-$$-$job" \
+      --nnodes="$nn" --nproc_per_node=2 \
+      --rdzv_conf=last_call_timeout=2,join_timeout=120 \
+      --monitor_interval=0.1 "$@" "$dir/torchrun_train.py" \
+      >"$dir/$job-$n.log" 2>&1
+    echo "EXIT $?" >>"$dir/$job-$n.log" ) &
+}
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  agent13 a t113 2
+  agent13 b t113 2
+  wait_agents
+  n113=$(cat "$dir/t113-a.log" "$dir/t113-b.log" |
+    grep -o 'RESULT host=[^ ]* rank=[0-9]* world=4 sum=10 ' | wc -l)
+  if [ "$(exit_of t113 a)" = 0 ] && [ "$(exit_of t113 b)" = 0 ] &&
+     [ "$n113" = 4 ]; then
+    ok "torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'): python3 -m rdzv.torchrun, 2 agents, 4 workers, all_reduce sum 10"
+  else
+    fail "torch 1.13 run"; show t113-a t113-b
+  fi
+else
+  fail "no torch in /usr/bin/python3 (python3-torch: tools/install-deps.sh)"
 fi
 
 [ "$fails" = 0 ] || { echo "$fails failed"; exit 1; }

@@ -9,9 +9,12 @@
 #      A second job whose id is equal mod RDZV_PORT_RANGE shares the hosts
 #      (its ports overlap: the nodes skip each other's);
 #      A job of user nobody reaches its nodes too;
-#   2. the same hosts through the TCPStore front end with torch 1.13: gloo
-#      init_process_group (env://) and an all_reduce over 16 tasks, two
-#      steps in one allocation;
+#   2. the same hosts through the TCPStore front end with torch 1.13 (16
+#      tasks) and torch 2.6 (8 tasks, in the chroot of
+#      tools/torch2-chroot.sh): gloo init_process_group (env://) and an
+#      all_reduce, two steps in one allocation; each step's tasks use a
+#      key space of their own (the key each task sets is under
+#      slurm/step<id>/);
 #   3. after a normal end, an scancel in the middle and a time limit: on
 #      every host the Epilog left no daemon, socket, port file, lock or log
 #      in RDZV_RUN_DIR, and the logs are in slurmd's log directory;
@@ -30,7 +33,7 @@
 #      nodes (RDZV_EAUTH), and one that poses as a child node too.
 # Prints "ok:"/"FAIL:" per check, the measured times, and a last line
 # "slurm_test: PASS" or "slurm_test: FAIL (...)". Needs root, slurm-wlm,
-# munge and python3-torch (tools/install-deps.sh).
+# munge, python3-torch and the torch 2.6 chroot (tools/install-deps.sh).
 set -u
 if [ "${RDZV_SLURM_TEST_NS:-}" != 1 ]; then
   # A private mount namespace: /etc/hosts names the nodes for this test
@@ -364,24 +367,71 @@ else
   fail "job ${nj:-?}: $nsec of 4 tasks saw their secret file as nobody's with mode 0400: $(grep '^secret ' "$D/work-nobody/out")"
 fi
 
-# ---- 2. torch gloo through the TCPStore front end, two steps.
-cat >"$D/work/job2.sh" <<EOF
+# ---- 2. torch gloo through the TCPStore front end, two steps, with
+# torch 1.13 (the system's Python) and torch 2.6 (the chroot, whose --exec
+# starts from an empty environment: torch2-task.sh passes on by name what
+# Slurm and the TaskProlog exported). After the steps the batch script
+# reads every task's key back through its own node: under slurm/step0/
+# for the first step, slurm/step1/ for the second (torch 1.13's TCPStore
+# client puts "/" before each key, hence "//").
+croot="${RDZV_TORCH2_CHROOT:-/var/cache/rdzv/trixie-torch}"
+"$src/tools/torch2-chroot.sh" --dir "$croot" --check ||
+  fail "no torch 2.x chroot at $croot: build it with tools/torch2-chroot.sh"
+mkdir -p "$D/shim"
+cp -L "$src/tests/tcpstore/torch2_shim/sitecustomize.py" "$D/shim/"
+cp -L "$src/tools/torch2-chroot.sh" "$D/bin/"
+cat >"$D/bin/torch2-task.sh" <<EOF
+#!/bin/bash
+vars=()
+for v in RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT \\
+  TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_RESTART_COUNT SLURM_PROCID \\
+  SLURM_NTASKS SLURM_LOCALID SLURM_NTASKS_PER_NODE SLURMD_NODENAME; do
+  [ -n "\${!v+x}" ] && vars+=("\$v=\${!v}")
+done
+exec $D/bin/torch2-chroot.sh --dir $croot --exec /usr/bin/env "\${vars[@]}" \\
+  GLOO_SOCKET_IFNAME=lo PYTHONPATH=$D/shim python3 $D/bin/gloo_task.py
+EOF
+chmod 755 "$D/bin/torch2-task.sh"
+for tv in 1 2; do
+  if [ "$tv" = 1 ]; then
+    run="env GLOO_SOCKET_IFNAME=lo /usr/bin/python3 $D/bin/gloo_task.py"
+    per=4
+  else
+    run="$D/bin/torch2-task.sh"
+    per=2
+  fi
+  cat >"$D/work/job2.$tv.sh" <<EOF
 #!/bin/bash
 for step in 1 2; do
-  srun -K -l env GLOO_SOCKET_IFNAME=lo /usr/bin/python3 $D/bin/gloo_task.py ||
-    { echo "step \$step failed"; exit 1; }
+  srun -K -l $run || { echo "step \$step failed"; exit 1; }
+done
+for s in 0 1; do
+  for ((r = 0; r < SLURM_NTASKS; r++)); do
+    for k in "slurm/step\$s/probe/\$r" "slurm/step\$s//probe/\$r"; do
+      v=\$($D/bin/rdzvctl get "\$k" 2>/dev/null) && echo "probe \$k \$v" && break
+    done
+  done
 done
 EOF
-tj=$(sbatch --parsable -N4 --ntasks-per-node=4 -D "$D/work" \
-  -o "$D/work/torch.out" "$D/work/job2.sh") || fail "sbatch of the torch job"
-st=$(wait_job_done "${tj:-0}" 300)
-n=$(grep -c "all_reduce ok" "$D/work/torch.out" 2>/dev/null)
-if [ "$st" = COMPLETED ] && [ "$n" = 32 ]; then
-  ok "torch job $tj: gloo env:// init_process_group + all_reduce on 16 tasks, 2 steps ($n ok lines)"
-else
-  fail "torch job ${tj:-?} ended $st with $n of 32 all_reduce lines: $(tail -n 15 "$D/work/torch.out")"
-fi
-[ -n "$tj" ] && check_clean "$tj" "normal end (torch)"
+  tj=$(sbatch --parsable -N4 --ntasks-per-node=$per -D "$D/work" \
+    -o "$D/work/torch.$tv.out" "$D/work/job2.$tv.sh") ||
+    fail "sbatch of the torch job"
+  st=$(wait_job_done "${tj:-0}" 600)
+  out=$D/work/torch.$tv.out
+  ntask=$((4 * per))
+  n=$(grep -c "all_reduce ok" "$out" 2>/dev/null)
+  ver=$(sed -n 's/.*all_reduce ok [0-9]* [0-9]* torch \([0-9.a-z]*\).*/\1/p' "$out" |
+    sort -u | tr '\n' ' ')
+  p0=$(grep -c "^probe slurm/step0/" "$out")
+  p1=$(grep -c "^probe slurm/step1/" "$out")
+  if [ "$st" = COMPLETED ] && [ "$n" = $((2 * ntask)) ] &&
+    [ "$p0" = "$ntask" ] && [ "$p1" = "$ntask" ]; then
+    ok "torch ${ver}job $tj: gloo env:// init_process_group + all_reduce on $ntask tasks, 2 steps ($n ok lines); each step's keys in its own key space ($p0 under slurm/step0/, $p1 under slurm/step1/)"
+  else
+    fail "torch ${ver}job ${tj:-?} ended $st with $n of $((2 * ntask)) all_reduce lines, $p0 + $p1 of $ntask + $ntask keys in the steps' spaces: $(tail -n 15 "$out")"
+  fi
+  [ -n "$tj" ] && check_clean "$tj" "normal end (torch $tv)"
+done
 
 # ---- 3. scancel in the middle; then job 6001's time limit.
 cj=$(sbatch --parsable -N4 --ntasks-per-node=1 -o /dev/null \
