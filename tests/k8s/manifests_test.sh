@@ -56,67 +56,6 @@ if [ ! -f "$mods/.complete" ]; then
   mods="$tmp/npm"
   if ! npm_config_cache="$tmp/npm-cache" "$val/install.sh" "$mods"; then
     fail "the validator's npm packages could not be installed"
-    # 5. The node sidecar's own script, run by sh for every pod of job.yaml
-# (4 pods) and jobset.yaml (2 Jobs of 4), with a stub rdzvd on PATH that
-# prints its arguments: each node's parent chain and --children are those
-# of the tree (pod i under pod (i-1)/16; children: the pods 16i+1..16i+16
-# that exist), and --local-ranks is the pod's ranks.
-cat >"$work/script.mjs" <<'JS'
-import { readFileSync } from "node:fs";
-import { parseAllDocuments } from "yaml";
-// Prints the rdzv-node init container's script and its literal env
-// (NAME=value lines), separated by a line "---".
-for (const d of parseAllDocuments(readFileSync(process.argv[2], "utf8"))) {
-  const o = d.toJS();
-  if (!o || !["Job", "JobSet"].includes(o.kind)) continue;
-  const tpl = o.kind === "Job" ? o.spec.template : o.spec.replicatedJobs[0].template.spec.template;
-  const c = tpl.spec.initContainers.find((x) => x.name === "rdzv-node");
-  for (const e of c.env || []) if (typeof e.value === "string") console.log(`${e.name}=${e.value}`);
-  console.log("---");
-  console.log(c.command[2]);
-}
-JS
-mkdir -p "$tmp/stub"
-printf '#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n' >"$tmp/stub/rdzvd"
-chmod +x "$tmp/stub/rdzvd"
-shape() { # FILE PODS JOBS_OF_4: runs each pod's script, checks its shape
-  local f=$1 pods=$2 jobs=$3 dump envs script g j k out kids want_kids p chain
-  dump=$(node "$work/script.mjs" "$k8s/$f") || { fail "$f: no node script"; return; }
-  envs=$(sed '/^---$/q' <<<"$dump" | grep -v '^---$')
-  script=$(sed '1,/^---$/d' <<<"$dump")
-  for ((g = 0; g < pods; g++)); do
-    j=$((g / 4)) k=$((g % 4))
-    out=$(env -i PATH="$tmp/stub:/usr/bin:/bin" JOB_COMPLETION_INDEX=$k \
-      JOB_INDEX=$j $envs sh -c "$script" 2>&1)
-    kids=$((pods - 16 * g - 1))
-    ((kids < 0)) && kids=0
-    ((kids > 16)) && kids=16
-    chain="" p=$g
-    while ((p > 0)); do
-      p=$(((p - 1) / 16))
-      if [ "$jobs" -gt 0 ]; then
-        chain="$chain,trainjs-workers-$((p / 4))-$((p % 4)).trainjs:29401"
-      else
-        chain="$chain,train-$p.train:29401"
-      fi
-    done
-    chain="${chain#,}${chain:+,}rdzv-root-0.rdzv-root:29400"
-    if grep -qx -- "--children=$kids" <<<"$out" &&
-      grep -qx -- "--local-ranks=1" <<<"$out" &&
-      grep -q -- "^--parent=$chain" <<<"$out"; then
-      :
-    else
-      fail "$f pod $g: not --children=$kids --local-ranks=1 --parent=$chain...; the script ran:"
-      echo "$out"
-      return
-    fi
-  done
-  ok "$f: the node script gives each of $pods pods its tree position (--parent, --children, --local-ranks)"
-}
-shape job.yaml 4 0
-shape jobset.yaml 8 2
-
-echo "manifests_test: $passes checks passed, $fails failed"
     exit 1
   fi
 fi
@@ -284,6 +223,35 @@ mutant secret-trainer-none job.yaml \
 mutant secret-node-unmounted jobset.yaml \
   "initContainers\[0\].volumeMounts: node's --secret-file /etc/rdzv/job/secret is not in a volume this container mounts" \
   '$n = 0; s/(\n *- name: job-secret\n *mountPath: \/etc\/rdzv\/job\n *readOnly: true)/++$n == 1 ? "" : $1/ge'
+# PyTorch's wiring (pytorch-job.yaml): the node's loopback TCPStore front
+# end, env://'s variables, torchrun's rdzv backend.
+mutant tcpstore-not-loopback pytorch-job.yaml \
+  "the node's --tcpstore-listen 0.0.0.0:29500 is not loopback" \
+  's/--tcpstore-listen=127.0.0.1:29500/--tcpstore-listen=0.0.0.0:29500/'
+mutant tcpstore-port-zero pytorch-job.yaml \
+  "the node's --tcpstore-listen 127.0.0.1:0 has no fixed port" \
+  's/--tcpstore-listen=127.0.0.1:29500/--tcpstore-listen=127.0.0.1:0/'
+mutant tcpstore-job pytorch-job.yaml \
+  "the node's --tcpstore-job train is not the trainers' RDZV_JOB train-pt" \
+  's/--tcpstore-job=train-pt/--tcpstore-job=train/'
+mutant master-port pytorch-job.yaml \
+  "MASTER_PORT 29501 is not the node's --tcpstore-listen port 29500" \
+  's/(name: MASTER_PORT\n *value: )"29500"/$1"29501"/'
+mutant no-agent-store pytorch-job.yaml \
+  "TORCHELASTIC_USE_AGENT_STORE is not \"True\": rank 0's env:// would start a server" \
+  's/\n *- name: TORCHELASTIC_USE_AGENT_STORE\n *value: "True"//'
+mutant literal-rank pytorch-job.yaml \
+  "RANK 0 is the same in every pod" \
+  's/(- name: RANK\n( *))valueFrom:\n *fieldRef:\n *fieldPath: \S+\n/$1value: "0"\n/'
+mutant torchrun-nnodes pytorch-job.yaml \
+  "--nnodes 2:3: its maximum is not the 4 pods of the tree" \
+  's/--nnodes=4/--nnodes=2:3/'
+mutant torchrun-endpoint pytorch-job.yaml \
+  "--rdzv-endpoint unix:/run/rdzv/other.sock is not the node's socket unix:/run/rdzv/node.sock" \
+  's/--rdzv-endpoint=unix:\/run\/rdzv\/node.sock/--rdzv-endpoint=unix:\/run\/rdzv\/other.sock/'
+mutant torchrun-local-ranks pytorch-job.yaml \
+  "RDZV_LOCAL_RANKS 8: under torchrun's rdzv backend a pod makes one join" \
+  's/(name: RDZV_LOCAL_RANKS\n *value: )"1"/$1"8"/'
 
 # One validator run over every mutant, each a set of its own.
 out=$(node "$work/validate.mjs" --sets "${names[@]/#/$mut/}" 2>&1)
@@ -306,7 +274,7 @@ else
 fi
 
 # 5. The node sidecar's own script, run by sh for every pod of job.yaml
-# (4 pods) and jobset.yaml (2 Jobs of 4), with a stub rdzvd on PATH that
+# and pytorch-job.yaml (4 pods each) and jobset.yaml (2 Jobs of 4), with a stub rdzvd on PATH that
 # prints its arguments: each node's parent chain and --children are those
 # of the tree (pod i under pod (i-1)/16; children: the pods 16i+1..16i+16
 # that exist), and --local-ranks is the pod's ranks.
@@ -328,8 +296,8 @@ JS
 mkdir -p "$tmp/stub"
 printf '#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n' >"$tmp/stub/rdzvd"
 chmod +x "$tmp/stub/rdzvd"
-shape() { # FILE PODS JOBS_OF_4: runs each pod's script, checks its shape
-  local f=$1 pods=$2 jobs=$3 dump envs script g j k out kids want_kids p chain
+shape() { # FILE PODS JOBS_OF_4 [NAME]: runs each pod's script, checks its shape
+  local f=$1 pods=$2 jobs=$3 name=${4:-train} dump envs script g j k out kids want_kids p chain
   dump=$(node "$work/script.mjs" "$k8s/$f") || { fail "$f: no node script"; return; }
   envs=$(sed '/^---$/q' <<<"$dump" | grep -v '^---$')
   script=$(sed '1,/^---$/d' <<<"$dump")
@@ -346,7 +314,7 @@ shape() { # FILE PODS JOBS_OF_4: runs each pod's script, checks its shape
       if [ "$jobs" -gt 0 ]; then
         chain="$chain,trainjs-workers-$((p / 4))-$((p % 4)).trainjs:29401"
       else
-        chain="$chain,train-$p.train:29401"
+        chain="$chain,$name-$p.$name:29401"
       fi
     done
     chain="${chain#,}${chain:+,}rdzv-root-0.rdzv-root:29400"
@@ -364,6 +332,7 @@ shape() { # FILE PODS JOBS_OF_4: runs each pod's script, checks its shape
 }
 shape job.yaml 4 0
 shape jobset.yaml 8 2
+shape pytorch-job.yaml 4 0 train-pt
 
 echo "manifests_test: $passes checks passed, $fails failed"
 [ "$fails" -eq 0 ]

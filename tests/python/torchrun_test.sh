@@ -48,7 +48,9 @@ if ! /usr/bin/python3 -m pip install --quiet --no-build-isolation --no-deps \
 fi
 # The handler comes in through pip's entry point; the shim only makes
 # use_libuv=False torch's default (Debian's torch 2.6 has no libuv).
-cp "$src/tests/tcpstore/torch2_shim/sitecustomize.py" "$dir/site/"
+# (In a folder of its own: torch 1.13's TCPStore has no use_libuv.)
+mkdir "$dir/shim"
+cp "$src/tests/tcpstore/torch2_shim/sitecustomize.py" "$dir/shim/"
 cp -L "$src/librdzv.so.0" "$src/tests/python/torchrun_train.py" "$dir/"
 ctl() { "$src/tools/rdzvctl" --timeout 5 "$@"; }
 
@@ -60,7 +62,7 @@ agent() {
   shift 3
   # shellcheck disable=SC2086 # XENV: NAME=VALUE words
   ( "$chroot_sh" --dir "$croot" --exec /usr/bin/env \
-      RDZV_LIBRARY="$dir/librdzv.so.0" PYTHONPATH="$dir/site" \
+      RDZV_LIBRARY="$dir/librdzv.so.0" PYTHONPATH="$dir/site:$dir/shim" \
       RDZV_HOST="host-$n" TRAIN_STEPS="${STEPS:-0}" ${XENV:-} \
       torchrun --rdzv-backend=rdzv --rdzv-endpoint="${EP:-unix:$dir/$n.sock}" \
       --rdzv-id="trt-$$-$job" --nnodes="$nn" --nproc-per-node=2 \
@@ -229,7 +231,9 @@ fi
 
 # 7. torch 1.13 (Debian 12's, the system Python): its torchrun reads no
 #    entry points, so `python3 -m rdzv.torchrun` registers the handler;
-#    two agents on hosts a and b, 2 workers each, one all_reduce.
+#    two agents on hosts a and b, 2 workers each, one all_reduce. (-r 1
+#    -t 1: docs/pytorch.md says why Debian's 1.13 on Python 3.11 needs
+#    them.)
 agent13() {
   local n=$1 job=$2 nn=$3
   shift 3
@@ -237,7 +241,7 @@ agent13() {
       RDZV_HOST="host-$n" TRAIN_STEPS=0 \
       /usr/bin/python3 -m rdzv.torchrun --rdzv_backend=rdzv \
       --rdzv_endpoint="unix:$dir/$n.sock" --rdzv_id="trt-$$-$job" \
-      --nnodes="$nn" --nproc_per_node=2 \
+      --nnodes="$nn" --nproc_per_node=2 -r 1 -t 1 \
       --rdzv_conf=last_call_timeout=2,join_timeout=120 \
       --monitor_interval=0.1 "$@" "$dir/torchrun_train.py" \
       >"$dir/$job-$n.log" 2>&1

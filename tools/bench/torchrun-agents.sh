@@ -15,19 +15,28 @@
 #
 #   tools/bench/torchrun-agents.sh [--agents 64,256,1024] [--nodes 8]
 #       [--steady 30] [--handlers rdzv,c10d-tree,c10d-flat,c10d-torch]
+#       [--procs P] [--form-limit S]
+#
+# --procs spreads the agents over P processes (default 1: the c10d
+# handler's compare-and-set rounds contend for one interpreter's lock
+# there); --form-limit gives up on a group not formed after S seconds
+# (default 0: wait) and reports it as not formed.
 #
 # Needs bazel-bin/tools/{rdzvd,rdzvctl} and bazel-bin/librdzv.so.0 (bazel
 # build //tools:rdzvd //tools:rdzvctl //:librdzv.so.0) and root (chroot).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 agents=64,256,1024 nodes=8 steady=30 handlers=rdzv,c10d-tree,c10d-flat,c10d-torch
+procs=1 limit=0
 while [ $# -gt 0 ]; do
   case $1 in
     --agents) agents=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
     --steady) steady=$2; shift 2 ;;
     --handlers) handlers=$2; shift 2 ;;
-    *) echo "usage: $0 [--agents N,...] [--nodes K] [--steady S] [--handlers H,...]" >&2; exit 2 ;;
+    --procs) procs=$2; shift 2 ;;
+    --form-limit) limit=$2; shift 2 ;;
+    *) echo "usage: $0 [--agents N,...] [--nodes K] [--steady S] [--handlers H,...] [--procs P] [--form-limit S]" >&2; exit 2 ;;
   esac
 done
 bin=$here/bazel-bin/tools
@@ -58,7 +67,7 @@ print(json.dumps({"ops": {k: v["received"] for k, v in s["ops"].items()
 run() { # handler agents
   local h=$1 n=$2 job="agents-$1-$2" eps="" i
   stop_all
-  rm -f "$dir"/*.port "$dir"/*.sock "$dir"/*.ts "$dir/formed" "$dir/steady" "$dir/done" "$dir/quit"
+  rm -rf "$dir"/*.port "$dir"/*.sock "$dir"/*.ts "$dir"/p[0-9]*
   local ts_root=()
   [ "$h" = c10d-flat ] && ts_root=(--tcpstore-listen 127.0.0.1:0 --tcpstore-port-file "$dir/root.ts" --tcpstore-job "$job")
   "$bin/rdzvd" --role=root --name=root --listen=127.0.0.1:0 --port-file="$dir/root.port" \
@@ -87,24 +96,58 @@ open(sys.argv[1], "w").write(str(s.port)); time.sleep(1e9)' "$dir/torch.ts" & pi
   fi
   local kind=rdzv; [ "$h" = rdzv ] || kind=c10d
   local before; before=$(root_stats)
-  "$chroot_sh" --exec /usr/bin/env RDZV_LIBRARY="$dir/librdzv.so.0" PYTHONPATH="$dir/site" \
-    python3 "$dir/torchrun_agents.py" --handler "$kind" --agents "$n" --endpoints "${eps%,}" \
-    --job "$job" --steady "$steady" --phase-dir "$dir" >"$dir/out.json" 2>"$dir/err.log" &
-  local py=$!
-  while [ ! -s "$dir/formed" ] && kill -0 $py 2>/dev/null; do sleep 0.1; done
+  # P processes, agents split evenly; each its own phase folder.
+  local k first=0 count py=() p=$procs
+  [ "$p" -gt "$n" ] && p=$n
+  for ((k = 0; k < p; k++)); do
+    count=$(((n - first) / (p - k)))
+    mkdir -p "$dir/p$k"
+    "$chroot_sh" --exec /usr/bin/env RDZV_LIBRARY="$dir/librdzv.so.0" PYTHONPATH="$dir/site" \
+      python3 "$dir/torchrun_agents.py" --handler "$kind" --agents "$n" --endpoints "${eps%,}" \
+      --job "$job" --steady "$steady" --phase-dir "$dir/p$k" --first "$first" --count "$count" \
+      >"$dir/p$k/out.json" 2>"$dir/p$k/err.log" &
+    py+=($!)
+    first=$((first + count))
+  done
+  all_have() { local j; for ((j = 0; j < p; j++)); do [ -s "$dir/p$j/$1" ] || return 1; done; }
+  any_gone() { local q; for q in "${py[@]}"; do kill -0 "$q" 2>/dev/null || return 0; done; return 1; }
+  local start=$SECONDS formed_ok=1
+  while ! all_have formed; do
+    if any_gone || { [ "$limit" -gt 0 ] && [ $((SECONDS - start)) -ge "$limit" ]; }; then
+      formed_ok=0; break
+    fi
+    sleep 0.1
+  done
+  if [ "$formed_ok" = 0 ]; then
+    # Not formed (within --form-limit, or a process failed): reported so.
+    local nformed=0
+    for ((k = 0; k < p; k++)); do [ -s "$dir/p$k/formed" ] && nformed=$((nformed + 1)); done
+    kill -9 "${py[@]}" 2>/dev/null || true
+    pkill -9 -f "$dir/torchrun_agents.py" 2>/dev/null || true
+    wait "${py[@]}" 2>/dev/null || true
+    echo "{\"handler\": \"$h\", \"agents\": $n, \"procs\": $p, \"formed\": false, \"after_s\": $((SECONDS - start)), \"procs_formed\": $nformed}"
+    return 0
+  fi
   local formed; formed=$(root_stats)
-  touch "$dir/steady"
+  for ((k = 0; k < p; k++)); do touch "$dir/p$k/steady"; done
   local t0; t0=$(date +%s.%N)
-  while [ ! -s "$dir/done" ] && kill -0 $py 2>/dev/null; do sleep 0.1; done
+  while ! all_have "done" && ! any_gone; do sleep 0.1; done
   local t1; t1=$(date +%s.%N)
   local after; after=$(root_stats)
-  touch "$dir/quit"
-  wait $py || { echo "$h $n failed:" >&2; tail -5 "$dir/err.log" >&2; cat "$dir/out.json" >&2; }
-  /usr/bin/python3 - "$h" "$n" "$nodes" "$before" "$formed" "$after" "$t0" "$t1" "$dir/out.json" <<'PY'
+  for ((k = 0; k < p; k++)); do touch "$dir/p$k/quit"; done
+  for ((k = 0; k < p; k++)); do
+    wait "${py[$k]}" || { echo "$h $n process $k failed:" >&2; tail -5 "$dir/p$k/err.log" >&2; cat "$dir/p$k/out.json" >&2; }
+  done
+  /usr/bin/python3 - "$h" "$n" "$nodes" "$before" "$formed" "$after" "$t0" "$t1" "$dir" "$p" <<'PY'
 import json, sys
-h, n, nodes, b, f, a, t0, t1, out = sys.argv[1:]
+h, n, nodes, b, f, a, t0, t1, d, p = sys.argv[1:]
 b, f, a = (json.loads(s) for s in (b, f, a))
-r = json.load(open(out))
+outs = [json.load(open(f"{d}/p{k}/out.json")) for k in range(int(p))]
+ranks = sorted(r for o in outs for r in o["ranks"])
+r = {"form_s": max(o["form_s"] for o in outs),
+     "ranks_ok": all(o["ranks_ok"] for o in outs) and ranks == list(range(int(n))),
+     "nerrors": sum(o["nerrors"] for o in outs),
+     "errors": [e for o in outs for e in o["errors"]][:5]}
 steady = float(t1) - float(t0)
 children = int(nodes) if h in ("rdzv", "c10d-tree") else int(n)
 def delta(x, y):
@@ -112,7 +155,8 @@ def delta(x, y):
             for k in y["ops"] if y["ops"].get(k, 0) != x["ops"].get(k, 0)}
 form_ops, steady_ops = delta(b, f), delta(f, a)
 torch_server = h == "c10d-torch"  # PyTorch's server counts nothing
-rec = {"handler": h, "agents": int(n), "root_children": children,
+rec = {"handler": h, "agents": int(n), "procs": int(p), "formed": True,
+       "root_children": children,
        "form_s": r["form_s"], "ranks_ok": r["ranks_ok"],
        "form_root_requests": None if torch_server else sum(form_ops.values()),
        "form_root_ops": None if torch_server else form_ops,
@@ -137,6 +181,10 @@ print(f"{'handler':<11} {'agents':>6} {'children':>8} {'form s':>8} {'root req':
       f"{'req/child':>9} {'root bytes':>11} {'steady req/s':>12} {'/child':>7} "
       f"{'no pings/child':>14} ok")
 for r in rows:
+    if not r["formed"]:
+        print(f"{r['handler']:<11} {r['agents']:>6} not formed after {r['after_s']} s "
+              f"({r['procs_formed']} of {r['procs']} processes had their ranks)")
+        continue
     req, rps = r["form_root_requests"], r["steady_root_rps"]
     np_ = r["steady_root_rps_no_pings"]
     c = r["root_children"]

@@ -7,7 +7,12 @@ Run by tools/bench/torchrun-agents.sh inside the torch 2.6 chroot, which
 starts the daemons and reads the root's statistics around each phase.
 
   torchrun_agents.py --handler rdzv|c10d --agents N --endpoints E1,E2,...
-                     --job JOB --steady S --phase-dir DIR
+                     --job JOB --steady S --phase-dir DIR [--first I --count C]
+
+With --first/--count this process runs agents I .. I+C-1 of the N (the
+driver spreads them over processes: one interpreter's lock slows the c10d
+handler's compare-and-set rounds); "formed" then says when this process's
+agents have their ranks, and the driver takes the last.
 
 --handler rdzv: python/rdzv/torchrun.py, agent i's endpoint E[i % len(E)]
   (a node's socket), its host "h<i>".
@@ -56,19 +61,23 @@ def main() -> None:
     ap.add_argument("--join-timeout", type=float, default=1800)
     ap.add_argument("--last-call", type=float, default=1)
     ap.add_argument("--phase-dir", required=True)
+    ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--count", type=int, default=0)
     args = ap.parse_args()
+    first = args.first
+    count = args.count or args.agents - first
     threading.stack_size(512 * 1024)
 
-    handlers = [None] * args.agents
-    ranks = [None] * args.agents
+    handlers = [None] * count
+    ranks = [None] * count
     errors: list[str] = []
-    formed = threading.Barrier(args.agents + 1)
+    formed = threading.Barrier(count + 1)
     steady_end = threading.Event()
-    polls = [0] * args.agents
+    polls = [0] * count
 
     def agent(i: int) -> None:
         try:
-            h = make_handler(args.handler, i, args)
+            h = make_handler(args.handler, first + i, args)
             handlers[i] = h
             info = h.next_rendezvous()
             ranks[i] = (info.rank, info.world_size)
@@ -87,15 +96,16 @@ def main() -> None:
 
     t0 = time.monotonic()
     threads = [threading.Thread(target=agent, args=(i,), daemon=True)
-               for i in range(args.agents)]
+               for i in range(count)]
     for t in threads:
         t.start()
     formed.wait()
     form_s = time.monotonic() - t0
-    got = sorted(r for r in ranks if r is not None)
-    ok = (len(got) == args.agents and
-          [r for r, _ in got] == list(range(args.agents)) and
-          all(w == args.agents for _, w in got))
+    got = [r for r in ranks if r is not None]
+    # Each process sees its own agents' ranks: distinct, in range, and
+    # the driver checks that the processes' ranks together are 0..N-1.
+    ok = (len(got) == count and len({r for r, _ in got}) == count and
+          all(0 <= r < args.agents and w == args.agents for r, w in got))
     with open(os.path.join(args.phase_dir, "formed"), "w") as f:
         f.write(f"{form_s:.3f}\n")
     # The driver reads the root's statistics, then tells us to go on.
@@ -107,6 +117,8 @@ def main() -> None:
     for t in threads:
         t.join(timeout=30)
     print(json.dumps({"handler": args.handler, "agents": args.agents,
+                      "first": first, "count": count,
+                      "ranks": sorted(r for r, _ in got),
                       "form_s": round(form_s, 3), "ranks_ok": ok,
                       "steady_s": args.steady, "polls": sum(polls),
                       "errors": errors[:5], "nerrors": len(errors)}),

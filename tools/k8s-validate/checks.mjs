@@ -41,7 +41,16 @@
 //   RDZV_JOB is not the per-Job UID, RDZV_HOST is set (the completion
 //   index repeats per Job); as JobSet's webhook: rule names,
 //   targetReplicatedJobs, the subdomain, pod name lengths, no dependsOn on
-//   the first replicatedJob.
+//   the first replicatedJob;
+// - PyTorch: a node's --tcpstore-listen is on loopback (PyTorch's TCPStore
+//   protocol has no authentication; rdzvd refuses another address without
+//   --tcpstore-remote) with a fixed port, and serves the ranks' RDZV_JOB
+//   (--tcpstore-job); a trainer whose MASTER_ADDR/MASTER_PORT are its
+//   node's front end has TORCHELASTIC_USE_AGENT_STORE=True (else rank 0
+//   starts a server on the node's port); a RANK is not one literal for
+//   every pod; torchrun's rdzv backend names the node's socket as its
+//   endpoint, --nnodes' maximum is the tree's pods, and the node counts
+//   one join a pod (RDZV_LOCAL_RANKS 1: the agent joins, not the workers).
 
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
@@ -236,6 +245,73 @@ export function checkAll(objects) {
 
 // The value of a --NAME option in a container's command ("--NAME=V" or
 // "--NAME V"), else of its environment variable env; undefined if neither.
+const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]", "::1"]);
+// torchrun's options in a command line ("--rdzv-backend" or
+// "--rdzv_backend", "=VALUE" or " VALUE").
+function torchrunOption(cmd, name) {
+  const re = new RegExp(`--${name.replace(/-/g, "[-_]")}[= ]([^\\s"']+)`);
+  const m = re.exec(cmd);
+  return m ? m[1] : undefined;
+}
+
+// PyTorch's wiring of a pod: the node's loopback TCPStore front end and
+// what the trainers' env:// reads (see the header).
+function checkPyTorch(o, tpl, at, node, pods, bad) {
+  const ncmd = commandText(node.c);
+  const listen = optionOf(node.c, "tcpstore-listen", "RDZVD_TCPSTORE_LISTEN");
+  const mains = containersOf(tpl).filter(({ init }) => !init);
+  const jobs = new Set(mains.map(({ c }) => envValue(c, "RDZV_JOB"))
+    .filter((e) => e && typeof e.value === "string").map((e) => e.value));
+  let port;
+  if (listen !== undefined) {
+    const m = /^(.*):(\d+)$/.exec(listen);
+    const host = m ? m[1] : "";
+    port = m ? Number(m[2]) : NaN;
+    if (!LOOPBACK.has(host) && !/--tcpstore-remote/.test(ncmd))
+      bad(o, at(...node.sub), `the node's --tcpstore-listen ${listen} is not loopback: PyTorch's TCPStore protocol has no authentication (the pod's trainers reach it on 127.0.0.1)`);
+    if (!(port >= 1 && port <= 65535))
+      bad(o, at(...node.sub), `the node's --tcpstore-listen ${listen} has no fixed port: the trainers' MASTER_PORT must name it`);
+    const tj = optionOf(node.c, "tcpstore-job", "RDZVD_TCPSTORE_JOB") || optionOf(node.c, "job", "RDZVD_JOB");
+    if (tj === undefined)
+      bad(o, at(...node.sub), "the node's TCPStore front end serves no job: --tcpstore-job (the trainers' RDZV_JOB)");
+    else if (jobs.size && !jobs.has(tj))
+      bad(o, at(...node.sub), `the node's --tcpstore-job ${tj} is not the trainers' RDZV_JOB ${[...jobs].join(", ")}`);
+  }
+  for (const { c, sub } of mains) {
+    const env = arr(c.env);
+    const ma = envValue(c, "MASTER_ADDR"), mp = envValue(c, "MASTER_PORT");
+    const ai = env.indexOf(ma), pi = env.indexOf(mp);
+    if (listen !== undefined && ma && typeof ma.value === "string" && LOOPBACK.has(ma.value)) {
+      if (!mp || String(mp.value) !== String(port))
+        bad(o, at(...sub, "env", pi >= 0 ? pi : ai), `MASTER_PORT ${mp ? mp.value : "(none)"} is not the node's --tcpstore-listen port ${port}`);
+      const ua = envValue(c, "TORCHELASTIC_USE_AGENT_STORE");
+      if (!ua || ua.value !== "True")
+        bad(o, at(...sub, "env"), "MASTER_ADDR/MASTER_PORT name the node's TCPStore front end but TORCHELASTIC_USE_AGENT_STORE is not \"True\": rank 0's env:// would start a server on the node's port");
+    } else if (ma && typeof ma.value === "string" && LOOPBACK.has(ma.value) && mp && listen === undefined) {
+      bad(o, at(...sub, "env", ai), "MASTER_ADDR is this pod's loopback but the node has no --tcpstore-listen");
+    }
+    const r = envValue(c, "RANK");
+    if (r && typeof r.value === "string" && pods > 1)
+      bad(o, at(...sub, "env", env.indexOf(r), "value"),
+        `RANK ${r.value} is the same in every pod: take it from the pod's completion index (metadata.annotations['batch.kubernetes.io/job-completion-index'])`);
+    // torchrun with rdzv's backend.
+    const cmd = commandText(c);
+    if (torchrunOption(cmd, "rdzv-backend") !== "rdzv") continue;
+    const sock = /--unix[= ]([^\s"']+)/.exec(ncmd);
+    const ep = torchrunOption(cmd, "rdzv-endpoint");
+    if (ep !== undefined && sock && ep !== `unix:${sock[1]}`)
+      bad(o, at(...sub, "command"), `--rdzv-endpoint ${ep} is not the node's socket unix:${sock[1]}`);
+    const nn = torchrunOption(cmd, "nnodes");
+    const max = nn === undefined ? NaN : Number(nn.split(":").pop());
+    if (nn !== undefined && Number.isInteger(pods) && max !== pods)
+      bad(o, at(...sub, "command"), `--nnodes ${nn}: its maximum is not the ${pods} pods of the tree (one torchrun agent a pod)`);
+    const lr = envValue(node.c, "RDZV_LOCAL_RANKS");
+    if (lr && lr.value !== "1")
+      bad(o, at(...node.sub, "env", arr(node.c.env).indexOf(lr), "value"),
+        `RDZV_LOCAL_RANKS ${lr.value}: under torchrun's rdzv backend a pod makes one join (its agent's): 1`);
+  }
+}
+
 function optionOf(c, name, env) {
   const m = new RegExp(`--${name}[= ]([^\\s"']+)`).exec(commandText(c));
   if (m) return m[1];
@@ -462,6 +538,13 @@ function checkPodTemplate(t, services, headless, policies, bad) {
     }
   }
 
+  if (node) {
+    const js = t.job;
+    const pods = js && Number.isInteger(js.completions)
+      ? js.completions * (t.jobsetJobs !== undefined ? t.jobsetJobs : t.replicas) : undefined;
+    checkPyTorch(o, tpl, at, node, pods, bad);
+  }
+
   // Jobs.
   if (t.job) {
     const js = t.job;
@@ -509,9 +592,11 @@ function checkPodTemplate(t, services, headless, policies, bad) {
         const trainer = containersOf(tpl).find(({ c, init }) => !init && envValue(c, "RDZV_ADDR"));
         const l = trainer ? envValue(trainer.c, "LOCAL_WORLD_SIZE") : undefined;
         const local = l && typeof l.value === "string" ? Number(l.value) : 1;
+        // (torchrun's rdzv backend: one join a pod, checkPyTorch's rule.)
+        const torchrun = trainer && torchrunOption(commandText(trainer.c), "rdzv-backend") === "rdzv";
         if (/--local-ranks/.test(cmd) && !lr.e)
           bad(o, at(...node.sub), "the node's --local-ranks needs RDZV_LOCAL_RANKS (a pod's ranks)");
-        else if (lr.e && Number(lr.e.value) !== local)
+        else if (lr.e && !torchrun && Number(lr.e.value) !== local)
           bad(o, at(...node.sub, "env", lr.i, "value"),
             `RDZV_LOCAL_RANKS ${lr.e.value} is not the trainer's LOCAL_WORLD_SIZE ${local}`);
       }
