@@ -43,7 +43,15 @@ bin=$here/bazel-bin/tools
 chroot_sh=$here/tools/torch2-chroot.sh
 dir=$(mktemp -d /tmp/rdzv-agents-XXXXXX)
 pids=()
-stop_all() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=(); }
+# (The chroot's processes are grandchildren of the pids here: killed by
+# their command lines ($dir/torch...), so that none keeps the output
+# pipe open.)
+stop_all() {
+  kill "${pids[@]}" 2>/dev/null || true
+  pkill -9 -f "$dir/torch" 2>/dev/null || true
+  wait 2>/dev/null || true
+  pids=()
+}
 trap 'stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 cp -rL "$here/python" "$dir/pkg"
 /usr/bin/python3 -m pip install --quiet --no-build-isolation --no-deps \
@@ -71,7 +79,7 @@ run() { # handler agents
   local ts_root=()
   [ "$h" = c10d-flat ] && ts_root=(--tcpstore-listen 127.0.0.1:0 --tcpstore-port-file "$dir/root.ts" --tcpstore-job "$job")
   "$bin/rdzvd" --role=root --name=root --listen=127.0.0.1:0 --port-file="$dir/root.port" \
-    --max-connections=16000 --log-level=0 "${ts_root[@]}" 2>/dev/null & pids+=($!)
+    --max-connections=16000 --log-level=0 "${ts_root[@]}" >/dev/null 2>&1 & pids+=($!)
   wait_file "$dir/root.port"
   if [ "$h" = rdzv ] || [ "$h" = c10d-tree ]; then
     for i in $(seq 0 $((nodes - 1))); do
@@ -79,7 +87,7 @@ run() { # handler agents
         --unix="$dir/n$i.sock" --max-connections=16000 --log-level=0 \
         --children 0 --local-ranks $((n / nodes)) --flush-max-ms 2000 \
         --tcpstore-listen 127.0.0.1:0 --tcpstore-port-file "$dir/n$i.ts" --tcpstore-job "$job" \
-        2>/dev/null & pids+=($!)
+        >/dev/null 2>&1 & pids+=($!)
     done
     for i in $(seq 0 $((nodes - 1))); do wait_file "$dir/n$i.ts"; done
     for i in $(seq 0 $((nodes - 1))); do
@@ -91,7 +99,8 @@ run() { # handler agents
     "$chroot_sh" --exec /usr/bin/python3 -c '
 import sys, time, torch.distributed as d
 s = d.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=False, wait_for_workers=False)
-open(sys.argv[1], "w").write(str(s.port)); time.sleep(1e9)' "$dir/torch.ts" & pids+=($!)
+open(sys.argv[1], "w").write(str(s.port)); time.sleep(1e9)' "$dir/torch.ts" \
+      >"$dir/torch.log" 2>&1 & pids+=($!)
     wait_file "$dir/torch.ts"; eps="127.0.0.1:$(cat "$dir/torch.ts"),"
   fi
   local kind=rdzv; [ "$h" = rdzv ] || kind=c10d
@@ -126,6 +135,7 @@ open(sys.argv[1], "w").write(str(s.port)); time.sleep(1e9)' "$dir/torch.ts" & pi
     pkill -9 -f "$dir/torchrun_agents.py" 2>/dev/null || true
     wait "${py[@]}" 2>/dev/null || true
     echo "{\"handler\": \"$h\", \"agents\": $n, \"procs\": $p, \"formed\": false, \"after_s\": $((SECONDS - start)), \"procs_formed\": $nformed}"
+    stop_all
     return 0
   fi
   local formed; formed=$(root_stats)
@@ -169,6 +179,7 @@ rec = {"handler": h, "agents": int(n), "procs": int(p), "formed": True,
        "nerrors": r["nerrors"], "errors": r["errors"]}
 print(json.dumps(rec), flush=True)
 PY
+  stop_all
 }
 
 for n in ${agents//,/ }; do
