@@ -226,7 +226,9 @@ int rdzv_store_tcpstore_space(rdzv_client_t *c, const char *prefix,
  * the task it precedes. A process holder is asked over a Unix socket only.
  * Returns what rdzv_store_tcpstore_space returns, and -EINVAL (holder_pid
  * < 0), RDZV_EBAD_ROLE (a process holder asked over TCP), -ESRCH (no such
- * process). */
+ * process), another -errno of pidfd_open(2) (-ENOSYS before Linux 5.3),
+ * RDZV_ETOO_MANY_CONNECTIONS (the space has the daemon's --max-connections
+ * holders). */
 int rdzv_store_tcpstore_space_held(rdzv_client_t *c, const char *prefix,
                                    int32_t holder_pid, int32_t *port,
                                    double timeout_s);

@@ -108,16 +108,26 @@ static void on_reap(uv_timer_t *t) {
 }
 
 /* Adds h (a connection, not yet referenced, or a process with its pidfd,
- * which s then owns) unless it holds s already; RDZV_ENOMEM. */
-static int hold(struct space *s, struct holder h) {
+ * which s then owns) unless it holds s already; RDZV_ENOMEM, or
+ * RDZV_ETOO_MANY_CONNECTIONS past max holders (each process holder keeps
+ * a descriptor open: bounded as connections are, by --max-connections). */
+static int hold(struct space *s, struct holder h, uint32_t max) {
   for (uint32_t i = 0; i < s->nholders; i++) {
-    const struct holder *o = &s->holders[i];
-    if (h.c != NULL ? o->c == h.c : (o->c == NULL && o->pid == h.pid)) {
-      if (h.c == NULL)
-        close(h.pidfd); /* the same process (one pid lives at a time) */
+    struct holder *o = &s->holders[i];
+    if (h.c != NULL && o->c == h.c)
+      return 0;
+    if (h.c == NULL && o->c == NULL && o->pid == h.pid) {
+      if (holder_alive(o)) {
+        close(h.pidfd); /* the same process: one pid lives at a time */
+      } else {
+        close(o->pidfd); /* that pid ended and was reused: the new one */
+        *o = h;
+      }
       return 0;
     }
   }
+  if (s->nholders >= max)
+    return RDZV_ETOO_MANY_CONNECTIONS;
   if (s->nholders == s->cap) {
     uint32_t cap = s->cap ? s->cap * 2 : 4;
     struct holder *v = realloc(s->holders, cap * sizeof(*v));
@@ -155,7 +165,7 @@ static int holder_of(struct daemon *d, struct conn *c,
     int e = errno;
     snprintf(text, n, "daemon %s: cannot watch holder process %lld: %s",
              d->cfg.name, (long long)m->b, strerror(e));
-    return e == ESRCH ? -ESRCH : -e;
+    return -e;
   }
   *h = (struct holder){.c = NULL, .pidfd = fd, .pid = (int)m->b};
   return 0;
@@ -235,10 +245,14 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
     if (!uv_is_active((uv_handle_t *)&sp->reaper))
       uv_timer_start(&sp->reaper, on_reap, SPACES_REAP_MS, SPACES_REAP_MS);
   }
-  if (hold(s, h) < 0) {
+  if ((err = hold(s, h, d->cfg.max_connections)) < 0) {
     if (h.c == NULL)
       close(h.pidfd);
-    rdzv__conn_reply_text(c, m, RDZV_ENOMEM, "");
+    snprintf(text, sizeof(text), "daemon %s: TCPStore key space %s of job "
+             "%s: %s (%u holders; --max-connections %u)", d->cfg.name,
+             prefix, c->job->id, rdzv_strerror(err), s->nholders,
+             d->cfg.max_connections);
+    rdzv__conn_reply_text(c, m, err, text);
     return;
   }
   reply_port(c, m, rdzv__tcpstore_port(s->srv));

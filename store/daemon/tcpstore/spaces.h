@@ -16,8 +16,9 @@ int rdzv__ts_spaces_new(struct daemon *d, uint32_t max,
 /* RDZV_MSG_TS_SPACE from client c (arg: the ts_spaces; m->b: 0, or the
  * pid of the process that holds the space instead of c): answers it with
  * the port, or -EINVAL (bad prefix or pid), RDZV_EBAD_ROLE (not a client
- * of a job; a pid asked over TCP), -ESRCH (no such process),
- * RDZV_ETOO_MANY_CONNECTIONS (--tcpstore-spaces open), RDZV_ENOMEM, or the
+ * of a job; a pid asked over TCP), -ESRCH (no such process) or another
+ * -errno of pidfd_open, RDZV_ETOO_MANY_CONNECTIONS (--tcpstore-spaces
+ * open, or the space at --max-connections holders), RDZV_ENOMEM, or the
  * listener's error, each with a message naming this daemon. */
 void rdzv__ts_spaces_request(void *arg, struct conn *c,
                              const struct rdzv_msg *m);
