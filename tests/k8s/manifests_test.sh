@@ -25,8 +25,8 @@ val=tools/k8s-validate
 }
 
 # 1. yamllint.
-if out=$(yamllint --strict -c tests/k8s/yamllint.conf "$k8s" 2>&1); then
-  ok "yamllint --strict $k8s"
+if out=$(yamllint --strict -c tests/k8s/yamllint.conf "$k8s" deploy/k8s-memory-root 2>&1); then
+  ok "yamllint --strict $k8s deploy/k8s-memory-root"
 else
   fail "yamllint $k8s:"
   echo "$out"
@@ -72,6 +72,30 @@ else
   echo "$out"
 fi
 echo "validation of $k8s took $((($(date +%s%N) - start) / 1000000)) ms"
+
+# 3b. The overlay deploy/k8s-memory-root (one in-memory root, no etcd),
+# rendered by kustomize and validated as a set of its own: one root
+# replica, no etcd setting left, the rest of the root's settings kept.
+if command -v kubectl >/dev/null; then
+  rm -rf "$tmp/memory-root"
+  mkdir -p "$tmp/memory-root/k8s" "$tmp/memory-root/overlay" "$tmp/memory-root/set"
+  cp -L "$k8s"/*.yaml "$tmp/memory-root/k8s/"
+  cp -L deploy/k8s-memory-root/kustomization.yaml "$tmp/memory-root/overlay/"
+  if (cd "$tmp/memory-root/overlay" && kubectl kustomize . >../set/all.yaml) 2>"$tmp/memory-root/err" &&
+    out=$(node "$work/validate.mjs" --sets "$tmp/memory-root/set" 2>&1) &&
+    grep -qxF "k8s-validate: set $tmp/memory-root/set: ok" <<<"$out" &&
+    [ "$(grep -c '^  replicas: 1$' "$tmp/memory-root/set/all.yaml")" = 1 ] &&
+    ! grep -q 'RDZVD_ETCD' "$tmp/memory-root/set/all.yaml" &&
+    grep -q 'name: RDZVD_SECRET_DIR' "$tmp/memory-root/set/all.yaml"; then
+    ok "deploy/k8s-memory-root renders ($(grep -c '^kind:' "$tmp/memory-root/set/all.yaml") objects) and validates: one root, no etcd"
+  else
+    fail "deploy/k8s-memory-root:"
+    cat "$tmp/memory-root/err"
+    echo "${out:-}"
+  fi
+else
+  echo "skipped: deploy/k8s-memory-root (no kubectl)"
+fi
 
 # 4. Injected mistakes: NAME FILE PATTERN PERL: a copy of deploy/k8s where
 # PERL (run on FILE, slurped; $n counts matches for "the Nth") changed FILE,
