@@ -9,14 +9,15 @@
 # --prefix: where rdzv lives when it runs (default /usr/local); --destdir:
 # a staging root the files are written under (a package build; default
 # none); --from: a tree holding the built files as bazel-bin does
-# (tools/rdzvd, tools/rdzvctl, librdzv.so.0); without it the script runs
+# (tools/rdzvd, tools/rdzvctl, librdzv.so.0, librdzv.a); without it the script runs
 # `bazel build` and takes them from bazel-bin. The sources' own files
 # (headers, man pages, deploy/) come from the checkout this script is in,
 # or from --from when they are there too (a test's runfiles).
 #
 # Under DESTDIR/PREFIX:
 #   sbin/rdzvd, bin/rdzvctl
-#   lib/librdzv.so.0, lib/librdzv.so -> librdzv.so.0, lib/pkgconfig/rdzv.pc
+#   lib/librdzv.so.0, lib/librdzv.so -> librdzv.so.0, lib/librdzv.a,
+#     lib/pkgconfig/rdzv.pc
 #   include/rdzv/*.h
 #   share/man/man8/rdzvd.8, share/man/man1/rdzvctl.1
 #   share/rdzv/slurm/{prolog,epilog,task-prolog}.sh, rdzv.default,
@@ -94,7 +95,7 @@ fi
 
 if [ -z "$from" ]; then
   (cd "$root" && bazel build --noshow_progress //tools:rdzvd //tools:rdzvctl \
-    //:librdzv.so.0 >&2)
+    //:librdzv.so.0 //:librdzv_a >&2)
   from=$root/bazel-bin
 fi
 # A source file: from --from when it holds it (runfiles), else the checkout.
@@ -124,6 +125,7 @@ put() {
 put 0755 "$from/tools/rdzvd" sbin/rdzvd
 put 0755 "$from/tools/rdzvctl" bin/rdzvctl
 put 0644 "$from/librdzv.so.0" lib/librdzv.so.0
+put 0644 "$from/librdzv.a" lib/librdzv.a
 ln -sfn librdzv.so.0 "$top/lib/librdzv.so"
 installed+=(lib/librdzv.so)
 for h in "$(dirname "$(srcfile include/rdzv/rdzv.h)")"/*.h; do

@@ -62,8 +62,8 @@ Description: rendezvous for large GPU jobs: a tree-shaped key-value store
  rdzv starts large GPU jobs: every rank finds the others, gets its rank,
  the NCCL unique ids and the topology through a tree of daemons (a node
  agent per host, a root), so the root sees messages from its children,
- not from every rank. Includes rdzvd, rdzvctl, librdzv.so.0 with its
- headers and pkg-config file, man pages, the Slurm Prolog, Epilog and
+ not from every rank. Includes rdzvd, rdzvctl, librdzv.so.0 and librdzv.a
+ with their headers and pkg-config file, man pages, the Slurm Prolog, Epilog and
  TaskProlog under /usr/share/rdzv/slurm, and rdzv-root.service.
 EOF
 mkdir -p "$out"

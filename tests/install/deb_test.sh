@@ -24,7 +24,7 @@ for p in libc6 libuv1 libjansson4 libcurl4 libssl3; do
 done
 ok "Depends: $deps"
 files=$(dpkg-deb -c "$deb" | awk '{print $6}')
-for f in ./usr/sbin/rdzvd ./usr/bin/rdzvctl ./usr/lib/librdzv.so.0 ./usr/lib/librdzv.so \
+for f in ./usr/sbin/rdzvd ./usr/bin/rdzvctl ./usr/lib/librdzv.so.0 ./usr/lib/librdzv.so ./usr/lib/librdzv.a \
   ./usr/include/rdzv/rdzv.h ./usr/lib/pkgconfig/rdzv.pc ./usr/share/man/man8/rdzvd.8 \
   ./usr/share/man/man1/rdzvctl.1 ./usr/share/rdzv/slurm/prolog.sh \
   ./usr/lib/systemd/system/rdzv-root.service; do

@@ -14,7 +14,7 @@ p=$work/prefix
 mkdir -p "$p/share"
 echo keep >"$p/share/not-ours"
 "$inst" --prefix "$p" --from "$src" || fail "install.sh --prefix $p"
-for f in sbin/rdzvd bin/rdzvctl lib/librdzv.so.0 include/rdzv/rdzv.h \
+for f in sbin/rdzvd bin/rdzvctl lib/librdzv.so.0 lib/librdzv.a include/rdzv/rdzv.h \
   include/rdzv/rendezvous.h lib/pkgconfig/rdzv.pc share/man/man8/rdzvd.8 \
   share/man/man1/rdzvctl.1 share/rdzv/slurm/prolog.sh \
   share/rdzv/slurm/task-prolog.sh share/rdzv/slurm/rdzv.default \
@@ -52,6 +52,25 @@ if cc -std=c11 "$work/v.c" -o "$work/v" $flags -Wl,-rpath,"$p/lib" &&
 else
   fail "a program built with pkg-config ($flags): [${out:-}]"
 fi
+
+# 2b. The same program linked with the static archive: no librdzv.so at
+# run time, and every symbol the shared library exports is in the archive.
+sflags=$(PKG_CONFIG_PATH=$p/lib/pkgconfig pkg-config --cflags --static --libs-only-other \
+  --libs-only-L rdzv) && priv=$(PKG_CONFIG_PATH=$p/lib/pkgconfig pkg-config --static \
+  --libs-only-l rdzv | sed 's/-lrdzv//') || fail "pkg-config --static rdzv"
+# shellcheck disable=SC2086
+if cc -std=c11 "$work/v.c" -o "$work/vs" $sflags "$p/lib/librdzv.a" $priv &&
+  out=$("$work/vs") && [ "$out" = "$want RDZV_EDEADLINE" ] &&
+  ! ldd "$work/vs" | grep -q librdzv; then
+  ok "a program linked with $p/lib/librdzv.a ($priv) runs without librdzv.so: $out"
+else
+  fail "a program linked with librdzv.a: [${out:-}]"
+fi
+missing=$(comm -13 <(nm -g --defined-only "$p/lib/librdzv.a" 2>/dev/null |
+  awk 'NF == 3 {print $3}' | sort -u) <(nm -D --defined-only "$p/lib/librdzv.so.0" |
+  awk '{sub(/@.*/, "", $3); print $3}' | grep '^rdzv_' | sort -u))
+[ -z "$missing" ] && ok "librdzv.a defines every symbol librdzv.so.0 exports" ||
+  fail "librdzv.a lacks: $missing"
 
 # 3. Uninstall: nothing of ours left, the stranger's file kept.
 "$inst" --uninstall --prefix "$p" || fail "install.sh --uninstall"
