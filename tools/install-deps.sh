@@ -46,6 +46,11 @@ packages=(
                        # the npm block at the end installs Debian's npm
                        # only where no npm is found (Debian's nodejs)
   debootstrap          # tools/torch2-chroot.sh (the torch 2.x chroot below)
+                       # and tools/make-image.sh (the image's base)
+  buildah              # tools/make-image.sh: the OCI image, offline
+  umoci                # //tests/install:image_test unpacks the image
+  podman               # //tests/install:image_test runs the image ...
+  runc                 # ... with runc (crun fails here: cgroups hybrid mode)
 )
 
 # Packages of the list that dpkg does not report as installed ("ii").

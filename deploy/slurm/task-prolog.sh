@@ -70,16 +70,18 @@ if [ -s "$ts" ]; then
   # task this prolog precedes (its parent process: slurmstepd runs the
   # TaskProlog from the task's own process, just before exec), so it
   # closes when the step's last task on this host ends. The job's port
-  # is the fallback (a node without key spaces: --tcpstore-spaces 0).
+  # is the fallback (a node without key spaces: --tcpstore-spaces 0). A
+  # site's wrapper around this script must exec it: its parent must be
+  # the task. (No step id: the batch script's own.)
   ctl=${RDZVCTL_BIN:-$(dirname "${RDZV_BIN:-/usr/local/bin/rdzvd}")/rdzvctl}
   secret=()
   [ "${RDZV_AUTH:-required}" != off ] &&
     secret=(--secret-file "${RDZV_RUN_DIR:-/run/rdzv}/${SLURM_JOB_ID}.secret")
   port=$("$ctl" --addr "unix:${RDZV_RUN_DIR:-/run/rdzv}/${SLURM_JOB_ID}.sock" \
     --job "$SLURM_JOB_ID" "${secret[@]}" --timeout 30 \
-    tcpstore-space "slurm/step${SLURM_STEP_ID:-0}/" "$PPID" 2>&1)
+    tcpstore-space "slurm/step${SLURM_STEP_ID:-batch}/" "$PPID" 2>&1)
   if ! [[ "$port" =~ ^[0-9]+$ ]]; then
-    echo "rdzv task-prolog: no key space for step ${SLURM_STEP_ID:-0}" \
+    echo "rdzv task-prolog: no key space for step ${SLURM_STEP_ID:-batch}" \
       "(the job's port instead): $port" >&2
     port=$(cat "$ts")
   fi

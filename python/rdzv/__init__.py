@@ -217,6 +217,9 @@ class Client:
         (holder_pid 0), or process holder_pid of the daemon's host (asked
         over a Unix socket only; ProcessLookupError's status ESRCH when it
         does not exist)."""
+        if not 0 <= holder_pid <= 2**31 - 1:
+            raise ValueError(f"holder_pid {holder_pid}: a pid, 1..2**31-1 "
+                             "(0: this client)")
         out = ctypes.c_int32()
         self._call(f"TCPStore key space {prefix!r}",
                    _lib.lib.rdzv_store_tcpstore_space_held,

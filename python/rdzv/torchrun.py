@@ -33,7 +33,7 @@ What each agent does (docs/pytorch.md has the whole story):
 --rdzv-conf keys: join_timeout (s, 600), last_call_timeout (s, 30),
 host (RDZV_HOST, else the hostname), location (RDZV_LOCATION), job (the
 rdzv job id: RDZV_JOB, else the run id), round ("agents" when the job is
-the run id, else "agents-<run id>"). The endpoint defaults to RDZV_ADDR.
+the run id, else "agents-<run id>-<hash of it>"). The endpoint defaults to RDZV_ADDR.
 The job's secret, if any, comes from RDZV_SECRET_FILE as for every client.
 
 torch 1.13: its torchrun reads no entry points, so `python -m
@@ -43,6 +43,7 @@ store torch 1.13 gives them (a server of worker 0 at agent 0's host:
 torch 1.13 gives the agent store to the "static" backend only)."""
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import sys
@@ -53,6 +54,16 @@ from typing import Any, Optional
 
 import rdzv
 from rdzv import errors
+
+
+def _entry() -> Any:
+    """The "torchrun.handlers" entry point: returns the creator. Defined
+    before torch's imports below: importing this module first imports
+    torch's handler registry, which reads this entry point from the module
+    while it is still being imported; the creator is looked up when torch
+    calls it."""
+    return lambda params: create_handler(params)
+
 
 from torch.distributed import PrefixStore, Store, TCPStore
 from torch.distributed.elastic.rendezvous import (
@@ -83,6 +94,18 @@ _REFUSED = {"RDZV_EAUTH", "RDZV_EJOB_MISMATCH"}
 _WATCH_S = 30.0
 # How often a parked agent (over the maximum) asks again (s).
 _PARK_S = 2.0
+
+
+def _run_round(run_id: str) -> str:
+    """The round of a run id other than the rdzv job's: "agents-", the run
+    id in ASCII letters, digits, "-", "_" and "." (others as "_", at most
+    64), then 10 hex digits of its SHA-256, so that run ids that read alike
+    ("run/1", "run_1") stay apart; at most 82 bytes (a round: 1..127, no
+    "/")."""
+    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_.")
+                   else "_" for ch in run_id)[:64]
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:10]
+    return f"agents-{safe}-{digest}"
 
 
 def _seconds(params: RendezvousParameters, key: str, default: float) -> float:
@@ -161,8 +184,7 @@ class RdzvRendezvousHandler(RendezvousHandler):
         self._job = str(params.get("job") or os.environ.get("RDZV_JOB")
                         or params.run_id)
         default_round = "agents" if self._job == self._run_id else \
-            "agents-" + "".join(ch if ch.isalnum() or ch in "-_." else "_"
-                                for ch in self._run_id)[:100]
+            _run_round(self._run_id)
         self._round = str(params.get("round") or default_round)
         self._host = str(params.get("host") or os.environ.get("RDZV_HOST")
                          or socket.gethostname())
@@ -351,11 +373,6 @@ def _tcpstore(host: str, port: int, timeout_s: float) -> Store:
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     """torchrun's creator of the "rdzv" backend."""
     return RdzvRendezvousHandler(params)
-
-
-def _entry() -> Any:
-    """The "torchrun.handlers" entry point: returns the creator."""
-    return create_handler
 
 
 def register() -> None:

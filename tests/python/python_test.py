@@ -264,6 +264,48 @@ with rdzv.Client(f"127.0.0.1:{rport}", job=f"space-{TAG}") as tc:
 ok(f"a process-held key space stays open after its asker left, closes "
    f"when the process ends; refused over TCP ({e4.detail}); a dead pid: "
    f"{e3.detail}")
+# A zombie (exited, not yet reaped) holds nothing; a pid past 32 bits is
+# refused before it reaches C; a client in another pid namespace names
+# pids that are other processes here: refused.
+zombie = subprocess.Popen(["true"])
+time.sleep(0.5)  # exited, not waited for: a zombie
+with rdzv.Client(f"unix:{DIR}/a.sock", job=f"space-{TAG}") as zc:
+    e5 = expect_raises(rdzv.RdzvError, zc.tcpstore_space, f"z/{TAG}/",
+                       zombie.pid)
+    assert e5.name == "ESRCH" and "has exited" in str(e5), str(e5)
+    try:
+        zc.tcpstore_space(f"big/{TAG}/", 2**32 + 1)
+        raise AssertionError("holder_pid 2**32+1 accepted")
+    except ValueError:
+        pass
+zombie.wait()
+nsmsg = "not run (no unshare here)"
+if TAG == "py311" and os.geteuid() == 0:
+    code = (f"import rdzv, sys\n"
+            f"c = rdzv.Client('unix:{DIR}/a.sock', job='space-{TAG}')\n"
+            f"try:\n"
+            f"    c.tcpstore_space('ns/', 1)\n"
+            f"    print('accepted')\n"
+            f"except rdzv.RdzvError as e:\n"
+            f"    print(e.name, e)\n")
+    r = subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c",
+                        code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.startswith("RDZV_EBAD_ROLE") and \
+        "another pid namespace" in r.stdout, (r.stdout, r.stderr)
+    nsmsg = r.stdout.strip()[-90:]
+ok(f"a zombie holds nothing ({e5.detail[-40:]}); holder_pid past 32 bits: "
+   f"ValueError; from another pid namespace: {nsmsg}")
+try:
+    from rdzv.torchrun import _run_round
+    rr = [_run_round(x) for x in ("run/1", "run_1", "x" * 150,
+                                  "x" * 100 + "A", "\u5b66" * 80)]
+    assert len(set(rr)) == len(rr), rr
+    assert all(len(x.encode()) <= 127 and "/" not in x and x.isascii()
+               for x in rr), rr
+    ok(f"torchrun rounds of run ids that read alike stay apart: {rr[0]}, "
+       f"{rr[1]}; at most {max(len(x) for x in rr)} bytes, ASCII")
+except ImportError:
+    ok("no torch here: torchrun's round names are left to torchrun_test")
 with rdzv.Client(f"unix:{DIR}/z.sock", job=f"space-{TAG}") as z:
     e = expect_raises(errors.BadRoleError, z.tcpstore_space, "p")
     assert "daemon z serves no TCPStore key spaces" in str(e), str(e)

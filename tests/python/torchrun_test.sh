@@ -198,7 +198,7 @@ fi
 #    An agent whose run id is another job (RDZV_JOB unset) gets a
 #    RendezvousConnectionError saying the node refused that job; with
 #    RDZV_JOB naming the node's job (what Slurm's TaskProlog exports), the
-#    same run id trains (its round is agents-<run id> of that job).
+#    same run id trains (its round is agents-<run id>-<hash> of that job).
 mkdir -m 700 "$dir/secrets"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secrets/trt-$$-known"
 chmod 600 "$dir/secrets/trt-$$-known"

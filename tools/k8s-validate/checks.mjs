@@ -263,9 +263,12 @@ function checkPyTorch(o, tpl, at, node, pods, bad) {
   const jobs = new Set(mains.map(({ c }) => envValue(c, "RDZV_JOB"))
     .filter((e) => e && typeof e.value === "string").map((e) => e.value));
   let port;
-  if (listen !== undefined) {
-    const m = /^(.*):(\d+)$/.exec(listen);
-    const host = m ? m[1] : "";
+  // $(VAR) is expanded by the kubelet: not checked.
+  const expanded = (v) => typeof v === "string" && v.includes("$(");
+  if (listen !== undefined && !expanded(listen)) {
+    // HOST:PORT, or a bare PORT (rdzvd: on 127.0.0.1).
+    const m = /^(?:(.*):)?(\d+)$/.exec(listen);
+    const host = m ? (m[1] === undefined ? "127.0.0.1" : m[1]) : "";
     port = m ? Number(m[2]) : NaN;
     if (!LOOPBACK.has(host) && !/--tcpstore-remote/.test(ncmd))
       bad(o, at(...node.sub), `the node's --tcpstore-listen ${listen} is not loopback: PyTorch's TCPStore protocol has no authentication (the pod's trainers reach it on 127.0.0.1)`);
@@ -281,7 +284,7 @@ function checkPyTorch(o, tpl, at, node, pods, bad) {
     const env = arr(c.env);
     const ma = envValue(c, "MASTER_ADDR"), mp = envValue(c, "MASTER_PORT");
     const ai = env.indexOf(ma), pi = env.indexOf(mp);
-    if (listen !== undefined && ma && typeof ma.value === "string" && LOOPBACK.has(ma.value)) {
+    if (listen !== undefined && !expanded(listen) && ma && typeof ma.value === "string" && LOOPBACK.has(ma.value)) {
       if (!mp || String(mp.value) !== String(port))
         bad(o, at(...sub, "env", pi >= 0 ? pi : ai), `MASTER_PORT ${mp ? mp.value : "(none)"} is not the node's --tcpstore-listen port ${port}`);
       const ua = envValue(c, "TORCHELASTIC_USE_AGENT_STORE");
@@ -299,11 +302,11 @@ function checkPyTorch(o, tpl, at, node, pods, bad) {
     if (torchrunOption(cmd, "rdzv-backend") !== "rdzv") continue;
     const sock = /--unix[= ]([^\s"']+)/.exec(ncmd);
     const ep = torchrunOption(cmd, "rdzv-endpoint");
-    if (ep !== undefined && sock && ep !== `unix:${sock[1]}`)
+    if (ep !== undefined && !expanded(ep) && sock && ep !== `unix:${sock[1]}`)
       bad(o, at(...sub, "command"), `--rdzv-endpoint ${ep} is not the node's socket unix:${sock[1]}`);
     const nn = torchrunOption(cmd, "nnodes");
     const max = nn === undefined ? NaN : Number(nn.split(":").pop());
-    if (nn !== undefined && Number.isInteger(pods) && max !== pods)
+    if (nn !== undefined && !expanded(nn) && Number.isInteger(pods) && max !== pods)
       bad(o, at(...sub, "command"), `--nnodes ${nn}: its maximum is not the ${pods} pods of the tree (one torchrun agent a pod)`);
     const lr = envValue(node.c, "RDZV_LOCAL_RANKS");
     if (lr && lr.value !== "1")

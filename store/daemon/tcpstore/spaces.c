@@ -142,6 +142,19 @@ static int hold(struct space *s, struct holder h, uint32_t max) {
   return 0;
 }
 
+/* Whether process pid is in this daemon's pid namespace (so that the pids
+ * it names are this daemon's too). */
+static bool same_pid_ns(int pid) {
+  char path[64], mine[64], theirs[64];
+  ssize_t a = readlink("/proc/self/ns/pid", mine, sizeof(mine) - 1);
+  snprintf(path, sizeof(path), "/proc/%d/ns/pid", pid);
+  ssize_t b = readlink(path, theirs, sizeof(theirs) - 1);
+  if (a <= 0 || b <= 0)
+    return false;
+  mine[a] = theirs[b] = '\0';
+  return strcmp(mine, theirs) == 0;
+}
+
 /* The holder that request m of c names: c itself (m->b == 0) or process
  * m->b, watched through a pidfd. 0, or an error with text filled. */
 static int holder_of(struct daemon *d, struct conn *c,
@@ -150,9 +163,18 @@ static int holder_of(struct daemon *d, struct conn *c,
   *h = (struct holder){.c = c, .pidfd = -1};
   if (m->b == 0)
     return 0;
-  if (c->peer_pid == 0) {
+  if (c->tcp || c->inproc) {
     snprintf(text, n, "daemon %s: a key space held by a process is asked "
              "over the Unix socket (the pid is this host's)", d->cfg.name);
+    return RDZV_EBAD_ROLE;
+  }
+  /* A peer in another pid namespace (a container, unshare --pid) names
+   * pids that mean other processes here: refused, never guessed. */
+  if (c->peer_pid == 0 || !same_pid_ns(c->peer_pid)) {
+    snprintf(text, n, "daemon %s: the asking process is in another pid "
+             "namespace than this daemon (its pid %d here): the pid %lld "
+             "it names would be another process", d->cfg.name, c->peer_pid,
+             (long long)m->b);
     return RDZV_EBAD_ROLE;
   }
   if (m->b < 1 || m->b > INT32_MAX) {
@@ -166,6 +188,14 @@ static int holder_of(struct daemon *d, struct conn *c,
     snprintf(text, n, "daemon %s: cannot watch holder process %lld: %s",
              d->cfg.name, (long long)m->b, strerror(e));
     return -e;
+  }
+  /* A process that ended (a zombie not yet reaped) holds nothing. */
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, 0) != 0) {
+    close(fd);
+    snprintf(text, n, "daemon %s: holder process %lld has exited",
+             d->cfg.name, (long long)m->b);
+    return -ESRCH;
   }
   *h = (struct holder){.c = NULL, .pidfd = fd, .pid = (int)m->b};
   return 0;
