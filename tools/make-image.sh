@@ -2,8 +2,9 @@
 # The OCI image of rdzv that deploy/k8s names (rdzv:VERSION): Debian 12's
 # minimal base (debootstrap --variant=minbase, with the libraries the
 # package depends on), the Debian package of tools/make-deb.sh installed
-# with dpkg, a user rdzv (65532:65532, the manifests' runAsUser), PATH
-# holding rdzvd and rdzvctl, and /bin/sh. Built offline with buildah from
+# with dpkg, rdzv-example (job.yaml's trainer; not in the package), a user
+# rdzv (65532:65532, the manifests' runAsUser), PATH holding rdzvd,
+# rdzvctl and rdzv-example, and /bin/sh. Built offline with buildah from
 # that root: no registry is reached; only debootstrap reads the Debian
 # mirror (tools/debian-mirror.sh), once: the base is kept in
 # /var/cache/rdzv/image-base (RDZV_IMAGE_BASE) and made again only when
@@ -85,6 +86,9 @@ chroot "$rootfs" /usr/bin/dpkg -i /tmp/rdzv.deb >"$work/dpkg.log" 2>&1 || {
   die "dpkg -i of the package failed in the image's root"
 }
 rm -f "$rootfs/tmp/rdzv.deb"
+example=${from:-$root/bazel-bin}/tools/rdzv-example
+[ -x "$example" ] || (cd "$root" && bazel build --noshow_progress //tools:rdzv-example >&2)
+install -m 0755 "$example" "$rootfs/usr/bin/rdzv-example"
 grep -q '^rdzv:' "$rootfs/etc/passwd" ||
   echo "rdzv:x:65532:65532:rdzv:/nonexistent:/usr/sbin/nologin" >>"$rootfs/etc/passwd"
 grep -q '^rdzv:' "$rootfs/etc/group" || echo "rdzv:x:65532:" >>"$rootfs/etc/group"

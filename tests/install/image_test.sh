@@ -97,14 +97,15 @@ else
   fail "the image's config ($cfg)"
 fi
 missing=""
-for f in usr/sbin/rdzvd usr/bin/rdzvctl usr/lib/librdzv.so.0 bin/sh; do
+for f in usr/sbin/rdzvd usr/bin/rdzvctl usr/bin/rdzv-example usr/lib/librdzv.so.0 bin/sh; do
   [ -e "$r/$f" ] || missing+=" $f"
 done
 grep -q '^rdzv:x:65532:65532:' "$r/etc/passwd" || missing+=" (user 65532 in /etc/passwd)"
-unresolved=$(chroot "$r" /usr/bin/ldd /usr/sbin/rdzvd /usr/bin/rdzvctl /usr/lib/librdzv.so.0 2>&1 |
+unresolved=$(chroot "$r" /usr/bin/ldd /usr/sbin/rdzvd /usr/bin/rdzvctl /usr/bin/rdzv-example \
+  /usr/lib/librdzv.so.0 2>&1 |
   grep -c "not found")
 if [ -z "$missing" ] && [ "$unresolved" = 0 ]; then
-  ok "files: rdzvd, rdzvctl, librdzv.so.0, /bin/sh, user rdzv; every library resolves inside"
+  ok "files: rdzvd, rdzvctl, rdzv-example, librdzv.so.0, /bin/sh, user rdzv; every library resolves inside"
 else
   fail "the image lacks:$missing; $unresolved libraries not found inside"
 fi
