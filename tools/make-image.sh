@@ -112,6 +112,9 @@ bah config --user 65532:65532 --workingdir / \
   "$ctr"
 bah commit --quiet --rm "$ctr" "$tag" >/dev/null
 ctr=""
+# The image this tag named before, now nameless: dropped (each is a full
+# copy of the root with the vfs driver).
+bah rmi --prune >/dev/null 2>&1 || true
 mkdir -p "$out"
 archive=$out/rdzv-$version.oci.tar
 rm -f "$archive"
