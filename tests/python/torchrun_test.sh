@@ -174,24 +174,24 @@ else
 fi
 
 # 5. Errors: an endpoint with no node, and a node that died, each named.
+# failed_with JOB NODE TEXT WHAT: that agent exited non-zero, TEXT in its log.
+failed_with() {
+  if [ "$(exit_of "$1" "$2")" != 0 ] && grep -qF -- "$3" "$dir/$1-$2.log"; then
+    ok "$4"
+  else
+    fail "$4"; show "$1-$2"
+  fi
+}
 EP="unix:$dir/nothing.sock" agent a noep 1
 wait_agents
-if [ "$(exit_of noep a)" != 0 ] &&
-   grep -q "RendezvousConnectionError: rdzv node at unix:$dir/nothing.sock" "$dir/noep-a.log"; then
-  ok "wrong endpoint: RendezvousConnectionError naming it"
-else
-  fail "wrong endpoint"; show noep-a
-fi
+failed_with noep a "RendezvousConnectionError: rdzv node at unix:$dir/nothing.sock" \
+  "wrong endpoint: RendezvousConnectionError naming it"
 kill -9 "${pids[3]}"  # node c
 wait "${pids[3]}" 2>/dev/null
 agent c dead 1
 wait_agents
-if [ "$(exit_of dead c)" != 0 ] &&
-   grep -q "RendezvousConnectionError: rdzv node at unix:$dir/c.sock" "$dir/dead-c.log"; then
-  ok "dead node: RendezvousConnectionError naming it"
-else
-  fail "dead node"; show dead-c
-fi
+failed_with dead c "RendezvousConnectionError: rdzv node at unix:$dir/c.sock" \
+  "dead node: RendezvousConnectionError naming it"
 
 # 6. An unknown job id: a node that serves one job (--job, its secret, as
 #    Slurm's per-job nodes do) under a root that knows that job's secret.
@@ -213,12 +213,9 @@ for _ in $(seq 100); do [ -s "$dir/root2.port" ] && break; sleep 0.1; done
 for _ in $(seq 100); do [ -S "$dir/j.sock" ] && break; sleep 0.1; done
 XENV="RDZV_SECRET_FILE=$dir/secrets/trt-$$-known" agent j unknown 1
 wait_agents
-if [ "$(exit_of unknown j)" != 0 ] &&
-   grep -q "RendezvousConnectionError: rdzv node at unix:$dir/j.sock refused job trt-$$-unknown" "$dir/unknown-j.log"; then
-  ok "unknown job id: RendezvousConnectionError naming the node and the job it refused"
-else
-  fail "unknown job id"; show unknown-j
-fi
+failed_with unknown j \
+  "RendezvousConnectionError: rdzv node at unix:$dir/j.sock refused job trt-$$-unknown" \
+  "unknown job id: RendezvousConnectionError naming the node and the job it refused"
 XENV="RDZV_SECRET_FILE=$dir/secrets/trt-$$-known RDZV_JOB=trt-$$-known" \
   agent j unknown2 1
 wait_agents
