@@ -8,8 +8,10 @@ blocks FILE NAME: prints the fenced blocks of FILE that follow a line
   "<!-- doctest: NAME -->", in order, as one script.
 options HELP_FILE PAGE: the options `rdzvd --help` printed (HELP_FILE)
   and those PAGE's option table documents (the `--NAME`s in its rows'
-  first column) are the same set, each documented once. Prints what
-  differs; exits 1 when anything does.
+  first column) are the same set, each documented once, with the same
+  variable (second column) and default (third; empty for none) as
+  --help, which prints config.c's one table. Prints what differs; exits 1
+  when anything does.
 statuses HEADER PAGE: every status X(NAME, ...) of HEADER (error.h) has a
   row in PAGE naming `RDZV_NAME`, and PAGE names no status HEADER lacks.
 commands HELP_FILE PAGE: every command `rdzvctl help` lists (HELP_FILE:
@@ -88,28 +90,47 @@ def blocks(path: str, name: str) -> int:
 
 
 def options(help_file: str, page: str) -> int:
-    helped = set()
+    # --help's rows: "  --NAME  VARIABLE  default VALUE  meaning", columns
+    # padded with spaces; "" is an empty default.
+    helped = {}
     for line in open(help_file, encoding='utf-8'):
-        m = re.match(r'^  --([a-z0-9-]+)\s', line)
-        if m and m.group(1) not in ('help', 'version'):
-            helped.add(m.group(1))
+        m = re.match(r'^  --([a-z0-9-]+) +(RDZVD_[A-Z0-9_]+) +default (\S+)',
+                     line)
+        if m:
+            dflt = '' if m.group(3) == '""' else m.group(3)
+            helped[m.group(1)] = (m.group(2), dflt)
+    # The page's rows: "| `--NAME` | `VARIABLE` | default | meaning |".
     documented = []
+    rows = {}
     for _, line in prose_lines(page):
         if line.startswith('| `--'):
-            first = line.split('|')[1]
-            documented += re.findall(r'`--([a-z0-9-]+)`', first)
+            cells = [c.strip() for c in line.split('|')[1:-1]]
+            names = re.findall(r'`--([a-z0-9-]+)`', cells[0])
+            documented += names
+            if len(cells) >= 3:
+                for n in names:
+                    rows[n] = (cells[1].strip('`'), cells[2])
     bad = 0
-    for name in sorted(helped - set(documented)):
+    for name in sorted(set(helped) - set(documented)):
         print(f'--{name}: in rdzvd --help, not in {page}')
         bad += 1
-    for name in sorted(set(documented) - helped):
+    for name in sorted(set(documented) - set(helped)):
         print(f'--{name}: in {page}, not in rdzvd --help')
         bad += 1
     for name in sorted({n for n in documented if documented.count(n) > 1}):
         print(f'--{name}: documented {documented.count(name)} times in {page}')
         bad += 1
+    for name in sorted(set(helped) & set(rows)):
+        if helped[name][0] != rows[name][0]:
+            print(f'--{name}: variable {helped[name][0]} in --help, '
+                  f'{rows[name][0] or "none"} in {page}')
+            bad += 1
+        if helped[name][1] != rows[name][1]:
+            print(f'--{name}: default "{helped[name][1]}" in --help, '
+                  f'"{rows[name][1]}" in {page}')
+            bad += 1
     print(f'{len(helped)} options in --help, {len(documented)} rows\' '
-          f'options in {page}, {bad} differences')
+          f'options in {page} (name, variable, default), {bad} differences')
     return 1 if bad or not helped else 0
 
 

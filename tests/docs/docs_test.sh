@@ -87,5 +87,57 @@ else
   tail -n 40 "$work/err"
   fails=$((fails + 1))
 fi
+# Every other page's runnable blocks (marked "<!-- doctest: NAME -->"), as
+# written: fixed ports, /run and /tmp paths, host names. Each group runs in
+# its own pid, mount and network namespace (a fresh loopback, tmpfs over
+# /run and /tmp, /etc/hosts naming root-host) so that it cannot meet the
+# machine's other daemons or leave any behind: the namespace's processes
+# end with its first. PATH has rdzvd and rdzvctl as the installed names.
+# What each must print: lines (extended regular expressions, whole lines,
+# "|" between them) that its output must hold.
+declare -A expect=(
+  [docs/reference/rdzvd.md:rdzvd]="v"
+  [docs/security.md:security]="v|rdzvctl: could not connect .*authentication failed.*[[]RDZV_EAUTH[]].*|refused"
+  [docs/reference/c-api.md:c-api]="ids identical on all 4 ranks: .*"
+)
+marked=0
+ns="${TEST_TMPDIR:-$work}/ns"
+mkdir -p "$ns/bin"
+ln -sf "$src/tools/rdzvd" "$src/tools/rdzvctl" "$ns/bin/"
+printf '127.0.0.1 localhost root-host\n' >"$ns/hosts"
+while IFS= read -r f; do
+  for name in $(grep -o '<!-- doctest: [a-z0-9-]* -->' "$src/$f" | awk '{print $3}' | sort -u); do
+    [ "$f:$name" = "README.md:quickstart" ] && continue
+    marked=$((marked + 1))
+    g="$ns/$name"
+    mkdir -p "$g/bazel-bin"
+    ln -sfn "$src/tools" "$g/bazel-bin/tools"
+    $check blocks "$src/$f" "$name" >"$g/block.sh" || { fails=$((fails + 1)); continue; }
+    out=$(cd "$g" && timeout -k 5 120 unshare -f -p -m -n --mount-proc bash -c '
+      ip link set lo up && mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /tmp &&
+      mount --bind "$1" /etc/hosts && PATH="$2:$PATH" exec bash -eu block.sh' \
+      sh "$ns/hosts" "$ns/bin" 2>&1)
+    rc=$?
+    bad=$([ "$rc" = 0 ] && echo 0 || echo 1)
+    exp="${expect[$f:$name]:-}"
+    [ -n "$exp" ] || { echo "$f:$name: no expected output in docs_test.sh"; bad=1; }
+    IFS='|' read -ra parts <<<"$exp"
+    for w in "${parts[@]}"; do
+      grep -qxE -- "$w" <<<"$out" || { echo "no output line matches: [$w]"; bad=1; }
+    done
+    if [ "$bad" = 0 ]; then
+      echo "ok: $f's block \"$name\" runs as written"
+    else
+      echo "FAIL: $f's block \"$name\" (status $rc); its output:"
+      tail -n 40 <<<"$out"
+      fails=$((fails + 1))
+    fi
+  done
+done < <(cd "$src" && find docs -name '*.md' | sort)
+if [ "$marked" != "${#expect[@]}" ]; then
+  echo "FAIL: $marked marked groups in docs/, ${#expect[@]} expected in docs_test.sh"
+  fails=$((fails + 1))
+fi
+
 [ "$fails" = 0 ] && echo "docs_test: PASS" || echo "docs_test: FAIL"
 [ "$fails" = 0 ]

@@ -1,10 +1,12 @@
 /* rdzv-bench's incumbents' mode: the report of its runs (tables, JSON
  * records, the plot). See incumbents.c. */
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tools/bench/incumbents_int.h"
@@ -154,6 +156,7 @@ int bench_inc_plot(const char *png, const struct inc_result *rs, int n) {
   if (fd < 0)
     return -errno;
   FILE *f = fdopen(fd, "w");
+  bool has[S_COUNT] = {false};
   for (int s = 0; s < S_COUNT; s++) {
     int any = 0;
     fprintf(f, "# %s\n", server_names[s]);
@@ -164,26 +167,43 @@ int bench_inc_plot(const char *png, const struct inc_result *rs, int n) {
                 rs[i].cpu_s > 0.005 ? rs[i].cpu_s : 0.005);
         any = 1;
       }
+    has[s] = any;
     if (!any)
       fprintf(f, "NaN NaN NaN\n");
     fprintf(f, "\n\n");
   }
   fclose(f);
+  /* Every server and every client of these runs shares this one machine:
+   * the title says so, with its CPUs and the day (a cluster's times are
+   * the main plot's projection, the root's load --pytorch's plot). */
+  char day[16] = "";
+  time_t now = time(NULL);
+  struct tm tm;
+  if (gmtime_r(&now, &tm) != NULL)
+    strftime(day, sizeof(day), "%Y-%m-%d", &tm);
   FILE *g = popen("gnuplot >/dev/null 2>&1", "w");
   if (g == NULL)
     return -errno;
   fprintf(g, "set terminal png size 1100,450\nset output '%s'\n"
-             "set multiplot layout 1,2 title 'PyTorch init pattern, same C "
-             "clients: the incumbents'\n"
+             "set multiplot layout 1,2 title \"PyTorch's init pattern, the "
+             "same C clients, against each server\\nmeasured on one "
+             "machine (%ld CPUs, %s), servers and clients on it\"\n"
              "set logscale xy\nset grid\nset key top left font ',9'\n"
-             "set xlabel 'ranks'\n", out);
+             "set xlabel 'ranks'\n", out, sysconf(_SC_NPROCESSORS_ONLN), day);
   for (int panel = 0; panel < 2; panel++) {
     fprintf(g, "set ylabel '%s'\nplot ",
             panel == 0 ? "seconds to complete" : "server CPU seconds");
-    for (int s = 0; s < S_COUNT; s++)
+    const char *sep = "";
+    for (int s = 0; s < S_COUNT; s++) {
+      if (!has[s]) /* a server not run: no line, no legend entry */
+        continue;
       fprintf(g, "%s'%s' index %d using 1:%d with linespoints lt %d pt 7 "
-                 "title '%s'", s ? ", " : "", dat, s, panel + 2, s + 1,
+                 "title '%s'", sep, dat, s, panel + 2, s + 1,
               server_titles[s]);
+      sep = ", ";
+    }
+    if (*sep == '\0')
+      fprintf(g, "NaN notitle");
     fprintf(g, "\n");
   }
   fprintf(g, "unset multiplot\n");
