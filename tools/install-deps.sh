@@ -11,11 +11,16 @@ set -euo pipefail
 
 packages=(
   bazel-bootstrap      # Bazel 4.2.3, the build (offline: see WORKSPACE)
+  libc6-dev            # glibc's headers (gcc brings them; named for the
+                       # library table of docs/getting-started.md)
   libuv1-dev           # the daemon's event loop
   libcmocka-dev        # unit and integration tests
   libjansson-dev       # statistics JSON
   libcurl4-openssl-dev # the etcd client (store/etcd)
   libssl-dev           # libcrypto: the hello's HMAC-SHA256 (store/auth)
+  libmicrohttpd-dev    # rdzvd --http-listen: /metrics, /readyz (store/daemon/http)
+  curl                 # //tests/integration:http_test: the operator's probe
+  prometheus           # promtool: //tests/integration:http_test checks /metrics
   etcd-server          # //tests/etcd: throwaway etcd instances (3.4)
   openssl              # //tests/etcd: a CA and certificates for TLS
   uthash-dev           # hash tables
@@ -49,6 +54,7 @@ packages=(
                        # and tools/make-image.sh (the image's base)
   buildah              # tools/make-image.sh: the OCI image, offline
   umoci                # //tests/install:image_test unpacks the image
+  lintian              # //tests/install:deb_test checks the package
   podman               # //tests/install:image_test runs the image ...
   runc                 # ... with runc (crun fails here: cgroups hybrid mode)
 )

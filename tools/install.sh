@@ -138,10 +138,10 @@ sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" \
 installed+=(lib/pkgconfig/rdzv.pc)
 put 0644 "$(srcfile docs/man/rdzvd.8)" share/man/man8/rdzvd.8
 put 0644 "$(srcfile docs/man/rdzvctl.1)" share/man/man1/rdzvctl.1
-for f in prolog.sh epilog.sh task-prolog.sh; do
+for f in prolog.sh epilog.sh task-prolog.sh example.sbatch; do
   put 0755 "$(srcfile "deploy/slurm/$f")" "share/rdzv/slurm/$f"
 done
-for f in rdzv.default example.sbatch; do
+for f in rdzv.default; do
   put 0644 "$(srcfile "deploy/slurm/$f")" "share/rdzv/slurm/$f"
 done
 dirs_for lib/systemd/system/rdzv-root.service

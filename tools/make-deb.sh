@@ -4,24 +4,32 @@
 # hold the libraries the binaries need (their NEEDED entries, found with
 # ldconfig and dpkg -S on this machine), then dpkg-deb --build.
 #
-#   tools/make-deb.sh [--out DIR] [--from DIR]
+#   tools/make-deb.sh [--out DIR] [--from DIR] [--maintainer "NAME <MAIL>"]
 #
 # --out: where rdzv_VERSION_ARCH.deb goes (default: the current
 # directory); --from: as tools/install.sh's (built files; default: bazel
-# build, then bazel-bin). Prints the package's path last. The package owns
-# its files through dpkg, so install.sh's manifest is left out of it.
+# build, then bazel-bin); --maintainer: the control file's (a site that
+# builds its own package names itself). Prints the package's path last.
+# The package owns its files through dpkg, so install.sh's manifest is
+# left out of it. lintian's remaining warnings are explained in
+# deploy/debian/lintian-overrides, which the package carries.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$PWD
 from=
+maintainer="rdzv developers <rdzv-devel@example.org>"
 while [ $# -gt 0 ]; do
   case "$1" in
-  --out | --from)
+  --out | --from | --maintainer)
     [ $# -ge 2 ] || { echo "make-deb.sh: $1 needs a value" >&2; exit 2; }
-    if [ "$1" = --out ]; then out=$2; else from=$2; fi
+    case "$1" in
+    --out) out=$2 ;;
+    --from) from=$2 ;;
+    *) maintainer=$2 ;;
+    esac
     shift 2
     ;;
-  -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "make-deb.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -32,6 +40,45 @@ trap 'rm -rf "$stage"' EXIT
 rm -f "$stage/usr/share/rdzv/install-manifest"
 version=$("$stage/usr/sbin/rdzvd" --version | awk '{print $2}')
 arch=$(dpkg --print-architecture)
+
+# What Debian's policy asks of a binary package (lintian checks it: see
+# //tests/install:deb_test): stripped objects (the static archive keeps its
+# symbols, only its debugging sections go), compressed man pages, a
+# copyright file and a changelog, md5sums, the shared library's shlibs
+# and the ldconfig trigger.
+strip --strip-unneeded --remove-section=.comment --remove-section=.note \
+  "$stage/usr/sbin/rdzvd" "$stage/usr/bin/rdzvctl" "$stage/usr/lib/librdzv.so.0"
+strip --strip-debug --remove-section=.comment --enable-deterministic-archives \
+  "$stage/usr/lib/librdzv.a"
+gzip -9n "$stage/usr/share/man/man8/rdzvd.8" "$stage/usr/share/man/man1/rdzvctl.1"
+doc="$stage/usr/share/doc/rdzv"
+mkdir -p "$doc"
+# A native package's changelog in Debian's format: one entry for this
+# version, pointing at the changelog by capability beside it.
+when=$(date -R -d "@${SOURCE_DATE_EPOCH:-$(git -C "$root" log -1 --format=%ct 2>/dev/null || date +%s)}")
+{
+  echo "rdzv ($version) unstable; urgency=medium"
+  echo
+  echo "  * Release $version: see /usr/share/doc/rdzv/CHANGELOG.md.gz."
+  echo
+  echo " -- $maintainer  $when"
+} | gzip -9n >"$doc/changelog.gz"
+gzip -9nc "$root/CHANGELOG.md" >"$doc/CHANGELOG.md.gz"
+cat >"$doc/copyright" <<EOF
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: rdzv
+Source: the rdzv repository this package was built from
+
+Files: *
+Copyright: 2026 the rdzv developers
+License: no licence chosen yet
+ The rdzv developers have not yet published a licence for this code;
+ until they do, ask them before you redistribute this package.
+EOF
+# Lintian's remaining warnings, each explained where the package keeps it.
+mkdir -p "$stage/usr/share/lintian/overrides"
+cp "$root/deploy/debian/lintian-overrides" "$stage/usr/share/lintian/overrides/rdzv"
+chmod 0644 "$doc"/* "$stage/usr/share/lintian/overrides/rdzv"
 
 # The packages holding each shared library the binaries need.
 deps=$(for f in "$stage/usr/sbin/rdzvd" "$stage/usr/bin/rdzvctl" \
@@ -53,7 +100,7 @@ cat >"$stage/DEBIAN/control" <<EOF
 Package: rdzv
 Version: $version
 Architecture: $arch
-Maintainer: rdzv developers <rdzv@localhost>
+Maintainer: $maintainer
 Section: net
 Priority: optional
 Installed-Size: $size
@@ -66,6 +113,11 @@ Description: rendezvous for large GPU jobs: a tree-shaped key-value store
  with their headers and pkg-config file, man pages, the Slurm Prolog, Epilog and
  TaskProlog under /usr/share/rdzv/slurm, and rdzv-root.service.
 EOF
+echo "librdzv 0 rdzv (>= $version)" >"$stage/DEBIAN/shlibs"
+echo "activate-noawait ldconfig" >"$stage/DEBIAN/triggers"
+(cd "$stage" && find usr -type f -printf '%P\0' | sort -z |
+  (cd usr && xargs -0 md5sum) | sed 's|  |  usr/|') >"$stage/DEBIAN/md5sums"
+chmod 0644 "$stage/DEBIAN/shlibs" "$stage/DEBIAN/triggers" "$stage/DEBIAN/md5sums"
 mkdir -p "$out"
 deb="$out/rdzv_${version}_${arch}.deb"
 dpkg-deb --root-owner-group --build "$stage" "$deb" >&2

@@ -215,6 +215,23 @@ static const struct opt opts[] = {
           "naming another is refused with RDZV_EJOB_MISMATCH, and that child "
           "tries its parent's next address or port (a launcher that starts "
           "one daemon per job on shared hosts; empty: any job)"),
+  STR_OPT("http-listen", "RDZVD_HTTP_LISTEN", "", http_listen,
+          RDZV_CONFIG_STR_MAX,
+          "serve operators over HTTP on HOST:PORT: /metrics (Prometheus "
+          "text), /livez, /readyz (?verbose), /health and /status (the "
+          "stats JSON); no authentication, so a loopback or cluster-internal "
+          "address (empty: none)"),
+  U32_OPT("http-max-connections", "RDZVD_HTTP_MAX_CONNECTIONS", "16",
+          http_max_connections,
+          "HTTP connections open at once (>= 1); more wait in the backlog"),
+  U32_OPT("http-timeout-ms", "RDZVD_HTTP_TIMEOUT_MS", "10000",
+          http_timeout_ms,
+          "an HTTP connection idle this long is closed, ms (>= 1000, whole "
+          "seconds)"),
+  U32_OPT("http-max-request-bytes", "RDZVD_HTTP_MAX_REQUEST_BYTES", "16384",
+          http_max_request_bytes,
+          "memory one HTTP connection may hold for its request's headers "
+          "and the reply's, bytes (>= 4096); a longer request is refused"),
   U32_OPT("connect-timeout-ms", "RDZVD_CONNECT_TIMEOUT_MS", "2000",
           connect_timeout_ms,
           "node: one attempt at one address and port of the parent (connect "
@@ -770,6 +787,27 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
   if (cfg->max_frame_bytes < 64) {
     snprintf(err, errlen, "--max-frame-bytes must be at least 64 (got %u)",
              cfg->max_frame_bytes);
+    return -EINVAL;
+  }
+  if (cfg->http_listen[0] != '\0') {
+    char host[256];
+    long port;
+    const char *colon = strrchr(cfg->http_listen, ':');
+    if (!host_port(cfg->http_listen, host, sizeof(host), &port) ||
+        strchr(colon, '-') != NULL ||
+        strncmp(cfg->http_listen, "tcp:", 4) == 0) {
+      snprintf(err, errlen,
+               "--http-listen '%s' is not HOST:PORT (PORT 0..65535)",
+               cfg->http_listen);
+      return -EINVAL;
+    }
+  }
+  if (cfg->http_max_connections < 1 || cfg->http_timeout_ms < 1000 ||
+      cfg->http_max_request_bytes < 4096) {
+    snprintf(err, errlen, "--http-max-connections (%u) must be >= 1, "
+             "--http-timeout-ms (%u) >= 1000 and --http-max-request-bytes "
+             "(%u) >= 4096", cfg->http_max_connections, cfg->http_timeout_ms,
+             cfg->http_max_request_bytes);
     return -EINVAL;
   }
   if (cfg->max_hello_bytes < 1024) {

@@ -128,6 +128,12 @@ struct rdzv_daemon_config {
   const char *secret_dir;
   uint32_t connect_timeout_ms; /* node: one attempt (connect and hello) at
                                   one address and port of the parent */
+  /* --http-listen: operators' HTTP (store/daemon/http; "": none), and its
+   * limits: connections at once, idle time, a connection's memory. */
+  const char *http_listen;
+  uint32_t http_max_connections;
+  uint32_t http_timeout_ms;
+  uint32_t http_max_request_bytes;
   uint32_t share_min_bytes; /* values of at least this many bytes are
                                written from their shared buffer, not
                                copied per connection */

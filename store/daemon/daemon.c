@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include "store/daemon/durable/durable.h"
+#include "store/daemon/http/http.h"
 #include "store/daemon/node/node.h"
 #include "store/daemon/root/root.h"
 #include "store/daemon/state/mem.h"
@@ -18,22 +19,39 @@
 #include "store/daemon/tcpstore/tcpstore.h"
 #include "store/daemon/transport/transport.h"
 
-/* The front ends, stopped first when the daemon stops: their in-process
- * connections go before the transport closes the rest. */
-struct front_ends {
+/* The parts beside the transport, stopped first when the daemon stops
+ * (the transport's one stop hook): operators' HTTP, then the TCPStore
+ * front ends (their in-process connections go before the transport closes
+ * the rest), then an etcd-backed root's persistence (what waits to be
+ * persisted is dropped, and the lease is given back). */
+struct parts {
   struct daemon *d;
-  struct ts_server *ts;     /* --tcpstore-listen, or NULL */
-  struct ts_spaces *spaces; /* --tcpstore-spaces, or NULL */
+  struct rdzv_http *http;       /* --http-listen, or NULL */
+  struct ts_server *ts;         /* --tcpstore-listen, or NULL */
+  struct ts_spaces *spaces;     /* --tcpstore-spaces, or NULL */
+  struct rdzv_durable *durable; /* --etcd, or NULL */
 };
 
-static void front_ends_stop_hook(void *arg) {
-  struct front_ends *f = arg;
-  f->d->ts_space = NULL; /* requests from here on are refused */
-  rdzv__tcpstore_stop(f->ts);
-  rdzv__ts_spaces_stop(f->spaces);
-  free(f);
+static void parts_stop_hook(void *arg) {
+  struct parts *p = arg;
+  rdzv__http_stop(p->http);
+  p->d->ts_space = NULL; /* requests from here on are refused */
+  rdzv__tcpstore_stop(p->ts);
+  rdzv__ts_spaces_stop(p->spaces);
+  if (p->durable != NULL)
+    rdzv__durable_stop(p->durable);
+  free(p);
 }
-static void durable_stop_hook(void *arg) { rdzv__durable_stop(arg); }
+
+/* /readyz's checks beyond the loop's: the role's, and an etcd-backed
+ * root's. */
+static void parts_checks(void *arg, struct rdzv_checks *cs) {
+  struct parts *p = arg;
+  if (p->d->role->checks != NULL)
+    p->d->role->checks(p->d, cs);
+  if (p->durable != NULL)
+    rdzv__durable_checks(p->durable, cs);
+}
 
 /* --max-connections above the process's open-file limit cannot be kept:
  * the kernel refuses accepts first (EMFILE). Said at start. */
@@ -81,33 +99,33 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   }
   if (du != NULL && rc < 0) {
     rdzv__durable_free(du);
-  } else if (du != NULL) {
-    /* Stopped first when the daemon stops: what waits to be persisted is
-     * dropped, and the lease is given back. */
-    d->stop_hook = durable_stop_hook;
-    d->stop_hook_arg = du;
+    du = NULL;
+  }
+  struct parts *p = calloc(1, sizeof(*p));
+  if (p == NULL) {
+    if (du != NULL)
+      rdzv__durable_free(du);
+    rdzv_daemon_stop(d);
+    return RDZV_ENOMEM;
+  }
+  p->d = d;
+  p->durable = du;
+  d->stop_hook = parts_stop_hook;
+  d->stop_hook_arg = p;
+  if (du != NULL)
     rdzv__durable_attach(du, d);
+  /* An etcd-backed root serves no TCPStore (config.c refuses
+   * --tcpstore-listen there). */
+  if (rc == 0 && du == NULL && cfg->tcpstore_listen[0] != '\0')
+    rc = rdzv__tcpstore_start(d, cfg->tcpstore_listen, cfg->tcpstore_job,
+                              cfg->tcpstore_port_file, &p->ts);
+  if (rc == 0 && du == NULL && cfg->tcpstore_spaces > 0) {
+    rc = rdzv__ts_spaces_new(d, cfg->tcpstore_spaces, &p->spaces);
+    d->ts_space = rdzv__ts_spaces_request;
+    d->ts_space_arg = p->spaces;
   }
-  /* An etcd-backed root has its own stop hook and serves no TCPStore
-   * (config.c refuses --tcpstore-listen there). */
-  bool fronts = du == NULL && (cfg->tcpstore_listen[0] != '\0' ||
-                               cfg->tcpstore_spaces > 0);
-  struct front_ends *f = rc == 0 && fronts ? calloc(1, sizeof(*f)) : NULL;
-  if (rc == 0 && fronts && f == NULL)
-    rc = RDZV_ENOMEM;
-  if (f != NULL) {
-    f->d = d;
-    d->stop_hook = front_ends_stop_hook;
-    d->stop_hook_arg = f;
-    if (cfg->tcpstore_listen[0] != '\0')
-      rc = rdzv__tcpstore_start(d, cfg->tcpstore_listen, cfg->tcpstore_job,
-                                cfg->tcpstore_port_file, &f->ts);
-    if (rc == 0 && cfg->tcpstore_spaces > 0) {
-      rc = rdzv__ts_spaces_new(d, cfg->tcpstore_spaces, &f->spaces);
-      d->ts_space = rdzv__ts_spaces_request;
-      d->ts_space_arg = f->spaces;
-    }
-  }
+  if (rc == 0 && cfg->http_listen[0] != '\0')
+    rc = rdzv__http_start(d, cfg->http_listen, parts_checks, p, &p->http);
   /* The port is published only once every listener is up: a script that
    * waits for the port file must never find a daemon that gave up. */
   if (rc == 0 && d->have_tcp && cfg->port_file[0] != '\0') {

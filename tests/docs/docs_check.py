@@ -14,11 +14,18 @@ options HELP_FILE PAGE: the options `rdzvd --help` printed (HELP_FILE)
   when anything does.
 statuses HEADER PAGE: every status X(NAME, ...) of HEADER (error.h) has a
   row in PAGE naming `RDZV_NAME`, and PAGE names no status HEADER lacks.
+libraries PAGE DEPS_SCRIPT BINARY...: PAGE's table of libraries (its rows
+  "| name | for | `debian-dev`, `debian-run` | ... | `soname` |") names
+  every shared library the BINARYs need (readelf's NEEDED, but the dynamic
+  loader) by soname; the "glibc X.Y or later" row states the highest
+  GLIBC_ symbol version they use (objdump -T); and every Debian build
+  package of the table is in DEPS_SCRIPT (tools/install-deps.sh).
 commands HELP_FILE PAGE: every command `rdzvctl help` lists (HELP_FILE:
   its lines "  NAME ...") is named in PAGE as `NAME` or `NAME ...`.
 """
 import os
 import re
+import subprocess
 import sys
 
 LINK = re.compile(r'\[[^\]]*\]\(([^)\s]+)\)')
@@ -134,6 +141,49 @@ def options(help_file: str, page: str) -> int:
     return 1 if bad or not helped else 0
 
 
+def libraries(page: str, deps_script: str, binaries: list) -> int:
+    rows = []
+    for _, line in prose_lines(page):
+        cells = [c.strip() for c in line.split('|')[1:-1]]
+        if len(cells) == 5 and cells[2].startswith('`'):
+            rows.append(cells)
+    sonames = {c[4].strip('`') for c in rows if c[4]}
+    needed, glibc = set(), (0, 0)
+    for b in binaries:
+        out = subprocess.run(['readelf', '-d', b], capture_output=True,
+                             text=True, check=True).stdout
+        needed |= set(re.findall(r'Shared library: \[([^\]]+)\]', out))
+        out = subprocess.run(['objdump', '-T', b], capture_output=True,
+                             text=True, check=True).stdout
+        for v in re.findall(r'GLIBC_(\d+)\.(\d+)', out):
+            glibc = max(glibc, (int(v[0]), int(v[1])))
+    needed = {n for n in needed if not n.startswith('ld-linux')}
+    bad = 0
+    for n in sorted(needed - sonames):
+        print(f'{n}: needed by the binaries, not in {page}\'s table')
+        bad += 1
+    for n in sorted(sonames - needed):
+        print(f'{n}: in {page}\'s table, needed by none of the binaries')
+        bad += 1
+    stated = [re.match(r'glibc (\d+)\.(\d+) or later', c[0]) for c in rows]
+    stated = [(int(m.group(1)), int(m.group(2))) for m in stated if m]
+    if stated != [glibc]:
+        print(f'the binaries need glibc {glibc[0]}.{glibc[1]}; '
+              f'{page} states {stated}')
+        bad += 1
+    deps = open(deps_script, encoding='utf-8').read()
+    listed = set(re.findall(r'^  ([a-z0-9][a-z0-9.+-]*) ', deps, re.M))
+    for c in rows:
+        dev = c[2].split(',')[0].strip().strip('`')
+        if dev not in listed:
+            print(f'{dev}: in {page}\'s table, not in {deps_script}')
+            bad += 1
+    print(f'{len(rows)} libraries in {page}, {len(needed)} needed by '
+          f'{len(binaries)} binaries, glibc {glibc[0]}.{glibc[1]}, '
+          f'{bad} differences')
+    return 1 if bad or not rows else 0
+
+
 def commands(help_file: str, page: str) -> int:
     text = open(page, encoding='utf-8').read()
     names = []
@@ -170,6 +220,8 @@ if __name__ == '__main__':
         sys.exit(statuses(sys.argv[2], sys.argv[3]))
     if len(sys.argv) == 4 and sys.argv[1] == 'options':
         sys.exit(options(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) >= 5 and sys.argv[1] == 'libraries':
+        sys.exit(libraries(sys.argv[2], sys.argv[3], sys.argv[4:]))
     if len(sys.argv) == 4 and sys.argv[1] == 'commands':
         sys.exit(commands(sys.argv[2], sys.argv[3]))
     if len(sys.argv) >= 3 and sys.argv[1] == 'links':

@@ -42,6 +42,14 @@ else
   fails=$((fails + 1))
 fi
 
+if $check libraries "$src/docs/getting-started.md" "$src/tools/install-deps.sh" \
+  "$src/tools/rdzvd" "$src/tools/rdzvctl" "$src/librdzv.so.0"; then
+  echo "ok: docs/getting-started.md's libraries are what the binaries need"
+else
+  echo "FAIL: docs/getting-started.md's table of libraries"
+  fails=$((fails + 1))
+fi
+
 # The man pages: made from the binaries' help by tools/gen-man.py, so they
 # cannot say other than --help; the committed ones must be today's.
 mandir=$(mktemp -d /tmp/rdzv-docs-man-XXXXXX)

@@ -25,13 +25,32 @@ done
 ok "Depends: $deps"
 files=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/sbin/rdzvd ./usr/bin/rdzvctl ./usr/lib/librdzv.so.0 ./usr/lib/librdzv.so ./usr/lib/librdzv.a \
-  ./usr/include/rdzv/rdzv.h ./usr/lib/pkgconfig/rdzv.pc ./usr/share/man/man8/rdzvd.8 \
-  ./usr/share/man/man1/rdzvctl.1 ./usr/share/rdzv/slurm/prolog.sh \
-  ./usr/lib/systemd/system/rdzv-root.service; do
+  ./usr/include/rdzv/rdzv.h ./usr/lib/pkgconfig/rdzv.pc ./usr/share/man/man8/rdzvd.8.gz \
+  ./usr/share/man/man1/rdzvctl.1.gz ./usr/share/rdzv/slurm/prolog.sh \
+  ./usr/lib/systemd/system/rdzv-root.service ./usr/share/doc/rdzv/copyright \
+  ./usr/share/doc/rdzv/changelog.gz ./usr/share/lintian/overrides/rdzv; do
   grep -qx -- "$f" <<<"$files" || fail "not in the package: $f"
 done
 grep -q install-manifest <<<"$files" && fail "the install manifest is in the package"
 ok "contents: $(grep -vc '/$' <<<"$files") files"
+
+# Debian's policy checks: lintian finds nothing (errors, warnings or
+# information) but what deploy/debian/lintian-overrides explains.
+if ! command -v lintian >/dev/null; then
+  fail "lintian is not installed (tools/install-deps.sh installs it)"
+elif lintian --info --fail-on error,warning,info "$deb" >"$work/lintian.log" 2>&1; then
+  ok "lintian: nothing but the explained overrides" \
+    "($(grep -c '^rdzv:' "$src/deploy/debian/lintian-overrides") of them)"
+else
+  grep -v 'root privileges' "$work/lintian.log"
+  fail "lintian on $deb"
+fi
+# The shared library's shlibs and the ldconfig trigger.
+mkdir -p "$work/ctl" && dpkg-deb -e "$deb" "$work/ctl"
+grep -qx "librdzv 0 rdzv (>= $want)" "$work/ctl/shlibs" &&
+  grep -qx "activate-noawait ldconfig" "$work/ctl/triggers" &&
+  (cd "$work" && mkdir -p x && dpkg-deb -x "$deb" x && cd x && md5sum --quiet -c "$work/ctl/md5sums") &&
+  ok "shlibs, the ldconfig trigger and md5sums" || fail "control files: $(ls "$work/ctl")"
 
 # dpkg into a scratch root: installed, runs, removed.
 r=$work/root

@@ -194,6 +194,8 @@ struct rdzv_durable {
                              reads it again */
   /* Counters for logs and stats. */
   uint64_t batches, txns, ops_persisted, stand_downs, elections_won, errors;
+  uint64_t lease_renewals, lease_failures; /* keepalives answered, failed */
+  uint32_t lease_fails_in_row;             /* since the last answered */
 };
 
 static void campaign_later(struct rdzv_durable *du, uint64_t ms);
@@ -220,6 +222,24 @@ static void stats_update(struct rdzv_durable *du) {
   st->etcd_bytes_out = es.bytes_out;
   st->etcd_bytes_in = es.bytes_in;
   st->etcd_errors = du->errors;
+  st->etcd_lease_renewals = du->lease_renewals;
+  st->etcd_lease_failures = du->lease_failures;
+}
+
+void rdzv__durable_checks(const struct rdzv_durable *du,
+                          struct rdzv_checks *cs) {
+  const char *name = du->d != NULL ? du->d->cfg.name : "?";
+  bool led = du->role == DUR_LEADER ||
+             (du->role == DUR_STANDBY && du->leader[0] != '\0');
+  rdzv__check_add(cs, "leader_or_standby", led,
+                  "root %s is %s%s%s", name, role_names[du->role],
+                  du->last_err[0] ? ": " : "", du->last_err);
+  bool etcd_ok = du->campaign_fails == 0 && du->lease_fails_in_row == 0;
+  rdzv__check_add(cs, "etcd", etcd_ok,
+                  "root %s: etcd at %s: %s", name, rdzv_etcd_endpoint(du->e),
+                  du->lease_fails_in_row > 0
+                      ? "lease keepalives failing"
+                      : du->last_err[0] ? du->last_err : "campaign failing");
 }
 
 static void dlog(struct rdzv_durable *du, int level, const char *fmt, ...)
@@ -1390,8 +1410,12 @@ static void on_keepalive(void *arg, const struct rdzv_etcd_result *r) {
     return;
   if (r->status == 0 && r->ttl_s > 0) {
     du->lease_deadline_ms = sent + (uint64_t)r->ttl_s * 1000;
+    du->lease_renewals++;
+    du->lease_fails_in_row = 0;
     return;
   }
+  du->lease_failures++;
+  du->lease_fails_in_row++;
   if (r->status == RDZV_ELEASE_LOST) {
     if (du->role == DUR_LEADER || du->role == DUR_LOADING)
       stand_down(du, RDZV_ELEASE_LOST,

@@ -57,6 +57,8 @@
 #include "store/daemon/config.h"
 #include "store/daemon/state/state.h"
 
+struct rdzv_checks;
+
 struct daemon;
 struct rdzv_durable;
 
@@ -80,6 +82,13 @@ void rdzv__durable_attach(struct rdzv_durable *du, struct daemon *d);
  * revoked (a standby takes over at once), the etcd client closes; du frees
  * itself once its handles are closed. Persisted state stays. */
 void rdzv__durable_stop(struct rdzv_durable *du);
+
+/* Adds the root's readiness checks to cs: "leader_or_standby" (it leads,
+ * or stands by behind a leader it knows; failed while it campaigns, loads
+ * or stopped, saying why) and "etcd" (its last keepalive or campaign step
+ * did not fail; failed naming the endpoint and etcd's error). */
+void rdzv__durable_checks(const struct rdzv_durable *du,
+                          struct rdzv_checks *cs);
 
 /* du was never attached (the daemon's start failed): frees it. */
 void rdzv__durable_free(struct rdzv_durable *du);

@@ -566,7 +566,24 @@ static void node_job_free(struct daemon *d, struct job *j) {
   j->role_data = NULL;
 }
 
+/* /readyz's "parent": every job's connection to the parent is up (a node
+ * connects for a job at its first request: with no job yet, nothing is
+ * down). Failed naming the first job whose link is down, and how many. */
+static void node_checks(struct daemon *d, struct rdzv_checks *cs) {
+  char why[200] = "", first[240] = "";
+  int down = 0;
+  for (struct job *j = d->jobs; j != NULL; j = j->next) {
+    struct node_job *nj = j->role_data;
+    if (nj == NULL || nj->up == NULL)
+      continue;
+    if (!rdzv__upstream_attached(nj->up, why, sizeof(why)) && down++ == 0)
+      snprintf(first, sizeof(first), "%.40s: %s", nj->what, why);
+  }
+  rdzv__check_add(cs, "parent", down == 0, "node %s: %s%s", d->cfg.name,
+                  first, down > 1 ? " (and more jobs)" : "");
+}
+
 const struct rdzv_role rdzv__node_role = {
     "node", node_handle, node_conn_closed, node_hello_epoch, node_job_free,
-    NULL, rdzv__node_copies_ping,
+    NULL, rdzv__node_copies_ping, node_checks,
 };

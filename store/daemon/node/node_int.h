@@ -211,6 +211,10 @@ void rdzv__upstream_inval_ack(struct upstream *u, uint64_t gen, uint64_t seq);
 void rdzv__upstream_want_lease(struct upstream *u);
 /* Milliseconds the parent's lease on copies still runs (0: none). */
 uint64_t rdzv__upstream_lease_left(const struct upstream *u);
+/* Whether u's connection to the parent is up (its hello answered); when
+ * not, why in why (n bytes): the address, for how long, the last
+ * failure. */
+bool rdzv__upstream_attached(const struct upstream *u, char *why, size_t n);
 /* The largest frame body the parent takes: what its hello reply said, or
  * this daemon's own --max-frame-bytes before the first hello. */
 uint32_t rdzv__upstream_frame_limit(const struct upstream *u);

@@ -311,6 +311,16 @@ void rdzv__upstream_inval_ack(struct upstream *u, uint64_t gen, uint64_t seq) {
   send_inval(u, seq);
 }
 
+bool rdzv__upstream_attached(const struct upstream *u, char *why, size_t n) {
+  if (u->state == UP_READY)
+    return true;
+  snprintf(why, n, "parent %s (%s) not attached for %llu ms%s%s",
+           up_addr(u)[0] ? up_addr(u) : "(none)", up_state_names[u->state],
+           (unsigned long long)(uv_now(u->d->loop) - u->down_since_ms),
+           u->why[0] ? ": " : "", u->why);
+  return false;
+}
+
 uint64_t rdzv__upstream_lease_left(const struct upstream *u) {
   if (u->state != UP_READY || u->lease_until == 0)
     return 0;

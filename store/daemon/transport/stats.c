@@ -18,6 +18,8 @@
  *    "stand_downs", "elections_won", "requests", "bytes_out", "bytes_in",
  *    "errors"},
  *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
@@ -147,4 +149,20 @@ char *rdzv__stats_json(const struct daemon *d) {
   char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(o);
   return text;
+}
+
+void rdzv__check_add(struct rdzv_checks *cs, const char *name, bool ok,
+                     const char *fmt, ...) {
+  if (cs->n >= RDZV_MAX_CHECKS)
+    return;
+  struct rdzv_check *c = &cs->c[cs->n++];
+  c->name = name;
+  c->ok = ok;
+  c->why[0] = '\0';
+  if (!ok && fmt != NULL) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why, sizeof(c->why), fmt, ap);
+    va_end(ap);
+  }
 }

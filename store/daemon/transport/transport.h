@@ -90,6 +90,8 @@ struct stats {
   uint64_t etcd_batches, etcd_txns, etcd_ops, etcd_stand_downs,
       etcd_elections_won, etcd_requests, etcd_bytes_out, etcd_bytes_in,
       etcd_errors; /* requests etcd failed or refused (each retried) */
+  uint64_t etcd_lease_renewals, etcd_lease_failures; /* the leader lease's
+                              keepalives answered, and failed */
   uint64_t sessions_lost;    /* ranks' sessions that expired (or whose
                                 process was gone): generation aborted */
   /* Authentication (--secret-file, --secret-dir): hellos challenged,
@@ -314,6 +316,24 @@ struct job {
 /* What a role provides: the transport finds the role through this table,
  * given at start-up (rdzv__transport_start), and calls nothing else of it.
  * Every hook runs on the daemon's loop thread. */
+/* Readiness checks (rdzvd's /readyz and /health, store/daemon/http): each
+ * named ("parent", "etcd", ...), passed or failed with why. */
+#define RDZV_MAX_CHECKS 8
+struct rdzv_check {
+  const char *name; /* static */
+  bool ok;
+  char why[240]; /* a failed check's reason, naming what failed */
+};
+struct rdzv_checks {
+  int n;
+  struct rdzv_check c[RDZV_MAX_CHECKS];
+};
+/* Adds a check to cs (none past RDZV_MAX_CHECKS); fmt: why it failed
+ * (printf; ignored when ok). */
+void rdzv__check_add(struct rdzv_checks *cs, const char *name, bool ok,
+                     const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 struct rdzv_role {
   const char *name; /* "root" or "node": logs and stats */
   /* One validated request m (never a hello) from READY connection c. The
@@ -342,6 +362,8 @@ struct rdzv_role {
    * role may fill reply's a and b (its lease on copies of mutable keys,
    * RDZV_MSG_INVAL in wire.h) before it goes. */
   void (*ping)(struct daemon *d, struct conn *c, struct rdzv_msg *reply);
+  /* Optional (NULL: none): adds the role's readiness checks to cs. */
+  void (*checks)(struct daemon *d, struct rdzv_checks *cs);
 };
 
 /* A rate limit for a kind of log line: at most 10 lines a second; the

@@ -1,0 +1,197 @@
+#!/bin/bash
+# rdzvd --http-listen (tests/integration/BUILD says what is checked). Real
+# daemons, curl as the operator's probe, promtool as Prometheus' parser.
+set -u
+src=$PWD
+rdzvd=$src/tools/rdzvd
+ctl=$src/tools/rdzvctl
+work=$(mktemp -d /tmp/rdzv-http-test-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok: $*"; }
+
+# The HTTP port a daemon logged ("http: ... (port N)"), waited for.
+http_port() {
+  local log=$1 p=
+  for _ in $(seq 1 200); do
+    p=$(grep -o 'http: .*(port [0-9]*)' "$log" 2>/dev/null | grep -o '[0-9]*)$' | tr -d ')')
+    [ -n "$p" ] && { echo "$p"; return 0; }
+    sleep 0.05
+  done
+  echo "no http port in $log:" >&2
+  cat "$log" >&2
+  return 1
+}
+# A free TCP port on 127.0.0.1 (for daemons restarted on the same port).
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+# status and body of GET URL: "CODE BODY".
+get() { curl -s -o "$work/body" -w '%{http_code}' --max-time 20 "$1"; }
+# A metric's value (the first line starting with NAME followed by a space).
+metric() { curl -s --max-time 20 "$1/metrics" | awk -v m="$2" 'index($0, m " ") == 1 {print $2; exit}'; }
+
+rport=$(free_port)
+start_root() {
+  "$rdzvd" --role root --listen "127.0.0.1:$rport" --http-listen 127.0.0.1:0 \
+    --name root >"$work/root.log" 2>&1 &
+  rootpid=$!
+  pids+=("$rootpid")
+}
+start_root
+"$rdzvd" --role node --parent "127.0.0.1:$rport" --unix "$work/n.sock" --name n1 \
+  --http-listen 127.0.0.1:0 --http-max-connections 4 --http-timeout-ms 1000 \
+  --heartbeat-ms 100 --liveness-timeout-ms 500 >"$work/node.log" 2>&1 &
+pids+=($!)
+nodepid=$!
+R=http://127.0.0.1:$(http_port "$work/root.log") || exit 1
+N=http://127.0.0.1:$(http_port "$work/node.log") || exit 1
+export RDZV_ADDR=unix:$work/n.sock RDZV_JOB=web
+
+# Liveness and readiness of both.
+[ "$(get "$R/livez")" = 200 ] && grep -qx ok "$work/body" && ok "root /livez: 200 ok" ||
+  fail "root /livez: $(cat "$work/body")"
+[ "$(get "$N/readyz")" = 200 ] && grep -qx ok "$work/body" && ok "node /readyz: 200 ok" ||
+  fail "node /readyz: $(cat "$work/body")"
+code=$(get "$N/readyz?verbose")
+if [ "$code" = 200 ] && grep -qx '\[+\]loop ok' "$work/body" &&
+  grep -qx '\[+\]parent ok' "$work/body" && grep -qx 'readyz check passed' "$work/body"; then
+  ok "node /readyz?verbose lists its checks"
+else
+  fail "node /readyz?verbose ($code): $(cat "$work/body")"
+fi
+
+# Metrics: what the tree saved, seen from both sides. One write-once key
+# set, then read 10 times through the node: the root sees one set and at
+# most one get.
+"$ctl" set wo v --write-once >/dev/null || fail "rdzvctl set"
+for _ in $(seq 1 10); do "$ctl" get wo >/dev/null || fail "rdzvctl get"; done
+rset=$(metric "$R" 'rdzv_requests_total{op="set",result="ok"}')
+rget=$(metric "$R" 'rdzv_requests_total{op="get",result="ok"}')
+nget=$(metric "$N" 'rdzv_requests_total{op="get",result="ok"}')
+nup=$(metric "$N" 'rdzv_upstream_requests_total{op="get"}')
+hits=$(metric "$N" 'rdzv_saved_requests_total{how="cache_hit"}')
+echo "root: set $rset, get $rget; node: get $nget, sent up $nup, cache hits $hits"
+if [ "$rset" = 1 ] && [ "${rget:-9}" -le 1 ] && [ "$nget" = 10 ] && [ "${nup:-9}" -le 1 ] &&
+  [ "${hits:-0}" -ge 9 ]; then
+  ok "metrics: 10 reads at the node, at most 1 at the root, 9+ cache hits"
+else
+  fail "metrics do not show the tree's saving"
+fi
+[ "$(metric "$R" 'rdzv_build_info{version="'"$("$rdzvd" --version | awk '{print $2}')"'",protocol="1",role="root"}')" = 1 ] &&
+  ok "rdzv_build_info names the release and the role" || fail "rdzv_build_info"
+if command -v promtool >/dev/null; then
+  for d in "$R" "$N"; do
+    curl -s "$d/metrics" >"$work/metrics.txt"
+    if promtool check metrics <"$work/metrics.txt" >"$work/promtool.txt" 2>&1; then
+      ok "promtool check metrics: $d/metrics ($(grep -c '^# TYPE' "$work/metrics.txt") families)"
+    else
+      fail "promtool check metrics on $d/metrics: $(cat "$work/promtool.txt")"
+    fi
+  done
+else
+  fail "promtool is not installed (tools/install-deps.sh installs prometheus)"
+fi
+[ "$(get "$R/status")" = 200 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["role"]=="root" and d["ops"]["set"]["received"]==1' "$work/body" &&
+  ok "/status is the stats JSON" || fail "/status: $(head -c 300 "$work/body")"
+
+# What is not served.
+[ "$(get "$R/nope")" = 404 ] && ok "unknown path: 404" || fail "unknown path"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST --data x "$R/metrics")
+[ "$code" = 405 ] && ok "POST: 405" || fail "POST: $code"
+# Headers past --http-max-request-bytes (16 KiB by default): refused, and
+# the daemon serves on.
+big=$(head -c 40000 /dev/zero | tr '\0' a)
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Big: $big" "$R/metrics")
+case "$code" in 4*|000) ok "a 40 KB header: refused ($code)" ;; *) fail "a 40 KB header: $code" ;; esac
+[ "$(get "$R/livez")" = 200 ] && ok "root serves after it" || fail "root after a big header"
+
+# More idle connections than --http-max-connections (4 at the node) and
+# bytes that never finish a request: the daemon's own protocol is not
+# held up, and the idle ones are closed after --http-timeout-ms (1 s).
+nport=${N##*:}
+python3 - "$nport" >"$work/idle.txt" 2>&1 <<'PY' &
+import socket, sys, time
+port = int(sys.argv[1])
+socks = []
+for i in range(8):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+    socks.append(s)
+time.sleep(0.5)
+closed = 0
+for s in socks:
+    s.settimeout(15)
+    try:
+        closed += s.recv(1) == b""
+    except OSError:
+        closed += 1
+print("closed", closed)
+PY
+idle=$!
+sleep 0.3
+t=$( { "$ctl" get wo; } 2>&1)
+[ "$t" = v ] && ok "rdzvctl through the node while its HTTP is saturated" ||
+  fail "rdzvctl while HTTP is saturated: $t"
+wait "$idle"
+grep -q "closed 8" "$work/idle.txt" && ok "8 unfinished requests were closed by the timeout" ||
+  fail "unfinished requests: $(cat "$work/idle.txt")"
+[ "$(get "$N/livez")" = 200 ] && ok "node serves HTTP after them" || fail "node /livez after them"
+
+# The parent killed: the node is not ready, and says which parent.
+kill -9 "$rootpid"
+"$ctl" --timeout 2 get other >/dev/null 2>&1 # the link notices at once
+code=000
+for _ in $(seq 1 100); do
+  code=$(get "$N/readyz?verbose")
+  [ "$code" = 503 ] && break
+  sleep 0.1
+done
+if [ "$code" = 503 ] && grep -q "^\[-\]parent failed: node n1: job web: parent 127.0.0.1:$rport" "$work/body" &&
+  grep -qx 'readyz check failed' "$work/body"; then
+  ok "root killed: node /readyz 503: $(grep '^\[-\]' "$work/body")"
+else
+  fail "root killed: node /readyz $code: $(cat "$work/body")"
+fi
+[ "$(get "$N/health")" = 503 ] && grep -q '"health":"false"' "$work/body" &&
+  ok "node /health: false, with the reason" || fail "node /health: $(cat "$work/body")"
+[ "$(metric "$N" 'rdzv_ready{check="parent"}')" = 0 ] && ok "rdzv_ready{check=\"parent\"} 0" ||
+  fail "rdzv_ready parent metric"
+[ "$(get "$N/livez")" = 200 ] && ok "node /livez stays 200 (its own loop turns)" || fail "node /livez"
+# The root back on its port: ready again.
+start_root
+code=000
+for _ in $(seq 1 300); do
+  "$ctl" --timeout 2 get wo >/dev/null 2>&1
+  code=$(get "$N/readyz")
+  [ "$code" = 200 ] && break
+  sleep 0.1
+done
+[ "$code" = 200 ] && ok "root restarted: node ready again" || fail "root restarted: node /readyz $code"
+
+# Options refused.
+for bad in "--http-listen nohost" "--http-listen 127.0.0.1:99999" \
+  "--http-listen 127.0.0.1:0 --http-max-request-bytes 100"; do
+  # shellcheck disable=SC2086
+  if "$rdzvd" --role root --listen 127.0.0.1:0 $bad >"$work/bad.log" 2>&1; then
+    fail "rdzvd accepted $bad"
+  elif grep -q -- "--http" "$work/bad.log"; then
+    ok "refused: $bad ($(grep -m1 -- --http "$work/bad.log"))"
+  else
+    fail "refused $bad without naming the option: $(cat "$work/bad.log")"
+  fi
+done
+kill "$nodepid"
+wait "$nodepid"
+rc=$?
+[ "$rc" = 0 ] && ok "node exits 0 on SIGTERM with HTTP open" || fail "node exit status $rc"
+
+[ "$fails" = 0 ] && echo "http_test: PASS" || echo "http_test: FAIL"
+[ "$fails" = 0 ]
