@@ -38,6 +38,11 @@
 #   RDZV_TCPSTORE      1: the node also serves PyTorch's TCPStore protocol
 #                      on 127.0.0.1 (port in RDZV_RUN_DIR/<job>.tcpstore.port;
 #                      task-prolog.sh points MASTER_ADDR/MASTER_PORT at it)
+#   RDZV_HTTP_ADDR     an address (127.0.0.1, or one your Prometheus
+#                      reaches): the node also serves operators' HTTP
+#                      there (/metrics, /livez, /readyz), on a port of the
+#                      kernel's choice written to RDZV_RUN_DIR/<job>.http.port
+#                      (jobs share hosts); empty: none (the default)
 #   RDZV_AUTH          required: every hello proves the job's secret (the
 #                      default); off: the daemons run without one, and
 #                      anyone who reaches their ports may act as the job
@@ -314,6 +319,11 @@ else
   done
   parent="${parent#,}"
 fi
+http=()
+if [ -n "${RDZV_HTTP_ADDR:-}" ]; then
+  rm -f "$run/$job.http.port"
+  http=(--http-listen="$RDZV_HTTP_ADDR:0" --http-port-file="$run/$job.http.port")
+fi
 tcpstore=()
 if [ "${RDZV_TCPSTORE:-0}" = 1 ]; then
   rm -f "$run/$job.tcpstore.port"
@@ -323,7 +333,7 @@ fi
 start node --role=node --job="$job" --parent="$parent" \
   --listen="$listen:$ports" --unix="$run/$job.sock" --name="$me" \
   --allow-uids="${SLURM_JOB_UID:-}" --children="$children" \
-  "${auth[@]}" "${tcpstore[@]}"
+  "${auth[@]}" "${tcpstore[@]}" "${http[@]}"
 wait_started node "ports $ports on $listen"
 # The tasks run as the job's user, and connecting to a Unix socket needs
 # write permission on it: the socket is the job user's alone (and root's).

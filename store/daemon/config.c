@@ -221,6 +221,10 @@ static const struct opt opts[] = {
           "text), /livez, /readyz (?verbose), /health and /status (the "
           "stats JSON); no authentication, so a loopback or cluster-internal "
           "address (empty: none)"),
+  STR_OPT("http-port-file", "RDZVD_HTTP_PORT_FILE", "", http_port_file,
+          RDZV_CONFIG_STR_MAX,
+          "write the HTTP port here (atomically) once listening (with "
+          "--http-listen HOST:0, where several daemons share a host)"),
   U32_OPT("http-max-connections", "RDZVD_HTTP_MAX_CONNECTIONS", "16",
           http_max_connections,
           "HTTP connections open at once (>= 1); more wait in the backlog"),

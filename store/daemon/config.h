@@ -131,6 +131,7 @@ struct rdzv_daemon_config {
   /* --http-listen: operators' HTTP (store/daemon/http; "": none), and its
    * limits: connections at once, idle time, a connection's memory. */
   const char *http_listen;
+  const char *http_port_file; /* "": none */
   uint32_t http_max_connections;
   uint32_t http_timeout_ms;
   uint32_t http_max_request_bytes;

@@ -30,11 +30,14 @@ struct parts {
   struct ts_server *ts;         /* --tcpstore-listen, or NULL */
   struct ts_spaces *spaces;     /* --tcpstore-spaces, or NULL */
   struct rdzv_durable *durable; /* --etcd, or NULL */
+  bool http_port_written;       /* --http-port-file: removed at the stop */
 };
 
 static void parts_stop_hook(void *arg) {
   struct parts *p = arg;
   rdzv__http_stop(p->http);
+  if (p->http_port_written) /* a script must not find a stale port */
+    unlink(p->d->cfg.http_port_file);
   p->d->ts_space = NULL; /* requests from here on are refused */
   rdzv__tcpstore_stop(p->ts);
   rdzv__ts_spaces_stop(p->spaces);
@@ -126,6 +129,14 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   }
   if (rc == 0 && cfg->http_listen[0] != '\0')
     rc = rdzv__http_start(d, cfg->http_listen, parts_checks, p, &p->http);
+  if (rc == 0 && p->http != NULL && cfg->http_port_file[0] != '\0') {
+    rc = rdzv__write_port_file(cfg->http_port_file,
+                               rdzv__http_port(p->http));
+    p->http_port_written = rc == 0;
+    if (rc < 0)
+      fprintf(stderr, "rdzvd: --http-port-file %s: %s\n",
+              cfg->http_port_file, strerror(-rc));
+  }
   /* The port is published only once every listener is up: a script that
    * waits for the port file must never find a daemon that gave up. */
   if (rc == 0 && d->have_tcp && cfg->port_file[0] != '\0') {

@@ -47,13 +47,16 @@ start_root() {
 }
 start_root
 "$rdzvd" --role node --parent "127.0.0.1:$rport" --unix "$work/n.sock" --name n1 \
-  --http-listen 127.0.0.1:0 --http-max-connections 4 --http-timeout-ms 1000 \
+  --http-listen 127.0.0.1:0 --http-port-file "$work/n.http.port" \
+  --http-max-connections 4 --http-timeout-ms 1000 \
   --heartbeat-ms 100 --liveness-timeout-ms 500 >"$work/node.log" 2>&1 &
 pids+=($!)
 nodepid=$!
 R=http://127.0.0.1:$(http_port "$work/root.log") || exit 1
 N=http://127.0.0.1:$(http_port "$work/node.log") || exit 1
 export RDZV_ADDR=unix:$work/n.sock RDZV_JOB=web
+[ "$(cat "$work/n.http.port" 2>/dev/null)" = "${N##*:}" ] &&
+  ok "--http-port-file holds the logged port" || fail "--http-port-file: $(cat "$work/n.http.port" 2>&1)"
 
 # Liveness and readiness of both.
 [ "$(get "$R/livez")" = 200 ] && grep -qx ok "$work/body" && ok "root /livez: 200 ok" ||
@@ -192,6 +195,7 @@ kill "$nodepid"
 wait "$nodepid"
 rc=$?
 [ "$rc" = 0 ] && ok "node exits 0 on SIGTERM with HTTP open" || fail "node exit status $rc"
+[ ! -e "$work/n.http.port" ] && ok "its --http-port-file is removed" || fail "a stale --http-port-file"
 
 [ "$fails" = 0 ] && echo "http_test: PASS" || echo "http_test: FAIL"
 [ "$fails" = 0 ]

@@ -91,6 +91,7 @@ static int run_job_script(const char *script, int h, int job,
                   host, listen,
                   rundir, bin, ctl, base, "RDZV_PORT_RANGE=7",
                   "RDZV_PORT_TRIES=2", "RDZV_FANOUT=1", "RDZV_TCPSTORE=1",
+                  "RDZV_HTTP_ADDR=127.0.0.1",
                   "RDZV_START_TIMEOUT=10", job_env, "SLURM_STEP_ID=3",
                   "SLURM_JOB_NODELIST=127.0.0.[1-3]", "/bin/sh", "-c",
                   "exec \"$0\" 2>&1", sc, NULL};
@@ -464,6 +465,38 @@ static void check_tcpstore(int port_host1, int port_host3) {
   assert_memory_equal(out + 1, blob, 10);
 }
 
+/* RDZV_HTTP_ADDR=127.0.0.1: each host's node serves operators' HTTP on
+ * the port the Prolog's port file names; its /readyz answers 200 ("ok":
+ * its link to its parent is up) and its /metrics holds the node's role. */
+static void check_http(void) {
+  for (int h = 0; h < 3; h++) {
+    char path[256], buf[8192];
+    snprintf(path, sizeof(path), "%s/host%d/4242.http.port", dir, h);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+      fail_msg("no HTTP port file %s", path);
+    int port = 0;
+    assert_int_equal(fscanf(f, "%d", &port), 1);
+    fclose(f);
+    static const char readyz[] =
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    memset(buf, 0, sizeof(buf));
+    int n = ts_exchange(port, readyz, sizeof(readyz) - 1, (uint8_t *)buf,
+                        sizeof(buf) - 1);
+    if (n <= 0 || strncmp(buf, "HTTP/1.1 200", 12) != 0 ||
+        strstr(buf, "\r\n\r\nok\n") == NULL)
+      fail_msg("host %d's node /readyz on port %d: [%s]", h + 1, port, buf);
+    static const char metrics[] =
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    memset(buf, 0, sizeof(buf));
+    n = ts_exchange(port, metrics, sizeof(metrics) - 1, (uint8_t *)buf,
+                    sizeof(buf) - 1);
+    if (n <= 0 || strstr(buf, "role=\"node\"} 1") == NULL)
+      fail_msg("host %d's node /metrics on port %d: [%.300s]", h + 1, port,
+               buf);
+  }
+}
+
 /* rdzvctl against job 4242's daemons with the secret file given (NULL:
  * none, RDZV_SECRET_FILE and RDZV_SECRET unset) at addr: its status, and
  * its output in *out. */
@@ -701,6 +734,7 @@ static void test_prolog_task_prolog_epilog(void **state) {
            first, first + 1, first, first + 1);
   assert_int_equal(count_procs(chain, NULL), 1);
   check_tcpstore(ts_port[0], ts_port[2]);
+  check_http();
   check_refused(first);
   unsetenv("RDZV_SECRET_FILE");
   for (int h = 0; h < 3; h++)

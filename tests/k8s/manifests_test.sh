@@ -169,10 +169,25 @@ mutant sidecar-not-native job.yaml \
   's/\n          restartPolicy: Always//'
 mutant probe-needs-job job.yaml \
   "initContainers\[0\].livenessProbe: a node probe must need no job" \
-  's/"--timeout", "5", "stats"/"--job", "x", "get", "k"/'
+  's/(livenessProbe:\n *)httpGet:\n *path: \/livez\n *port: http/$1exec:\n              command: ["rdzvctl", "--secret-file", "\/etc\/rdzv\/job\/secret", "--job", "x", "get", "k"]/'
 mutant no-readiness-probe jobset.yaml \
   "the rdzv node has no readinessProbe" \
-  's/\n *readinessProbe:\n *tcpSocket:\n *port: rdzv\n *periodSeconds: 5//'
+  's/\n *readinessProbe:\n *httpGet:\n *path: \/readyz\n *port: http\n *periodSeconds: 5//'
+mutant liveness-on-readyz job.yaml \
+  "initContainers\[0\].livenessProbe.httpGet.path: a liveness probe on /readyz restarts rdzvd" \
+  's/(livenessProbe:\n *httpGet:\n *path: )\/livez/$1\/readyz/'
+mutant root-liveness-on-readyz root.yaml \
+  "containers\[0\].livenessProbe.httpGet.path: a liveness probe on /readyz restarts rdzvd" \
+  's/(livenessProbe:\n *httpGet:\n *path: )\/livez/$1\/readyz/'
+mutant probe-path-metrics pytorch-job.yaml \
+  "readinessProbe.httpGet.path: rdzvd serves probes at /livez, /readyz and /health, not /metrics" \
+  's/(readinessProbe:\n *httpGet:\n *path: )\/readyz/$1\/metrics/'
+mutant http-port-mismatch job.yaml \
+  "startupProbe.httpGet.port: port 29480 is not the port of --http-listen 0.0.0.0:29481" \
+  's/--http-listen=0.0.0.0:29480/--http-listen=0.0.0.0:29481/'
+mutant root-no-http-listen root.yaml \
+  "readinessProbe.httpGet: an HTTP probe, but rdzvd has no --http-listen" \
+  's/\n *- name: RDZVD_HTTP_LISTEN\n *value: 0.0.0.0:29480//'
 mutant no-memory-limit root.yaml \
   "containers\[0\].resources: no limits.memory" \
   's/\n *memory: 2Gi//'
@@ -240,7 +255,7 @@ mutant secret-root-items root.yaml \
   's/(secretName: rdzv-job-secrets\n( *))/$1items:\n$2  - key: train\n$2    path: train\n$2/'
 mutant secret-probe-none jobset.yaml \
   "livenessProbe.exec.command: the probe's rdzvctl has no secret" \
-  's/"--secret-file", "\/etc\/rdzv\/job\/secret", //'
+  's/(livenessProbe:\n *)httpGet:\n *path: \/livez\n *port: http/$1exec:\n                      command: ["rdzvctl", "--addr", "unix:\/run\/rdzv\/node.sock", "stats"]/'
 mutant secret-trainer-none job.yaml \
   "containers\[0\].env: no RDZV_SECRET_FILE: the node requires the job's secret" \
   's/\n *- name: RDZV_SECRET_FILE\n *value: \S+//'

@@ -315,6 +315,33 @@ function checkPyTorch(o, tpl, at, node, pods, bad) {
   }
 }
 
+// rdzvd's HTTP probes (--http-listen): the path is one rdzvd serves for
+// probes, the port is the one --http-listen binds, and a liveness probe
+// asks /livez only (/readyz fails while a parent or etcd is away, and a
+// liveness probe on it would restart the daemon for what a restart cannot
+// mend).
+function httpProbes(bad, o, c, cp, ports) {
+  const listen = optionOf(c, "http-listen", "RDZVD_HTTP_LISTEN");
+  const m = listen ? /:(\d+)$/.exec(listen) : null;
+  for (const pr of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+    const g = isObj(c[pr]) ? c[pr].httpGet : undefined;
+    if (!isObj(g)) continue;
+    const path = String(g.path ?? "/").split("?")[0];
+    if (!["/livez", "/readyz", "/health"].includes(path))
+      bad(o, cp(pr, "httpGet", "path"), `rdzvd serves probes at /livez, /readyz and /health, not ${path}`);
+    else if (pr === "livenessProbe" && path !== "/livez")
+      bad(o, cp(pr, "httpGet", "path"), `a liveness probe on ${path} restarts rdzvd whenever its parent or etcd is away: use /livez`);
+    if (!m) {
+      bad(o, cp(pr, "httpGet"), "an HTTP probe, but rdzvd has no --http-listen (RDZVD_HTTP_LISTEN)");
+      continue;
+    }
+    const p = ports.find((x) => x.name === g.port || x.containerPort === g.port);
+    const num = p ? p.containerPort : g.port;
+    if (typeof num === "number" && String(num) !== m[1])
+      bad(o, cp(pr, "httpGet", "port"), `port ${num} is not the port of --http-listen ${listen}`);
+  }
+}
+
 function optionOf(c, name, env) {
   const m = new RegExp(`--${name}[= ]([^\\s"']+)`).exec(commandText(c));
   if (m) return m[1];
@@ -505,6 +532,7 @@ function checkPodTemplate(t, services, headless, policies, bad) {
     }
     // rdzv's daemons.
     const role = rdzvdRole(c);
+    if (role) httpProbes(bad, o, c, cp, ports);
     if (role === "node") {
       node = { c, sub };
       if (!init || c.restartPolicy !== "Always")
@@ -515,11 +543,11 @@ function checkPodTemplate(t, services, headless, policies, bad) {
           bad(o, cp(), `the rdzv node has no ${pr}`);
           continue;
         }
-        if (isObj(probe.tcpSocket)) continue;
+        if (isObj(probe.tcpSocket) || isObj(probe.httpGet)) continue; // httpProbes
         const cmd = isObj(probe.exec) ? arr(probe.exec.command).map(String) : [];
         const ok = cmd.length && /(^|\/)rdzvctl$/.test(cmd[0]) && cmd.includes("stats") &&
           !cmd.some((a) => a === "--job" || a.startsWith("--job="));
-        if (!ok) bad(o, cp(pr), "a node probe must need no job: tcpSocket, or exec `rdzvctl ... stats`");
+        if (!ok) bad(o, cp(pr), "a node probe must need no job: httpGet /livez or /readyz, tcpSocket, or exec `rdzvctl ... stats`");
       }
     } else if (role === "root") {
       for (const pr of ["readinessProbe", "livenessProbe"])
