@@ -154,6 +154,9 @@ static const struct opt opts[] = {
           "copies registered at a parent; past it none is kept or granted "
           "(reads go up), so keys read once and never written do not grow a "
           "daemon without bound"),
+  STR_OPT("log-format", "RDZVD_LOG_FORMAT", "text", log_format, 8,
+          "text (rdzvd[NAME] ...) or json: one object a line with time, "
+          "level, daemon, role, event (a rate-limited kind) and msg"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen, RDZV_CONFIG_STR_MAX,
@@ -791,6 +794,11 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
   if (cfg->max_frame_bytes < 64) {
     snprintf(err, errlen, "--max-frame-bytes must be at least 64 (got %u)",
              cfg->max_frame_bytes);
+    return -EINVAL;
+  }
+  if (strcmp(cfg->log_format, "text") != 0 &&
+      strcmp(cfg->log_format, "json") != 0) {
+    snprintf(err, errlen, "--log-format '%s': text or json", cfg->log_format);
     return -EINVAL;
   }
   if (cfg->http_listen[0] != '\0') {

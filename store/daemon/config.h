@@ -92,6 +92,7 @@ struct rdzv_daemon_config {
   uint32_t max_copies; /* keys one job's copies may cover: a node's copies
                           kept, a parent's keys with holders registered */
   uint32_t log_level;      /* 0 errors, 1 info, 2 debug */
+  const char *log_format; /* "text" or "json" (one object a line) */
   /* PyTorch c10d TCPStore front end (store/daemon/tcpstore/tcpstore.c): HOST:PORT, "" for
    * none; the job its clients' keys live in; where to write its port. */
   /* A durable root on etcd (store/daemon/durable): the endpoints

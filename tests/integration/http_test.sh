@@ -197,5 +197,36 @@ rc=$?
 [ "$rc" = 0 ] && ok "node exits 0 on SIGTERM with HTTP open" || fail "node exit status $rc"
 [ ! -e "$work/n.http.port" ] && ok "its --http-port-file is removed" || fail "a stale --http-port-file"
 
+# --log-format json: every line one object with its fields, a peer's
+# garbage logged as a rate-limited "dropped connections" event.
+"$rdzvd" --role root --listen 127.0.0.1:0 --port-file "$work/j.port" --name "j\"1" \
+  --log-format json 2>"$work/j.log" &
+jpid=$!
+pids+=("$jpid")
+for _ in $(seq 1 100); do [ -s "$work/j.port" ] && break; sleep 0.05; done
+python3 -c 'import socket,sys
+s = socket.create_connection(("127.0.0.1", int(open(sys.argv[1]).read())))
+s.sendall(b"RDZV\x01garbage\xff\xfe" * 10)
+s.recv(100)' "$work/j.port"
+kill "$jpid"
+wait "$jpid"
+if python3 - "$work/j.log" <<'PY2'
+import json, sys
+lines = open(sys.argv[1], encoding="ascii").read().splitlines()
+objs = [json.loads(l) for l in lines]
+assert len(objs) >= 4, lines
+for o in objs:
+    assert set(o) >= {"time", "level", "daemon", "role", "msg"}, o
+    assert o["daemon"] == 'j"1' and o["role"] == "root" and o["level"] in ("error", "info", "debug"), o
+    assert o["time"].endswith("Z") and len(o["time"]) == 24, o
+assert any(o.get("event") == "dropped connections" and "malformed" in o["msg"] for o in objs), objs
+assert any(o["msg"] == "stopping" for o in objs), objs
+PY2
+then
+  ok "--log-format json: $(wc -l <"$work/j.log") lines, each an object with its fields"
+else
+  fail "--log-format json: $(cat "$work/j.log")"
+fi
+
 [ "$fails" = 0 ] && echo "http_test: PASS" || echo "http_test: FAIL"
 [ "$fails" = 0 ]

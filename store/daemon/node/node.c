@@ -577,7 +577,7 @@ static void node_checks(struct daemon *d, struct rdzv_checks *cs) {
     if (nj == NULL || nj->up == NULL)
       continue;
     if (!rdzv__upstream_attached(nj->up, why, sizeof(why)) && down++ == 0)
-      snprintf(first, sizeof(first), "%.40s: %s", nj->what, why);
+      snprintf(first, sizeof(first), "%.40s: %.190s", nj->what, why);
   }
   rdzv__check_add(cs, "parent", down == 0, "node %s: %s%s", d->cfg.name,
                   first, down > 1 ? " (and more jobs)" : "");

@@ -15,19 +15,75 @@
 #include <malloc.h>
 #endif
 
+#include <jansson.h>
+
 #include "store/auth/auth.h"
 #include "store/daemon/blob.h"
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/transport/transport_int.h"
+
+/* One log line on stderr: "rdzvd[NAME] text", or with --log-format json
+ * one JSON object: {"time" (UTC, RFC 3339, ms), "level" ("error", "info",
+ * "debug"), "daemon" (--name), "role", "event" (a rate-limited kind's
+ * name, else omitted), "msg"}. skipped: lines of that kind left out
+ * before this one (said after the text). */
+static void log_line(struct daemon *d, int level, const char *event,
+                     uint64_t skipped, const char *fmt, va_list ap) {
+  if (d->cfg.log_format[0] != 'j') {
+    fprintf(stderr, "rdzvd[%s] ", d->cfg.name);
+    vfprintf(stderr, fmt, ap);
+    if (skipped > 0)
+      fprintf(stderr, " (%llu more %s not logged)",
+              (unsigned long long)skipped, event);
+    fputc('\n', stderr);
+    return;
+  }
+  char msg[2048], when[40] = "";
+  int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+  if (n >= 0 && skipped > 0 && (size_t)n < sizeof(msg))
+    snprintf(msg + n, sizeof(msg) - (size_t)n, " (%llu more %s not logged)",
+             (unsigned long long)skipped, event);
+  struct timespec ts;
+  struct tm tm;
+  if (clock_gettime(CLOCK_REALTIME, &ts) == 0 &&
+      gmtime_r(&ts.tv_sec, &tm) != NULL) {
+    size_t k = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + k, sizeof(when) - k, ".%03ldZ", ts.tv_nsec / 1000000);
+  }
+  static const char *const levels[] = {"error", "info", "debug"};
+  json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "time", when, "level",
+                        levels[level < 0 ? 0 : level > 2 ? 2 : level],
+                        "daemon", d->cfg.name, "role",
+                        d->role != NULL ? d->role->name : "");
+  if (o != NULL && event != NULL)
+    json_object_set_new(o, "event", json_string(event));
+  /* The text may hold a peer's bytes (a job id): what is not ASCII is
+   * written as '?', so that every line is valid JSON. */
+  for (char *c = msg; *c != '\0'; c++)
+    if ((unsigned char)*c >= 0x80)
+      *c = '?';
+  json_t *m = json_string(msg);
+  if (o != NULL && m != NULL)
+    json_object_set_new(o, "msg", m);
+  char *line =
+      o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(o);
+  if (line == NULL) {
+    fprintf(stderr, "{\"level\":\"error\",\"msg\":\"a log line could not be "
+            "encoded\"}\n");
+    return;
+  }
+  fputs(line, stderr);
+  fputc('\n', stderr);
+  free(line);
+}
 
 void rdzv__log(struct daemon *d, int level, const char *fmt, ...) {
   if ((uint32_t)level > d->cfg.log_level)
     return;
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "rdzvd[%s] ", d->cfg.name);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  log_line(d, level, NULL, 0, fmt, ap);
   va_end(ap);
 }
 
@@ -50,13 +106,8 @@ static void log_limited(struct daemon *d, struct rdzv_log_limit *ll,
     return;
   }
   ll->n++;
-  fprintf(stderr, "rdzvd[%s] ", d->cfg.name);
-  vfprintf(stderr, fmt, ap);
-  if (ll->skipped > 0)
-    fprintf(stderr, " (%llu more %s not logged)",
-            (unsigned long long)ll->skipped, ll->what);
+  log_line(d, 1, ll->what, ll->skipped, fmt, ap);
   ll->skipped = 0;
-  fputc('\n', stderr);
 }
 
 void rdzv__log_drop(struct daemon *d, const char *fmt, ...) {
