@@ -26,6 +26,7 @@
 #include "rdzv/rdzv.h"
 #include "store/auth/auth.h"
 #include "tools/hostlist.h"
+#include "tools/rdzvctl_rounds.h"
 
 enum {
   EXIT_OK = 0,
@@ -79,6 +80,11 @@ static const char usage_text[] =
     "                                 (COUNT 0: nobody reached NAME yet)\n"
     "  stats                          print the server's statistics (one JSON\n"
     "                                 object, as received)\n"
+    "  rounds [ROUND]                 the job's rendezvous generations as its\n"
+    "                                 root keeps them (--addr: the root): when\n"
+    "                                 each opened, ranks and hosts joined over\n"
+    "                                 time, the last 10 to join, what is\n"
+    "                                 missing, how earlier ones ended\n"
     "  tcpstore-space PREFIX [PID]    open (or join) a PyTorch TCPStore key\n"
     "                                 space of the job at the daemon: a\n"
     "                                 listener on 127.0.0.1 whose keys live\n"
@@ -793,6 +799,23 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv) {
   return EXIT_OK;
 }
 
+/* The job's rendezvous generations, as its root keeps them (ask the
+ * root: a node keeps none). */
+static int cmd_rounds(struct ctl *ctl, int argc, char **argv) {
+  char *json = NULL, why[300];
+  int err = rdzv_store_stats(ctl->client, &json, remaining(ctl));
+  if (err < 0)
+    return fail(ctl, "", err);
+  int rc = rdzvctl_print_rounds(json, ctl->job, argc > 0 ? argv[0] : NULL,
+                                stdout, why, sizeof(why));
+  rdzv_free(json);
+  if (rc < 0) {
+    fprintf(stderr, "rdzvctl: rounds: %s\n", why);
+    return EXIT_FAILED;
+  }
+  return EXIT_OK;
+}
+
 /* The port of a TCPStore key space, held by process PID when given (a
  * Slurm TaskProlog's task), else by this short-lived connection. */
 static int cmd_tcpstore_space(struct ctl *ctl, int argc, char **argv) {
@@ -821,6 +844,7 @@ static const struct command commands[] = {
     {"append", 2, 2, cmd_append},   {"num-keys", 0, 0, cmd_num_keys},
     {"barrier", 3, 3, cmd_barrier}, {"gather", 4, 4, cmd_gather},
     {"missing", 2, 2, cmd_missing}, {"stats", 0, 0, cmd_stats},
+    {"rounds", 0, 1, cmd_rounds},
     {"tcpstore-space", 1, 2, cmd_tcpstore_space},
 };
 

@@ -148,6 +148,48 @@ grep -q "closed 8" "$work/idle.txt" && ok "8 unfinished requests were closed by 
   fail "unfinished requests: $(cat "$work/idle.txt")"
 [ "$(get "$N/livez")" = 200 ] && ok "node serves HTTP after them" || fail "node /livez after them"
 
+# A round's timeline at the root: 3 of 4 ranks joined (host hB lacks
+# one), then the 4th; rdzvctl rounds, /status and the histogram.
+rpt=${R##*:}
+rk=()
+for hl in A0 A1 B0; do
+  RDZV_HOST=h${hl:0:1} LOCAL_RANK=${hl:1} LOCAL_WORLD_SIZE=2 WORLD_SIZE=4 \
+    "$src/tools/rdzv-example" --nccl none --timeout 60 >"$work/rank${#rk[@]}.log" 2>&1 &
+  rk+=($!)
+done
+for _ in $(seq 1 200); do
+  out=$("$ctl" --addr "127.0.0.1:$rport" rounds world 2>&1)
+  grep -q "3 ranks on 2 hosts" <<<"$out" && break
+  sleep 0.05
+done
+echo "$out"
+if grep -q "^job web, round world, generation 1: open for .* s, 3 ranks on 2 hosts (min 4, max 4)$" <<<"$out" &&
+  grep -q "^  missing: round 'world' generation 1: 3 of 4 ranks joined; host hB lacks 1 of 2$" <<<"$out" &&
+  grep -q "^  last to join: hB local rank 0 at" <<<"$out"; then
+  ok "rdzvctl rounds: the open generation, who joined last, what is missing"
+else
+  fail "rdzvctl rounds while open"
+fi
+RDZV_HOST=hB LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 WORLD_SIZE=4 \
+  "$src/tools/rdzv-example" --nccl none --timeout 60 >"$work/rank3.log" 2>&1 &
+rk+=($!)
+rrc=0
+for p in "${rk[@]}"; do wait "$p" || rrc=1; done
+out=$("$ctl" --addr "127.0.0.1:$rport" rounds 2>&1)
+echo "$out"
+[ "$rrc" = 0 ] && grep -q "generation 1: complete in .* s, 4 ranks on 2 hosts" <<<"$out" &&
+  ok "the 4th rank: complete, 4 ranks on 2 hosts" || fail "rounds after the 4th rank (ranks $rrc)"
+[ "$(metric "$R" rdzv_round_duration_seconds_count)" = 1 ] &&
+  [ "$(metric "$R" 'rdzv_round_duration_seconds_bucket{le="+Inf"}')" = 1 ] &&
+  ok "rdzv_round_duration_seconds: one generation" || fail "the round histogram"
+[ "$(get "$R/status")" = 200 ] && python3 -c 'import json,sys
+r = json.load(open(sys.argv[1]))["rounds"]["web"]["world"]
+assert r["state"] == "complete" and r["ranks"] == 4 and len(r["last_joined"]) == 4, r' "$work/body" &&
+  ok "/status: the round's timeline" || fail "/status rounds: $(head -c 600 "$work/body")"
+out=$("$ctl" rounds 2>&1)
+[ $? = 1 ] && grep -q "is a node: rounds are kept at the root" <<<"$out" &&
+  ok "rounds asked of the node: it says to ask the root" || fail "rounds at the node: $out"
+
 # The parent killed: the node is not ready, and says which parent.
 kill -9 "$rootpid"
 "$ctl" --timeout 2 get other >/dev/null 2>&1 # the link notices at once

@@ -219,7 +219,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (strcmp(url, "/health") == 0)
     return health(h, conn);
   if (strcmp(url, "/status") == 0) {
-    char *text = rdzv__stats_json(h->d);
+    char *text = rdzv__stats_json(h->d, NULL);
     if (text == NULL)
       return MHD_NO;
     enum MHD_Result rc = answer(conn, MHD_HTTP_OK, "application/json", text,

@@ -248,6 +248,26 @@ char *rdzv__http_metrics(const struct daemon *d, const struct rdzv_checks *cs) {
       s->sessions_lost);
   auth(&t, s);
   etcd(&t, s);
+  head(&t, "rdzv_round_duration_seconds", "histogram",
+       "Root: how long each rendezvous generation that completed was open, "
+       "from its first join to its assignment.");
+  uint64_t cum = 0;
+  for (int i = 0; i < RDZV_ROUND_BUCKETS; i++) {
+    cum += s->round_ms_hist[i];
+    if (rdzv__round_bounds_ms[i] == UINT64_MAX)
+      put(&t, "rdzv_round_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+          (unsigned long long)cum);
+    else
+      put(&t, "rdzv_round_duration_seconds_bucket{le=\"%g\"} %llu\n",
+          (double)rdzv__round_bounds_ms[i] / 1000.0, (unsigned long long)cum);
+  }
+  put(&t, "rdzv_round_duration_seconds_sum %.3f\n",
+      (double)s->round_ms_sum / 1000.0);
+  put(&t, "rdzv_round_duration_seconds_count %llu\n",
+      (unsigned long long)s->rounds_completed);
+  one(&t, "rdzv_rounds_failed_total", "counter",
+      "Root: rendezvous generations that failed (deadline, a lost host, a "
+      "duplicate claim).", s->rounds_failed);
   head(&t, "rdzv_ready", "gauge",
        "Each readiness check of /readyz: 1 passed, 0 failed.");
   for (int i = 0; i < cs->n; i++)

@@ -585,5 +585,5 @@ static void node_checks(struct daemon *d, struct rdzv_checks *cs) {
 
 const struct rdzv_role rdzv__node_role = {
     "node", node_handle, node_conn_closed, node_hello_epoch, node_job_free,
-    NULL, rdzv__node_copies_ping, node_checks,
+    NULL, rdzv__node_copies_ping, node_checks, NULL,
 };

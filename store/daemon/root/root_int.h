@@ -44,6 +44,11 @@ struct root_job {
   uint32_t cur_req;
 };
 
+/* round_timeline.c: the role's status hook (struct rdzv_role): o's
+ * "rounds": {job id: {round name: timeline}} of job only (NULL: every
+ * job; at most 256 rounds, then "rounds_not_listed": the count left out). */
+void rdzv__root_status(struct daemon *d, const struct job *only, void *o);
+
 /* ---- root.c ---------------------------------------------------------------- */
 
 /* Replies status (no fields) to request m of c. */

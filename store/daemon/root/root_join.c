@@ -157,6 +157,7 @@ static int add_member(struct round *r, struct jpend *p,
     HASH_ADD_KEYPTR(hh_host, r->by_host, m->j.rec.host, m->j.rec.host_len, m);
   }
   r->n++;
+  rdzv__round_tl_join(r, m);
   rdzv__round_prev_back(r, m);
   return 0;
 }

@@ -302,7 +302,10 @@ void rdzv__round_reply(struct conn *c, uint32_t req_id, int status,
  * gets status with why, and its pending collectives fail too. */
 void rdzv__round_fail(struct round *r, int status, const char *why) {
   snprintf(r->reason, sizeof(r->reason), "%s", why);
+  bool was_open = r->state == ROUND_OPEN;
   r->state = ROUND_FAILED;
+  if (was_open)
+    rdzv__round_tl_end(r);
   round_save(r);
   uv_timer_stop(&r->deadline);
   uv_timer_stop(&r->last_call);
@@ -331,7 +334,7 @@ struct hostcount {
 /* Describes what is missing: hosts with fewer ranks than their local
  * size, and hosts of the expected list ("rdzv/<round>/expected-hosts",
  * newline-separated, set by a launcher) that never joined. */
-static void describe_missing(struct round *r, char *out, size_t n) {
+void rdzv__round_describe_missing(struct round *r, char *out, size_t n) {
   struct hostcount *hosts = NULL, *h, *t;
   struct jmember *m, *mt;
   HASH_ITER(hh, r->by_claim, m, mt) {
@@ -391,7 +394,7 @@ static void on_deadline(uv_timer_t *t) {
     return;
   }
   char why[1024];
-  describe_missing(r, why, sizeof(why));
+  rdzv__round_describe_missing(r, why, sizeof(why));
   size_t off = strlen(why);
   snprintf(why + off, sizeof(why) - off, " (deadline %.1f s)",
            r->params.timeout_ms / 1000.0);
@@ -534,6 +537,7 @@ void rdzv__round_complete(struct round *r) {
       scratch[asg[i].rank] = i;
     }
     r->state = ROUND_DONE;
+    rdzv__round_tl_end(r);
     prev_clear(r);
     uv_timer_stop(&r->deadline);
     uv_timer_stop(&r->last_call);
@@ -619,6 +623,7 @@ void rdzv__round_prev_back(struct round *r, const struct jmember *m) {
 }
 
 void rdzv__round_open(struct round *r, const struct rdzv_join_params *p) {
+  rdzv__round_tl_open(r); /* the last generation, members and all, to history */
   if (r->state == ROUND_DONE && r->gen > 0) {
     /* The live generation is superseded: "rdzv/<round>/g<N>/next" (the
      * new generation's number) wakes whoever waits on it, e.g. torchrun's

@@ -11,6 +11,37 @@
 
 enum round_state { ROUND_OPEN, ROUND_DONE, ROUND_FAILED };
 
+/* A generation's timeline (round_timeline.c), for operators: `rdzvctl
+ * rounds`, the root's /status. Sizes are fixed: a 100,000-rank round
+ * costs what a 4-rank one does. */
+#define TL_SAMPLES 16 /* joined-over-time points: at each 16th of max */
+#define TL_LAST 10    /* the last joins kept (the stragglers) */
+#define TL_HISTORY 8  /* earlier generations kept, summarized */
+struct tl_join {
+  char host[64]; /* cut to 63 bytes */
+  int32_t local_rank;
+  uint32_t ms; /* since the generation opened */
+};
+struct tl_past {
+  int64_t gen;
+  enum round_state outcome;
+  uint32_t ms; /* from opening to completion or failure */
+  uint32_t ranks;
+  char reason[160];
+};
+struct timeline {
+  struct {
+    uint32_t ms, ranks, hosts;
+  } samples[TL_SAMPLES];
+  uint32_t nsamples;
+  struct tl_join last[TL_LAST]; /* a ring: last[(nlast - 1) % TL_LAST] is
+                                   the latest */
+  uint32_t nlast;
+  uint64_t ended_ms; /* when it completed or failed (0: open) */
+  struct tl_past past[TL_HISTORY]; /* a ring, as last */
+  uint32_t npast;
+};
+
 struct jpend { /* a requester (connection) waiting in the open round */
   struct conn *c;
   uint32_t req_id;
@@ -63,6 +94,7 @@ struct round {
     uint64_t lost_ms;
   } *contribs;
   uint64_t opened_ms;
+  struct timeline tl;
   char reason[512];
   /* A generation that superseded a complete one: the slots (host, local
    * rank) of the members that were live in it. Until each is back (or
@@ -116,6 +148,23 @@ void rdzv__round_reply(struct conn *c, uint32_t req_id, int status,
                        uint16_t flags, const struct rdzv_buf *items,
                        uint32_t nitems, const char *text, int64_t gen,
                        int64_t world);
+/* What the open generation lacks, in out (n bytes): "round 'R'
+ * generation G: N of MAX ranks joined; host H lacks K of L; host X never
+ * joined" (the expected hosts of "rdzv/<round>/expected-hosts"). */
+void rdzv__round_describe_missing(struct round *r, char *out, size_t n);
+
+/* round_timeline.c. Member m joined the open generation (after r->n++). */
+void rdzv__round_tl_join(struct round *r, const struct jmember *m);
+/* The open generation completed or failed (r->state says which): its
+ * time is kept, and counted in the daemon's round statistics. */
+void rdzv__round_tl_end(struct round *r);
+/* The next generation opens: the last one becomes history. */
+void rdzv__round_tl_open(struct round *r);
+/* r's timeline as a JSON object (see rdzv__root_status), at loop time
+ * now; NULL when out of memory. */
+struct json_t;
+struct json_t *rdzv__round_tl_json(struct round *r, uint64_t now);
+
 /* The connections whose joins are in the current generation. */
 struct contrib *rdzv__round_contrib_find(struct round *r, const struct conn *c);
 void rdzv__round_contrib_add(struct round *r, struct conn *c);

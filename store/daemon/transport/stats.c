@@ -32,8 +32,11 @@ static json_t *op_json(const struct op_stats *o) {
                    (json_int_t)o->local, "errors", (json_int_t)o->errors);
 }
 
+const uint64_t rdzv__round_bounds_ms[RDZV_ROUND_BUCKETS] = {
+    100, 500, 1000, 5000, 10000, 30000, 60000, 300000, 1800000, UINT64_MAX};
+
 void rdzv__reply_stats(struct conn *c, const struct rdzv_msg *m) {
-  char *json = rdzv__stats_json(c->d);
+  char *json = rdzv__stats_json(c->d, c->job);
   size_t n = json != NULL ? strlen(json) : 0;
   /* The text becomes the reply's buffer (written from it, not copied). */
   struct rdzv_blob *b =
@@ -50,7 +53,7 @@ void rdzv__reply_stats(struct conn *c, const struct rdzv_msg *m) {
   rdzv__blob_unref(b);
 }
 
-char *rdzv__stats_json(const struct daemon *d) {
+char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
   const struct stats *s = &d->stats;
   json_t *ops = json_object();
   for (int t = RDZV_MSG_HELLO; t <= RDZV_MSG_TYPE_MAX; t++)
@@ -146,6 +149,19 @@ char *rdzv__stats_json(const struct daemon *d) {
   for (uint32_t i = 0; i < d->nancestors; i++)
     json_array_append_new(anc, json_string(d->ancestors[i]));
   json_object_set_new(o, "ancestors", anc);
+  /* The root's rendezvous generations: how long the completed ones took
+   * (the histogram's buckets by upper bound, ms), and the failed ones. */
+  json_t *hist = json_array();
+  for (int i = 0; i < RDZV_ROUND_BUCKETS; i++)
+    json_array_append_new(hist, json_integer((json_int_t)s->round_ms_hist[i]));
+  json_object_set_new(
+      o, "generations",
+      json_pack("{s:I,s:I,s:I,s:o}", "completed",
+                (json_int_t)s->rounds_completed, "failed",
+                (json_int_t)s->rounds_failed, "ms_sum",
+                (json_int_t)s->round_ms_sum, "ms_buckets", hist));
+  if (d->role->status != NULL)
+    d->role->status((struct daemon *)d, only, o);
   char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(o);
   return text;

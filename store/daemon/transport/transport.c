@@ -483,7 +483,7 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
 }
 
 char *rdzv_daemon_stats_json(const struct daemon *d) {
-  return rdzv__stats_json(d);
+  return rdzv__stats_json(d, NULL);
 }
 
 

@@ -92,6 +92,12 @@ struct stats {
       etcd_errors; /* requests etcd failed or refused (each retried) */
   uint64_t etcd_lease_renewals, etcd_lease_failures; /* the leader lease's
                               keepalives answered, and failed */
+  /* The root's rendezvous generations that completed: how long each was
+   * open, counted in RDZV_ROUND_BUCKETS (upper bounds in ms, the last
+   * one unbounded), their sum; and the generations that failed. */
+#define RDZV_ROUND_BUCKETS 10
+  uint64_t round_ms_hist[RDZV_ROUND_BUCKETS];
+  uint64_t round_ms_sum, rounds_completed, rounds_failed;
   uint64_t sessions_lost;    /* ranks' sessions that expired (or whose
                                 process was gone): generation aborted */
   /* Authentication (--secret-file, --secret-dir): hellos challenged,
@@ -104,8 +110,14 @@ struct stats {
                                  (--allow-uids), refused before a hello */
 };
 
-/* Returns the daemon's statistics as one JSON object (malloc'd text). */
-char *rdzv__stats_json(const struct daemon *d);
+/* The upper bounds of stats.round_ms_hist's buckets, ms (UINT64_MAX for
+ * the last). */
+extern const uint64_t rdzv__round_bounds_ms[RDZV_ROUND_BUCKETS];
+
+/* Returns the daemon's statistics as one JSON object (malloc'd text),
+ * with what the role adds (struct rdzv_role's status) of job only (NULL:
+ * of every job). */
+char *rdzv__stats_json(const struct daemon *d, const struct job *only);
 
 /* ---- output queues (outq.c) ------------------------------------------- */
 
@@ -313,9 +325,6 @@ struct job {
   struct job *next;
 };
 
-/* What a role provides: the transport finds the role through this table,
- * given at start-up (rdzv__transport_start), and calls nothing else of it.
- * Every hook runs on the daemon's loop thread. */
 /* Readiness checks (rdzvd's /readyz and /health, store/daemon/http): each
  * named ("parent", "etcd", ...), passed or failed with why. */
 #define RDZV_MAX_CHECKS 8
@@ -334,6 +343,9 @@ void rdzv__check_add(struct rdzv_checks *cs, const char *name, bool ok,
                      const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* What a role provides: the transport finds the role through this table,
+ * given at start-up (rdzv__transport_start), and calls nothing else of it.
+ * Every hook runs on the daemon's loop thread. */
 struct rdzv_role {
   const char *name; /* "root" or "node": logs and stats */
   /* One validated request m (never a hello) from READY connection c. The
@@ -364,6 +376,10 @@ struct rdzv_role {
   void (*ping)(struct daemon *d, struct conn *c, struct rdzv_msg *reply);
   /* Optional (NULL: none): adds the role's readiness checks to cs. */
   void (*checks)(struct daemon *d, struct rdzv_checks *cs);
+  /* Optional (NULL: none): adds what the role knows of its jobs to the
+   * statistics object o (a jansson json_t *): of job only, or of every
+   * job when only is NULL (the root: "rounds", each round's timeline). */
+  void (*status)(struct daemon *d, const struct job *only, void *o);
 };
 
 /* A rate limit for a kind of log line: at most 10 lines a second; the

@@ -1,0 +1,16 @@
+/* rdzvctl rounds (rdzvctl_rounds.c). */
+#ifndef RDZV_TOOLS_RDZVCTL_ROUNDS_H
+#define RDZV_TOOLS_RDZVCTL_ROUNDS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* Prints job's rounds (all, or the one named round when not NULL) from a
+ * daemon's statistics JSON (stats, as rdzv_store_stats gives it; the
+ * root's carry "rounds") to out. 0, or -1 with why in err (errlen bytes):
+ * not JSON, a daemon that is not the root, no such job or round. */
+int rdzvctl_print_rounds(const char *stats, const char *job,
+                         const char *round, FILE *out, char *err,
+                         size_t errlen);
+
+#endif
