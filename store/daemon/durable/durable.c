@@ -1412,10 +1412,12 @@ static void on_keepalive(void *arg, const struct rdzv_etcd_result *r) {
     du->lease_deadline_ms = sent + (uint64_t)r->ttl_s * 1000;
     du->lease_renewals++;
     du->lease_fails_in_row = 0;
+    stats_update(du);
     return;
   }
   du->lease_failures++;
   du->lease_fails_in_row++;
+  stats_update(du);
   if (r->status == RDZV_ELEASE_LOST) {
     if (du->role == DUR_LEADER || du->role == DUR_LOADING)
       stand_down(du, RDZV_ELEASE_LOST,
