@@ -547,6 +547,23 @@ static void transfer_done(req_t *r, CURLcode res) {
   finish(r);
 }
 
+const uint64_t rdzv_etcd_latency_bounds_us[RDZV_ETCD_LAT_BUCKETS] = {
+    1000, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, UINT64_MAX};
+
+/* A request that ended: its time, from libcurl, in the histogram. */
+static void count_latency(struct rdzv_etcd *e, CURL *c) {
+  curl_off_t us = 0;
+  if (curl_easy_getinfo(c, CURLINFO_TOTAL_TIME_T, &us) != CURLE_OK || us < 0)
+    return;
+  e->stats.latency_us_sum += (uint64_t)us;
+  e->stats.latency_count++;
+  for (int i = 0; i < RDZV_ETCD_LAT_BUCKETS; i++)
+    if ((uint64_t)us <= rdzv_etcd_latency_bounds_us[i]) {
+      e->stats.latency_hist[i]++;
+      break;
+    }
+}
+
 static void check_info(struct rdzv_etcd *e) {
   CURLMsg *m;
   int left;
@@ -557,6 +574,8 @@ static void check_info(struct rdzv_etcd *e) {
     CURLcode res = m->data.result;
     req_t *r = NULL;
     curl_easy_getinfo(c, CURLINFO_PRIVATE, (char **)&r);
+    if (r != NULL && !r->is_watch)
+      count_latency(e, c);
     if (r != NULL && r->st == R_ACTIVE)
       transfer_done(r, res);
   }

@@ -97,8 +97,15 @@ const char *rdzv_etcd_endpoint(const struct rdzv_etcd *e);
 /* Counters since rdzv_etcd_new: requests sent (each try counts), request
  * body bytes sent, response bytes received, failovers to another
  * endpoint, re-authentications. */
+/* Requests' latency (libcurl's total time of each request that ended,
+ * watches aside) is counted in RDZV_ETCD_LAT_BUCKETS by upper bound in
+ * microseconds (rdzv_etcd_latency_bounds_us; the last UINT64_MAX). */
+#define RDZV_ETCD_LAT_BUCKETS 9
+extern const uint64_t rdzv_etcd_latency_bounds_us[RDZV_ETCD_LAT_BUCKETS];
 struct rdzv_etcd_stats {
   uint64_t requests, bytes_out, bytes_in, failovers, reauths;
+  uint64_t latency_hist[RDZV_ETCD_LAT_BUCKETS];
+  uint64_t latency_us_sum, latency_count;
 };
 void rdzv_etcd_stats(const struct rdzv_etcd *e, struct rdzv_etcd_stats *out);
 

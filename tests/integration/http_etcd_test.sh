@@ -52,12 +52,22 @@ else
   fail "leader /readyz: $(cat "$work/body"; tail -5 "$work/root.log")"
 fi
 m=$(curl -s "$H/metrics")
+n=$(awk '$1 == "rdzv_etcd_request_duration_seconds_count" {print $2}' <<<"$m")
+inf=$(awk '$1 == "rdzv_etcd_request_duration_seconds_bucket{le=\"+Inf\"}" {print $2}' <<<"$m")
+[ "${n:-0}" -ge 1 ] && [ "$inf" = "$n" ] && ok "etcd request latency: $n requests in the histogram" ||
+  fail "etcd latency histogram: count $n, +Inf $inf"
 grep -qx 'rdzv_etcd_leader 1' <<<"$m" && grep -qx 'rdzv_etcd_role{role="leader"} 1' <<<"$m" &&
   ok "rdzv_etcd_leader 1" || fail "etcd leader metrics: $(grep etcd_ <<<"$m")"
 promtool check metrics <<<"$m" >/dev/null 2>&1 && ok "promtool accepts an etcd root's metrics" ||
   fail "promtool on the etcd root's metrics: $(promtool check metrics <<<"$m" 2>&1)"
-# etcd stopped: keepalives fail, the lease (3 s) runs out, the root stands
-# down; /readyz says so, /livez does not care.
+# etcd stopped (once a keepalive was answered): keepalives fail, the
+# lease (3 s) runs out, the root stands down; /readyz says so, /livez
+# does not care.
+for _ in $(seq 1 100); do
+  s=$(curl -s "$H/metrics" | awk '$1 == "rdzv_etcd_lease_renewals_total" {print $2}')
+  [ "${s:-0}" -ge 1 ] && break
+  sleep 0.1
+done
 kill -STOP "$etcdpid"
 if until_code 503 && grep -q '^\[-\]' "$work/body"; then
   ok "etcd stopped: /readyz 503: $(grep '^\[-\]' "$work/body" | tr '\n' ' ')"

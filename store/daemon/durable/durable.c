@@ -222,6 +222,11 @@ static void stats_update(struct rdzv_durable *du) {
   st->etcd_bytes_out = es.bytes_out;
   st->etcd_bytes_in = es.bytes_in;
   st->etcd_errors = du->errors;
+  _Static_assert(sizeof(st->etcd_lat_hist) == sizeof(es.latency_hist),
+                 "the latency histograms differ");
+  memcpy(st->etcd_lat_hist, es.latency_hist, sizeof(st->etcd_lat_hist));
+  st->etcd_lat_us_sum = es.latency_us_sum;
+  st->etcd_lat_count = es.latency_count;
   st->etcd_lease_renewals = du->lease_renewals;
   st->etcd_lease_failures = du->lease_failures;
 }

@@ -11,6 +11,7 @@
 
 #include "rdzv/rdzv.h"
 #include "store/daemon/http/http.h"
+#include "store/etcd/etcd.h"
 
 struct text {
   char *p;
@@ -176,6 +177,23 @@ static void etcd(struct text *t, const struct stats *s) {
   one(t, "rdzv_etcd_stand_downs_total", "counter",
       "Times this root stopped leading (lease lost, etcd unreachable).",
       s->etcd_stand_downs);
+  head(t, "rdzv_etcd_request_duration_seconds", "histogram",
+       "etcd requests' latency (libcurl's total time), watches aside.");
+  uint64_t cum = 0;
+  for (int i = 0; i < RDZV_ETCD_LAT_BUCKETS; i++) {
+    cum += s->etcd_lat_hist[i];
+    if (rdzv_etcd_latency_bounds_us[i] == UINT64_MAX)
+      put(t, "rdzv_etcd_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+          (unsigned long long)cum);
+    else
+      put(t, "rdzv_etcd_request_duration_seconds_bucket{le=\"%g\"} %llu\n",
+          (double)rdzv_etcd_latency_bounds_us[i] / 1e6,
+          (unsigned long long)cum);
+  }
+  put(t, "rdzv_etcd_request_duration_seconds_sum %.6f\n",
+      (double)s->etcd_lat_us_sum / 1e6);
+  put(t, "rdzv_etcd_request_duration_seconds_count %llu\n",
+      (unsigned long long)s->etcd_lat_count);
   one(t, "rdzv_etcd_lease_renewals_total", "counter",
       "Keepalives of this root's etcd lease that etcd answered.",
       s->etcd_lease_renewals);

@@ -92,6 +92,10 @@ struct stats {
       etcd_errors; /* requests etcd failed or refused (each retried) */
   uint64_t etcd_lease_renewals, etcd_lease_failures; /* the leader lease's
                               keepalives answered, and failed */
+  /* etcd requests' latency: by upper bound (store/etcd/etcd.h's
+   * rdzv_etcd_latency_bounds_us), summed (us), counted. */
+  uint64_t etcd_lat_hist[9];
+  uint64_t etcd_lat_us_sum, etcd_lat_count;
   /* The root's rendezvous generations that completed: how long each was
    * open, counted in RDZV_ROUND_BUCKETS (upper bounds in ms, the last
    * one unbounded), their sum; and the generations that failed. */
