@@ -233,12 +233,13 @@ static const struct opt opts[] = {
           "HTTP connections open at once (>= 1); more wait in the backlog"),
   U32_OPT("http-timeout-ms", "RDZVD_HTTP_TIMEOUT_MS", "10000",
           http_timeout_ms,
-          "an HTTP connection idle this long is closed, ms (>= 1000, whole "
-          "seconds)"),
+          "an HTTP connection open this long is closed, ms (>= 1000): idle, "
+          "or trickling an unfinished request"),
   U32_OPT("http-max-request-bytes", "RDZVD_HTTP_MAX_REQUEST_BYTES", "16384",
           http_max_request_bytes,
           "memory one HTTP connection may hold for its request's headers "
-          "and the reply's, bytes (>= 4096); a longer request is refused"),
+          "and the reply's, bytes (>= 4096); a request near or past it is "
+          "refused (431, or the connection closed)"),
   U32_OPT("connect-timeout-ms", "RDZVD_CONNECT_TIMEOUT_MS", "2000",
           connect_timeout_ms,
           "node: one attempt at one address and port of the parent (connect "

@@ -147,6 +147,42 @@ wait "$idle"
 grep -q "closed 8" "$work/idle.txt" && ok "8 unfinished requests were closed by the timeout" ||
   fail "unfinished requests: $(cat "$work/idle.txt")"
 [ "$(get "$N/livez")" = 200 ] && ok "node serves HTTP after them" || fail "node /livez after them"
+# Slowloris: 4 connections (all the node's) that trickle a header line
+# every 0.2 s are shut down past --http-timeout-ms (1 s) all the same.
+if python3 - "$nport" <<'TRICKLE'
+import socket, sys, time
+port = int(sys.argv[1])
+ss = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+for s in ss:
+    s.sendall(b"GET /livez HTTP/1.1\r\n")
+closed = set()
+for _ in range(40):  # 8 s of trickling at most
+    time.sleep(0.2)
+    for i, s in enumerate(ss):
+        if i in closed:
+            continue
+        try:
+            s.sendall(b"X-a: b\r\n")
+            s.setblocking(False)
+            if s.recv(1) == b"":
+                closed.add(i)
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed.add(i)
+        finally:
+            s.setblocking(True)
+    if len(closed) == 4:
+        break
+print("closed", len(closed))
+sys.exit(0 if len(closed) == 4 else 1)
+TRICKLE
+then
+  ok "4 trickling connections were shut down past the timeout"
+else
+  fail "trickling connections held the node's HTTP"
+fi
+[ "$(get "$N/livez")" = 200 ] && ok "node /livez after the trickle" || fail "node /livez after the trickle"
 
 # A round's timeline at the root: 3 of 4 ranks joined (host hB lacks
 # one), then the 4th; rdzvctl rounds, /status and the histogram.

@@ -231,8 +231,8 @@ static void stats_update(struct rdzv_durable *du) {
   st->etcd_lease_failures = du->lease_failures;
 }
 
-void rdzv__durable_checks(const struct rdzv_durable *du,
-                          struct rdzv_checks *cs) {
+void rdzv__durable_checks(struct rdzv_durable *du, struct rdzv_checks *cs) {
+  stats_update(du);
   const char *name = du->d != NULL ? du->d->cfg.name : "?";
   bool led = du->role == DUR_LEADER ||
              (du->role == DUR_STANDBY && du->leader[0] != '\0');

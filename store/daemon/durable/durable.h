@@ -86,9 +86,9 @@ void rdzv__durable_stop(struct rdzv_durable *du);
 /* Adds the root's readiness checks to cs: "leader_or_standby" (it leads,
  * or stands by behind a leader it knows; failed while it campaigns, loads
  * or stopped, saying why) and "etcd" (its last keepalive or campaign step
- * did not fail; failed naming the endpoint and etcd's error). */
-void rdzv__durable_checks(const struct rdzv_durable *du,
-                          struct rdzv_checks *cs);
+ * did not fail; failed naming the endpoint and etcd's error). Refreshes
+ * the statistics' etcd fields first, so that /metrics agrees. */
+void rdzv__durable_checks(struct rdzv_durable *du, struct rdzv_checks *cs);
 
 /* du was never attached (the daemon's start failed): frees it. */
 void rdzv__durable_free(struct rdzv_durable *du);

@@ -17,8 +17,19 @@
 
 #include "rdzv/error.h"
 
+/* An open HTTP connection and when it came: one still open past
+ * --http-timeout-ms is shut down, however busily it trickles bytes
+ * (MHD's own timeout counts idle time only). */
+struct hconn {
+  int fd;
+  uint64_t since_ms;
+  struct hconn *next;
+};
+
 struct rdzv_http {
   struct daemon *d;
+  struct hconn *conns;
+  uv_timer_t sweep;
   struct MHD_Daemon *mhd;
   uv_poll_t poll;
   uv_timer_t timer;
@@ -30,6 +41,48 @@ struct rdzv_http {
 };
 
 static void drive(struct rdzv_http *h);
+
+static void on_conn(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                    enum MHD_ConnectionNotificationCode code) {
+  (void)socket_ctx;
+  struct rdzv_http *h = cls;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (ci == NULL)
+    return;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    struct hconn *c = malloc(sizeof(*c));
+    if (c == NULL)
+      return; /* untracked: MHD's idle timeout still applies */
+    c->fd = ci->connect_fd;
+    c->since_ms = uv_now(h->d->loop);
+    c->next = h->conns;
+    h->conns = c;
+    return;
+  }
+  for (struct hconn **p = &h->conns; *p != NULL; p = &(*p)->next)
+    if ((*p)->fd == ci->connect_fd) {
+      struct hconn *c = *p;
+      *p = c->next;
+      free(c);
+      return;
+    }
+}
+
+/* Every second: connections open longer than --http-timeout-ms are shut
+ * down (MHD then closes them, and its slot frees). */
+static void on_sweep(uv_timer_t *t) {
+  struct rdzv_http *h = t->data;
+  uint64_t now = uv_now(h->d->loop);
+  bool any = false;
+  for (struct hconn *c = h->conns; c != NULL; c = c->next)
+    if (now - c->since_ms > h->d->cfg.http_timeout_ms) {
+      shutdown(c->fd, SHUT_RDWR);
+      any = true;
+    }
+  if (any)
+    drive(h);
+}
 
 static void on_timer(uv_timer_t *t) { drive(t->data); }
 
@@ -219,6 +272,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (strcmp(url, "/health") == 0)
     return health(h, conn);
   if (strcmp(url, "/status") == 0) {
+    struct rdzv_checks cs;
+    gather(h, &cs); /* the parts refresh what the statistics hold */
     char *text = rdzv__stats_json(h->d, NULL);
     if (text == NULL)
       return MHD_NO;
@@ -288,7 +343,8 @@ int rdzv__http_start(struct daemon *d, const char *listen,
   unsigned timeout_s = (d->cfg.http_timeout_ms + 999) / 1000;
   h->mhd = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
-      mhd_log, h, MHD_OPTION_SOCK_ADDR,
+      mhd_log, h, MHD_OPTION_NOTIFY_CONNECTION, on_conn, h,
+      MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
       (unsigned)d->cfg.http_max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
       timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
@@ -312,9 +368,11 @@ int rdzv__http_start(struct daemon *d, const char *listen,
   h->port = pi->port;
   uv_poll_init(d->loop, &h->poll, ei->epoll_fd);
   uv_timer_init(d->loop, &h->timer);
-  h->poll.data = h->timer.data = h;
-  h->handles = 2;
+  uv_timer_init(d->loop, &h->sweep);
+  h->poll.data = h->timer.data = h->sweep.data = h;
+  h->handles = 3;
   uv_poll_start(&h->poll, UV_READABLE, on_poll);
+  uv_timer_start(&h->sweep, on_sweep, 1000, 1000);
   drive(h);
   rdzv__log(d, 1, "http: /metrics, /livez, /readyz, /health and /status on "
             "%s (port %u)", listen, (unsigned)h->port);
@@ -337,6 +395,12 @@ void rdzv__http_stop(struct rdzv_http *h) {
    * the descriptor it watches. */
   uv_close((uv_handle_t *)&h->poll, on_closed);
   uv_close((uv_handle_t *)&h->timer, on_closed);
-  MHD_stop_daemon(h->mhd);
+  uv_close((uv_handle_t *)&h->sweep, on_closed);
+  MHD_stop_daemon(h->mhd); /* its close notifications free h->conns */
   h->mhd = NULL;
+  while (h->conns != NULL) { /* any it did not notify */
+    struct hconn *c = h->conns;
+    h->conns = c->next;
+    free(c);
+  }
 }
