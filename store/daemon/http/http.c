@@ -33,7 +33,7 @@ struct rdzv_http {
   struct MHD_Daemon *mhd;
   uv_poll_t poll;
   uv_timer_t timer;
-  int handles; /* open: the poll and the timer; h is freed at 0 */
+  int handles; /* open: the poll and the two timers; h is freed at 0 */
   uint16_t port;
   rdzv_http_checks_fn checks;
   void *checks_arg;
