@@ -100,9 +100,9 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
     rdzv__durable_free(du);
     return rc;
   }
-  if (du != NULL && rc < 0) {
+  if (rc < 0) { /* the transport stopped d already, hooks and all */
     rdzv__durable_free(du);
-    du = NULL;
+    return rc;
   }
   struct parts *p = calloc(1, sizeof(*p));
   if (p == NULL) {

@@ -201,7 +201,9 @@ done
 echo "$out"
 if grep -q "^job web, round world, generation 1: open for .* s, 3 ranks on 2 hosts (min 4, max 4)$" <<<"$out" &&
   grep -q "^  missing: round 'world' generation 1: 3 of 4 ranks joined; host hB lacks 1 of 2$" <<<"$out" &&
-  grep -q "^  last to join: hB local rank 0 at" <<<"$out"; then
+  grep -q "^  last to join: .*hB local rank 0 at" <<<"$out" &&
+  grep -q "^  last to join: .*hA local rank 0 at" <<<"$out" &&
+  grep -q "^  last to join: .*hA local rank 1 at" <<<"$out"; then
   ok "rdzvctl rounds: the open generation, who joined last, what is missing"
 else
   fail "rdzvctl rounds while open"
