@@ -106,8 +106,7 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   }
   struct parts *p = calloc(1, sizeof(*p));
   if (p == NULL) {
-    if (du != NULL)
-      rdzv__durable_free(du);
+    rdzv__durable_free(du);
     rdzv_daemon_stop(d);
     return RDZV_ENOMEM;
   }

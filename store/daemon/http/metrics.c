@@ -61,6 +61,26 @@ static void one(struct text *t, const char *name, const char *type,
   put(t, "%s %llu\n", name, (unsigned long long)v);
 }
 
+/* A histogram: hist[i] counts values up to bounds[i] (the last bound
+ * UINT64_MAX, le="+Inf"), in units of 1/per_s seconds; sum in those
+ * units, count the values. Buckets are written cumulative. */
+static void histogram(struct text *t, const char *name, const char *help,
+                      const uint64_t *hist, const uint64_t *bounds, int n,
+                      double per_s, uint64_t sum, uint64_t count) {
+  head(t, name, "histogram", help);
+  uint64_t cum = 0;
+  for (int i = 0; i < n; i++) {
+    cum += hist[i];
+    if (bounds[i] == UINT64_MAX)
+      put(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    else
+      put(t, "%s_bucket{le=\"%g\"} %llu\n", name,
+          (double)bounds[i] / per_s, (unsigned long long)cum);
+  }
+  put(t, "%s_sum %.6f\n%s_count %llu\n", name, (double)sum / per_s, name,
+      (unsigned long long)count);
+}
+
 /* A label value as the format wants it: \, " and newline escaped. The
  * values here are the daemon's own words, at most 63 bytes. */
 static const char *esc(const char *s, char *buf, size_t n) {
@@ -177,23 +197,10 @@ static void etcd(struct text *t, const struct stats *s) {
   one(t, "rdzv_etcd_stand_downs_total", "counter",
       "Times this root stopped leading (lease lost, etcd unreachable).",
       s->etcd_stand_downs);
-  head(t, "rdzv_etcd_request_duration_seconds", "histogram",
-       "etcd requests' latency (libcurl's total time), watches aside.");
-  uint64_t cum = 0;
-  for (int i = 0; i < RDZV_ETCD_LAT_BUCKETS; i++) {
-    cum += s->etcd_lat_hist[i];
-    if (rdzv_etcd_latency_bounds_us[i] == UINT64_MAX)
-      put(t, "rdzv_etcd_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
-          (unsigned long long)cum);
-    else
-      put(t, "rdzv_etcd_request_duration_seconds_bucket{le=\"%g\"} %llu\n",
-          (double)rdzv_etcd_latency_bounds_us[i] / 1e6,
-          (unsigned long long)cum);
-  }
-  put(t, "rdzv_etcd_request_duration_seconds_sum %.6f\n",
-      (double)s->etcd_lat_us_sum / 1e6);
-  put(t, "rdzv_etcd_request_duration_seconds_count %llu\n",
-      (unsigned long long)s->etcd_lat_count);
+  histogram(t, "rdzv_etcd_request_duration_seconds",
+            "etcd requests' latency (libcurl's total time), watches aside.",
+            s->etcd_lat_hist, rdzv_etcd_latency_bounds_us,
+            RDZV_ETCD_LAT_BUCKETS, 1e6, s->etcd_lat_us_sum, s->etcd_lat_count);
   one(t, "rdzv_etcd_lease_renewals_total", "counter",
       "Keepalives of this root's etcd lease that etcd answered.",
       s->etcd_lease_renewals);
@@ -266,23 +273,11 @@ char *rdzv__http_metrics(const struct daemon *d, const struct rdzv_checks *cs) {
       s->sessions_lost);
   auth(&t, s);
   etcd(&t, s);
-  head(&t, "rdzv_round_duration_seconds", "histogram",
-       "Root: how long each rendezvous generation that completed was open, "
-       "from its first join to its assignment.");
-  uint64_t cum = 0;
-  for (int i = 0; i < RDZV_ROUND_BUCKETS; i++) {
-    cum += s->round_ms_hist[i];
-    if (rdzv__round_bounds_ms[i] == UINT64_MAX)
-      put(&t, "rdzv_round_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
-          (unsigned long long)cum);
-    else
-      put(&t, "rdzv_round_duration_seconds_bucket{le=\"%g\"} %llu\n",
-          (double)rdzv__round_bounds_ms[i] / 1000.0, (unsigned long long)cum);
-  }
-  put(&t, "rdzv_round_duration_seconds_sum %.3f\n",
-      (double)s->round_ms_sum / 1000.0);
-  put(&t, "rdzv_round_duration_seconds_count %llu\n",
-      (unsigned long long)s->rounds_completed);
+  histogram(&t, "rdzv_round_duration_seconds",
+            "Root: how long each rendezvous generation that completed was "
+            "open, from its first join to its assignment.",
+            s->round_ms_hist, rdzv__round_bounds_ms, RDZV_ROUND_BUCKETS, 1e3,
+            s->round_ms_sum, s->rounds_completed);
   one(&t, "rdzv_rounds_failed_total", "counter",
       "Root: rendezvous generations that failed (deadline, a lost host, a "
       "duplicate claim).", s->rounds_failed);
