@@ -134,6 +134,7 @@ struct rdzv_daemon_config {
   const char *http_listen;
   const char *http_port_file; /* "": none */
   uint32_t http_max_connections;
+  uint32_t http_max_connections_per_ip; /* 0: no limit of its own */
   uint32_t http_timeout_ms;
   uint32_t http_max_request_bytes;
   uint32_t share_min_bytes; /* values of at least this many bytes are

@@ -84,6 +84,11 @@ extern "C" {
                                       key; MGET ENOKEY: the missing keys
                                       (keys), as absent */
 #define RDZV_F_ALL 0x0800u         /* inval reply: every copy goes */
+#define RDZV_F_ROOT_AWAY 0x1000u   /* ping reply from a node: its own link
+                                      toward the root for the job is down
+                                      (not attached, or its parent said
+                                      so); absent: reachable as far as it
+                                      knows (a root never sets it) */
 #define RDZV_F_SHARED_INC 0x0080u  /* hello reply: b is the incarnation of
                                       a service whose roots share it (an
                                       etcd-backed root): a peer compares it

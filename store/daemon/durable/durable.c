@@ -190,6 +190,11 @@ struct rdzv_durable {
    * first and every 20th). */
   uint32_t campaign_fails;
   char last_err[300];
+  /* /readyz's not_fenced: this root led and a write of it was refused by
+   * the leader key's compare (another root leads), why in fence_why;
+   * until it won again or stands by knowing the leader. */
+  bool fenced;
+  char fence_why[300];
   bool own_key_unwatched; /* leading without a watch of its key: the tick
                              reads it again */
   /* Counters for logs and stats. */
@@ -240,6 +245,9 @@ void rdzv__durable_checks(struct rdzv_durable *du, struct rdzv_checks *cs) {
                   "root %s is %s%s%s", name, role_names[du->role],
                   du->last_err[0] ? ": " : "", du->last_err);
   bool etcd_ok = du->campaign_fails == 0 && du->lease_fails_in_row == 0;
+  rdzv__check_add(cs, "not_fenced", !du->fenced,
+                  "root %s was deposed (%s) and knows no leader yet", name,
+                  du->fence_why);
   rdzv__check_add(cs, "etcd", etcd_ok,
                   "root %s: etcd at %s: %s", name, rdzv_etcd_endpoint(du->e),
                   du->lease_fails_in_row > 0
@@ -1278,6 +1286,10 @@ static void stand_down(struct rdzv_durable *du, int status, const char *why) {
     batch_finish(b);
   }
   struct daemon *d = du->d;
+  if (was_leader && status == RDZV_ENOT_LEADER) {
+    du->fenced = true;
+    snprintf(du->fence_why, sizeof(du->fence_why), "%s", why);
+  }
   if (was_leader) {
     du->stand_downs++;
     dlog(du, 0, "root %s stands down: %s", d->cfg.name, why);
@@ -1765,6 +1777,7 @@ static void become_leader(struct rdzv_durable *du) {
   struct djob *lj, *lt;
   HASH_ITER(hh, du->jobs, lj, lt) lj->loaded_ms = now > 0 ? now : 1;
   watch_own_key_from(du, du->leader_rev + 1);
+  du->fenced = false;
   du->elections_won++;
   stats_update(du);
   uint64_t keys = 0;
@@ -1934,6 +1947,8 @@ static void on_campaign(void *arg, const struct rdzv_etcd_result *r) {
     memcpy(du->leader, r->kvs[0].value, r->kvs[0].vlen);
     du->leader[r->kvs[0].vlen] = '\0';
   }
+  if (du->leader[0] != '\0')
+    du->fenced = false; /* a standby of the root that leads now */
   dlog(du, 1, "root %s stands by; the leader is %s", du->d->cfg.name,
        du->leader[0] ? du->leader : "(unknown)");
   char k[300];

@@ -566,21 +566,36 @@ static void node_job_free(struct daemon *d, struct job *j) {
   j->role_data = NULL;
 }
 
-/* /readyz's "parent": every job's connection to the parent is up (a node
- * connects for a job at its first request: with no job yet, nothing is
- * down). Failed naming the first job whose link is down, and how many. */
+/* /readyz's node checks, each over every job's link to the parent (a
+ * node connects for a job at its first request: with no job yet,
+ * nothing is down), failed naming the first job that fails it:
+ *  - "parent": the link is up;
+ *  - "root_reachable": and the parent's pings say its own link toward
+ *    the root is up (so on up the tree, a heartbeat a level);
+ *  - "not_fenced": the parent has not declared this node lost or refused
+ *    a request of it as stale, or has accepted a request since. */
 static void node_checks(struct daemon *d, struct rdzv_checks *cs) {
-  char why[200] = "", first[240] = "";
-  int down = 0;
+  static const char *const names[] = {"parent", "root_reachable",
+                                      "not_fenced"};
+  char why[3][240] = {"", "", ""};
+  int bad[3] = {0, 0, 0};
   for (struct job *j = d->jobs; j != NULL; j = j->next) {
     struct node_job *nj = j->role_data;
     if (nj == NULL || nj->up == NULL)
       continue;
-    if (!rdzv__upstream_attached(nj->up, why, sizeof(why)) && down++ == 0)
-      snprintf(first, sizeof(first), "%.40s: %.190s", nj->what, why);
+    char w[200];
+    for (int k = 0; k < 3; k++) {
+      bool ok = k == 0   ? rdzv__upstream_attached(nj->up, w, sizeof(w))
+                : k == 1 ? rdzv__upstream_root_reachable(nj->up, w,
+                                                         sizeof(w))
+                         : !rdzv__upstream_fenced(nj->up, w, sizeof(w));
+      if (!ok && bad[k]++ == 0)
+        snprintf(why[k], sizeof(why[k]), "%.40s: %.190s", nj->what, w);
+    }
   }
-  rdzv__check_add(cs, "parent", down == 0, "node %s: %s%s", d->cfg.name,
-                  first, down > 1 ? " (and more jobs)" : "");
+  for (int k = 0; k < 3; k++)
+    rdzv__check_add(cs, names[k], bad[k] == 0, "node %s: %s%s", d->cfg.name,
+                    why[k], bad[k] > 1 ? " (and more jobs)" : "");
 }
 
 const struct rdzv_role rdzv__node_role = {

@@ -189,6 +189,8 @@ void rdzv__node_copies_ping(struct daemon *d, struct conn *c,
   struct node_job *nj = c->job != NULL ? c->job->role_data : NULL;
   if (nj == NULL)
     return; /* no copies granted yet: no lease either */
+  if (!rdzv__upstream_root_reachable(nj->up, NULL, 0))
+    r->flags |= RDZV_F_ROOT_AWAY; /* the child's root_reachable */
   uint64_t left = rdzv__upstream_lease_left(nj->up);
   uint32_t grant = rdzv_config_copy_lease_ms(&d->cfg);
   if (left < grant)

@@ -215,6 +215,16 @@ uint64_t rdzv__upstream_lease_left(const struct upstream *u);
  * not, why in why (n bytes): the address, for how long, the last
  * failure. */
 bool rdzv__upstream_attached(const struct upstream *u, char *why, size_t n);
+/* Whether the root is reachable through u as far as this node knows: u
+ * is attached and the parent's last ping reply did not carry
+ * RDZV_F_ROOT_AWAY. When not, why (n bytes; why may be NULL) names the
+ * parent and what is down. */
+bool rdzv__upstream_root_reachable(const struct upstream *u, char *why,
+                                   size_t n);
+/* Whether the parent fenced this node (declared it lost, or refused a
+ * request of it as stale) and has accepted none of its requests since;
+ * when so, why (n bytes): who said what, how long ago. */
+bool rdzv__upstream_fenced(const struct upstream *u, char *why, size_t n);
 /* The largest frame body the parent takes: what its hello reply said, or
  * this daemon's own --max-frame-bytes before the first hello. */
 uint32_t rdzv__upstream_frame_limit(const struct upstream *u);

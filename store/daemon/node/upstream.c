@@ -54,6 +54,7 @@ struct upreq {
   uint32_t id;
   bool sent;
   uint8_t tries; /* times sent again after a failed connection */
+  uint64_t seq;  /* submission order (u->seq): after a fence or not */
   upstream_cb cb;
   void *arg;
   struct rdzv_buf frame; /* the encoded request, kept until it completes */
@@ -156,6 +157,19 @@ struct upstream {
   uint32_t redirects;
   uint32_t attempts;
   uint32_t refs;
+  /* /readyz's root_reachable: the parent's last ping reply said its own
+   * link toward the root is down (RDZV_F_ROOT_AWAY); false until told,
+   * and again on each new connection. */
+  bool root_away;
+  /* /readyz's not_fenced: the parent declared this node lost (an ERROR
+   * frame, RDZV_ESILENT) or refused one of its requests as stale
+   * (RDZV_EFENCED), since fenced_ms (loop ms), why in fence_why; cleared
+   * by the first request submitted after that (seq >= fence_seq) that
+   * the parent accepts. */
+  bool fenced;
+  uint64_t fenced_ms;
+  uint64_t seq, fence_seq;
+  char fence_why[200];
 };
 
 static void up_connect(struct upstream *u);
@@ -204,6 +218,7 @@ static void up_set_state(struct upstream *u, enum up_state s) {
  * the node drops its copies, and those below it go too. */
 static void lease_end(struct upstream *u) {
   bool was_ready = u->state == UP_READY;
+  u->root_away = false;
   u->lease_until = 0;
   u->inval_id = 0;
   u->inval_recv = 0;
@@ -262,8 +277,10 @@ static bool copies_frame(struct upstream *u, const struct rdzv_msg *m) {
       if (until > u->lease_until)
         u->lease_until = until;
     }
-    if (m->req_id == u->ping_id)
+    if (m->req_id == u->ping_id) {
       u->ping_id = 0; /* answered: the next may go */
+      u->root_away = (m->flags & RDZV_F_ROOT_AWAY) != 0;
+    }
     return true;
   }
   if (m->type != RDZV_MSG_INVAL || m->req_id != u->inval_id ||
@@ -309,6 +326,43 @@ void rdzv__upstream_inval_ack(struct upstream *u, uint64_t gen, uint64_t seq) {
   if (u->state != UP_READY || gen != u->conn_gen || u->inval_id != 0)
     return;
   send_inval(u, seq);
+}
+
+/* The parent refused this node as stale (declared lost, or a stale
+ * request): what it said (n bytes of text). */
+static void fence(struct upstream *u, const char *what, const uint8_t *text,
+                  size_t n) {
+  if (!u->fenced)
+    u->d->stats.fenced_here++;
+  u->fenced = true;
+  u->fenced_ms = uv_now(u->d->loop);
+  u->fence_seq = u->seq;
+  snprintf(u->fence_why, sizeof(u->fence_why), "%s %s: %.*s", what,
+           up_addr(u), (int)(n < 150 ? n : 150), (const char *)text);
+}
+
+bool rdzv__upstream_root_reachable(const struct upstream *u, char *why,
+                                   size_t n) {
+  if (u->state != UP_READY) {
+    if (why != NULL)
+      snprintf(why, n, "parent %s not attached (%s)",
+               up_addr(u)[0] ? up_addr(u) : "(none)",
+               up_state_names[u->state]);
+    return false;
+  }
+  if (u->root_away && why != NULL)
+    snprintf(why, n, "%s %s is attached but says its own link toward the "
+             "root is down", u->addr_idx == 0 ? "parent" : "ancestor",
+             up_addr(u));
+  return !u->root_away;
+}
+
+bool rdzv__upstream_fenced(const struct upstream *u, char *why, size_t n) {
+  if (u->fenced)
+    snprintf(why, n, "%s %llu ms ago, and no request accepted since",
+             u->fence_why,
+             (unsigned long long)(uv_now(u->d->loop) - u->fenced_ms));
+  return u->fenced;
 }
 
 bool rdzv__upstream_attached(const struct upstream *u, char *why, size_t n) {
@@ -983,6 +1037,8 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     uint32_t bid = m->req_id;
     if (bid != 0 && m->type == RDZV_MSG_ERROR)
       HASH_FIND(hh, u->reqs, &bid, sizeof(bid), bad);
+    if (m->status == RDZV_ESILENT)
+      fence(u, "declared lost by", t.p, t.n);
     if (bad != NULL) {
       char text[400];
       snprintf(text, sizeof(text), "parent %s refused it: %.*s", up_addr(u),
@@ -1063,6 +1119,16 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
   struct upreq *r = NULL;
   uint32_t id = m->req_id;
   HASH_FIND(hh, u->reqs, &id, sizeof(id), r);
+  if (r != NULL && m->status == RDZV_EFENCED) {
+    struct rdzv_slice t = {NULL, 0};
+    rdzv_items_get(&m->keys, 0, &t);
+    fence(u, "a request refused as stale by", t.p, t.n);
+  } else if (r != NULL && m->status == 0 && u->fenced &&
+             r->seq >= u->fence_seq) {
+    rdzv__log(u->d, 1, "job %s: node %s: the parent accepts its requests "
+              "again (%s)", u->job_id, u->d->cfg.name, u->fence_why);
+    u->fenced = false;
+  }
   if (r != NULL && (m->flags & RDZV_F_PARTIAL) && r->cb != NULL)
     r->cb(u->d, m, r->arg); /* more replies will follow */
   else if (r != NULL)
@@ -1531,6 +1597,7 @@ int rdzv__upstream_send(struct upstream *u, const struct rdzv_msg *m,
     return rc;
   }
   r->id = copy.req_id;
+  r->seq = ++u->seq;
   r->sent = ready;
   r->cb = cb;
   r->arg = arg;

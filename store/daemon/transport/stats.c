@@ -7,7 +7,7 @@
  *    "proto_errors", "cache_hits", "coalesced", "combined",
  *    "upstream_reconnects", "parent_restarts", "parent_silent",
  *    "children_silent", "split_frames", "resent", "reattached",
- *    "dedup_hits", "fenced",
+ *    "dedup_hits", "fenced", "fenced_here",
  *    "sessions_resumed", "sessions_lost",
  *    "copies": {"granted", "invalidations_sent", "write_waits",
  *    "lease_waits", "hits", "invalidations_received", "reads_combined"},
@@ -93,6 +93,8 @@ char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
   json_object_set_new(bytes, "interned",
                       json_integer((json_int_t)s->bytes_interned));
   json_object_set_new(o, "fenced", json_integer((json_int_t)s->fenced));
+  json_object_set_new(o, "fenced_here",
+                      json_integer((json_int_t)s->fenced_here));
   json_object_set_new(o, "coll_subtree_flushes",
                       json_integer((json_int_t)s->coll_subtree_flushes));
   json_object_set_new(o, "join_subtree_flushes",

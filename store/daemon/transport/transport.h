@@ -81,6 +81,8 @@ struct stats {
                               after they came (mutable keys) */
   uint64_t fenced;          /* stale aborts and re-binds of a lost daemon
                                refused (the members are bound elsewhere) */
+  uint64_t fenced_here;     /* node: times its parent declared it lost or
+                               refused a request of it as stale */
   uint64_t sessions_resumed; /* ranks' sessions resumed on a new connection */
   /* An etcd-backed root (store/daemon/durable): its role ("leader",
    * "standby", ...; NULL: no etcd), batches persisted, transactions and
