@@ -15,8 +15,8 @@ static void print_round(FILE *out, const char *job, json_t *r) {
   const char *state = json_string_value(json_object_get(r, "state"));
   long long ranks = json_integer_value(json_object_get(r, "ranks"));
   long long hosts = json_integer_value(json_object_get(r, "hosts"));
-  fprintf(out, "job %s, round %s, generation %lld: ", job,
-          json_string_value(json_object_get(r, "round")),
+  const char *rname = json_string_value(json_object_get(r, "round"));
+  fprintf(out, "job %s, round %s, generation %lld: ", job, rname ? rname : "?",
           json_integer_value(json_object_get(r, "generation")));
   if (state != NULL && strcmp(state, "open") == 0)
     fprintf(out, "open for %.3f s", secs(r, "elapsed_ms"));
@@ -45,11 +45,33 @@ static void print_round(FILE *out, const char *job, json_t *r) {
     fprintf(out, "  last to join:");
     json_array_foreach(last, i, e)
       fprintf(out, "%s %s local rank %lld at %.3f s", i ? ";" : "",
-              json_string_value(json_object_get(e, "host")),
+              json_string_value(json_object_get(e, "host"))
+                  ? json_string_value(json_object_get(e, "host"))
+                  : "?",
               json_integer_value(json_object_get(e, "local_rank")),
               secs(e, "ms"));
     fprintf(out, "\n");
   }
+  /* The generation's collectives: its unique ids (and their check-in),
+   * its barriers, in the order they began. */
+  json_array_foreach(json_object_get(r, "phases"), i, e) {
+    const char *ps = json_string_value(json_object_get(e, "state"));
+    const char *kind = json_string_value(json_object_get(e, "kind"));
+    const char *name = json_string_value(json_object_get(e, "name"));
+    fprintf(out, "  %s '%s': %lld of %lld from %.3f s to %.3f s",
+            kind ? kind : "?", name ? name : "?",
+            json_integer_value(json_object_get(e, "arrived")),
+            json_integer_value(json_object_get(e, "count")),
+            secs(e, "first_ms"), secs(e, "last_ms"));
+    if (ps != NULL && strcmp(ps, "open") == 0)
+      fprintf(out, ", open\n");
+    else
+      fprintf(out, ", %s at %.3f s\n", ps ? ps : "?", secs(e, "ended_ms"));
+  }
+  long long left_out =
+      json_integer_value(json_object_get(r, "phases_left_out"));
+  if (left_out > 0)
+    fprintf(out, "  (and %lld later collectives not kept)\n", left_out);
   const char *missing = json_string_value(json_object_get(r, "missing"));
   if (missing != NULL)
     fprintf(out, "  missing: %s\n", missing);
@@ -58,12 +80,11 @@ static void print_round(FILE *out, const char *job, json_t *r) {
     fprintf(out, "  reason: %s\n", reason);
   json_array_foreach(json_object_get(r, "earlier"), i, e) {
     const char *why = json_string_value(json_object_get(e, "reason"));
+    const char *es = json_string_value(json_object_get(e, "state"));
     fprintf(out, "  earlier: generation %lld %s %.3f s, %lld ranks%s%s\n",
             json_integer_value(json_object_get(e, "generation")),
-            strcmp(json_string_value(json_object_get(e, "state")), "complete")
-                    == 0
-                ? "complete in"
-                : "ended after",
+            es != NULL && strcmp(es, "complete") == 0 ? "complete in"
+                                                      : "ended after",
             secs(e, "ms"), json_integer_value(json_object_get(e, "ranks")),
             why ? ": " : "", why ? why : "");
   }

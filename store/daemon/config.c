@@ -156,7 +156,8 @@ static const struct opt opts[] = {
           "daemon without bound"),
   STR_OPT("log-format", "RDZVD_LOG_FORMAT", "text", log_format, 8,
           "text (rdzvd[NAME] ...) or json: one object a line with time, "
-          "level, daemon, role, event (a rate-limited kind) and msg"),
+          "level, daemon, role, job (a line about one job), event (a "
+          "rate-limited kind) and msg"),
   U32_OPT("log-level", "RDZVD_LOG_LEVEL", "1", log_level,
           "0 errors, 1 info, 2 debug"),
   STR_OPT("tcpstore-listen", "RDZVD_TCPSTORE_LISTEN", "", tcpstore_listen, RDZV_CONFIG_STR_MAX,

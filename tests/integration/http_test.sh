@@ -325,13 +325,23 @@ out=$("$ctl" --addr "127.0.0.1:$rport" rounds 2>&1)
 echo "$out"
 [ "$rrc" = 0 ] && grep -q "generation 1: complete in .* s, 4 ranks on 2 hosts" <<<"$out" &&
   ok "the 4th rank: complete, 4 ranks on 2 hosts" || fail "rounds after the 4th rank (ranks $rrc)"
+# The phases after the join that the root saw: rdzv-example's unique id
+# (one id, made by rank 0) and its closing barrier of the 4 ranks.
+grep -q "^  ids 'world': 1 of 1 from [0-9.]* s to [0-9.]* s, complete at [0-9.]* s$" <<<"$out" &&
+  grep -q "^  barrier 'example-done': 4 of 4 from [0-9.]* s to [0-9.]* s, complete at [0-9.]* s$" <<<"$out" &&
+  ok "rdzvctl rounds: the unique ids' and the barrier's phases" || fail "rounds phases"
 # Two generations completed at the root: job flood's and job web's.
 [ "$(metric "$R" rdzv_round_duration_seconds_count)" = 2 ] &&
   [ "$(metric "$R" 'rdzv_round_duration_seconds_bucket{le="+Inf"}')" = 2 ] &&
   ok "rdzv_round_duration_seconds: two generations" || fail "the round histogram"
 [ "$(get "$R/status")" = 200 ] && python3 -c 'import json,sys
 r = json.load(open(sys.argv[1]))["rounds"]["web"]["world"]
-assert r["state"] == "complete" and r["ranks"] == 4 and len(r["last_joined"]) == 4, r' "$work/body" &&
+assert r["state"] == "complete" and r["ranks"] == 4 and len(r["last_joined"]) == 4, r
+ph = {(p["kind"], p["name"]): p for p in r["phases"]}
+b = ph[("barrier", "example-done")]
+assert b["state"] == "complete" and b["arrived"] == b["count"] == 4, r
+assert b["first_ms"] <= b["last_ms"] <= b["ended_ms"] and b["first_ms"] >= r["elapsed_ms"], r
+assert ph[("ids", "world")]["state"] == "complete", r' "$work/body" &&
   ok "/status: the round's timeline" || fail "/status rounds: $(head -c 600 "$work/body")"
 out=$("$ctl" rounds 2>&1)
 [ $? = 1 ] && grep -q "is a node: rounds are kept at the root" <<<"$out" &&
@@ -415,6 +425,33 @@ then
   ok "--log-format json: $(wc -l <"$work/j.log") lines, each an object with its fields"
 else
   fail "--log-format json: $(cat "$work/j.log")"
+fi
+
+# A node's lines about a job carry it as "job" (its parent here refuses
+# connections: "parent ...: connection refused (attempt 1)").
+dead=$(free_port)
+"$rdzvd" --role node --parent "127.0.0.1:$dead" --unix "$work/j.sock" --name jn \
+  --log-format json 2>"$work/jn.log" &
+jnpid=$!
+pids+=("$jnpid")
+for _ in $(seq 1 100); do [ -S "$work/j.sock" ] && break; sleep 0.05; done
+"$ctl" --addr "unix:$work/j.sock" --job "jobé" --timeout 1 get k >/dev/null 2>&1
+kill "$jnpid"
+wait "$jnpid"
+if python3 - "$work/jn.log" <<'PY3'
+import json, sys
+objs = [json.loads(l) for l in open(sys.argv[1], encoding="ascii").read().splitlines()]
+about = [o for o in objs if "job" in o]
+assert about, objs
+for o in about:
+    assert o["job"] == "job??", o  # the 2 bytes of 'é' written as '?'
+    assert not o["msg"].startswith("job "), o
+assert any("connection refused" in o["msg"] for o in about), about
+PY3
+then
+  ok "--log-format json: a node's lines about job 'jobé' carry \"job\": \"job??\""
+else
+  fail "--log-format json job field: $(cat "$work/jn.log")"
 fi
 
 [ "$fails" = 0 ] && echo "http_test: PASS" || echo "http_test: FAIL"

@@ -441,9 +441,10 @@ static void on_parent_restart(void *arg) {
   struct node_job *nj = arg;
   struct daemon *d = nj->d;
   d->stats.parent_restarts++;
-  rdzv__log(d, 1, "job %s: the parent %s restarted: its job state is lost; "
-            "cached values dropped, ranks must rejoin",
-            nj->job->id, d->cfg.parent);
+  rdzv__log_job(d, 1, nj->job->id,
+                "the parent %s restarted: its job state is lost; "
+                "cached values dropped, ranks must rejoin",
+                d->cfg.parent);
   rdzv__kv_clear(&nj->cache);
   rdzv__node_copies_on_lost(nj);
   rdzv__node_joins_lost(nj);

@@ -290,8 +290,10 @@ static bool copies_frame(struct upstream *u, const struct rdzv_msg *m) {
   if (m->status != 0) {
     /* A parent that keeps no invalidation stream for this node: no lease
      * will count (nothing is served from copies). */
-    rdzv__log(u->d, 1, "job %s: parent %s refused the invalidation "
-              "stream: %s", u->job_id, up_addr(u), rdzv_strerror(m->status));
+    rdzv__log_job(u->d, 1, u->job_id,
+                  "parent %s refused the invalidation "
+                  "stream: %s",
+                  up_addr(u), rdzv_strerror(m->status));
     u->lease_until = 0;
     return true;
   }
@@ -540,13 +542,13 @@ static void up_reset(struct upstream *u, const char *why, int err) {
            err ? err_text(err) : "closed");
   if (u->state == UP_READY) {
     /* Losing the parent is news: said at the default level. */
-    rdzv__log(u->d, 1, "job %s: lost the parent %s: %s", u->job_id,
-              up_addr(u), u->why);
+    rdzv__log_job(u->d, 1, u->job_id, "lost the parent %s: %s", up_addr(u),
+                  u->why);
     u->down_since_ms = uv_now(u->d->loop);
   } else {
-    rdzv__log(u->d, u->attempts % 50 == 1 ? 1 : 2,
-              "job %s: parent %s: %s (attempt %u)", u->job_id,
-              up_addr(u), u->why, u->attempts);
+    rdzv__log_job(u->d, u->attempts % 50 == 1 ? 1 : 2, u->job_id,
+                  "parent %s: %s (attempt %u)", up_addr(u), u->why,
+                  u->attempts);
   }
   if (u->have_stream) {
     u->have_stream = false;
@@ -617,9 +619,9 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   if (u->redirect >= 0 && (uint32_t)u->redirect < u->naddrs) {
     u->addr_idx = (uint32_t)u->redirect;
     u->redirect = -1;
-    rdzv__log(u->d, u->redirects < 2 ? 1 : 2,
-              "job %s: node %s goes to the leader root %s", u->job_id,
-              u->d->cfg.name, up_addr(u));
+    rdzv__log_job(u->d, u->redirects < 2 ? 1 : 2, u->job_id,
+                  "node %s goes to the leader root %s", u->d->cfg.name,
+                  up_addr(u));
     uint64_t delay = ++u->redirects > 2 ? u->backoff_ms : 0;
     uv_timer_start(&u->timer, on_backoff, delay, 0);
     if (delay > 0)
@@ -628,9 +630,9 @@ static void up_reset(struct upstream *u, const char *why, int err) {
   }
   if (!stay && u->naddrs > 1 && u->addr_idx + 1 < u->naddrs) {
     u->addr_idx++;
-    rdzv__log(u->d, u->attempts % 50 == 1 ? 1 : 2,
-              "job %s: node %s reattaches to ancestor %s", u->job_id,
-              u->d->cfg.name, up_addr(u));
+    rdzv__log_job(u->d, u->attempts % 50 == 1 ? 1 : 2, u->job_id,
+                  "node %s reattaches to ancestor %s", u->d->cfg.name,
+                  up_addr(u));
     uv_timer_start(&u->timer, on_backoff, 0, 0);
     return;
   }
@@ -700,9 +702,10 @@ static void up_attempt_failed(struct upstream *u, const char *why, int err) {
     up_reset(u, u->cand_text[0] ? what : why, err);
     return;
   }
-  rdzv__log(u->d, 2, "job %s: parent %s: %s: %s; trying the next of its "
-            "addresses and ports", u->job_id, up_addr(u), what,
-            err ? err_text(err) : "closed");
+  rdzv__log_job(u->d, 2, u->job_id,
+                "parent %s: %s: %s; trying the next of its "
+                "addresses and ports",
+                up_addr(u), what, err ? err_text(err) : "closed");
   if (u->have_stream) {
     u->have_stream = false;
     u->closing = true;
@@ -748,8 +751,8 @@ static void on_beat(uv_timer_t *t) {
   if (late > 2 * (uint64_t)d->cfg.heartbeat_ms) {
     /* This daemon did not run (stopped, starved): the parent's frames
      * may wait unread in the socket. It gets a full timeout again. */
-    rdzv__log_event(d, "job %s: node %s did not run for %" PRIu64 " ms",
-                    u->job_id, d->cfg.name, late);
+    rdzv__log_event_job(d, u->job_id, "node %s did not run for %" PRIu64 " ms",
+                        d->cfg.name, late);
     u->last_rx_ms = now;
   }
   uint64_t silent = now - u->last_rx_ms;
@@ -821,9 +824,8 @@ static void up_start_write(struct upstream *u) {
 static void up_ready(struct upstream *u) {
   bool again = u->was_up;
   if (u->was_up)
-    rdzv__log(u->d, 1, "job %s: parent %s back after %" PRIu64 " ms",
-              u->job_id, up_addr(u),
-              uv_now(u->d->loop) - u->down_since_ms);
+    rdzv__log_job(u->d, 1, u->job_id, "parent %s back after %" PRIu64 " ms",
+                  up_addr(u), uv_now(u->d->loop) - u->down_since_ms);
   u->was_up = true;
   up_set_state(u, UP_READY);
   uv_timer_stop(&u->timer); /* the attempt's deadline */
@@ -894,8 +896,8 @@ static void follow_leader(struct upstream *u, const struct rdzv_msg *m) {
   struct daemon *d = u->d;
   struct rdzv_slice t = {NULL, 0}, l = {NULL, 0};
   rdzv_items_get(&m->keys, 0, &t);
-  rdzv__log(d, 2, "job %s: root %s: %.*s", u->job_id, up_addr(u),
-            (int)(t.n < 300 ? t.n : 300), (const char *)t.p);
+  rdzv__log_job(d, 2, u->job_id, "root %s: %.*s", up_addr(u),
+                (int)(t.n < 300 ? t.n : 300), (const char *)t.p);
   char leader[256];
   if (rdzv_items_get(&m->vals, 0, &l) < 0 || l.n == 0 || l.n >= sizeof(leader))
     return;
@@ -931,10 +933,12 @@ static void adopt_parent_liveness(struct upstream *u, const struct rdzv_msg *m) 
   if (beat == uv_timer_get_repeat(&u->beat))
     return;
   if (beat < u->d->cfg.heartbeat_ms)
-    rdzv__log_event(u->d, "job %s: parent %s has --liveness-timeout-ms %u: "
-                    "node %s pings it every %" PRIu64 " ms, not every "
-                    "--heartbeat-ms %u", u->job_id, up_addr(u), live,
-                    u->d->cfg.name, beat, u->d->cfg.heartbeat_ms);
+    rdzv__log_event_job(u->d, u->job_id,
+                        "parent %s has --liveness-timeout-ms %u: "
+                        "node %s pings it every %" PRIu64 " ms, not every "
+                        "--heartbeat-ms %u",
+                        up_addr(u), live, u->d->cfg.name, beat,
+                        u->d->cfg.heartbeat_ms);
   uv_timer_set_repeat(&u->beat, beat);
   uv_timer_again(&u->beat);
 }
@@ -989,8 +993,9 @@ static bool up_auth_answer(struct upstream *u, const struct rdzv_msg *m) {
   if (bad != NULL) {
     rdzv_auth_wipe(key, sizeof(key));
     u->d->stats.auth_parent_refused++;
-    rdzv__log_auth(u->d, "job %s: %s %s: not trusted as this node's parent",
-                   u->job_id, u->cand_text, bad);
+    rdzv__log_auth_job(u->d, u->job_id,
+                       "%s %s: not trusted as this node's parent", u->cand_text,
+                       bad);
     up_attempt_failed(u, "a daemon that could not prove the job's secret at",
                       RDZV_EAUTH);
     return false;
@@ -1068,8 +1073,8 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
        * port), or another refusal: the next candidate. */
       struct rdzv_slice t = {NULL, 0};
       rdzv_items_get(&m->keys, 0, &t);
-      rdzv__log(u->d, 2, "job %s: %s: %.*s", u->job_id, u->cand_text,
-                (int)(t.n < 300 ? t.n : 300), (const char *)t.p);
+      rdzv__log_job(u->d, 2, u->job_id, "%s: %.*s", u->cand_text,
+                    (int)(t.n < 300 ? t.n : 300), (const char *)t.p);
       up_attempt_failed(u, m->status == RDZV_EJOB_MISMATCH
                                ? "another job's daemon at"
                                : "hello refused by",
@@ -1085,9 +1090,10 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
       /* It asked for no proof: it does not hold the job's secret (a fake
        * parent, or one started without --secret-file): not trusted. */
       u->d->stats.auth_parent_refused++;
-      rdzv__log_auth(u->d, "job %s: %s asked for no proof of the job's "
-                     "secret: not trusted as this node's parent",
-                     u->job_id, u->cand_text);
+      rdzv__log_auth_job(u->d, u->job_id,
+                         "%s asked for no proof of the job's "
+                         "secret: not trusted as this node's parent",
+                         u->cand_text);
       up_attempt_failed(u, "a daemon that asks for no job secret (not "
                            "trusted) at", RDZV_EAUTH);
       return false;
@@ -1125,8 +1131,10 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     fence(u, "a request refused as stale by", t.p, t.n);
   } else if (r != NULL && m->status == 0 && u->fenced &&
              r->seq >= u->fence_seq) {
-    rdzv__log(u->d, 1, "job %s: node %s: the parent accepts its requests "
-              "again (%s)", u->job_id, u->d->cfg.name, u->fence_why);
+    rdzv__log_job(u->d, 1, u->job_id,
+                  "node %s: the parent accepts its requests "
+                  "again (%s)",
+                  u->d->cfg.name, u->fence_why);
     u->fenced = false;
   }
   if (r != NULL && (m->flags & RDZV_F_PARTIAL) && r->cb != NULL)
@@ -1312,10 +1320,11 @@ static void send_hello(struct upstream *u) {
     if (!up_has_secret(u) ||
         rdzv_auth_own_nonce(u->d->own_key, u->cnonce) < 0) {
       u->d->stats.auth_parent_refused++;
-      rdzv__log_auth(u->d, "job %s: %s: this node holds no secret of the "
-                     "job (its --secret-dir file is missing or unreadable) "
-                     "to check a parent with: not connecting",
-                     u->job_id, u->cand_text);
+      rdzv__log_auth_job(u->d, u->job_id,
+                         "%s: this node holds no secret of the "
+                         "job (its --secret-dir file is missing or unreadable) "
+                         "to check a parent with: not connecting",
+                         u->cand_text);
       up_attempt_failed(u, "no secret of the job (--secret-dir) to check "
                            "the parent with, at", RDZV_EAUTH);
       return;

@@ -11,7 +11,7 @@
 
 #include <uthash.h>
 
-#include "store/daemon/root/root_int.h"
+#include "store/daemon/root/round.h"
 
 struct member {
   UT_hash_handle hh;
@@ -209,6 +209,8 @@ static void coll_complete(struct root_job *s, struct coll *co) {
     }
   }
   rdzv_buf_free(&result);
+  rdzv__round_tl_coll(s, co->name + 1, co->nlen - 1, co->count, co->count,
+                      TL_PHASE_DONE);
   struct pending *p;
   while ((p = co->pend) != NULL) {
     co->pend = p->next;
@@ -269,6 +271,8 @@ static int coll_fail_all(struct root_job *s, struct coll *co, int status,
   struct pending *p;
   int rc = coll_save(s, co, status, (const uint8_t *)text, strlen(text));
   co->fail_status = status;
+  rdzv__round_tl_coll(s, co->name + 1, co->nlen - 1, co->nmembers, co->count,
+                      TL_PHASE_FAILED);
   while ((p = co->pend) != NULL) {
     co->pend = p->next;
     reply_text(p->c, co->type, p->req_id, status, text, strlen(text));
@@ -334,6 +338,9 @@ void rdzv__root_collective(struct root_job *s, struct conn *c,
     rdzv__root_reply_status(c, m, rc);
     return;
   }
+  if (co->nmembers < co->count)
+    rdzv__round_tl_coll(s, co->name + 1, co->nlen - 1, co->nmembers,
+                        co->count, TL_PHASE_OPEN);
   /* One pending reply per child node: its older request is answered
    * "superseded" so only the newest carries the result. (A client may
    * contribute several members on one connection; each gets its reply.) */

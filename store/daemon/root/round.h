@@ -17,6 +17,8 @@ enum round_state { ROUND_OPEN, ROUND_DONE, ROUND_FAILED };
 #define TL_SAMPLES 16 /* joined-over-time points: at each 16th of max */
 #define TL_LAST 10    /* the last joins kept (the stragglers) */
 #define TL_HISTORY 8  /* earlier generations kept, summarized */
+#define TL_PHASES 8   /* the generation's first collectives kept (its
+                         unique ids, barriers) */
 struct tl_join {
   char host[64]; /* cut to 63 bytes */
   int32_t local_rank;
@@ -29,6 +31,19 @@ struct tl_past {
   uint32_t ranks;
   char reason[160];
 };
+/* A collective of the generation, as the rendezvous library names it
+ * ("rdzv/ROUND/gGEN/uid/COMM", ".../uid/COMM/arrive" (the members'
+ * check-in beside the ids), ".../barrier/NAME"): when its first and last
+ * contributions came and how it ended, in ms since the generation
+ * opened. */
+enum tl_phase_state { TL_PHASE_OPEN, TL_PHASE_DONE, TL_PHASE_FAILED };
+struct tl_phase {
+  char kind[8];  /* "ids" or "barrier" */
+  char name[56]; /* COMM, COMM/arrive or NAME, cut to 55 bytes */
+  uint32_t first_ms, last_ms, ended_ms;
+  uint64_t arrived, count;
+  enum tl_phase_state state;
+};
 struct timeline {
   struct {
     uint32_t ms, ranks, hosts;
@@ -40,6 +55,9 @@ struct timeline {
   uint64_t ended_ms; /* when it completed or failed (0: open) */
   struct tl_past past[TL_HISTORY]; /* a ring, as last */
   uint32_t npast;
+  struct tl_phase phases[TL_PHASES]; /* in the order they began */
+  uint32_t nphases;
+  uint32_t phases_left_out; /* began after the first TL_PHASES */
 };
 
 struct jpend { /* a requester (connection) waiting in the open round */
@@ -160,6 +178,14 @@ void rdzv__round_tl_join(struct round *r, const struct jmember *m);
 void rdzv__round_tl_end(struct round *r);
 /* The next generation opens: the last one becomes history. */
 void rdzv__round_tl_open(struct round *r);
+/* A collective of job s named name (nlen bytes) progressed: arrived of
+ * count members have contributed, and state says whether it is still
+ * open, completed or failed. Kept in its round's timeline when the name
+ * is one of a generation's phases (see struct tl_phase) of the round's
+ * current generation; any other name is ignored. */
+void rdzv__round_tl_coll(struct root_job *s, const uint8_t *name,
+                         uint32_t nlen, uint64_t arrived, uint64_t count,
+                         enum tl_phase_state state);
 /* r's timeline as a JSON object (see rdzv__root_status), at loop time
  * now; NULL when out of memory. */
 struct json_t;

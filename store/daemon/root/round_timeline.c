@@ -38,6 +38,91 @@ void rdzv__round_tl_join(struct round *r, const struct jmember *m) {
   }
 }
 
+/* Splits "rdzv/ROUND/gGEN/REST" into the round (*rl bytes at *rp), the
+ * generation and REST (*kl bytes at *kp). false when name is not so. */
+static bool phase_name(const uint8_t *name, uint32_t nlen, const uint8_t **rp,
+                       uint32_t *rl, int64_t *gen, const uint8_t **kp,
+                       uint32_t *kl) {
+  if (nlen < 9 || memcmp(name, "rdzv/", 5) != 0)
+    return false;
+  uint32_t i = 5, r0 = 5;
+  while (i < nlen && name[i] != '/')
+    i++;
+  if (i == r0 || i + 3 > nlen || name[i + 1] != 'g')
+    return false;
+  *rp = name + r0;
+  *rl = i - r0;
+  int64_t g = 0;
+  uint32_t j = i + 2;
+  for (; j < nlen && name[j] >= '0' && name[j] <= '9' && g < INT64_MAX / 10;
+       j++)
+    g = g * 10 + (name[j] - '0');
+  if (j == i + 2 || j >= nlen || name[j] != '/')
+    return false;
+  *gen = g;
+  *kp = name + j + 1;
+  *kl = nlen - j - 1;
+  return true;
+}
+
+void rdzv__round_tl_coll(struct root_job *s, const uint8_t *name,
+                         uint32_t nlen, uint64_t arrived, uint64_t count,
+                         enum tl_phase_state state) {
+  const uint8_t *rp, *kp;
+  uint32_t rl, kl;
+  int64_t gen;
+  if (!phase_name(name, nlen, &rp, &rl, &gen, &kp, &kl))
+    return;
+  const char *kind;
+  uint32_t skip;
+  if (kl > 4 && memcmp(kp, "uid/", 4) == 0) {
+    kind = "ids";
+    skip = 4;
+  } else if (kl > 8 && memcmp(kp, "barrier/", 8) == 0) {
+    kind = "barrier";
+    skip = 8;
+  } else {
+    return;
+  }
+  struct round *r = NULL;
+  HASH_FIND(hh, s->rounds, rp, rl, r);
+  if (r == NULL || r->gen != gen)
+    return;
+  struct timeline *tl = &r->tl;
+  const uint8_t *np = kp + skip;
+  uint32_t nl = kl - skip < 55 ? kl - skip : 55;
+  struct tl_phase *ph = NULL;
+  for (uint32_t i = 0; i < tl->nphases && ph == NULL; i++)
+    if (strcmp(tl->phases[i].kind, kind) == 0 &&
+        strlen(tl->phases[i].name) == nl &&
+        memcmp(tl->phases[i].name, np, nl) == 0)
+      ph = &tl->phases[i];
+  uint32_t ms = since(r, rdzv__now_ms(r->s->d));
+  if (ph == NULL) {
+    if (tl->nphases >= TL_PHASES) {
+      if (state == TL_PHASE_OPEN && arrived <= 1)
+        tl->phases_left_out++;
+      return;
+    }
+    ph = &tl->phases[tl->nphases++];
+    memset(ph, 0, sizeof(*ph));
+    snprintf(ph->kind, sizeof(ph->kind), "%s", kind);
+    memcpy(ph->name, np, nl);
+    ph->name[nl] = '\0';
+    ph->first_ms = ms;
+  }
+  if (ph->state != TL_PHASE_OPEN)
+    return; /* its end is kept */
+  if (arrived > ph->arrived) {
+    ph->arrived = arrived;
+    ph->last_ms = ms;
+  }
+  ph->count = count;
+  ph->state = state;
+  if (state != TL_PHASE_OPEN)
+    ph->ended_ms = ms;
+}
+
 void rdzv__round_tl_end(struct round *r) {
   struct stats *s = &r->s->d->stats;
   r->tl.ended_ms = rdzv__now_ms(r->s->d);
@@ -121,6 +206,25 @@ json_t *rdzv__round_tl_json(struct round *r, uint64_t now) {
                                           (json_int_t)j->ms));
   }
   json_object_set_new(o, "last_joined", last);
+  static const char *const pstate[] = {"open", "complete", "failed"};
+  json_t *phases = json_array();
+  for (uint32_t i = 0; i < tl->nphases; i++) {
+    const struct tl_phase *ph = &tl->phases[i];
+    json_t *e = json_pack("{s:s,s:o,s:s,s:I,s:I,s:I,s:I}", "kind", ph->kind,
+                          "name", ascii(ph->name), "state",
+                          pstate[ph->state], "arrived",
+                          (json_int_t)ph->arrived, "count",
+                          (json_int_t)ph->count, "first_ms",
+                          (json_int_t)ph->first_ms, "last_ms",
+                          (json_int_t)ph->last_ms);
+    if (e != NULL && ph->state != TL_PHASE_OPEN)
+      json_object_set_new(e, "ended_ms", json_integer(ph->ended_ms));
+    json_array_append_new(phases, e);
+  }
+  json_object_set_new(o, "phases", phases);
+  if (tl->phases_left_out > 0)
+    json_object_set_new(o, "phases_left_out",
+                        json_integer(tl->phases_left_out));
   if (open) {
     char why[1024];
     rdzv__round_describe_missing(r, why, sizeof(why));

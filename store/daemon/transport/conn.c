@@ -564,10 +564,10 @@ static void on_child_check(uv_timer_t *t) {
   if (c->state != CONN_READY || silent < d->cfg.liveness_timeout_ms)
     return;
   d->stats.children_silent++;
-  rdzv__log_event(d, "job %s: child node %s silent for %" PRIu64
-                  " ms (--liveness-timeout-ms %u): closing its connection",
-                  c->job != NULL ? c->job->id : "?", c->name, silent,
-                  d->cfg.liveness_timeout_ms);
+  rdzv__log_event_job(d, c->job != NULL ? c->job->id : "?",
+                      "child node %s silent for %" PRIu64
+                      " ms (--liveness-timeout-ms %u): closing its connection",
+                      c->name, silent, d->cfg.liveness_timeout_ms);
   char text[400];
   snprintf(text, sizeof(text), "daemon %s heard nothing from %s for %" PRIu64
            " ms: declared lost", d->cfg.name, c->name, silent);

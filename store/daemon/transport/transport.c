@@ -22,15 +22,20 @@
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/transport/transport_int.h"
 
-/* One log line on stderr: "rdzvd[NAME] text", or with --log-format json
- * one JSON object: {"time" (UTC, RFC 3339, ms), "level" ("error", "info",
- * "debug"), "daemon" (--name), "role", "event" (a rate-limited kind's
- * name, else omitted), "msg"}. skipped: lines of that kind left out
- * before this one (said after the text). */
-static void log_line(struct daemon *d, int level, const char *event,
-                     uint64_t skipped, const char *fmt, va_list ap) {
+/* One log line on stderr: "rdzvd[NAME] text" ("rdzvd[NAME] job JOB:
+ * text" about a job), or with --log-format json one JSON object: {"time"
+ * (UTC, RFC 3339, ms), "level" ("error", "info", "debug"), "daemon"
+ * (--name), "role", "job" (about a job, else omitted), "event" (a
+ * rate-limited kind's name, else omitted), "msg"}. skipped: lines of
+ * that kind left out before this one (said after the text). What is not
+ * ASCII in a JSON line's strings is written as '?'. */
+static void log_line(struct daemon *d, int level, const char *job,
+                     const char *event, uint64_t skipped, const char *fmt,
+                     va_list ap) {
   if (d->cfg.log_format[0] != 'j') {
     fprintf(stderr, "rdzvd[%s] ", d->cfg.name);
+    if (job != NULL)
+      fprintf(stderr, "job %s: ", job);
     vfprintf(stderr, fmt, ap);
     if (skipped > 0)
       fprintf(stderr, " (%llu more %s not logged)",
@@ -55,10 +60,18 @@ static void log_line(struct daemon *d, int level, const char *event,
                         levels[level < 0 ? 0 : level > 2 ? 2 : level],
                         "daemon", d->cfg.name, "role",
                         d->role != NULL ? d->role->name : "");
+  /* The text and the job may hold a peer's bytes (a job id): what is not
+   * ASCII is written as '?', so that every line is valid JSON. */
+  if (o != NULL && job != NULL) {
+    char id[256];
+    snprintf(id, sizeof(id), "%s", job);
+    for (char *c = id; *c != '\0'; c++)
+      if ((unsigned char)*c >= 0x80)
+        *c = '?';
+    json_object_set_new(o, "job", json_string(id));
+  }
   if (o != NULL && event != NULL)
     json_object_set_new(o, "event", json_string(event));
-  /* The text may hold a peer's bytes (a job id): what is not ASCII is
-   * written as '?', so that every line is valid JSON. */
   for (char *c = msg; *c != '\0'; c++)
     if ((unsigned char)*c >= 0x80)
       *c = '?';
@@ -83,7 +96,17 @@ void rdzv__log(struct daemon *d, int level, const char *fmt, ...) {
     return;
   va_list ap;
   va_start(ap, fmt);
-  log_line(d, level, NULL, 0, fmt, ap);
+  log_line(d, level, NULL, NULL, 0, fmt, ap);
+  va_end(ap);
+}
+
+void rdzv__log_job(struct daemon *d, int level, const char *job,
+                   const char *fmt, ...) {
+  if ((uint32_t)level > d->cfg.log_level)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  log_line(d, level, job, NULL, 0, fmt, ap);
   va_end(ap);
 }
 
@@ -93,7 +116,7 @@ void rdzv__log(struct daemon *d, int level, const char *fmt, ...) {
 #define LIMITED_LOGS_PER_S 10u
 
 static void log_limited(struct daemon *d, struct rdzv_log_limit *ll,
-                        const char *fmt, va_list ap) {
+                        const char *job, const char *fmt, va_list ap) {
   if (d->cfg.log_level < 1)
     return;
   uint64_t sec = uv_now(d->loop) / 1000;
@@ -106,28 +129,44 @@ static void log_limited(struct daemon *d, struct rdzv_log_limit *ll,
     return;
   }
   ll->n++;
-  log_line(d, 1, ll->what, ll->skipped, fmt, ap);
+  log_line(d, 1, job, ll->what, ll->skipped, fmt, ap);
   ll->skipped = 0;
 }
 
 void rdzv__log_drop(struct daemon *d, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  log_limited(d, &d->drop_limit, fmt, ap);
+  log_limited(d, &d->drop_limit, NULL, fmt, ap);
   va_end(ap);
 }
 
 void rdzv__log_event(struct daemon *d, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  log_limited(d, &d->event_limit, fmt, ap);
+  log_limited(d, &d->event_limit, NULL, fmt, ap);
+  va_end(ap);
+}
+
+void rdzv__log_event_job(struct daemon *d, const char *job, const char *fmt,
+                         ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_limited(d, &d->event_limit, job, fmt, ap);
   va_end(ap);
 }
 
 void rdzv__log_auth(struct daemon *d, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  log_limited(d, &d->auth_limit, fmt, ap);
+  log_limited(d, &d->auth_limit, NULL, fmt, ap);
+  va_end(ap);
+}
+
+void rdzv__log_auth_job(struct daemon *d, const char *job, const char *fmt,
+                        ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_limited(d, &d->auth_limit, job, fmt, ap);
   va_end(ap);
 }
 

@@ -512,6 +512,9 @@ void rdzv__log_drop(struct daemon *d, const char *fmt, ...)
  * ...) under the daemon's event rate limit, as rdzv__log_drop does. */
 void rdzv__log_event(struct daemon *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* rdzv__log_event about job, as rdzv__log_job says. */
+void rdzv__log_event_job(struct daemon *d, const char *job, const char *fmt,
+                         ...) __attribute__((format(printf, 3, 4)));
 
 /* "HOST:PORT" or "[V6]:PORT" into host and port. 0 or RDZV_EBAD_ADDR. */
 int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
@@ -545,6 +548,9 @@ int rdzv__job_secret(struct daemon *d, const uint8_t *id, size_t len,
  * daemon's auth rate limit, as rdzv__log_drop does. */
 void rdzv__log_auth(struct daemon *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* rdzv__log_auth about job, as rdzv__log_job says. */
+void rdzv__log_auth_job(struct daemon *d, const char *job, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Finds or creates the job named id (len bytes). NULL on ENOMEM. */
 struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len);
 /* Closes (with an ERROR frame of status and text) every READY connection
@@ -563,8 +569,14 @@ void rdzv__job_detach(struct conn *c);
 /* ---- helpers --------------------------------------------------------------- */
 
 uint64_t rdzv__now_ms(struct daemon *d);
+/* One log line at level (0 error, 1 info, 2 debug; logged when at most
+ * --log-level), as transport.c's log_line writes it. */
 void rdzv__log(struct daemon *d, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* As rdzv__log, about job (its id, NUL-terminated, at most 255 bytes):
+ * the text line starts "job JOB: ", a JSON line carries "job". */
+void rdzv__log_job(struct daemon *d, int level, const char *job,
+                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* A reply skeleton for request m. */
 void rdzv__reply_init(struct rdzv_msg *r, const struct rdzv_msg *m,
                       int status);
