@@ -30,11 +30,18 @@ etcd --name e0 --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$c
 etcdpid=$!
 pids+=("$etcdpid")
 "$rdzvd" --role root --listen 127.0.0.1:0 --name r1 --etcd "http://127.0.0.1:$cport" \
-  --etcd-lease-ttl-s 3 --etcd-timeout-ms 500 \
+  --etcd-lease-ttl-s 3 --etcd-timeout-ms 500 --port-file "$work/root.port" \
   --http-listen 127.0.0.1:0 --http-port-file "$work/http.port" >"$work/root.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 200); do [ -s "$work/http.port" ] && break; sleep 0.05; done
+for _ in $(seq 1 200); do [ -s "$work/http.port" ] && [ -s "$work/root.port" ] && break; sleep 0.05; done
 H=http://127.0.0.1:$(cat "$work/http.port")
+# A node under it, with a job's link up once the root leads.
+"$rdzvd" --role node --parent "127.0.0.1:$(cat "$work/root.port")" --unix "$work/n.sock" --name n1 \
+  --heartbeat-ms 100 --liveness-timeout-ms 600 \
+  --http-listen 127.0.0.1:0 --http-port-file "$work/n.http.port" >"$work/node.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 200); do [ -s "$work/n.http.port" ] && break; sleep 0.05; done
+NH=http://127.0.0.1:$(cat "$work/n.http.port")
 # readyz?verbose until it passes or N tries.
 until_code() {
   local want=$1 code=000
@@ -76,6 +83,20 @@ else
 fi
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$H/livez")" = 200 ] && ok "/livez 200 meanwhile" ||
   fail "/livez while etcd is stopped"
+# The node's parent check gives the standing-down root's own words: no
+# leader known, and what etcd did.
+code=000
+for _ in $(seq 1 300); do
+  "$src/tools/rdzvctl" --addr "unix:$work/n.sock" --job web --timeout 1 get k >/dev/null 2>&1
+  code=$(curl -s -o "$work/nbody" -w '%{http_code}' --max-time 5 "$NH/readyz?verbose")
+  [ "$code" = 503 ] && grep -q "no leader known; etcd: " "$work/nbody" && break
+  sleep 0.1
+done
+if [ "$code" = 503 ] && grep -q "^\[-\]parent failed: node n1: job web: parent .* refused by a standby root: root r1 (.*) is not the leader of .*: no leader known; etcd: " "$work/nbody"; then
+  ok "etcd stopped: the node's /readyz gives the root's reason: $(grep '^\[-\]parent' "$work/nbody")"
+else
+  fail "the node's /readyz while etcd is stopped ($code): $(cat "$work/nbody")"
+fi
 m=$(curl -s "$H/metrics")
 f=$(awk '$1 == "rdzv_etcd_lease_renewal_failures_total" {print $2}' <<<"$m")
 s=$(awk '$1 == "rdzv_etcd_lease_renewals_total" {print $2}' <<<"$m")

@@ -578,20 +578,20 @@ static void node_job_free(struct daemon *d, struct job *j) {
 static void node_checks(struct daemon *d, struct rdzv_checks *cs) {
   static const char *const names[] = {"parent", "root_reachable",
                                       "not_fenced"};
-  char why[3][240] = {"", "", ""};
+  char why[3][400] = {"", "", ""};
   int bad[3] = {0, 0, 0};
   for (struct job *j = d->jobs; j != NULL; j = j->next) {
     struct node_job *nj = j->role_data;
     if (nj == NULL || nj->up == NULL)
       continue;
-    char w[200];
+    char w[360];
     for (int k = 0; k < 3; k++) {
       bool ok = k == 0   ? rdzv__upstream_attached(nj->up, w, sizeof(w))
                 : k == 1 ? rdzv__upstream_root_reachable(nj->up, w,
                                                          sizeof(w))
                          : !rdzv__upstream_fenced(nj->up, w, sizeof(w));
       if (!ok && bad[k]++ == 0)
-        snprintf(why[k], sizeof(why[k]), "%.40s: %.190s", nj->what, w);
+        snprintf(why[k], sizeof(why[k]), "%.40s: %.350s", nj->what, w);
     }
   }
   for (int k = 0; k < 3; k++)

@@ -92,7 +92,7 @@ struct upstream {
   uv_timer_t beat;          /* every --heartbeat-ms: ping, or lose */
   uint64_t last_rx_ms;      /* bytes last came (or the attempt began) */
   uint64_t last_beat_ms;    /* when on_beat last ran */
-  char why[200];            /* the last failure, for errors and logs */
+  char why[300];            /* the last failure, for errors and logs */
   uint64_t down_since_ms;   /* since when the parent is not connected */
   bool was_up;              /* READY once: a loss is logged */
   uint32_t next_id;
@@ -1062,8 +1062,15 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
       return up_auth_answer(u, m);
     if (m->type == hello_type && m->req_id == u->hello_id &&
         m->status == RDZV_ENOT_LEADER) {
+      /* The root's own words (which leader, or why none is known: etcd
+       * unreachable) go with the reason /readyz and errors give. */
+      struct rdzv_slice t = {NULL, 0};
+      char why[260];
+      rdzv_items_get(&m->keys, 0, &t);
+      snprintf(why, sizeof(why), "refused by a standby root: %.*s",
+               (int)(t.n < 220 ? t.n : 220), t.n ? (const char *)t.p : "");
       follow_leader(u, m);
-      up_reset(u, "hello refused by a standby root", RDZV_ENOT_LEADER);
+      up_reset(u, why, RDZV_ENOT_LEADER);
       return false;
     }
     if (m->type == hello_type && m->req_id == u->hello_id &&

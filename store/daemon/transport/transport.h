@@ -337,7 +337,7 @@ struct job {
 struct rdzv_check {
   const char *name; /* static */
   bool ok;
-  char why[240]; /* a failed check's reason, naming what failed */
+  char why[400]; /* a failed check's reason, naming what failed */
 };
 struct rdzv_checks {
   int n;
