@@ -238,7 +238,6 @@ static int dirty_op(struct rdzv_durable *du, struct batch *b, struct djob *j,
 
 static void breq_send(struct breq *r);
 
-
 /* A batch goes once it is finished and nothing points at it any more. */
 static void batch_maybe_free(struct batch *b) {
   if (b->finished && b->inflight == 0 && b->timers == 0)

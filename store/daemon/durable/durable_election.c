@@ -18,7 +18,6 @@
 
 /* ---- the election ------------------------------------------------------------------ */
 
-
 static void on_campaign_timer(uv_timer_t *t) {
   rdzv__du_campaign_step(t->data);
 }
