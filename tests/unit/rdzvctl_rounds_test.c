@@ -1,4 +1,4 @@
-/* rdzvctl rounds' printer (tools/rdzvctl_rounds.c): statistics JSON in,
+/* rdzvctl rounds' printer (tools/ctl/rounds.c): statistics JSON in,
  * lines out. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "tools/rdzvctl_rounds.h"
+#include "tools/ctl/rounds.h"
 
 /* What rdzvctl_print_rounds wrote (malloc'd), its status in *rc. */
 static char *print(const char *stats, const char *round, int *rc,

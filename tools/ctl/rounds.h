@@ -1,6 +1,6 @@
-/* rdzvctl rounds (rdzvctl_rounds.c). */
-#ifndef RDZV_TOOLS_RDZVCTL_ROUNDS_H
-#define RDZV_TOOLS_RDZVCTL_ROUNDS_H
+/* rdzvctl rounds (rounds.c). */
+#ifndef RDZV_TOOLS_CTL_ROUNDS_H
+#define RDZV_TOOLS_CTL_ROUNDS_H
 
 #include <stddef.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* rdzvctl rounds: a job's rendezvous generations as the root sees them
  * (the "rounds" of its statistics, round_timeline.c), printed for a
  * person. Pure: JSON text in, lines out. */
-#include "tools/rdzvctl_rounds.h"
+#include "tools/ctl/rounds.h"
 
 #include <stdio.h>
 #include <string.h>
