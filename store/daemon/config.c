@@ -235,8 +235,9 @@ static const struct opt opts[] = {
   U32_OPT("http-max-connections-per-ip", "RDZVD_HTTP_MAX_CONNECTIONS_PER_IP",
           "4", http_max_connections_per_ip,
           "HTTP connections one client address may hold (0: no limit of "
-          "its own; at most --http-max-connections); more are closed at "
-          "once, so a flood from one address leaves room for the probes"),
+          "its own; more than --http-max-connections counts as that); more "
+          "are closed at once, so a flood from one address leaves room for "
+          "the probes"),
   U32_OPT("http-timeout-ms", "RDZVD_HTTP_TIMEOUT_MS", "10000",
           http_timeout_ms,
           "an HTTP connection open this long is closed, ms (>= 1000): idle, "
@@ -829,12 +830,7 @@ static int check_config(const struct rdzv_daemon_config *cfg, char *err,
              cfg->http_max_request_bytes);
     return -EINVAL;
   }
-  if (cfg->http_max_connections_per_ip > cfg->http_max_connections) {
-    snprintf(err, errlen, "--http-max-connections-per-ip (%u) must be at "
-             "most --http-max-connections (%u)",
-             cfg->http_max_connections_per_ip, cfg->http_max_connections);
-    return -EINVAL;
-  }
+
   if (cfg->max_hello_bytes < 1024) {
     snprintf(err, errlen,
              "--max-hello-bytes must be at least 1024 (got %u): a hello holds "

@@ -343,6 +343,20 @@ assert b["state"] == "complete" and b["arrived"] == b["count"] == 4, r
 assert b["first_ms"] <= b["last_ms"] <= b["ended_ms"] and b["first_ms"] >= r["elapsed_ms"], r
 assert ph[("ids", "world")]["state"] == "complete", r' "$work/body" &&
   ok "/status: the round's timeline" || fail "/status rounds: $(head -c 600 "$work/body")"
+# More collectives of the generation than the timeline keeps (8): two
+# whose names share their first 55 bytes stay two; 6 more; 2 left out.
+long=$(printf 'x%.0s' $(seq 1 60))
+for b in "${long}A" "${long}B" b1 b2 b3 b4 b5 b6; do
+  "$ctl" --addr "127.0.0.1:$rport" barrier "rdzv/world/g1/barrier/$b" 0 1 >/dev/null ||
+    fail "barrier $b"
+done
+out=$("$ctl" --addr "127.0.0.1:$rport" rounds world 2>&1)
+echo "$out"
+[ "$(grep -c "^  barrier '$(printf 'x%.0s' $(seq 1 55))': 1 of 1 " <<<"$out")" = 2 ] &&
+  grep -q "^  (and 2 later collectives not kept)$" <<<"$out" &&
+  [ "$(grep -c "^  \(ids\|barrier\) '" <<<"$out")" = 8 ] &&
+  ok "phases: names alike in 55 bytes kept apart, 8 kept, 2 counted as left out" ||
+  fail "phases past the timeline's 8"
 out=$("$ctl" rounds 2>&1)
 [ $? = 1 ] && grep -q "is a node: rounds are kept at the root" <<<"$out" &&
   ok "rounds asked of the node: it says to ask the root" || fail "rounds at the node: $out"
@@ -377,6 +391,18 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 [ "$code" = 200 ] && ok "root restarted: node ready again" || fail "root restarted: node /readyz $code"
+
+# --http-max-connections under the per-address default (4): it starts,
+# the per-address limit taken as the total.
+"$rdzvd" --role root --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
+  --http-max-connections 2 --http-port-file "$work/small.port" >"$work/small.log" 2>&1 &
+smallpid=$!
+pids+=("$smallpid")
+for _ in $(seq 1 100); do [ -s "$work/small.port" ] && break; sleep 0.05; done
+[ "$(get "http://127.0.0.1:$(cat "$work/small.port" 2>/dev/null)/livez")" = 200 ] &&
+  ok "--http-max-connections 2 (under the per-address 4): serving" ||
+  fail "--http-max-connections 2: $(cat "$work/small.log")"
+kill "$smallpid"
 
 # Options refused.
 for bad in "--http-listen nohost" "--http-listen 127.0.0.1:99999" \

@@ -502,6 +502,7 @@ static void on_watch(void *arg, int status, const char *message,
     if (ev[i].kv.vlen < sizeof(du->leader)) {
       memcpy(du->leader, ev[i].kv.value, ev[i].kv.vlen);
       du->leader[ev[i].kv.vlen] = '\0';
+      du->fenced = false; /* it knows who leads now */
     }
   }
 }

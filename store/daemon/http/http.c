@@ -183,7 +183,8 @@ static enum MHD_Result readyz(struct rdzv_http *h, struct MHD_Connection *conn,
   bool verbose = false;
   MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, find_verbose,
                             &verbose);
-  size_t cap = 512 + (size_t)cs.n * 320, n = 0;
+  /* Room for every check's longest line: "[-]NAME failed: WHY\n". */
+  size_t cap = 512 + (size_t)cs.n * (sizeof(cs.c[0].why) + 64), n = 0;
   char *out = malloc(cap);
   if (out == NULL)
     return MHD_NO;
@@ -341,18 +342,22 @@ int rdzv__http_start(struct daemon *d, const char *listen,
   if (ss.ss_family == AF_INET6)
     flags |= MHD_USE_IPv6;
   unsigned timeout_s = (d->cfg.http_timeout_ms + 999) / 1000;
+  /* One address holds at most --http-max-connections-per-ip of them
+   * (more than the total counts as the total; 0: no limit of its own). */
+  unsigned per_ip = d->cfg.http_max_connections_per_ip;
+  if (per_ip > d->cfg.http_max_connections)
+    per_ip = d->cfg.http_max_connections;
   h->mhd = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
-      mhd_log, h, MHD_OPTION_NOTIFY_CONNECTION, on_conn, h,
-      MHD_OPTION_SOCK_ADDR,
-      (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)d->cfg.http_max_connections,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-      (unsigned)d->cfg.http_max_connections_per_ip,
-      MHD_OPTION_CONNECTION_TIMEOUT,
-      timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      (size_t)d->cfg.http_max_request_bytes, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-      (unsigned)64, MHD_OPTION_END);
+      flags, 0, NULL, NULL, on_request, h,
+      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+      MHD_OPTION_NOTIFY_CONNECTION, on_conn, h,
+      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.http_max_connections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+      MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+      (size_t)d->cfg.http_max_request_bytes,
+      MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)64, MHD_OPTION_END);
   if (h->mhd == NULL) {
     fprintf(stderr, "rdzvd: --http-listen %s: cannot listen there (in use, "
             "or not this machine's address)\n", listen);

@@ -268,7 +268,7 @@ char *rdzv__http_metrics(const struct daemon *d, const struct rdzv_checks *cs) {
       "Stale aborts and re-binds of a lost daemon refused.", s->fenced);
   one(&t, "rdzv_fenced_by_parent_total", "counter",
       "Times this node's parent declared it lost or refused a request of "
-      "it as stale.", s->fenced_here);
+      "it as stale (each job's link counts its own).", s->fenced_here);
   one(&t, "rdzv_sessions_resumed_total", "counter",
       "Ranks' sessions resumed on a new connection.", s->sessions_resumed);
   one(&t, "rdzv_sessions_lost_total", "counter",

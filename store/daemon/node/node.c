@@ -461,7 +461,7 @@ static uint64_t node_hello_epoch(struct daemon *d, struct job *j) {
   return nj != NULL ? nj->epoch : 0;
 }
 
-static struct node_job *node_job(struct daemon *d, struct job *j) {
+struct node_job *rdzv__node_job(struct daemon *d, struct job *j) {
   if (j->role_data != NULL)
     return j->role_data;
   struct node_job *nj = calloc(1, sizeof(*nj));
@@ -483,7 +483,7 @@ static struct node_job *node_job(struct daemon *d, struct job *j) {
 
 static void node_handle(struct daemon *d, struct conn *c,
                         const struct rdzv_msg *m) {
-  struct node_job *nj = node_job(d, c->job);
+  struct node_job *nj = rdzv__node_job(d, c->job);
   if (nj == NULL) {
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
     return;

@@ -186,9 +186,15 @@ void rdzv__node_copies_on_lost(void *arg) {
 
 void rdzv__node_copies_ping(struct daemon *d, struct conn *c,
                             struct rdzv_msg *r) {
-  struct node_job *nj = c->job != NULL ? c->job->role_data : NULL;
-  if (nj == NULL)
-    return; /* no copies granted yet: no lease either */
+  /* A child that pings for a job this node holds nothing of (it
+   * restarted): the job's link to the parent starts now, so that what
+   * the child is told of the root (RDZV_F_ROOT_AWAY until it is up) is
+   * this node's own. */
+  struct node_job *nj = c->job != NULL ? rdzv__node_job(d, c->job) : NULL;
+  if (nj == NULL) {
+    r->flags |= RDZV_F_ROOT_AWAY;
+    return; /* out of memory: no copies granted either */
+  }
   if (!rdzv__upstream_root_reachable(nj->up, NULL, 0))
     r->flags |= RDZV_F_ROOT_AWAY; /* the child's root_reachable */
   uint64_t left = rdzv__upstream_lease_left(nj->up);

@@ -211,6 +211,9 @@ void rdzv__upstream_inval_ack(struct upstream *u, uint64_t gen, uint64_t seq);
 void rdzv__upstream_want_lease(struct upstream *u);
 /* Milliseconds the parent's lease on copies still runs (0: none). */
 uint64_t rdzv__upstream_lease_left(const struct upstream *u);
+/* Job j's node state, created (with its link to the parent, which
+ * starts connecting) if it has none. NULL when out of memory. */
+struct node_job *rdzv__node_job(struct daemon *d, struct job *j);
 /* Whether u's connection to the parent is up (its hello answered); when
  * not, why in why (n bytes): the address, for how long, the last
  * failure. */
@@ -222,8 +225,9 @@ bool rdzv__upstream_attached(const struct upstream *u, char *why, size_t n);
 bool rdzv__upstream_root_reachable(const struct upstream *u, char *why,
                                    size_t n);
 /* Whether the parent fenced this node (declared it lost, or refused a
- * request of it as stale) and has accepted none of its requests since;
- * when so, why (n bytes): who said what, how long ago. */
+ * request of it as stale) within the last --session-grace-ms, or since
+ * and has answered nothing sent after; when so, why (n bytes): who said
+ * what, how long ago. */
 bool rdzv__upstream_fenced(const struct upstream *u, char *why, size_t n);
 /* The largest frame body the parent takes: what its hello reply said, or
  * this daemon's own --max-frame-bytes before the first hello. */

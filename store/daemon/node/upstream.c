@@ -163,10 +163,12 @@ struct upstream {
   bool root_away;
   /* /readyz's not_fenced: the parent declared this node lost (an ERROR
    * frame, RDZV_ESILENT) or refused one of its requests as stale
-   * (RDZV_EFENCED), since fenced_ms (loop ms), why in fence_why; cleared
-   * by the first request submitted after that (seq >= fence_seq) that
-   * the parent accepts. */
-  bool fenced;
+   * (RDZV_EFENCED), at fenced_ms (loop ms), why in fence_why. It stays
+   * fenced for --session-grace-ms (what the node held of its ranks'
+   * sessions is settled by then, here and above) and until the parent
+   * has answered a request submitted after the fence (seq > fence_seq)
+   * or a ping sent after it (heard_after). */
+  bool fenced, heard_after;
   uint64_t fenced_ms;
   uint64_t seq, fence_seq;
   char fence_why[200];
@@ -207,8 +209,8 @@ static void refresh_ancestors(struct upstream *u) {
 }
 
 static void up_set_state(struct upstream *u, enum up_state s) {
-  rdzv__log(u->d, 2, "upstream %s: %s -> %s", u->job_id,
-            up_state_names[u->state], up_state_names[s]);
+  rdzv__log_job(u->d, 2, u->job_id, "upstream: %s -> %s",
+                up_state_names[u->state], up_state_names[s]);
   u->state = s;
 }
 
@@ -280,6 +282,8 @@ static bool copies_frame(struct upstream *u, const struct rdzv_msg *m) {
     if (m->req_id == u->ping_id) {
       u->ping_id = 0; /* answered: the next may go */
       u->root_away = (m->flags & RDZV_F_ROOT_AWAY) != 0;
+      if (u->fenced && u->ping_sent_ms > u->fenced_ms)
+        u->heard_after = true;
     }
     return true;
   }
@@ -334,9 +338,9 @@ void rdzv__upstream_inval_ack(struct upstream *u, uint64_t gen, uint64_t seq) {
  * request): what it said (n bytes of text). */
 static void fence(struct upstream *u, const char *what, const uint8_t *text,
                   size_t n) {
-  if (!u->fenced)
-    u->d->stats.fenced_here++;
+  u->d->stats.fenced_here++;
   u->fenced = true;
+  u->heard_after = false;
   u->fenced_ms = uv_now(u->d->loop);
   u->fence_seq = u->seq;
   snprintf(u->fence_why, sizeof(u->fence_why), "%s %s: %.*s", what,
@@ -360,11 +364,16 @@ bool rdzv__upstream_root_reachable(const struct upstream *u, char *why,
 }
 
 bool rdzv__upstream_fenced(const struct upstream *u, char *why, size_t n) {
-  if (u->fenced)
-    snprintf(why, n, "%s %llu ms ago, and no request accepted since",
-             u->fence_why,
-             (unsigned long long)(uv_now(u->d->loop) - u->fenced_ms));
-  return u->fenced;
+  if (!u->fenced)
+    return false;
+  uint64_t ago = uv_now(u->d->loop) - u->fenced_ms;
+  if (u->heard_after && ago >= u->d->cfg.session_grace_ms)
+    return false; /* over: the parent answers it again */
+  snprintf(why, n, "%s %llu ms ago (held --session-grace-ms %u, %s)",
+           u->fence_why, (unsigned long long)ago, u->d->cfg.session_grace_ms,
+           u->heard_after ? "the parent answers it again"
+                          : "no answer from the parent since");
+  return true;
 }
 
 bool rdzv__upstream_attached(const struct upstream *u, char *why, size_t n) {
@@ -1034,8 +1043,8 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
   if (m->type == RDZV_MSG_ERROR || !(m->flags & RDZV_F_REPLY)) {
     struct rdzv_slice t = {NULL, 0};
     rdzv_items_get(&m->keys, 0, &t);
-    rdzv__log(u->d, 0, "upstream %s: parent says %s: %.*s", u->job_id,
-              rdzv_strerror(m->status), (int)t.n, (const char *)t.p);
+    rdzv__log_job(u->d, 0, u->job_id, "parent says %s: %.*s",
+                  rdzv_strerror(m->status), (int)t.n, (const char *)t.p);
     /* The request that broke the parent's rule fails with its reason
      * (sending it again would only break the rule again). */
     struct upreq *bad = NULL;
@@ -1136,13 +1145,9 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     struct rdzv_slice t = {NULL, 0};
     rdzv_items_get(&m->keys, 0, &t);
     fence(u, "a request refused as stale by", t.p, t.n);
-  } else if (r != NULL && m->status == 0 && u->fenced &&
-             r->seq >= u->fence_seq) {
-    rdzv__log_job(u->d, 1, u->job_id,
-                  "node %s: the parent accepts its requests "
-                  "again (%s)",
-                  u->d->cfg.name, u->fence_why);
-    u->fenced = false;
+  } else if (r != NULL && u->fenced && !u->heard_after &&
+             r->seq > u->fence_seq) {
+    u->heard_after = true; /* any answer but a fence: it is heard again */
   }
   if (r != NULL && (m->flags & RDZV_F_PARTIAL) && r->cb != NULL)
     r->cb(u->d, m, r->arg); /* more replies will follow */

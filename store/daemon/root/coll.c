@@ -210,7 +210,7 @@ static void coll_complete(struct root_job *s, struct coll *co) {
   }
   rdzv_buf_free(&result);
   rdzv__round_tl_coll(s, co->name + 1, co->nlen - 1, co->count, co->count,
-                      TL_PHASE_DONE);
+                      TL_PHASE_DONE, false);
   struct pending *p;
   while ((p = co->pend) != NULL) {
     co->pend = p->next;
@@ -272,7 +272,7 @@ static int coll_fail_all(struct root_job *s, struct coll *co, int status,
   int rc = coll_save(s, co, status, (const uint8_t *)text, strlen(text));
   co->fail_status = status;
   rdzv__round_tl_coll(s, co->name + 1, co->nlen - 1, co->nmembers, co->count,
-                      TL_PHASE_FAILED);
+                      TL_PHASE_FAILED, false);
   while ((p = co->pend) != NULL) {
     co->pend = p->next;
     reply_text(p->c, co->type, p->req_id, status, text, strlen(text));
@@ -333,14 +333,14 @@ void rdzv__root_collective(struct root_job *s, struct conn *c,
     more += sizeof(struct member) + v.n;
   if (rdzv__root_room(s, c, m, more) < 0)
     return;
+  bool first = co->nmembers == 0;
   int rc = coll_add_members(s, co, m);
   if (rc < 0) {
     rdzv__root_reply_status(c, m, rc);
     return;
   }
-  if (co->nmembers < co->count)
-    rdzv__round_tl_coll(s, co->name + 1, co->nlen - 1, co->nmembers,
-                        co->count, TL_PHASE_OPEN);
+  rdzv__round_tl_coll(s, co->name + 1, co->nlen - 1, co->nmembers, co->count,
+                      TL_PHASE_OPEN, first);
   /* One pending reply per child node: its older request is answered
    * "superseded" so only the newest carries the result. (A client may
    * contribute several members on one connection; each gets its reply.) */

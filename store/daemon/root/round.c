@@ -29,8 +29,9 @@ static void round_save(struct round *r) {
   if (rdzv__state_rec_put(r->s->st, RDZV_STATE_REC_ROUND,
                           (const uint8_t *)r->name, (uint32_t)strlen(r->name),
                           rec, (uint32_t)(9 + rl)) < 0)
-    rdzv__log(r->s->d, 0, "round %s generation %" PRId64 ": cannot record it",
-              r->name, r->gen);
+    rdzv__log_job(r->s->d, 0, r->s->job_id,
+                  "round %s generation %" PRId64 ": cannot record it", r->name,
+                  r->gen);
 }
 
 /* A round's record, if the state has one (a backend that outlived an
@@ -194,9 +195,12 @@ static void on_grace(uv_timer_t *t) {
     char who[300];
     uint32_t n = describe_orphans(r, ct, who, sizeof(who));
     if (n == 0) { /* every member came back through another connection */
-      rdzv__log(r->s->d, 2, "round %s generation %" PRId64 ": %s %s lost, "
-                "but all its members came back", r->name, r->gen,
-                ct->c->role == RDZV_ROLE_NODE ? "node" : "rank", ct->c->name);
+      rdzv__log_job(r->s->d, 2, r->s->job_id,
+                    "round %s generation %" PRId64 ": %s %s lost, "
+                    "but all its members came back",
+                    r->name, r->gen,
+                    ct->c->role == RDZV_ROLE_NODE ? "node" : "rank",
+                    ct->c->name);
       HASH_DEL(r->contribs, ct);
       rdzv__conn_unref(ct->c);
       free(ct);
@@ -226,9 +230,11 @@ void rdzv__round_node_lost(struct round *r, struct contrib *ct) {
   }
   ct->lost = true;
   ct->lost_ms = uv_now(r->s->d->loop);
-  rdzv__log_event(r->s->d, "round %s generation %" PRId64 ": child node %s "
-                  "lost; its members wait %u ms for a re-send", r->name,
-                  r->gen, ct->c->name, r->s->d->cfg.session_grace_ms);
+  rdzv__log_event_job(r->s->d, r->s->job_id,
+                      "round %s generation %" PRId64 ": child node %s "
+                      "lost; its members wait %u ms for a re-send",
+                      r->name, r->gen, ct->c->name,
+                      r->s->d->cfg.session_grace_ms);
   if (!uv_is_active((uv_handle_t *)&r->grace))
     uv_timer_start(&r->grace, on_grace, r->s->d->cfg.session_grace_ms, 0);
 }
@@ -318,8 +324,9 @@ void rdzv__round_fail(struct round *r, int status, const char *why) {
   rdzv__waits_fail_prefix(&r->s->waits, (const uint8_t *)prefix, (uint32_t)n,
                           status, why);
   rdzv__root_colls_fail_prefix(r->s, prefix, status, why);
-  rdzv__log_event(r->s->d, "round %s generation %" PRId64 " failed: %s",
-            r->name, r->gen, why);
+  rdzv__log_event_job(r->s->d, r->s->job_id,
+                      "round %s generation %" PRId64 " failed: %s", r->name,
+                      r->gen, why);
 }
 
 /* ---- missing ranks --------------------------------------------------------- */
@@ -556,8 +563,9 @@ void rdzv__round_complete(struct round *r) {
     pend_free_all(r);
     for (i = 0; i < r->n; i++)
       ms[i]->via = NULL;
-    rdzv__log_event(r->s->d, "round %s generation %" PRId64 ": %u ranks",
-              r->name, r->gen, r->n);
+    rdzv__log_event_job(r->s->d, r->s->job_id,
+                        "round %s generation %" PRId64 ": %u ranks", r->name,
+                        r->gen, r->n);
   }
   free(recs);
   free(asg);
@@ -573,9 +581,10 @@ void rdzv__round_on_last_call(uv_timer_t *t) {
     /* Members of the superseded generation are still on their way:
      * one more last call for them. */
     r->prev_held = true;
-    rdzv__log(r->s->d, 2, "round %s generation %" PRId64 ": last call held "
-              "%u ms for %u members of the previous generation", r->name,
-              r->gen, r->params.last_call_ms, r->prev_pending);
+    rdzv__log_job(r->s->d, 2, r->s->job_id,
+                  "round %s generation %" PRId64 ": last call held "
+                  "%u ms for %u members of the previous generation",
+                  r->name, r->gen, r->params.last_call_ms, r->prev_pending);
     uv_timer_start(&r->last_call, rdzv__round_on_last_call,
                    r->params.last_call_ms, 0);
     return;
@@ -634,7 +643,8 @@ void rdzv__round_open(struct round *r, const struct rdzv_join_params *p) {
     snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/next", r->name, r->gen);
     int vl = snprintf(val, sizeof(val), "%" PRId64, r->gen + 1);
     if (rdzv__root_put(r->s, key, (const uint8_t *)val, (uint32_t)vl) < 0)
-      rdzv__log(r->s->d, 0, "round %s: cannot publish %s", r->name, key);
+      rdzv__log_job(r->s->d, 0, r->s->job_id, "round %s: cannot publish %s",
+                    r->name, key);
   }
   prev_clear(r);
   if (r->state == ROUND_DONE)

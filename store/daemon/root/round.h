@@ -39,7 +39,10 @@ struct tl_past {
 enum tl_phase_state { TL_PHASE_OPEN, TL_PHASE_DONE, TL_PHASE_FAILED };
 struct tl_phase {
   char kind[8];  /* "ids" or "barrier" */
-  char name[56]; /* COMM, COMM/arrive or NAME, cut to 55 bytes */
+  char name[56]; /* COMM, COMM/arrive or NAME, cut to 55 bytes, each
+                    byte that is not printable ASCII as '?' */
+  uint64_t id;   /* the whole name's FNV-1a hash and length: which */
+  uint32_t id_len; /* collective it is (names may share 55 bytes) */
   uint32_t first_ms, last_ms, ended_ms;
   uint64_t arrived, count;
   enum tl_phase_state state;
@@ -179,13 +182,15 @@ void rdzv__round_tl_end(struct round *r);
 /* The next generation opens: the last one becomes history. */
 void rdzv__round_tl_open(struct round *r);
 /* A collective of job s named name (nlen bytes) progressed: arrived of
- * count members have contributed, and state says whether it is still
- * open, completed or failed. Kept in its round's timeline when the name
- * is one of a generation's phases (see struct tl_phase) of the round's
- * current generation; any other name is ignored. */
+ * count members have contributed (first: its first contribution), and
+ * state says whether it is still open, completed or failed. Kept in its
+ * round's timeline when the name is one of a generation's phases (see
+ * struct tl_phase) of the round's current generation (counted in
+ * phases_left_out when the timeline is full); any other name is
+ * ignored. */
 void rdzv__round_tl_coll(struct root_job *s, const uint8_t *name,
                          uint32_t nlen, uint64_t arrived, uint64_t count,
-                         enum tl_phase_state state);
+                         enum tl_phase_state state, bool first);
 /* r's timeline as a JSON object (see rdzv__root_status), at loop time
  * now; NULL when out of memory. */
 struct json_t;

@@ -54,6 +54,8 @@ static bool phase_name(const uint8_t *name, uint32_t nlen, const uint8_t **rp,
   *rl = i - r0;
   int64_t g = 0;
   uint32_t j = i + 2;
+  if (j + 1 < nlen && name[j] == '0' && name[j + 1] != '/')
+    return false; /* "g01": not how the library writes a generation */
   for (; j < nlen && name[j] >= '0' && name[j] <= '9' && g < INT64_MAX / 10;
        j++)
     g = g * 10 + (name[j] - '0');
@@ -65,9 +67,17 @@ static bool phase_name(const uint8_t *name, uint32_t nlen, const uint8_t **rp,
   return true;
 }
 
-void rdzv__round_tl_coll(struct root_job *s, const uint8_t *name,
-                         uint32_t nlen, uint64_t arrived, uint64_t count,
-                         enum tl_phase_state state) {
+/* FNV-1a, 64 bits. */
+static uint64_t fnv1a(const uint8_t *p, uint32_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t i = 0; i < n; i++)
+    h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+void rdzv__round_tl_coll(struct root_job *s, const uint8_t *name, uint32_t nlen,
+                         uint64_t arrived, uint64_t count,
+                         enum tl_phase_state state, bool first) {
   const uint8_t *rp, *kp;
   uint32_t rl, kl;
   int64_t gen;
@@ -90,25 +100,28 @@ void rdzv__round_tl_coll(struct root_job *s, const uint8_t *name,
     return;
   struct timeline *tl = &r->tl;
   const uint8_t *np = kp + skip;
-  uint32_t nl = kl - skip < 55 ? kl - skip : 55;
+  uint32_t full = kl - skip, nl = full < 55 ? full : 55;
+  uint64_t id = fnv1a(np, full);
   struct tl_phase *ph = NULL;
   for (uint32_t i = 0; i < tl->nphases && ph == NULL; i++)
-    if (strcmp(tl->phases[i].kind, kind) == 0 &&
-        strlen(tl->phases[i].name) == nl &&
-        memcmp(tl->phases[i].name, np, nl) == 0)
+    if (tl->phases[i].id == id && tl->phases[i].id_len == full &&
+        strcmp(tl->phases[i].kind, kind) == 0)
       ph = &tl->phases[i];
   uint32_t ms = since(r, rdzv__now_ms(r->s->d));
   if (ph == NULL) {
     if (tl->nphases >= TL_PHASES) {
-      if (state == TL_PHASE_OPEN && arrived <= 1)
+      if (first)
         tl->phases_left_out++;
       return;
     }
     ph = &tl->phases[tl->nphases++];
     memset(ph, 0, sizeof(*ph));
     snprintf(ph->kind, sizeof(ph->kind), "%s", kind);
-    memcpy(ph->name, np, nl);
+    for (uint32_t i = 0; i < nl; i++)
+      ph->name[i] = np[i] >= 0x20 && np[i] < 0x7f ? (char)np[i] : '?';
     ph->name[nl] = '\0';
+    ph->id = id;
+    ph->id_len = full;
     ph->first_ms = ms;
   }
   if (ph->state != TL_PHASE_OPEN)

@@ -564,7 +564,7 @@ static void on_child_check(uv_timer_t *t) {
   if (c->state != CONN_READY || silent < d->cfg.liveness_timeout_ms)
     return;
   d->stats.children_silent++;
-  rdzv__log_event_job(d, c->job != NULL ? c->job->id : "?",
+  rdzv__log_event_job(d, c->job != NULL ? c->job->id : NULL,
                       "child node %s silent for %" PRIu64
                       " ms (--liveness-timeout-ms %u): closing its connection",
                       c->name, silent, d->cfg.liveness_timeout_ms);

@@ -182,5 +182,11 @@ void rdzv__check_add(struct rdzv_checks *cs, const char *name, bool ok,
     va_start(ap, fmt);
     vsnprintf(c->why, sizeof(c->why), fmt, ap);
     va_end(ap);
+    /* Peers' bytes (a job id, a root's text) cut anywhere: what is not
+     * printable ASCII is '?', so /readyz and /health stay valid UTF-8 and
+     * JSON. */
+    for (char *p = c->why; *p != '\0'; p++)
+      if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+        *p = '?';
   }
 }

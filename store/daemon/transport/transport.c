@@ -297,7 +297,7 @@ struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len) {
   j->linger.data = j;
   j->next = d->jobs;
   d->jobs = j;
-  rdzv__log(d, 2, "job '%s' created", j->id);
+  rdzv__log_job(d, 2, j->id, "created");
   return j;
 }
 
@@ -315,8 +315,8 @@ static void on_linger(uv_timer_t *t) {
   if (j->nconns > 0 || d->stopping)
     return;
   if (j->role_data != NULL)
-    rdzv__log_event(d, "job '%s' freed: no connection for %u ms", j->id,
-              d->cfg.job_linger_ms);
+    rdzv__log_event_job(d, j->id, "freed: no connection for %u ms",
+                        d->cfg.job_linger_ms);
   d->role->job_free(d, j);
   for (struct job **p = &d->jobs; *p != NULL; p = &(*p)->next) {
     if (*p == j) {

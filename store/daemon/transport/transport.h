@@ -573,8 +573,9 @@ uint64_t rdzv__now_ms(struct daemon *d);
  * --log-level), as transport.c's log_line writes it. */
 void rdzv__log(struct daemon *d, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* As rdzv__log, about job (its id, NUL-terminated, at most 255 bytes):
- * the text line starts "job JOB: ", a JSON line carries "job". */
+/* As rdzv__log, about job (its id, NUL-terminated, at most 255 bytes;
+ * NULL: about none, as rdzv__log): the text line starts "job JOB: ", a
+ * JSON line carries "job". */
 void rdzv__log_job(struct daemon *d, int level, const char *job,
                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* A reply skeleton for request m. */
