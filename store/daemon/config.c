@@ -1,5 +1,8 @@
-/* rdzvd options: the one place where configuration is read. */
+/* rdzvd options: the one place where configuration is read: the option
+ * table, defaults, the environment and argv, --help. Checking the values
+ * (addresses, uids, how they go together) is config_check.c's. */
 #include "store/daemon/config.h"
+#include "store/daemon/config_int.h"
 
 #include <errno.h>
 #include <pwd.h>
@@ -287,7 +290,7 @@ static void str_free(const char *p) {
 
 /* *field = a copy of the n bytes at v (empty for n 0). 0 or -ENOMEM (the
  * field unchanged). */
-static int str_set(const char **field, const char *v, size_t n) {
+int rdzv__config_str_set(const char **field, const char *v, size_t n) {
   const char *c = empty;
   if (n > 0) {
     char *m = malloc(n + 1);
@@ -312,7 +315,7 @@ int rdzv_config_set(struct rdzv_daemon_config *cfg, const char **field,
   va_end(ap);
   if (n < 0 || n > RDZV_CONFIG_LIST_MAX)
     return -EINVAL;
-  return str_set(field, buf, (size_t)n);
+  return rdzv__config_str_set(field, buf, (size_t)n);
 }
 
 void rdzv_config_free(struct rdzv_daemon_config *cfg) {
@@ -334,7 +337,8 @@ int rdzv_config_copy(struct rdzv_daemon_config *dst,
     *str_at(dst, offs[i]) = empty;
   for (size_t i = 0; i < n; i++) {
     const char *v = *str_at((struct rdzv_daemon_config *)src, offs[i]);
-    if (v != NULL && str_set(str_at(dst, offs[i]), v, strlen(v)) < 0) {
+    if (v != NULL &&
+        rdzv__config_str_set(str_at(dst, offs[i]), v, strlen(v)) < 0) {
       rdzv_config_free(dst);
       return -ENOMEM;
     }
@@ -351,7 +355,7 @@ static int set_opt(struct rdzv_daemon_config *cfg, const struct opt *o,
       snprintf(err, errlen, "--%s: longer than %zu bytes", o->name, o->size);
       return -EINVAL;
     }
-    if (str_set(str_at(cfg, o->off), v, n) < 0) {
+    if (rdzv__config_str_set(str_at(cfg, o->off), v, n) < 0) {
       snprintf(err, errlen, "--%s: out of memory", o->name);
       return -ENOMEM;
     }
@@ -488,467 +492,6 @@ static int parse_argv(struct rdzv_daemon_config *cfg, int argc, char **argv,
   return 0;
 }
 
-/* The longest Unix socket path: sun_path less its NUL. */
-#define UNIX_PATH_MAX_BYTES (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
-
-/* unix:PATH, or [tcp:]HOST:PORT (HOST may be [v6]) with PORT 1..65535. */
-static int parent_ok(const char *a) {
-  if (strncmp(a, "unix:", 5) == 0)
-    return a[5] != '\0';
-  if (strncmp(a, "tcp:", 4) == 0)
-    a += 4;
-  const char *colon = strrchr(a, ':');
-  if (colon == NULL || colon == a)
-    return 0;
-  int first, last;
-  return rdzv_config_port_range(colon + 1, &first, &last) == 0 && first >= 1;
-}
-
-int rdzv_config_port_range(const char *s, int *first, int *last) {
-  char *end = NULL;
-  if (*s < '0' || *s > '9')
-    return -EINVAL;
-  errno = 0;
-  long f = strtol(s, &end, 10), l = f;
-  if (errno != 0 || f > 65535)
-    return -EINVAL;
-  if (*end == '-') {
-    const char *t = end + 1;
-    if (*t < '0' || *t > '9')
-      return -EINVAL;
-    l = strtol(t, &end, 10);
-    if (errno != 0 || f < 1 || l < f || l > 65535 ||
-        l - f >= RDZV_MAX_PORT_RANGE)
-      return -EINVAL;
-  }
-  if (*end != '\0')
-    return -EINVAL;
-  *first = (int)f;
-  *last = (int)l;
-  return 0;
-}
-
-/* Splits [tcp:]HOST:PORT (HOST may be [v6]) into host (brackets dropped)
- * and port; false if it is not one. */
-static bool host_port(const char *a, char *host, size_t hostlen, long *port) {
-  if (strncmp(a, "tcp:", 4) == 0)
-    a += 4;
-  const char *colon = strrchr(a, ':');
-  if (colon == NULL || colon == a)
-    return false;
-  const char *h = a;
-  size_t hl = (size_t)(colon - a);
-  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-    h++;
-    hl -= 2;
-  }
-  int first, last;
-  if (rdzv_config_port_range(colon + 1, &first, &last) < 0 || hl >= hostlen)
-    return false;
-  *port = first;
-  memcpy(host, h, hl);
-  host[hl] = '\0';
-  return true;
-}
-
-static bool is_wildcard(const char *host) {
-  return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
-}
-
-bool rdzv_config_host_loopback(const char *host) {
-  struct in_addr a4;
-  struct in6_addr a6;
-  if (strcmp(host, "localhost") == 0)
-    return true;
-  if (inet_pton(AF_INET, host, &a4) == 1)
-    return (ntohl(a4.s_addr) >> 24) == 127;
-  if (inet_pton(AF_INET6, host, &a6) == 1)
-    return IN6_IS_ADDR_LOOPBACK(&a6) ||
-           (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
-  return false;
-}
-
-static bool is_loopback(const char *host) {
-  return rdzv_config_host_loopback(host);
-}
-
-/* One --allow-uids entry: a numeric uid (0 .. 2^32-2; 2^32-1 is the
- * kernel's "no uid") or a user name of this host's user database. */
-static int allow_uid_entry(const char *e, uint32_t *uid, char *err,
-                           size_t errlen) {
-  if (e[0] >= '0' && e[0] <= '9') {
-    char *end = NULL;
-    errno = 0;
-    unsigned long long x = strtoull(e, &end, 10);
-    if (errno != 0 || *end != '\0' || x >= UINT32_MAX) {
-      snprintf(err, errlen,
-               "--allow-uids: '%s' is not a uid in 0..%u (nor a user name)",
-               e, UINT32_MAX - 1);
-      return -EINVAL;
-    }
-    *uid = (uint32_t)x;
-    return 0;
-  }
-  struct passwd pw, *res = NULL;
-  char buf[4096];
-  int rc = getpwnam_r(e, &pw, buf, sizeof(buf), &res);
-  if (rc != 0 || res == NULL) {
-    snprintf(err, errlen,
-             "--allow-uids: '%s' is neither a numeric uid nor a user name "
-             "known to this host%s%s", e, rc != 0 ? ": " : "",
-             rc != 0 ? strerror(rc) : "");
-    return -EINVAL;
-  }
-  *uid = (uint32_t)pw.pw_uid;
-  return 0;
-}
-
-/* cfg->allow_uids ("U1,U2,...", "" none) into cfg->allow_uid. Every entry
- * must be one (no empty ones), at most RDZV_MAX_ALLOW_UIDS. 0 or -EINVAL,
- * naming the bad entry. */
-static int resolve_allow_uids(struct rdzv_daemon_config *cfg, char *err,
-                              size_t errlen) {
-  cfg->nallow_uids = 0;
-  const char *p = cfg->allow_uids;
-  if (p[0] == '\0')
-    return 0;
-  for (int i = 1;; i++) {
-    const char *comma = strchr(p, ',');
-    size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
-    char e[256];
-    if (n == 0 || n >= sizeof(e)) {
-      snprintf(err, errlen, "--allow-uids '%s': entry %d is %s",
-               cfg->allow_uids, i, n == 0 ? "empty" : "over 255 bytes");
-      return -EINVAL;
-    }
-    if (cfg->nallow_uids == RDZV_MAX_ALLOW_UIDS) {
-      snprintf(err, errlen, "--allow-uids: more than %d entries",
-               RDZV_MAX_ALLOW_UIDS);
-      return -EINVAL;
-    }
-    memcpy(e, p, n);
-    e[n] = '\0';
-    int rc = allow_uid_entry(e, &cfg->allow_uid[cfg->nallow_uids], err,
-                             errlen);
-    if (rc < 0)
-      return rc;
-    cfg->nallow_uids++;
-    if (comma == NULL)
-      return 0;
-    p = comma + 1;
-  }
-}
-
-/* --tcpstore-listen PORT means 127.0.0.1:PORT. */
-static int tcpstore_listen_default_host(struct rdzv_daemon_config *cfg) {
-  const char *v = cfg->tcpstore_listen;
-  if (v[0] == '\0' || strspn(v, "0123456789") != strlen(v))
-    return 0;
-  return rdzv_config_set(cfg, &cfg->tcpstore_listen, "127.0.0.1:%.200s", v);
-}
-
-/* The TCPStore front end's address: HOST:PORT, a loopback HOST unless
- * --tcpstore-remote. 0 or -EINVAL. */
-static int check_tcpstore_listen(const struct rdzv_daemon_config *cfg,
-                                 char *err, size_t errlen) {
-  char host[256];
-  long port;
-  const char *colon = strrchr(cfg->tcpstore_listen, ':');
-  if (!host_port(cfg->tcpstore_listen, host, sizeof(host), &port) ||
-      strchr(colon, '-') != NULL ||
-      strncmp(cfg->tcpstore_listen, "tcp:", 4) == 0) {
-    snprintf(err, errlen,
-             "--tcpstore-listen '%s' is neither PORT nor HOST:PORT (PORT "
-             "0..65535)", cfg->tcpstore_listen);
-    return -EINVAL;
-  }
-  if (!cfg->tcpstore_remote && !is_loopback(host)) {
-    snprintf(err, errlen,
-             "--tcpstore-listen '%s': %s is not a loopback address "
-             "(127.0.0.0/8, ::1, localhost), and PyTorch's TCPStore protocol "
-             "has no authentication: anyone who reaches the port could read "
-             "and write job %s's keys; give --tcpstore-remote to serve it "
-             "there anyway", cfg->tcpstore_listen, host,
-             cfg->tcpstore_job[0] ? cfg->tcpstore_job : "(none)");
-    return -EINVAL;
-  }
-  return 0;
-}
-
-/* Whether a node's --parent is its own --listen address: the same host and
- * port, or a loopback (or the wildcard) host and the port of a wildcard
- * listener. Only the obvious cases: a name of this host other than
- * localhost is not resolved. */
-static bool parent_is_self_tcp(const struct rdzv_daemon_config *cfg) {
-  char ph[256], lh[256];
-  long pp, lp;
-  /* A port range may hold another daemon at another of its ports. */
-  const char *pc = strrchr(cfg->parent, ':'), *lc = strrchr(cfg->listen, ':');
-  if ((pc != NULL && strchr(pc, '-') != NULL) ||
-      (lc != NULL && strchr(lc, '-') != NULL))
-    return false;
-  if (strncmp(cfg->parent, "unix:", 5) == 0 || cfg->listen[0] == '\0' ||
-      !host_port(cfg->parent, ph, sizeof(ph), &pp) ||
-      !host_port(cfg->listen, lh, sizeof(lh), &lp) || lp == 0 || pp != lp)
-    return false;
-  if (strcmp(ph, lh) == 0)
-    return true;
-  if (is_wildcard(lh))
-    return is_wildcard(ph) || is_loopback(ph);
-  return strcmp(ph, "localhost") == 0 && is_loopback(lh);
-}
-
-/* "--parent P,A1,A2": P stays the parent, A1,A2 become the ancestors;
- * each must be an address, the parent at most 255 bytes, at most 16
- * ancestors. 0 or -EINVAL. */
-static int split_parent(struct rdzv_daemon_config *cfg, char *err,
-                        size_t errlen) {
-  const char *comma = strchr(cfg->parent, ',');
-  int rc = 0;
-  if (comma != NULL) {
-    size_t plen = (size_t)(comma - cfg->parent);
-    rc = str_set(&cfg->ancestors, comma + 1, strlen(comma + 1));
-    if (rc == 0)
-      rc = str_set(&cfg->parent, cfg->parent, plen);
-  } else {
-    rc = str_set(&cfg->ancestors, "", 0);
-  }
-  if (rc < 0) {
-    snprintf(err, errlen, "--parent: out of memory");
-    return rc;
-  }
-  if (strlen(cfg->parent) > 255) {
-    snprintf(err, errlen, "--parent: an address is at most 255 bytes");
-    return -EINVAL;
-  }
-  char copy[RDZV_CONFIG_LIST_MAX + 1];
-  snprintf(copy, sizeof(copy), "%s", cfg->ancestors);
-  int n = 0;
-  for (char *save = NULL, *a = strtok_r(copy, ",", &save); a != NULL;
-       a = strtok_r(NULL, ",", &save)) {
-    if (!parent_ok(a) || strlen(a) > 255 || ++n > 16) {
-      snprintf(err, errlen,
-               "--parent: ancestor '%.255s' is not unix:PATH or "
-               "[tcp:]HOST:PORT of at most 255 bytes (at most 16 ancestors)",
-               a);
-      return -EINVAL;
-    }
-  }
-  return 0;
-}
-
-/* Checks the values together, once all are read. 0 or -EINVAL. */
-static int check_config(const struct rdzv_daemon_config *cfg, char *err,
-                        size_t errlen) {
-  if (cfg->role == RDZV_DAEMON_NODE && cfg->parent[0] == '\0') {
-    snprintf(err, errlen, "--role node needs --parent ADDR");
-    return -EINVAL;
-  }
-  if (cfg->role == RDZV_DAEMON_NODE && !parent_ok(cfg->parent)) {
-    snprintf(err, errlen,
-             "--parent '%s' is neither unix:PATH nor [tcp:]HOST:PORT with a "
-             "port in 1..65535 (or HOST:FIRST-LAST, at most %d ports)",
-             cfg->parent, RDZV_MAX_PORT_RANGE);
-    return -EINVAL;
-  }
-  if (cfg->role == RDZV_DAEMON_ROOT && cfg->parent[0] != '\0') {
-    snprintf(err, errlen, "--role root takes no --parent");
-    return -EINVAL;
-  }
-  if (strlen(cfg->unix_path) > UNIX_PATH_MAX_BYTES) {
-    snprintf(err, errlen,
-             "--unix '%s' is %zu bytes; a Unix socket path holds at most %zu "
-             "bytes", cfg->unix_path, strlen(cfg->unix_path),
-             UNIX_PATH_MAX_BYTES);
-    return -EINVAL;
-  }
-  if (strncmp(cfg->parent, "unix:", 5) == 0 &&
-      strlen(cfg->parent + 5) > UNIX_PATH_MAX_BYTES) {
-    snprintf(err, errlen,
-             "--parent '%s': the path is %zu bytes; a Unix socket path holds "
-             "at most %zu bytes", cfg->parent, strlen(cfg->parent + 5),
-             UNIX_PATH_MAX_BYTES);
-    return -EINVAL;
-  }
-  if (cfg->role == RDZV_DAEMON_NODE && strncmp(cfg->parent, "unix:", 5) == 0 &&
-      cfg->unix_path[0] != '\0' && strcmp(cfg->parent + 5, cfg->unix_path) == 0) {
-    snprintf(err, errlen,
-             "--parent '%s' is its own --unix socket: a node's parent must be "
-             "another daemon", cfg->parent);
-    return -EINVAL;
-  }
-  if (cfg->role == RDZV_DAEMON_NODE && parent_is_self_tcp(cfg)) {
-    snprintf(err, errlen,
-             "--parent '%s' is its own --listen address (%s): a node's parent "
-             "must be another daemon", cfg->parent, cfg->listen);
-    return -EINVAL;
-  }
-  if (cfg->listen[0] != '\0') {
-    const char *c = strrchr(cfg->listen, ':');
-    int first, last;
-    if (c == NULL || rdzv_config_port_range(c + 1, &first, &last) < 0) {
-      snprintf(err, errlen,
-               "--listen '%s' is not HOST:PORT (PORT 0..65535) or "
-               "HOST:FIRST-LAST (1..65535, at most %d ports)",
-               cfg->listen, RDZV_MAX_PORT_RANGE);
-      return -EINVAL;
-    }
-  }
-  if (cfg->port_file[0] != '\0' && cfg->listen[0] == '\0') {
-    snprintf(err, errlen,
-             "--port-file needs a TCP listener, and --listen is empty");
-    return -EINVAL;
-  }
-  if (cfg->max_frame_bytes < 64) {
-    snprintf(err, errlen, "--max-frame-bytes must be at least 64 (got %u)",
-             cfg->max_frame_bytes);
-    return -EINVAL;
-  }
-  if (strcmp(cfg->log_format, "text") != 0 &&
-      strcmp(cfg->log_format, "json") != 0) {
-    snprintf(err, errlen, "--log-format '%s': text or json", cfg->log_format);
-    return -EINVAL;
-  }
-  if (cfg->http_listen[0] != '\0') {
-    char host[256];
-    long port;
-    const char *colon = strrchr(cfg->http_listen, ':');
-    if (!host_port(cfg->http_listen, host, sizeof(host), &port) ||
-        strchr(colon, '-') != NULL ||
-        strncmp(cfg->http_listen, "tcp:", 4) == 0) {
-      snprintf(err, errlen,
-               "--http-listen '%s' is not HOST:PORT (PORT 0..65535)",
-               cfg->http_listen);
-      return -EINVAL;
-    }
-  }
-  if (cfg->http_max_connections < 1 || cfg->http_timeout_ms < 1000 ||
-      cfg->http_max_request_bytes < 4096) {
-    snprintf(err, errlen, "--http-max-connections (%u) must be >= 1, "
-             "--http-timeout-ms (%u) >= 1000 and --http-max-request-bytes "
-             "(%u) >= 4096", cfg->http_max_connections, cfg->http_timeout_ms,
-             cfg->http_max_request_bytes);
-    return -EINVAL;
-  }
-
-  if (cfg->max_hello_bytes < 1024) {
-    snprintf(err, errlen,
-             "--max-hello-bytes must be at least 1024 (got %u): a hello holds "
-             "a job id of up to 255 bytes, a name and a nonce",
-             cfg->max_hello_bytes);
-    return -EINVAL;
-  }
-  if (cfg->max_key_bytes == 0) {
-    snprintf(err, errlen,
-             "--max-key-bytes must be at least 1 (0 would refuse every key)");
-    return -EINVAL;
-  }
-  if (cfg->etcd[0] != '\0' && cfg->role != RDZV_DAEMON_ROOT) {
-    snprintf(err, errlen, "--etcd is for --role root (a node keeps no "
-                          "state of its own)");
-    return -EINVAL;
-  }
-  if (cfg->etcd[0] != '\0' &&
-      (cfg->etcd_lease_ttl_s < 2 || cfg->etcd_job_ttl_s < 2 ||
-       cfg->etcd_max_txn_ops < 2 || cfg->etcd_max_request_bytes < 4096 ||
-       cfg->etcd_timeout_ms == 0)) {
-    snprintf(err, errlen,
-             "--etcd-lease-ttl-s and --etcd-job-ttl-s must be at least 2 "
-             "(etcd's shortest lease), --etcd-max-txn-ops at least 2, "
-             "--etcd-max-request-bytes at least 4096, --etcd-timeout-ms "
-             "above 0");
-    return -EINVAL;
-  }
-  if (cfg->etcd[0] != '\0' && cfg->tcpstore_listen[0] != '\0') {
-    snprintf(err, errlen,
-             "--tcpstore-listen is not served by an etcd-backed root (a "
-             "standby would answer from no state): run it on a node");
-    return -EINVAL;
-  }
-  if (cfg->etcd[0] != '\0' && cfg->etcd_prefix[0] == '\0') {
-    snprintf(err, errlen, "--etcd-prefix must not be empty");
-    return -EINVAL;
-  }
-  if (cfg->secret_file[0] != '\0' && cfg->secret_dir[0] != '\0') {
-    snprintf(err, errlen, "--secret-file and --secret-dir: give one of "
-                          "them (one secret for every job, or one per job)");
-    return -EINVAL;
-  }
-  if (cfg->tcpstore_listen[0] == '\0' &&
-      (cfg->tcpstore_job[0] != '\0' || cfg->tcpstore_port_file[0] != '\0')) {
-    snprintf(err, errlen, "--tcpstore-job and --tcpstore-port-file need "
-                          "--tcpstore-listen HOST:PORT");
-    return -EINVAL;
-  }
-  if (cfg->tcpstore_listen[0] == '\0' && cfg->tcpstore_remote) {
-    snprintf(err, errlen, "--tcpstore-remote needs --tcpstore-listen "
-                          "HOST:PORT");
-    return -EINVAL;
-  }
-  if (cfg->tcpstore_listen[0] != '\0' &&
-      check_tcpstore_listen(cfg, err, errlen) < 0)
-    return -EINVAL;
-  if (cfg->job[0] != '\0' && cfg->tcpstore_job[0] != '\0' &&
-      strcmp(cfg->job, cfg->tcpstore_job) != 0) {
-    snprintf(err, errlen, "--tcpstore-job '%s' is not --job '%s' (this "
-             "daemon serves that job only)", cfg->tcpstore_job, cfg->job);
-    return -EINVAL;
-  }
-  /* Values that must not be 0, and what 0 would do. */
-  static const struct {
-    size_t off;
-    const char *name, *why;
-  } nonzero[] = {
-      {offsetof(struct rdzv_daemon_config, max_connections), "max-connections",
-       "refuse every connection"},
-      {offsetof(struct rdzv_daemon_config, max_outstanding), "max-outstanding",
-       "refuse every request"},
-      {offsetof(struct rdzv_daemon_config, hello_timeout_ms),
-       "hello-timeout-ms", "drop every connection before its hello"},
-      {offsetof(struct rdzv_daemon_config, upstream_wait_max_ms),
-       "upstream-wait-max-ms", "ask the parent for no wait at all"},
-      {offsetof(struct rdzv_daemon_config, upstream_timeout_ms),
-       "upstream-timeout-ms", "fail every request before the parent answers"},
-      {offsetof(struct rdzv_daemon_config, heartbeat_ms), "heartbeat-ms",
-       "ping the parent without pause"},
-      {offsetof(struct rdzv_daemon_config, liveness_timeout_ms),
-       "liveness-timeout-ms", "lose every parent and child at once"},
-      {offsetof(struct rdzv_daemon_config, connect_timeout_ms),
-       "connect-timeout-ms", "give up every connection attempt at once"},
-  };
-  for (size_t i = 0; i < sizeof(nonzero) / sizeof(nonzero[0]); i++) {
-    uint32_t v;
-    memcpy(&v, (const char *)cfg + nonzero[i].off, sizeof(v));
-    if (v == 0) {
-      snprintf(err, errlen, "--%s must be at least 1 (0 would %s)",
-               nonzero[i].name, nonzero[i].why);
-      return -EINVAL;
-    }
-  }
-  if (cfg->role == RDZV_DAEMON_NODE &&
-      cfg->liveness_timeout_ms <= cfg->heartbeat_ms) {
-    snprintf(err, errlen,
-             "--liveness-timeout-ms (%u) must exceed --heartbeat-ms (%u): a "
-             "healthy peer would be lost between two heartbeats",
-             cfg->liveness_timeout_ms, cfg->heartbeat_ms);
-    return -EINVAL;
-  }
-  if (cfg->copy_lease_ms >= cfg->liveness_timeout_ms) {
-    snprintf(err, errlen,
-             "--copy-lease-ms (%u) must be less than --liveness-timeout-ms "
-             "(%u): a parent closes a silent node only after its lease on "
-             "copies has ended",
-             cfg->copy_lease_ms, cfg->liveness_timeout_ms);
-    return -EINVAL;
-  }
-  if (cfg->flush_ms > cfg->flush_max_ms) {
-    snprintf(err, errlen, "--flush-ms (%u) must not exceed --flush-max-ms (%u)",
-             cfg->flush_ms, cfg->flush_max_ms);
-    return -EINVAL;
-  }
-  return 0;
-}
-
 /* Adds to the message in err where the refused value came from: the
  * variable name, and the value cut to 64 bytes; the message is cut
  * instead of the name when err is short. */
@@ -993,10 +536,10 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
       return rc;
     }
   }
-  rc = split_parent(cfg, err, errlen);
+  rc = rdzv__config_split_parent(cfg, err, errlen);
   if (rc != 0)
     return rc;
-  rc = resolve_allow_uids(cfg, err, errlen);
+  rc = rdzv__config_resolve_allow_uids(cfg, err, errlen);
   if (rc != 0) {
     /* Checked once all are read: say if the value came from the
      * environment (argv did not override it). */
@@ -1006,14 +549,14 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
       env_blame(err, errlen, au->env, ev);
     return rc;
   }
-  rc = tcpstore_listen_default_host(cfg);
+  rc = rdzv__config_tcpstore_default_host(cfg);
   /* A daemon of one job serves that job's TCPStore clients. */
   if (rc == 0 && cfg->tcpstore_listen[0] != '\0' &&
       cfg->tcpstore_job[0] == '\0')
-    rc = str_set(&cfg->tcpstore_job, cfg->job, strlen(cfg->job));
+    rc = rdzv__config_str_set(&cfg->tcpstore_job, cfg->job, strlen(cfg->job));
   if (rc < 0) {
     snprintf(err, errlen, "out of memory");
     return rc;
   }
-  return check_config(cfg, err, errlen);
+  return rdzv__config_check(cfg, err, errlen);
 }

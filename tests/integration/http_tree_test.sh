@@ -133,12 +133,15 @@ nroot=$(pq 'count(rdzv_build_info{role="root"})' | awk '{print $2}')
 nnode=$(pq 'count(rdzv_build_info{role="node"})' | awk '{print $2}')
 [ "$nroot" = 1 ] && [ "$nnode" = 2 ] && ok "rdzv_build_info: 1 root and 2 nodes" ||
   fail "rdzv_build_info roles: root $nroot, node $nnode ($roles)"
+# The joins as each level counted them: what mid sent up is what the root
+# received (how many the tree combined depends on when the ranks came).
 rj=$(pq "rdzv_requests_total{op=\"join\",result=\"ok\",instance=\"127.0.0.1:$rhport\"}" | awk '{print $2}')
+mj=$(pq "rdzv_upstream_requests_total{op=\"join\",instance=\"${M#http://}\"}" | awk '{print $2}')
 lj=$(pq "rdzv_requests_total{op=\"join\",result=\"ok\",instance=\"${L#http://}\"}" | awk '{print $2}')
-echo "join requests: at the leaf $lj, at the root $rj"
-[ "$lj" = 2 ] && [ -n "$rj" ] && [ "$rj" -ge 1 ] && [ "$rj" -lt 4 ] &&
-  ok "Prometheus: 2 joins at the leaf, $rj at the root for 4 ranks" ||
-  fail "join requests: leaf '$lj', root '$rj'"
+echo "join requests: at the leaf $lj, sent up by mid $mj, at the root $rj"
+[ "$lj" = 2 ] && [ -n "$rj" ] && [ "$rj" = "$mj" ] && [ "$rj" -ge 1 ] && [ "$rj" -le 4 ] &&
+  ok "Prometheus: 2 joins at the leaf; mid sent up $mj, the root received $rj, for 4 ranks" ||
+  fail "join requests: leaf '$lj', mid up '$mj', root '$rj'"
 out=$(pq 'min(rdzv_ready)')
 [ "${out##* }" = 1 ] && ok "Prometheus: every check of every daemon passes (min(rdzv_ready) 1)" ||
   fail "min(rdzv_ready): $out"
