@@ -1,7 +1,8 @@
 /* rdzvd transport: a connection's life (references, close), its write
- * path (frames queued during a loop iteration, written at its end) and its
- * read path (framing, the hello, request validation and limits, then the
- * role's handle hook). */
+ * path (frames queued during a loop iteration, written at its end), the
+ * write gate, and its read path (framing, request validation and limits,
+ * then the role's handle hook). The hello, its admission and
+ * authentication are hello.c's. */
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -16,7 +17,7 @@
 static const char *const state_names[] = {"HELLO_WAIT", "READY", "CLOSING",
                                           "CLOSED"};
 
-static void conn_set_state(struct conn *c, enum conn_state s) {
+void rdzv__conn_set_state(struct conn *c, enum conn_state s) {
   rdzv__log(c->d, 2, "conn %s: %s -> %s", c->name, state_names[c->state],
             state_names[s]);
   c->state = s;
@@ -26,21 +27,7 @@ static void conn_set_state(struct conn *c, enum conn_state s) {
 
 void rdzv__conn_ref(struct conn *c) { c->refs++; }
 
-static void peer_desc(struct conn *c, char *buf, size_t n);
-static void printable(const struct rdzv_slice *s, char *buf, size_t n);
-
-/* The most of a challenged hello's peer name kept until its proof comes
- * (the connection's name holds fewer). */
-#define HELLO_NAME_KEEP 255u
-
-/* A challenged hello waiting for the peer's proof (RDZV_MSG_AUTH). */
-struct conn_auth {
-  struct rdzv_buf hello; /* what admission needs of the hello, encoded */
-  uint8_t expect[RDZV_AUTH_PROOF_BYTES]; /* the client proof it must send */
-  bool known; /* this daemon holds the job's secret */
-};
-
-static void auth_free(struct conn *c) {
+void rdzv__conn_auth_free(struct conn *c) {
   if (c->auth == NULL)
     return;
   rdzv_buf_free(&c->auth->hello);
@@ -49,7 +36,7 @@ static void auth_free(struct conn *c) {
 }
 
 static void conn_free(struct conn *c) {
-  auth_free(c);
+  rdzv__conn_auth_free(c);
   rdzv_buf_free(&c->in);
   rdzv__outq_release(&c->out);
   free(c);
@@ -62,7 +49,7 @@ void rdzv__conn_unref(struct conn *c) {
 
 bool rdzv__conn_alive(const struct conn *c) { return c->state == CONN_READY; }
 
-static void on_timer_freed(uv_handle_t *h) { free(h); }
+void rdzv__conn_on_timer_freed(uv_handle_t *h) { free(h); }
 
 static void on_timer_closed(uv_handle_t *h) {
   struct conn *c = h->data;
@@ -85,7 +72,7 @@ void rdzv__conn_close_now(struct conn *c) {
     return;
   if (c->inproc) {
     struct daemon *d = c->d;
-    conn_set_state(c, CONN_CLOSED);
+    rdzv__conn_set_state(c, CONN_CLOSED);
     TAILQ_REMOVE(&d->conns, c, link);
     if (c->dirty)
       TAILQ_REMOVE(&d->dirty, c, dirty_link);
@@ -111,15 +98,15 @@ void rdzv__conn_close_now(struct conn *c) {
     if (rdzv_msg_decode(c->auth->hello.data, c->auth->hello.len, UINT32_MAX,
                         &h, &used) == 0 &&
         rdzv_items_get(&h.keys, 0, &job) == 0)
-      printable(&job, jb, sizeof(jb));
+      rdzv__conn_printable(&job, jb, sizeof(jb));
     d->stats.auth_refused++;
-    peer_desc(c, peer, sizeof(peer));
+    rdzv__conn_peer_desc(c, peer, sizeof(peer));
     rdzv__log_auth(d, "conn %s from %s (job %s): closed after the challenge, "
                    "without a proof (its secret differs, or it has none)",
                    c->name, peer, jb);
-    auth_free(c);
+    rdzv__conn_auth_free(c);
   }
-  conn_set_state(c, CONN_CLOSED);
+  rdzv__conn_set_state(c, CONN_CLOSED);
   TAILQ_REMOVE(&d->conns, c, link);
   if (c->dirty) {
     TAILQ_REMOVE(&d->dirty, c, dirty_link);
@@ -149,8 +136,6 @@ void rdzv__conn_close_now(struct conn *c) {
 
 /* ---- write path -------------------------------------------------------------- */
 
-static void start_write(struct conn *c);
-
 static void on_write(void *arg, int status) {
   struct conn *c = arg;
   c->write_active = false;
@@ -162,7 +147,7 @@ static void on_write(void *arg, int status) {
     if (!c->linger)
       rdzv__conn_close_now(c);
   } else if (c->state != CONN_CLOSED && c->out.buf.len > 0) {
-    start_write(c); /* what was queued (or released) meanwhile */
+    rdzv__conn_start_write(c); /* what was queued (or released) meanwhile */
     if (!c->write_active && c->state == CONN_CLOSING && c->out.buf.len == 0 &&
         !c->linger)
       rdzv__conn_close_now(c); /* that went at once: the last frame */
@@ -172,7 +157,7 @@ static void on_write(void *arg, int status) {
   rdzv__conn_unref(c);
 }
 
-static void start_write(struct conn *c) {
+void rdzv__conn_start_write(struct conn *c) {
   /* Under a gate only the released bytes go (see rdzv__gate_install). */
   size_t n = c->d->gate != NULL ? c->gate_rel : c->out.buf.len;
   if (c->write_active || n == 0 || c->state == CONN_CLOSED)
@@ -246,7 +231,7 @@ static void gate_step(struct daemon *d) {
   }
   for (c = TAILQ_FIRST(&d->held); c != NULL; c = next) {
     next = TAILQ_NEXT(c, held_link);
-    start_write(c);
+    rdzv__conn_start_write(c);
     if (c->held && c->out.buf.len <= c->gate_rel) {
       TAILQ_REMOVE(&d->held, c, held_link);
       c->held = false;
@@ -317,7 +302,7 @@ void rdzv__conn_flush_check(uv_check_t *h) {
   while ((c = TAILQ_FIRST(&d->dirty)) != NULL) {
     TAILQ_REMOVE(&d->dirty, c, dirty_link);
     c->dirty = false;
-    start_write(c);
+    rdzv__conn_start_write(c);
   }
   uv_idle_stop(&d->flush_idle);
 }
@@ -455,9 +440,6 @@ void rdzv__conn_fail(struct conn *c, int status, const char *text) {
   rdzv__conn_fail_req(c, 0, status, text);
 }
 
-static void conn_fail_sent(struct conn *c, uint32_t req_id, int status,
-                           const char *text);
-
 void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
                          const char *text) {
   if (c->state == CONN_CLOSING || c->state == CONN_CLOSED)
@@ -465,7 +447,7 @@ void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
   c->d->stats.proto_errors++;
   rdzv__log_drop(c->d, "conn %s: dropped: %s (%s)", c->name,
                  rdzv_strerror(status), text);
-  conn_fail_sent(c, req_id, status, text);
+  rdzv__conn_fail_sent(c, req_id, status, text);
 }
 
 /* A refused peer's bytes are read and dropped; its hang-up (or a read
@@ -477,9 +459,7 @@ static void on_linger_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     rdzv__conn_close_now(c);
 }
 
-static void on_linger_timeout(uv_timer_t *t) {
-  rdzv__conn_close_now(t->data);
-}
+static void on_linger_timeout(uv_timer_t *t) { rdzv__conn_close_now(t->data); }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 
@@ -495,7 +475,7 @@ void rdzv__conn_refuse(struct conn *c, int status, const char *text) {
   if (c->state != CONN_HELLO_WAIT || c->inproc)
     return;
   c->linger = true;
-  conn_fail_sent(c, 0, status, text);
+  rdzv__conn_fail_sent(c, 0, status, text);
   if (c->state != CONN_CLOSING)
     return; /* the write failed: closed already */
   uv_read_start(&c->h.stream, on_alloc, on_linger_read);
@@ -510,8 +490,8 @@ void rdzv__conn_refuse(struct conn *c, int status, const char *text) {
 
 /* Sends an ERROR frame (status, text) and closes c once it is written
  * (a refused peer's, rdzv__conn_refuse: once the peer hangs up). */
-static void conn_fail_sent(struct conn *c, uint32_t req_id, int status,
-                           const char *text) {
+void rdzv__conn_fail_sent(struct conn *c, uint32_t req_id, int status,
+                          const char *text) {
   struct daemon *d = c->d;
   struct rdzv_slice s = {(const uint8_t *)text, (uint32_t)strlen(text)};
   struct rdzv_msg m;
@@ -522,7 +502,7 @@ static void conn_fail_sent(struct conn *c, uint32_t req_id, int status,
   m.status = status;
   m.keys.n = 1;
   m.keys.v = &s;
-  conn_set_state(c, CONN_CLOSING);
+  rdzv__conn_set_state(c, CONN_CLOSING);
   uv_read_stop(&c->h.stream);
   if (d->gate != NULL) {
     /* Answers not yet persisted are dropped (the peer sends them again
@@ -541,7 +521,7 @@ static void conn_fail_sent(struct conn *c, uint32_t req_id, int status,
     TAILQ_REMOVE(&d->dirty, c, dirty_link);
     c->dirty = false;
   }
-  start_write(c);
+  rdzv__conn_start_write(c);
   if (!c->write_active && !c->linger)
     rdzv__conn_close_now(c);
 }
@@ -552,7 +532,7 @@ static void conn_fail_sent(struct conn *c, uint32_t req_id, int status,
  * --liveness-timeout-ms is stopped, wedged or cut off (its TCP connection
  * may look healthy for minutes). Closing it withdraws what it carried, as
  * for a child that died. */
-static void on_child_check(uv_timer_t *t) {
+void rdzv__conn_on_child_check(uv_timer_t *t) {
   struct conn *c = t->data;
   struct daemon *d = c->d;
   uint64_t now = uv_now(d->loop);
@@ -577,7 +557,7 @@ static void on_child_check(uv_timer_t *t) {
 /* Whether c's peer is on another host: a TCP peer whose address is
  * neither loopback nor the connection's own local address (what it sees
  * as "127.0.0.1:P" or unix:PATH is its own host's). */
-static bool peer_remote(struct conn *c) {
+bool rdzv__conn_peer_remote(struct conn *c) {
   struct sockaddr_storage peer, self;
   int plen = sizeof(peer), slen = sizeof(self);
   if (!c->tcp ||
@@ -602,7 +582,7 @@ static bool peer_remote(struct conn *c) {
 }
 
 /* An address that means this host only (unix:, loopback, localhost). */
-static bool addr_local(const char *a) {
+bool rdzv__conn_addr_local(const char *a) {
   if (strncmp(a, "unix:", 5) == 0)
     return true;
   if (strncmp(a, "tcp:", 4) == 0)
@@ -611,379 +591,10 @@ static bool addr_local(const char *a) {
          strncmp(a, "[::1]:", 6) == 0;
 }
 
-/* A hello refused: status with why (keys[0]) and, from a standby root
- * (RDZV_ENOT_LEADER), the leader's address (vals[0], when known); then
- * the connection closes once it is written. */
-static void refuse_hello(struct conn *c, const struct rdzv_msg *m, int status,
-                         const char *text, const char *leader) {
-  struct daemon *d = c->d;
-  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
-  struct rdzv_slice l = {(const uint8_t *)leader, (uint32_t)strlen(leader)};
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, status);
-  r.flags = RDZV_F_REPLY;
-  r.keys.n = 1;
-  r.keys.v = &t;
-  r.vals.n = l.n > 0 ? 1 : 0;
-  r.vals.v = &l;
-  rdzv__log(d, 2, "conn %s: hello refused: %s", c->name, text);
-  if (d->gate != NULL)
-    rdzv__outq_truncate(&c->out, c->gate_rel);
-  rdzv__conn_send(c, &r);
-  if (d->gate != NULL)
-    c->gate_rel = c->gate_seal = c->out.buf.len;
-  conn_set_state(c, CONN_CLOSING);
-  uv_read_stop(&c->h.stream);
-  if (c->dirty) {
-    TAILQ_REMOVE(&d->dirty, c, dirty_link);
-    c->dirty = false;
-  }
-  if (c->held) {
-    TAILQ_REMOVE(&d->held, c, held_link);
-    c->held = false;
-  }
-  start_write(c);
-  if (!c->write_active)
-    rdzv__conn_close_now(c);
-}
-
-static void send_ungated(struct conn *c, const struct rdzv_msg *r);
-static void hello_admit(struct conn *c, const struct rdzv_msg *m,
-                        const struct rdzv_msg *req);
-
-/* Who is on the other end, for a log line: "ADDR:PORT" or "unix pid N". */
-static void peer_desc(struct conn *c, char *buf, size_t n) {
-  struct sockaddr_storage sa;
-  int len = sizeof(sa);
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (!c->tcp) {
-    snprintf(buf, n, "unix pid %d", c->peer_pid);
-    return;
-  }
-  if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&sa, &len) == 0) {
-    if (sa.ss_family == AF_INET) {
-      const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
-      inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-      port = ntohs(a->sin_port);
-    } else if (sa.ss_family == AF_INET6) {
-      const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&sa;
-      inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-      port = ntohs(a->sin6_port);
-    }
-  }
-  snprintf(buf, n, "%s:%d", host, port);
-}
-
-/* A peer-given string made printable for a log line. */
-static void printable(const struct rdzv_slice *s, char *buf, size_t n) {
-  size_t i;
-  for (i = 0; s->p != NULL && i < s->n && i + 1 < n; i++)
-    buf[i] = s->p[i] >= 0x20 && s->p[i] < 0x7f ? (char)s->p[i] : '?';
-  buf[i] = '\0';
-}
-
-/* Refuses an authentication: counted, logged (rate-limited) with why
- * (never a secret or a proof), and the same words to every peer, whatever
- * the cause: they tell nothing of the job. */
-static void auth_refuse(struct conn *c, uint32_t req_id, struct rdzv_slice job,
-                        const char *why) {
-  struct daemon *d = c->d;
-  char peer[96], jb[128];
-  printable(&job, jb, sizeof(jb)); /* job may lie in c->auth's hello */
-  auth_free(c); /* counted here, not again at the close */
-  d->stats.auth_refused++;
-  peer_desc(c, peer, sizeof(peer));
-  rdzv__log_auth(d, "conn %s from %s (job %s): authentication refused: %s",
-                 c->name, peer, jb, why);
-  conn_fail_sent(c, req_id, RDZV_EAUTH,
-                 "authentication failed: this daemon serves only peers that "
-                 "prove their job's secret (rdzvd --secret-file; the client's "
-                 "RDZV_SECRET_FILE)");
-}
-
-/* With a secret: answers a hello with a challenge (this daemon's nonce
- * and its proof), whether it holds the job's secret or not (then the
- * proof is random, and the peer's answer is refused): a stranger learns
- * nothing of the job. */
-static void hello_challenge(struct conn *c, const struct rdzv_msg *m,
-                            struct rdzv_slice job) {
-  struct daemon *d = c->d;
-  struct rdzv_slice cn;
-  uint8_t key[RDZV_AUTH_SECRET_MAX_BYTES], sn[RDZV_AUTH_NONCE_BYTES],
-      proof[RDZV_AUTH_PROOF_BYTES];
-  size_t klen = 0;
-  if (rdzv_items_get(&m->vals, 0, &cn) < 0 || cn.n != RDZV_AUTH_NONCE_BYTES) {
-    d->stats.auth_no_nonce++;
-    auth_refuse(c, 0, job,
-                cn.n == 0 || m->vals.n == 0
-                    ? "its hello carried no nonce: the peer has no secret"
-                    : "its hello's nonce is not 32 bytes");
-    return;
-  }
-  if (rdzv_auth_is_own_nonce(d->own_key, cn.p)) {
-    /* This daemon's own hello to a parent, come back to it: its --parent
-     * range holds its own port, or whoever took that connection reflects
-     * it (a fake parent, which would relay this daemon's proofs between
-     * its two sides holding no secret itself). No challenge: its proof
-     * is what this daemon, as a child, would take for its parent's. */
-    auth_refuse(c, 0, job,
-                "its nonce is this daemon's own: its hello to a parent came "
-                "back (its --parent range holds its own port, or a fake "
-                "parent reflects it)");
-    return;
-  }
-  /* What the hello's admission needs of it, kept until the proof comes:
-   * no more (its other items, up to --max-hello-bytes, are not held). */
-  struct rdzv_slice keep[2] = {job, {NULL, 0}};
-  rdzv_items_get(&m->keys, 1, &keep[1]);
-  if (keep[1].n > HELLO_NAME_KEEP)
-    keep[1].n = HELLO_NAME_KEEP;
-  struct rdzv_msg hk;
-  memset(&hk, 0, sizeof(hk));
-  hk.type = RDZV_MSG_HELLO;
-  hk.req_id = m->req_id;
-  hk.a = m->a;
-  hk.b = m->b;
-  hk.keys.n = 2;
-  hk.keys.v = keep;
-  struct conn_auth *a = calloc(1, sizeof(*a));
-  if (a == NULL || rdzv_msg_encode(&hk, &a->hello) < 0) {
-    if (a != NULL)
-      rdzv_buf_free(&a->hello);
-    free(a);
-    rdzv__conn_fail(c, RDZV_ENOMEM, "out of memory");
-    return;
-  }
-  a->known = rdzv__job_secret(d, job.p, job.n, key, &klen) == 1;
-  /* The port the peer reached this daemon on (0: a Unix socket): the
-   * proofs are bound to it (store/auth/auth.h). */
-  uint16_t port = 0;
-  struct sockaddr_storage sa;
-  int salen = sizeof(sa);
-  if (c->tcp &&
-      uv_tcp_getsockname(&c->h.tcp, (struct sockaddr *)&sa, &salen) == 0)
-    port = rdzv_auth_port_of(&sa);
-  if (!a->known) { /* the same work with a key nobody holds */
-    klen = 32;
-    rdzv_auth_nonce(key, klen);
-  }
-  if (rdzv_auth_nonce(sn, sizeof(sn)) < 0 ||
-      rdzv_auth_proof(key, klen, RDZV_AUTH_SERVER, job.p, job.n, port, cn.p, sn,
-                      proof) < 0 ||
-      rdzv_auth_proof(key, klen, RDZV_AUTH_CLIENT, job.p, job.n, port, cn.p, sn,
-                      a->expect) < 0) {
-    rdzv_auth_wipe(key, sizeof(key));
-    rdzv_buf_free(&a->hello);
-    free(a);
-    rdzv__conn_fail(c, RDZV_EAUTH, "no random numbers for a challenge");
-    return;
-  }
-  rdzv_auth_wipe(key, sizeof(key));
-  c->auth = a;
-  d->stats.auth_challenged++;
-  struct rdzv_slice v[2] = {{sn, sizeof(sn)}, {proof, sizeof(proof)}};
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, 0);
-  r.flags = RDZV_F_REPLY | RDZV_F_CHALLENGE;
-  r.vals.n = 2;
-  r.vals.v = v;
-  if (d->gate != NULL)
-    send_ungated(c, &r); /* depends on no state the gate holds */
-  else
-    rdzv__conn_send(c, &r);
-}
-
-/* The frame after a challenge: the peer's proof. Right: the hello goes on
- * as it would have without authentication, its reply answering m. */
-static void handle_auth(struct conn *c, const struct rdzv_msg *m) {
-  struct daemon *d = c->d;
-  struct conn_auth *a = c->auth;
-  struct rdzv_msg h;
-  struct rdzv_slice p = {NULL, 0}, job = {NULL, 0};
-  size_t used = 0;
-  if (rdzv_msg_decode(a->hello.data, a->hello.len, UINT32_MAX, &h, &used) <
-      0) { /* cannot be: this daemon encoded it */
-    auth_free(c);
-    rdzv__conn_fail(c, RDZV_EPROTO, "hello lost");
-    return;
-  }
-  rdzv_items_get(&h.keys, 0, &job);
-  if (m->type != RDZV_MSG_AUTH || (m->flags & RDZV_F_REPLY) ||
-      m->vals.n != 1 || rdzv_items_get(&m->vals, 0, &p) < 0 ||
-      p.n != RDZV_AUTH_PROOF_BYTES) {
-    auth_refuse(c, m->req_id, job,
-                m->type != RDZV_MSG_AUTH
-                    ? "a challenged hello not followed by its proof"
-                    : "a malformed proof");
-    return;
-  }
-  if (!a->known || !rdzv_auth_equal(p.p, a->expect, RDZV_AUTH_PROOF_BYTES)) {
-    auth_refuse(c, m->req_id, job,
-                a->known ? "a wrong proof: not the job's secret"
-                         : "this daemon holds no secret of that job");
-    return;
-  }
-  d->stats.auth_accepted++;
-  /* Proved: no longer a challenged connection (a refusal by the admission
-   * that follows, a standby's redirect, another job's node, is not one of
-   * the authentication's). h points into the hello kept, freed after. */
-  struct rdzv_buf hello = a->hello;
-  a->hello = (struct rdzv_buf){0};
-  auth_free(c);
-  hello_admit(c, &h, m);
-  rdzv_buf_free(&hello);
-}
-
-static void handle_hello(struct conn *c, const struct rdzv_msg *m) {
-  struct daemon *d = c->d;
-  struct rdzv_slice job;
-  if (m->type != RDZV_MSG_HELLO) {
-    rdzv__conn_fail(c, RDZV_EHELLO, "the first frame must be a hello");
-    return;
-  }
-  if (rdzv_items_get(&m->keys, 0, &job) < 0 || job.n == 0 || job.n > 255 ||
-      memchr(job.p, '\0', job.n) != NULL) {
-    rdzv__conn_fail(c, RDZV_EJOB_ID_MISSING,
-                    "hello: job id missing, empty, over 255 bytes or with a "
-                    "NUL byte");
-    return;
-  }
-  if (m->a != RDZV_ROLE_CLIENT && m->a != RDZV_ROLE_NODE) {
-    rdzv__conn_fail(c, RDZV_EBAD_ROLE, "hello: unknown peer role");
-    return;
-  }
-  if (d->auth && !c->inproc) {
-    hello_challenge(c, m, job);
-    return;
-  }
-  hello_admit(c, m, m);
-}
-
-/* A hello (m) that passed its checks, and its authentication: the
- * daemon's own checks, then the reply, which answers req (m itself, or
- * the RDZV_MSG_AUTH that proved the peer). */
-static void hello_admit(struct conn *c, const struct rdzv_msg *m,
-                        const struct rdzv_msg *req) {
-  struct daemon *d = c->d;
-  struct rdzv_slice job, name = {NULL, 0};
-  rdzv_items_get(&m->keys, 0, &job);
-  /* A daemon of one job (--job): a child node of another job that reached
-   * this port (a shared host, ports from one range) moves on to its
-   * parent's next port. (Clients are not refused: `rdzvctl stats` names
-   * no job.) */
-  if (d->cfg.job[0] != '\0' && m->a == RDZV_ROLE_NODE &&
-      (job.n != strlen(d->cfg.job) || memcmp(job.p, d->cfg.job, job.n) != 0)) {
-    char text[1024];
-    snprintf(text, sizeof(text),
-             "daemon %s at %s serves job %s only, not job %.*s", d->cfg.name,
-             d->bound_addr[0] ? d->bound_addr : d->cfg.unix_path, d->cfg.job,
-             (int)job.n, (const char *)job.p);
-    refuse_hello(c, req, RDZV_EJOB_MISMATCH, text, "");
-    return;
-  }
-  /* This daemon's own hello (its --parent range holds its own port, or
-   * names its own address): refused, so that it tries its next
-   * candidate instead of forwarding to itself. */
-  if (m->a == RDZV_ROLE_NODE && m->b != 0 &&
-      (uint64_t)m->b == d->incarnation) {
-    char text[600];
-    snprintf(text, sizeof(text),
-             "daemon %s at %s is this node itself: a node cannot be its own "
-             "parent", d->cfg.name, d->bound_addr);
-    refuse_hello(c, req, RDZV_EHELLO, text, "");
-    return;
-  }
-  if (d->admit != NULL && !c->inproc) {
-    char text[400], leader[256];
-    text[0] = leader[0] = '\0';
-    if (!d->admit(d->admit_arg, text, sizeof(text), leader, sizeof(leader))) {
-      refuse_hello(c, req, RDZV_ENOT_LEADER, text, leader);
-      return;
-    }
-  }
-  struct job *j = rdzv__job_get(d, job.p, job.n);
-  if (j == NULL) {
-    rdzv__conn_fail(c, RDZV_ENOMEM, "out of memory");
-    return;
-  }
-  if (rdzv_items_get(&m->keys, 1, &name) == 0 && name.n > 0) {
-    size_t n = name.n < sizeof(c->name) - 1 ? name.n : sizeof(c->name) - 1;
-    memcpy(c->name, name.p, n);
-    c->name[n] = '\0';
-  }
-  c->role = (int)m->a;
-  c->last_check_ms = uv_now(d->loop);
-  if (c->timer != NULL)
-    uv_timer_stop(c->timer);
-  if (c->role == RDZV_ROLE_NODE && c->timer != NULL) {
-    /* Often enough to see a silence soon after the timeout. */
-    uint64_t every = d->cfg.liveness_timeout_ms / 4 > 0
-                         ? d->cfg.liveness_timeout_ms / 4 : 1;
-    if (every > d->cfg.heartbeat_ms)
-      every = d->cfg.heartbeat_ms;
-    c->check_every_ms = every;
-    uv_timer_start(c->timer, on_child_check, every, every);
-  } else if (c->timer != NULL) {
-    /* A client needs no timer from now on: an idle one holds none. */
-    uv_close((uv_handle_t *)c->timer, on_timer_freed);
-    c->timer = NULL;
-  }
-  rdzv__job_attach(c, j);
-  conn_set_state(c, CONN_READY);
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, req, 0);
-  uint64_t epoch = d->role->hello_epoch != NULL ? d->role->hello_epoch(d, j) : 0;
-  r.b = (int64_t)(d->incarnation ^ (epoch * 0x9E3779B97F4A7C15ull));
-  r.a = (int64_t)d->cfg.max_frame_bytes; /* what a child may send */
-  /* This daemon's chain up to the root: where a child goes when this
-   * daemon is lost. */
-  /* A child on another host gets none of the addresses that mean this
-   * host only (there they would name its own host's daemons). */
-  struct rdzv_slice chain[RDZV_MAX_ANCESTORS + 1];
-  uint32_t nchain = 0;
-  bool remote = d->cfg.parent[0] != '\0' && peer_remote(c);
-  if (d->cfg.parent[0] != '\0' && !(remote && addr_local(d->cfg.parent))) {
-    chain[nchain].p = (const uint8_t *)d->cfg.parent;
-    chain[nchain++].n = (uint32_t)strlen(d->cfg.parent);
-  }
-  for (uint32_t i = 0; d->cfg.parent[0] != '\0' && i < d->nancestors &&
-                       nchain < RDZV_MAX_ANCESTORS;
-       i++) {
-    if (remote && addr_local(d->ancestors[i]))
-      continue;
-    chain[nchain].p = (const uint8_t *)d->ancestors[i];
-    chain[nchain++].n = (uint32_t)strlen(d->ancestors[i]);
-  }
-  /* A root tells its peers (the other roots of an etcd-backed service). */
-  for (uint32_t i = 0; d->cfg.parent[0] == '\0' && i < d->npeers &&
-                       nchain < RDZV_MAX_ANCESTORS;
-       i++) {
-    if (remote && addr_local(d->peers[i]))
-      continue;
-    chain[nchain].p = (const uint8_t *)d->peers[i];
-    chain[nchain++].n = (uint32_t)strlen(d->peers[i]);
-  }
-  r.vals.n = nchain;
-  r.vals.v = chain;
-  /* Its --liveness-timeout-ms, so that a child pings often enough. */
-  uint8_t live[4];
-  for (int i = 0; i < 4; i++)
-    live[i] = (uint8_t)(d->cfg.liveness_timeout_ms >> (8 * i));
-  struct rdzv_slice lk = {live, sizeof(live)};
-  r.keys.n = 1;
-  r.keys.v = &lk;
-  r.flags = RDZV_F_REPLY | (d->admit != NULL ? RDZV_F_SHARED_INC : 0);
-  if (d->gate != NULL && !c->inproc)
-    send_ungated(c, &r); /* depends on no state the gate holds */
-  else
-    rdzv__conn_send(c, &r);
-}
-
 /* Under a gate: a reply that depends on no state (a ping's) goes before
  * the frames the gate holds, so that a peer hears from this daemon while
  * etcd is slow (its liveness check must not declare it lost). */
-static void send_ungated(struct conn *c, const struct rdzv_msg *r) {
+void rdzv__conn_send_ungated(struct conn *c, const struct rdzv_msg *r) {
   struct daemon *d = c->d;
   if (c->state != CONN_READY && c->state != CONN_HELLO_WAIT)
     return;
@@ -1016,7 +627,7 @@ static void reply_ungated(struct conn *c, struct rdzv_msg *r) {
   r->flags |= RDZV_F_REPLY;
   if (c->outstanding > 0)
     c->outstanding--;
-  send_ungated(c, r);
+  rdzv__conn_send_ungated(c, r);
 }
 
 void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
@@ -1024,12 +635,12 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
   d->stats.frames_in++;
   if (c->state == CONN_HELLO_WAIT && c->auth != NULL) {
     d->stats.ops[RDZV_MSG_AUTH].received++;
-    handle_auth(c, m);
+    rdzv__conn_handle_auth(c, m);
     return;
   }
   if (c->state == CONN_HELLO_WAIT) {
     d->stats.ops[RDZV_MSG_HELLO].received++;
-    handle_hello(c, m);
+    rdzv__conn_handle_hello(c, m);
     return;
   }
   int rc = rdzv_msg_validate_request(m, &d->limits);
@@ -1041,9 +652,10 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
     return;
   }
   if (m->type == RDZV_MSG_HELLO || m->type == RDZV_MSG_AUTH) {
-    rdzv__conn_fail(c, RDZV_EPROTO, m->type == RDZV_MSG_HELLO
-                                        ? "a second hello"
-                                        : "an auth frame after the hello");
+    rdzv__conn_fail(c, RDZV_EPROTO,
+                    m->type == RDZV_MSG_HELLO
+                        ? "a second hello"
+                        : "an auth frame after the hello");
     return;
   }
   if (++c->outstanding > d->cfg.max_outstanding) {

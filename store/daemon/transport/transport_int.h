@@ -1,8 +1,9 @@
-/* What the transport's own files (transport.c, conn.c, listen.c,
- * inproc.c) share and nobody else uses. Private. */
+/* What the transport's own files (transport.c, conn.c, hello.c,
+ * listen.c, inproc.c) share and nobody else uses. Private. */
 #ifndef RDZV_STORE_DAEMON_TRANSPORT_INT_H
 #define RDZV_STORE_DAEMON_TRANSPORT_INT_H
 
+#include "store/auth/auth.h"
 #include "store/daemon/transport/transport.h"
 
 /* Read buffers start small and double while a frame needs more: 100,000
@@ -25,6 +26,56 @@ void rdzv__conn_refuse(struct conn *c, int status, const char *text);
 void rdzv__conn_start_reading(struct conn *c);
 /* The loop's check callback: writes what this iteration queued. */
 void rdzv__conn_flush_check(uv_check_t *h);
+
+/* conn.c, for hello.c */
+/* The most of a challenged hello's peer name kept until its proof comes
+ * (the connection's name holds fewer). */
+#define HELLO_NAME_KEEP 255u
+/* A challenged hello waiting for the peer's proof (RDZV_MSG_AUTH). */
+struct conn_auth {
+  struct rdzv_buf hello; /* what admission needs of the hello, encoded */
+  uint8_t expect[RDZV_AUTH_PROOF_BYTES]; /* the client proof it must send */
+  bool known; /* this daemon holds the job's secret */
+};
+/* c's state becomes s (logged at debug level). */
+void rdzv__conn_set_state(struct conn *c, enum conn_state s);
+/* Frees c's pending challenge, if any. */
+void rdzv__conn_auth_free(struct conn *c);
+/* A heap-allocated timer's close callback: frees it. */
+void rdzv__conn_on_timer_freed(uv_handle_t *h);
+/* Writes what c has queued, unless a write is in flight. */
+void rdzv__conn_start_write(struct conn *c);
+/* Sends an ERROR frame (status, text) and closes c once it is written
+ * (a refused peer's, rdzv__conn_refuse: once the peer hangs up). */
+void rdzv__conn_fail_sent(struct conn *c, uint32_t req_id, int status,
+                          const char *text);
+/* A child node pings every --heartbeat-ms: one silent for
+ * --liveness-timeout-ms is stopped, wedged or cut off (its TCP connection
+ * may look healthy for minutes). Closing it withdraws what it carried, as
+ * for a child that died. */
+void rdzv__conn_on_child_check(uv_timer_t *t);
+/* Whether c's peer is on another host: a TCP peer whose address is
+ * neither loopback nor the connection's own local address (what it sees
+ * as "127.0.0.1:P" or unix:PATH is its own host's). */
+bool rdzv__conn_peer_remote(struct conn *c);
+/* An address that means this host only (unix:, loopback, localhost). */
+bool rdzv__conn_addr_local(const char *a);
+/* Under a gate: a reply that depends on no state (a ping's) goes before
+ * the frames the gate holds, so that a peer hears from this daemon while
+ * etcd is slow (its liveness check must not declare it lost). */
+void rdzv__conn_send_ungated(struct conn *c, const struct rdzv_msg *r);
+
+/* hello.c: the hello, its admission and authentication */
+/* Who is on the other end, for a log line: "ADDR:PORT" or "unix pid N". */
+void rdzv__conn_peer_desc(struct conn *c, char *buf, size_t n);
+/* A peer-given string made printable for a log line. */
+void rdzv__conn_printable(const struct rdzv_slice *s, char *buf, size_t n);
+/* A hello (c in HELLO_WAIT): refused, challenged (the job has a secret)
+ * or admitted; READY with its job once admitted. */
+void rdzv__conn_handle_hello(struct conn *c, const struct rdzv_msg *m);
+/* The frame after a challenge: the peer's proof. Right: the hello goes on
+ * as it would have without authentication, its reply answering m. */
+void rdzv__conn_handle_auth(struct conn *c, const struct rdzv_msg *m);
 
 /* listen.c */
 int rdzv__listen_tcp(struct daemon *d);
