@@ -32,11 +32,13 @@ if ! bazel build --noshow_progress //tools/bench:rdzv-bench \
   echo "run.sh: the build failed (log: $logs/build.log)" >&2
   exit 1
 fi
-echo "run.sh: running the benchmark (about 3 minutes on 2 cores, most of it etcd at 9,000 ranks and PyTorch's traffic at 10,000)" >&2
 args=("$@")
 if [ "${#args[@]}" -eq 0 ]; then
+  echo "run.sh: running the benchmark (about 3 minutes on 2 cores, most of it etcd at 9,000 ranks and PyTorch's traffic at 10,000)" >&2
   args=(--ranks 1000,10000,16384,100000 --incumbents 1000,4000,9000
         --pytorch 1000,10000)
+else
+  echo "run.sh: running the benchmark: rdzv-bench ${args[*]}" >&2
 fi
 exec bazel-bin/tools/bench/rdzv-bench "${args[@]}" --json bench.json \
   --plot bench.png
