@@ -1,0 +1,236 @@
+/* A node's link to its parent for one job (upstream.c says how it
+ * behaves): the structs its files share, and what each offers the
+ * others. Private to store/daemon/node's upstream files:
+ *   upstream.c          the link's life: requests (queue, in flight,
+ *                       resends, expiry), reset and backoff, liveness,
+ *                       the write path, the API of node_int.h;
+ *   upstream_copies.c   the parent's lease on copies (pings, INVAL),
+ *                       and what /readyz asks of the link;
+ *   upstream_read.c     frames from the parent: the hello's reply and
+ *                       proof, ancestors, the leader, replies;
+ *   upstream_connect.c  resolving, candidates, connecting, the hello.
+ * Everything runs on the daemon's loop thread. */
+#ifndef RDZV_STORE_DAEMON_NODE_UPSTREAM_INT_H
+#define RDZV_STORE_DAEMON_NODE_UPSTREAM_INT_H
+
+#include <netdb.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <uthash.h>
+#include <uv.h>
+
+#include "store/auth/auth.h"
+#include "store/daemon/node/node_int.h"
+
+enum up_state {
+  UP_IDLE,
+  UP_RESOLVING,
+  UP_CONNECTING,
+  UP_HELLO,
+  UP_READY,
+  UP_BACKOFF,
+  UP_CLOSED
+};
+/* Each state's name in logs and /readyz (upstream.c). */
+extern const char *const rdzv__up_state_names[];
+
+/* How often a request is sent again after the connection it went on
+ * failed (to the next ancestor, or the same parent back), before it fails
+ * with "outcome unknown". Mutations carry an op id, so the root applies a
+ * re-sent one once. */
+#define MAX_RESENDS 3
+
+struct upreq {
+  UT_hash_handle hh;
+  uint32_t id;
+  bool sent;
+  uint8_t tries; /* times sent again after a failed connection */
+  uint64_t seq;  /* submission order (u->seq): after a fence or not */
+  upstream_cb cb;
+  void *arg;
+  struct rdzv_buf frame; /* the encoded request, kept until it completes */
+  /* While queued (not sent): since when. */
+  bool queued;
+  uint64_t queued_ms;
+  TAILQ_ENTRY(upreq) qlink;
+  TAILQ_ENTRY(upreq) alink; /* u->all: every request, in submission order */
+};
+TAILQ_HEAD(upreq_queue, upreq);
+
+struct upstream {
+  struct daemon *d;
+  char *job_id;
+  enum up_state state;
+  union {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+    uv_stream_t stream;
+    uv_handle_t handle;
+  } h;
+  bool have_stream;
+  uv_connect_t creq;
+  uv_getaddrinfo_t gai;
+  uv_timer_t timer; /* the backoff; while an attempt runs, its deadline */
+  uv_write_t wreq;
+  bool write_active;
+  struct rdzv_buf out;
+  struct rdzv_buf writing;
+  struct rdzv_buf in;
+  struct upreq *reqs;
+  struct upreq_queue queue; /* queued requests, oldest first */
+  struct upreq_queue all;   /* every request, in submission order */
+  uv_timer_t expire;        /* fails queued requests past the timeout */
+  uv_timer_t beat;          /* every --heartbeat-ms: ping, or lose */
+  uint64_t last_rx_ms;      /* bytes last came (or the attempt began) */
+  uint64_t last_beat_ms;    /* when on_beat last ran */
+  char why[300];            /* the last failure, for errors and logs */
+  uint64_t down_since_ms;   /* since when the parent is not connected */
+  bool was_up;              /* READY once: a loss is logged */
+  uint32_t next_id;
+  uint32_t hello_id; /* the hello's req_id, then (challenged) its proof's */
+  /* This attempt's hello nonce, and whether the proof went out (the reply
+   * awaited is then the RDZV_MSG_AUTH's). */
+  uint8_t cnonce[RDZV_AUTH_NONCE_BYTES];
+  bool auth_sent;
+  /* Where to connect: addrs[0] = --parent, then the ancestors above it as
+   * the parent last told them (nearest first); addr_idx the one in use.
+   * incs[i]: the incarnation addrs[i] gave in its last hello reply, 0
+   * before the first (a change means that daemon restarted). Each a copy
+   * of its own (at most 255 bytes): a node holds one upstream a job, and
+   * a 100k-rank simulation 12,500 of them. */
+  char *addrs[RDZV_MAX_ANCESTORS + 1];
+  uint64_t incs[RDZV_MAX_ANCESTORS + 1];
+  uint64_t shared_inc; /* the last an etcd-backed root gave (0: none) */
+  uint32_t naddrs;
+  uint32_t addr_idx;
+  /* This round's candidates for addrs[addr_idx]: the resolver's answer
+   * (owned), the address tried (cand) and its port (port, of
+   * port_first..port_last); next_cand: the next attempt takes the next
+   * candidate instead of resolving again. cand_text: "IP:PORT" tried. */
+  struct addrinfo *res;
+  struct addrinfo *cand;
+  int port, port_first, port_last;
+  bool next_cand;
+  uint32_t ncands_tried;
+  uint32_t nother_job; /* this round's candidates that served another job */
+  char cand_text[80];
+  bool closing;             /* the stream's close has not completed yet */
+  bool connect_after_close; /* ... and an attempt waits for it */
+  bool stay;             /* the next reset retries the same address (the parent
+                            closed us on purpose: it lives) */
+  int loss_status;       /* how the last ready connection ended */
+  uint32_t parent_frame; /* its frame limit (hello reply a), 0 unknown */
+  void (*on_restart)(void *arg);
+  void (*on_reconnect)(void *arg);
+  void *restart_arg;
+  uint64_t backoff_ms;
+  /* Copies of mutable keys (keys/copies.h, wire.h's RDZV_MSG_INVAL): the
+   * lease the parent's ping replies gave (loop ms; 0: none), the ping
+   * whose reply renews it and when it was sent, the newest invalidation
+   * received on this connection and the last acknowledged, the INVAL
+   * request in flight (0: none), and a number that changes with every
+   * ready connection (an acknowledgment meant for an earlier one is not
+   * sent). */
+  uint64_t lease_until;
+  uint32_t ping_id;
+  uint64_t ping_sent_ms;
+  uint64_t inval_recv;
+  uint64_t inval_acked; /* the last sent in an INVAL request (b) */
+  uint32_t inval_id;
+  uint64_t conn_gen;
+  void (*on_inval)(void *arg, uint64_t gen, const struct rdzv_msg *m);
+  void (*on_lost)(void *arg);
+  /* A standby root's hello refusal named the leader: addrs[redirect] is
+   * tried next (-1: none); redirects in a row since the last ready
+   * connection (past two, the backoff applies: standbys that disagree
+   * must not make a node spin). */
+  int redirect;
+  uint32_t redirects;
+  uint32_t attempts;
+  uint32_t refs;
+  /* /readyz's root_reachable: the parent's last ping reply said its own
+   * link toward the root is down (RDZV_F_ROOT_AWAY); false until told,
+   * and again on each new connection. */
+  bool root_away;
+  /* /readyz's not_fenced: the parent declared this node lost (an ERROR
+   * frame, RDZV_ESILENT) or refused one of its requests as stale
+   * (RDZV_EFENCED), at fenced_ms (loop ms), why in fence_why. It stays
+   * fenced for --session-grace-ms (what the node held of its ranks'
+   * sessions is settled by then, here and above) and until the parent
+   * has answered a request submitted after the fence (seq > fence_seq)
+   * or a ping sent after it (heard_after). */
+  bool fenced, heard_after;
+  uint64_t fenced_ms;
+  uint64_t seq, fence_seq;
+  char fence_why[200];
+};
+
+/* ---- upstream.c: the link's life, requests, reset and backoff, writes ---- */
+/* The address in use: the parent, or an ancestor while reattached. */
+const char *rdzv__up_addr(const struct upstream *u);
+/* u's state becomes s (logged at debug level). */
+void rdzv__up_set_state(struct upstream *u, enum up_state s);
+/* Frees the round's resolved candidates. */
+void rdzv__up_free_cands(struct upstream *u);
+/* Drops a reference (the timers' and the stream's hold one each);
+ * the last frees u. */
+void rdzv__up_unref(struct upstream *u);
+/* The connection failed (or never came up): fail what was in flight and
+ * try again after a jittered, growing delay. */
+void rdzv__up_reset(struct upstream *u, const char *why, int err);
+/* One attempt (one candidate) failed before the parent was ready: the
+ * next candidate at once, else the round fails (up_reset). Nothing was
+ * sent on the attempt but its hello, so nothing is failed or re-sent. */
+void rdzv__up_attempt_failed(struct upstream *u, const char *why, int err);
+/* An attempt's --connect-timeout-ms passed without a hello reply (a
+ * dropped SYN, a listener that accepts and says nothing). */
+void rdzv__up_on_attempt_timeout(uv_timer_t *t);
+/* Writes what u has queued, unless a write is in flight. */
+void rdzv__up_start_write(struct upstream *u);
+/* addrs[1..] from the ancestors the parent last told (daemon-wide). Out
+ * of memory, the list ends before the ancestor it could not copy (fewer
+ * places to reattach to, none wrong). */
+void rdzv__up_refresh_ancestors(struct upstream *u);
+/* Takes r out of the queue of requests waiting for a connection. */
+void rdzv__up_unqueue(struct upstream *u, struct upreq *r);
+/* Completes r with reply: its callback runs, r is freed. */
+void rdzv__up_complete(struct upstream *u, struct upreq *r,
+                       const struct rdzv_msg *reply);
+/* Completes r with a synthesized status and text (keys[0]; "" for
+ * none). */
+void rdzv__up_fail_one(struct upstream *u, struct upreq *r, int status,
+                       const char *text);
+/* Whether the round has a candidate after this one (skip_addr: none of
+ * this address's other ports count). */
+bool rdzv__up_cand_left(const struct upstream *u, bool skip_addr);
+
+/* ---- upstream_copies.c: the lease on copies, and /readyz's questions ---- */
+/* A PING to the parent; its reply renews the lease on copies. */
+void rdzv__up_send_ping(struct upstream *u);
+/* Acknowledges invalidations up to ack, asking for the next ones. */
+void rdzv__up_send_inval(struct upstream *u, uint64_t ack);
+/* A PING or INVAL reply on a ready connection: true when it was one
+ * (consumed here). */
+bool rdzv__up_copies_frame(struct upstream *u, const struct rdzv_msg *m);
+/* The parent refused this node as stale (declared lost, or a stale
+ * request): what it said (n bytes of text). */
+void rdzv__up_fence(struct upstream *u, const char *what, const uint8_t *text,
+                    size_t n);
+/* A ready connection's lease and invalidation stream end (it failed):
+ * the node drops its copies, and those below it go too. */
+void rdzv__up_lease_end(struct upstream *u);
+
+/* ---- upstream_read.c: frames from the parent ---- */
+/* Whether this node holds the job's secret (it then proves it). */
+bool rdzv__up_has_secret(struct upstream *u);
+/* The stream's read callbacks (libuv). */
+void rdzv__up_on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf);
+void rdzv__up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* ---- upstream_connect.c: resolving, candidates, connecting, the hello ---- */
+/* Starts a round of attempts: resolve addrs[addr_idx], then try each
+ * candidate. */
+void rdzv__up_connect(struct upstream *u);
+
+#endif /* RDZV_STORE_DAEMON_NODE_UPSTREAM_INT_H */
