@@ -61,6 +61,7 @@ fuzz wire_fuzz corpus wire.dict "$root/store/wire/wire.c" "$root/store/wire/erro
 fuzz tcpstore_fuzz tcpstore_corpus "" "$root/store/wire/tcpstore_wire.c" \
   "$root/store/wire/wire.c" "$root/store/wire/error.c"
 fuzz etcd_json_fuzz etcd_json_corpus "" "$root/store/etcd/etcd_json.c" \
+  "$root/store/etcd/etcd_json_build.c" \
   "$root/store/wire/error.c" -ljansson
 fuzz hostlist_fuzz hostlist_corpus hostlist.dict "$root/tools/hostlist.c" \
   "$root/rendezvous/topo.c"
