@@ -76,8 +76,8 @@ int rdzv_join_cmp(const struct rdzv_join_rec *a,
 
 /* Bottom-up merge sort of indices: stable and O(n log n) without qsort's
  * missing context argument. */
-static void sort_indices(const struct rdzv_join_rec *recs, size_t *idx,
-                         size_t *tmp, size_t n) {
+void rdzv_join_sort(const struct rdzv_join_rec *recs, size_t *idx,
+                    size_t *tmp, size_t n) {
   for (size_t w = 1; w < n; w *= 2) {
     for (size_t lo = 0; lo < n; lo += 2 * w) {
       size_t mid = lo + w < n ? lo + w : n;
@@ -103,7 +103,7 @@ int rdzv_assign(const struct rdzv_join_rec *recs, size_t n,
     return RDZV_ENOMEM;
   for (size_t i = 0; i < n; i++)
     scratch[i] = i;
-  sort_indices(recs, scratch, tmp, n);
+  rdzv_join_sort(recs, scratch, tmp, n);
   free(tmp);
   for (size_t i = 1; i < n; i++) {
     if (rdzv_join_cmp(&recs[scratch[i - 1]], &recs[scratch[i]]) == 0) {

@@ -19,6 +19,9 @@ struct rdzv_join_rec {
   uint32_t location_len;
   int32_t local_rank; /* as the launcher numbered it (>= 0) */
   uint64_t claim;     /* identity of the joining process */
+  const uint8_t *domain; /* e.g. an NVLink domain's ClusterUUID; may be
+                            empty */
+  uint32_t domain_len;
 };
 
 struct rdzv_assignment {
@@ -44,5 +47,10 @@ int rdzv_assign(const struct rdzv_join_rec *recs, size_t n,
  * <0, 0 (same host and local rank) or >0. */
 int rdzv_join_cmp(const struct rdzv_join_rec *a,
                   const struct rdzv_join_rec *b);
+
+/* Sorts idx[0..n) (indices into recs) into assignment order, stably;
+ * tmp holds n entries. */
+void rdzv_join_sort(const struct rdzv_join_rec *recs, size_t *idx,
+                    size_t *tmp, size_t n);
 
 #endif /* RDZV_RENDEZVOUS_ASSIGN_H */

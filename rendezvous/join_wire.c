@@ -50,16 +50,22 @@ int rdzv_join_params_decode(const uint8_t *p, size_t n,
   return 0;
 }
 
+/* Whether j needs the optional tail (role, domain). */
+static bool has_tail(const struct rdzv_join_full *j) {
+  return j->role != RDZV_JOIN_ACTIVE || j->rec.domain_len > 0;
+}
+
 size_t rdzv_join_rec_size(const struct rdzv_join_full *j) {
   return 8 + 4 + 4 + 2 + j->rec.host_len + 2 + j->rec.location_len + 4 +
-         j->topo_len;
+         j->topo_len + (has_tail(j) ? 3 + j->rec.domain_len : 0);
 }
 
 int rdzv_join_rec_encode(const struct rdzv_join_full *j, uint8_t *out) {
   const struct rdzv_join_rec *r = &j->rec;
   if (r->host_len == 0 || r->host_len > 255 || r->location_len > 255 ||
       r->local_rank < 0 || j->local_size < 0 ||
-      j->topo_len > RDZV_JOIN_MAX_TOPO)
+      j->topo_len > RDZV_JOIN_MAX_TOPO || j->role > RDZV_JOIN_SPARE ||
+      j->rec.domain_len > 255)
     return RDZV_EPROTO;
   uint8_t *p = out;
   put64(p, r->claim);
@@ -78,6 +84,14 @@ int rdzv_join_rec_encode(const struct rdzv_join_full *j, uint8_t *out) {
   put32(p, j->topo_len);
   if (j->topo_len)
     memcpy(p + 4, j->topo, j->topo_len);
+  p += 4 + j->topo_len;
+  if (has_tail(j)) {
+    p[0] = j->role;
+    p[1] = (uint8_t)j->rec.domain_len;
+    p[2] = 0;
+    if (j->rec.domain_len)
+      memcpy(p + 3, j->rec.domain, j->rec.domain_len);
+  }
   return 0;
 }
 
@@ -112,10 +126,18 @@ int rdzv_join_rec_decode(const uint8_t *p, size_t n,
     return RDZV_EPROTO;
   uint32_t tl = get32(p + off);
   off += 4;
-  if (tl > RDZV_JOIN_MAX_TOPO || n - off != tl)
+  if (tl > RDZV_JOIN_MAX_TOPO || n - off < tl)
     return RDZV_EPROTO;
   out->topo = p + off;
   out->topo_len = tl;
+  off += tl;
+  if (off < n) { /* the tail: role, domain */
+    out->role = p[off++];
+    if (out->role > RDZV_JOIN_SPARE ||
+        get_str16(p, n, &off, &out->rec.domain, &out->rec.domain_len) < 0 ||
+        off != n || (out->role == RDZV_JOIN_ACTIVE && out->rec.domain_len == 0))
+      return RDZV_EPROTO;
+  }
   if (out->rec.host_len == 0 || out->rec.local_rank < 0 ||
       out->local_size < 0)
     return RDZV_EPROTO;

@@ -14,6 +14,11 @@
  *     u16 host_len, host bytes (1..255)
  *     u16 location_len, location bytes (0..255)
  *     u32 topo_len, topo bytes (0..65535): the topology record text
+ *     then, only when the role is not active or a domain is given:
+ *     u8 role (0 active, 1 spare), u16 domain_len, domain bytes (0..255):
+ *     the host's NVLink (or other) domain, e.g. the ClusterUUID that
+ *     `nvidia-smi -q` reports. A daemon older than the tail refuses such a
+ *     record as malformed (RDZV_EPROTO); records without it are unchanged.
  *   assignment (vals of a JOIN reply), 32 bytes:
  *     u64 claim, i32 rank, i32 world_size, i32 local_rank, i32 local_size,
  *     i32 node_rank, i32 node_count
@@ -40,11 +45,17 @@ struct rdzv_join_params {
   uint32_t timeout_ms;
 };
 
+/* A join's role: an active member is in the generation's world when the
+ * round completes; a spare is kept parked (not in the world, not counted
+ * as waiting) until the root needs it in place of a lost active host. */
+enum rdzv_join_role { RDZV_JOIN_ACTIVE = 0, RDZV_JOIN_SPARE = 1 };
+
 struct rdzv_join_full {
   struct rdzv_join_rec rec;
   int32_t local_size;
   const uint8_t *topo;
   uint32_t topo_len;
+  uint8_t role; /* enum rdzv_join_role; the domain is rec.domain */
 };
 
 /* Writes p into out[RDZV_JOIN_PARAMS_BYTES]. */

@@ -314,6 +314,59 @@ static void test_rec_truncated_and_trailing(void **state) {
   }
 }
 
+/* The optional tail: a spare with a domain, an active with a domain;
+ * golden bytes, round trip, and its own refusals (role 2, an active tail
+ * without a domain, a domain over 255 bytes, a byte after the domain, a
+ * cut domain). */
+static void test_rec_role_domain_tail(void **state) {
+  (void)state;
+  struct rdzv_join_full j;
+  memset(&j, 0, sizeof(j));
+  j.rec.claim = 1;
+  j.rec.host = (const uint8_t *)"h";
+  j.rec.host_len = 1;
+  j.role = RDZV_JOIN_SPARE;
+  j.rec.domain = (const uint8_t *)"nv1";
+  j.rec.domain_len = 3;
+  static const uint8_t want[] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                 0, 0, 0, 0, 1, 0, 'h', 0, 0, 0, 0, 0,
+                                 0, 1, 3, 0, 'n', 'v', '1'};
+  uint8_t buf[64];
+  assert_int_equal(rdzv_join_rec_size(&j), sizeof(want));
+  assert_int_equal(rdzv_join_rec_encode(&j, buf), 0);
+  assert_memory_equal(buf, want, sizeof(want));
+  struct rdzv_join_full got;
+  assert_int_equal(rec_decode_exact(buf, sizeof(want), &got), 0);
+  assert_int_equal(got.role, RDZV_JOIN_SPARE);
+  assert_int_equal(got.rec.domain_len, 3);
+  assert_memory_equal(got.rec.domain, "nv1", 3);
+  assert_int_equal(got.topo_len, 0);
+  j.role = RDZV_JOIN_ACTIVE; /* an active host with a domain */
+  assert_int_equal(rdzv_join_rec_encode(&j, buf), 0);
+  assert_int_equal(rec_decode_exact(buf, sizeof(want), &got), 0);
+  assert_int_equal(got.role, RDZV_JOIN_ACTIVE);
+  assert_int_equal(got.rec.domain_len, 3);
+  j.rec.domain_len = 0; /* no tail at all */
+  assert_int_equal(rdzv_join_rec_size(&j), sizeof(want) - 6);
+  uint8_t bad[64];
+  memcpy(bad, want, sizeof(want));
+  bad[25] = 2; /* role 2 */
+  assert_int_equal(rec_decode_exact(bad, sizeof(want), &got), RDZV_EPROTO);
+  memcpy(bad, want, sizeof(want));
+  bad[25] = 0;
+  bad[26] = 0; /* active, no domain: never written */
+  assert_int_equal(rec_decode_exact(bad, 28, &got), RDZV_EPROTO);
+  memcpy(bad, want, sizeof(want));
+  bad[27] = 1; /* domain length 259 */
+  assert_int_equal(rec_decode_exact(bad, sizeof(want), &got), RDZV_EPROTO);
+  memcpy(bad, want, sizeof(want));
+  bad[sizeof(want)] = 'x'; /* a byte after the domain */
+  assert_int_equal(rec_decode_exact(bad, sizeof(want) + 1, &got), RDZV_EPROTO);
+  assert_int_equal(rec_decode_exact(want, sizeof(want) - 1, &got), RDZV_EPROTO);
+  j.role = 3;
+  assert_int_equal(rdzv_join_rec_encode(&j, buf), RDZV_EPROTO);
+}
+
 /* Hand-built bytes; \x.. escapes are split with "" where digits follow. */
 struct bad_rec {
   const char *name;
@@ -756,6 +809,7 @@ int main(void) {
       cmocka_unit_test(test_rec_roundtrip),
       cmocka_unit_test(test_rec_golden),
       cmocka_unit_test(test_rec_truncated_and_trailing),
+      cmocka_unit_test(test_rec_role_domain_tail),
       cmocka_unit_test(test_rec_malformed),
       cmocka_unit_test(test_rec_encode_refuses),
       cmocka_unit_test(test_assign_roundtrip),

@@ -1,0 +1,65 @@
+/* Placement: which joins make a generation's world, and in what host
+ * order, when the round has a previous world or spares. The hosts of the
+ * previous generation's world keep their node ranks (and so, when every
+ * host before them kept its size, their rank ranges); the place of a host
+ * that did not come back goes to a host that is not in the previous world:
+ * new active hosts first, then spares, each time the one that shares the
+ * absent host's domain and local size if any, else its domain, else its
+ * size, else the first in assignment order (rendezvous/assign.h); a place
+ * nobody fills closes up (the hosts after it move down). Active hosts not
+ * placed in a hole follow in assignment order, then spares while the
+ * world stays within max_size ranks; the other spares are parked. A spare
+ * host of the previous world counts as active (it was promoted). Pure and
+ * deterministic: the result depends only on the inputs, never on arrival
+ * order. */
+#ifndef RDZV_RENDEZVOUS_PLACE_H
+#define RDZV_RENDEZVOUS_PLACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rendezvous/assign.h"
+
+/* A host of the previous generation's world, given in node-rank order.
+ * Borrowed bytes. */
+struct rdzv_place_host {
+  const uint8_t *host;
+  uint32_t host_len;
+  const uint8_t *location;
+  uint32_t location_len;
+  const uint8_t *domain;
+  uint32_t domain_len;
+  int32_t local_size;
+};
+
+struct rdzv_place_in {
+  const struct rdzv_join_rec *recs; /* every live join, n >= 1 */
+  size_t n;
+  const uint8_t *spare; /* n flags (NULL: none): recs[i] joined as a spare */
+  const struct rdzv_place_host *prev; /* the previous world (may be NULL) */
+  size_t nprev;
+  uint32_t max_size; /* ranks in the world at most; active hosts are all
+                        in it even past this (the caller parks extras
+                        before) */
+};
+
+/* What happened to a previous host's place (one per prev entry whose host
+ * is not among the joins). */
+struct rdzv_place_swap {
+  size_t prev; /* index into in->prev */
+  size_t by;   /* index into in->recs of the first join of the host that
+                  took the place, or SIZE_MAX: nobody, the place closed */
+  int by_spare; /* whether that host joined as a spare */
+};
+
+/* Places in->recs. out[i] is recs[i]'s assignment, rank -1 for a parked
+ * join (world_size and node_count say the world's size then too).
+ * swaps (room for nprev) receives the replaced places, *nswaps their
+ * count; *nworld the ranks in the world. Returns 0, RDZV_ENOMEM, or
+ * RDZV_EDUPLICATE_CLAIM as rdzv_assign (two joins of one host and local
+ * rank: *dup_a, *dup_b). */
+int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
+               struct rdzv_place_swap *swaps, size_t *nswaps, size_t *nworld,
+               size_t *dup_a, size_t *dup_b);
+
+#endif /* RDZV_RENDEZVOUS_PLACE_H */
