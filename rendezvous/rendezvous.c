@@ -3,6 +3,8 @@
 #include "rdzv/rendezvous.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
@@ -23,6 +25,11 @@ void rdzv__rdv_keep_reply_text(rdzv_rendezvous_t *r,
     snprintf(r->reply_text, sizeof(r->reply_text), "%.*s",
              (int)res->keys[0].len, (const char *)res->keys[0].data);
 }
+
+/* The options' size in version 1 (up to secret_file) and version 2. */
+#define OPTS_V1 \
+  (offsetof(struct rdzv_rendezvous_opts, secret_file) + sizeof(const char *))
+#define OPTS_V2 sizeof(struct rdzv_rendezvous_opts)
 
 void rdzv_rendezvous_opts_init(struct rdzv_rendezvous_opts *o) {
   memset(o, 0, sizeof(*o));
@@ -92,6 +99,19 @@ int rdzv_rendezvous_opts_from_env(struct rdzv_rendezvous_opts *o, char *err,
   }
   if (o->location == NULL)
     o->location = first_env("RDZV_LOCATION", NULL);
+  if (o->size >= OPTS_V2 && o->domain == NULL)
+    o->domain = first_env("RDZV_DOMAIN", NULL);
+  const char *role = first_env("RDZV_ROLE", NULL);
+  if (role != NULL && o->size >= OPTS_V2 && o->role == RDZV_MEMBER_ACTIVE) {
+    if (strcmp(role, "spare") == 0) {
+      o->role = RDZV_MEMBER_SPARE;
+    } else if (strcmp(role, "active") != 0) {
+      if (err != NULL)
+        snprintf(err, errlen, "RDZV_ROLE='%s' is neither 'active' nor "
+                 "'spare'", role);
+      return -EINVAL;
+    }
+  }
   int rc = 0;
   if (rc == 0)
     rc = env_i32("LOCAL_RANK", 0, &o->local_rank, -1, err, errlen);
@@ -116,7 +136,7 @@ static void set_err(char *err, size_t n, const char *fmt, const char *a,
 
 static int check_opts(const struct rdzv_rendezvous_opts *o, char *err,
                       size_t n) {
-  if (o == NULL || o->size != sizeof(*o))
+  if (o == NULL || (o->size != sizeof(*o) && o->size != OPTS_V1))
     return -EINVAL;
   if (o->job_id == NULL || o->job_id[0] == '\0' || strlen(o->job_id) > 255) {
     set_err(err, n, "%s%s", "job id missing, empty or over 255 bytes: set ",
@@ -137,6 +157,11 @@ static int check_opts(const struct rdzv_rendezvous_opts *o, char *err,
     bad = "min_size (0 .. world_size)";
   else if (!(o->timeout_s > 0) || !(o->last_call_s >= 0))
     bad = "timeout_s / last_call_s";
+  else if (o->size >= OPTS_V2 && o->role != RDZV_MEMBER_ACTIVE &&
+           o->role != RDZV_MEMBER_SPARE)
+    bad = "role (RDZV_MEMBER_ACTIVE or RDZV_MEMBER_SPARE)";
+  else if (o->size >= OPTS_V2 && o->domain != NULL && strlen(o->domain) > 255)
+    bad = "domain (<= 255 bytes)";
   if (bad != NULL) {
     set_err(err, n, "%s%s", "rendezvous option missing or out of range: ",
             bad);
@@ -162,6 +187,7 @@ static void on_join(rdzv_client_t *c, const struct rdzv_result *res,
   (void)c;
   k->done = 1;
   k->status = res->status;
+  k->gen = res->a; /* also of a parked join: the generation to outwait */
   if (res->nkeys > 0)
     snprintf(k->text, sizeof(k->text), "%.*s", (int)res->keys[0].len,
              (const char *)res->keys[0].data);
@@ -181,6 +207,12 @@ static void on_join(rdzv_client_t *c, const struct rdzv_result *res,
     k->status = RDZV_EPROTO;
     snprintf(k->text, sizeof(k->text), "the join reply lacks this rank");
   }
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static uint64_t new_claim(void) {
@@ -214,6 +246,11 @@ static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
       .local_size = o->local_size,
       .topo = (const uint8_t *)topo,
       .topo_len = (uint32_t)strlen(topo)};
+  if (o->size >= OPTS_V2) {
+    j.role = (uint8_t)o->role;
+    j.rec.domain = (const uint8_t *)(o->domain ? o->domain : "");
+    j.rec.domain_len = o->domain ? (uint32_t)strlen(o->domain) : 0;
+  }
   uint8_t params[RDZV_JOIN_PARAMS_BYTES];
   rdzv_join_params_encode(&p, params);
   size_t rl = rdzv_join_rec_size(&j);
@@ -291,12 +328,42 @@ int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
   snprintf(r->round, sizeof(r->round), "%s", o->round);
   struct join_call k = {.claim = new_claim()};
   rc = make_client(o, &r->c);
-  if (rc == 0)
-    rc = send_join(r, o, host, with_process(o->topology ? o->topology : topo,
-                                            rec, sizeof(rec)),
-                   &k);
-  if (rc == 0)
-    rc = k.status;
+  const char *record =
+      with_process(o->topology ? o->topology : topo, rec, sizeof(rec));
+  double end = now_s() + o->timeout_s;
+  bool spare = o->size >= OPTS_V2 && o->role == RDZV_MEMBER_SPARE;
+  for (;;) {
+    if (rc == 0)
+      rc = send_join(r, o, host, record, &k);
+    if (rc == 0)
+      rc = k.status;
+    double left = end - now_s();
+    if (rc != RDZV_EPARKED || !spare || left <= 0)
+      break;
+    /* Parked: the generation's end (its successor's number, or its
+     * abort) opens a place; then join again, with the same claim. */
+    char next[200];
+    snprintf(next, sizeof(next), "rdzv/%s/g%" PRId64 "/next", o->round,
+             k.gen);
+    const char *keys[1] = {next};
+    int wrc = rdzv_store_wait(r->c, keys, 1, left);
+    if (wrc == RDZV_EDEADLINE || wrc == -ETIMEDOUT) {
+      char was[sizeof(k.text)];
+      snprintf(was, sizeof(was), "%s", k.text);
+      snprintf(k.text, sizeof(k.text), "still parked after %g s: %.600s",
+               o->timeout_s, was);
+      break;
+    }
+    if (wrc < 0 && wrc != RDZV_EABORTED && wrc != RDZV_ESTALE_GENERATION) {
+      rc = wrc;
+      snprintf(k.text, sizeof(k.text), "waiting parked for %s: %s", next,
+               rdzv_client_last_error(r->c));
+      break;
+    }
+    rc = 0;
+    k.done = 0;
+    k.text[0] = '\0';
+  }
   if (rc < 0) {
     if (err != NULL && errlen > 0)
       snprintf(err, errlen, "join round '%s' of job '%s': %s: %s", o->round,

@@ -64,7 +64,9 @@ extern "C" {
   X(EAUTH, -1044,                                                            \
     "authentication failed (no job secret, another one, or a uid not allowed)") \
   X(EROUND_FULL, -1045,                                                      \
-    "the rendezvous round is complete at its maximum size: no room to join")
+    "the rendezvous round is complete at its maximum size: no room to join") \
+  X(EPARKED, -1046,                                                          \
+    "parked as a spare: not in the generation's world until a place opens")
 
 enum rdzv_status {
   RDZV_OK = 0,

@@ -29,7 +29,11 @@ extern "C" {
 
 typedef struct rdzv_rendezvous rdzv_rendezvous_t;
 
-#define RDZV_RENDEZVOUS_OPTS_VERSION 1u
+#define RDZV_RENDEZVOUS_OPTS_VERSION 2u
+
+/* A join's membership role (rdzv_rendezvous_opts.role). */
+#define RDZV_MEMBER_ACTIVE 0 /* in the world when the round completes */
+#define RDZV_MEMBER_SPARE 1  /* parked until a place opens (see join) */
 #define RDZV_UNIQUE_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES, nccl.h */
 
 struct rdzv_rendezvous_opts {
@@ -54,13 +58,24 @@ struct rdzv_rendezvous_opts {
    * hello, never sent); NULL: the client library's own default, the file
    * RDZV_SECRET_FILE names, else RDZV_SECRET, else none. */
   const char *secret_file;
+  /* Version 2 (a caller built against version 1 passes the smaller size
+   * and gets these defaults): */
+  int32_t role;       /* RDZV_MEMBER_ACTIVE (default) or RDZV_MEMBER_SPARE:
+                         a spare host is kept out of the world (and not
+                         counted as waiting) until the root needs it in
+                         place of a lost host; rdzv_rendezvous_join then
+                         returns with its place */
+  const char *domain; /* the host's NVLink (or other) domain, <= 255
+                         bytes: a lost host's place goes to a spare of its
+                         domain first; NULL: none */
 };
 
 /* Fills *o with defaults (nothing read from the environment). */
 void rdzv_rendezvous_opts_init(struct rdzv_rendezvous_opts *o);
 
 /* Fills the fields still unset from the launcher's environment, the one
- * place rdzv reads it: addr from RDZV_ADDR; job_id from RDZV_JOB, else
+ * place rdzv reads it: addr from RDZV_ADDR; role from RDZV_ROLE ("active"
+ * or "spare"); domain from RDZV_DOMAIN; job_id from RDZV_JOB, else
  * TORCHELASTIC_RUN_ID (if not "none"), else SLURM_JOB_ID; host from
  * RDZV_HOST; location from RDZV_LOCATION; local_rank from LOCAL_RANK
  * (torchrun), else SLURM_LOCALID; local_size from LOCAL_WORLD_SIZE, else
@@ -87,7 +102,17 @@ int rdzv_rendezvous_opts_from_env(struct rdzv_rendezvous_opts *o, char *err,
  *                          (err names both);
  *   RDZV_EABORTED          a rank or node of this generation died or
  *                          aborted (err says which);
+ *   RDZV_EPARKED           not in the world: an active host past the
+ *                          maximum of a complete round (err names the
+ *                          generation whose end, "rdzv/<round>/g<gen>/next"
+ *                          or its abort, opens a place), or a spare still
+ *                          parked when timeout_s passed;
  *   errors of the store calls (rdzv/store.h).
+ * A spare (role RDZV_MEMBER_SPARE) waits parked: each time the root parks
+ * it, it waits for the generation's end and joins again, until it is
+ * placed (the call returns 0, its rank that of the host it replaced) or
+ * timeout_s passes; a spare that was placed is active in the generations
+ * after (joining again as a spare keeps its place).
  * err (may be NULL) receives the detail on failure. */
 int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
                          rdzv_rendezvous_t **out, char *err, size_t errlen);

@@ -267,7 +267,8 @@ class Rendezvous:
              local_size: Optional[int] = None,
              world_size: Optional[int] = None, min_size: int = 0,
              timeout_s: float = 60.0, last_call_s: Optional[float] = None,
-             location: Optional[str] = None) -> "Rendezvous":
+             location: Optional[str] = None, spare: bool = False,
+             domain: Optional[str] = None) -> "Rendezvous":
         """Joins the round and blocks until the root answers. What is not
         given comes from the launcher's environment, as in C
         (rdzv_rendezvous_opts_from_env: RDZV_ADDR, RDZV_JOB, RDZV_HOST,
@@ -275,9 +276,14 @@ class Rendezvous:
         torchrun fallbacks). An elastic round (min_size > 0, below
         world_size, the maximum) completes last_call_s (default 5) after
         min_size joined, or at world_size. location: network labels
-        ("pod1/rack7") that order the hosts. Raises DeadlineError naming
-        the hosts that lack ranks, DuplicateClaimError, RoundFullError (a
-        complete round at its maximum), AbortedError, ..."""
+        ("pod1/rack7") that order the hosts. spare: this host waits parked
+        until the root needs it in place of a lost host (then returns with
+        that host's place), or timeout_s passes (ParkedError); domain: the
+        host's NVLink domain, which a lost host's replacement shares when
+        it can. Raises DeadlineError naming the hosts that lack ranks,
+        DuplicateClaimError, ParkedError (a complete round at its maximum
+        parked this host: it may join again when that generation ends),
+        AbortedError, ..."""
         o = _lib.RendezvousOpts()
         _lib.lib.rdzv_rendezvous_opts_init(ctypes.byref(o))
         keep = []  # the bytes the struct points at, alive until the join
@@ -292,6 +298,8 @@ class Rendezvous:
         o.addr, o.job_id = s(addr, "address"), s(job, "job id")
         o.host, o.round = s(host, "host"), s(round, "round")
         o.location = s(location, "location")
+        o.domain = s(domain, "domain")
+        o.role = 1 if spare else 0  # RDZV_MEMBER_SPARE, RDZV_MEMBER_ACTIVE
         if last_call_s is not None:
             o.last_call_s = float(last_call_s)
         i32 = (-(1 << 31), (1 << 31) - 1)

@@ -48,7 +48,8 @@ class RendezvousOpts(ctypes.Structure):
                 ("local_size", c_int32), ("world_size", c_int32),
                 ("min_size", c_int32), ("last_call_s", c_double),
                 ("timeout_s", c_double), ("topology", c_char_p),
-                ("secret_file", c_char_p)]
+                ("secret_file", c_char_p), ("role", c_int32),
+                ("domain", c_char_p)]
 
 
 MAKE_ID = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_uint8))

@@ -313,7 +313,7 @@ class RdzvRendezvousHandler(RendezvousHandler):
             try:
                 return self._join_once(max(left, 1.0) if not parked
                                        else self._join_s)
-            except errors.RoundFullError as e:
+            except (errors.ParkedError, errors.RoundFullError) as e:
                 # Over the maximum: parked (not a failure for anyone);
                 # asked again until a place opens or the job closes.
                 if not parked:

@@ -131,6 +131,10 @@ static const struct opt opts[] = {
           "their generation this long, for its subtree to reattach and send "
           "them again; then the generation aborts, naming the hosts and "
           "ranks (0: at once)"),
+  U32_OPT("spare-wait-ms", "RDZVD_SPARE_WAIT_MS", "10000", spare_wait_ms,
+          "root: a generation with spares waiting waits this long from its "
+          "opening for the previous world's hosts (or, first, the active "
+          "ones) before spares take the places still empty"),
   U32_OPT("heartbeat-ms", "RDZVD_HEARTBEAT_MS", "1000", heartbeat_ms,
           "node: ping the parent after this long without a frame from it"),
   U32_OPT("liveness-timeout-ms", "RDZVD_LIVENESS_TIMEOUT_MS", "5000",

@@ -78,6 +78,9 @@ struct rdzv_daemon_config {
                                     kept for a re-send of it */
   uint32_t session_grace_ms;     /* how long a lost child node's members
                                     wait for a re-send (0: abort at once) */
+  uint32_t spare_wait_ms;        /* root: how long a generation waits for
+                                    its previous hosts before spares take
+                                    their places */
   uint32_t heartbeat_ms;         /* node: ping the parent after this long
                                     without a frame from it */
   uint32_t liveness_timeout_ms;  /* a parent or child node silent this long

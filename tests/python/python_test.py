@@ -145,20 +145,20 @@ r2.close()
 ok("a dropped rendezvous left its round: its slot joined again")
 
 # A round complete at its maximum, every member live: another host's join
-# is refused at once (RoundFullError), not a restart of the job; once the
+# is parked at once (ParkedError), not a restart of the job; once the
 # member leaves, the same join opens the next generation.
 full = dict(addr=f"unix:{DIR}/a.sock", job=f"full-{TAG}", local_rank=0,
             local_size=1, world_size=1, timeout_s=20)
 r1 = rdzv.Rendezvous.join(host="h1", **full)
-e = expect_raises(errors.RoundFullError, lambda: rdzv.Rendezvous.join(
+e = expect_raises(errors.ParkedError, lambda: rdzv.Rendezvous.join(
     **dict(full, host="h2", addr=f"unix:{DIR}/b.sock")))
-assert "maximum of 1 ranks" in str(e) and "no room" in str(e), str(e)
+assert "maximum of 1 ranks" in str(e) and "parked as a spare" in str(e), str(e)
 g1 = r1.generation
 r1.close()
 r2 = rdzv.Rendezvous.join(host="h2", **full)
 assert r2.generation == g1 + 1, (g1, r2.generation)
 r2.close()
-ok(f"a full round refuses another host ({e.detail[-90:]}); after a leave "
+ok(f"a full round parks another host ({e.detail[-90:]}); after a leave "
    "it joins the next generation")
 
 # TCPStore key spaces: the same prefix gives the same port, another

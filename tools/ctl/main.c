@@ -75,7 +75,11 @@ static const char usage_text[] =
     "                                 root keeps them (--addr: the root): when\n"
     "                                 each opened, ranks and hosts joined over\n"
     "                                 time, the last 10 to join, what is\n"
-    "                                 missing, how earlier ones ended\n"
+    "                                 missing, how earlier ones ended, which\n"
+    "                                 places spares took\n"
+    "  members [ROUND]                the round's world by node rank (host,\n"
+    "                                 ranks, active or promoted spare, domain)\n"
+    "                                 and its parked spares (--addr: the root)\n"
     "  tcpstore-space PREFIX [PID]    open (or join) a PyTorch TCPStore key\n"
     "                                 space of the job at the daemon: a\n"
     "                                 listener on 127.0.0.1 whose keys live\n"
@@ -330,6 +334,7 @@ static const struct command commands[] = {
     {"barrier", 3, 3, cmd_barrier}, {"gather", 4, 4, cmd_gather},
     {"missing", 2, 2, cmd_missing}, {"stats", 0, 0, cmd_stats},
     {"rounds", 0, 1, cmd_rounds},
+    {"members", 0, 1, cmd_members},
     {"tcpstore-space", 1, 2, cmd_tcpstore_space},
 };
 

@@ -11,6 +11,32 @@ static double secs(json_t *o, const char *k) {
   return (double)json_integer_value(json_object_get(o, k)) / 1000.0;
 }
 
+/* The previous world's places that changed hands in this generation. */
+static void print_replaced(FILE *out, json_t *r) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(r, "replaced"), i, e) {
+    const char *by = json_string_value(json_object_get(e, "by"));
+    const char *lost = json_string_value(json_object_get(e, "lost"));
+    const char *host = json_string_value(json_object_get(e, "host"));
+    if (by != NULL && strcmp(by, "closed") == 0)
+      fprintf(out, "  replaced: host %s (node rank %lld) did not rejoin; its "
+              "place closed up (no spare left)\n", lost ? lost : "?",
+              json_integer_value(json_object_get(e, "node_rank")));
+    else
+      fprintf(out, "  replaced: host %s (node rank %lld) did not rejoin; %s "
+              "%s took its place (ranks %lld-%lld)\n", lost ? lost : "?",
+              json_integer_value(json_object_get(e, "node_rank")),
+              by ? by : "?", host ? host : "?",
+              json_integer_value(json_object_get(e, "first_rank")),
+              json_integer_value(json_object_get(e, "first_rank")) +
+                  json_integer_value(json_object_get(e, "ranks")) - 1);
+  }
+  long long more = json_integer_value(json_object_get(r, "replaced_left_out"));
+  if (more > 0)
+    fprintf(out, "  (and %lld more places replaced)\n", more);
+}
+
 static void print_round(FILE *out, const char *job, json_t *r) {
   const char *state = json_string_value(json_object_get(r, "state"));
   long long ranks = json_integer_value(json_object_get(r, "ranks"));
@@ -78,6 +104,12 @@ static void print_round(FILE *out, const char *job, json_t *r) {
   const char *reason = json_string_value(json_object_get(r, "reason"));
   if (reason != NULL)
     fprintf(out, "  reason: %s\n", reason);
+  print_replaced(out, r);
+  long long promoted = json_integer_value(json_object_get(r, "spares_promoted"));
+  long long parked = json_integer_value(json_object_get(r, "parked_hosts"));
+  if (promoted > 0 || parked > 0)
+    fprintf(out, "  spares: %lld taken into the world, %lld host%s parked\n",
+            promoted, parked, parked == 1 ? "" : "s");
   json_array_foreach(json_object_get(r, "earlier"), i, e) {
     const char *why = json_string_value(json_object_get(e, "reason"));
     const char *es = json_string_value(json_object_get(e, "state"));
@@ -90,9 +122,61 @@ static void print_round(FILE *out, const char *job, json_t *r) {
   }
 }
 
-int rdzvctl_print_rounds(const char *stats, const char *job,
-                         const char *round, FILE *out, char *err,
-                         size_t errlen) {
+/* rdzvctl members: the world by node rank, then the parked spares. */
+static void print_members(FILE *out, const char *job, json_t *r) {
+  const char *rname = json_string_value(json_object_get(r, "round"));
+  long long hosts = json_integer_value(json_object_get(r, "world_hosts"));
+  size_t i;
+  json_t *e;
+  fprintf(out, "job %s, round %s: world of generation %lld, %lld host%s",
+          job, rname ? rname : "?",
+          json_integer_value(json_object_get(r, "world_generation")), hosts,
+          hosts == 1 ? "" : "s");
+  const char *state = json_string_value(json_object_get(r, "state"));
+  if (state != NULL && strcmp(state, "complete") != 0)
+    fprintf(out, " (generation %lld is %s)",
+            json_integer_value(json_object_get(r, "generation")), state);
+  fprintf(out, "\n");
+  json_array_foreach(json_object_get(r, "world"), i, e) {
+    const char *dom = json_string_value(json_object_get(e, "domain"));
+    long long first = json_integer_value(json_object_get(e, "first_rank"));
+    long long n = json_integer_value(json_object_get(e, "ranks"));
+    fprintf(out, "  node %lld: %s, ranks %lld-%lld, %s%s%s\n",
+            json_integer_value(json_object_get(e, "node_rank")),
+            json_string_value(json_object_get(e, "host"))
+                ? json_string_value(json_object_get(e, "host"))
+                : "?",
+            first, first + n - 1,
+            json_string_value(json_object_get(e, "role"))
+                ? json_string_value(json_object_get(e, "role"))
+                : "?",
+            dom ? ", domain " : "", dom ? dom : "");
+  }
+  if ((long long)json_array_size(json_object_get(r, "world")) < hosts)
+    fprintf(out, "  (and %lld more hosts not listed)\n",
+            hosts - (long long)json_array_size(json_object_get(r, "world")));
+  json_array_foreach(json_object_get(r, "parked"), i, e) {
+    const char *dom = json_string_value(json_object_get(e, "domain"));
+    fprintf(out, "  parked: %s, %lld rank%s%s%s\n",
+            json_string_value(json_object_get(e, "host"))
+                ? json_string_value(json_object_get(e, "host"))
+                : "?",
+            json_integer_value(json_object_get(e, "ranks")),
+            json_integer_value(json_object_get(e, "ranks")) == 1 ? "" : "s",
+            dom ? ", domain " : "", dom ? dom : "");
+  }
+  long long spare = json_integer_value(json_object_get(r, "spare_ranks"));
+  if (spare > 0)
+    fprintf(out, "  spares waiting in the open generation: %lld ranks\n",
+            spare);
+  print_replaced(out, r);
+}
+
+typedef void (*printer)(FILE *out, const char *job, json_t *r);
+
+static int print_job_rounds(const char *stats, const char *job,
+                            const char *round, FILE *out, char *err,
+                            size_t errlen, printer print_one) {
   json_error_t je;
   json_t *o = json_loads(stats, 0, &je);
   if (o == NULL) {
@@ -121,13 +205,26 @@ int rdzvctl_print_rounds(const char *stats, const char *job,
                name ? name : "?", round, job);
       rc = -1;
     } else {
-      print_round(out, job, r);
+      print_one(out, job, r);
     }
   } else {
     const char *k;
     json_t *r;
-    json_object_foreach(rounds, k, r) print_round(out, job, r);
+    json_object_foreach(rounds, k, r) print_one(out, job, r);
   }
   json_decref(o);
   return rc;
+}
+
+int rdzvctl_print_rounds(const char *stats, const char *job,
+                         const char *round, FILE *out, char *err,
+                         size_t errlen) {
+  return print_job_rounds(stats, job, round, out, err, errlen, print_round);
+}
+
+int rdzvctl_print_members(const char *stats, const char *job,
+                          const char *round, FILE *out, char *err,
+                          size_t errlen) {
+  return print_job_rounds(stats, job, round, out, err, errlen,
+                          print_members);
 }

@@ -13,4 +13,11 @@ int rdzvctl_print_rounds(const char *stats, const char *job,
                          const char *round, FILE *out, char *err,
                          size_t errlen);
 
+/* As rdzvctl_print_rounds, the members of each round: the last complete
+ * world by node rank (host, ranks, role, domain), the parked spares and
+ * the places that changed hands (rdzvctl members). */
+int rdzvctl_print_members(const char *stats, const char *job,
+                          const char *round, FILE *out, char *err,
+                          size_t errlen);
+
 #endif

@@ -273,6 +273,21 @@ int cmd_rounds(struct ctl *ctl, int argc, char **argv) {
   return EXIT_OK;
 }
 
+int cmd_members(struct ctl *ctl, int argc, char **argv) {
+  char *json = NULL, why[300];
+  int err = rdzv_store_stats(ctl->client, &json, ctl_remaining(ctl));
+  if (err < 0)
+    return ctl_fail(ctl, "", err);
+  int rc = rdzvctl_print_members(json, ctl->job, argc > 0 ? argv[0] : NULL,
+                                 stdout, why, sizeof(why));
+  rdzv_free(json);
+  if (rc < 0) {
+    fprintf(stderr, "rdzvctl: members: %s\n", why);
+    return EXIT_FAILED;
+  }
+  return EXIT_OK;
+}
+
 /* The port of a TCPStore key space, held by process PID when given (a
  * Slurm TaskProlog's task), else by this short-lived connection. */
 int cmd_tcpstore_space(struct ctl *ctl, int argc, char **argv) {

@@ -101,17 +101,11 @@ static int add_member(struct round *r, struct jpend *p,
     return RDZV_EPROTO;
   }
   HASH_FIND(hh, r->by_claim, &m->j.rec.claim, sizeof(uint64_t), old);
-  if (old == NULL && r->n >= r->params.max_size) {
-    /* Past the maximum (records that came in one request with the last
-     * that fitted): this one is not in the generation. */
-    snprintf(text, tn, "round %s generation %" PRId64 " is complete at its "
-             "maximum of %u ranks: host %.*s local rank %d is not in it",
-             r->name, r->gen, r->params.max_size, (int)m->j.rec.host_len,
-             m->j.rec.host, m->j.rec.local_rank);
-    free(m);
-    return RDZV_EROUND_FULL;
-  }
   if (old != NULL) {
+    if (old->spare && old->gone) { /* its path came back */
+      old->gone = false;
+      r->nspare++;
+    }
     if (old->via != p) { /* a re-send through another path: counted once */
       old->via->nmembers--;
       old->via = p;
@@ -147,6 +141,33 @@ static int add_member(struct round *r, struct jpend *p,
     free(m);
     return RDZV_EDUPLICATE_CLAIM;
   }
+  /* Active or spare: a host's ranks share its first one's role. A new
+   * host is a spare when it says so (and was not in the last world: a
+   * promoted spare stays), or when its ranks would take the actives past
+   * the maximum (it is parked, not refused). */
+  if (peer != NULL) {
+    m->spare = peer->spare;
+  } else {
+    uint32_t need = m->j.local_size > 0 ? (uint32_t)m->j.local_size : 1;
+    m->spare = (m->j.role == RDZV_JOIN_SPARE && !rdzv__round_in_world(r, m)) ||
+               r->reserved + need > r->params.max_size;
+    if (!m->spare)
+      r->reserved += need;
+  }
+  if (!m->spare && r->n - r->nspare_all >= r->params.max_size) {
+    /* Its host's first ranks fitted but this one does not (local sizes
+     * that understate the ranks): not in the generation. */
+    snprintf(text, tn, "round %s generation %" PRId64 " is complete at its "
+             "maximum of %u ranks: host %.*s local rank %d is not in it",
+             r->name, r->gen, r->params.max_size, (int)m->j.rec.host_len,
+             m->j.rec.host, m->j.rec.local_rank);
+    free(m);
+    return RDZV_EROUND_FULL;
+  }
+  if (m->spare) {
+    r->nspare++;
+    r->nspare_all++;
+  }
   m->via = p;
   m->c = p->c;
   p->nmembers++;
@@ -170,6 +191,7 @@ static int answer_known(struct round *r, struct conn *c,
   struct rdzv_slice v;
   struct rdzv_state_val asg;
   size_t pos = 0;
+  uint32_t nparked = 0;
   /* The generation's assignments, as round.c recorded them. */
   if (rdzv__state_rec_get(r->s->st, RDZV_STATE_REC_ASSIGN,
                           (const uint8_t *)r->name, (uint32_t)strlen(r->name),
@@ -183,6 +205,16 @@ static int answer_known(struct round *r, struct conn *c,
     struct jmember *old = NULL;
     if (rdzv_join_rec_decode(v.p, v.n, &j) == 0)
       HASH_FIND(hh, r->by_claim, &j.rec.claim, sizeof(uint64_t), old);
+    if (old == NULL && r->parked != NULL &&
+        rdzv_join_rec_decode(v.p, v.n, &j) == 0)
+      HASH_FIND(hh, r->parked, &j.rec.claim, sizeof(uint64_t), old);
+    if (old != NULL && old->rank < 0 && old->spare) { /* parked: again */
+      uint8_t item[RDZV_JOIN_ERROR_BYTES];
+      rdzv_join_error_encode(old->j.rec.claim, RDZV_EPARKED, item);
+      rdzv_items_append(&out, item, sizeof(item));
+      nparked++;
+      continue;
+    }
     if (old == NULL || old->rank < 0 || (uint32_t)old->rank >= r->n) {
       rdzv_buf_free(&out);
       return 0;
@@ -198,10 +230,22 @@ static int answer_known(struct round *r, struct conn *c,
     struct jmember *old = NULL;
     if (rdzv_join_rec_decode(v.p, v.n, &j) == 0)
       HASH_FIND(hh, r->by_claim, &j.rec.claim, sizeof(uint64_t), old);
-    if (old != NULL)
+    if (old != NULL) {
       rdzv__round_rebind(r, old, c);
+      continue;
+    }
+    if (rdzv_join_rec_decode(v.p, v.n, &j) == 0)
+      HASH_FIND(hh, r->parked, &j.rec.claim, sizeof(uint64_t), old);
+    if (old != NULL) /* a parked spare's path */
+      old->c = c;
   }
-  rdzv__round_reply(c, m->req_id, 0, 0, &out, m->vals.n - 1, "", r->gen, r->n);
+  char text[200] = "";
+  if (nparked > 0)
+    snprintf(text, sizeof(text), "round %s generation %" PRId64 ": parked "
+             "as a spare until a place opens (rdzv/%s/g%" PRId64 "/next)",
+             r->name, r->gen, r->name, r->gen);
+  rdzv__round_reply(c, m->req_id, nparked == m->vals.n - 1 ? RDZV_EPARKED : 0,
+                    0, &out, m->vals.n - 1, text, r->gen, r->n);
   rdzv_buf_free(&out);
   return 1;
 }
@@ -314,27 +358,67 @@ static int refuse_live_conflicts(struct round *r, struct conn *c,
   return 1;
 }
 
-/* A DONE generation at its maximum size whose members are all still in
- * it (none left cleanly, none lost: a loss fails the generation) and a
- * join of others: there is no room, and opening the next generation
- * would restart the whole job for a member it cannot take. Refused with
- * RDZV_EROUND_FULL (a launcher parks or ends that process). Answers and
- * returns 1, else 0. */
-static int refuse_full(struct round *r, struct conn *c,
-                       const struct rdzv_msg *m) {
+/* A DONE generation and a join that would not be in the next one's world
+ * either: every record a spare (not of the world), or the world at its
+ * maximum with all its members live (no member left cleanly; a loss
+ * fails the generation). Opening the next generation would restart the
+ * whole job for nothing, so the records are parked (RDZV_EPARKED, listed
+ * by `rdzvctl members`): a launcher parks or ends the process, which
+ * learns from "rdzv/<round>/g<gen>/next" (or that generation's abort)
+ * when to join again. Answers and returns 1, else 0. */
+static int park_on_done(struct round *r, struct conn *c,
+                        const struct rdzv_msg *m) {
   struct jmember *mb, *t;
   uint32_t live = 0;
   HASH_ITER(hh, r->by_claim, mb, t)
     if (!mb->left)
       live++;
-  if (live < r->params.max_size)
+  bool full = live >= r->params.max_size, all_spare = true;
+  struct rdzv_slice v;
+  size_t pos = 0;
+  rdzv_items_next(&m->vals, &pos, &v); /* params */
+  size_t first = pos;
+  while (all_spare && rdzv_items_next(&m->vals, &pos, &v)) {
+    struct jmember *probe = member_new(&v);
+    all_spare = probe != NULL && probe->j.role == RDZV_JOIN_SPARE &&
+                !rdzv__round_in_world(r, probe);
+    free(probe);
+  }
+  if (!full && !all_spare)
     return 0;
-  char text[300];
-  snprintf(text, sizeof(text), "round %s generation %" PRId64 " is complete "
-           "at its maximum of %u ranks, all of them live: no room for "
-           "another member until one leaves or is lost", r->name, r->gen,
-           r->params.max_size);
-  refuse_all(r, c, m, RDZV_EROUND_FULL, text);
+  struct rdzv_buf items = {0};
+  char host[64] = "?";
+  pos = first;
+  while (rdzv_items_next(&m->vals, &pos, &v)) {
+    struct jmember *pm = member_new(&v);
+    uint8_t item[RDZV_JOIN_ERROR_BYTES];
+    rdzv_join_error_encode(pm != NULL ? pm->j.rec.claim : 0, RDZV_EPARKED,
+                           item);
+    rdzv_items_append(&items, item, sizeof(item));
+    if (pm == NULL)
+      continue;
+    snprintf(host, sizeof(host), "%.*s",
+             (int)(pm->j.rec.host_len < 63 ? pm->j.rec.host_len : 63),
+             pm->j.rec.host);
+    pm->c = c;
+    pm->spare = true;
+    rdzv__round_park(r, pm);
+  }
+  char text[400];
+  if (full)
+    snprintf(text, sizeof(text), "round %s generation %" PRId64 " is "
+             "complete at its maximum of %u ranks, all of them live: host "
+             "%s parked as a spare until a place opens (rdzv/%s/g%" PRId64
+             "/next)", r->name, r->gen, r->params.max_size, host, r->name,
+             r->gen);
+  else
+    snprintf(text, sizeof(text), "round %s generation %" PRId64 " is "
+             "complete with %u ranks: spare host %s parked until a place "
+             "opens (rdzv/%s/g%" PRId64 "/next)", r->name, r->gen, r->n,
+             host, r->name, r->gen);
+  rdzv__round_reply(c, m->req_id, RDZV_EPARKED, 0, &items, m->vals.n - 1,
+                    text, r->gen, r->n);
+  rdzv_buf_free(&items);
   return 1;
 }
 
@@ -370,7 +454,7 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
   }
   if (r->state == ROUND_DONE &&
       (answer_known(r, c, m) || refuse_live_conflicts(r, c, m) ||
-       refuse_full(r, c, m)))
+       park_on_done(r, c, m)))
     return;
   if (r->state != ROUND_OPEN)
     rdzv__round_open(r, &params);
@@ -380,11 +464,7 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
     return;
   }
   add_records(r, p, m);
-  if (r->n >= r->params.max_size)
-    rdzv__round_complete(r);
-  else if (r->n >= r->params.min_size && !uv_is_active(
-               (uv_handle_t *)&r->last_call))
-    uv_timer_start(&r->last_call, rdzv__round_on_last_call, r->params.last_call_ms, 0);
+  rdzv__round_progress(r);
 }
 
 /* An abort that names its members (vals: u64 LE claims, from a node that
@@ -416,6 +496,16 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
   struct round *r = NULL;
   HASH_FIND(hh, s->rounds, name.p, name.n, r);
   int64_t gen = m->a != 0 ? m->a : (r ? r->gen : 0);
+  if (r != NULL && gen == r->gen && r->state != ROUND_FAILED &&
+      rdzv__round_spares_drop_claims(r, &m->vals)) {
+    /* Spares only (a node lost their processes, or they left): the
+     * generation goes on without them. */
+    struct rdzv_msg rep;
+    rdzv__reply_init(&rep, m, 0);
+    rep.a = r->gen;
+    rdzv__conn_reply(c, &rep);
+    return;
+  }
   if (r != NULL && !(m->flags & RDZV_F_LEAVE) && gen == r->gen &&
       r->state != ROUND_FAILED && m->vals.n > 0 && stale_abort(r, c, m)) {
     char text[700];
@@ -461,6 +551,9 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
 void rdzv__root_rounds_conn_closed(struct root_job *s, struct conn *c) {
   struct round *r, *t;
   HASH_ITER(hh, s->rounds, r, t) {
+    /* Its spares go (a node's come back through its next path). */
+    if (r->nspare > 0 || r->parked != NULL)
+      rdzv__round_spares_drop_conn(r, c);
     struct contrib *ct = rdzv__round_contrib_find(r, c);
     if (ct == NULL || ct->left || r->state == ROUND_FAILED)
       continue;

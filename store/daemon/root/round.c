@@ -13,6 +13,7 @@
 
 #include "rendezvous/assign.h"
 #include "rendezvous/join_wire.h"
+#include "rendezvous/place.h"
 #include "store/daemon/root/round.h"
 
 /* ---- the round's records in the job's state ------------------------------------ */
@@ -89,6 +90,8 @@ static void member_free_all(struct round *r) {
     free(m);
   }
   r->n = 0;
+  r->nspare = r->nspare_all = 0;
+  r->reserved = 0;
 }
 
 static void contrib_clear(struct round *r) {
@@ -147,7 +150,7 @@ bool rdzv__round_rebind(struct round *r, struct jmember *m, struct conn *c) {
 bool rdzv__round_holds(struct round *r, const struct contrib *ct) {
   struct jmember *m, *t;
   HASH_ITER(hh, r->by_claim, m, t)
-    if (m->c == ct->c && !m->left)
+    if (m->c == ct->c && !m->left && !m->spare)
       return true;
   return false;
 }
@@ -161,14 +164,14 @@ static uint32_t describe_orphans(struct round *r, const struct contrib *ct,
   uint32_t count = 0, k = 0;
   out[0] = '\0';
   HASH_ITER(hh, r->by_claim, m, t)
-    if (m->c == ct->c && !m->left)
+    if (m->c == ct->c && !m->left && !m->spare)
       count++;
   struct rdzv_member_name *names =
       count > 0 ? malloc(count * sizeof(*names)) : NULL;
   if (names == NULL)
     return count;
   HASH_ITER(hh, r->by_claim, m, t)
-    if (m->c == ct->c && !m->left)
+    if (m->c == ct->c && !m->left && !m->spare)
       names[k++] = (struct rdzv_member_name){
           m->j.rec.host, m->j.rec.host_len,
           r->state == ROUND_DONE ? m->rank : m->j.rec.local_rank};
@@ -265,8 +268,10 @@ struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name)
   uv_timer_init(s->d->loop, &r->deadline);
   uv_timer_init(s->d->loop, &r->last_call);
   uv_timer_init(s->d->loop, &r->grace);
-  r->deadline.data = r->last_call.data = r->grace.data = r;
-  r->open_timers = 3;
+  uv_timer_init(s->d->loop, &r->spare_wait);
+  r->deadline.data = r->last_call.data = r->grace.data = r->spare_wait.data =
+      r;
+  r->open_timers = 4;
   round_load(r);
   HASH_ADD(hh, s->rounds, name, strlen(r->name), r);
   return r;
@@ -315,6 +320,7 @@ void rdzv__round_fail(struct round *r, int status, const char *why) {
   round_save(r);
   uv_timer_stop(&r->deadline);
   uv_timer_stop(&r->last_call);
+  uv_timer_stop(&r->spare_wait);
   for (struct jpend *p = r->pend; p != NULL; p = p->next)
     rdzv__round_reply(p->c, p->req_id, status, 0, NULL, 0, why, r->gen, 0);
   pend_free_all(r);
@@ -359,7 +365,10 @@ void rdzv__round_describe_missing(struct round *r, char *out, size_t n) {
   }
   size_t off = (size_t)snprintf(
       out, n, "round '%s' generation %" PRId64 ": %u of %u ranks joined", r->name,
-      r->gen, r->n, r->params.max_size);
+      r->gen, r->n - r->nspare_all, r->params.max_size);
+  if (r->nspare > 0 && off < n)
+    off += (size_t)snprintf(out + off, n - off, " (and %u spare ranks)",
+                            r->nspare);
   HASH_ITER(hh, hosts, h, t) {
     if (h->have < h->want && off < n)
       off += (size_t)snprintf(out + off, n - off, "; host %.*s lacks %d of %d",
@@ -395,7 +404,12 @@ static void on_deadline(uv_timer_t *t) {
   struct round *r = t->data;
   if (r->state != ROUND_OPEN)
     return;
-  if (r->n >= r->params.min_size && r->params.min_size < r->params.max_size) {
+  /* Enough ranks with the spares (elastic, or spares to fill the
+   * places): the generation starts with them rather than failing. */
+  uint32_t active = r->n - r->nspare_all;
+  if ((active >= r->params.min_size &&
+       r->params.min_size < r->params.max_size) ||
+      (r->nspare > 0 && active + r->nspare >= r->params.min_size)) {
     uv_timer_stop(&r->last_call);
     rdzv__round_complete(r);
     return;
@@ -519,64 +533,159 @@ static void publish_topology(struct round *r, struct jmember *const *ms,
   rdzv_buf_free(&topo);
 }
 
+/* Takes member m out of the generation's tables (it is parked, or a
+ * spare that went away): its host keeps a by_host entry if another of its
+ * members stays (see rdzv__round_complete). */
+static void member_unlink(struct round *r, struct jmember *m) {
+  HASH_DEL(r->by_claim, m);
+  HASH_DELETE(hh_slot, r->by_slot, m);
+  if (m->in_host) {
+    HASH_DELETE(hh_host, r->by_host, m);
+    m->in_host = false;
+  }
+  r->n--;
+}
+
+/* The items of a requester p once the generation completed: each of its
+ * members' assignment, or RDZV_EPARKED for a spare left out; the reply's
+ * status is RDZV_EPARKED when all of them were left out. */
+static void reply_completed(struct round *r, struct jpend *p,
+                            uint32_t world) {
+  char text[300] = "";
+  int status = 0;
+  if (p->nparked > 0) {
+    snprintf(text, sizeof(text),
+             "round %s generation %" PRId64 " is complete with %u ranks: "
+             "parked as a spare (%u hosts parked); told when a place opens "
+             "(rdzv/%s/g%" PRId64 "/next)",
+             r->name, r->gen, world, r->tl.parked_hosts, r->name, r->gen);
+    if (p->nparked == p->nout)
+      status = RDZV_EPARKED;
+  }
+  rdzv__round_reply(p->c, p->req_id, status, 0, &p->out, p->nout, text,
+                    r->gen, world);
+}
+
 void rdzv__round_complete(struct round *r) {
-  struct rdzv_join_rec *recs = calloc(r->n, sizeof(*recs));
-  struct rdzv_assignment *asg = calloc(r->n, sizeof(*asg));
-  struct jmember **ms = calloc(r->n, sizeof(*ms));
-  size_t *scratch = calloc(r->n, sizeof(*scratch));
-  size_t da = 0, db = 0, i = 0;
+  uint32_t n = r->n;
+  struct rdzv_join_rec *recs = calloc(n, sizeof(*recs));
+  struct rdzv_assignment *asg = calloc(n, sizeof(*asg));
+  struct jmember **ms = calloc(n, sizeof(*ms));
+  uint8_t *spare = calloc(n, 1);
+  size_t *scratch = calloc(n, sizeof(*scratch));
+  struct rdzv_place_host *prev = calloc(r->nworld_hosts + 1, sizeof(*prev));
+  struct rdzv_place_swap *swaps = calloc(r->nworld_hosts + 1, sizeof(*swaps));
+  size_t da = 0, db = 0, i = 0, live = 0, nswaps = 0, world = 0;
   struct jmember *m, *t;
   int rc = RDZV_ENOMEM;
-  if (recs && asg && ms && scratch) {
-    HASH_ITER(hh, r->by_claim, m, t) {
-      ms[i] = m;
-      recs[i++] = m->j.rec;
+  if (recs && asg && ms && spare && scratch && prev && swaps) {
+    /* Live members first (placed), spares that went away after them. */
+    HASH_ITER(hh, r->by_claim, m, t)
+      if (!m->gone)
+        ms[live++] = m;
+    i = live;
+    HASH_ITER(hh, r->by_claim, m, t)
+      if (m->gone)
+        ms[i++] = m;
+    for (i = 0; i < live; i++) {
+      recs[i] = ms[i]->j.rec;
+      spare[i] = ms[i]->spare;
     }
-    rc = rdzv_assign(recs, r->n, asg, scratch, &da, &db);
+    rdzv__round_world_prev(r, prev);
+    struct rdzv_place_in in = {recs, live, spare, prev, r->nworld_hosts,
+                               r->params.max_size};
+    rc = live > 0 ? rdzv_place(&in, asg, swaps, &nswaps, &world, &da, &db)
+                  : RDZV_EPROTO;
   }
   if (rc < 0) {
-    rdzv__round_fail(r, rc, "rank assignment failed");
-  } else {
-    /* scratch[k]: the index (in ms and asg) of rank k, for publishing in
-     * rank order. */
-    for (i = 0; i < r->n; i++) {
-      ms[i]->rank = asg[i].rank;
-      scratch[asg[i].rank] = i;
-    }
-    r->state = ROUND_DONE;
-    rdzv__round_tl_end(r);
-    prev_clear(r);
-    uv_timer_stop(&r->deadline);
-    uv_timer_stop(&r->last_call);
-    drop_old_generations(r);
-    publish_topology(r, ms, asg, scratch);
-    assignments_save(r, ms, asg, scratch);
-    round_save(r);
-    uint8_t item[RDZV_JOIN_ASSIGN_BYTES];
-    for (i = 0; i < r->n; i++) {
-      rdzv_join_assign_encode(ms[i]->j.rec.claim, &asg[i], item);
-      rdzv_items_append(&ms[i]->via->out, item, sizeof(item));
-      ms[i]->via->nout++;
-    }
-    for (struct jpend *p = r->pend; p != NULL; p = p->next)
-      rdzv__round_reply(p->c, p->req_id, 0, 0, &p->out, p->nout, "", r->gen, r->n);
-    pend_free_all(r);
-    for (i = 0; i < r->n; i++)
-      ms[i]->via = NULL;
-    rdzv__log_event_job(r->s->d, r->s->job_id,
-                        "round %s generation %" PRId64 ": %u ranks", r->name,
-                        r->gen, r->n);
+    rdzv__round_fail(r, rc, rc == RDZV_EPROTO ? "no live member to place"
+                                              : "rank assignment failed");
+    goto out;
   }
+  /* Parked spares (and those gone) answer RDZV_EPARKED and leave the
+   * generation's tables; the rest are its world. */
+  uint8_t item[RDZV_JOIN_ASSIGN_BYTES];
+  rdzv__round_tl_membership(r, ms, asg, live, swaps, nswaps, prev);
+  size_t w = 0;
+  for (i = 0; i < n; i++) {
+    m = ms[i];
+    if (i < live && asg[i].rank >= 0) {
+      ms[w] = m;
+      asg[w++] = asg[i];
+      continue;
+    }
+    rdzv_join_error_encode(m->j.rec.claim, RDZV_EPARKED, item);
+    rdzv_items_append(&m->via->out, item, RDZV_JOIN_ERROR_BYTES);
+    m->via->nout++;
+    m->via->nparked++;
+    member_unlink(r, m);
+    rdzv__round_park(r, m);
+  }
+  r->nspare = r->nspare_all = 0;
+  for (i = 0; i < w; i++) {
+    /* A host whose by_host member was parked or gone gets another. */
+    struct jmember *peer = NULL;
+    HASH_FIND(hh_host, r->by_host, ms[i]->j.rec.host, ms[i]->j.rec.host_len,
+              peer);
+    if (peer == NULL) {
+      ms[i]->in_host = true;
+      HASH_ADD_KEYPTR(hh_host, r->by_host, ms[i]->j.rec.host,
+                      ms[i]->j.rec.host_len, ms[i]);
+    }
+  }
+  /* scratch[k]: the index (in ms and asg) of rank k, for publishing in
+   * rank order. */
+  for (i = 0; i < w; i++) {
+    ms[i]->rank = asg[i].rank;
+    scratch[asg[i].rank] = i;
+  }
+  rdzv__round_world_save(r, ms, asg, scratch);
+  for (i = 0; i < w; i++)
+    ms[i]->spare = false; /* in the world now: its loss aborts */
+  r->state = ROUND_DONE;
+  rdzv__round_tl_end(r);
+  prev_clear(r);
+  uv_timer_stop(&r->deadline);
+  uv_timer_stop(&r->last_call);
+  uv_timer_stop(&r->spare_wait);
+  drop_old_generations(r);
+  publish_topology(r, ms, asg, scratch);
+  assignments_save(r, ms, asg, scratch);
+  round_save(r);
+  for (i = 0; i < w; i++) {
+    rdzv_join_assign_encode(ms[i]->j.rec.claim, &asg[i], item);
+    rdzv_items_append(&ms[i]->via->out, item, sizeof(item));
+    ms[i]->via->nout++;
+  }
+  for (struct jpend *p = r->pend; p != NULL; p = p->next)
+    reply_completed(r, p, r->n);
+  pend_free_all(r);
+  for (i = 0; i < w; i++)
+    ms[i]->via = NULL;
+  rdzv__log_event_job(r->s->d, r->s->job_id,
+                      "round %s generation %" PRId64 ": %u ranks%s", r->name,
+                      r->gen, r->n,
+                      r->tl.parked_hosts > 0 ? " (spares parked)" : "");
+out:
   free(recs);
   free(asg);
   free(ms);
+  free(spare);
   free(scratch);
+  free(prev);
+  free(swaps);
 }
 
 void rdzv__round_on_last_call(uv_timer_t *t) {
   struct round *r = t->data;
-  if (r->state != ROUND_OPEN || r->n < r->params.min_size)
+  uint32_t active = r->n - r->nspare_all;
+  if (r->state != ROUND_OPEN || active < r->params.min_size)
     return;
+  if (r->nspare > 0 && uv_is_active((uv_handle_t *)&r->spare_wait)) {
+    /* Spares would take places the previous hosts may still come back
+     * to: the --spare-wait-ms wait completes the generation. */
+    return;
+  }
   if (r->prev_pending > 0 && !r->prev_held) {
     /* Members of the superseded generation are still on their way:
      * one more last call for them. */
@@ -650,6 +759,8 @@ void rdzv__round_open(struct round *r, const struct rdzv_join_params *p) {
   if (r->state == ROUND_DONE)
     prev_remember(r);
   member_free_all(r);
+  rdzv__round_members_free(r, false); /* parked spares join again */
+  uv_timer_stop(&r->spare_wait);
   pend_free_all(r);
   contrib_clear(r);
   r->gen++;
@@ -699,10 +810,12 @@ void rdzv__root_rounds_free(struct root_job *s) {
     HASH_DEL(s->rounds, r);
     prev_clear(r);
     member_free_all(r);
+    rdzv__round_members_free(r, true);
     pend_free_all(r);
     contrib_clear(r);
     uv_close((uv_handle_t *)&r->deadline, on_round_timer_closed);
     uv_close((uv_handle_t *)&r->last_call, on_round_timer_closed);
     uv_close((uv_handle_t *)&r->grace, on_round_timer_closed);
+    uv_close((uv_handle_t *)&r->spare_wait, on_round_timer_closed);
   }
 }

@@ -47,6 +47,17 @@ struct tl_phase {
   uint64_t arrived, count;
   enum tl_phase_state state;
 };
+#define TL_SWAPS 8 /* the previous world's places that changed hands */
+/* A place of the previous world whose host did not rejoin: who took it
+ * (a spare, a new active host) or that it closed up. */
+enum tl_swap_how { TL_SWAP_SPARE, TL_SWAP_ACTIVE, TL_SWAP_CLOSED };
+struct tl_swap {
+  char lost[64]; /* the host that did not rejoin, cut to 63 bytes */
+  char by[64];   /* the host that took its place ("" when closed) */
+  int32_t node_rank; /* the place (in the previous world) */
+  int32_t first_rank, ranks; /* the taker's rank range now */
+  enum tl_swap_how how;
+};
 struct timeline {
   struct {
     uint32_t ms, ranks, hosts;
@@ -61,6 +72,14 @@ struct timeline {
   struct tl_phase phases[TL_PHASES]; /* in the order they began */
   uint32_t nphases;
   uint32_t phases_left_out; /* began after the first TL_PHASES */
+  /* Membership at completion (rendezvous/place.h): the previous world's
+   * places that changed hands (the first TL_SWAPS), spares promoted, and
+   * hosts parked. */
+  struct tl_swap swaps[TL_SWAPS];
+  uint32_t nswaps;
+  uint32_t swaps_left_out;
+  uint32_t promoted_hosts; /* spares taken into the world */
+  uint32_t parked_hosts, parked_ranks;
 };
 
 struct jpend { /* a requester (connection) waiting in the open round */
@@ -69,6 +88,7 @@ struct jpend { /* a requester (connection) waiting in the open round */
   uint32_t nmembers;
   struct rdzv_buf out; /* its assignments, built at completion */
   uint32_t nout;
+  uint32_t nparked; /* of them RDZV_EPARKED (spares left out) */
   struct jpend *next;
 };
 
@@ -77,6 +97,11 @@ struct jmember {
   UT_hash_handle hh_slot; /* by host + local rank */
   UT_hash_handle hh_host; /* the first member of each host, by host */
   bool in_host;
+  /* Joined as a spare (declared, or past the maximum) and not of the
+   * previous world: kept out of the world unless placement needs it
+   * (rendezvous/place.h); its death or leave aborts nothing. */
+  bool spare;
+  bool gone; /* a spare whose process or path went away while open */
   struct jpend *via;
   struct conn *c; /* the connection it came through (last re-sent on) */
   bool left; /* left cleanly: its slot is free for another process */
@@ -97,7 +122,27 @@ struct round {
   enum round_state state;
   struct rdzv_join_params params;
   struct jmember *by_claim, *by_slot, *by_host;
-  uint32_t n;
+  uint32_t n;      /* members (actives and spares) */
+  uint32_t nspare; /* of them spares, not gone */
+  uint32_t nspare_all; /* of them spares, gone or not */
+  uint32_t reserved; /* ranks the open generation's active hosts declared
+                        (their local sizes): a new host past max_size
+                        with them is parked */
+  /* Spares parked by the complete generation (not in its world), by
+   * claim (their hh): answered RDZV_EPARKED again if they re-send. */
+  struct jmember *parked;
+  /* The last complete generation's world, by node rank: the previous
+   * world of the next one's placement, and what `rdzvctl members`
+   * lists. */
+  struct world_host {
+    uint8_t *host, *location, *domain; /* one allocation, host first */
+    uint32_t host_len, location_len, domain_len;
+    int32_t local_size, first_rank;
+    bool spare; /* came in as a spare */
+  } *world;
+  uint32_t nworld_hosts;
+  int64_t world_gen; /* the generation it is of */
+  uv_timer_t spare_wait; /* --spare-wait-ms from the opening */
   struct jpend *pend;
   uv_timer_t deadline, last_call;
   uv_timer_t grace; /* the first lost child node's --session-grace-ms */
@@ -195,6 +240,52 @@ void rdzv__round_tl_coll(struct root_job *s, const uint8_t *name,
  * now; NULL when out of memory. */
 struct json_t;
 struct json_t *rdzv__round_tl_json(struct round *r, uint64_t now);
+
+/* round_members.c: who is in the world, who is parked, and when spares
+ * are taken. */
+struct rdzv_place_host;
+struct rdzv_place_swap;
+struct rdzv_assignment;
+/* Whether m's host (host and location) is in the last complete world. */
+bool rdzv__round_in_world(const struct round *r, const struct jmember *m);
+/* prev (room for r->nworld_hosts) gets the last complete world, by node
+ * rank, borrowing r's bytes. */
+void rdzv__round_world_prev(const struct round *r,
+                            struct rdzv_place_host *prev);
+/* The generation completing: its world (members ms[idx[k]] of rank k,
+ * assignments asg[idx[k]], r->n of them) becomes r->world. */
+void rdzv__round_world_save(struct round *r, struct jmember *const *ms,
+                            const struct rdzv_assignment *asg,
+                            const size_t *idx);
+/* Member m (out of the tables) is parked by the complete generation; it
+ * is owned by r->parked from now on (a re-send of its claim replaces
+ * it). */
+void rdzv__round_park(struct round *r, struct jmember *m);
+/* Frees the parked members and (all: true) the saved world too. */
+void rdzv__round_members_free(struct round *r, bool all);
+/* The placement's outcome in the timeline, and an event line per place
+ * that changed hands: ms[0..live) placed with asg (rank -1 parked), the
+ * previous world prev, its swaps. */
+void rdzv__round_tl_membership(struct round *r, struct jmember *const *ms,
+                               const struct rdzv_assignment *asg, size_t live,
+                               const struct rdzv_place_swap *swaps,
+                               size_t nswaps,
+                               const struct rdzv_place_host *prev);
+/* The open generation gained members (or lost spares): completes it when
+ * its active ranks reach the maximum; starts the last call (elastic) or
+ * the --spare-wait-ms wait when spares could fill it. */
+void rdzv__round_progress(struct round *r);
+/* Spares of r bound to connection c (closed) go: an open generation's
+ * are marked gone, parked ones freed. Returns how many. */
+uint32_t rdzv__round_spares_drop_conn(struct round *r, const struct conn *c);
+/* The spares named by claims (n u64 LE values in vals) go, if every claim
+ * is a spare of r (open or parked). true when so (nothing else done). */
+bool rdzv__round_spares_drop_claims(struct round *r,
+                                    const struct rdzv_items *vals);
+/* The world and parked hosts as JSON arrays in o ("world", "parked",
+ * "replaced"), at most ROUND_MEMBERS_LISTED hosts each. */
+void rdzv__round_members_json(struct round *r, struct json_t *o);
+#define ROUND_MEMBERS_LISTED 256
 
 /* The connections whose joins are in the current generation. */
 struct contrib *rdzv__round_contrib_find(struct round *r, const struct conn *c);

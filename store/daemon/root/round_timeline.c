@@ -201,6 +201,9 @@ json_t *rdzv__round_tl_json(struct round *r, uint64_t now) {
   if (o == NULL)
     return NULL;
   json_object_set_new(o, "min", json_integer(r->params.min_size));
+  if (open)
+    json_object_set_new(o, "spare_ranks", json_integer(r->nspare));
+  rdzv__round_members_json(r, o);
   json_t *pts = json_array();
   for (uint32_t i = 0; i < tl->nsamples; i++)
     json_array_append_new(pts, json_pack("{s:I,s:I,s:I}", "ms",
