@@ -228,14 +228,24 @@ static uint64_t new_claim(void) {
   return v ^ ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec;
 }
 
+/* A spare asks for a round deadline of at most this long (its own
+ * timeout_s may be hours): a generation it opens still fails in time,
+ * naming who is missing, and the spare joins the next. */
+#define SPARE_ROUND_DEADLINE_S 60.0
+
+/* Sends one join and runs it for at most timeout_s. */
 static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
-                     const char *host, const char *topo,
+                     const char *host, const char *topo, double timeout_s,
                      struct join_call *k) {
+  bool spare = o->size >= OPTS_V2 && o->role == RDZV_MEMBER_SPARE;
+  double round_s = spare && o->timeout_s > SPARE_ROUND_DEADLINE_S
+                       ? SPARE_ROUND_DEADLINE_S
+                       : o->timeout_s;
   struct rdzv_join_params p = {
       .min_size = (uint32_t)(o->min_size ? o->min_size : o->world_size),
       .max_size = (uint32_t)o->world_size,
       .last_call_ms = (uint32_t)(o->last_call_s * 1000),
-      .timeout_ms = (uint32_t)(o->timeout_s * 1000)};
+      .timeout_ms = (uint32_t)(round_s * 1000)};
   struct rdzv_join_full j = {
       .rec = {.host = (const uint8_t *)host,
               .host_len = (uint32_t)strlen(host),
@@ -263,9 +273,9 @@ static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
   struct rdzv_request req = {.op = RDZV_OP_JOIN, .nkeys = 1, .keys = &key,
                              .nvals = 2, .vals = vals};
   if (rc == 0)
-    rc = rdzv_client_submit(r->c, &req, o->timeout_s, on_join, k);
+    rc = rdzv_client_submit(r->c, &req, timeout_s, on_join, k);
   if (rc == 0)
-    rc = rdzv_client_run(r->c, o->timeout_s + 3);
+    rc = rdzv_client_run(r->c, timeout_s + 3);
   if (rc == 0 && k->done && k->status == 0) {
     /* The rank's session: should its connection be lost (its node
      * restarts, or it is reached through a fallback), the same record
@@ -333,11 +343,24 @@ int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
   double end = now_s() + o->timeout_s;
   bool spare = o->size >= OPTS_V2 && o->role == RDZV_MEMBER_SPARE;
   for (;;) {
+    double left = end - now_s();
     if (rc == 0)
-      rc = send_join(r, o, host, record, &k);
+      rc = send_join(r, o, host, record, left > 0.1 ? left : 0.1, &k);
     if (rc == 0)
       rc = k.status;
-    double left = end - now_s();
+    left = end - now_s();
+    if (spare && left > 1 &&
+        (rc == RDZV_EABORTED || rc == RDZV_ESTALE_GENERATION ||
+         rc == RDZV_EDEADLINE)) {
+      /* The generation this spare waited in failed (a member lost, its
+       * deadline): the next one is joined. */
+      struct timespec pause = {0, 200 * 1000 * 1000};
+      nanosleep(&pause, NULL);
+      rc = 0;
+      k.done = 0;
+      k.text[0] = '\0';
+      continue;
+    }
     if (rc != RDZV_EPARKED || !spare || left <= 0)
       break;
     /* Parked: the generation's end (its successor's number, or its

@@ -30,6 +30,11 @@ What each agent does (docs/pytorch.md has the whole story):
   round has keys of its own. The agents' store is the same space under
   "torchelastic/".
 
+A spare agent (RDZV_ROLE=spare in its environment, RDZV_DOMAIN its
+NVLink domain): its join waits parked, not counted as waiting, until an
+agent is lost; it then takes that agent's node rank, so its workers get the
+lost workers' ranks.
+
 --rdzv-conf keys: join_timeout (s, 600), last_call_timeout (s, 30),
 host (RDZV_HOST, else the hostname), location (RDZV_LOCATION), job (the
 rdzv job id: RDZV_JOB, else the run id), round ("agents" when the job is

@@ -29,7 +29,8 @@ if [ "$(id -u)" != 0 ] || ! "$chroot_sh" --dir "$croot" --check; then
 fi
 
 "$src/tools/rdzvd" --role=root --name=root --listen=127.0.0.1:0 \
-  --port-file="$dir/root.port" --log-level=1 2>"$dir/root.log" & pids+=($!)
+  --port-file="$dir/root.port" --spare-wait-ms=2000 --log-level=1 \
+  2>"$dir/root.log" & pids+=($!)
 for _ in $(seq 100); do [ -s "$dir/root.port" ] && break; sleep 0.1; done
 for n in a b c; do
   "$src/tools/rdzvd" --role=node --name="$n" \
@@ -171,6 +172,48 @@ if [ "$(exit_of kill a)" = 0 ] && [ "$(exit_of kill b)" = 0 ] &&
   ok "agent killed: host a's workers restarted with host b's replacement, both finished"
 else
   fail "agent killed"; show kill-a kill-b0 kill-b
+fi
+
+# 4b. A spare agent takes a killed one's place: --nnodes=2:2; hosts a and
+#     b train, host c's agent is a spare (RDZV_ROLE=spare: parked, its
+#     join waiting); host b's agent and workers are killed (-9): after the
+#     root's --spare-wait-ms, c gets b's node rank, its workers b's ranks
+#     (2 and 3), and a and c finish.
+STEPS=60 agent a spare 2:2 --max-restarts=2
+STEPS=60 agent b spare 2:2 --max-restarts=2
+for _ in $(seq 300); do
+  [ "$(results spare b | grep -c world=4)" = 2 ] && break
+  sleep 0.2
+done
+STEPS=10 XENV="RDZV_ROLE=spare" agent c spare 2:2 --max-restarts=2
+for _ in $(seq 100); do
+  ctl --addr "127.0.0.1:$(cat "$dir/root.port")" --job "trt-$$-spare" \
+    members 2>/dev/null | grep -q "parked: host-c" && break
+  sleep 0.2
+done
+members_before=$(ctl --addr "127.0.0.1:$(cat "$dir/root.port")" \
+  --job "trt-$$-spare" members 2>&1)
+for p in $(pgrep -f "rdzv-id=trt-$$-spare|$dir/torchrun_train.py"); do
+  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RDZV_HOST=host-b"; then
+    kill -9 "$p" 2>/dev/null
+  fi
+done
+# Only a's and c's agents are waited for (b's was killed).
+for _ in $(seq 600); do
+  [ -n "$(exit_of spare a)" ] && [ -n "$(exit_of spare c)" ] && break
+  sleep 0.2
+done
+members_after=$(ctl --addr "127.0.0.1:$(cat "$dir/root.port")" \
+  --job "trt-$$-spare" members 2>&1)
+if [ "$(exit_of spare a)" = 0 ] && [ "$(exit_of spare c)" = 0 ] &&
+   echo "$members_before" | grep -q "parked: host-c" &&
+   [ "$(results spare c | grep -c 'world=4 sum=10 ')" = 2 ] &&
+   results spare c | grep -q 'rank=2 ' && results spare c | grep -q 'rank=3 ' &&
+   [ "$(results spare a | grep 'world=4 sum=10 ' | grep -c 'rank=[01] ')" -ge 4 ]; then
+  ok "spare agent: host c parked, then took killed host b's node rank (workers 2, 3); a and c finished"
+else
+  fail "spare agent"; echo "$members_before"; echo "$members_after"
+  show spare-a spare-b spare-c
 fi
 
 # 5. Errors: an endpoint with no node, and a node that died, each named.
