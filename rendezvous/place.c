@@ -10,7 +10,8 @@
 struct phost {
   size_t first;   /* position in the sorted order of its first join */
   size_t count;   /* its joins */
-  bool spare;     /* every join of it is a spare, and it is not of prev */
+  int kind;       /* RDZV_PLACE_*: the least of its joins'; ACTIVE when
+                     of prev */
   bool placed;    /* in the world */
   size_t slot;    /* its place: index into prev, or nprev + k appended */
 };
@@ -68,12 +69,13 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
                   in->recs[idx[i - 1]].location,
                   in->recs[idx[i - 1]].location_len)) {
       h[nh].first = i;
-      h[nh].spare = true;
+      h[nh].kind = RDZV_PLACE_SPARE;
       nh++;
     }
     h[nh - 1].count++;
-    if (in->spare == NULL || !in->spare[idx[i]])
-      h[nh - 1].spare = false;
+    int kind = in->spare != NULL ? in->spare[idx[i]] : RDZV_PLACE_ACTIVE;
+    if (kind < h[nh - 1].kind)
+      h[nh - 1].kind = kind;
   }
   /* The previous world's hosts, matched by a merge walk in the same
    * order (both sorted by location, then host). */
@@ -99,7 +101,7 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
       if (at[pidx[p]] == SIZE_MAX) { /* a host listed twice keeps one */
         at[pidx[p]] = k;
         h[k].placed = true;
-        h[k].spare = false;
+        h[k].kind = RDZV_PLACE_ACTIVE;
         h[k].slot = pidx[p];
       }
       p++;
@@ -112,20 +114,22 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
   }
   size_t used = 0;
   for (size_t k = 0; k < nh; k++)
-    if (!h[k].spare)
+    if (h[k].kind == RDZV_PLACE_ACTIVE)
       used += h[k].count;
-  /* The holes, in node-rank order: new active hosts first, then spares
-   * that fit within max_size. */
+  /* The holes, in node-rank order: new active hosts first, then extra
+   * ones, then spares, those two only within max_size. */
   for (size_t p = 0; p < np; p++) {
     if (at[p] != SIZE_MAX)
       continue;
     size_t best = SIZE_MAX;
     int best_fit = -1;
-    for (int pass = 0; pass < 2 && best == SIZE_MAX; pass++) {
+    for (int pass = RDZV_PLACE_ACTIVE; pass <= RDZV_PLACE_SPARE &&
+                                       best == SIZE_MAX;
+         pass++) {
       for (size_t k = 0; k < nh; k++) {
-        if (h[k].placed || h[k].spare != (pass == 1))
+        if (h[k].placed || h[k].kind != pass)
           continue;
-        if (pass == 1 && used + h[k].count > in->max_size)
+        if (pass != RDZV_PLACE_ACTIVE && used + h[k].count > in->max_size)
           continue;
         int f = fit(&in->recs[idx[h[k].first]], h[k].count, &in->prev[p]);
         if (f > best_fit) {
@@ -136,11 +140,11 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
     }
     swaps[*nswaps].prev = p;
     swaps[*nswaps].by = best == SIZE_MAX ? SIZE_MAX : idx[h[best].first];
-    swaps[*nswaps].by_spare = best != SIZE_MAX && h[best].spare;
+    swaps[*nswaps].by_spare = best != SIZE_MAX ? h[best].kind : 0;
     (*nswaps)++;
     if (best == SIZE_MAX)
       continue;
-    if (h[best].spare)
+    if (h[best].kind != RDZV_PLACE_ACTIVE)
       used += h[best].count;
     h[best].placed = true;
     h[best].slot = p;
@@ -153,16 +157,19 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
     if (at[p] != SIZE_MAX)
       order[nw++] = at[p];
   for (size_t k = 0; k < nh; k++) {
-    if (!h[k].placed && !h[k].spare) {
+    if (!h[k].placed && h[k].kind == RDZV_PLACE_ACTIVE) {
       h[k].placed = true;
       order[nw++] = k;
     }
   }
-  for (size_t k = 0; k < nh; k++) {
-    if (!h[k].placed && h[k].spare && used + h[k].count <= in->max_size) {
-      h[k].placed = true;
-      used += h[k].count;
-      order[nw++] = k;
+  for (int kind = RDZV_PLACE_EXTRA; kind <= RDZV_PLACE_SPARE; kind++) {
+    for (size_t k = 0; k < nh; k++) {
+      if (!h[k].placed && h[k].kind == kind &&
+          used + h[k].count <= in->max_size) {
+        h[k].placed = true;
+        used += h[k].count;
+        order[nw++] = k;
+      }
     }
   }
   int32_t rank = 0;

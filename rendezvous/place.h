@@ -7,9 +7,11 @@
  * absent host's domain and local size if any, else its domain, else its
  * size, else the first in assignment order (rendezvous/assign.h); a place
  * nobody fills closes up (the hosts after it move down). Active hosts not
- * placed in a hole follow in assignment order, then spares while the
- * world stays within max_size ranks; the other spares are parked. A spare
- * host of the previous world counts as active (it was promoted). Pure and
+ * placed in a hole follow in assignment order, then extra hosts (active
+ * ones the root held back past the maximum), then spares, while the world
+ * stays within max_size ranks; the others are parked. Extra hosts come
+ * before spares for a hole too. A host of the previous world counts as
+ * active whatever it joined as (it had its place). Pure and
  * deterministic: the result depends only on the inputs, never on arrival
  * order. */
 #ifndef RDZV_RENDEZVOUS_PLACE_H
@@ -32,10 +34,16 @@ struct rdzv_place_host {
   int32_t local_size;
 };
 
+/* What a join is to the placement (a host is what its most active join
+ * is). */
+#define RDZV_PLACE_ACTIVE 0 /* in the world */
+#define RDZV_PLACE_EXTRA 1  /* an active host held back (past the maximum) */
+#define RDZV_PLACE_SPARE 2  /* joined as a spare */
+
 struct rdzv_place_in {
   const struct rdzv_join_rec *recs; /* every live join, n >= 1 */
   size_t n;
-  const uint8_t *spare; /* n flags (NULL: none): recs[i] joined as a spare */
+  const uint8_t *spare; /* n of RDZV_PLACE_* (NULL: all active) */
   const struct rdzv_place_host *prev; /* the previous world (may be NULL) */
   size_t nprev;
   uint32_t max_size; /* ranks in the world at most; active hosts are all
@@ -49,7 +57,7 @@ struct rdzv_place_swap {
   size_t prev; /* index into in->prev */
   size_t by;   /* index into in->recs of the first join of the host that
                   took the place, or SIZE_MAX: nobody, the place closed */
-  int by_spare; /* whether that host joined as a spare */
+  int by_spare; /* that host's RDZV_PLACE_* (0: an active one) */
 };
 
 /* Places in->recs. out[i] is recs[i]'s assignment, rank -1 for a parked

@@ -22,7 +22,7 @@
 struct host_spec {
   const char *name, *domain;
   int ranks;
-  int spare;
+  int spare; /* 0 active, 1 spare, 2 extra (an active held back) */
 };
 
 struct placed {
@@ -51,7 +51,9 @@ static void add_host(struct placed *p, const struct host_spec *h) {
         .claim = p->n + 1,
         .domain = (const uint8_t *)(h->domain ? h->domain : ""),
         .domain_len = h->domain ? (uint32_t)strlen(h->domain) : 0};
-    p->spare[p->n] = (uint8_t)h->spare;
+    p->spare[p->n] = h->spare == 1   ? RDZV_PLACE_SPARE
+                     : h->spare == 2 ? RDZV_PLACE_EXTRA
+                                     : RDZV_PLACE_ACTIVE;
     p->n++;
   }
 }
@@ -179,7 +181,7 @@ static void test_spare_takes_lost_place_and_domain(void **state) {
   assert_int_equal(of(&p, "s-a", 1)->rank, -1);
   assert_int_equal(p.nswaps, 1);
   assert_int_equal(p.swaps[0].prev, 2);
-  assert_true(p.swaps[0].by_spare);
+  assert_int_equal(p.swaps[0].by_spare, RDZV_PLACE_SPARE);
   assert_int_equal(p.recs[p.swaps[0].by].host[0], 's');
   assert_int_equal(p.recs[p.swaps[0].by].host[2], 'b');
   check_ranks(&p);
@@ -222,9 +224,28 @@ static void test_new_active_before_spare(void **state) {
   assert_int_equal(of(&p, "n9", 0)->node_rank, 1);
   assert_int_equal(of(&p, "n9", 0)->rank, 2);
   assert_int_equal(of(&p, "sp", 0)->rank, -1);
-  assert_false(p.swaps[0].by_spare);
+  assert_int_equal(p.swaps[0].by_spare, RDZV_PLACE_ACTIVE);
   check_ranks(&p);
   check_shuffles(&p, prev, 4, 8);
+  /* An extra host (active, held back past the maximum) comes before a
+   * spare, even one of the lost host's domain; a second extra that does
+   * not fit is parked. */
+  struct placed q = {0};
+  add_host(&q, &world4[0]);
+  add_host(&q, &world4[2]);
+  add_host(&q, &world4[3]);
+  static const struct host_spec x1 = {"x1", "C", 2, 2}, x2 = {"x2", "C", 2, 2},
+                                sa = {"sa", "A", 2, 1};
+  add_host(&q, &sa);
+  add_host(&q, &x2);
+  add_host(&q, &x1);
+  place(&q, prev, 4, 8);
+  assert_int_equal(of(&q, "x1", 0)->node_rank, 1);
+  assert_int_equal(of(&q, "x2", 0)->rank, -1);
+  assert_int_equal(of(&q, "sa", 0)->rank, -1);
+  assert_int_equal(q.swaps[0].by_spare, RDZV_PLACE_EXTRA);
+  check_ranks(&q);
+  check_shuffles(&q, prev, 4, 8);
 }
 
 static void test_hole_closes_without_spares(void **state) {
@@ -310,14 +331,14 @@ static void test_random(void **state) {
       snprintf(names[8 + e], sizeof(names[0]), "x%d", e);
       extra[e] = (struct host_spec){names[8 + e], doms[rng_next(&seed) % 2],
                                     1 + (int)(rng_next(&seed) % 3),
-                                    rng_next(&seed) % 3 != 0};
+                                    (int)(rng_next(&seed) % 3)};
       add_host(&p, &extra[e]);
     }
     place(&p, prev, 8, max);
     check_ranks(&p);
     uint32_t actives = 0;
     for (size_t i = 0; i < p.n; i++)
-      if (!p.spare[i])
+      if (p.spare[i] == RDZV_PLACE_ACTIVE)
         actives++;
     assert_true(p.nworld <= (max > actives ? max : actives));
     int last_node = -1;

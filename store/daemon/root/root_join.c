@@ -129,6 +129,12 @@ static int add_member(struct round *r, struct jpend *p,
     return RDZV_EPROTO;
   }
   HASH_FIND(hh_slot, r->by_slot, m->slot, m->slot_len, old);
+  if (old != NULL && old->spare && old->gone) {
+    /* A spare that went away, and a new process in its place. */
+    rdzv__round_member_drop(r, old);
+    old = NULL;
+    peer = host_peer(r, m);
+  }
   if (old != NULL) {
     char pa[96], pb[96];
     process_of(old, pa, sizeof(pa));
@@ -148,11 +154,25 @@ static int add_member(struct round *r, struct jpend *p,
   if (peer != NULL) {
     m->spare = peer->spare;
   } else {
+    /* A host of the last world comes back to its place (its ranks are
+     * held for it); another needs room beside the places still held. */
     uint32_t need = m->j.local_size > 0 ? (uint32_t)m->j.local_size : 1;
-    m->spare = (m->j.role == RDZV_JOIN_SPARE && !rdzv__round_in_world(r, m)) ||
-               r->reserved + need > r->params.max_size;
-    if (!m->spare)
+    const struct world_host *w = rdzv__round_world_find(r, m);
+    if (w != NULL) {
+      m->spare = false;
+      if (!w->released)
+        r->held -= r->held >= (uint32_t)w->local_size
+                       ? (uint32_t)w->local_size
+                       : r->held;
+    } else {
+      m->spare = m->j.role == RDZV_JOIN_SPARE ||
+                 r->reserved + r->held + need > r->params.max_size;
+    }
+    if (!m->spare) {
       r->reserved += need;
+      if (r->first_active_ms == 0)
+        r->first_active_ms = rdzv__now_ms(r->s->d);
+    }
   }
   if (!m->spare && r->n - r->nspare_all >= r->params.max_size) {
     /* Its host's first ranks fitted but this one does not (local sizes
@@ -239,7 +259,7 @@ static int answer_known(struct round *r, struct conn *c,
     if (old != NULL) /* a parked spare's path */
       old->c = c;
   }
-  char text[200] = "";
+  char text[400] = "";
   if (nparked > 0)
     snprintf(text, sizeof(text), "round %s generation %" PRId64 ": parked "
              "as a spare until a place opens (rdzv/%s/g%" PRId64 "/next)",
@@ -381,7 +401,7 @@ static int park_on_done(struct round *r, struct conn *c,
   while (all_spare && rdzv_items_next(&m->vals, &pos, &v)) {
     struct jmember *probe = member_new(&v);
     all_spare = probe != NULL && probe->j.role == RDZV_JOIN_SPARE &&
-                !rdzv__round_in_world(r, probe);
+                rdzv__round_world_find(r, probe) == NULL;
     free(probe);
   }
   if (!full && !all_spare)
@@ -404,7 +424,7 @@ static int park_on_done(struct round *r, struct conn *c,
     pm->spare = true;
     rdzv__round_park(r, pm);
   }
-  char text[400];
+  char text[700];
   if (full)
     snprintf(text, sizeof(text), "round %s generation %" PRId64 " is "
              "complete at its maximum of %u ranks, all of them live: host "
@@ -522,14 +542,18 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
     struct jmember *mb = NULL, *mt;
     uint64_t claim = (uint64_t)m->b;
     HASH_FIND(hh, r->by_claim, &claim, sizeof(claim), mb);
-    if (mb != NULL)
+    if (mb != NULL) {
       mb->left = true;
+      rdzv__round_world_release(r, mb);
+    }
     if (claim == 0 && c->role != RDZV_ROLE_NODE) {
       /* A rank here (joined directly, or resumed here through its
        * fallback) says no claim: its members are those bound to it. */
       HASH_ITER(hh, r->by_claim, mb, mt)
-        if (mb->c == c)
+        if (mb->c == c) {
           mb->left = true;
+          rdzv__round_world_release(r, mb);
+        }
     }
     struct contrib *ct = rdzv__round_contrib_find(r, c);
     /* A rank on the root itself left cleanly, or a child node whose job

@@ -407,11 +407,12 @@ static void on_deadline(uv_timer_t *t) {
   /* Enough ranks with the spares (elastic, or spares to fill the
    * places): the generation starts with them rather than failing. */
   uint32_t active = r->n - r->nspare_all;
-  if ((active >= r->params.min_size &&
-       r->params.min_size < r->params.max_size) ||
-      (r->nspare > 0 && active + r->nspare >= r->params.min_size)) {
+  if (((active >= r->params.min_size &&
+        r->params.min_size < r->params.max_size) ||
+       (r->nspare > 0 && active > 0 &&
+        active + r->nspare >= r->params.min_size)) &&
+      rdzv__round_complete(r) == 0) {
     uv_timer_stop(&r->last_call);
-    rdzv__round_complete(r);
     return;
   }
   char why[1024];
@@ -533,6 +534,35 @@ static void publish_topology(struct round *r, struct jmember *const *ms,
   rdzv_buf_free(&topo);
 }
 
+void rdzv__round_member_drop(struct round *r, struct jmember *m) {
+  bool was_host = m->in_host;
+  HASH_DEL(r->by_claim, m);
+  HASH_DELETE(hh_slot, r->by_slot, m);
+  if (was_host)
+    HASH_DELETE(hh_host, r->by_host, m);
+  r->n--;
+  if (m->spare) {
+    r->nspare_all--;
+    if (!m->gone)
+      r->nspare--;
+  }
+  if (m->via != NULL && m->via->nmembers > 0)
+    m->via->nmembers--;
+  if (was_host) { /* another member of its host stands for it */
+    struct jmember *o, *t;
+    HASH_ITER(hh, r->by_claim, o, t) {
+      if (o->j.rec.host_len == m->j.rec.host_len &&
+          memcmp(o->j.rec.host, m->j.rec.host, m->j.rec.host_len) == 0) {
+        o->in_host = true;
+        HASH_ADD_KEYPTR(hh_host, r->by_host, o->j.rec.host,
+                        o->j.rec.host_len, o);
+        break;
+      }
+    }
+  }
+  free(m);
+}
+
 /* Takes member m out of the generation's tables (it is parked, or a
  * spare that went away): its host keeps a by_host entry if another of its
  * members stays (see rdzv__round_complete). */
@@ -566,8 +596,9 @@ static void reply_completed(struct round *r, struct jpend *p,
                     r->gen, world);
 }
 
-void rdzv__round_complete(struct round *r) {
+int rdzv__round_complete(struct round *r) {
   uint32_t n = r->n;
+  int short_of_min = 0;
   struct rdzv_join_rec *recs = calloc(n, sizeof(*recs));
   struct rdzv_assignment *asg = calloc(n, sizeof(*asg));
   struct jmember **ms = calloc(n, sizeof(*ms));
@@ -589,7 +620,9 @@ void rdzv__round_complete(struct round *r) {
         ms[i++] = m;
     for (i = 0; i < live; i++) {
       recs[i] = ms[i]->j.rec;
-      spare[i] = ms[i]->spare;
+      spare[i] = !ms[i]->spare ? RDZV_PLACE_ACTIVE
+                 : ms[i]->j.role == RDZV_JOIN_SPARE ? RDZV_PLACE_SPARE
+                                                    : RDZV_PLACE_EXTRA;
     }
     rdzv__round_world_prev(r, prev);
     struct rdzv_place_in in = {recs, live, spare, prev, r->nworld_hosts,
@@ -600,6 +633,10 @@ void rdzv__round_complete(struct round *r) {
   if (rc < 0) {
     rdzv__round_fail(r, rc, rc == RDZV_EPROTO ? "no live member to place"
                                               : "rank assignment failed");
+    goto out;
+  }
+  if (world < r->params.min_size) { /* spares that do not fit */
+    short_of_min = 1;
     goto out;
   }
   /* Parked spares (and those gone) answer RDZV_EPARKED and leave the
@@ -674,6 +711,7 @@ out:
   free(scratch);
   free(prev);
   free(swaps);
+  return short_of_min;
 }
 
 void rdzv__round_on_last_call(uv_timer_t *t) {
@@ -766,6 +804,8 @@ void rdzv__round_open(struct round *r, const struct rdzv_join_params *p) {
   r->gen++;
   r->state = ROUND_OPEN;
   r->params = *p;
+  r->held = rdzv__round_world_ranks(r);
+  r->first_active_ms = 0;
   r->reason[0] = '\0';
   r->opened_ms = rdzv__now_ms(r->s->d);
   round_save(r);

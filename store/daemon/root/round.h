@@ -135,12 +135,21 @@ struct round {
    * world of the next one's placement, and what `rdzvctl members`
    * lists. */
   struct world_host {
-    uint8_t *host, *location, *domain; /* one allocation, host first */
+    UT_hash_handle hh; /* in world_by_key, by host, NUL, location */
+    uint8_t *host, *location, *domain; /* one allocation: host, NUL,
+                                          location, domain */
     uint32_t host_len, location_len, domain_len;
     int32_t local_size, first_rank;
-    bool spare; /* came in as a spare */
-  } *world;
+    bool spare; /* joined as a spare */
+    bool released; /* a member left cleanly while it stood: the host is
+                      done, its place not held for it */
+  } *world, *world_by_key;
   uint32_t nworld_hosts;
+  uint32_t held; /* the open generation: ranks of the last world's hosts
+                    not back yet, whose places new hosts may not take */
+  uint64_t first_active_ms; /* the open generation's first active join
+                               (0: none yet): --spare-wait-ms counts from
+                               it */
   int64_t world_gen; /* the generation it is of */
   uv_timer_t spare_wait; /* --spare-wait-ms from the opening */
   struct jpend *pend;
@@ -199,8 +208,10 @@ bool rdzv__round_holds(struct round *r, const struct contrib *ct);
  * contributing connections of the last one are dropped). */
 void rdzv__round_open(struct round *r, const struct rdzv_join_params *p);
 /* Assigns ranks to the members, publishes the generation's keys and
- * answers every requester; a failed assignment fails the round. */
-void rdzv__round_complete(struct round *r);
+ * answers every requester; a failed assignment fails the round. Returns
+ * 0, or 1 when the placement would fall short of min_size (spares that do
+ * not fit): nothing changed then. */
+int rdzv__round_complete(struct round *r);
 /* The current generation fails: every requester and waiter of its keys
  * gets status with why, and its pending collectives fail too. */
 void rdzv__round_fail(struct round *r, int status, const char *why);
@@ -246,8 +257,17 @@ struct json_t *rdzv__round_tl_json(struct round *r, uint64_t now);
 struct rdzv_place_host;
 struct rdzv_place_swap;
 struct rdzv_assignment;
-/* Whether m's host (host and location) is in the last complete world. */
-bool rdzv__round_in_world(const struct round *r, const struct jmember *m);
+/* m's host (host and location) in the last complete world, or NULL. */
+const struct world_host *rdzv__round_world_find(const struct round *r,
+                                                const struct jmember *m);
+/* The ranks of the last complete world's hosts not released (what
+ * r->held starts from). */
+uint32_t rdzv__round_world_ranks(const struct round *r);
+/* Member m left cleanly: if its generation stands (complete), its host
+ * of the world is released (its place is not held in the next). */
+void rdzv__round_world_release(struct round *r, const struct jmember *m);
+/* Takes member m (a spare gone) out of the open generation and frees it. */
+void rdzv__round_member_drop(struct round *r, struct jmember *m);
 /* prev (room for r->nworld_hosts) gets the last complete world, by node
  * rank, borrowing r's bytes. */
 void rdzv__round_world_prev(const struct round *r,

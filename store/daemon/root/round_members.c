@@ -17,20 +17,35 @@
 #include "rendezvous/place.h"
 #include "store/daemon/root/round.h"
 
-static bool same_bytes(const uint8_t *a, uint32_t an, const uint8_t *b,
-                       uint32_t bn) {
-  return an == bn && (an == 0 || memcmp(a, b, an) == 0);
+const struct world_host *rdzv__round_world_find(const struct round *r,
+                                                const struct jmember *m) {
+  uint8_t key[512];
+  const struct rdzv_join_rec *j = &m->j.rec;
+  struct world_host *w = NULL;
+  if (r->world_by_key == NULL || j->host_len + 1 + j->location_len > sizeof(key))
+    return NULL;
+  memcpy(key, j->host, j->host_len);
+  key[j->host_len] = 0;
+  if (j->location_len)
+    memcpy(key + j->host_len + 1, j->location, j->location_len);
+  HASH_FIND(hh, r->world_by_key, key, j->host_len + 1 + j->location_len, w);
+  return w;
 }
 
-bool rdzv__round_in_world(const struct round *r, const struct jmember *m) {
-  for (uint32_t i = 0; i < r->nworld_hosts; i++) {
-    const struct world_host *w = &r->world[i];
-    if (same_bytes(w->host, w->host_len, m->j.rec.host, m->j.rec.host_len) &&
-        same_bytes(w->location, w->location_len, m->j.rec.location,
-                   m->j.rec.location_len))
-      return true;
-  }
-  return false;
+uint32_t rdzv__round_world_ranks(const struct round *r) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < r->nworld_hosts; i++)
+    if (!r->world[i].released)
+      n += (uint32_t)r->world[i].local_size;
+  return n;
+}
+
+void rdzv__round_world_release(struct round *r, const struct jmember *m) {
+  if (r->state != ROUND_DONE || r->world_gen != r->gen)
+    return;
+  struct world_host *w = (struct world_host *)rdzv__round_world_find(r, m);
+  if (w != NULL)
+    w->released = true;
 }
 
 void rdzv__round_world_prev(const struct round *r,
@@ -45,6 +60,7 @@ void rdzv__round_world_prev(const struct round *r,
 }
 
 static void world_free(struct round *r) {
+  HASH_CLEAR(hh, r->world_by_key);
   for (uint32_t i = 0; i < r->nworld_hosts; i++)
     free(r->world[i].host);
   free(r->world);
@@ -74,22 +90,26 @@ void rdzv__round_world_save(struct round *r, struct jmember *const *ms,
     if (a->local_rank != 0)
       continue;
     const struct rdzv_join_rec *j = &m->j.rec;
-    uint8_t *b = malloc(j->host_len + j->location_len + j->domain_len + 1);
+    uint32_t kl = j->host_len + 1 + j->location_len;
+    uint8_t *b = malloc(kl + j->domain_len + 1);
     if (b == NULL)
       continue;
     struct world_host *w = &r->world[r->nworld_hosts++];
     memcpy(b, j->host, j->host_len);
+    b[j->host_len] = 0;
     if (j->location_len)
-      memcpy(b + j->host_len, j->location, j->location_len);
+      memcpy(b + j->host_len + 1, j->location, j->location_len);
     if (j->domain_len)
-      memcpy(b + j->host_len + j->location_len, j->domain, j->domain_len);
+      memcpy(b + kl, j->domain, j->domain_len);
     *w = (struct world_host){.host = b, .host_len = j->host_len,
-                             .location = b + j->host_len,
+                             .location = b + j->host_len + 1,
                              .location_len = j->location_len,
-                             .domain = b + j->host_len + j->location_len,
+                             .domain = b + kl,
                              .domain_len = j->domain_len,
                              .local_size = a->local_size,
-                             .first_rank = a->rank, .spare = m->spare};
+                             .first_rank = a->rank,
+                             .spare = m->j.role == RDZV_JOIN_SPARE};
+    HASH_ADD_KEYPTR(hh, r->world_by_key, b, kl, w);
   }
   r->world_gen = r->gen;
 }
@@ -157,7 +177,8 @@ void rdzv__round_tl_membership(struct round *r, struct jmember *const *ms,
       sw.how = TL_SWAP_CLOSED;
     } else {
       const struct jmember *m = ms[swaps[k].by];
-      sw.how = swaps[k].by_spare ? TL_SWAP_SPARE : TL_SWAP_ACTIVE;
+      sw.how = swaps[k].by_spare == RDZV_PLACE_SPARE ? TL_SWAP_SPARE
+                                                     : TL_SWAP_ACTIVE;
       cut63(sw.by, m->j.rec.host, m->j.rec.host_len);
       sw.first_rank = asg[swaps[k].by].rank - asg[swaps[k].by].local_rank;
       sw.ranks = asg[swaps[k].by].local_size;
@@ -166,7 +187,8 @@ void rdzv__round_tl_membership(struct round *r, struct jmember *const *ms,
       rdzv__log_event_job(r->s->d, r->s->job_id,
                           "round %s generation %" PRId64 ": host %s (node "
                           "rank %d of generation %" PRId64 ") did not rejoin "
-                          "and no spare was left: its place closed up",
+                          "and no spare that fits was left: its place closed "
+                          "up",
                           r->name, r->gen, sw.lost, sw.node_rank,
                           r->world_gen);
     else
@@ -191,16 +213,24 @@ static uint32_t actives(const struct round *r) {
   return r->n - r->nspare_all;
 }
 
+/* Whether the open generation may complete with its spares: an active
+ * member (spares alone never start a world), and enough ranks. */
+static bool spares_may_complete(const struct round *r) {
+  uint32_t a = actives(r);
+  return a > 0 && a + r->nspare >= r->params.min_size;
+}
+
 static void on_spare_wait(uv_timer_t *t) {
   struct round *r = t->data;
-  if (r->state != ROUND_OPEN || r->nspare == 0 ||
-      actives(r) + r->nspare < r->params.min_size)
+  if (r->state != ROUND_OPEN || !spares_may_complete(r))
     return;
   rdzv__log_job(r->s->d, 2, r->s->job_id,
                 "round %s generation %" PRId64 ": %u of %u ranks active "
                 "after --spare-wait-ms %u: spares take the places left",
                 r->name, r->gen, actives(r), r->params.max_size,
                 r->s->d->cfg.spare_wait_ms);
+  /* Short of the minimum when the spares do not fit: the deadline
+   * decides then. (The last call, if it passed, deferred to this.) */
   rdzv__round_complete(r);
 }
 
@@ -215,10 +245,11 @@ void rdzv__round_progress(struct round *r) {
   if (a >= r->params.min_size && !uv_is_active((uv_handle_t *)&r->last_call))
     uv_timer_start(&r->last_call, rdzv__round_on_last_call,
                    r->params.last_call_ms, 0);
-  if (r->nspare > 0 && a + r->nspare >= r->params.min_size &&
+  if (r->nspare > 0 && spares_may_complete(r) &&
       !uv_is_active((uv_handle_t *)&r->spare_wait)) {
     uint64_t now = rdzv__now_ms(r->s->d), wait = r->s->d->cfg.spare_wait_ms;
-    uint64_t gone = now > r->opened_ms ? now - r->opened_ms : 0;
+    uint64_t gone =
+        now > r->first_active_ms ? now - r->first_active_ms : 0;
     r->spare_wait.data = r;
     uv_timer_start(&r->spare_wait, on_spare_wait,
                    wait > gone ? wait - gone : 0, 0);
@@ -230,6 +261,13 @@ void rdzv__round_progress(struct round *r) {
 static void spare_gone(struct round *r, struct jmember *m) {
   m->gone = true;
   r->nspare--;
+  if (r->nspare == 0 && uv_is_active((uv_handle_t *)&r->spare_wait) &&
+      actives(r) >= r->params.min_size) {
+    /* No spare left to wait for: the last call (which deferred to the
+     * spare wait) decides again. */
+    uv_timer_stop(&r->spare_wait);
+    uv_timer_start(&r->last_call, rdzv__round_on_last_call, 0, 0);
+  }
   rdzv__log_job(r->s->d, 2, r->s->job_id,
                 "round %s generation %" PRId64 ": spare host %.*s local rank "
                 "%d went away", r->name, r->gen, (int)m->j.rec.host_len,

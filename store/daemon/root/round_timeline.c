@@ -196,7 +196,8 @@ json_t *rdzv__round_tl_json(struct round *r, uint64_t now) {
       "{s:o,s:I,s:s,s:I,s:I,s:I,s:I,s:I}", "round", ascii(r->name), "generation",
       (json_int_t)r->gen, "state", state_name(r->state), "opened_ms_ago",
       (json_int_t)since(r, now), "elapsed_ms", (json_int_t)elapsed, "ranks",
-      (json_int_t)r->n, "hosts", (json_int_t)HASH_CNT(hh_host, r->by_host),
+      (json_int_t)(r->n - r->nspare_all), "hosts",
+      (json_int_t)HASH_CNT(hh_host, r->by_host),
       "max", (json_int_t)r->params.max_size);
   if (o == NULL)
     return NULL;
