@@ -185,7 +185,7 @@ for _ in $(seq 300); do
   [ "$(results spare b | grep -c world=4)" = 2 ] && break
   sleep 0.2
 done
-STEPS=10 XENV="RDZV_ROLE=spare" agent c spare 2:2 --max-restarts=2
+STEPS=60 XENV="RDZV_ROLE=spare" agent c spare 2:2 --max-restarts=2
 for _ in $(seq 100); do
   ctl --addr "127.0.0.1:$(cat "$dir/root.port")" --job "trt-$$-spare" \
     members 2>/dev/null | grep -q "parked: host-c" && break

@@ -105,6 +105,8 @@ static int add_member(struct round *r, struct jpend *p,
     if (old->spare && old->gone) { /* its path came back */
       old->gone = false;
       r->nspare++;
+      if (old->j.role != RDZV_JOIN_SPARE)
+        r->nextra++;
     }
     if (old->via != p) { /* a re-send through another path: counted once */
       old->via->nmembers--;
@@ -147,33 +149,24 @@ static int add_member(struct round *r, struct jpend *p,
     free(m);
     return RDZV_EDUPLICATE_CLAIM;
   }
-  /* Active or spare: a host's ranks share its first one's role. A new
-   * host is a spare when it says so (and was not in the last world: a
-   * promoted spare stays), or when its ranks would take the actives past
-   * the maximum (it is parked, not refused). */
-  if (peer != NULL) {
+  /* Active or spare: a host's ranks share its first one's role. A host of
+   * the last world comes back to its place (its ranks were held for it,
+   * one by one as they come); a new host is a spare when it says so, or
+   * an extra (held back) when its first rank would need a rank beyond
+   * the actives and the places still held. */
+  const struct world_host *w =
+      peer == NULL || r->held > 0 ? rdzv__round_world_find(r, m) : NULL;
+  if (w != NULL && !w->released && r->held > 0)
+    r->held--;
+  if (peer != NULL)
     m->spare = peer->spare;
-  } else {
-    /* A host of the last world comes back to its place (its ranks are
-     * held for it); another needs room beside the places still held. */
-    uint32_t need = m->j.local_size > 0 ? (uint32_t)m->j.local_size : 1;
-    const struct world_host *w = rdzv__round_world_find(r, m);
-    if (w != NULL) {
-      m->spare = false;
-      if (!w->released)
-        r->held -= r->held >= (uint32_t)w->local_size
-                       ? (uint32_t)w->local_size
-                       : r->held;
-    } else {
-      m->spare = m->j.role == RDZV_JOIN_SPARE ||
-                 r->reserved + r->held + need > r->params.max_size;
-    }
-    if (!m->spare) {
-      r->reserved += need;
-      if (r->first_active_ms == 0)
-        r->first_active_ms = rdzv__now_ms(r->s->d);
-    }
-  }
+  else if (w != NULL)
+    m->spare = false;
+  else
+    m->spare = m->j.role == RDZV_JOIN_SPARE ||
+               r->n - r->nspare_all + r->held + 1 > r->params.max_size;
+  if ((!m->spare || m->j.role != RDZV_JOIN_SPARE) && r->first_active_ms == 0)
+    r->first_active_ms = rdzv__now_ms(r->s->d);
   if (!m->spare && r->n - r->nspare_all >= r->params.max_size) {
     /* Its host's first ranks fitted but this one does not (local sizes
      * that understate the ranks): not in the generation. */
@@ -187,6 +180,8 @@ static int add_member(struct round *r, struct jpend *p,
   if (m->spare) {
     r->nspare++;
     r->nspare_all++;
+    if (m->j.role != RDZV_JOIN_SPARE)
+      r->nextra++;
   }
   m->via = p;
   m->c = p->c;

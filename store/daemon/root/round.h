@@ -124,10 +124,9 @@ struct round {
   struct jmember *by_claim, *by_slot, *by_host;
   uint32_t n;      /* members (actives and spares) */
   uint32_t nspare; /* of them spares, not gone */
+  uint32_t nextra; /* of those, active hosts held back (not declared
+                      spares): they may start a world without actives */
   uint32_t nspare_all; /* of them spares, gone or not */
-  uint32_t reserved; /* ranks the open generation's active hosts declared
-                        (their local sizes): a new host past max_size
-                        with them is parked */
   /* Spares parked by the complete generation (not in its world), by
    * claim (their hh): answered RDZV_EPARKED again if they re-send. */
   struct jmember *parked;
@@ -146,7 +145,8 @@ struct round {
   } *world, *world_by_key;
   uint32_t nworld_hosts;
   uint32_t held; /* the open generation: ranks of the last world's hosts
-                    not back yet, whose places new hosts may not take */
+                    not back yet (counted down as each comes), whose
+                    places new hosts may not take */
   uint64_t first_active_ms; /* the open generation's first active join
                                (0: none yet): --spare-wait-ms counts from
                                it */
@@ -229,6 +229,13 @@ void rdzv__round_reply(struct conn *c, uint32_t req_id, int status,
  * generation G: N of MAX ranks joined; host H lacks K of L; host X never
  * joined" (the expected hosts of "rdzv/<round>/expected-hosts"). */
 void rdzv__round_describe_missing(struct round *r, char *out, size_t n);
+
+/* round.c, for round_complete.c: the round's record saved in the job's
+ * state; the previous generation's slots forgotten; the requesters
+ * freed (unanswered). */
+void rdzv__round_save(struct round *r);
+void rdzv__round_prev_clear(struct round *r);
+void rdzv__round_pend_free_all(struct round *r);
 
 /* round_timeline.c. Member m joined the open generation (after r->n++). */
 void rdzv__round_tl_join(struct round *r, const struct jmember *m);

@@ -114,6 +114,38 @@ void rdzv__round_world_save(struct round *r, struct jmember *const *ms,
   r->world_gen = r->gen;
 }
 
+void rdzv__round_member_drop(struct round *r, struct jmember *m) {
+  bool was_host = m->in_host;
+  HASH_DEL(r->by_claim, m);
+  HASH_DELETE(hh_slot, r->by_slot, m);
+  if (was_host)
+    HASH_DELETE(hh_host, r->by_host, m);
+  r->n--;
+  if (m->spare) {
+    r->nspare_all--;
+    if (!m->gone) {
+      r->nspare--;
+      if (m->j.role != RDZV_JOIN_SPARE)
+        r->nextra--;
+    }
+  }
+  if (m->via != NULL && m->via->nmembers > 0)
+    m->via->nmembers--;
+  if (was_host) { /* another member of its host stands for it */
+    struct jmember *o, *t;
+    HASH_ITER(hh, r->by_claim, o, t) {
+      if (o->j.rec.host_len == m->j.rec.host_len &&
+          memcmp(o->j.rec.host, m->j.rec.host, m->j.rec.host_len) == 0) {
+        o->in_host = true;
+        HASH_ADD_KEYPTR(hh_host, r->by_host, o->j.rec.host,
+                        o->j.rec.host_len, o);
+        break;
+      }
+    }
+  }
+  free(m);
+}
+
 void rdzv__round_park(struct round *r, struct jmember *m) {
   struct jmember *old = NULL, *t;
   HASH_FIND(hh, r->parked, &m->j.rec.claim, sizeof(uint64_t), old);
@@ -214,10 +246,11 @@ static uint32_t actives(const struct round *r) {
 }
 
 /* Whether the open generation may complete with its spares: an active
- * member (spares alone never start a world), and enough ranks. */
+ * member or an extra one (declared spares alone never start a world),
+ * and enough ranks. */
 static bool spares_may_complete(const struct round *r) {
   uint32_t a = actives(r);
-  return a > 0 && a + r->nspare >= r->params.min_size;
+  return (a > 0 || r->nextra > 0) && a + r->nspare >= r->params.min_size;
 }
 
 static void on_spare_wait(uv_timer_t *t) {
@@ -261,6 +294,8 @@ void rdzv__round_progress(struct round *r) {
 static void spare_gone(struct round *r, struct jmember *m) {
   m->gone = true;
   r->nspare--;
+  if (m->j.role != RDZV_JOIN_SPARE)
+    r->nextra--;
   if (r->nspare == 0 && uv_is_active((uv_handle_t *)&r->spare_wait) &&
       actives(r) >= r->params.min_size) {
     /* No spare left to wait for: the last call (which deferred to the
