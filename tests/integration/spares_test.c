@@ -54,7 +54,7 @@
 #define JOB "spares"
 
 struct host {
-  char name[8], domain[4];
+  char name[16], domain[16];
   bool spare;
   pid_t pid;
   int node_rank; /* in the last world, -1 if not in it */
@@ -377,13 +377,13 @@ static void test_spares(void **state) {
   srand(seed);
   printf("seed %u\n", seed);
   for (int i = 0; i < ACTIVE; i++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof(name), "a%d", i);
     add_host(name, i / 4, false);
   }
   int spare[SPARES];
   for (int k = 0; k < SPARES; k++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof(name), "s%d", k);
     spare[k] = add_host(name, k, true);
   }

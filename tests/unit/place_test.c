@@ -306,7 +306,7 @@ static void test_promoted_spare_stays_and_extras_append(void **state) {
 static void test_random(void **state) {
   (void)state;
   uint64_t seed = 7;
-  static char names[24][8], doms[2][2] = {"A", "B"};
+  static char names[24][16], doms[2][2] = {"A", "B"};
   for (int round = 0; round < 300; round++) {
     struct host_spec prevh[8], extra[8];
     int sizes[8];
