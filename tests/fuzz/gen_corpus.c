@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "rendezvous/join_wire.h"
 #include "store/wire/wire.h"
 
 #define S(str)                                                                 \
@@ -109,6 +110,44 @@ int main(int argc, char **argv) {
     b.len = 0;
     err |= add(&b, RDZV_MSG_AUTH, 0, 0, 0, 0, NULL, 1, nonce);
     err |= write_seed(argv[1], "auth", &b);
+  }
+  /* A JOIN: the round's parameters, an active record and a spare's with
+   * its domain (the optional tail), then its reply: an assignment and a
+   * parked spare's refusal (rendezvous/join_wire.h). */
+  {
+    struct rdzv_join_params jp = {2, 4, 500, 60000};
+    uint8_t params[RDZV_JOIN_PARAMS_BYTES], r1[64], r2[64];
+    uint8_t asg[RDZV_JOIN_ASSIGN_BYTES], ref[RDZV_JOIN_ERROR_BYTES];
+    struct rdzv_join_full j;
+    memset(&j, 0, sizeof j);
+    j.rec.claim = 7;
+    j.rec.host = (const uint8_t *)"h0";
+    j.rec.host_len = 2;
+    j.local_size = 1;
+    j.topo = (const uint8_t *)"gpu=0\n";
+    j.topo_len = 6;
+    rdzv_join_params_encode(&jp, params);
+    size_t n1 = rdzv_join_rec_size(&j);
+    err |= rdzv_join_rec_encode(&j, r1) != 0;
+    j.rec.claim = 8;
+    j.rec.host = (const uint8_t *)"s0";
+    j.role = RDZV_JOIN_SPARE;
+    j.rec.domain = (const uint8_t *)"nvl-1";
+    j.rec.domain_len = 5;
+    size_t n2 = rdzv_join_rec_size(&j);
+    err |= rdzv_join_rec_encode(&j, r2) != 0;
+    struct rdzv_assignment a = {0, 1, 0, 1, 0, 1};
+    rdzv_join_assign_encode(7, &a, asg);
+    rdzv_join_error_encode(8, -1046, ref); /* RDZV_EPARKED */
+    const struct rdzv_slice round = S("world");
+    const struct rdzv_slice vals[] = {{params, sizeof params},
+                                      {r1, (uint32_t)n1},
+                                      {r2, (uint32_t)n2}};
+    const struct rdzv_slice reply[] = {{asg, sizeof asg}, {ref, sizeof ref}};
+    b.len = 0;
+    err |= add(&b, RDZV_MSG_JOIN, 0, 0, 0, 1, &round, 3, vals);
+    err |= add(&b, RDZV_MSG_JOIN, RDZV_F_REPLY, 1, 1, 0, NULL, 2, reply);
+    err |= write_seed(argv[1], "join", &b);
   }
   rdzv_buf_free(&b);
   return err != 0 ? 1 : 0;

@@ -57,6 +57,7 @@ fuzz() {
 
 fuzz wire_fuzz corpus wire.dict "$root/store/wire/wire.c" "$root/store/wire/error.c" \
   "$root/rendezvous/members.c" "$root/rendezvous/topo.c" \
+  "$root/rendezvous/join_wire.c" "$root/rendezvous/assign.c" \
   "$root/store/auth/auth.c" -lcrypto
 fuzz tcpstore_fuzz tcpstore_corpus "" "$root/store/wire/tcpstore_wire.c" \
   "$root/store/wire/wire.c" "$root/store/wire/error.c"

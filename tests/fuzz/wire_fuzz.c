@@ -24,6 +24,11 @@
  *    decodes maps ranks to member indices in range, and the ranks it lists
  *    (when few), encoded again, decode to a spec that lists the same ranks
  *    in the same order;
+ *  - a JOIN's values (rendezvous/join_wire.h): vals[0] as the round's
+ *    parameters, every value as a join record (with its optional role and
+ *    domain tail) and as an assignment or refusal: each decodes or is
+ *    refused with RDZV_EPROTO (an assignment: a negative status), and a
+ *    record that decodes encodes again to its exact bytes (one encoding);
  *  - the hello's authentication (store/auth/auth.h): for a HELLO with a
  *    nonce, a challenge (HELLO reply with RDZV_F_CHALLENGE) and an AUTH
  *    frame, the proofs over the frame's own job id and nonces are computed
@@ -42,6 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rdzv/error.h"
+#include "rendezvous/join_wire.h"
 #include "rendezvous/members.h"
 #include "store/auth/auth.h"
 #include "store/wire/wire.h"
@@ -312,6 +319,40 @@ static void auth_check(const struct rdzv_msg *m) {
   }
 }
 
+static void join_check(const struct rdzv_msg *m) {
+  struct rdzv_slice v;
+  size_t pos = 0;
+  if (m->type != RDZV_MSG_JOIN)
+    return;
+  if (rdzv_items_get(&m->vals, 0, &v) == 0) {
+    struct rdzv_join_params p;
+    int rc = rdzv_join_params_decode(v.p, v.n, &p);
+    require(rc == 0 || rc == RDZV_EPROTO, "join params: undocumented code");
+    require(rc != 0 || (p.min_size >= 1 && p.min_size <= p.max_size),
+            "join params: decoded out of range");
+  }
+  while (rdzv_items_next(&m->vals, &pos, &v)) {
+    struct rdzv_join_full j;
+    int rc = rdzv_join_rec_decode(v.p, v.n, &j);
+    require(rc == 0 || rc == RDZV_EPROTO, "join record: undocumented code");
+    if (rc == 0) {
+      require(j.role <= RDZV_JOIN_SPARE, "join record: role out of range");
+      require(rdzv_join_rec_size(&j) == v.n, "join record: size differs");
+      uint8_t *enc = malloc(v.n ? v.n : 1);
+      require(enc != NULL, "out of memory");
+      require(rdzv_join_rec_encode(&j, enc) == 0,
+              "join record: a decoded record does not encode");
+      require(memcmp(enc, v.p, v.n) == 0,
+              "join record: round trip changed its bytes");
+      free(enc);
+    }
+    uint64_t claim;
+    struct rdzv_assignment a;
+    rc = rdzv_join_assign_decode(v.p, v.n, &claim, &a);
+    require(rc <= 0, "join assignment: positive code");
+  }
+}
+
 static void frame_check(const struct rdzv_msg *m, const uint8_t *f,
                         size_t used) {
   struct rdzv_slice *kv = list_check(&m->keys, f, used);
@@ -322,6 +363,7 @@ static void frame_check(const struct rdzv_msg *m, const uint8_t *f,
 
   validate_check(m);
   members_check(m);
+  join_check(m);
   auth_check(m);
   reencode_check(m, f, used);
   refs_check(m, f, used, 1, 8);
