@@ -782,12 +782,8 @@ def stack_checks():
               "protocol: compare_set rounds) through node A and node B, then "
               "gloo on its store", "rank-c10d")
 
-    @check("stack: torchrun 1.13 (python3 -m torch.distributed.run), c10d, "
-           "one agent per node, 2 workers each: the rendezvous keys are in "
-           "rdzv, the workers' store is worker rank 0's own server")
-    def _():
+    def launch13(run_id):
         import tempfile
-        run_id = "tr13-%d" % os.getpid()
         env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
         outs = []
         procs = []
@@ -817,6 +813,9 @@ def stack_checks():
                     outs.append((p.returncode,
                                  f.read().decode(errors="replace")))
                     f.close()
+        return outs
+
+    def check13(run_id, outs):
         workers = {}
         for rc, out in outs:
             expect(rc == 0, "agent status %s, output:\n%s" % (rc, out[-3000:]))
@@ -838,6 +837,23 @@ def stack_checks():
         eq((rc, out.strip()), (0, workers["0"]["port"]),
            "the round's MASTER_PORT in rdzv")
         native_get("a", "/torch.rendezvous." + run_id)  # the state key
+
+    @check("stack: torchrun 1.13 (python3 -m torch.distributed.run), c10d, "
+           "one agent per node, 2 workers each: the rendezvous keys are in "
+           "rdzv, the workers' store is worker rank 0's own server")
+    def _():
+        # torch's agent picks the workers' MASTER_PORT by binding port 0
+        # and closing it; the worker binds it later, and on a busy machine
+        # another process can take it in between ("errno: 98 - Address
+        # already in use", seen once in CI): that race is torch's, so the
+        # launch is tried again once, with a new run id, when it is that.
+        for attempt in range(2):
+            run_id = "tr13-%d-%d" % (os.getpid(), attempt)
+            outs = launch13(run_id)
+            if not any(rc != 0 and "errno: 98 - Address already in use" in out
+                       for rc, out in outs):
+                break
+        check13(run_id, outs)
 
 
 def rank_main(mode, port, rank):
