@@ -173,10 +173,14 @@ int64_t stats_get(const char *text, const char *path) {
 }
 
 int64_t stats_at(const char *addr, const char *path) {
+  return stats_at_job(addr, "stats-reader", path);
+}
+
+int64_t stats_at_job(const char *addr, const char *job, const char *path) {
   struct rdzv_client_opts o;
   rdzv_client_opts_init(&o);
   o.addr = addr;
-  o.job_id = "stats-reader";
+  o.job_id = job;
   rdzv_client_t *c = NULL;
   char *json = NULL;
   int64_t v = -1;

@@ -44,6 +44,9 @@ int64_t stats_get(const char *json, const char *path);
 /* Fetches stats from addr (job is any id) and returns the number at path,
  * or -1 on failure. */
 int64_t stats_at(const char *addr, const char *path);
+/* As stats_at, connected as job (a root's "rounds" are those of the
+ * asking job). */
+int64_t stats_at_job(const char *addr, const char *job, const char *path);
 
 /* Polls the daemon at addr until its counter at path reaches at least
  * want (at most about 30 s); returns the last value read. */

@@ -229,19 +229,7 @@ static void check_alive(void) {
 static int64_t root_stat(const char *what) {
   char path[128];
   snprintf(path, sizeof(path), "rounds.%s.world.%s", JOB, what);
-  struct rdzv_client_opts o;
-  rdzv_client_opts_init(&o);
-  o.addr = root_addr;
-  o.job_id = JOB;
-  rdzv_client_t *c = NULL;
-  char *json = NULL;
-  int64_t v = -1;
-  if (rdzv_client_create(&o, &c) == 0 &&
-      rdzv_store_stats(c, &json, 10.0) == 0)
-    v = stats_get(json, path);
-  rdzv_free(json);
-  rdzv_client_destroy(c);
-  return v;
+  return stats_at_job(root_addr, JOB, path);
 }
 
 /* ---- a round's outcome ----------------------------------------------------- */

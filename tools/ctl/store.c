@@ -256,36 +256,36 @@ int cmd_stats(struct ctl *ctl, int argc, char **argv) {
   return EXIT_OK;
 }
 
-/* The job's rendezvous generations, as its root keeps them (ask the
- * root: a node keeps none). */
-int cmd_rounds(struct ctl *ctl, int argc, char **argv) {
+/* A view of the root's statistics (rounds.c's printers), for command
+ * name: the job's rounds, or the one named by argv[0]. */
+static int print_stats_view(struct ctl *ctl, int argc, char **argv,
+                            const char *name,
+                            int (*print)(const char *, const char *,
+                                         const char *, FILE *, char *,
+                                         size_t)) {
   char *json = NULL, why[300];
   int err = rdzv_store_stats(ctl->client, &json, ctl_remaining(ctl));
   if (err < 0)
     return ctl_fail(ctl, "", err);
-  int rc = rdzvctl_print_rounds(json, ctl->job, argc > 0 ? argv[0] : NULL,
-                                stdout, why, sizeof(why));
+  int rc = print(json, ctl->job, argc > 0 ? argv[0] : NULL, stdout, why,
+                 sizeof(why));
   rdzv_free(json);
   if (rc < 0) {
-    fprintf(stderr, "rdzvctl: rounds: %s\n", why);
+    fprintf(stderr, "rdzvctl: %s: %s\n", name, why);
     return EXIT_FAILED;
   }
   return EXIT_OK;
 }
 
+/* The job's rendezvous generations, as its root keeps them (ask the
+ * root: a node keeps none). */
+int cmd_rounds(struct ctl *ctl, int argc, char **argv) {
+  return print_stats_view(ctl, argc, argv, "rounds", rdzvctl_print_rounds);
+}
+
+/* Who is in each round's world and who is parked (the root's view). */
 int cmd_members(struct ctl *ctl, int argc, char **argv) {
-  char *json = NULL, why[300];
-  int err = rdzv_store_stats(ctl->client, &json, ctl_remaining(ctl));
-  if (err < 0)
-    return ctl_fail(ctl, "", err);
-  int rc = rdzvctl_print_members(json, ctl->job, argc > 0 ? argv[0] : NULL,
-                                 stdout, why, sizeof(why));
-  rdzv_free(json);
-  if (rc < 0) {
-    fprintf(stderr, "rdzvctl: members: %s\n", why);
-    return EXIT_FAILED;
-  }
-  return EXIT_OK;
+  return print_stats_view(ctl, argc, argv, "members", rdzvctl_print_members);
 }
 
 /* The port of a TCPStore key space, held by process PID when given (a
