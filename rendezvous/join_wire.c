@@ -50,14 +50,16 @@ int rdzv_join_params_decode(const uint8_t *p, size_t n,
   return 0;
 }
 
-/* Whether j needs the optional tail (role, domain). */
+/* Whether j needs the optional tail (role, domain, health failure). */
 static bool has_tail(const struct rdzv_join_full *j) {
-  return j->role != RDZV_JOIN_ACTIVE || j->rec.domain_len > 0;
+  return j->role != RDZV_JOIN_ACTIVE || j->rec.domain_len > 0 ||
+         j->unhealthy_len > 0;
 }
 
 size_t rdzv_join_rec_size(const struct rdzv_join_full *j) {
   return 8 + 4 + 4 + 2 + j->rec.host_len + 2 + j->rec.location_len + 4 +
-         j->topo_len + (has_tail(j) ? 3 + j->rec.domain_len : 0);
+         j->topo_len + (has_tail(j) ? 3 + j->rec.domain_len : 0) +
+         (j->unhealthy_len > 0 ? 2 + j->unhealthy_len : 0);
 }
 
 int rdzv_join_rec_encode(const struct rdzv_join_full *j, uint8_t *out) {
@@ -65,7 +67,7 @@ int rdzv_join_rec_encode(const struct rdzv_join_full *j, uint8_t *out) {
   if (r->host_len == 0 || r->host_len > 255 || r->location_len > 255 ||
       r->local_rank < 0 || j->local_size < 0 ||
       j->topo_len > RDZV_JOIN_MAX_TOPO || j->role > RDZV_JOIN_SPARE ||
-      j->rec.domain_len > 255)
+      j->rec.domain_len > 255 || j->unhealthy_len > 255)
     return RDZV_EPROTO;
   uint8_t *p = out;
   put64(p, r->claim);
@@ -91,6 +93,12 @@ int rdzv_join_rec_encode(const struct rdzv_join_full *j, uint8_t *out) {
     p[2] = 0;
     if (j->rec.domain_len)
       memcpy(p + 3, j->rec.domain, j->rec.domain_len);
+    p += 3 + j->rec.domain_len;
+  }
+  if (j->unhealthy_len > 0) {
+    p[0] = (uint8_t)j->unhealthy_len;
+    p[1] = 0;
+    memcpy(p + 2, j->unhealthy, j->unhealthy_len);
   }
   return 0;
 }
@@ -131,11 +139,17 @@ int rdzv_join_rec_decode(const uint8_t *p, size_t n,
   out->topo = p + off;
   out->topo_len = tl;
   off += tl;
-  if (off < n) { /* the tail: role, domain */
+  if (off < n) { /* the tail: role, domain, then a health failure */
     out->role = p[off++];
     if (out->role > RDZV_JOIN_SPARE ||
-        get_str16(p, n, &off, &out->rec.domain, &out->rec.domain_len) < 0 ||
-        off != n || (out->role == RDZV_JOIN_ACTIVE && out->rec.domain_len == 0))
+        get_str16(p, n, &off, &out->rec.domain, &out->rec.domain_len) < 0)
+      return RDZV_EPROTO;
+    if (off < n &&
+        (get_str16(p, n, &off, &out->unhealthy, &out->unhealthy_len) < 0 ||
+         out->unhealthy_len == 0))
+      return RDZV_EPROTO;
+    if (off != n || (out->role == RDZV_JOIN_ACTIVE &&
+                     out->rec.domain_len == 0 && out->unhealthy_len == 0))
       return RDZV_EPROTO;
   }
   if (out->rec.host_len == 0 || out->rec.local_rank < 0 ||

@@ -14,11 +14,17 @@
  *     u16 host_len, host bytes (1..255)
  *     u16 location_len, location bytes (0..255)
  *     u32 topo_len, topo bytes (0..65535): the topology record text
- *     then, only when the role is not active or a domain is given:
+ *     then, only when the role is not active, a domain is given or the
+ *     host failed its health check:
  *     u8 role (0 active, 1 spare), u16 domain_len, domain bytes (0..255):
  *     the host's NVLink (or other) domain, e.g. the ClusterUUID that
- *     `nvidia-smi -q` reports. A daemon older than the tail refuses such a
- *     record as malformed (RDZV_EPROTO); records without it are unchanged.
+ *     `nvidia-smi -q` reports; then, only when the host's node found it
+ *     unhealthy (its --health-cmd failed), u16 reason_len, the reason
+ *     (1..255 bytes): the root quarantines the host and refuses the
+ *     record (RDZV_EQUARANTINED). A daemon older than the tail refuses
+ *     such a record as malformed (RDZV_EPROTO); records without it are
+ *     unchanged. The shortest form is the only one: a tail that says
+ *     nothing (active, no domain, no reason) is refused.
  *   assignment (vals of a JOIN reply), 32 bytes:
  *     u64 claim, i32 rank, i32 world_size, i32 local_rank, i32 local_size,
  *     i32 node_rank, i32 node_count
@@ -56,6 +62,10 @@ struct rdzv_join_full {
   const uint8_t *topo;
   uint32_t topo_len;
   uint8_t role; /* enum rdzv_join_role; the domain is rec.domain */
+  /* Set by the host's node when its health check failed: why (not
+   * NUL-terminated, 0..255 bytes; 0: healthy or not checked). */
+  const uint8_t *unhealthy;
+  uint32_t unhealthy_len;
 };
 
 /* Writes p into out[RDZV_JOIN_PARAMS_BYTES]. */

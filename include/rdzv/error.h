@@ -66,7 +66,10 @@ extern "C" {
   X(EROUND_FULL, -1045,                                                      \
     "the rendezvous round is complete at its maximum size: no room to join") \
   X(EPARKED, -1046,                                                          \
-    "parked as a spare: not in the generation's world until a place opens")
+    "parked as a spare: not in the generation's world until a place opens") \
+  X(EQUARANTINED, -1047,                                                     \
+    "the host is quarantined for the job (a failed health check, or by "   \
+    "hand): rdzvctl quarantine")
 
 enum rdzv_status {
   RDZV_OK = 0,

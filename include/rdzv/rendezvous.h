@@ -35,6 +35,13 @@ typedef struct rdzv_rendezvous rdzv_rendezvous_t;
 #define RDZV_MEMBER_ACTIVE 0 /* in the world when the round completes */
 #define RDZV_MEMBER_SPARE 1  /* parked until a place opens (see join) */
 #define RDZV_UNIQUE_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES, nccl.h */
+/* A host quarantined for a job is a key of the job: this prefix, then the
+ * host's name; its value is the reason. The root writes it when the host's
+ * node finds it unhealthy (rdzvd --health-cmd) and refuses every join of
+ * the host while it exists (RDZV_EQUARANTINED); deleting it (`rdzvctl
+ * quarantine clear HOST`) lets the host join again, writing it (`rdzvctl
+ * quarantine add HOST REASON`) keeps a host out by hand. */
+#define RDZV_QUARANTINE_KEY_PREFIX "rdzv-quarantine/"
 
 struct rdzv_rendezvous_opts {
   size_t size;      /* set by rdzv_rendezvous_opts_init */

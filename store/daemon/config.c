@@ -135,6 +135,18 @@ static const struct opt opts[] = {
           "root: a generation with spares waiting waits this long from its "
           "opening for the previous world's hosts (or, first, the active "
           "ones) before spares take the places still empty"),
+  STR_OPT("health-cmd", "RDZVD_HEALTH_CMD", "", health_cmd,
+          RDZV_CONFIG_LIST_MAX,
+          "node: a host-local health check, run with /bin/sh -c before the "
+          "node forwards a host's join (once per generation; environment: "
+          "RDZV_HEALTH_HOST, RDZV_JOB, RDZV_ROUND); exit 0 admits the host, "
+          "anything else (or no verdict within --health-timeout-ms) has "
+          "the root quarantine it for the job, with the output's last line "
+          "as the reason (empty: no gate)"),
+  U32_OPT("health-timeout-ms", "RDZVD_HEALTH_TIMEOUT_MS", "30000",
+          health_timeout_ms,
+          "node: a health check that has not exited after this long is "
+          "killed (its process group) and fails"),
   U32_OPT("heartbeat-ms", "RDZVD_HEARTBEAT_MS", "1000", heartbeat_ms,
           "node: ping the parent after this long without a frame from it"),
   U32_OPT("liveness-timeout-ms", "RDZVD_LIVENESS_TIMEOUT_MS", "5000",

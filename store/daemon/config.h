@@ -81,6 +81,10 @@ struct rdzv_daemon_config {
   uint32_t spare_wait_ms;        /* root: how long a generation waits for
                                     its previous hosts before spares take
                                     their places */
+  const char *health_cmd;        /* node: the host health gate's command,
+                                    run by /bin/sh -c ("": none) */
+  uint32_t health_timeout_ms;    /* node: ... killed and failed after this
+                                    long */
   uint32_t heartbeat_ms;         /* node: ping the parent after this long
                                     without a frame from it */
   uint32_t liveness_timeout_ms;  /* a parent or child node silent this long

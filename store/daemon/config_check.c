@@ -284,6 +284,11 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
     snprintf(err, errlen, "--role root takes no --parent");
     return -EINVAL;
   }
+  if (cfg->role == RDZV_DAEMON_ROOT && cfg->health_cmd[0] != '\0') {
+    snprintf(err, errlen, "--health-cmd is a node's (it gates the joins of "
+             "its hosts' ranks): a root takes none");
+    return -EINVAL;
+  }
   if (strlen(cfg->unix_path) > UNIX_PATH_MAX_BYTES) {
     snprintf(err, errlen,
              "--unix '%s' is %zu bytes; a Unix socket path holds at most %zu "
@@ -444,6 +449,8 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
        "liveness-timeout-ms", "lose every parent and child at once"},
       {offsetof(struct rdzv_daemon_config, connect_timeout_ms),
        "connect-timeout-ms", "give up every connection attempt at once"},
+      {offsetof(struct rdzv_daemon_config, health_timeout_ms),
+       "health-timeout-ms", "fail every health check before it ran"},
   };
   for (size_t i = 0; i < sizeof(nonzero) / sizeof(nonzero[0]); i++) {
     uint32_t v;

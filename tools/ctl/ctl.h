@@ -111,6 +111,7 @@ int cmd_stats(struct ctl *ctl, int argc, char **argv);
  * root: a node keeps none). */
 int cmd_rounds(struct ctl *ctl, int argc, char **argv);
 int cmd_members(struct ctl *ctl, int argc, char **argv);
+int cmd_quarantine(struct ctl *ctl, int argc, char **argv);
 /* The port of a TCPStore key space, held by process PID when given (a
  * Slurm TaskProlog's task), else by this short-lived connection. */
 int cmd_tcpstore_space(struct ctl *ctl, int argc, char **argv);

@@ -80,6 +80,12 @@ static const char usage_text[] =
     "  members [ROUND]                the round's world by node rank (host,\n"
     "                                 ranks, active or promoted spare, domain)\n"
     "                                 and its parked spares (--addr: the root)\n"
+    "  quarantine                     the hosts quarantined for the job, with\n"
+    "                                 why (--addr: the root)\n"
+    "  quarantine clear HOST          let HOST join the job again\n"
+    "  quarantine add HOST REASON     keep HOST out of the job's generations\n"
+    "                                 (its joins are refused with\n"
+    "                                 RDZV_EQUARANTINED) until cleared\n"
     "  tcpstore-space PREFIX [PID]    open (or join) a PyTorch TCPStore key\n"
     "                                 space of the job at the daemon: a\n"
     "                                 listener on 127.0.0.1 whose keys live\n"
@@ -335,6 +341,7 @@ static const struct command commands[] = {
     {"missing", 2, 2, cmd_missing}, {"stats", 0, 0, cmd_stats},
     {"rounds", 0, 1, cmd_rounds},
     {"members", 0, 1, cmd_members},
+    {"quarantine", 0, 3, cmd_quarantine},
     {"tcpstore-space", 1, 2, cmd_tcpstore_space},
 };
 

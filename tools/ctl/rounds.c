@@ -222,9 +222,58 @@ int rdzvctl_print_rounds(const char *stats, const char *job,
   return print_job_rounds(stats, job, round, out, err, errlen, print_round);
 }
 
+/* The job's quarantined hosts ("quarantine" of the root's statistics),
+ * one line each; nothing when none (or not a root's statistics). Returns
+ * how many hosts are quarantined. */
+static long long print_quarantined(json_t *o, const char *job, FILE *out) {
+  json_t *q = json_object_get(json_object_get(o, "quarantine"), job);
+  long long n = json_integer_value(json_object_get(q, "quarantined_hosts"));
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(q, "quarantined"), i, e) {
+    const char *h = json_string_value(json_object_get(e, "host"));
+    const char *why = json_string_value(json_object_get(e, "reason"));
+    fprintf(out, "  quarantined: %s: %s\n", h ? h : "?", why ? why : "");
+  }
+  if ((long long)json_array_size(json_object_get(q, "quarantined")) < n)
+    fprintf(out, "  (and %lld more quarantined hosts not listed)\n",
+            n - (long long)json_array_size(json_object_get(q, "quarantined")));
+  return n;
+}
+
 int rdzvctl_print_members(const char *stats, const char *job,
                           const char *round, FILE *out, char *err,
                           size_t errlen) {
-  return print_job_rounds(stats, job, round, out, err, errlen,
-                          print_members);
+  int rc = print_job_rounds(stats, job, round, out, err, errlen,
+                            print_members);
+  json_t *o = rc == 0 ? json_loads(stats, 0, NULL) : NULL;
+  if (o != NULL)
+    print_quarantined(o, job, out);
+  json_decref(o);
+  return rc;
+}
+
+int rdzvctl_print_quarantine(const char *stats, const char *job, FILE *out,
+                             char *err, size_t errlen) {
+  json_error_t je;
+  json_t *o = json_loads(stats, 0, &je);
+  if (o == NULL) {
+    snprintf(err, errlen, "the statistics are not JSON: %s", je.text);
+    return -1;
+  }
+  if (!json_is_object(json_object_get(o, "rounds"))) {
+    const char *role = json_string_value(json_object_get(o, "role"));
+    const char *name = json_string_value(json_object_get(o, "name"));
+    snprintf(err, errlen,
+             "daemon %s is a %s: quarantined hosts are kept at the root (ask "
+             "it: rdzvctl --addr ROOT)",
+             name ? name : "?", role ? role : "daemon without rounds");
+    json_decref(o);
+    return -1;
+  }
+  fprintf(out, "job %s:\n", job);
+  if (print_quarantined(o, job, out) == 0)
+    fprintf(out, "  no host is quarantined\n");
+  json_decref(o);
+  return 0;
 }

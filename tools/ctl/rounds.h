@@ -20,4 +20,9 @@ int rdzvctl_print_members(const char *stats, const char *job,
                           const char *round, FILE *out, char *err,
                           size_t errlen);
 
+/* The job's quarantined hosts (host and reason, one a line; "no host is
+ * quarantined" when none) from a root's statistics, as above. */
+int rdzvctl_print_quarantine(const char *stats, const char *job, FILE *out,
+                             char *err, size_t errlen);
+
 #endif

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "rdzv/rendezvous.h"
 #include "store/auth/auth.h"
 #include "tools/ctl/ctl.h"
 #include "tools/ctl/rounds.h"
@@ -286,6 +287,54 @@ int cmd_rounds(struct ctl *ctl, int argc, char **argv) {
 /* Who is in each round's world and who is parked (the root's view). */
 int cmd_members(struct ctl *ctl, int argc, char **argv) {
   return print_stats_view(ctl, argc, argv, "members", rdzvctl_print_members);
+}
+
+static int print_quarantine_view(const char *stats, const char *job,
+                                 const char *unused, FILE *out, char *err,
+                                 size_t errlen) {
+  (void)unused;
+  return rdzvctl_print_quarantine(stats, job, out, err, errlen);
+}
+
+/* Hosts quarantined for the job: listed (the root's view), put there by
+ * hand, or cleared (each host a key RDZV_QUARANTINE_KEY_PREFIX "HOST" whose value
+ * is the reason; the root refuses the joins of a host whose key exists). */
+int cmd_quarantine(struct ctl *ctl, int argc, char **argv) {
+  if (argc == 0)
+    return print_stats_view(ctl, 0, argv, "quarantine",
+                            print_quarantine_view);
+  char key[320];
+  const char *verb = argv[0];
+  if ((strcmp(verb, "clear") != 0 && strcmp(verb, "add") != 0) || argc < 2 ||
+      (strcmp(verb, "clear") == 0 && argc != 2) ||
+      (strcmp(verb, "add") == 0 && argc != 3)) {
+    ctl_usage_error("quarantine: list with no argument, or 'clear HOST', or "
+                    "'add HOST REASON'");
+    return EXIT_USAGE;
+  }
+  size_t hl = strlen(argv[1]);
+  if (hl == 0 || hl > 255) {
+    ctl_usage_error("quarantine: HOST must be 1 to 255 bytes");
+    return EXIT_USAGE;
+  }
+  snprintf(key, sizeof(key), "%s%s", RDZV_QUARANTINE_KEY_PREFIX, argv[1]);
+  int err;
+  if (strcmp(verb, "add") == 0) {
+    err = rdzv_store_set(ctl->client, key, argv[2], strlen(argv[2]), 0,
+                         ctl_remaining(ctl));
+    if (err < 0)
+      return ctl_fail(ctl, key, err);
+    printf("host %s quarantined for job %s\n", argv[1], ctl->job);
+    return EXIT_OK;
+  }
+  int deleted = 0;
+  err = rdzv_store_delete(ctl->client, key, &deleted, ctl_remaining(ctl));
+  if (err < 0)
+    return ctl_fail(ctl, key, err);
+  printf(deleted ? "host %s cleared: it may join job %s again\n"
+                 : "host %s was not quarantined for job %s\n",
+         argv[1], ctl->job);
+  return EXIT_OK;
 }
 
 /* The port of a TCPStore key space, held by process PID when given (a

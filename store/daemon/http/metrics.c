@@ -274,6 +274,15 @@ char *rdzv__http_metrics(const struct daemon *d, const struct rdzv_checks *cs) {
   one(&t, "rdzv_sessions_lost_total", "counter",
       "Ranks' sessions that expired (their generation aborted).",
       s->sessions_lost);
+  one(&t, "rdzv_health_checks_total", "counter",
+      "Node: host health checks run before forwarding a join.",
+      s->health_checks);
+  one(&t, "rdzv_health_failed_total", "counter",
+      "Node: host health checks that failed (the host quarantined).",
+      s->health_failed);
+  one(&t, "rdzv_quarantine_refused_total", "counter",
+      "Root: join records of quarantined hosts refused.",
+      s->quarantine_refused);
   auth(&t, s);
   etcd(&t, s);
   histogram(&t, "rdzv_round_duration_seconds",

@@ -32,6 +32,7 @@
 #include "rendezvous/join_wire.h"
 #include "rendezvous/members.h"
 #include "store/daemon/node/node_int.h"
+#include "store/daemon/node/health.h"
 #include "store/daemon/node/node_join_int.h"
 
 static const char no_host[] = "";
@@ -365,6 +366,7 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
     jr->seen = HASH_COUNT(jr->claims);
     complete_clear(jr);
     jr->gave_up = false;
+    rdzv__node_health_round_done(jr);
   }
   if (r->status == 0 && r->a > 0) {
     if (r->a > jr->last_gen)
@@ -539,6 +541,21 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     rdzv__nj_resume_join(nj, jr, c, m);
     return;
   }
+  /* The host's health gate (--health-cmd): a rank's join waits for its
+   * host's check; a failed host's records go up marked, for the root to
+   * quarantine it and refuse them. */
+  const uint8_t *unhealthy = NULL;
+  uint32_t unhealthy_len = 0;
+  if (c->role != RDZV_ROLE_NODE && nj->d->cfg.health_cmd[0] != '\0') {
+    struct rdzv_join_full first;
+    size_t p0 = 0;
+    rdzv_items_next(&m->vals, &p0, &v); /* params */
+    if (rdzv_items_next(&m->vals, &p0, &v) &&
+        rdzv_join_rec_decode(v.p, v.n, &first) == 0 &&
+        rdzv__node_health_gate(jr, c, m, &first, &unhealthy,
+                               &unhealthy_len) == RDZV_HEALTH_HELD)
+      return;
+  }
   struct jwait *w = jwait_for(jr, c, m->req_id);
   if (w == NULL) {
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
@@ -554,12 +571,30 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
   size_t pos = 0;
   struct rdzv_join_full mine;
   bool have_mine = false;
+  uint8_t *mine_marked = NULL;
   rdzv_items_next(&m->vals, &pos, &v); /* params */
   while (rdzv_items_next(&m->vals, &pos, &v)) {
     struct rdzv_join_full j;
     struct claimref *cr = NULL;
     if (rdzv_join_rec_decode(v.p, v.n, &j) < 0)
       continue; /* the root will not see it; its requester times out */
+    uint8_t *marked = NULL;
+    if (unhealthy_len > 0 && j.unhealthy_len == 0) {
+      j.unhealthy = unhealthy;
+      j.unhealthy_len = unhealthy_len;
+      size_t n = rdzv_join_rec_size(&j);
+      if ((marked = malloc(n)) == NULL ||
+          rdzv_join_rec_encode(&j, marked) < 0) {
+        free(marked);
+        continue; /* as a record the root cannot take */
+      }
+      v.p = marked;
+      v.n = (uint32_t)n;
+      if (rdzv_join_rec_decode(v.p, v.n, &j) < 0) { /* j points into it */
+        free(marked);
+        continue;
+      }
+    }
     if (!have_mine) {
       mine = j; /* a rank sends one: its own */
       have_mine = true;
@@ -586,11 +621,16 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     }
     rdzv_items_append(&jr->pending, v.p, v.n);
     jr->npending++;
+    if (marked != NULL && mine.rec.host == j.rec.host)
+      mine_marked = marked; /* mine points into it: freed below */
+    else
+      free(marked);
   }
   /* A rank's or a child node's: either one lost before the round
    * completes loses joins (unless they come again another way). */
   rdzv__nj_mark_joined(jr, c, 0, have_mine ? mine.rec.claim : 0, NULL,
                        have_mine ? &mine : NULL);
+  free(mine_marked);
   /* A child's joins say whether its subtree is complete with them; a
    * later batch without the flag takes it back. */
   if (c->role == RDZV_ROLE_NODE && (have_mine || (m->flags & RDZV_F_COMPLETE)))

@@ -78,6 +78,9 @@ struct njround {
   /* The newest generation an abort of which went up through this node:
    * its collectives no longer wait for members (one will not come). */
   int64_t aborted_gen;
+  /* health.c: the hosts' health checks for the pending generation (with
+   * --health-cmd), by host. */
+  struct hcheck *checks;
 };
 
 struct ccomplete {

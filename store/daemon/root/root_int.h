@@ -179,5 +179,9 @@ void rdzv__root_rounds_conn_closed(struct root_job *s, struct conn *c);
  * waiters, once copies of its absence held below are invalidated. */
 int rdzv__root_put(struct root_job *s, const char *key, const uint8_t *v,
                    uint32_t vlen);
+/* As rdzv__root_put, for a key that is write-once or not (a mutable one
+ * may be overwritten or deleted by clients later). */
+int rdzv__root_set(struct root_job *s, const char *key, const uint8_t *v,
+                   uint32_t vlen, bool write_once);
 
 #endif /* RDZV_STORE_ROOT_INT_H */

@@ -437,6 +437,10 @@ static int park_on_done(struct round *r, struct conn *c,
   return 1;
 }
 
+static void join_records(struct round *r, struct conn *c,
+                         const struct rdzv_msg *m,
+                         const struct rdzv_join_params *pp);
+
 void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *m) {
   struct rdzv_slice name, pv;
   struct rdzv_join_params params;
@@ -467,6 +471,24 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
     rdzv__round_reply(c, m->req_id, RDZV_EABORTED, 0, NULL, 0, text, r->gen, 0);
     return;
   }
+  /* Quarantined hosts (and hosts their node's health gate failed) are
+   * refused first: they open no generation and take no place. */
+  struct rdzv_msg rest;
+  struct rdzv_buf kept = {0};
+  memset(&rest, 0, sizeof(rest));
+  if (rdzv__quarantine_filter(r, c, m, &rest, &kept) == 1)
+    return;
+  if (kept.len > 0)
+    m = &rest;
+  join_records(r, c, m, &params);
+  rdzv_buf_free(&kept);
+}
+
+/* Join request m (quarantined hosts' records taken out) of round r. */
+static void join_records(struct round *r, struct conn *c,
+                         const struct rdzv_msg *m,
+                         const struct rdzv_join_params *pp) {
+  struct rdzv_join_params params = *pp;
   if (r->state == ROUND_DONE &&
       (answer_known(r, c, m) || refuse_live_conflicts(r, c, m) ||
        park_on_done(r, c, m)))

@@ -364,6 +364,7 @@ void rdzv__round_describe_missing(struct round *r, char *out, size_t n) {
   }
   if (never > 20 && off < n)
     snprintf(out + off, n - off, "; %u more hosts never joined", never - 20);
+  rdzv__quarantine_describe(r->s, out, n);
   HASH_ITER(hh, hosts, h, t) {
     HASH_DEL(hosts, h);
     free(h);

@@ -6,6 +6,7 @@
 #include <uthash.h>
 
 #include "rendezvous/assign.h"
+#include "rdzv/rendezvous.h"
 #include "rendezvous/join_wire.h"
 #include "store/daemon/root/root_int.h"
 
@@ -313,6 +314,29 @@ bool rdzv__round_spares_drop_claims(struct round *r,
  * "replaced"), at most ROUND_MEMBERS_LISTED hosts each. */
 void rdzv__round_members_json(struct round *r, struct json_t *o);
 #define ROUND_MEMBERS_LISTED 256
+
+/* quarantine.c: hosts quarantined for the job, each a mutable key
+ * RDZV_QUARANTINE_PREFIX "<host>" whose value is the reason. */
+#define RDZV_QUARANTINE_PREFIX RDZV_QUARANTINE_KEY_PREFIX
+/* Join request m of r from c (not a resumed one): records that carry a
+ * failed health check quarantine their host; records of quarantined hosts
+ * are refused (RDZV_EQUARANTINED, naming the host and the reason) and
+ * their hosts' places in the last world released. Returns 1 when every
+ * record was refused (answered; nothing else to do); else 0 with *out
+ * unchanged when nothing was refused, or, when some were (answered in a
+ * partial reply), *out a copy of m whose values (the params and the
+ * records left) are in kept (the caller frees it; *out points into it
+ * and into m). */
+struct json_t;
+int rdzv__quarantine_filter(struct round *r, struct conn *c,
+                            const struct rdzv_msg *m, struct rdzv_msg *out,
+                            struct rdzv_buf *kept);
+/* The job's quarantined hosts in o: "quarantined" (the first 64 as
+ * {"host", "reason"}) and "quarantined_hosts" (how many). */
+void rdzv__quarantine_json(struct root_job *s, struct json_t *o);
+/* Appends "; host H quarantined: REASON" (the first 4, then a count) to
+ * the NUL-terminated text in out (n bytes). */
+void rdzv__quarantine_describe(struct root_job *s, char *out, size_t n);
 
 /* The connections whose joins are in the current generation. */
 struct contrib *rdzv__round_contrib_find(struct round *r, const struct conn *c);

@@ -60,8 +60,14 @@ static void put_notified(void *arg) {
 
 int rdzv__root_put(struct root_job *s, const char *key, const uint8_t *v,
                    uint32_t vlen) {
+  return rdzv__root_set(s, key, v, vlen, true);
+}
+
+int rdzv__root_set(struct root_job *s, const char *key, const uint8_t *v,
+                   uint32_t vlen, bool write_once) {
   uint32_t kl = (uint32_t)strlen(key);
-  int rc = rdzv__state_set(s->st, (const uint8_t *)key, kl, v, vlen, true);
+  int rc = rdzv__state_set(s->st, (const uint8_t *)key, kl, v, vlen,
+                           write_once);
   if (rc < 0)
     return rc;
   struct rdzv_slice k = {(const uint8_t *)key, kl};

@@ -301,4 +301,22 @@ void rdzv__root_status(struct daemon *d, const struct job *only, void *out) {
   json_object_set_new(o, "rounds", jobs);
   if (left > 0)
     json_object_set_new(o, "rounds_not_listed", json_integer(left));
+  /* Each job's quarantined hosts (only jobs that have some). */
+  json_t *quar = json_object();
+  for (const struct job *j = d->jobs; j != NULL && quar != NULL; j = j->next) {
+    struct root_job *s = j->role_data;
+    if (s == NULL || (only != NULL && j != only))
+      continue;
+    json_t *q = json_object();
+    json_t *id = ascii(j->id);
+    if (q != NULL && id != NULL) {
+      rdzv__quarantine_json(s, q);
+      if (json_integer_value(json_object_get(q, "quarantined_hosts")) > 0)
+        json_object_set(quar, json_string_value(id), q);
+    }
+    json_decref(q);
+    json_decref(id);
+  }
+  if (quar != NULL)
+    json_object_set_new(o, "quarantine", quar);
 }

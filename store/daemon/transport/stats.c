@@ -101,6 +101,12 @@ char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
                       json_integer((json_int_t)s->join_subtree_flushes));
   json_object_set_new(o, "sessions_resumed",
                       json_integer((json_int_t)s->sessions_resumed));
+  json_object_set_new(o, "health_checks",
+                      json_integer((json_int_t)s->health_checks));
+  json_object_set_new(o, "health_failed",
+                      json_integer((json_int_t)s->health_failed));
+  json_object_set_new(o, "quarantine_refused",
+                      json_integer((json_int_t)s->quarantine_refused));
   json_object_set_new(o, "sessions_lost",
                       json_integer((json_int_t)s->sessions_lost));
   json_object_set_new(

@@ -84,6 +84,10 @@ struct stats {
   uint64_t fenced_here;     /* node: times its parent declared it lost or
                                refused a request of it as stale */
   uint64_t sessions_resumed; /* ranks' sessions resumed on a new connection */
+  uint64_t health_checks;    /* node: host health checks run (--health-cmd) */
+  uint64_t health_failed;    /* ... of them failed (the host quarantined) */
+  uint64_t quarantine_refused; /* root: join records of quarantined hosts
+                                  refused (RDZV_EQUARANTINED) */
   /* An etcd-backed root (store/daemon/durable): its role ("leader",
    * "standby", ...; NULL: no etcd), batches persisted, transactions and
    * operations they took, stand-downs, elections won, the client's
