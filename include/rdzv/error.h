@@ -66,7 +66,9 @@ extern "C" {
   X(EROUND_FULL, -1045,                                                      \
     "the rendezvous round is complete at its maximum size: no room to join") \
   X(EPARKED, -1046,                                                          \
-    "parked as a spare: not in the generation's world until a place opens")
+    "parked as a spare: not in the generation's world until a place opens") \
+  X(EEXCLUDED, -1047,                                                        \
+    "this rank is on the communicator's agreed exclude list (declared lost)")
 
 enum rdzv_status {
   RDZV_OK = 0,
