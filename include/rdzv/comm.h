@@ -557,10 +557,13 @@ const char *rdzv_comm_init_path(rdzv_comm_t *c);
 
 /* Per-phase timings of the handle's init, seconds (monotonic clock). */
 struct rdzv_comm_timings {
-  double ids_s;  /* id exchange through the tree (0 for "split") */
+  double ids_s;  /* id exchange through the tree (0 for "split"; for
+                    "shrink" and "grow", the agreement through the
+                    store) */
   double init_s; /* NCCL init: the init call until NCCL reported success
                     (for a non-blocking init, the poll that saw it) */
-  int64_t nids;  /* unique ids used (0 for "split") */
+  int64_t nids;  /* unique ids used (0 for "split" and "shrink", 1 for
+                    "grow") */
 };
 
 /* rdzv_comm_timings - copy the timings into *t. Fields are 0 until the
