@@ -49,7 +49,6 @@
 #define FAKE "tests/fake_nccl/libfake_nccl.so"
 #define FAKE_OLD "tests/fake_nccl/libfake_nccl_old.so"
 #define FAKE_NOSPLIT "tests/fake_nccl/libfake_nccl_nosplit.so"
-#define FAKE_NOSHRINK "tests/fake_nccl/libfake_nccl_noshrink.so"
 #define REAL_NCCL RDZV_NCCL_DEFAULT_CUDA_PATH
 
 /* ---- Layout: our mirror against the real nccl.h, at compile time. ---- */
@@ -493,116 +492,6 @@ static void test_split(void **state) {
   rdzv_nccl_unload(api);
 }
 
-/* The optional entry points: resolved when exported, and the fake's
- * shrink and grow give the ranks NCCL gives. */
-static void test_shrink_and_grow(void **state) {
-  struct rdzv_nccl_api *api = load_ok(FAKE);
-  rdzv_nccl_comm_t world = NULL, small = NULL, big = NULL, fresh = NULL;
-  rdzv_nccl_comm_t none = (rdzv_nccl_comm_t)&api;
-  rdzv_nccl_unique_id id, gid;
-  int ex[2] = {3, 0}, self[1] = {2};
-  char hex[17], want[160];
-  int n = -1;
-
-  (void)state;
-  assert_non_null(api->comm_shrink);
-  assert_non_null(api->comm_get_unique_id);
-  assert_non_null(api->comm_grow);
-  assert_int_equal(api->get_unique_id(&id), RDZV_NCCL_SUCCESS);
-  assert_int_equal(api->comm_init_rank_config(&world, 6, id, 2, NULL),
-                   RDZV_NCCL_SUCCESS);
-  /* Rank 2 of 6 without 0 and 3: rank 1 of 4. */
-  assert_int_equal(api->comm_shrink(world, ex, 2, &small, NULL,
-                                    RDZV_NCCL_SHRINK_ABORT),
-                   RDZV_NCCL_SUCCESS);
-  assert_int_equal(api->comm_count(small, &n), RDZV_NCCL_SUCCESS);
-  assert_int_equal(n, 4);
-  assert_int_equal(api->comm_user_rank(small, &n), RDZV_NCCL_SUCCESS);
-  assert_int_equal(n, 1);
-  assert_non_null(
-      strstr(fake_log(), " exclude=3,0 flags=1 child="));
-  assert_non_null(strstr(fake_log(), " nranks=4 rank=1 -> 0"));
-  /* A rank may not exclude itself. */
-  assert_int_equal(api->comm_shrink(world, self, 1, &none, NULL, 0),
-                   RDZV_NCCL_INVALID_ARGUMENT);
-  assert_null(none);
-  /* Grow the 4 to 6: the id from the comm, the existing rank kept. */
-  assert_int_equal(api->comm_get_unique_id(small, &gid), RDZV_NCCL_SUCCESS);
-  hex8(&gid, hex);
-  snprintf(want, sizeof want, " id=%s -> 0", hex);
-  assert_non_null(strstr(fake_log(), want));
-  assert_int_equal(api->comm_grow(small, 6, &gid, -1, &big, NULL),
-                   RDZV_NCCL_SUCCESS);
-  assert_int_equal(api->comm_user_rank(big, &n), RDZV_NCCL_SUCCESS);
-  assert_int_equal(n, 1);
-  /* A new member: no comm, the id, its new rank. */
-  assert_int_equal(api->comm_grow(NULL, 6, &gid, 5, &fresh, NULL),
-                   RDZV_NCCL_SUCCESS);
-  assert_int_equal(api->comm_user_rank(fresh, &n), RDZV_NCCL_SUCCESS);
-  assert_int_equal(n, 5);
-  snprintf(want, sizeof want,
-           "grow comm=0 nranks=6 id=%s rank=5 child=", hex);
-  assert_non_null(strstr(fake_log(), want));
-  /* A new member without the id is refused. */
-  none = (rdzv_nccl_comm_t)&api;
-  assert_int_equal(api->comm_grow(NULL, 6, NULL, 4, &none, NULL),
-                   RDZV_NCCL_INVALID_ARGUMENT);
-  assert_null(none);
-  api->comm_destroy(fresh);
-  api->comm_destroy(big);
-  api->comm_destroy(small);
-  api->comm_abort(world);
-  rdzv_nccl_unload(api);
-}
-
-/* An NCCL without the optional entry points loads; calling them is refused
- * with the version found and needed, or the missing symbol. */
-static void test_optional_symbols(void **state) {
-  struct rdzv_nccl_api *api;
-  char err[512];
-
-  (void)state;
-  setenv("FAKE_NCCL_VERSION", "22605", 1);
-  api = load_ok(FAKE);
-  assert_int_equal(rdzv_nccl_optional(api, "ncclCommShrink",
-                                      RDZV_NCCL_SHRINK_VERSION,
-                                      api->comm_shrink != NULL, err,
-                                      sizeof err),
-                   RDZV_ENCCL_VERSION);
-  assert_string_equal(err, "ncclCommShrink needs NCCL 2.27.0 (code 22700) or "
-                           "newer; NCCL library '" FAKE "' is version 2.26.5 "
-                           "(code 22605)");
-  rdzv_nccl_unload(api);
-  setenv("FAKE_NCCL_VERSION", "22809", 1);
-  api = load_ok(FAKE);
-  assert_int_equal(rdzv_nccl_optional(api, "ncclCommShrink",
-                                      RDZV_NCCL_SHRINK_VERSION,
-                                      api->comm_shrink != NULL, err,
-                                      sizeof err),
-                   0);
-  assert_int_equal(rdzv_nccl_optional(api, "ncclCommGrow",
-                                      RDZV_NCCL_GROW_VERSION,
-                                      api->comm_grow != NULL, err, sizeof err),
-                   RDZV_ENCCL_VERSION);
-  assert_non_null(strstr(err, "ncclCommGrow needs NCCL 2.29.0"));
-  rdzv_nccl_unload(api);
-  unsetenv("FAKE_NCCL_VERSION");
-  /* New enough, symbols missing. */
-  api = load_ok(FAKE_NOSHRINK);
-  assert_int_equal(api->version, 22900);
-  assert_null(api->comm_shrink);
-  assert_null(api->comm_get_unique_id);
-  assert_null(api->comm_grow);
-  assert_int_equal(rdzv_nccl_optional(api, "ncclCommGrow",
-                                      RDZV_NCCL_GROW_VERSION,
-                                      api->comm_grow != NULL, err, sizeof err),
-                   RDZV_ENCCL_SYMBOL);
-  assert_string_equal(err, "NCCL library '" FAKE_NOSHRINK "' (version 2.29.0) "
-                           "lacks symbol ncclCommGrow (NCCL has it from "
-                           "2.29.0 on)");
-  rdzv_nccl_unload(api);
-}
-
 /* A config not made by rdzv_nccl_config_init is refused, as NCCL does. */
 static void test_config_without_magic_is_refused(void **state) {
   struct rdzv_nccl_api *api = load_ok(FAKE);
@@ -844,8 +733,6 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_failed_init, setup, teardown),
       cmocka_unit_test_setup_teardown(test_split, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_shrink_and_grow, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_optional_symbols, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_without_magic_is_refused,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_fake_cuda_context, setup,
