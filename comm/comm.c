@@ -103,6 +103,7 @@ static void comm_unref(rdzv_comm_t *c) {
       return;
     ctx_unref(c->ctx);
     free(c->members);
+    free(c->excluded);
     pthread_mutex_destroy(&c->lock);
     c->magic = 0;
     free(c);
@@ -110,10 +111,9 @@ static void comm_unref(rdzv_comm_t *c) {
   }
 }
 
-/* A handle with everything but its membership. Takes a reference on ctx
- * and on parent (may be NULL). */
-static rdzv_comm_t *comm_new(struct rdzv__comm_ctx *ctx, rdzv_comm_t *parent,
-                             const char *name, int64_t gen) {
+/* A handle with everything but its membership (comm_int.h). */
+rdzv_comm_t *rdzv__comm_new(struct rdzv__comm_ctx *ctx, rdzv_comm_t *parent,
+                            const char *name, int64_t gen) {
   rdzv_comm_t *c = calloc(1, sizeof(*c));
 
   if (c == NULL)
@@ -197,7 +197,7 @@ int rdzv_comm_world(rdzv_rendezvous_t *r, const struct rdzv_comm_opts *o,
   rc = ctx_new(r, o, &x);
   if (rc < 0)
     return rc;
-  c = comm_new(x, NULL, "world", rdzv_rendezvous_generation(r));
+  c = rdzv__comm_new(x, NULL, "world", rdzv_rendezvous_generation(r));
   if (c == NULL) {
     atomic_fetch_add(&x->refs, 1);
     ctx_unref(x);
@@ -246,7 +246,7 @@ int rdzv_comm_group(rdzv_comm_t *parent, const char *name, const int32_t *ranks,
   if (list == NULL)
     return RDZV_ENOMEM;
   memcpy(list, ranks, (size_t)n * sizeof(*list));
-  c = comm_new(parent->ctx, parent, full, parent->gen);
+  c = rdzv__comm_new(parent->ctx, parent, full, parent->gen);
   if (c == NULL) {
     free(list);
     return RDZV_ENOMEM;
@@ -278,7 +278,7 @@ int rdzv_comm_split(rdzv_comm_t *parent, const char *name,
     free(list);
     return rc;
   }
-  c = comm_new(parent->ctx, parent, full, parent->gen);
+  c = rdzv__comm_new(parent->ctx, parent, full, parent->gen);
   if (c == NULL) {
     free(list);
     return RDZV_ENOMEM;
@@ -515,7 +515,10 @@ void rdzv_comm_destroy(rdzv_comm_t *c) {
   rdzv__comm_bg_forget(c);
   pthread_mutex_lock(&c->lock);
   c->start_due = 0;
-  if (c->nccl != NULL && c->state == RDZV_COMM_READY)
+  /* A communicator whose operations a shrink terminated
+   * (RDZV_COMM_SHRINK_ABORT) is aborted: a finalize could wait for the
+   * lost member. */
+  if (c->nccl != NULL && c->state == RDZV_COMM_READY && !c->shrunk_abort)
     finalize_and_destroy(c->ctx->api, c->nccl);
   else if (c->nccl != NULL)
     c->ctx->api->comm_abort(c->nccl);

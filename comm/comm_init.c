@@ -28,7 +28,7 @@ static int set_failed(rdzv_comm_t *c, int rc) {
 /* The world's NCCL table, loaded by the first init of any of its handles
  * (creating handles must stay free, and a process that never initializes
  * a communicator never maps libnccl). */
-static int load_api(rdzv_comm_t *c, const struct rdzv_nccl_api **api) {
+int rdzv__comm_load_api(rdzv_comm_t *c, const struct rdzv_nccl_api **api) {
   struct rdzv__comm_ctx *x = c->ctx;
   char err[768];
   int rc = 0;
@@ -112,7 +112,7 @@ static int exchange_ids(rdzv_comm_t *c, const struct rdzv_nccl_api *api,
 }
 
 /* Takes the result of an NCCL init call that produced `comm`. */
-static int started(rdzv_comm_t *c, const struct rdzv_nccl_api *api,
+int rdzv__comm_started(rdzv_comm_t *c, const struct rdzv_nccl_api *api,
                    rdzv_nccl_comm_t comm, rdzv_nccl_result res,
                    const char *what) {
   char err[768];
@@ -144,7 +144,7 @@ int rdzv__comm_start_locked(rdzv_comm_t *c, int nonblocking, double timeout_s) {
 
   c->deadline = rdzv__comm_now() + timeout_s;
   c->nonblocking = nonblocking;
-  rc = load_api(c, &api);
+  rc = rdzv__comm_load_api(c, &api);
   if (rc == 0)
     rc = exchange_ids(c, api, &ids, &nids);
   if (rc < 0)
@@ -164,7 +164,7 @@ int rdzv__comm_start_locked(rdzv_comm_t *c, int nonblocking, double timeout_s) {
                                        (rdzv_nccl_unique_id *)ids, &cfg);
   }
   rdzv_free(ids);
-  return started(c, api, comm, res,
+  return rdzv__comm_started(c, api, comm, res,
                  c->path[0] == 'c' ? "ncclCommInitRankConfig"
                                    : "ncclCommInitRankScalable");
 }
@@ -282,7 +282,7 @@ int rdzv__comm_split_locked(rdzv_comm_t *c, double timeout_s) {
                                                    : RDZV_NCCL_INTERNAL_ERROR;
   pthread_mutex_unlock(&p->lock);
   if (member)
-    return started(c, api, child, res, "ncclCommSplit");
+    return rdzv__comm_started(c, api, child, res, "ncclCommSplit");
   if (res == RDZV_NCCL_SUCCESS)
     return 0;
   return rdzv__comm_fail(c, RDZV_ENCCL,

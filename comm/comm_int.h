@@ -99,6 +99,17 @@ struct rdzv_comm {
   void *cuda_ctx;
   double nccl_t0;   /* when the NCCL init call was made */
   struct rdzv_comm_timings t;
+  /* Shrink and grow (shrink_grow.c), under `lock`: how many of each have
+   * succeeded on this handle (the next one's number is one more), and
+   * whether a shrink with RDZV_COMM_SHRINK_ABORT terminated this
+   * communicator's operations (destroy then aborts, never finalizes). */
+  int32_t nshrinks;
+  int32_t ngrows;
+  int shrunk_abort;
+  /* For a handle made by rdzv_comm_shrink: the agreed exclude list (ranks
+   * of the parent, ascending); NULL otherwise. Fixed at creation. */
+  int32_t *excluded;
+  int32_t nexcluded;
   char last_error[1024];
 };
 
@@ -108,6 +119,21 @@ double rdzv__comm_now(void);
 /* Records a failure in c->last_error (printf format) and returns rc. */
 int rdzv__comm_fail(rdzv_comm_t *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A handle with everything but its membership (comm.c). Takes a
+ * reference on ctx and on parent (may be NULL). NULL when out of memory. */
+rdzv_comm_t *rdzv__comm_new(struct rdzv__comm_ctx *ctx, rdzv_comm_t *parent,
+                            const char *name, int64_t gen);
+
+/* comm_init.c, for shrink_grow.c too: the world's NCCL table, loaded on
+ * first use (records a failure in c); and the outcome of an NCCL call
+ * that made c's communicator (READY, PENDING for a non-blocking one in
+ * progress, or FAILED with the comm aborted and last_error set; `what`
+ * names the call). c->nccl_t0 must be set before the call. */
+int rdzv__comm_load_api(rdzv_comm_t *c, const struct rdzv_nccl_api **api);
+int rdzv__comm_started(rdzv_comm_t *c, const struct rdzv_nccl_api *api,
+                       rdzv_nccl_comm_t comm, rdzv_nccl_result res,
+                       const char *what);
 
 /* The init entry points, comm_init.c. Each is called with c->lock held and
  * returns with it held (it may drop and retake it while it sleeps). */

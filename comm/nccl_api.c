@@ -47,6 +47,14 @@ static const struct nccl_sym nccl_syms[] = {
     SYM_("ncclCommCount", comm_count),
     SYM_("ncclCommUserRank", comm_user_rank),
 };
+
+/* Entry points a library may lack (NULL in the table then): newer than
+ * RDZV_NCCL_MIN_VERSION; rdzv_nccl_optional() checks them before a call. */
+static const struct nccl_sym nccl_optional_syms[] = {
+    SYM_("ncclCommShrink", comm_shrink),
+    SYM_("ncclCommGetUniqueId", comm_get_unique_id),
+    SYM_("ncclCommGrow", comm_grow),
+};
 #undef SYM_
 
 /* A bounded message under construction in the caller's buffer. Appends
@@ -215,7 +223,43 @@ static int resolve_all(struct rdzv_nccl_api *api, struct msg *m) {
     msg_add(m, "%s %s", missing == 0 ? "" : ",", nccl_syms[i].name);
     missing++;
   }
+  /* Optional ones stay NULL when absent (the table was calloc'd). */
+  for (i = 0; i < sizeof nccl_optional_syms / sizeof nccl_optional_syms[0];
+       i++) {
+    p = dlsym(api->dl, nccl_optional_syms[i].name);
+    if (p != NULL)
+      memcpy((char *)api + nccl_optional_syms[i].offset, &p, sizeof p);
+  }
   return missing == 0 ? 0 : RDZV_ENCCL_SYMBOL;
+}
+
+int rdzv_nccl_optional(const struct rdzv_nccl_api *api, const char *symbol,
+                       int since, int present, char *err, size_t errlen) {
+  char found[32], needed[32];
+  struct msg m;
+
+  msg_init(&m, err, errlen);
+  if (api == NULL || symbol == NULL) {
+    msg_add(&m, "rdzv_nccl_optional: no NCCL table or symbol");
+    return -EINVAL;
+  }
+  rdzv_nccl_version_format(api->version, found, sizeof found);
+  rdzv_nccl_version_format(since, needed, sizeof needed);
+  if (api->version < since) {
+    msg_add(&m,
+            "%s needs NCCL %s (code %d) or newer; NCCL library '%s' is "
+            "version %s (code %d)",
+            symbol, needed, since, api->path, found, api->version);
+    return RDZV_ENCCL_VERSION;
+  }
+  if (!present) {
+    msg_add(&m,
+            "NCCL library '%s' (version %s) lacks symbol %s (NCCL has it "
+            "from %s on)",
+            api->path, found, symbol, needed);
+    return RDZV_ENCCL_SYMBOL;
+  }
+  return 0;
 }
 
 int rdzv_nccl_load_first(const char *const *candidates, size_t n,

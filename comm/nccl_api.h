@@ -72,6 +72,12 @@ typedef int rdzv_nccl_redop;
 /* NCCL_SPLIT_NOCOLOR: the color of a rank that joins no child comm. */
 #define RDZV_NCCL_SPLIT_NOCOLOR (-1)
 
+/* ncclCommShrink's flags (NCCL 2.27): NCCL_SHRINK_DEFAULT shrinks a healthy
+ * parent; NCCL_SHRINK_ABORT first terminates the parent's ongoing
+ * operations (use it when a member died). */
+#define RDZV_NCCL_SHRINK_DEFAULT 0x00
+#define RDZV_NCCL_SHRINK_ABORT 0x01
+
 /* NCCL_VERSION(X, Y, Z) for X.Y >= 2.9; older releases used
  * X * 1000 + Y * 100 + Z, which is always smaller. */
 #define RDZV_NCCL_VERSION(x, y, z) ((x)*10000 + (y)*100 + (z))
@@ -113,6 +119,11 @@ struct rdzv_nccl_config {
 
 /* The oldest NCCL rdzv accepts: 2.23.0 added ncclCommInitRankScalable. */
 #define RDZV_NCCL_MIN_VERSION RDZV_NCCL_VERSION(2, 23, 0)
+/* The releases that added the optional entry points (see the table):
+ * ncclCommShrink in 2.27.0, ncclCommGetUniqueId and ncclCommGrow in
+ * 2.29.0. */
+#define RDZV_NCCL_SHRINK_VERSION RDZV_NCCL_VERSION(2, 27, 0)
+#define RDZV_NCCL_GROW_VERSION RDZV_NCCL_VERSION(2, 29, 0)
 
 /* The library rdzv_nccl_load() tries when the caller names none: first
  * through the dynamic loader's own search (LD_LIBRARY_PATH, ld.so.cache),
@@ -122,7 +133,9 @@ struct rdzv_nccl_config {
 
 /* One member per NCCL entry point comm/ uses, each with NCCL's signature in
  * mirrored types; the comment names the symbol. All are non-NULL in a table
- * returned by rdzv_nccl_load(). */
+ * returned by rdzv_nccl_load(), except the optional ones at the end, which
+ * are NULL when the library lacks them (check with rdzv_nccl_optional()
+ * before a call). */
 struct rdzv_nccl_api {
   /* The NCCL_VERSION code ncclGetVersion reported at load time. */
   int version;
@@ -170,6 +183,25 @@ struct rdzv_nccl_api {
   rdzv_nccl_result (*comm_count)(const rdzv_nccl_comm_t comm, int *count);
   /* ncclCommUserRank */
   rdzv_nccl_result (*comm_user_rank)(const rdzv_nccl_comm_t comm, int *rank);
+
+  /* Optional: NULL when the library does not export them (a library older
+   * than the release that added them loads all the same). */
+  /* ncclCommShrink (2.27): survivors pass the same exclude list (ranks of
+   * comm); the new ranks are the old ones in order, excluded ones left
+   * out. */
+  rdzv_nccl_result (*comm_shrink)(rdzv_nccl_comm_t comm, int *exclude_ranks,
+                                  int exclude_count, rdzv_nccl_comm_t *newcomm,
+                                  struct rdzv_nccl_config *config, int flags);
+  /* ncclCommGetUniqueId (2.29): the id of a grow of comm. */
+  rdzv_nccl_result (*comm_get_unique_id)(rdzv_nccl_comm_t comm,
+                                         rdzv_nccl_unique_id *id);
+  /* ncclCommGrow (2.29): existing members pass their comm and rank -1 (the
+   * one that made the id passes it, the others NULL); new members pass a
+   * NULL comm, the id and their new rank. */
+  rdzv_nccl_result (*comm_grow)(rdzv_nccl_comm_t comm, int nranks,
+                                const rdzv_nccl_unique_id *id, int rank,
+                                rdzv_nccl_comm_t *newcomm,
+                                struct rdzv_nccl_config *config);
 };
 
 /* rdzv_nccl_default_path - the NCCL library the environment asks for.
@@ -202,7 +234,8 @@ const char *rdzv_nccl_default_path(void);
  *
  * ncclGetVersion is resolved and called first, so that a library older than
  * RDZV_NCCL_MIN_VERSION is reported as too old rather than as missing the
- * symbols it predates; then every other entry point is resolved.
+ * symbols it predates; then every other entry point is resolved (the
+ * optional ones, left NULL when absent, never fail the load).
  *
  * Ownership: `path` is borrowed (copied into the table). On success, *out
  * is a new table owned by the caller and released with rdzv_nccl_unload().
@@ -242,6 +275,19 @@ int rdzv_nccl_load(const char *path, struct rdzv_nccl_api **out, char *err,
  * or a NULL `candidates` returns RDZV_ENCCL_MISSING ("no path to try"). */
 int rdzv_nccl_load_first(const char *const *candidates, size_t n,
                          struct rdzv_nccl_api **out, char *err, size_t errlen);
+
+/* rdzv_nccl_optional - whether an optional entry point may be called.
+ *
+ * `symbol` names the entry point (e.g. "ncclCommShrink"), `since` the
+ * NCCL_VERSION code of the release that added it, `present` whether the
+ * table's member is non-NULL. Returns 0 when the loaded library is at least
+ * `since` and exports the symbol; otherwise writes a message that names the
+ * library, the version found and the one needed to `err` (when non-NULL and
+ * `errlen` > 0) and returns RDZV_ENCCL_VERSION (the library is older than
+ * `since`) or RDZV_ENCCL_SYMBOL (new enough, but the symbol is missing).
+ * Ownership: all pointers borrowed. Blocks: no. Thread: any. */
+int rdzv_nccl_optional(const struct rdzv_nccl_api *api, const char *symbol,
+                       int since, int present, char *err, size_t errlen);
 
 /* rdzv_nccl_unload - release a table from rdzv_nccl_load().
  *

@@ -459,6 +459,9 @@ int64_t rdzv_rendezvous_generation(const rdzv_rendezvous_t *r) {
   return r->gen;
 }
 rdzv_client_t *rdzv_rendezvous_client(rdzv_rendezvous_t *r) { return r->c; }
+const char *rdzv_rendezvous_round(const rdzv_rendezvous_t *r) {
+  return r->round;
+}
 const char *rdzv_rendezvous_last_error(const rdzv_rendezvous_t *r) {
   return r->last_error;
 }

@@ -28,7 +28,11 @@
  *               ids, one per block of ranks (NCCL's block rule over the
  *               group's own ranks 0 .. size-1, rendezvous/topo.h);
  *   "split"     ncclCommSplit of the initialized parent, only through the
- *               collective rdzv_comm_init_split.
+ *               collective rdzv_comm_init_split;
+ *   "shrink"    ncclCommShrink of an initialized communicator without the
+ *               ranks its survivors agreed to exclude (rdzv_comm_shrink);
+ *   "grow"      ncclCommGrow: an initialized communicator and new members
+ *               (rdzv_comm_grow, rdzv_comm_grow_join).
  * The ids are made by the first member of each block (ncclGetUniqueId
  * unless opts.make_id says otherwise) and exchanged through the rdzv tree.
  *
@@ -331,6 +335,158 @@ int rdzv_comm_poll(rdzv_comm_t *c);
  * Blocks: yes. Thread: any. */
 int rdzv_comm_init_split(rdzv_comm_t *c, double timeout_s);
 
+/* ---- Shrink and grow (NCCL 2.27 / 2.29) ----------------------------------
+ *
+ * A communicator that lost a member shrinks to its survivors; one that
+ * gains members grows. Both make a NEW handle (the old one stays valid and
+ * must still be destroyed) named "<name>.shrink<n>" / "<name>.grow<n>",
+ * where n is 1 + the number of shrinks (grows) of this handle that
+ * succeeded in this process: the survivors of one loss all call shrink
+ * once, so they agree on n, and a call that failed does not use its
+ * number up (a retry agrees with the earlier attempt's list or id).
+ *
+ * Agreement goes through the store, under the keys of the handle's
+ * rendezvous generation (its round's "rdzv/<round>/g<gen>/"):
+ *   shrink/<name>/<n>  the exclude list: the first survivor's proposal
+ *                      wins (compare-and-set from absent), every survivor
+ *                      reads back that one list and shrinks with exactly
+ *                      it (text, ascending ranks of the handle: "3,5");
+ *   grow/<name>/<n>    written once by rank 0 of the handle: the unique
+ *                      id of ncclCommGetUniqueId and the new membership
+ *                      (world ranks in new-rank order); existing and new
+ *                      members read it.
+ * The generation must stand: a member whose process died aborts the
+ * generation (rdzv_rendezvous_join), after which these keys are refused
+ * with RDZV_EABORTED. Shrink serves a member lost to NCCL (a failed GPU or
+ * link, a hung rank) while its process and session live, or one that left
+ * cleanly (rdzv_rendezvous_destroy).
+ *
+ * NCCL's entry points are optional (looked up with dlsym): with an NCCL
+ * older than the release that added them the calls fail with
+ * RDZV_ENCCL_VERSION, naming the version found and the one needed; with a
+ * library new enough that lacks the symbol, RDZV_ENCCL_SYMBOL. Nothing is
+ * exchanged then. */
+
+/* rdzv_comm_shrink's flags: terminate the communicator's ongoing
+ * operations before shrinking (NCCL_SHRINK_ABORT); use it when a member
+ * died. The old handle's communicator is then aborted, not finalized, by
+ * rdzv_comm_destroy. */
+#define RDZV_COMM_SHRINK_ABORT 1
+
+/* rdzv_comm_shrink - the communicator without its lost ranks.
+ *
+ * Collective over the survivors of c (every member of c that is not on the
+ * agreed list calls it, once per loss). lost[0 .. nlost-1] are ranks of c
+ * (0 .. size-1, distinct, fewer than all; any order) this rank knows are
+ * lost: its proposal. nlost 0 proposes nothing and waits for another
+ * survivor's. The first proposal to reach the store becomes the agreed
+ * exclude list of this shrink (one per handle name and number, whatever
+ * the others proposed); every survivor reads it back and calls
+ * ncclCommShrink with exactly it (flags: 0 or RDZV_COMM_SHRINK_ABORT), so
+ * all survivors get the same list, or all fail. The new handle's members
+ * are c's in order without the excluded (rdzv_comm_rank, rdzv_comm_size
+ * and rdzv_comm_world_rank say so, and rdzv_comm_excluded gives the list);
+ * its path is "shrink"; it is READY on return (a non-blocking NCCL shrink,
+ * opts.nonblocking, is polled to its end within the deadline).
+ *
+ * c must be initialized and READY (rdzv_comm_nccl). The call holds c's
+ * lock and the world's store lock while it agrees (as an init does).
+ * Ownership: lost is borrowed; *out belongs to the caller
+ * (rdzv_comm_destroy); it keeps c's memory, not c's communicator, alive.
+ * Returns 0, or:
+ *   -EINVAL            c or out NULL, timeout_s not > 0, other flags, a bad
+ *                      lost list, or c not initialized (last_error says);
+ *   -ENAMETOOLONG      the new name is over RDZV_COMM_NAME_MAX;
+ *   RDZV_ENOT_MEMBER   this rank is not a member of c;
+ *   RDZV_EEXCLUDED     this rank is on the agreed list (another survivor
+ *                      declared it lost): last_error gives the list; no
+ *                      NCCL call was made;
+ *   RDZV_ENCCL_VERSION, RDZV_ENCCL_SYMBOL  NCCL older than 2.27, or
+ *                      without ncclCommShrink (nothing was exchanged);
+ *   RDZV_ENCCL         ncclCommShrink failed (last_error has NCCL's text);
+ *   RDZV_EDEADLINE     no proposal came (nlost 0), or a non-blocking shrink
+ *                      did not finish, by the deadline;
+ *   RDZV_EPROTO        the key holds something that is not an exclude
+ *                      list of c;
+ *   RDZV_EABORTED, RDZV_ESTALE_GENERATION, RDZV_ENOMEM, store errors.
+ * Blocks: yes, up to timeout_s (and through a blocking NCCL shrink).
+ * Thread: any; not concurrently with rdzv_comm_destroy of c. */
+int rdzv_comm_shrink(rdzv_comm_t *c, const int32_t *lost, int32_t nlost,
+                     int flags, rdzv_comm_t **out, double timeout_s);
+
+/* rdzv_comm_excluded - the agreed exclude list a handle was shrunk with:
+ * returns its length (0 for a handle not made by rdzv_comm_shrink) and
+ * points *ranks (when ranks is non-NULL) at its ranks of the parent,
+ * ascending (NULL when none), owned by the handle and fixed at creation.
+ * c must not be NULL. Blocks: no. Thread: any. */
+int32_t rdzv_comm_excluded(const rdzv_comm_t *c, const int32_t **ranks);
+
+/* rdzv_comm_grow - an existing member's part of a grow of c.
+ *
+ * Collective over c's members (each calls it with the same added list)
+ * and the new members (rdzv_comm_grow_join). added[0 .. nadded-1] are the
+ * world ranks of the new members (distinct, none a member of c), which
+ * take new ranks size .. size+nadded-1 in that order; existing members
+ * keep their ranks. Rank 0 of c makes the grow's unique id with
+ * ncclCommGetUniqueId and writes it, with the new membership, once to the
+ * write-once key grow/<name>/<n> (a retry of the same number finds the
+ * record there and makes no new id); the others wait for it and check
+ * that it names the same members. Then every existing member calls
+ * ncclCommGrow(comm, new size, id for rank 0 / NULL for the others, -1).
+ * The new handle has c's members then added (rdzv_comm_world_rank), path
+ * "grow", and is READY on return.
+ *
+ * c must be initialized and READY. Holds c's lock and the world's store
+ * lock while it waits for the record. Ownership: added is borrowed; *out
+ * belongs to the caller and keeps c's memory alive.
+ * Returns 0, or:
+ *   -EINVAL            NULL c or out, timeout_s not > 0, a bad added
+ *                      list, c not initialized, or rank 0 published other
+ *                      members than this rank was given (last_error says);
+ *   -ENAMETOOLONG      the new name is over RDZV_COMM_NAME_MAX;
+ *   RDZV_ENOT_MEMBER   this rank is not a member of c;
+ *   RDZV_ENCCL_VERSION, RDZV_ENCCL_SYMBOL  NCCL older than 2.29, or
+ *                      without ncclCommGrow / ncclCommGetUniqueId;
+ *   RDZV_ENCCL         an NCCL call failed;
+ *   RDZV_EDEADLINE     rank 0's record did not come, or a non-blocking grow
+ *                      did not finish, by the deadline;
+ *   RDZV_EPROTO        the key holds no grow record;
+ *   RDZV_EABORTED, RDZV_ESTALE_GENERATION, RDZV_ENOMEM, store errors.
+ * Blocks: yes, up to timeout_s (and through a blocking NCCL grow).
+ * Thread: any; not concurrently with rdzv_comm_destroy of c. */
+int rdzv_comm_grow(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
+                   rdzv_comm_t **out, double timeout_s);
+
+/* rdzv_comm_grow_join - a new member's part of a grow.
+ *
+ * world: this process's world handle (rdzv_comm_world) in the SAME
+ * rendezvous round and generation as the existing members' (e.g. a hot
+ * spare that joined the world but is not a member of the communicator
+ * "world.train" that grows). name: the full name of the communicator that
+ * grows ("world.train"); grow: its grow number (1 for the first grow of
+ * that handle; the existing members' n). Waits for the record rank 0 of
+ * the existing members writes (see rdzv_comm_grow), takes the rank the
+ * record gives this world rank, and calls ncclCommGrow(NULL, new size, id,
+ * rank). The new handle is named "<name>.grow<n>", has the record's
+ * members, path "grow", and is READY on return. NCCL is loaded if this
+ * world had not loaded it yet.
+ *
+ * Holds world's lock and its store lock while it waits. Ownership: name is
+ * borrowed; *out belongs to the caller and keeps world's memory alive.
+ * Returns 0, or:
+ *   -EINVAL            NULL world or out, world not a world handle, a bad
+ *                      name or grow number, timeout_s not > 0, or this
+ *                      rank is an existing member (it calls
+ *                      rdzv_comm_grow);
+ *   RDZV_ENOT_MEMBER   the record does not add this world rank;
+ *   RDZV_ENCCL_VERSION, RDZV_ENCCL_SYMBOL, RDZV_ENCCL_MISSING  as above,
+ *                      or NCCL could not be loaded;
+ *   RDZV_ENCCL, RDZV_EDEADLINE, RDZV_EPROTO, RDZV_EABORTED,
+ *   RDZV_ESTALE_GENERATION, RDZV_ENOMEM, store errors: as rdzv_comm_grow.
+ * Blocks: yes, up to timeout_s. Thread: any. */
+int rdzv_comm_grow_join(rdzv_comm_t *world, const char *name, int32_t grow,
+                        rdzv_comm_t **out, double timeout_s);
+
 /* rdzv_comm_abort - abort the communicator (ncclCommAbort).
  *
  * Aborts the NCCL communicator if one exists (ready or still
@@ -393,17 +549,21 @@ const char *rdzv_comm_name(const rdzv_comm_t *c);
 int64_t rdzv_comm_generation(const rdzv_comm_t *c);
 
 /* rdzv_comm_init_path - "config", "scalable" or "split" once an init has
- * been started (whether it succeeded or not), else NULL. Static strings.
+ * been started (whether it succeeded or not), "shrink" or "grow" for a
+ * handle made by those calls, else NULL. Static strings.
  * Thread: any; waits while another thread (or the world's worker) is
  * inside an init step of the handle (as rdzv_comm_timings does). */
 const char *rdzv_comm_init_path(rdzv_comm_t *c);
 
 /* Per-phase timings of the handle's init, seconds (monotonic clock). */
 struct rdzv_comm_timings {
-  double ids_s;  /* id exchange through the tree (0 for "split") */
+  double ids_s;  /* id exchange through the tree (0 for "split"; for
+                    "shrink" and "grow", the agreement through the
+                    store) */
   double init_s; /* NCCL init: the init call until NCCL reported success
                     (for a non-blocking init, the poll that saw it) */
-  int64_t nids;  /* unique ids used (0 for "split") */
+  int64_t nids;  /* unique ids used (0 for "split" and "shrink", 1 for
+                    "grow") */
 };
 
 /* rdzv_comm_timings - copy the timings into *t. Fields are 0 until the

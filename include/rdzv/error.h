@@ -67,7 +67,9 @@ extern "C" {
     "the rendezvous round is complete at its maximum size: no room to join") \
   X(EPARKED, -1046,                                                          \
     "parked as a spare: not in the generation's world until a place opens") \
-  X(EQUARANTINED, -1047,                                                     \
+  X(EEXCLUDED, -1047,                                                        \
+    "this rank is on the communicator's agreed exclude list (declared lost)") \
+  X(EQUARANTINED, -1048,                                                     \
     "the host is quarantined for the job (a failed health check, or by "   \
     "hand): rdzvctl quarantine")
 

@@ -136,6 +136,9 @@ int32_t rdzv_rendezvous_local_size(const rdzv_rendezvous_t *r);
 int32_t rdzv_rendezvous_node_rank(const rdzv_rendezvous_t *r);
 int32_t rdzv_rendezvous_node_count(const rdzv_rendezvous_t *r);
 int64_t rdzv_rendezvous_generation(const rdzv_rendezvous_t *r);
+/* The round's name (opts.round, "world" by default), owned by the handle:
+ * the "<round>" of the generation's keys "rdzv/<round>/g<gen>/...". */
+const char *rdzv_rendezvous_round(const rdzv_rendezvous_t *r);
 /* The store client under the handle (owned by it), for store calls. */
 rdzv_client_t *rdzv_rendezvous_client(rdzv_rendezvous_t *r);
 /* Detail of the last failure on this handle; never NULL. */

@@ -45,6 +45,13 @@
  *                             allReduce comm=1 count=4 type=7 op=0 -> 0
  *                             commCount comm=1 -> 0
  *                             userRank comm=1 -> 0
+ *                             shrink comm=1 exclude=3,5 flags=1 child=4
+ *                               nranks=6 rank=2 -> 0 ctx=0x0
+ *                             commGetUniqueId comm=1 id=0123456789abcdef
+ *                             grow comm=1 nranks=8 id=0123456789abcdef
+ *                               rank=-1 child=5 newrank=3 -> 0 ctx=0x0
+ *                               (id=none for a NULL id; comm=0 for a new
+ *                               member, whose rank= is its new rank)
  *                             getErrorString result=3
  *                             getLastError
  *                           (each on one line; "comm=0" is a NULL comm, and
@@ -72,6 +79,14 @@
  *                              (libfake_nccl_old.so: 2.18.5).
  *   FAKE_NCCL_NO_SPLIT         ncclCommSplit is not exported
  *                              (libfake_nccl_nosplit.so).
+ *   FAKE_NCCL_NO_SHRINK_GROW   ncclCommShrink, ncclCommGetUniqueId and
+ *                              ncclCommGrow are not exported
+ *                              (libfake_nccl_noshrink.so, which reports
+ *                              2.29.0: a library new enough whose symbols
+ *                              are missing). With them exported, the fake
+ *                              answers them whatever version it reports:
+ *                              set FAKE_NCCL_VERSION below 2.27 / 2.29 to
+ *                              test rdzv's version check.
  *
  * Deliberate differences from NCCL, all stricter:
  *   - A comm whose init has not finished or has failed answers every call
@@ -85,6 +100,17 @@
  *     process (bytes 0-7: a bijective mix of a random seed, the pid and a
  *     call counter; then "FAKENCCL", pid, counter and random bytes). They
  *     mean nothing to anyone: no root thread is started.
+ *     ncclCommGetUniqueId makes its ids the same way.
+ *   - ncclCommShrink checks the exclude list against the comm (ranks in
+ *     range, distinct, not the caller's own rank, fewer than all) and
+ *     gives the child nranks - count and the caller's rank renumbered
+ *     (its rank minus the excluded ranks below it), as NCCL does; a comm
+ *     not initialized is refused unless flags has NCCL_SHRINK_ABORT.
+ *   - ncclCommGrow checks the call's shape (an existing member: rank -1
+ *     and nranks above its comm's size; a new member: an id and a rank in
+ *     0 .. nranks-1) and gives the child nranks and the caller's rank
+ *     (its old one, or the one passed). It cannot see the other members,
+ *     so it cannot tell that the id is spent; tests compare the logs.
  *
  * Thread-safe: one mutex guards the settings, the id counter, the comms'
  * progress, the destroyed contexts and the log. ncclGetLastError's text
@@ -350,17 +376,15 @@ FAKE_EXPORT rdzv_nccl_result ncclGetVersion(int *version) {
   return RDZV_NCCL_SUCCESS;
 }
 
-FAKE_EXPORT rdzv_nccl_result ncclGetUniqueId(rdzv_nccl_unique_id *id) {
+/* A new unique id (see the header comment) into *id, its first 8 bytes
+ * in hex into hex[17]. Caller holds fake.lock. */
+static void make_id_locked(rdzv_nccl_unique_id *id, char *hex) {
   uint64_t pid = (uint64_t)getpid();
   uint64_t count;
-  char hex[17];
   size_t got = 0;
   ssize_t n;
 
-  if (id == NULL)
-    return RDZV_NCCL_INVALID_ARGUMENT;
   memset(id, 0, sizeof *id);
-  pthread_mutex_lock(&fake.lock);
   count = ++fake.ids_made;
   put_le(id->internal, mix64(fake.seed ^ (pid << 32) ^ count), 8);
   memcpy(id->internal + 8, "FAKENCCL", 8);
@@ -374,6 +398,15 @@ FAKE_EXPORT rdzv_nccl_result ncclGetUniqueId(rdzv_nccl_unique_id *id) {
     got += (size_t)n;
   }
   id_hex(id, hex);
+}
+
+FAKE_EXPORT rdzv_nccl_result ncclGetUniqueId(rdzv_nccl_unique_id *id) {
+  char hex[17];
+
+  if (id == NULL)
+    return RDZV_NCCL_INVALID_ARGUMENT;
+  pthread_mutex_lock(&fake.lock);
+  make_id_locked(id, hex);
   log_locked("getUniqueId id=%s", hex);
   pthread_mutex_unlock(&fake.lock);
   return RDZV_NCCL_SUCCESS;
@@ -458,6 +491,140 @@ FAKE_EXPORT rdzv_nccl_result ncclCommSplit(rdzv_nccl_comm_t comm, int color,
              (uintptr_t)cuda_current);
   pthread_mutex_unlock(&fake.lock);
   *child = (rdzv_nccl_comm_t)c;
+  return res;
+}
+#endif
+
+#ifndef FAKE_NCCL_NO_SHRINK_GROW
+/* Checks a shrink's exclude list against p; writes it to list[n] as
+ * "3,5". Returns the caller's renumbered rank, or -1 (last error set). */
+static int shrink_rank(const struct fake_comm *p, const int *ex, int count,
+                       char *list, size_t n) {
+  size_t len = 0;
+  int below = 0, i, j;
+
+  list[0] = '\0';
+  if (count < 0 || count >= p->nranks || (count > 0 && ex == NULL)) {
+    set_last_error("fake NCCL: ncclCommShrink: %d of %d ranks excluded",
+                   count, p->nranks);
+    return -1;
+  }
+  for (i = 0; i < count; i++) {
+    if (len + 12 < n)
+      len += (size_t)snprintf(list + len, n - len, "%s%d", i ? "," : "", ex[i]);
+    if (ex[i] < 0 || ex[i] >= p->nranks || ex[i] == p->rank) {
+      set_last_error("fake NCCL: ncclCommShrink: rank %d excluded by rank %d "
+                     "of %d (out of range or itself)",
+                     ex[i], p->rank, p->nranks);
+      return -1;
+    }
+    for (j = 0; j < i; j++)
+      if (ex[j] == ex[i]) {
+        set_last_error("fake NCCL: ncclCommShrink: rank %d excluded twice",
+                       ex[i]);
+        return -1;
+      }
+    below += ex[i] < p->rank;
+  }
+  return p->rank - below;
+}
+
+FAKE_EXPORT rdzv_nccl_result ncclCommShrink(rdzv_nccl_comm_t comm,
+                                            int *exclude_ranks,
+                                            int exclude_count,
+                                            rdzv_nccl_comm_t *newcomm,
+                                            struct rdzv_nccl_config *config,
+                                            int flags) {
+  struct fake_comm *p = comm_check(comm, "ncclCommShrink");
+  struct fake_comm *c = NULL;
+  rdzv_nccl_result res = RDZV_NCCL_SUCCESS;
+  int blocking, bad, rank;
+  char list[1024];
+
+  if (p == NULL || newcomm == NULL || (flags & ~RDZV_NCCL_SHRINK_ABORT) != 0)
+    return RDZV_NCCL_INVALID_ARGUMENT;
+  *newcomm = NULL;
+  blocking = config_blocking(config, p->blocking, &bad);
+  pthread_mutex_lock(&fake.lock);
+  rank = shrink_rank(p, exclude_ranks, exclude_count, list, sizeof list);
+  if (bad || rank < 0)
+    res = RDZV_NCCL_INVALID_ARGUMENT;
+  else if (!(flags & RDZV_NCCL_SHRINK_ABORT))
+    res = comm_ready_locked(p, "shrink");
+  if (res == RDZV_NCCL_SUCCESS)
+    res = comm_start_locked(&c, p->nranks - exclude_count, rank, blocking);
+  log_locked("shrink comm=%d exclude=%s flags=%d child=%d nranks=%d rank=%d "
+             "-> %d ctx=0x%" PRIxPTR,
+             p->serial, list, flags, c != NULL ? c->serial : 0,
+             p->nranks - exclude_count, rank, (int)res,
+             (uintptr_t)cuda_current);
+  pthread_mutex_unlock(&fake.lock);
+  *newcomm = (rdzv_nccl_comm_t)c;
+  return res;
+}
+
+FAKE_EXPORT rdzv_nccl_result ncclCommGetUniqueId(rdzv_nccl_comm_t comm,
+                                                 rdzv_nccl_unique_id *id) {
+  struct fake_comm *p = comm_check(comm, "ncclCommGetUniqueId");
+  rdzv_nccl_result res;
+  char hex[17] = "none";
+
+  if (p == NULL || id == NULL)
+    return RDZV_NCCL_INVALID_ARGUMENT;
+  pthread_mutex_lock(&fake.lock);
+  res = comm_ready_locked(p, "commGetUniqueId");
+  if (res == RDZV_NCCL_SUCCESS)
+    make_id_locked(id, hex);
+  log_locked("commGetUniqueId comm=%d id=%s -> %d", p->serial, hex, (int)res);
+  pthread_mutex_unlock(&fake.lock);
+  return res;
+}
+
+FAKE_EXPORT rdzv_nccl_result ncclCommGrow(rdzv_nccl_comm_t comm, int nranks,
+                                          const rdzv_nccl_unique_id *id,
+                                          int rank, rdzv_nccl_comm_t *newcomm,
+                                          struct rdzv_nccl_config *config) {
+  struct fake_comm *p = NULL, *c = NULL;
+  rdzv_nccl_result res = RDZV_NCCL_SUCCESS;
+  int blocking, bad, newrank = rank;
+  char hex[17] = "none";
+
+  if (newcomm == NULL)
+    return RDZV_NCCL_INVALID_ARGUMENT;
+  *newcomm = NULL;
+  if (comm != NULL && (p = comm_check(comm, "ncclCommGrow")) == NULL)
+    return RDZV_NCCL_INVALID_ARGUMENT;
+  if (id != NULL)
+    id_hex(id, hex);
+  blocking = config_blocking(config, p != NULL ? p->blocking : 1, &bad);
+  pthread_mutex_lock(&fake.lock);
+  if (p != NULL) { /* an existing member */
+    newrank = p->rank;
+    if (rank != -1 || nranks <= p->nranks) {
+      set_last_error("fake NCCL: ncclCommGrow: an existing member passes "
+                     "rank -1 (got %d) and more than its %d ranks (got %d)",
+                     rank, p->nranks, nranks);
+      res = RDZV_NCCL_INVALID_ARGUMENT;
+    } else {
+      res = comm_ready_locked(p, "grow");
+    }
+  } else if (id == NULL || rank < 0 || rank >= nranks) {
+    set_last_error("fake NCCL: ncclCommGrow: a new member needs the id and a "
+                   "rank in 0 .. %d (got %d)",
+                   nranks - 1, rank);
+    res = RDZV_NCCL_INVALID_ARGUMENT;
+  }
+  if (bad)
+    res = RDZV_NCCL_INVALID_ARGUMENT;
+  if (res == RDZV_NCCL_SUCCESS)
+    res = comm_start_locked(&c, nranks, newrank, blocking);
+  log_locked("grow comm=%d nranks=%d id=%s rank=%d child=%d newrank=%d -> %d "
+             "ctx=0x%" PRIxPTR,
+             p != NULL ? p->serial : 0, nranks, hex, rank,
+             c != NULL ? c->serial : 0, newrank, (int)res,
+             (uintptr_t)cuda_current);
+  pthread_mutex_unlock(&fake.lock);
+  *newcomm = (rdzv_nccl_comm_t)c;
   return res;
 }
 #endif

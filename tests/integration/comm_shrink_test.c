@@ -1,0 +1,300 @@
+/* rdzv_comm_shrink and rdzv_comm_grow (rdzv/comm.h) over a real
+ * rendezvous: a root and two node daemons as processes, ranks as forked
+ * children (comm_harness.h), NCCL the FAKE library
+ * tests/fake_nccl/libfake_nccl.so (a test double, loaded through the
+ * production dlopen seam), whose log shows what each rank passed to
+ * ncclCommShrink, ncclCommGetUniqueId and ncclCommGrow.
+ *   - shrink: 6 ranks, rank 5 lost (joined, initialized, then silent);
+ *     rank 1 proposes {3,5} first, the others propose {5}, {5,4} or
+ *     nothing after it: every survivor gets the one agreed list {3,5},
+ *     rank 3 (on it) fails with RDZV_EEXCLUDED, ranks 0,1,2,4 become
+ *     0..3 of 4, and each passed NCCL the same list;
+ *   - grow: the 4-rank group "world.train" grows by world ranks 5 and 4
+ *     (new ranks 4 and 5), non-blocking: one id, made once by rank 0,
+ *     reaches both new members; every rank ends with the same world;
+ *   - an NCCL too old for either call: a clear error, nothing exchanged.
+ * No assertion depends on wall-clock time. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_harness.h"
+#include "rdzv/comm.h"
+#include "rdzv/rdzv.h"
+
+/* "a,b,c" of n ints into out. */
+static void ints(const int32_t *v, int32_t n, char *out, size_t len) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int32_t i = 0; i < n && used + 12 < len; i++)
+    used += (size_t)snprintf(out + used, len - used, "%s%d", i ? "," : "",
+                             (int)v[i]);
+}
+
+/* Reports a handle's view: its rank, size, members' world ranks and the
+ * exclude list it was shrunk with. */
+static void report(struct rank_ctx *k, rdzv_comm_t *c) {
+  int32_t w[MAX_RANKS];
+  const int32_t *ex = NULL;
+  char ws[256], es[256];
+  int32_t n = rdzv_comm_excluded(c, &ex);
+  for (int32_t i = 0; i < rdzv_comm_size(c) && i < MAX_RANKS; i++)
+    w[i] = rdzv_comm_world_rank(c, i);
+  ints(w, rdzv_comm_size(c), ws, sizeof(ws));
+  ints(ex, n, es, sizeof(es));
+  say(k, "name=%s rank=%d size=%d world=%s excluded=%s path=%s",
+      rdzv_comm_name(c), (int)rdzv_comm_rank(c), (int)rdzv_comm_size(c), ws,
+      es[0] ? es : "-", rdzv_comm_init_path(c));
+}
+
+/* ---- shrink: one agreed exclude list ------------------------------------- */
+
+static void scen_shrink(struct rank_ctx *k) {
+  static const int32_t first[2] = {5, 3}, five[1] = {5}, four[2] = {5, 4};
+  struct ncclComm *nc = NULL;
+  rdzv_comm_t *s = NULL;
+  int rc;
+  if (!check(k, rdzv_comm_nccl(k->world, &nc, 30) == 0, "world init"))
+    return;
+  if (k->rank == 5) { /* lost: joined, initialized, now silent */
+    say(k, "lost");
+    hold();
+    return;
+  }
+  if (k->rank == 1) {
+    rc = rdzv_comm_shrink(k->world, first, 2, RDZV_COMM_SHRINK_ABORT, &s, 30);
+    for (int i = 0; i < 4; i++)
+      sig_send(); /* one byte for each other survivor */
+  } else {
+    check(k, sig_wait(), "rank 1 proposed");
+    if (k->rank == 4) /* no proposal: takes the agreed one */
+      rc = rdzv_comm_shrink(k->world, NULL, 0, RDZV_COMM_SHRINK_ABORT, &s, 30);
+    else
+      rc = rdzv_comm_shrink(k->world, k->rank == 2 ? four : five,
+                            k->rank == 2 ? 2 : 1, RDZV_COMM_SHRINK_ABORT, &s,
+                            30);
+  }
+  say(k, "shrink=%s", rdzv_err_name(rc));
+  if (k->rank == 3) {
+    check(k, rc == RDZV_EEXCLUDED, "rank 3 excluded");
+    check(k, s == NULL, "no handle");
+    check(k,
+          strstr(rdzv_comm_last_error(k->world),
+                 "this rank (3) is on the agreed exclude list {3,5}") != NULL,
+          "excluded text");
+    return;
+  }
+  if (!check(k, rc == 0 && s != NULL, "shrink")) {
+    say(k, "err=%s", rdzv_comm_last_error(k->world));
+    return;
+  }
+  struct ncclComm *sc = NULL;
+  check(k, rdzv_comm_state(s) == RDZV_COMM_READY, "ready");
+  check(k, rdzv_comm_nccl(s, &sc, 30) == 0 && sc != NULL && sc != nc, "comm");
+  report(k, s);
+  rdzv_comm_destroy(s);
+}
+
+static void test_shrink_agrees_on_one_list(void **state) {
+  (void)state;
+  struct world_spec w = {"shrink", 6, 3, 0, 0, NULL, NULL, 0, scen_shrink, 0};
+  struct rank_proc rp[6];
+  char rep[6][REPORT_MAX];
+  assert_int_equal(pipe(go_pipe), 0);
+  sig_open();
+  launch(&w, rp);
+  sig_close();
+  close(go_pipe[1]);
+  go_pipe[1] = -1;
+  for (int i = 0; i < 5; i++)
+    if (finish(&rp[i], rep[i], sizeof(rep[i])) != 0)
+      fail_msg("rank %d: %s", i, rep[i]);
+  close(go_pipe[0]); /* the survivors are done: release the lost rank */
+  go_pipe[0] = -1;
+  assert_int_equal(finish(&rp[5], rep[5], sizeof(rep[5])), 0);
+  assert_non_null(strstr(rep[5], "lost"));
+  assert_non_null(strstr(rep[3], "shrink=RDZV_EEXCLUDED"));
+  /* Every survivor: the same list, the same world, its rank renumbered. */
+  static const int survivors[4] = {0, 1, 2, 4};
+  for (int j = 0; j < 4; j++) {
+    int i = survivors[j];
+    char want[200];
+    snprintf(want, sizeof(want),
+             "name=world.shrink1 rank=%d size=4 world=0,1,2,4 excluded=3,5 "
+             "path=shrink",
+             j);
+    if (strstr(rep[i], want) == NULL)
+      fail_msg("rank %d: want '%s' in: %s", i, want, rep[i]);
+    /* What it passed NCCL: the agreed list, with NCCL_SHRINK_ABORT; and
+     * its world communicator aborted, not finalized, at destroy. */
+    char *log = fake_log("shrink", i);
+    snprintf(want, sizeof(want), "shrink comm=1 exclude=3,5 flags=1 child=2 "
+                                 "nranks=4 rank=%d -> 0",
+             j);
+    if (count(log, "shrink comm=") != 1 || strstr(log, want) == NULL)
+      fail_msg("rank %d's fake NCCL log lacks '%s':\n%s", i, want, log);
+    assert_int_equal(count(log, "abort comm=1"), 1);
+    assert_int_equal(count(log, "finalize comm=1"), 0);
+    free(log);
+  }
+  /* The excluded rank made no NCCL shrink call. */
+  char *log = fake_log("shrink", 3);
+  assert_int_equal(count(log, "shrink comm="), 0);
+  free(log);
+  assert_true(key_exists("shrink", "rdzv/world/g1/shrink/world/1"));
+  assert_false(key_exists("shrink", "rdzv/world/g1/shrink/world/2"));
+}
+
+/* ---- grow: one id, made once, reaches every new member ------------------- */
+
+static void scen_grow(struct rank_ctx *k) {
+  static const int32_t train[4] = {0, 1, 2, 3}, added[2] = {5, 4};
+  rdzv_comm_t *t = NULL, *g = NULL;
+  struct ncclComm *nc = NULL;
+  int rc;
+  if (!check(k, rdzv_comm_group(k->world, "train", train, 4, &t) == 0,
+             "group"))
+    return;
+  if (k->rank < 4) {
+    made_label = "train";
+    if (check(k, rdzv_comm_nccl(t, &nc, 30) == 0, "train init"))
+      rc = rdzv_comm_grow(t, added, 2, &g, 30);
+    else
+      rc = -1;
+  } else {
+    rc = rdzv_comm_grow_join(k->world, "world.train", 1, &g, 30);
+  }
+  say(k, "grow=%s", rdzv_err_name(rc));
+  if (check(k, rc == 0 && g != NULL, "grow")) {
+    check(k, rdzv_comm_state(g) == RDZV_COMM_READY, "ready");
+    report(k, g);
+  } else {
+    say(k, "err=%s / %s", rdzv_comm_last_error(t),
+        rdzv_comm_last_error(k->world));
+  }
+  rdzv_comm_destroy(g);
+  rdzv_comm_destroy(t);
+}
+
+static void test_grow_one_id_reaches_new_members(void **state) {
+  (void)state;
+  /* Non-blocking: the fake answers each init and grow in progress twice. */
+  struct world_spec w = {"grow", 6, 3, 0, 1, "2", NULL, 0, scen_grow, 0};
+  char rep[6][REPORT_MAX], id[17], hex[17];
+  setenv("FAKE_NCCL_VERSION", "22900", 1); /* an NCCL with ncclCommGrow */
+  run_world(&w, rep);
+  unsetenv("FAKE_NCCL_VERSION");
+  static const int new_rank[6] = {0, 1, 2, 3, 5, 4};
+  for (int i = 0; i < 6; i++) {
+    char want[200];
+    snprintf(want, sizeof(want),
+             "name=world.train.grow1 rank=%d size=6 world=0,1,2,3,5,4 "
+             "excluded=- path=grow",
+             new_rank[i]);
+    if (strstr(rep[i], want) == NULL)
+      fail_msg("rank %d: want '%s' in: %s", i, want, rep[i]);
+  }
+  /* Rank 0 made the id once and passed it; ranks 1-3 passed none. */
+  char *log = fake_log("grow", 0);
+  assert_int_equal(count(log, "commGetUniqueId"), 1);
+  assert_int_equal(field(log, "commGetUniqueId", "id=", id, sizeof(id)), 0);
+  assert_int_equal(field(log, "grow comm=", "id=", hex, sizeof(hex)), 0);
+  assert_string_equal(hex, id);
+  assert_non_null(strstr(log, " nranks=6 id="));
+  assert_non_null(strstr(log, " rank=-1 "));
+  free(log);
+  for (int i = 1; i < 6; i++) {
+    char want[200];
+    log = fake_log("grow", i);
+    assert_int_equal(count(log, "commGetUniqueId"), 0);
+    assert_int_equal(count(log, "grow comm="), 1);
+    if (i < 4)
+      snprintf(want, sizeof(want), "nranks=6 id=none rank=-1 ");
+    else /* a new member: no parent comm, the id, its new rank */
+      snprintf(want, sizeof(want), "grow comm=0 nranks=6 id=%s rank=%d ", id,
+               new_rank[i]);
+    if (strstr(log, want) == NULL)
+      fail_msg("rank %d's fake NCCL log lacks '%s':\n%s", i, want, log);
+    /* Polled to its end: in progress twice, then done (the grown comm is
+     * the first a new member made, the second an existing one made). */
+    const char *c = i >= 4 ? "asyncError comm=1 " : "asyncError comm=2 ";
+    snprintf(want, sizeof(want), "%s-> 7", c);
+    assert_int_equal(count(log, want), 2);
+    snprintf(want, sizeof(want), "%s-> 0", c);
+    assert_int_equal(count(log, want), 1);
+    free(log);
+  }
+  assert_true(key_exists("grow", "rdzv/world/g1/grow/world.train/1"));
+}
+
+/* ---- an NCCL without shrink or grow -------------------------------------- */
+
+static void scen_old(struct rank_ctx *k) {
+  static const int32_t lost[1] = {1}, added[1] = {1};
+  struct ncclComm *nc = NULL;
+  rdzv_comm_t *s = NULL, *t = NULL, *g = NULL;
+  const int32_t zero[1] = {0};
+  check(k, rdzv_comm_nccl(k->world, &nc, 30) == 0, "world init");
+  if (k->rank == 0) {
+    int rc = rdzv_comm_shrink(k->world, lost, 1, 0, &s, 30);
+    check(k, rc == RDZV_ENCCL_VERSION, "shrink refused");
+    say(k, "shrink-err=[%s]", rdzv_comm_last_error(k->world));
+    check(k, rdzv_comm_group(k->world, "one", zero, 1, &t) == 0, "group");
+    check(k, rdzv_comm_nccl(t, &nc, 30) == 0, "one init");
+    rc = rdzv_comm_grow(t, added, 1, &g, 30);
+    check(k, rc == RDZV_ENCCL_VERSION, "grow refused");
+    say(k, "grow-err=[%s]", rdzv_comm_last_error(t));
+  } else {
+    int rc = rdzv_comm_grow_join(k->world, "world.one", 1, &g, 30);
+    check(k, rc == RDZV_ENCCL_VERSION, "grow_join refused");
+    say(k, "join-err=[%s]", rdzv_comm_last_error(k->world));
+    check(k, rdzv_comm_group(k->world, "one", zero, 1, &t) == 0, "group");
+  }
+  check(k, s == NULL && g == NULL, "no handles");
+  rdzv_comm_destroy(t);
+}
+
+static void test_old_nccl_is_refused_clearly(void **state) {
+  (void)state;
+  struct world_spec w = {"old", 2, 1, 0, 0, NULL, NULL, 0, scen_old, 0};
+  char rep[2][REPORT_MAX];
+  setenv("FAKE_NCCL_VERSION", "22605", 1); /* 2.26.5: neither call */
+  run_world(&w, rep);
+  unsetenv("FAKE_NCCL_VERSION");
+  const char *lib = "NCCL library '" FAKE "' is version 2.26.5 (code 22605)";
+  if (strstr(rep[0], "shrink-err=[world: rdzv_comm_shrink: ncclCommShrink "
+                     "needs NCCL 2.27.0 (code 22700) or newer; ") == NULL ||
+      strstr(rep[0], "grow-err=[world.one: rdzv_comm_grow: ncclCommGrow "
+                     "needs NCCL 2.29.0 (code 22900) or newer; ") == NULL ||
+      strstr(rep[0], lib) == NULL)
+    fail_msg("rank 0: %s", rep[0]);
+  if (strstr(rep[1], "join-err=[world: rdzv_comm_grow_join: ncclCommGrow "
+                     "needs NCCL 2.29.0") == NULL)
+    fail_msg("rank 1: %s", rep[1]);
+  /* Nothing was exchanged, and NCCL was never asked. */
+  assert_false(key_exists("old", "rdzv/world/g1/shrink/world/1"));
+  assert_false(key_exists("old", "rdzv/world/g1/grow/world.one/1"));
+  for (int i = 0; i < 2; i++) {
+    char *log = fake_log("old", i);
+    assert_int_equal(count(log, "shrink comm="), 0);
+    assert_int_equal(count(log, "grow comm="), 0);
+    assert_int_equal(count(log, "commGetUniqueId"), 0);
+    free(log);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shrink_agrees_on_one_list),
+      cmocka_unit_test(test_grow_one_id_reaches_new_members),
+      cmocka_unit_test(test_old_nccl_is_refused_clearly),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
