@@ -3,13 +3,18 @@
  * ncclCommGrow, which the loader resolves as optional entry points
  * (comm/nccl_api.h).
  *
- * Agreement through the store, under the generation's keys:
- *   "rdzv/<round>/g<gen>/shrink/<name>/<n>"  the exclude list of the n-th
+ * Agreement through the store, under the generation's workers' keys
+ * ("rdzv/<round>/w<gen>/", not "g<gen>/"): a member whose process died
+ * aborts the generation, and the root then refuses its "g<gen>/" keys,
+ * while the survivors' NCCL communicator still stands and is what they
+ * shrink. Workers' keys are not refused after an abort and go with the
+ * generation's own when a later generation completes.
+ *   "rdzv/<round>/w<gen>/shrink/<name>/<n>"  the exclude list of the n-th
  *       shrink of communicator <name>: the first survivor's proposal wins
  *       (a compare-and-set from "absent"); every survivor reads it back
  *       and shrinks with exactly it. Value: ascending parent ranks as
  *       decimal text, "3,5".
- *   "rdzv/<round>/g<gen>/grow/<name>/<n>"    the n-th grow of <name>: the
+ *   "rdzv/<round>/w<gen>/grow/<name>/<n>"    the n-th grow of <name>: the
  *       id rank 0 made with ncclCommGetUniqueId and the new membership,
  *       written once (write-once key). Value: the 128 id bytes, then
  *       int32 LE old size, int32 LE new size, and the new size's world
@@ -36,11 +41,11 @@ static double left(double deadline) {
   return t > 0.001 ? t : 0.001;
 }
 
-/* "rdzv/<round>/g<gen>/<what>/<name>/<n>" */
+/* "rdzv/<round>/w<gen>/<what>/<name>/<n>" */
 static void agree_key(const struct rdzv__comm_ctx *x, int64_t gen,
                       const char *what, const char *name, int32_t n,
                       char *out, size_t len) {
-  snprintf(out, len, "rdzv/%s/g%" PRId64 "/%s/%s/%d",
+  snprintf(out, len, "rdzv/%s/w%" PRId64 "/%s/%s/%d",
            rdzv_rendezvous_round(x->r), gen, what, name, (int)n);
 }
 

@@ -346,7 +346,7 @@ int rdzv_comm_init_split(rdzv_comm_t *c, double timeout_s);
  * number up (a retry agrees with the earlier attempt's list or id).
  *
  * Agreement goes through the store, under the keys of the handle's
- * rendezvous generation (its round's "rdzv/<round>/g<gen>/"):
+ * rendezvous generation (its round's "rdzv/<round>/w<gen>/"):
  *   shrink/<name>/<n>  the exclude list: the first survivor's proposal
  *                      wins (compare-and-set from absent), every survivor
  *                      reads back that one list and shrinks with exactly
@@ -355,11 +355,11 @@ int rdzv_comm_init_split(rdzv_comm_t *c, double timeout_s);
  *                      id of ncclCommGetUniqueId and the new membership
  *                      (world ranks in new-rank order); existing and new
  *                      members read it.
- * The generation must stand: a member whose process died aborts the
- * generation (rdzv_rendezvous_join), after which these keys are refused
- * with RDZV_EABORTED. Shrink serves a member lost to NCCL (a failed GPU or
- * link, a hung rank) while its process and session live, or one that left
- * cleanly (rdzv_rendezvous_destroy).
+ * The keys are the generation's workers' keys ("rdzv/<round>/w<gen>/"),
+ * which the root does not refuse after the generation aborts: a member
+ * whose process died aborts it (rdzv_rendezvous_join), and the survivors
+ * still shrink the communicator they hold. They go when a later
+ * generation of the round completes.
  *
  * NCCL's entry points are optional (looked up with dlsym): with an NCCL
  * older than the release that added them the calls fail with

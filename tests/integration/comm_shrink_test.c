@@ -4,8 +4,9 @@
  * tests/fake_nccl/libfake_nccl.so (a test double, loaded through the
  * production dlopen seam), whose log shows what each rank passed to
  * ncclCommShrink, ncclCommGetUniqueId and ncclCommGrow.
- *   - shrink: 6 ranks, rank 5 lost (joined, initialized, then silent);
- *     rank 1 proposes {3,5} first, the others propose {5}, {5,4} or
+ *   - shrink: 6 ranks, rank 5 lost (joined, initialized, then killed
+ *     with SIGKILL: its generation aborts); once rank 1 sees the abort
+ *     (a key of the generation refused) it proposes {3,5} first, the others propose {5}, {5,4} or
  *     nothing after it: every survivor gets the one agreed list {3,5},
  *     rank 3 (on it) fails with RDZV_EEXCLUDED, ranks 0,1,2,4 become
  *     0..3 of 4, and each passed NCCL the same list;
@@ -23,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include "comm_harness.h"
 #include "rdzv/comm.h"
@@ -63,12 +66,24 @@ static void scen_shrink(struct rank_ctx *k) {
   int rc;
   if (!check(k, rdzv_comm_nccl(k->world, &nc, 30) == 0, "world init"))
     return;
-  if (k->rank == 5) { /* lost: joined, initialized, now silent */
-    say(k, "lost");
-    hold();
-    return;
-  }
+  if (k->rank == 5) /* lost: joined, initialized, now dead */
+    raise(SIGKILL);
   if (k->rank == 1) {
+    /* The node saw rank 5's process go: the generation is aborted (its
+     * keys refused) before anyone shrinks. Bounded by count, not time. */
+    char probe[160];
+    snprintf(probe, sizeof(probe), "rdzv/%s/g%lld/probe",
+             rdzv_rendezvous_round(k->r),
+             (long long)rdzv_rendezvous_generation(k->r));
+    int prc = 0;
+    for (int i = 0; i < 3000 && prc != RDZV_EABORTED; i++) {
+      /* A write: it reaches the root (a node may answer a read). */
+      prc = rdzv_store_set(rdzv_rendezvous_client(k->r), probe, "x", 1, 0, 5);
+      if (prc != RDZV_EABORTED)
+        usleep(10000);
+    }
+    if (!check(k, prc == RDZV_EABORTED, "the generation aborted"))
+      say(k, "probe=%s", rdzv_err_name(prc));
     rc = rdzv_comm_shrink(k->world, first, 2, RDZV_COMM_SHRINK_ABORT, &s, 30);
     for (int i = 0; i < 4; i++)
       sig_send(); /* one byte for each other survivor */
@@ -116,10 +131,12 @@ static void test_shrink_agrees_on_one_list(void **state) {
   for (int i = 0; i < 5; i++)
     if (finish(&rp[i], rep[i], sizeof(rep[i])) != 0)
       fail_msg("rank %d: %s", i, rep[i]);
-  close(go_pipe[0]); /* the survivors are done: release the lost rank */
+  close(go_pipe[0]);
   go_pipe[0] = -1;
-  assert_int_equal(finish(&rp[5], rep[5], sizeof(rep[5])), 0);
-  assert_non_null(strstr(rep[5], "lost"));
+  int st = 0;
+  close(rp[5].fd);
+  assert_int_equal(waitpid(rp[5].pid, &st, 0), rp[5].pid);
+  assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
   assert_non_null(strstr(rep[3], "shrink=RDZV_EEXCLUDED"));
   /* Every survivor: the same list, the same world, its rank renumbered. */
   static const int survivors[4] = {0, 1, 2, 4};
@@ -148,8 +165,8 @@ static void test_shrink_agrees_on_one_list(void **state) {
   char *log = fake_log("shrink", 3);
   assert_int_equal(count(log, "shrink comm="), 0);
   free(log);
-  assert_true(key_exists("shrink", "rdzv/world/g1/shrink/world/1"));
-  assert_false(key_exists("shrink", "rdzv/world/g1/shrink/world/2"));
+  assert_true(key_exists("shrink", "rdzv/world/w1/shrink/world/1"));
+  assert_false(key_exists("shrink", "rdzv/world/w1/shrink/world/2"));
 }
 
 /* ---- grow: one id, made once, reaches every new member ------------------- */
@@ -231,7 +248,7 @@ static void test_grow_one_id_reaches_new_members(void **state) {
     assert_int_equal(count(log, want), 1);
     free(log);
   }
-  assert_true(key_exists("grow", "rdzv/world/g1/grow/world.train/1"));
+  assert_true(key_exists("grow", "rdzv/world/w1/grow/world.train/1"));
 }
 
 /* ---- an NCCL without shrink or grow -------------------------------------- */
@@ -279,8 +296,8 @@ static void test_old_nccl_is_refused_clearly(void **state) {
                      "needs NCCL 2.29.0") == NULL)
     fail_msg("rank 1: %s", rep[1]);
   /* Nothing was exchanged, and NCCL was never asked. */
-  assert_false(key_exists("old", "rdzv/world/g1/shrink/world/1"));
-  assert_false(key_exists("old", "rdzv/world/g1/grow/world.one/1"));
+  assert_false(key_exists("old", "rdzv/world/w1/shrink/world/1"));
+  assert_false(key_exists("old", "rdzv/world/w1/grow/world.one/1"));
   for (int i = 0; i < 2; i++) {
     char *log = fake_log("old", i);
     assert_int_equal(count(log, "shrink comm="), 0);
