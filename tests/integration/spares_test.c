@@ -9,7 +9,10 @@
  *   1. a host of d0 killed (-9): s0 takes its node rank and ranks;
  *   2. a host of d1 killed and restarted at once: it keeps its place
  *      (previous hosts first), no spare is used;
- *   3. two hosts (d1, d2) killed at once: s1 and s2 take their places;
+ *   3. two hosts (d1, d2) killed at once, the d2 one restarted at once but
+ *      failing its node's health check (--health-cmd): it is quarantined
+ *      (its ranks refused with RDZV_EQUARANTINED, naming it and the
+ *      check's output), and s1 and s2 take the two places;
  *   4. an extra active host x0 (d3) arrives: it is parked (RDZV_EPARKED),
  *      no generation opens (it is not counted as waiting);
  *   5. a host of d3 killed: x0, an active host, takes the place; s3 stays
@@ -23,7 +26,8 @@
  * replacements hold the lost places; while a spare of the lost host's
  * domain was left, every domain in the world is whole (4 hosts); the root
  * lists the parked spares (rdzvctl members' data) and the replacements;
- * no daemon died. */
+ * no daemon died. The nodes' health gate passes every host but one whose
+ * marker file DIR/unhealthy-HOST exists. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -63,7 +67,7 @@ struct host {
 struct srep {
   int32_t host, lr, status, rank, world, node_rank;
   int64_t gen;
-  char text[200];
+  char text[600]; /* a write of the whole struct stays atomic (PIPE_BUF) */
 };
 
 static char dir[64];
@@ -187,8 +191,13 @@ static int setup(void **state) {
   for (int n = 0; n < NODES; n++) {
     char name[16], tcp[64];
     snprintf(name, sizeof(name), "n%d", n);
+    static char health[256];
+    snprintf(health, sizeof(health),
+             "--health-cmd=if [ -e %s/unhealthy-$RDZV_HEALTH_HOST ]; then "
+             "echo 'GPU 0: uncorrectable ECC errors'; exit 1; fi",
+             dir);
     static const char *const node_opts[] = {"--session-grace-ms=1000",
-                                            NULL};
+                                            health, NULL};
     if (daemon_start(&node[n], dir, name, root_tcp, node_opts, tcp) < 0)
       return -1;
     daemon_unix_addr(dir, name, node_addr[n], sizeof(node_addr[n]));
@@ -240,6 +249,8 @@ struct world {
   int host_of_node[MAXH]; /* node rank -> host index */
   int nodes;
   int parked_reports[MAXH]; /* RDZV_EPARKED reports, by host */
+  int quarantined_reports[MAXH]; /* RDZV_EQUARANTINED reports, by host */
+  char quarantined_text[600];    /* the first one's */
 };
 
 /* Reads reports until every rank of one generation newer than after has
@@ -256,6 +267,12 @@ static void collect(int64_t after, int want, struct world *w) {
     assert_int_equal(k, sizeof(rp));
     if (rp.status == RDZV_EPARKED) {
       w->parked_reports[rp.host]++;
+      continue;
+    }
+    if (rp.status == RDZV_EQUARANTINED) {
+      if (w->quarantined_text[0] == '\0')
+        memcpy(w->quarantined_text, rp.text, sizeof(w->quarantined_text));
+      w->quarantined_reports[rp.host]++;
       continue;
     }
     if (rp.status == RDZV_EABORTED || rp.status == RDZV_ESTALE_GENERATION ||
@@ -415,17 +432,47 @@ static void test_spares(void **state) {
   gen = w.gen;
   report("2 (a host restarted)", &w);
 
-  /* 3: two hosts lost at once (d1, d2): s1 and s2. */
+  /* 3: two hosts lost at once (d1, d2), the d2 one back at once but
+   * unhealthy: quarantined; s1 and s2 take both places. */
   int two[2] = {victim_in(1), victim_in(2)};
   int fills3[2] = {spare[1], spare[2]};
+  char marker[160];
+  snprintf(marker, sizeof(marker), "%s/unhealthy-%s", dir, hosts[two[1]].name);
+  FILE *mf = fopen(marker, "w");
+  assert_non_null(mf);
+  fclose(mf);
+  int64_t failed_before = 0;
+  for (int n = 0; n < NODES; n++)
+    failed_before += stats_at_job(node_addr[n], JOB, "health_failed");
   hosts_kill(two, 2);
+  host_start(two[1]);
   collect(gen, WORLD, &w);
   assert_int_equal(w.gen, gen + 1);
   check_places(&w, two, 2, fills3, true);
   check_domains_whole(&w);
   assert_int_equal(root_stat("spares_promoted"), 2);
+  /* The unhealthy host was refused, named with its check's reason, and
+   * the root lists it as quarantined. */
+  if (w.quarantined_reports[two[1]] == 0) { /* its ranks' first word */
+    struct srep q;
+    do
+      assert_int_equal(read(rep_r, &q, sizeof(q)), sizeof(q));
+    while (q.host != two[1] || q.status != RDZV_EQUARANTINED);
+    memcpy(w.quarantined_text, q.text, sizeof(q.text));
+  }
+  printf("3: %s\n", w.quarantined_text);
+  assert_non_null(strstr(w.quarantined_text, hosts[two[1]].name));
+  assert_non_null(strstr(w.quarantined_text, "uncorrectable ECC errors"));
+  int64_t failed_after = 0;
+  for (int n = 0; n < NODES; n++)
+    failed_after += stats_at_job(node_addr[n], JOB, "health_failed");
+  assert_true(failed_after > failed_before);
+  char qpath[64];
+  snprintf(qpath, sizeof(qpath), "quarantine.%s.quarantined_hosts", JOB);
+  assert_int_equal(stats_at_job(root_addr, JOB, qpath), 1);
+  assert_true(hosts[two[1]].node_rank < 0);
   gen = w.gen;
-  report("3 (two hosts lost)", &w);
+  report("3 (two hosts lost, one back unhealthy)", &w);
 
   /* 4: an extra active host past the maximum: parked, no generation. */
   int x0 = add_host("x0", 3, false);
