@@ -111,12 +111,13 @@ int main(int argc, char **argv) {
     err |= add(&b, RDZV_MSG_AUTH, 0, 0, 0, 0, NULL, 1, nonce);
     err |= write_seed(argv[1], "auth", &b);
   }
-  /* A JOIN: the round's parameters, an active record and a spare's with
-   * its domain (the optional tail), then its reply: an assignment and a
+  /* A JOIN: the round's parameters, an active record, a spare's with its
+   * domain (the optional tail) and an active one its node's health check
+   * failed (the tail's reason), then its reply: an assignment and a
    * parked spare's refusal (rendezvous/join_wire.h). */
   {
     struct rdzv_join_params jp = {2, 4, 500, 60000};
-    uint8_t params[RDZV_JOIN_PARAMS_BYTES], r1[64], r2[64];
+    uint8_t params[RDZV_JOIN_PARAMS_BYTES], r1[64], r2[64], r3[96];
     uint8_t asg[RDZV_JOIN_ASSIGN_BYTES], ref[RDZV_JOIN_ERROR_BYTES];
     struct rdzv_join_full j;
     memset(&j, 0, sizeof j);
@@ -136,16 +137,25 @@ int main(int argc, char **argv) {
     j.rec.domain_len = 5;
     size_t n2 = rdzv_join_rec_size(&j);
     err |= rdzv_join_rec_encode(&j, r2) != 0;
+    j.rec.claim = 9;
+    j.rec.host = (const uint8_t *)"h1";
+    j.role = RDZV_JOIN_ACTIVE;
+    j.rec.domain_len = 0;
+    j.unhealthy = (const uint8_t *)"node n0: health check exit status 1";
+    j.unhealthy_len = 35;
+    size_t n3 = rdzv_join_rec_size(&j);
+    err |= n3 > sizeof r3 || rdzv_join_rec_encode(&j, r3) != 0;
     struct rdzv_assignment a = {0, 1, 0, 1, 0, 1};
     rdzv_join_assign_encode(7, &a, asg);
     rdzv_join_error_encode(8, -1046, ref); /* RDZV_EPARKED */
     const struct rdzv_slice round = S("world");
     const struct rdzv_slice vals[] = {{params, sizeof params},
                                       {r1, (uint32_t)n1},
-                                      {r2, (uint32_t)n2}};
+                                      {r2, (uint32_t)n2},
+                                      {r3, (uint32_t)n3}};
     const struct rdzv_slice reply[] = {{asg, sizeof asg}, {ref, sizeof ref}};
     b.len = 0;
-    err |= add(&b, RDZV_MSG_JOIN, 0, 0, 0, 1, &round, 3, vals);
+    err |= add(&b, RDZV_MSG_JOIN, 0, 0, 0, 1, &round, 4, vals);
     err |= add(&b, RDZV_MSG_JOIN, RDZV_F_REPLY, 1, 1, 0, NULL, 2, reply);
     err |= write_seed(argv[1], "join", &b);
   }

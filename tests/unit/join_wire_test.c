@@ -367,6 +367,57 @@ static void test_rec_role_domain_tail(void **state) {
   assert_int_equal(rdzv_join_rec_encode(&j, buf), RDZV_EPROTO);
 }
 
+/* The tail's health failure: an active host with no domain whose node's
+ * check failed; golden bytes, round trip, and refusals (an empty reason,
+ * a byte after it, a cut reason, a reason over 255 bytes). */
+static void test_rec_unhealthy_tail(void **state) {
+  (void)state;
+  struct rdzv_join_full j;
+  memset(&j, 0, sizeof(j));
+  j.rec.claim = 1;
+  j.rec.host = (const uint8_t *)"h";
+  j.rec.host_len = 1;
+  j.unhealthy = (const uint8_t *)"ECC";
+  j.unhealthy_len = 3;
+  static const uint8_t want[] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                 0, 0, 0, 0, 1, 0, 'h', 0, 0, 0, 0, 0,
+                                 0, 0, 0, 0, 3, 0, 'E', 'C', 'C'};
+  uint8_t buf[64];
+  assert_int_equal(rdzv_join_rec_size(&j), sizeof(want));
+  assert_int_equal(rdzv_join_rec_encode(&j, buf), 0);
+  assert_memory_equal(buf, want, sizeof(want));
+  struct rdzv_join_full got;
+  assert_int_equal(rec_decode_exact(buf, sizeof(want), &got), 0);
+  assert_int_equal(got.role, RDZV_JOIN_ACTIVE);
+  assert_int_equal(got.rec.domain_len, 0);
+  assert_int_equal(got.unhealthy_len, 3);
+  assert_memory_equal(got.unhealthy, "ECC", 3);
+  /* A spare of a domain, unhealthy: every part of the tail. */
+  j.role = RDZV_JOIN_SPARE;
+  j.rec.domain = (const uint8_t *)"nv1";
+  j.rec.domain_len = 3;
+  size_t n = rdzv_join_rec_size(&j);
+  assert_int_equal(n, sizeof(want) + 3);
+  assert_int_equal(rdzv_join_rec_encode(&j, buf), 0);
+  assert_int_equal(rec_decode_exact(buf, n, &got), 0);
+  assert_int_equal(got.role, RDZV_JOIN_SPARE);
+  assert_memory_equal(got.rec.domain, "nv1", 3);
+  assert_memory_equal(got.unhealthy, "ECC", 3);
+  uint8_t bad[64];
+  memcpy(bad, want, sizeof(want));
+  bad[28] = 0; /* an empty reason: never written */
+  assert_int_equal(rec_decode_exact(bad, 30, &got), RDZV_EPROTO);
+  memcpy(bad, want, sizeof(want));
+  bad[sizeof(want)] = 'x'; /* a byte after the reason */
+  assert_int_equal(rec_decode_exact(bad, sizeof(want) + 1, &got), RDZV_EPROTO);
+  assert_int_equal(rec_decode_exact(want, sizeof(want) - 1, &got), RDZV_EPROTO);
+  memcpy(bad, want, sizeof(want));
+  bad[29] = 1; /* reason length 259 */
+  assert_int_equal(rec_decode_exact(bad, sizeof(want), &got), RDZV_EPROTO);
+  j.unhealthy_len = 256;
+  assert_int_equal(rdzv_join_rec_encode(&j, buf), RDZV_EPROTO);
+}
+
 /* Hand-built bytes; \x.. escapes are split with "" where digits follow. */
 struct bad_rec {
   const char *name;
@@ -810,6 +861,7 @@ int main(void) {
       cmocka_unit_test(test_rec_golden),
       cmocka_unit_test(test_rec_truncated_and_trailing),
       cmocka_unit_test(test_rec_role_domain_tail),
+      cmocka_unit_test(test_rec_unhealthy_tail),
       cmocka_unit_test(test_rec_malformed),
       cmocka_unit_test(test_rec_encode_refuses),
       cmocka_unit_test(test_assign_roundtrip),
