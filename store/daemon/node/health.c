@@ -146,7 +146,7 @@ static void check_finish(struct hcheck *hc) {
   last_line(hc, line, sizeof(line));
   char why[64];
   if (hc->timed_out)
-    snprintf(why, sizeof(why), "no verdict within --health-timeout-ms (%u ms)",
+    snprintf(why, sizeof(why), "gave no verdict within --health-timeout-ms (%u ms)",
              d->cfg.health_timeout_ms);
   else if (hc->term_signal != 0)
     snprintf(why, sizeof(why), "killed by signal %d", hc->term_signal);

@@ -62,16 +62,21 @@ static void release_place(struct round *r, const struct rdzv_join_full *j) {
 static void quarantine_put(struct round *r, const struct rdzv_join_full *j) {
   char key[QKEY_MAX], val[512];
   qkey(&j->rec, key, sizeof(key));
-  int vl = snprintf(val, sizeof(val), "%.*s (round %s generation %" PRId64 ")",
-                    (int)j->unhealthy_len, j->unhealthy, r->name, r->gen);
+  int vl = r->gen > 0
+               ? snprintf(val, sizeof(val),
+                          "%.*s (round %s generation %" PRId64 ")",
+                          (int)j->unhealthy_len, j->unhealthy, r->name,
+                          r->gen)
+               : snprintf(val, sizeof(val), "%.*s (round %s)",
+                          (int)j->unhealthy_len, j->unhealthy, r->name);
   if (vl < 0 || (size_t)vl >= sizeof(val))
     vl = (int)strlen(val);
   int rc = rdzv__root_set(r->s, key, (const uint8_t *)val, (uint32_t)vl,
                           false);
   rdzv__log_job(r->s->d, 0, r->s->job_id,
-                "round %s generation %" PRId64 ": host %.*s quarantined: "
-                "%.*s%s%s", r->name, r->gen, (int)j->rec.host_len,
-                j->rec.host, (int)j->unhealthy_len, j->unhealthy,
+                "round %s: host %.*s quarantined: %.*s%s%s", r->name,
+                (int)j->rec.host_len, j->rec.host, (int)j->unhealthy_len,
+                j->unhealthy,
                 rc < 0 ? "; cannot keep it: " : "",
                 rc < 0 ? rdzv_strerror(rc) : "");
 }
