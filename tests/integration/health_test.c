@@ -194,7 +194,7 @@ static void test_unhealthy_host_quarantined_until_cleared(void **state) {
   assert_int_equal(st, 0);
   assert_non_null(strstr(out, "quarantined: u0: node n0: health check exit "
                               "status 2: GPU 1: row remap failure (round "
-                              "world generation"));
+                              "world)"));
   free(out);
   /* Healthy now, still quarantined: the root refuses it. */
   snprintf(p, sizeof(p), "%s/unhealthy-u0", dir);
