@@ -717,6 +717,7 @@ void rdzv__node_joins_free(struct node_job *nj) {
     while (jr->waiters != NULL)
       jwait_unlink_free(jr, jr->waiters);
     complete_clear(jr);
+    rdzv__node_health_free(jr);
     uv_close((uv_handle_t *)&jr->timer, rdzv__nj_on_jround_closed);
   }
   struct joined *jn, *jt;
