@@ -145,6 +145,7 @@ int rdzv__quarantine_filter(struct round *r, struct conn *c,
                       c->role == RDZV_ROLE_NODE ? 0 : RDZV_EQUARANTINED, 0,
                       &errs, nerr, text, 0, 0);
     rdzv_buf_free(&errs);
+    rdzv_buf_free(kept);
     return 1;
   }
   /* Some records of the request pass (a node's, of several hosts): the
