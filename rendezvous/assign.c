@@ -21,8 +21,8 @@ static int bytes_cmp(const uint8_t *a, uint32_t an, const uint8_t *b,
  * compares bytewise. Digit runs are compared by length after their
  * leading zeros, so no run overflows; equal numbers with more leading
  * zeros come after ("n1" < "n01"). 0 only for equal bytes. */
-static int natural_cmp(const uint8_t *a, uint32_t an, const uint8_t *b,
-                       uint32_t bn) {
+int rdzv_natural_cmp(const uint8_t *a, uint32_t an, const uint8_t *b,
+                     uint32_t bn) {
   uint32_t i = 0, j = 0;
   while (i < an && j < bn) {
     int da = a[i] >= '0' && a[i] <= '9', db = b[j] >= '0' && b[j] <= '9';
@@ -65,10 +65,10 @@ static int same_host(const struct rdzv_join_rec *a,
 
 int rdzv_join_cmp(const struct rdzv_join_rec *a,
                   const struct rdzv_join_rec *b) {
-  int c = natural_cmp(a->location, a->location_len, b->location,
+  int c = rdzv_natural_cmp(a->location, a->location_len, b->location,
                       b->location_len);
   if (c == 0)
-    c = natural_cmp(a->host, a->host_len, b->host, b->host_len);
+    c = rdzv_natural_cmp(a->host, a->host_len, b->host, b->host_len);
   if (c == 0)
     c = a->local_rank < b->local_rank ? -1 : a->local_rank > b->local_rank;
   return c;

@@ -43,6 +43,11 @@ int rdzv_assign(const struct rdzv_join_rec *recs, size_t n,
                 struct rdzv_assignment *out, size_t *scratch, size_t *dup_a,
                 size_t *dup_b);
 
+/* Compares two names in natural order (runs of digits as numbers, the
+ * rest bytewise; see assign.c): <0, 0 (equal bytes) or >0. */
+int rdzv_natural_cmp(const uint8_t *a, uint32_t an, const uint8_t *b,
+                     uint32_t bn);
+
 /* Compares two joins in assignment order (location, host, local rank):
  * <0, 0 (same host and local rank) or >0. */
 int rdzv_join_cmp(const struct rdzv_join_rec *a,

@@ -29,23 +29,33 @@ static uint64_t get64(const uint8_t *p) {
   return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
+size_t rdzv_join_params_size(const struct rdzv_join_params *p) {
+  return p->segment_hosts > 0 ? RDZV_JOIN_PARAMS_MAX_BYTES
+                              : RDZV_JOIN_PARAMS_BYTES;
+}
+
 void rdzv_join_params_encode(const struct rdzv_join_params *p, uint8_t *out) {
   put32(out, p->min_size);
   put32(out + 4, p->max_size);
   put32(out + 8, p->last_call_ms);
   put32(out + 12, p->timeout_ms);
+  if (p->segment_hosts > 0)
+    put32(out + 16, p->segment_hosts);
 }
 
 int rdzv_join_params_decode(const uint8_t *p, size_t n,
                             struct rdzv_join_params *out) {
-  if (n != RDZV_JOIN_PARAMS_BYTES)
+  if (n != RDZV_JOIN_PARAMS_BYTES && n != RDZV_JOIN_PARAMS_MAX_BYTES)
     return RDZV_EPROTO;
   out->min_size = get32(p);
   out->max_size = get32(p + 4);
   out->last_call_ms = get32(p + 8);
   out->timeout_ms = get32(p + 12);
+  out->segment_hosts = n == RDZV_JOIN_PARAMS_MAX_BYTES ? get32(p + 16) : 0;
   if (out->min_size == 0 || out->min_size > out->max_size ||
-      out->max_size > INT32_MAX)
+      out->max_size > INT32_MAX ||
+      (n == RDZV_JOIN_PARAMS_MAX_BYTES &&
+       (out->segment_hosts == 0 || out->segment_hosts > INT32_MAX)))
     return RDZV_EPROTO;
   return 0;
 }

@@ -2,11 +2,16 @@
  * RDZV_MSG_JOIN frame (store/wire/wire.h). Pure: bytes in, structs out; decoded
  * structs point into the input. All integers little-endian.
  *
- *   round params (vals[0] of a JOIN request), 16 bytes:
+ *   round params (vals[0] of a JOIN request), 16 or 20 bytes:
  *     u32 min_size   smallest world that may start (elastic), >= 1
  *     u32 max_size   expected world size, >= min_size
  *     u32 last_call_ms  elastic: wait this long after min_size joined
  *     u32 timeout_ms    the whole join's deadline
+ *     then, only when the job places whole domains:
+ *     u32 segment_hosts  hosts of one domain that make a segment, >= 1
+ *     (rendezvous/place.h). A daemon older than it refuses 20 bytes as
+ *     malformed (RDZV_EPROTO); a 0 there is refused (the shortest form
+ *     is the only one).
  *   join record (vals[1..] of a JOIN request):
  *     u64 claim       identity of the joining process (random)
  *     i32 local_rank  the launcher's local rank, >= 0
@@ -39,7 +44,8 @@
 
 #include "rendezvous/assign.h"
 
-#define RDZV_JOIN_PARAMS_BYTES 16u
+#define RDZV_JOIN_PARAMS_BYTES 16u     /* without segment_hosts */
+#define RDZV_JOIN_PARAMS_MAX_BYTES 20u /* with it */
 #define RDZV_JOIN_ASSIGN_BYTES 32u
 #define RDZV_JOIN_ERROR_BYTES 12u
 #define RDZV_JOIN_MAX_TOPO 65535u
@@ -49,6 +55,7 @@ struct rdzv_join_params {
   uint32_t max_size;
   uint32_t last_call_ms;
   uint32_t timeout_ms;
+  uint32_t segment_hosts; /* 0: no segments (16 bytes on the wire) */
 };
 
 /* A join's role: an active member is in the generation's world when the
@@ -68,9 +75,13 @@ struct rdzv_join_full {
   uint32_t unhealthy_len;
 };
 
-/* Writes p into out[RDZV_JOIN_PARAMS_BYTES]. */
+/* Bytes rdzv_join_params_encode writes for p: RDZV_JOIN_PARAMS_BYTES, or
+ * RDZV_JOIN_PARAMS_MAX_BYTES when p->segment_hosts > 0. */
+size_t rdzv_join_params_size(const struct rdzv_join_params *p);
+/* Writes p into out[rdzv_join_params_size(p)]. */
 void rdzv_join_params_encode(const struct rdzv_join_params *p, uint8_t *out);
-/* Returns 0, or RDZV_EPROTO (wrong size, min 0, min > max). */
+/* Returns 0, or RDZV_EPROTO (wrong size, min 0, min > max, a segment of 0
+ * hosts written out). */
 int rdzv_join_params_decode(const uint8_t *p, size_t n,
                             struct rdzv_join_params *out);
 

@@ -6,20 +6,14 @@
 #include <string.h>
 
 #include "rdzv/error.h"
+#include "rendezvous/place_int.h"
 
-struct phost {
-  size_t first;   /* position in the sorted order of its first join */
-  size_t count;   /* its joins */
-  int kind;       /* RDZV_PLACE_*: the least of its joins'; ACTIVE when
-                     of prev */
-  bool placed;    /* in the world */
-  size_t slot;    /* its place: index into prev, or nprev + k appended */
-};
-
-static bool bytes_eq(const uint8_t *a, uint32_t an, const uint8_t *b,
-                     uint32_t bn) {
+bool rdzv__place_bytes_eq(const uint8_t *a, uint32_t an, const uint8_t *b,
+                          uint32_t bn) {
   return an == bn && (an == 0 || memcmp(a, b, an) == 0);
 }
+
+#define bytes_eq rdzv__place_bytes_eq
 
 /* How well host h (first join r) fits the place of prev host p: 3 same
  * domain and size, 2 same domain, 1 same size, 0 neither. */
@@ -112,6 +106,15 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
       k++;
     }
   }
+  size_t nw = 0;
+  if (in->segment_hosts > 0) {
+    nw = rdzv__place_segments(in, idx, h, nh, at, order, swaps, nswaps);
+    if (nw == SIZE_MAX) {
+      rc = RDZV_ENOMEM;
+      goto out;
+    }
+    goto ranks;
+  }
   size_t used = 0;
   for (size_t k = 0; k < nh; k++)
     if (h[k].kind == RDZV_PLACE_ACTIVE)
@@ -141,6 +144,7 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
     swaps[*nswaps].prev = p;
     swaps[*nswaps].by = best == SIZE_MAX ? SIZE_MAX : idx[h[best].first];
     swaps[*nswaps].by_spare = best != SIZE_MAX ? h[best].kind : 0;
+    swaps[*nswaps].released = false;
     (*nswaps)++;
     if (best == SIZE_MAX)
       continue;
@@ -152,7 +156,6 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
   }
   /* The world in order: the previous places still held, then active
    * hosts not placed, then spares while they fit. */
-  size_t nw = 0;
   for (size_t p = 0; p < np; p++)
     if (at[p] != SIZE_MAX)
       order[nw++] = at[p];
@@ -172,6 +175,7 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
       }
     }
   }
+ranks:;
   int32_t rank = 0;
   for (size_t w = 0; w < nw; w++) {
     const struct phost *ph = &h[order[w]];

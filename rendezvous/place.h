@@ -11,12 +11,36 @@
  * ones the root held back past the maximum), then spares, while the world
  * stays within max_size ranks; the others are parked. Extra hosts come
  * before spares for a hole too. A host of the previous world counts as
- * active whatever it joined as (it had its place). Pure and
- * deterministic: the result depends only on the inputs, never on arrival
- * order. */
+ * active whatever it joined as (it had its place).
+ *
+ * Whole domains (segment_hosts S > 0): the world is made of segments, S
+ * hosts of one domain each (a host without a domain is a segment of its
+ * own when S is 1, and never part of a whole one otherwise), so that node
+ * ranks fill whole domains:
+ * - a previous segment (S consecutive hosts of one domain in the previous
+ *   world, in node-rank order) keeps its node ranks while all its hosts
+ *   came back; a segment that lost hosts is first repaired in place by
+ *   hosts of its own domain outside the previous world (new active hosts,
+ *   then extra ones, then spares), its other hosts keeping theirs;
+ * - a segment that cannot be repaired is given up whole: its hosts that
+ *   came back lose their places (a swap with released set) and its place
+ *   goes to a whole segment formed from the hosts left (those of one
+ *   domain, active before extra before spare, in assignment order), of
+ *   its domain first, then of its size, in the same kinds' order, within
+ *   max_size; with none the place closes up;
+ * - whole segments left follow, active ones, then extra, then spare ones,
+ *   domain after domain in natural order of their names (assign.h),
+ *   within max_size;
+ * - hosts that make no whole segment (a domain's remainder) are placed
+ *   only while the world has fewer than min_size ranks (the minimum needs
+ *   them), within max_size; the others are parked (rank -1), active ones
+ *   included.
+ * Pure and deterministic: the result depends only on the inputs, never
+ * on arrival order. */
 #ifndef RDZV_RENDEZVOUS_PLACE_H
 #define RDZV_RENDEZVOUS_PLACE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,16 +72,22 @@ struct rdzv_place_in {
   size_t nprev;
   uint32_t max_size; /* ranks in the world at most; active hosts are all
                         in it even past this (the caller parks extras
-                        before) */
+                        before) unless segment_hosts is set */
+  uint32_t min_size; /* with segment_hosts: partial segments are used
+                        only while the world has fewer ranks */
+  uint32_t segment_hosts; /* 0: hosts are placed one by one (no whole
+                             domains); else S as above */
 };
 
 /* What happened to a previous host's place (one per prev entry whose host
- * is not among the joins). */
+ * is not among the joins, or was released from its segment). */
 struct rdzv_place_swap {
   size_t prev; /* index into in->prev */
   size_t by;   /* index into in->recs of the first join of the host that
                   took the place, or SIZE_MAX: nobody, the place closed */
   int by_spare; /* that host's RDZV_PLACE_* (0: an active one) */
+  bool released; /* the previous host came back but lost its place: its
+                    segment lost another host and was given up */
 };
 
 /* Places in->recs. out[i] is recs[i]'s assignment, rank -1 for a parked

@@ -26,10 +26,13 @@ void rdzv__rdv_keep_reply_text(rdzv_rendezvous_t *r,
              (int)res->keys[0].len, (const char *)res->keys[0].data);
 }
 
-/* The options' size in version 1 (up to secret_file) and version 2. */
+/* The options' size in version 1 (up to secret_file), 2 (up to domain)
+ * and 3. */
 #define OPTS_V1 \
   (offsetof(struct rdzv_rendezvous_opts, secret_file) + sizeof(const char *))
-#define OPTS_V2 sizeof(struct rdzv_rendezvous_opts)
+#define OPTS_V2 \
+  (offsetof(struct rdzv_rendezvous_opts, domain) + sizeof(const char *))
+#define OPTS_V3 sizeof(struct rdzv_rendezvous_opts)
 
 void rdzv_rendezvous_opts_init(struct rdzv_rendezvous_opts *o) {
   memset(o, 0, sizeof(*o));
@@ -101,6 +104,9 @@ int rdzv_rendezvous_opts_from_env(struct rdzv_rendezvous_opts *o, char *err,
     o->location = first_env("RDZV_LOCATION", NULL);
   if (o->size >= OPTS_V2 && o->domain == NULL)
     o->domain = first_env("RDZV_DOMAIN", NULL);
+  if (o->size >= OPTS_V3 && o->segment_hosts == 0 &&
+      env_i32("RDZV_SEGMENT_HOSTS", 0, &o->segment_hosts, 0, err, errlen) < 0)
+    return -EINVAL;
   const char *role = first_env("RDZV_ROLE", NULL);
   if (role != NULL && o->size >= OPTS_V2 && o->role == RDZV_MEMBER_ACTIVE) {
     if (strcmp(role, "spare") == 0) {
@@ -162,6 +168,8 @@ static int check_opts(const struct rdzv_rendezvous_opts *o, char *err,
     bad = "role (RDZV_MEMBER_ACTIVE or RDZV_MEMBER_SPARE)";
   else if (o->size >= OPTS_V2 && o->domain != NULL && strlen(o->domain) > 255)
     bad = "domain (<= 255 bytes)";
+  else if (o->size >= OPTS_V3 && o->segment_hosts < 0)
+    bad = "segment_hosts (0: none, else hosts of one domain per segment)";
   if (bad != NULL) {
     set_err(err, n, "%s%s", "rendezvous option missing or out of range: ",
             bad);
@@ -245,7 +253,9 @@ static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
       .min_size = (uint32_t)(o->min_size ? o->min_size : o->world_size),
       .max_size = (uint32_t)o->world_size,
       .last_call_ms = (uint32_t)(o->last_call_s * 1000),
-      .timeout_ms = (uint32_t)(round_s * 1000)};
+      .timeout_ms = (uint32_t)(round_s * 1000),
+      .segment_hosts =
+          o->size >= OPTS_V3 ? (uint32_t)o->segment_hosts : 0};
   struct rdzv_join_full j = {
       .rec = {.host = (const uint8_t *)host,
               .host_len = (uint32_t)strlen(host),
@@ -261,7 +271,7 @@ static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
     j.rec.domain = (const uint8_t *)(o->domain ? o->domain : "");
     j.rec.domain_len = o->domain ? (uint32_t)strlen(o->domain) : 0;
   }
-  uint8_t params[RDZV_JOIN_PARAMS_BYTES];
+  uint8_t params[RDZV_JOIN_PARAMS_MAX_BYTES];
   rdzv_join_params_encode(&p, params);
   size_t rl = rdzv_join_rec_size(&j);
   uint8_t *rec = malloc(rl);
@@ -269,7 +279,7 @@ static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
     return RDZV_ENOMEM;
   int rc = rdzv_join_rec_encode(&j, rec);
   struct rdzv_bytes key = {r->round, strlen(r->round)};
-  struct rdzv_bytes vals[2] = {{params, sizeof(params)}, {rec, rl}};
+  struct rdzv_bytes vals[2] = {{params, rdzv_join_params_size(&p)}, {rec, rl}};
   struct rdzv_request req = {.op = RDZV_OP_JOIN, .nkeys = 1, .keys = &key,
                              .nvals = 2, .vals = vals};
   if (rc == 0)

@@ -29,7 +29,7 @@ extern "C" {
 
 typedef struct rdzv_rendezvous rdzv_rendezvous_t;
 
-#define RDZV_RENDEZVOUS_OPTS_VERSION 2u
+#define RDZV_RENDEZVOUS_OPTS_VERSION 3u
 
 /* A join's membership role (rdzv_rendezvous_opts.role). */
 #define RDZV_MEMBER_ACTIVE 0 /* in the world when the round completes */
@@ -75,6 +75,19 @@ struct rdzv_rendezvous_opts {
   const char *domain; /* the host's NVLink (or other) domain, <= 255
                          bytes: a lost host's place goes to a spare of its
                          domain first; NULL: none */
+  /* Version 3: */
+  int32_t segment_hosts; /* whole domains: the world is made of segments
+                            of this many hosts of one domain each, node
+                            ranks filling a domain's segments in turn; a
+                            segment that loses a host is repaired by a
+                            host of its domain, else given up whole (its
+                            other hosts parked) for a whole segment of
+                            spares; a domain's hosts past its last whole
+                            segment join only while the minimum needs
+                            them. 0 (default): hosts placed one by one.
+                            The round's first join sets it for the
+                            generation. The domains used are published in
+                            "rdzv/<round>/g<gen>/domains". */
 };
 
 /* Fills *o with defaults (nothing read from the environment). */
@@ -82,7 +95,8 @@ void rdzv_rendezvous_opts_init(struct rdzv_rendezvous_opts *o);
 
 /* Fills the fields still unset from the launcher's environment, the one
  * place rdzv reads it: addr from RDZV_ADDR; role from RDZV_ROLE ("active"
- * or "spare"); domain from RDZV_DOMAIN; job_id from RDZV_JOB, else
+ * or "spare"); domain from RDZV_DOMAIN; segment_hosts from
+ * RDZV_SEGMENT_HOSTS; job_id from RDZV_JOB, else
  * TORCHELASTIC_RUN_ID (if not "none"), else SLURM_JOB_ID; host from
  * RDZV_HOST; location from RDZV_LOCATION; local_rank from LOCAL_RANK
  * (torchrun), else SLURM_LOCALID; local_size from LOCAL_WORLD_SIZE, else

@@ -111,13 +111,13 @@ int main(int argc, char **argv) {
     err |= add(&b, RDZV_MSG_AUTH, 0, 0, 0, 0, NULL, 1, nonce);
     err |= write_seed(argv[1], "auth", &b);
   }
-  /* A JOIN: the round's parameters, an active record, a spare's with its
+  /* A JOIN: the round's parameters (with a segment size), an active record, a spare's with its
    * domain (the optional tail) and an active one its node's health check
    * failed (the tail's reason), then its reply: an assignment and a
    * parked spare's refusal (rendezvous/join_wire.h). */
   {
-    struct rdzv_join_params jp = {2, 4, 500, 60000};
-    uint8_t params[RDZV_JOIN_PARAMS_BYTES], r1[64], r2[64], r3[96];
+    struct rdzv_join_params jp = {2, 4, 500, 60000, 2}; /* segments of 2 */
+    uint8_t params[RDZV_JOIN_PARAMS_MAX_BYTES], r1[64], r2[64], r3[96];
     uint8_t asg[RDZV_JOIN_ASSIGN_BYTES], ref[RDZV_JOIN_ERROR_BYTES];
     struct rdzv_join_full j;
     memset(&j, 0, sizeof j);
@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
     rdzv_join_assign_encode(7, &a, asg);
     rdzv_join_error_encode(8, -1046, ref); /* RDZV_EPARKED */
     const struct rdzv_slice round = S("world");
-    const struct rdzv_slice vals[] = {{params, sizeof params},
+    const struct rdzv_slice vals[] = {{params, (uint32_t)rdzv_join_params_size(&jp)},
                                       {r1, (uint32_t)n1},
                                       {r2, (uint32_t)n2},
                                       {r3, (uint32_t)n3}};

@@ -78,12 +78,15 @@ static int assign_decode_exact(const uint8_t *p, size_t n, uint64_t *claim,
 
 /* clang-format off */
 static const struct rdzv_join_params params_cases[] = {
-    {1, 1, 0, 0},
-    {1, 8, 500, 60000},
-    {8, 8, 0, 300000},
-    {4096, 100000, 30000, 600000},
-    {1, 2147483647u, UINT32_MAX, UINT32_MAX},
-    {2147483647u, 2147483647u, 1, 1},
+    {1, 1, 0, 0, 0},
+    {1, 8, 500, 60000, 0},
+    {8, 8, 0, 300000, 0},
+    {4096, 100000, 30000, 600000, 0},
+    {1, 2147483647u, UINT32_MAX, UINT32_MAX, 0},
+    {2147483647u, 2147483647u, 1, 1, 0},
+    {16, 16, 0, 60000, 4},          /* whole domains: segments of 4 hosts */
+    {1, 1, 0, 0, 1},
+    {8, 72, 500, 60000, 2147483647u},
 };
 /* clang-format on */
 
@@ -92,19 +95,30 @@ static void test_params_roundtrip(void **state) {
   for (size_t k = 0; k < sizeof(params_cases) / sizeof(params_cases[0]);
        k++) {
     const struct rdzv_join_params *p = &params_cases[k];
-    uint8_t buf[RDZV_JOIN_PARAMS_BYTES];
+    uint8_t buf[RDZV_JOIN_PARAMS_MAX_BYTES];
+    size_t size = rdzv_join_params_size(p);
+    assert_int_equal(size, p->segment_hosts > 0 ? RDZV_JOIN_PARAMS_MAX_BYTES
+                                                : RDZV_JOIN_PARAMS_BYTES);
     struct rdzv_join_params got;
     memset(&got, 0xEE, sizeof(got));
     rdzv_join_params_encode(p, buf);
-    assert_int_equal(params_decode_exact(buf, sizeof(buf), &got), 0);
+    assert_int_equal(params_decode_exact(buf, size, &got), 0);
     assert_memory_equal(&got, p, sizeof(got));
-    /* Every truncation and an extra byte are refused. */
-    for (size_t n = 0; n < sizeof(buf); n++)
-      assert_int_equal(params_decode_exact(buf, n, &got), RDZV_EPROTO);
-    uint8_t longer[RDZV_JOIN_PARAMS_BYTES + 1];
-    memcpy(longer, buf, sizeof(buf));
-    longer[sizeof(buf)] = 0;
-    assert_int_equal(params_decode_exact(longer, sizeof(longer), &got),
+    /* Every truncation and an extra byte are refused, but the 16 bytes
+     * before a segment size: those are params without one. */
+    for (size_t n = 0; n < size; n++) {
+      int rc = params_decode_exact(buf, n, &got);
+      if (n == RDZV_JOIN_PARAMS_BYTES) {
+        assert_int_equal(rc, 0);
+        assert_int_equal(got.segment_hosts, 0);
+      } else {
+        assert_int_equal(rc, RDZV_EPROTO);
+      }
+    }
+    uint8_t longer[RDZV_JOIN_PARAMS_MAX_BYTES + 1];
+    memcpy(longer, buf, size);
+    memset(longer + size, 0, sizeof(longer) - size);
+    assert_int_equal(params_decode_exact(longer, size + 1, &got),
                      RDZV_EPROTO);
   }
 }
@@ -112,12 +126,22 @@ static void test_params_roundtrip(void **state) {
 static void test_params_golden(void **state) {
   (void)state;
   static const struct rdzv_join_params p = {0x04030201u, 0x08070605u,
-                                            0x0C0B0A09u, 0x100F0E0Du};
+                                            0x0C0B0A09u, 0x100F0E0Du, 0};
   static const uint8_t want[RDZV_JOIN_PARAMS_BYTES] = {
       1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  uint8_t buf[RDZV_JOIN_PARAMS_BYTES];
+  uint8_t buf[RDZV_JOIN_PARAMS_MAX_BYTES];
   rdzv_join_params_encode(&p, buf);
   assert_memory_equal(buf, want, sizeof(want));
+  /* With a segment size: four more bytes, nothing before them changed. */
+  static const struct rdzv_join_params ps = {0x04030201u, 0x08070605u,
+                                             0x0C0B0A09u, 0x100F0E0Du,
+                                             0x14131211u};
+  static const uint8_t want_s[RDZV_JOIN_PARAMS_MAX_BYTES] = {
+      1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+      11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+  assert_int_equal(rdzv_join_params_size(&ps), sizeof(want_s));
+  rdzv_join_params_encode(&ps, buf);
+  assert_memory_equal(buf, want_s, sizeof(want_s));
 }
 
 struct bad_params {
@@ -146,6 +170,18 @@ static void test_params_malformed(void **state) {
     put32(buf + 12, 1000);
     if (params_decode_exact(buf, sizeof(buf), &got) != RDZV_EPROTO)
       fail_msg("params %s accepted", bad_params[k].name);
+  }
+  /* A segment size written out must be 1 .. INT32_MAX. */
+  static const uint32_t bad_segments[] = {0, 2147483648u, UINT32_MAX};
+  for (size_t k = 0; k < sizeof(bad_segments) / sizeof(bad_segments[0]);
+       k++) {
+    uint8_t buf[RDZV_JOIN_PARAMS_MAX_BYTES] = {0};
+    struct rdzv_join_params got;
+    put32(buf, 4);
+    put32(buf + 4, 8);
+    put32(buf + 16, bad_segments[k]);
+    if (params_decode_exact(buf, sizeof(buf), &got) != RDZV_EPROTO)
+      fail_msg("params with segment_hosts %u accepted", bad_segments[k]);
   }
 }
 

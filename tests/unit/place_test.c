@@ -3,9 +3,13 @@
  * ranges, holes go to new actives, then to spares of the lost host's
  * domain and size, unfilled holes close up, extra spares are parked, and
  * the result never depends on the joins' order (200 seeded shuffles of
- * each case, and a seeded random run checked against the rules). */
+ * each case, and a seeded random run checked against the rules); with
+ * whole domains (segments), a segment is repaired in place or given up
+ * whole for a whole segment of spares, and hosts outside whole segments
+ * join only for the minimum. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,9 +74,20 @@ static void prev_of(const struct host_spec *hs, size_t nh,
         .local_size = hs[i].ranks};
 }
 
+/* Whole domains (rdzv_place_in.segment_hosts) and the minimum they
+ * honour, for the segment tests (reset after each). */
+static uint32_t g_segment, g_min;
+
+static int seg_reset(void **state) {
+  (void)state;
+  g_segment = g_min = 0;
+  return 0;
+}
+
 static void place(struct placed *p, const struct rdzv_place_host *prev,
                   size_t nprev, uint32_t max) {
-  struct rdzv_place_in in = {p->recs, p->n, p->spare, prev, nprev, max};
+  struct rdzv_place_in in = {p->recs, p->n,  p->spare, prev,
+                             nprev,   max,   g_min,    g_segment};
   size_t da, db;
   assert_int_equal(rdzv_place(&in, p->out, p->swaps, &p->nswaps, &p->nworld,
                               &da, &db),
@@ -365,6 +380,230 @@ static void test_random(void **state) {
   }
 }
 
+/* ---- whole domains (segment_hosts) ------------------------------------ */
+
+/* The world's hosts in node-rank order, as "name/domain" words. */
+static void world_order(const struct placed *p, char *out, size_t n) {
+  size_t off = 0;
+  out[0] = 0;
+  for (int32_t node = 0; node < (int32_t)p->n; node++) {
+    for (size_t i = 0; i < p->n; i++) {
+      if (p->out[i].node_rank != node || p->recs[i].local_rank != 0)
+        continue;
+      off += (size_t)snprintf(out + off, n - off, "%s%.*s", off ? " " : "",
+                              (int)p->recs[i].host_len,
+                              (const char *)p->recs[i].host);
+    }
+  }
+}
+
+#define HOST1(name, dom, kind) {name, dom, 1, kind}
+
+/* Domains A (5 hosts), B (4) and C (2), segments of 4: A's first four
+ * and B's four are the world, in domain order; a4 and C are parked while
+ * the minimum is met, and join (a4 first, then C's) when it needs them. */
+static void test_seg_first_generation(void **state) {
+  (void)state;
+  static const struct host_spec hs[] = {
+      HOST1("c0", "C", 0), HOST1("b3", "B", 0), HOST1("a4", "A", 0),
+      HOST1("a0", "A", 0), HOST1("b0", "B", 0), HOST1("c1", "C", 0),
+      HOST1("a1", "A", 0), HOST1("b1", "B", 0), HOST1("a2", "A", 0),
+      HOST1("b2", "B", 0), HOST1("a3", "A", 0)};
+  char got[256];
+  g_segment = 4;
+  g_min = 8;
+  struct placed p = {0};
+  for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
+    add_host(&p, &hs[i]);
+  place(&p, NULL, 0, 12);
+  world_order(&p, got, sizeof(got));
+  assert_string_equal(got, "a0 a1 a2 a3 b0 b1 b2 b3");
+  assert_int_equal(p.nworld, 8);
+  assert_int_equal(of(&p, "a4", 0)->rank, -1);
+  assert_int_equal(of(&p, "c0", 0)->rank, -1);
+  check_ranks(&p);
+  check_shuffles(&p, NULL, 0, 12);
+  /* The minimum needs two more: the remainders join, domain by domain. */
+  g_min = 10;
+  place(&p, NULL, 0, 12);
+  world_order(&p, got, sizeof(got));
+  assert_string_equal(got, "a0 a1 a2 a3 b0 b1 b2 b3 a4 c0");
+  check_shuffles(&p, NULL, 0, 12);
+  /* A maximum of 6 takes one whole segment, never a part of B's. */
+  g_min = 4;
+  place(&p, NULL, 0, 6);
+  world_order(&p, got, sizeof(got));
+  assert_string_equal(got, "a0 a1 a2 a3");
+}
+
+static const struct host_spec seg_prev[] = {
+    HOST1("a0", "A", 0), HOST1("a1", "A", 0), HOST1("a2", "A", 0),
+    HOST1("a3", "A", 0), HOST1("b0", "B", 0), HOST1("b1", "B", 0),
+    HOST1("b2", "B", 0), HOST1("b3", "B", 0)};
+static const struct host_spec seg_spares[] = {
+    HOST1("d0", "D", 1), HOST1("d1", "D", 1), HOST1("d2", "D", 1),
+    HOST1("d3", "D", 1), HOST1("sa", "A", 1)};
+
+/* a2 is lost; a spare of A repairs the segment in place (survivors keep
+ * their ranks), D's spares stay parked. */
+static void test_seg_repair_in_place(void **state) {
+  (void)state;
+  struct rdzv_place_host prev[8];
+  prev_of(seg_prev, 8, prev);
+  g_segment = 4;
+  g_min = 8;
+  struct placed p = {0};
+  for (size_t i = 0; i < 8; i++)
+    if (i != 2)
+      add_host(&p, &seg_prev[i]);
+  for (size_t i = 0; i < 5; i++)
+    add_host(&p, &seg_spares[i]);
+  place(&p, prev, 8, 8);
+  char got[256];
+  world_order(&p, got, sizeof(got));
+  assert_string_equal(got, "a0 a1 sa a3 b0 b1 b2 b3");
+  assert_int_equal(of(&p, "a3", 0)->rank, 3);
+  assert_int_equal(p.nswaps, 1);
+  assert_int_equal(p.swaps[0].prev, 2);
+  assert_false(p.swaps[0].released);
+  assert_int_equal(p.swaps[0].by_spare, RDZV_PLACE_SPARE);
+  assert_int_equal(of(&p, "d0", 0)->rank, -1);
+  check_ranks(&p);
+  check_shuffles(&p, prev, 8, 8);
+}
+
+/* b1 is lost and B has no spare: B's segment is given up whole, D's four
+ * spares take its node ranks 4-7, A keeps 0-3, B's survivors are parked
+ * (released); with no whole segment left the place closes up, and the
+ * survivors come back only for the minimum. */
+static void test_seg_given_up_whole(void **state) {
+  (void)state;
+  struct rdzv_place_host prev[8];
+  prev_of(seg_prev, 8, prev);
+  g_segment = 4;
+  g_min = 8;
+  struct placed p = {0};
+  for (size_t i = 0; i < 8; i++)
+    if (i != 5)
+      add_host(&p, &seg_prev[i]);
+  for (size_t i = 0; i < 4; i++)
+    add_host(&p, &seg_spares[i]);
+  place(&p, prev, 8, 8);
+  char got[256];
+  world_order(&p, got, sizeof(got));
+  assert_string_equal(got, "a0 a1 a2 a3 d0 d1 d2 d3");
+  assert_int_equal(of(&p, "a2", 0)->rank, 2);
+  assert_int_equal(of(&p, "d1", 0)->rank, 5);
+  assert_int_equal(of(&p, "b0", 0)->rank, -1);
+  assert_int_equal(of(&p, "b2", 0)->rank, -1);
+  assert_int_equal(p.nswaps, 4);
+  for (size_t k = 0; k < 4; k++) {
+    assert_int_equal(p.swaps[k].prev, 4 + k);
+    assert_int_equal(p.swaps[k].released, k != 1);
+    assert_int_equal(p.out[p.swaps[k].by].node_rank, (int32_t)(4 + k));
+  }
+  check_ranks(&p);
+  check_shuffles(&p, prev, 8, 8);
+  /* No spare: the place closes; a minimum of 4 leaves B's survivors
+   * parked, one of 7 takes them back (not as a segment). */
+  struct placed q = {0};
+  for (size_t i = 0; i < 8; i++)
+    if (i != 5)
+      add_host(&q, &seg_prev[i]);
+  g_min = 4;
+  place(&q, prev, 8, 8);
+  world_order(&q, got, sizeof(got));
+  assert_string_equal(got, "a0 a1 a2 a3");
+  assert_int_equal(q.nswaps, 4);
+  for (size_t k = 0; k < 4; k++)
+    assert_int_equal(q.swaps[k].by, SIZE_MAX);
+  g_min = 7;
+  place(&q, prev, 8, 8);
+  world_order(&q, got, sizeof(got));
+  assert_string_equal(got, "a0 a1 a2 a3 b0 b2 b3");
+  check_shuffles(&q, prev, 8, 8);
+}
+
+/* Seeded random first and second generations: 3 to 5 domains of 1 to 6
+ * hosts (1 rank each), segments of 1 to 4, random losses and spares.
+ * Checked: ranks form the world, a host outside a whole segment is in
+ * it only when the world without it is short of the minimum (runs of
+ * one domain in node-rank order are whole segments otherwise), segments
+ * that kept all their hosts keep their node ranks, order independence. */
+static void test_seg_random(void **state) {
+  (void)state;
+  uint64_t seed = 11;
+  static char names[40][16], doms[6][4] = {"D0", "D1", "D2", "D3", "D4", "D5"};
+  for (int round = 0; round < 200; round++) {
+    struct host_spec hs[40];
+    size_t nh = 0;
+    int ndom = 3 + (int)(rng_next(&seed) % 3);
+    for (int d = 0; d < ndom; d++) {
+      int k = 1 + (int)(rng_next(&seed) % 6);
+      for (int i = 0; i < k && nh < 30; i++, nh++) {
+        snprintf(names[nh], sizeof(names[nh]), "h%zu", nh);
+        hs[nh] = (struct host_spec){names[nh], doms[d], 1,
+                                    rng_next(&seed) % 5 == 0 ? 1 : 0};
+      }
+    }
+    g_segment = 1 + (uint32_t)(rng_next(&seed) % 4);
+    uint32_t max = 1 + (uint32_t)(rng_next(&seed) % nh);
+    g_min = 1 + (uint32_t)(rng_next(&seed) % max);
+    struct placed p = {0};
+    for (size_t i = 0; i < nh; i++)
+      add_host(&p, &hs[i]);
+    place(&p, NULL, 0, max);
+    check_ranks(&p);
+    assert_true(p.nworld <= max);
+    /* Whole segments unless the minimum needed more. */
+    size_t rem = 0, run = 0;
+    const uint8_t *dom = NULL;
+    for (int32_t node = 0; node <= (int32_t)p.nworld; node++) {
+      const struct rdzv_join_rec *r = NULL;
+      for (size_t i = 0; i < p.n; i++)
+        if (p.out[i].node_rank == node && node < (int32_t)p.nworld)
+          r = &p.recs[i];
+      if (r == NULL || r->domain != dom) {
+        rem += run % g_segment;
+        run = 0;
+        dom = r ? r->domain : NULL;
+      }
+      run++;
+    }
+    if (rem > 0)
+      assert_true(p.nworld - 1 < g_min);
+    check_shuffles(&p, NULL, 0, max);
+    /* The next generation: the world of this one, some lost. */
+    struct rdzv_place_host prev[40];
+    struct host_spec ph[40];
+    size_t np = 0;
+    for (int32_t node = 0; node < (int32_t)p.nworld; node++)
+      for (size_t i = 0; i < nh; i++)
+        if (of(&p, hs[i].name, 0)->node_rank == node)
+          ph[np++] = hs[i];
+    prev_of(ph, np, prev);
+    struct placed q = {0};
+    bool back[40];
+    for (size_t i = 0; i < nh; i++) {
+      back[i] = rng_next(&seed) % 6 != 0;
+      if (back[i])
+        add_host(&q, &hs[i]);
+    }
+    place(&q, prev, np, max);
+    check_ranks(&q);
+    /* A previous segment whose hosts all came back, with nothing before
+     * it changed, keeps its node ranks: checked for the first one. */
+    bool first_whole = np >= g_segment && rem == 0;
+    for (size_t k = 0; k < g_segment && first_whole; k++)
+      for (size_t i = 0; i < nh; i++)
+        if (ph[k].name == hs[i].name && !back[i])
+          first_whole = false;
+    for (size_t k = 0; k < g_segment && first_whole; k++)
+      assert_int_equal(of(&q, ph[k].name, 0)->node_rank, (int32_t)k);
+    check_shuffles(&q, prev, np, max);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_no_prev_is_assignment_order),
@@ -374,6 +613,10 @@ int main(void) {
       cmocka_unit_test(test_hole_closes_without_spares),
       cmocka_unit_test(test_promoted_spare_stays_and_extras_append),
       cmocka_unit_test(test_random),
+      cmocka_unit_test_teardown(test_seg_first_generation, seg_reset),
+      cmocka_unit_test_teardown(test_seg_repair_in_place, seg_reset),
+      cmocka_unit_test_teardown(test_seg_given_up_whole, seg_reset),
+      cmocka_unit_test_teardown(test_seg_random, seg_reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

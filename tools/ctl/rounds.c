@@ -19,14 +19,17 @@ static void print_replaced(FILE *out, json_t *r) {
     const char *by = json_string_value(json_object_get(e, "by"));
     const char *lost = json_string_value(json_object_get(e, "lost"));
     const char *host = json_string_value(json_object_get(e, "host"));
+    const char *how = json_is_true(json_object_get(e, "released"))
+                          ? "rejoined but its segment was given up"
+                          : "did not rejoin";
     if (by != NULL && strcmp(by, "closed") == 0)
-      fprintf(out, "  replaced: host %s (node rank %lld) did not rejoin; its "
+      fprintf(out, "  replaced: host %s (node rank %lld) %s; its "
               "place closed up (no spare left)\n", lost ? lost : "?",
-              json_integer_value(json_object_get(e, "node_rank")));
+              json_integer_value(json_object_get(e, "node_rank")), how);
     else
-      fprintf(out, "  replaced: host %s (node rank %lld) did not rejoin; %s "
+      fprintf(out, "  replaced: host %s (node rank %lld) %s; %s "
               "%s took its place (ranks %lld-%lld)\n", lost ? lost : "?",
-              json_integer_value(json_object_get(e, "node_rank")),
+              json_integer_value(json_object_get(e, "node_rank")), how,
               by ? by : "?", host ? host : "?",
               json_integer_value(json_object_get(e, "first_rank")),
               json_integer_value(json_object_get(e, "first_rank")) +
@@ -105,6 +108,9 @@ static void print_round(FILE *out, const char *job, json_t *r) {
   if (reason != NULL)
     fprintf(out, "  reason: %s\n", reason);
   print_replaced(out, r);
+  const char *doms = json_string_value(json_object_get(r, "domains"));
+  if (doms != NULL)
+    fprintf(out, "  domains: %s\n", doms);
   long long promoted = json_integer_value(json_object_get(r, "spares_promoted"));
   long long parked = json_integer_value(json_object_get(r, "parked_hosts"));
   if (promoted > 0 || parked > 0)

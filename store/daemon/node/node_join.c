@@ -383,7 +383,7 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
 static int join_send_up(struct njround *jr, int64_t gen,
                         const struct rdzv_buf *recs, uint32_t n,
                         uint16_t flags, upstream_cb cb) {
-  struct rdzv_slice params = {jr->params, sizeof(jr->params)};
+  struct rdzv_slice params = {jr->params, jr->params_len};
   struct rdzv_slice name = {(const uint8_t *)jr->name,
                             (uint32_t)strlen(jr->name)};
   struct rdzv_msg m;
@@ -562,7 +562,8 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     return;
   }
   if (jr->npending == 0) {
-    memcpy(jr->params, pv.p, sizeof(jr->params));
+    memcpy(jr->params, pv.p, pv.n); /* decoded: at most the max */
+    jr->params_len = pv.n;
     jr->max_size = params.max_size;
     jr->first_ms = rdzv__now_ms(nj->d);
   } else {

@@ -47,7 +47,8 @@ struct njround {
   UT_hash_handle hh;
   char name[128];
   struct node_job *nj;
-  uint8_t params[RDZV_JOIN_PARAMS_BYTES];
+  uint8_t params[RDZV_JOIN_PARAMS_MAX_BYTES];
+  uint32_t params_len; /* bytes of params the round's opener sent */
   uint32_t max_size;
   struct rdzv_buf pending; /* encoded records not yet forwarded */
   uint32_t npending;

@@ -118,7 +118,8 @@ void rdzv__nj_resume_join(struct node_job *nj, struct njround *jr,
     struct rdzv_slice pv;
     if (rdzv_items_get(&m->vals, 0, &pv) == 0 &&
         rdzv_join_params_decode(pv.p, pv.n, &pp) == 0) {
-      memcpy(jr->params, pv.p, sizeof(jr->params));
+      memcpy(jr->params, pv.p, pv.n);
+      jr->params_len = pv.n;
       jr->max_size = pp.max_size;
     }
   }

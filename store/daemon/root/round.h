@@ -58,6 +58,8 @@ struct tl_swap {
   int32_t node_rank; /* the place (in the previous world) */
   int32_t first_rank, ranks; /* the taker's rank range now */
   enum tl_swap_how how;
+  bool released; /* the lost host came back, but its segment was given up
+                    (rendezvous/place.h) */
 };
 struct timeline {
   struct {
@@ -81,6 +83,9 @@ struct timeline {
   uint32_t swaps_left_out;
   uint32_t promoted_hosts; /* spares taken into the world */
   uint32_t parked_hosts, parked_ranks;
+  /* The domains the world used, in node-rank order ("nvl0 (node ranks
+   * 0-3), ..."; cut short; empty when no host gave one). */
+  char domains[256];
 };
 
 struct jpend { /* a requester (connection) waiting in the open round */

@@ -123,19 +123,62 @@ static void drop_old_generations(struct round *r) {
   }
 }
 
+/* One line of "rdzv/<round>/g<gen>/domains" (see publish_topology) for
+ * the run of hosts of one domain that ends before node rank `end`, and its
+ * part of the timeline's summary. */
+static void domain_run(struct round *r, struct rdzv_buf *out,
+                       const struct jmember *first, int32_t node0,
+                       int32_t rank0, int32_t end, int32_t end_rank) {
+  char line[400], name[256];
+  uint32_t n = first->j.rec.domain_len;
+  for (uint32_t i = 0; i < n; i++) /* one line each, whatever the bytes */
+    name[i] = first->j.rec.domain[i] < 0x20 ? '?' : (char)first->j.rec.domain[i];
+  if (n == 0)
+    name[n++] = '-';
+  name[n] = 0;
+  int len = snprintf(line, sizeof(line), "%d %d %d %d %s\n", node0, end - node0,
+                     rank0, end_rank - rank0, name);
+  rdzv_buf_append(out, line, (size_t)len);
+  size_t off = strlen(r->tl.domains);
+  if (off < sizeof(r->tl.domains) - 1)
+    snprintf(r->tl.domains + off, sizeof(r->tl.domains) - off,
+             "%s%.63s (node ranks %d-%d)", off > 0 ? ", " : "", name, node0,
+             end - 1);
+}
+
 /* Publishes "rdzv/<round>/g<gen>/hosts" (one line per host in node-rank
- * order: node_rank first_rank local_size host location) and, per host,
+ * order: node_rank first_rank local_size host location), per host
  * "rdzv/<round>/g<gen>/topo/<node_rank>" (one line per rank: rank
- * local_rank topology-record, with the record's newlines as ';'). */
+ * local_rank topology-record, with the record's newlines as ';') and,
+ * when a host gave a domain, "rdzv/<round>/g<gen>/domains": the domains
+ * the world used, one line per run of consecutive hosts of one domain in
+ * node-rank order: first_node_rank hosts first_rank ranks domain (the
+ * domain's bytes to the end of the line, control bytes as '?', "-" for
+ * hosts without one). */
 static void publish_topology(struct round *r, struct jmember *const *ms,
                              const struct rdzv_assignment *asg,
                              const size_t *idx) {
-  struct rdzv_buf hosts = {0}, topo = {0};
+  struct rdzv_buf hosts = {0}, topo = {0}, doms = {0};
   char line[640], key[192];
+  const struct jmember *run = NULL; /* first host of the current run */
+  int32_t run_node = 0, run_rank = 0;
+  bool any_domain = false;
+  r->tl.domains[0] = 0;
   for (uint32_t i = 0; i < r->n; i++) {
     struct jmember *m = ms[idx[i]];
     const struct rdzv_assignment *a = &asg[idx[i]];
     if (a->local_rank == 0) {
+      any_domain |= m->j.rec.domain_len > 0;
+      if (run == NULL ||
+          run->j.rec.domain_len != m->j.rec.domain_len ||
+          (m->j.rec.domain_len > 0 &&
+           memcmp(run->j.rec.domain, m->j.rec.domain, m->j.rec.domain_len))) {
+        if (run != NULL)
+          domain_run(r, &doms, run, run_node, run_rank, a->node_rank, a->rank);
+        run = m;
+        run_node = a->node_rank;
+        run_rank = a->rank;
+      }
       int n = snprintf(line, sizeof(line), "%d %d %d %.*s %.*s\n",
                        a->node_rank, a->rank, a->local_size,
                        (int)m->j.rec.host_len, m->j.rec.host,
@@ -153,8 +196,22 @@ static void publish_topology(struct round *r, struct jmember *const *ms,
   }
   snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/hosts", r->name, r->gen);
   rdzv__root_put(r->s, key, hosts.data, (uint32_t)hosts.len);
+  if (run != NULL)
+    domain_run(r, &doms, run, run_node, run_rank,
+               asg[idx[r->n - 1]].node_rank + 1, (int32_t)r->n);
+  if (any_domain) {
+    snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/domains", r->name,
+             r->gen);
+    rdzv__root_put(r->s, key, doms.data, (uint32_t)doms.len);
+    rdzv__log_event_job(r->s->d, r->s->job_id,
+                        "round %s generation %" PRId64 ": domains %s",
+                        r->name, r->gen, r->tl.domains);
+  } else {
+    r->tl.domains[0] = 0;
+  }
   rdzv_buf_free(&hosts);
   rdzv_buf_free(&topo);
+  rdzv_buf_free(&doms);
 }
 
 /* Takes member m out of the generation's tables (it is parked, or a
@@ -219,8 +276,14 @@ int rdzv__round_complete(struct round *r) {
                                                     : RDZV_PLACE_EXTRA;
     }
     rdzv__round_world_prev(r, prev);
-    struct rdzv_place_in in = {recs, live, spare, prev, r->nworld_hosts,
-                               r->params.max_size};
+    struct rdzv_place_in in = {recs,
+                               live,
+                               spare,
+                               prev,
+                               r->nworld_hosts,
+                               r->params.max_size,
+                               r->params.min_size,
+                               r->params.segment_hosts};
     rc = live > 0 ? rdzv_place(&in, asg, swaps, &nswaps, &world, &da, &db)
                   : RDZV_EPROTO;
   }

@@ -203,7 +203,7 @@ void rdzv__round_tl_membership(struct round *r, struct jmember *const *ms,
   for (size_t k = 0; k < nswaps; k++) {
     const struct rdzv_place_host *p = &prev[swaps[k].prev];
     struct tl_swap sw = {.node_rank = (int32_t)swaps[k].prev,
-                         .first_rank = -1};
+                         .first_rank = -1, .released = swaps[k].released};
     cut63(sw.lost, p->host, p->host_len);
     if (swaps[k].by == SIZE_MAX) {
       sw.how = TL_SWAP_CLOSED;
@@ -215,20 +215,22 @@ void rdzv__round_tl_membership(struct round *r, struct jmember *const *ms,
       sw.first_rank = asg[swaps[k].by].rank - asg[swaps[k].by].local_rank;
       sw.ranks = asg[swaps[k].by].local_size;
     }
+    const char *lost = sw.released ? "rejoined, but its segment lost a "
+                                     "host and was given up"
+                                   : "did not rejoin";
     if (sw.how == TL_SWAP_CLOSED)
       rdzv__log_event_job(r->s->d, r->s->job_id,
                           "round %s generation %" PRId64 ": host %s (node "
-                          "rank %d of generation %" PRId64 ") did not rejoin "
-                          "and no spare that fits was left: its place closed "
-                          "up",
+                          "rank %d of generation %" PRId64 ") %s and no "
+                          "spare that fits was left: its place closed up",
                           r->name, r->gen, sw.lost, sw.node_rank,
-                          r->world_gen);
+                          r->world_gen, lost);
     else
       rdzv__log_event_job(r->s->d, r->s->job_id,
                           "round %s generation %" PRId64 ": host %s (node "
-                          "rank %d of generation %" PRId64 ") did not rejoin: "
-                          "%s %s took its place (ranks %d-%d)", r->name,
-                          r->gen, sw.lost, sw.node_rank, r->world_gen,
+                          "rank %d of generation %" PRId64 ") %s: %s %s "
+                          "took its place (ranks %d-%d)", r->name,
+                          r->gen, sw.lost, sw.node_rank, r->world_gen, lost,
                           sw.how == TL_SWAP_SPARE ? "spare" : "new host",
                           sw.by, sw.first_rank,
                           sw.first_rank + sw.ranks - 1);
@@ -442,6 +444,8 @@ void rdzv__round_members_json(struct round *r, json_t *o) {
       json_object_set_new(e, "first_rank", json_integer(sw->first_rank));
       json_object_set_new(e, "ranks", json_integer(sw->ranks));
     }
+    if (e != NULL && sw->released)
+      json_object_set_new(e, "released", json_true());
     json_array_append_new(swaps, e);
   }
   json_object_set_new(o, "replaced", swaps);
@@ -451,4 +455,6 @@ void rdzv__round_members_json(struct round *r, json_t *o) {
   json_object_set_new(o, "spares_promoted",
                       json_integer(r->tl.promoted_hosts));
   json_object_set_new(o, "parked_hosts", json_integer(r->tl.parked_hosts));
+  if (r->tl.domains[0] != 0)
+    json_object_set_new(o, "domains", json_string(r->tl.domains));
 }
