@@ -53,9 +53,15 @@
 #define PER 2
 #define ACTIVE 16
 #define SPARES 4
-#define MAXH (ACTIVE + SPARES + 1)
+#define MAXH (ACTIVE + 2 * SPARES + 2)
 #define WORLD (ACTIVE * PER)
-#define JOB "spares"
+
+/* The job the ranks join: test_spares places hosts one by one,
+ * test_segments places whole domains (segments of 4 hosts). */
+static const char *g_job = "spares";
+static int32_t g_segment;
+#define JOB g_job
+static int64_t g_domains_gen; /* see domains_seen */
 
 struct host {
   char name[16], domain[16];
@@ -98,6 +104,7 @@ static void *rank_main(void *arg) {
     o.job_id = JOB;
     o.host = h->name;
     o.domain = h->domain;
+    o.segment_hosts = g_segment;
     o.role = h->spare ? RDZV_MEMBER_SPARE : RDZV_MEMBER_ACTIVE;
     o.local_rank = ra->lr;
     o.local_size = PER;
@@ -126,6 +133,19 @@ static void *rank_main(void *arg) {
      * newer one opened), then join again. */
     char key[64];
     snprintf(key, sizeof(key), "rdzv/world/g%" PRId64 "/next", rp.gen);
+    if (rp.rank == 0) { /* the domains the world used, for the test */
+      snprintf(rp.text, sizeof(rp.text), "domains ");
+      char dk[64];
+      snprintf(dk, sizeof(dk), "rdzv/world/g%" PRId64 "/domains", rp.gen);
+      void *v = NULL;
+      size_t vl = 0;
+      if (rdzv_store_get(rdzv_rendezvous_client(r), dk, &v, &vl, 30) == 0)
+        snprintf(rp.text + 8, sizeof(rp.text) - 8, "%.*s", (int)vl,
+                 (const char *)v);
+      rdzv_free(v);
+      rp.status = 1; /* a second report: not a join's */
+      send_rep(&rp);
+    }
     const char *keys[1] = {key};
     rdzv_store_wait(rdzv_rendezvous_client(r), keys, 1, 3600);
     rdzv_rendezvous_destroy(r);
@@ -222,6 +242,8 @@ static int teardown(void **state) {
   bad |= rm_rf(dir) != 0;
   close(rep_r);
   close(rep_w);
+  nhosts = 0;
+  g_domains_gen = 0;
   return bad ? -1 : 0;
 }
 
@@ -253,6 +275,28 @@ struct world {
   char quarantined_text[600];    /* the first one's */
 };
 
+/* The latest "rdzv/world/g<G>/domains" rank 0 reported, and its G. */
+static char g_domains[600];
+
+static void domains_seen(const struct srep *rp) {
+  if (rp->gen > g_domains_gen) {
+    g_domains_gen = rp->gen;
+    memcpy(g_domains, rp->text + 8, sizeof(g_domains) - 8);
+  }
+}
+
+/* Generation gen's domains (reports read until rank 0's comes). */
+static const char *domains_of(int64_t gen) {
+  while (g_domains_gen < gen) {
+    struct srep rp;
+    assert_int_equal(read(rep_r, &rp, sizeof(rp)), sizeof(rp));
+    if (rp.status == 1)
+      domains_seen(&rp);
+  }
+  assert_int_equal(g_domains_gen, gen);
+  return g_domains;
+}
+
 /* Reads reports until every rank of one generation newer than after has
  * reported its place (want ranks); records parked reports on the way.
  * Checks ranks 0..W-1 each once, contiguous per host by node rank, one
@@ -273,6 +317,10 @@ static void collect(int64_t after, int want, struct world *w) {
       if (w->quarantined_text[0] == '\0')
         memcpy(w->quarantined_text, rp.text, sizeof(w->quarantined_text));
       w->quarantined_reports[rp.host]++;
+      continue;
+    }
+    if (rp.status == 1) { /* rank 0's domains of its generation */
+      domains_seen(&rp);
       continue;
     }
     if (rp.status == RDZV_EABORTED || rp.status == RDZV_ESTALE_GENERATION ||
@@ -531,9 +579,146 @@ static void test_spares(void **state) {
   check_alive();
 }
 
+/* The hosts of domain d in the world, in node-rank order. */
+static int in_domain(int d, int *out) {
+  int n = 0;
+  for (int nr = 0; nr < MAXH; nr++)
+    for (int i = 0; i < nhosts; i++)
+      if (hosts[i].node_rank == nr && hosts[i].domain[1] - '0' == d)
+        out[n++] = i;
+  return n;
+}
+
+/* Parked ranks at the root reach want. */
+static void parked_reach(int64_t want) {
+  while (root_stat("parked_ranks") != want)
+    usleep(50 * 1000);
+}
+
+/* Whether every host of idx (n) is listed at the root (its members'
+ * data: the world, parked hosts and replacements name hosts). */
+static bool root_lists(const int *idx, int n) {
+  struct rdzv_client_opts o;
+  rdzv_client_opts_init(&o);
+  o.addr = root_addr;
+  o.job_id = JOB;
+  rdzv_client_t *c = NULL;
+  char *json = NULL;
+  bool all = rdzv_client_create(&o, &c) == 0 &&
+             rdzv_store_stats(c, &json, 10.0) == 0;
+  for (int k = 0; all && k < n; k++) {
+    char want[40];
+    snprintf(want, sizeof(want), "\"%s\"", hosts[idx[k]].name);
+    all = strstr(json, want) != NULL;
+  }
+  rdzv_free(json);
+  rdzv_client_destroy(c);
+  return all;
+}
+
+/* Whole domains (segment_hosts 4): the same 16 hosts in 4 domains, a
+ * spare t0 of d0 and four spares u0..u3 of d4, later v0..v3 of d5.
+ *   1. a host of d0 lost: t0 repairs d0 in place (the others keep their
+ *      node ranks and ranks);
+ *   2. a host of d1 lost and d1 has no spare: d1 is given up whole, u0..u3
+ *      take its node ranks 4-7 in order, its 3 survivors are parked;
+ *   3. (the survivors stopped) v0..v3 come as spares, a host of d2 lost:
+ *      v0..v3 take node ranks 8-11.
+ * After each round, the checks of test_spares, every domain in the world
+ * whole, and rdzv/world/g<G>/domains naming the domains by node rank. */
+static void test_segments(void **state) {
+  (void)state;
+  g_job = "segments";
+  g_segment = 4;
+  for (int i = 0; i < ACTIVE; i++) {
+    char name[16];
+    snprintf(name, sizeof(name), "a%d", i);
+    add_host(name, i / 4, false);
+  }
+  int t0 = add_host("t0", 0, true), u[4], v4[4];
+  for (int k = 0; k < 4; k++) {
+    char name[16];
+    snprintf(name, sizeof(name), "u%d", k);
+    u[k] = add_host(name, 4, true);
+  }
+  for (int i = 0; i < ACTIVE; i++)
+    host_start(i);
+  struct world w;
+  collect(0, WORLD, &w);
+  for (int nr = 0; nr < w.nodes; nr++)
+    assert_int_equal(w.host_of_node[nr], nr);
+  check_places(&w, NULL, 0, NULL, false);
+  int64_t gen = w.gen;
+  assert_string_equal(domains_of(gen), "0 4 0 8 d0\n4 4 8 8 d1\n"
+                                       "8 4 16 8 d2\n12 4 24 8 d3\n");
+  host_start(t0);
+  for (int k = 0; k < 4; k++)
+    host_start(u[k]);
+  parked_reach(5 * PER);
+  assert_int_equal(root_stat("generation"), gen);
+  report("segments: start", &w);
+
+  /* 1: d0 repaired in place by its own spare. */
+  int v = victim_in(0);
+  host_kill(v);
+  collect(gen, WORLD, &w);
+  assert_int_equal(w.gen, gen + 1);
+  check_places(&w, &v, 1, &t0, true);
+  check_domains_whole(&w);
+  gen = w.gen;
+  assert_string_equal(domains_of(gen), "0 4 0 8 d0\n4 4 8 8 d1\n"
+                                       "8 4 16 8 d2\n12 4 24 8 d3\n");
+  report("segments 1 (d0 repaired by its spare)", &w);
+
+  /* 2: d1 given up whole for u0..u3; its survivors parked. */
+  int d1[4];
+  assert_int_equal(in_domain(1, d1), 4);
+  v = victim_in(1);
+  host_kill(v);
+  collect(gen, WORLD, &w);
+  assert_int_equal(w.gen, gen + 1);
+  check_places(&w, d1, 4, u, true);
+  check_domains_whole(&w);
+  gen = w.gen;
+  assert_string_equal(domains_of(gen), "0 4 0 8 d0\n4 4 8 8 d4\n"
+                                       "8 4 16 8 d2\n12 4 24 8 d3\n");
+  parked_reach(3 * PER); /* d1's survivors */
+  report("segments 2 (d1 given up for d4)", &w);
+
+  /* 3: the survivors stop; v0..v3 of d5 come as spares; d2 loses a host
+   * and is given up for them. */
+  int surv[3], ns = 0;
+  for (int k = 0; k < 4; k++)
+    if (d1[k] != v)
+      surv[ns++] = d1[k];
+  hosts_kill(surv, 3);
+  for (int k = 0; k < 4; k++) {
+    char name[16];
+    snprintf(name, sizeof(name), "v%d", k);
+    v4[k] = add_host(name, 5, true);
+    host_start(v4[k]);
+  }
+  while (!root_lists(v4, 4)) /* parked: the only place they can be */
+    usleep(50 * 1000);
+  int d2[4];
+  assert_int_equal(in_domain(2, d2), 4);
+  v = victim_in(2);
+  host_kill(v);
+  collect(gen, WORLD, &w);
+  assert_int_equal(w.gen, gen + 1);
+  check_places(&w, d2, 4, v4, true);
+  check_domains_whole(&w);
+  gen = w.gen;
+  assert_string_equal(domains_of(gen), "0 4 0 8 d0\n4 4 8 8 d4\n"
+                                       "8 4 16 8 d5\n12 4 24 8 d3\n");
+  report("segments 3 (d2 given up for d5)", &w);
+  check_alive();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_spares, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_segments, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
