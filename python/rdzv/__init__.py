@@ -268,7 +268,8 @@ class Rendezvous:
              world_size: Optional[int] = None, min_size: int = 0,
              timeout_s: float = 60.0, last_call_s: Optional[float] = None,
              location: Optional[str] = None, spare: bool = False,
-             domain: Optional[str] = None) -> "Rendezvous":
+             domain: Optional[str] = None,
+             segment_hosts: int = 0) -> "Rendezvous":
         """Joins the round and blocks until the root answers. What is not
         given comes from the launcher's environment, as in C
         (rdzv_rendezvous_opts_from_env: RDZV_ADDR, RDZV_JOB, RDZV_HOST,
@@ -280,7 +281,9 @@ class Rendezvous:
         until the root needs it in place of a lost host (then returns with
         that host's place), or timeout_s passes (ParkedError); domain: the
         host's NVLink domain, which a lost host's replacement shares when
-        it can. Raises DeadlineError naming the hosts that lack ranks,
+        it can; segment_hosts: the job places whole domains, segments of
+        this many hosts of one domain (0: hosts one by one; else
+        RDZV_SEGMENT_HOSTS). Raises DeadlineError naming the hosts that lack ranks,
         DuplicateClaimError, ParkedError (a complete round at its maximum
         parked this host: it may join again when that generation ends),
         AbortedError, ..."""
@@ -310,6 +313,7 @@ class Rendezvous:
         if world_size is not None:
             o.world_size = _int(world_size, 1, i32[1], "world_size")
         o.min_size = _int(min_size, 0, i32[1], "min_size")
+        o.segment_hosts = _int(segment_hosts, 0, i32[1], "segment_hosts")
         o.timeout_s = timeout_s
         err = ctypes.create_string_buffer(512)
         check(_lib.lib.rdzv_rendezvous_opts_from_env(ctypes.byref(o), err,

@@ -49,7 +49,7 @@ class RendezvousOpts(ctypes.Structure):
                 ("min_size", c_int32), ("last_call_s", c_double),
                 ("timeout_s", c_double), ("topology", c_char_p),
                 ("secret_file", c_char_p), ("role", c_int32),
-                ("domain", c_char_p)]
+                ("domain", c_char_p), ("segment_hosts", c_int32)]
 
 
 MAKE_ID = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_uint8))

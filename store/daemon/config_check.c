@@ -284,6 +284,12 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
     snprintf(err, errlen, "--role root takes no --parent");
     return -EINVAL;
   }
+  if (cfg->health_cmd[0] != '\0' &&
+      cfg->health_cmd[strspn(cfg->health_cmd, " \t\r\n")] == '\0') {
+    snprintf(err, errlen, "--health-cmd is only blanks: give a command "
+             "(exit 0 admits the host) or leave it unset");
+    return -EINVAL;
+  }
   if (cfg->role == RDZV_DAEMON_ROOT && cfg->health_cmd[0] != '\0') {
     snprintf(err, errlen, "--health-cmd is a node's (it gates the joins of "
              "its hosts' ranks): a root takes none");

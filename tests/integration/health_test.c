@@ -7,7 +7,9 @@
  *     and the check's last line; the healthy host h0 is admitted and saw
  *     RDZV_HEALTH_HOST, RDZV_JOB and RDZV_ROUND; the root lists u0
  *     (rdzvctl quarantine) and refuses it again even once healthy, until
- *     `rdzvctl quarantine clear u0`, after which it joins;
+ *     `rdzvctl quarantine clear u0`, after which it joins; a host
+ *     cleared while the generation it failed in is still open is checked
+ *     afresh and completes it;
  *   - by hand: `rdzvctl quarantine add` keeps a healthy host out;
  *   - a check that hangs: killed after --health-timeout-ms with its whole
  *     process group (the sleep it started is gone), and the host
@@ -216,6 +218,34 @@ static void test_unhealthy_host_quarantined_until_cleared(void **state) {
   assert_int_equal(u.status, 0);
 }
 
+/* A host cleared while the generation it failed in is still open (h1
+ * waits for a second rank) is checked afresh, not failed again by the
+ * node's old verdict: healthy now, it completes the generation. */
+static void test_cleared_while_generation_open(void **state) {
+  (void)state;
+  struct joiner h, u;
+  start(&h, "open", "h1", 2, RDZV_MEMBER_ACTIVE);
+  while (stats_at_job(root_addr, "open", "rounds.open.world.ranks") != 1)
+    usleep(20 * 1000);
+  touch("unhealthy-u1");
+  start(&u, "open", "u1", 2, RDZV_MEMBER_ACTIVE);
+  finish(&u);
+  assert_int_equal(u.status, RDZV_EQUARANTINED);
+  char p[160];
+  snprintf(p, sizeof(p), "%s/unhealthy-u1", dir);
+  assert_int_equal(unlink(p), 0);
+  int st = 0;
+  char *out = ctl("open", &st, "clear", "u1", NULL);
+  assert_int_equal(st, 0);
+  free(out);
+  start(&u, "open", "u1", 2, RDZV_MEMBER_ACTIVE);
+  finish(&u);
+  assert_int_equal(u.status, 0);
+  finish(&h);
+  assert_int_equal(h.status, 0);
+  assert_int_equal(h.rank + u.rank, 1); /* ranks 0 and 1 */
+}
+
 static void test_quarantine_by_hand(void **state) {
   (void)state;
   int st = 0;
@@ -232,6 +262,9 @@ static void test_quarantine_by_hand(void **state) {
   assert_non_null(strstr(out, "host h8 was not quarantined"));
   free(out);
   out = ctl("hand", &st, "add", "h9", NULL); /* no reason: usage */
+  assert_int_equal(st, 2);
+  free(out);
+  out = ctl("hand", &st, "add", "h7", "  "); /* a blank one: usage */
   assert_int_equal(st, 2);
   free(out);
 }
@@ -295,6 +328,7 @@ static void test_unhealthy_spare_not_parked(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unhealthy_host_quarantined_until_cleared),
+      cmocka_unit_test(test_cleared_while_generation_open),
       cmocka_unit_test(test_quarantine_by_hand),
       cmocka_unit_test(test_hung_check_killed),
       cmocka_unit_test(test_unhealthy_spare_not_parked),

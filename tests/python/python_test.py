@@ -144,6 +144,22 @@ assert r2.rank == 0
 r2.close()
 ok("a dropped rendezvous left its round: its slot joined again")
 
+# The ctypes mirror of struct rdzv_rendezvous_opts is the C struct, whole
+# (rdzv_rendezvous_opts_init writes its size), and a whole-domain job's
+# world names its domains.
+from rdzv import _lib  # noqa: E402
+o = _lib.RendezvousOpts()
+_lib.lib.rdzv_rendezvous_opts_init(ctypes.byref(o))
+assert o.size == ctypes.sizeof(o), (o.size, ctypes.sizeof(o))
+seg = dict(addr=f"unix:{DIR}/a.sock", job=f"seg-{TAG}", host="h1",
+           local_rank=0, local_size=1, world_size=1, timeout_s=20,
+           domain="nvl-0", segment_hosts=1)
+r1 = rdzv.Rendezvous.join(**seg)
+doms = r1.store.get(f"rdzv/world/g{r1.generation}/domains")
+assert doms == b"0 1 0 1 nvl-0\n", doms
+r1.close()
+ok(f"a whole-domain job names the domains it used ({doms!r})")
+
 # A round complete at its maximum, every member live: another host's join
 # is parked at once (ParkedError), not a restart of the job; once the
 # member leaves, the same join opens the next generation.

@@ -447,6 +447,23 @@ static void test_parent_split(void **state) {
   assert_int_equal(parse(&c, err, sizeof(err), "--parent", "unix:/p", NULL),
                    -EINVAL);
   rdzv_config_free(&c);
+
+  /* A health command: a node's, and not only blanks (which would admit
+   * every host while looking configured). */
+  assert_int_equal(parse(&c, err, sizeof(err), "--role", "node", "--parent",
+                         "unix:/p", "--health-cmd", "true", NULL),
+                   0);
+  assert_string_equal(c.health_cmd, "true");
+  rdzv_config_free(&c);
+  assert_int_equal(parse(&c, err, sizeof(err), "--health-cmd", "true", NULL),
+                   -EINVAL);
+  assert_non_null(strstr(err, "a root takes none"));
+  rdzv_config_free(&c);
+  assert_int_equal(parse(&c, err, sizeof(err), "--role", "node", "--parent",
+                         "unix:/p", "--health-cmd", " \t ", NULL),
+                   -EINVAL);
+  assert_non_null(strstr(err, "only blanks"));
+  rdzv_config_free(&c);
 }
 
 static void test_tcpstore_defaults(void **state) {

@@ -317,6 +317,12 @@ int cmd_quarantine(struct ctl *ctl, int argc, char **argv) {
     ctl_usage_error("quarantine: HOST must be 1 to 255 bytes");
     return EXIT_USAGE;
   }
+  if (strcmp(verb, "add") == 0 &&
+      argv[2][strspn(argv[2], " \t\r\n")] == '\0') {
+    ctl_usage_error("quarantine add: REASON must say why (it is what the "
+                    "host's refused ranks are told)");
+    return EXIT_USAGE;
+  }
   snprintf(key, sizeof(key), "%s%s", RDZV_QUARANTINE_KEY_PREFIX, argv[1]);
   int err;
   if (strcmp(verb, "add") == 0) {

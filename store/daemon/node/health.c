@@ -10,6 +10,8 @@
  *                                     the held joins go on, each record
  *                                     marked with the reason (join_wire.h):
  *                                     the root quarantines the host
+ *   FAILED --its held joins went up--> (forgotten: a later join of the
+ *                                     host checks again)
  *   PASSED, FAILED --the round's generation answered--> (forgotten: the
  *                                     next generation's join checks again)
  *
@@ -136,6 +138,8 @@ static void release_held(struct hcheck *hc) {
   }
 }
 
+static void check_drop(struct njround *jr, struct hcheck *hc);
+
 /* The check ended: its verdict, logged and counted; held joins go on. */
 static void check_finish(struct hcheck *hc) {
   if (hc->state != HC_RUNNING)
@@ -178,6 +182,14 @@ static void check_finish(struct hcheck *hc) {
   if (!uv_is_closing((uv_handle_t *)&hc->out))
     uv_close((uv_handle_t *)&hc->out, on_handle_closed);
   release_held(hc);
+  /* A failure has done its work once the held joins went up marked (the
+   * root quarantines the host): forgotten now, so that a host an operator
+   * clears while the generation is still open is checked afresh rather
+   * than failed again by this verdict. (A command that could not start is
+   * kept: check_start's caller reads it; the round's end forgets it.) The
+   * process handle is closing, so hc outlives this call. */
+  if (!ok && hc->spawned && hc->jr != NULL)
+    check_drop(hc->jr, hc);
 }
 
 static void on_timer(uv_timer_t *t) {

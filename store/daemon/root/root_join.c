@@ -388,7 +388,9 @@ static int park_on_done(struct round *r, struct conn *c,
   HASH_ITER(hh, r->by_claim, mb, t)
     if (!mb->left)
       live++;
-  bool full = live >= r->params.max_size, all_spare = true;
+  /* A round this root loaded from its state (an earlier root completed
+   * it) has no members and no params here: never full. */
+  bool full = live > 0 && live >= r->params.max_size, all_spare = true;
   struct rdzv_slice v;
   size_t pos = 0;
   rdzv_items_next(&m->vals, &pos, &v); /* params */

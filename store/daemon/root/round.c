@@ -49,6 +49,8 @@ static void round_load(struct round *r) {
   if (v.p[8] == ROUND_OPEN)
     snprintf(r->reason, sizeof(r->reason),
              "generation %" PRId64 " was open when the root stopped", r->gen);
+  if (r->state == ROUND_DONE)
+    rdzv__round_world_load(r);
 }
 
 static void member_free_all(struct round *r) {

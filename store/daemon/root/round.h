@@ -285,6 +285,13 @@ void rdzv__round_member_drop(struct round *r, struct jmember *m);
  * rank, borrowing r's bytes. */
 void rdzv__round_world_prev(const struct round *r,
                             struct rdzv_place_host *prev);
+/* A root that found round r's last generation complete in its state (a
+ * durable backend that outlived an earlier root): that world again, from
+ * the generation's published "rdzv/<round>/g<gen>/hosts" and ".../domains"
+ * (round_complete.c), so the next generation keeps its node ranks. A
+ * record that does not parse leaves no world (the next generation is
+ * placed as a first one), logged. */
+void rdzv__round_world_load(struct round *r);
 /* The generation completing: its world (members ms[idx[k]] of rank k,
  * assignments asg[idx[k]], r->n of them) becomes r->world. */
 void rdzv__round_world_save(struct round *r, struct jmember *const *ms,

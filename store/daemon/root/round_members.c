@@ -114,6 +114,123 @@ void rdzv__round_world_save(struct round *r, struct jmember *const *ms,
   r->world_gen = r->gen;
 }
 
+/* The key "rdzv/<round>/g<gen>/<what>" of r's generation, or an empty
+ * value. */
+static struct rdzv_state_val gen_key(const struct round *r, const char *what) {
+  char key[192];
+  struct rdzv_state_val v = {NULL, 0, false, NULL};
+  int n = snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/%s", r->name,
+                   r->gen, what);
+  if (rdzv__state_get(r->s->st, (const uint8_t *)key, (uint32_t)n, &v) < 0)
+    v.n = 0;
+  return v;
+}
+
+/* Parses one line of the hosts key (node_rank first_rank local_size host
+ * location) into w (bytes copied). Returns 0, or -1 if it does not. */
+static int world_line(const uint8_t *p, uint32_t n, uint32_t node,
+                      struct world_host *w) {
+  char line[600];
+  if (n >= sizeof(line))
+    return -1;
+  memcpy(line, p, n);
+  line[n] = 0;
+  int nr, first, size, at = 0;
+  if (sscanf(line, "%d %d %d %n", &nr, &first, &size, &at) != 3 || at == 0 ||
+      nr != (int)node || size < 1)
+    return -1;
+  const char *host = line + at, *sp = strchr(host, ' ');
+  if (sp == NULL || sp == host)
+    return -1;
+  uint32_t hl = (uint32_t)(sp - host), ll = (uint32_t)strlen(sp + 1);
+  uint8_t *b = malloc(hl + 1 + ll + 1);
+  if (b == NULL)
+    return -1;
+  memcpy(b, host, hl);
+  b[hl] = 0;
+  memcpy(b + hl + 1, sp + 1, ll);
+  *w = (struct world_host){.host = b, .host_len = hl,
+                           .location = b + hl + 1, .location_len = ll,
+                           .domain = b + hl + 1 + ll, .domain_len = 0,
+                           .local_size = size, .first_rank = first};
+  return 0;
+}
+
+/* The domain of node rank node from the domains key's runs, into w (a
+ * copy of w's bytes grown to hold it). */
+static void world_domain(const struct rdzv_state_val *d, uint32_t node,
+                         struct world_host *w) {
+  for (uint32_t i = 0; i < d->n;) {
+    uint32_t j = i;
+    while (j < d->n && d->p[j] != '\n')
+      j++;
+    char line[400];
+    uint32_t n = j - i < sizeof(line) - 1 ? j - i : sizeof(line) - 1;
+    memcpy(line, d->p + i, n);
+    line[n] = 0;
+    i = j + 1;
+    int first, hosts, at = 0;
+    if (sscanf(line, "%d %d %*d %*d %n", &first, &hosts, &at) != 2 ||
+        at == 0 || (int64_t)node < first || (int64_t)node >= first + hosts)
+      continue;
+    const char *name = line + at;
+    size_t nl = strcmp(name, "-") == 0 ? 0 : strlen(name);
+    uint8_t *b = malloc(w->host_len + 1 + w->location_len + nl + 1);
+    if (b == NULL || nl == 0) {
+      free(b);
+      return;
+    }
+    memcpy(b, w->host, w->host_len + 1 + w->location_len);
+    memcpy(b + w->host_len + 1 + w->location_len, name, nl);
+    free(w->host);
+    w->host = b;
+    w->location = b + w->host_len + 1;
+    w->domain = b + w->host_len + 1 + w->location_len;
+    w->domain_len = (uint32_t)nl;
+    return;
+  }
+}
+
+void rdzv__round_world_load(struct round *r) {
+  world_free(r);
+  struct rdzv_state_val h = gen_key(r, "hosts"), d = gen_key(r, "domains");
+  uint32_t lines = 0;
+  for (uint32_t i = 0; i < h.n; i++)
+    lines += h.p[i] == '\n';
+  if (lines == 0)
+    return;
+  r->world = calloc(lines, sizeof(*r->world));
+  if (r->world == NULL)
+    return;
+  for (uint32_t i = 0; i < h.n && r->nworld_hosts < lines;) {
+    uint32_t j = i;
+    while (j < h.n && h.p[j] != '\n')
+      j++;
+    struct world_host *w = &r->world[r->nworld_hosts];
+    if (world_line(h.p + i, j - i, r->nworld_hosts, w) < 0) {
+      rdzv__log_job(r->s->d, 0, r->s->job_id,
+                    "round %s generation %" PRId64 ": its world's hosts do "
+                    "not parse (line %u): the next generation is placed "
+                    "as a first one", r->name, r->gen, r->nworld_hosts + 1);
+      world_free(r);
+      return;
+    }
+    world_domain(&d, r->nworld_hosts, w);
+    r->nworld_hosts++;
+    i = j + 1;
+  }
+  for (uint32_t k = 0; k < r->nworld_hosts; k++) {
+    struct world_host *w = &r->world[k];
+    HASH_ADD_KEYPTR(hh, r->world_by_key, w->host,
+                    w->host_len + 1 + w->location_len, w);
+  }
+  r->world_gen = r->gen;
+  rdzv__log_job(r->s->d, 1, r->s->job_id,
+                "round %s generation %" PRId64 ": its world of %u hosts "
+                "found in the state: the next generation keeps their "
+                "places", r->name, r->gen, r->nworld_hosts);
+}
+
 void rdzv__round_member_drop(struct round *r, struct jmember *m) {
   bool was_host = m->in_host;
   HASH_DEL(r->by_claim, m);
