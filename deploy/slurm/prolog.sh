@@ -43,6 +43,10 @@
 #                      there (/metrics, /livez, /readyz), on a port of the
 #                      kernel's choice written to RDZV_RUN_DIR/<job>.http.port
 #                      (jobs share hosts); empty: none (the default)
+#   RDZV_HEALTH_CMD    a command the node runs before it admits a host's
+#                      ranks (rdzvd --health-cmd; exit 0 admits; a failing
+#                      host is quarantined for the job); none by default
+#   RDZV_HEALTH_TIMEOUT_MS  its deadline (30000)
 #   RDZV_AUTH          required: every hello proves the job's secret (the
 #                      default); off: the daemons run without one, and
 #                      anyone who reaches their ports may act as the job
@@ -330,10 +334,15 @@ if [ "${RDZV_TCPSTORE:-0}" = 1 ]; then
   tcpstore=(--tcpstore-listen=127.0.0.1:0 --tcpstore-job="$job"
     --tcpstore-port-file="$run/$job.tcpstore.port")
 fi
+health=()
+if [ -n "${RDZV_HEALTH_CMD:-}" ]; then
+  health=(--health-cmd="$RDZV_HEALTH_CMD"
+    --health-timeout-ms="${RDZV_HEALTH_TIMEOUT_MS:-30000}")
+fi
 start node --role=node --job="$job" --parent="$parent" \
   --listen="$listen:$ports" --unix="$run/$job.sock" --name="$me" \
   --allow-uids="${SLURM_JOB_UID:-}" --children="$children" \
-  "${auth[@]}" "${tcpstore[@]}" "${http[@]}"
+  "${auth[@]}" "${tcpstore[@]}" "${http[@]}" "${health[@]}"
 wait_started node "ports $ports on $listen"
 # The tasks run as the job's user, and connecting to a Unix socket needs
 # write permission on it: the socket is the job user's alone (and root's).

@@ -92,6 +92,7 @@ static int run_job_script(const char *script, int h, int job,
                   rundir, bin, ctl, base, "RDZV_PORT_RANGE=7",
                   "RDZV_PORT_TRIES=2", "RDZV_FANOUT=1", "RDZV_TCPSTORE=1",
                   "RDZV_HTTP_ADDR=127.0.0.1",
+                  "RDZV_HEALTH_CMD=test -n \"$RDZV_HEALTH_HOST\"",
                   "RDZV_START_TIMEOUT=10", job_env, "SLURM_STEP_ID=3",
                   "SLURM_JOB_NODELIST=127.0.0.[1-3]", "/bin/sh", "-c",
                   "exec \"$0\" 2>&1", sc, NULL};
@@ -726,6 +727,9 @@ static void test_prolog_task_prolog_epilog(void **state) {
   assert_int_equal(rdzv_store_stats(c, &json, 10), 0);
   if (strstr(json, want) == NULL)
     fail_msg("host 3's node lacks its ancestors (%s): %s", want, json);
+  /* RDZV_HEALTH_CMD: the node checked its host before admitting it. */
+  if (stats_get(json, "health_checks") < 1 || stats_get(json, "health_failed") != 0)
+    fail_msg("host 3's node ran no passing health check: %s", json);
   rdzv_free(json);
   rdzv_client_destroy(c);
   /* ... given by the Prolog, before any hello told it. */
