@@ -176,19 +176,24 @@ int64_t stats_at(const char *addr, const char *path) {
   return stats_at_job(addr, "stats-reader", path);
 }
 
-int64_t stats_at_job(const char *addr, const char *job, const char *path) {
+char *stats_json_at_job(const char *addr, const char *job) {
   struct rdzv_client_opts o;
   rdzv_client_opts_init(&o);
   o.addr = addr;
   o.job_id = job;
   rdzv_client_t *c = NULL;
   char *json = NULL;
-  int64_t v = -1;
-  if (rdzv_client_create(&o, &c) == 0 &&
-      rdzv_store_stats(c, &json, 10.0) == 0)
-    v = stats_get(json, path);
-  rdzv_free(json);
+  if (rdzv_client_create(&o, &c) < 0 ||
+      rdzv_store_stats(c, &json, 10.0) < 0)
+    json = NULL;
   rdzv_client_destroy(c);
+  return json;
+}
+
+int64_t stats_at_job(const char *addr, const char *job, const char *path) {
+  char *json = stats_json_at_job(addr, job);
+  int64_t v = json != NULL ? stats_get(json, path) : -1;
+  rdzv_free(json);
   return v;
 }
 

@@ -47,6 +47,9 @@ int64_t stats_at(const char *addr, const char *path);
 /* As stats_at, connected as job (a root's "rounds" are those of the
  * asking job). */
 int64_t stats_at_job(const char *addr, const char *job, const char *path);
+/* The whole stats JSON of the daemon at addr, asked as job (free with
+ * rdzv_free), or NULL when it cannot be read. */
+char *stats_json_at_job(const char *addr, const char *job);
 
 /* Polls the daemon at addr until its counter at path reaches at least
  * want (at most about 30 s); returns the last value read. */
