@@ -71,6 +71,13 @@ save_log_tail() {
       "$1" "$2" "$log"
     grep -m 20 -E 'FAIL|ERROR|[Aa]ssert|error:' "$log" 2>/dev/null ||
       echo "(none)"
+    # A randomized test prints "seed N" (its replay) and its plan; the
+    # daemons' news (losses, reattachments) is how a rare failure is read.
+    if grep -q -E '^seed [0-9]+' "$log" 2>/dev/null; then
+      printf -- '---- its seed, plan and the daemons news (last 60 lines)\n'
+      grep -E '^seed [0-9]+|^round [0-9]+:|lost the parent|reattaches|restarted|sent again|did not come back' \
+        "$log" | tail -n 60
+    fi
     printf -- '---- and its last 15 lines\n'
     tail -n 15 "$log" 2>/dev/null || echo "(no log)"
   } >>"$work/log-tails.txt"

@@ -216,8 +216,14 @@ int daemon_start(struct proc *p, const char *dir, const char *name,
   snprintf(una, sizeof(una), "--unix=%s/%s.sock", dir, name);
   snprintf(par, sizeof(par), "--parent=%s", parent ? parent : "");
   snprintf(nm, sizeof(nm), "--name=%s", name);
+  /* Daemons log errors only, unless RDZV_TEST_LOG_LEVEL asks for more
+   * (a failing run to look into). */
+  char lvl[32];
+  const char *want = getenv("RDZV_TEST_LOG_LEVEL");
+  snprintf(lvl, sizeof(lvl), "--log-level=%s",
+           want != NULL && *want != '\0' ? want : "0");
   char *argv[32] = {"tools/rdzvd", parent ? "--role=node" : "--role=root",
-                    "--listen=127.0.0.1:0", pfa, una, nm, "--log-level=0"};
+                    "--listen=127.0.0.1:0", pfa, una, nm, lvl};
   int n = 7;
   if (parent != NULL)
     argv[n++] = par;
