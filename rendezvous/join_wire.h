@@ -47,6 +47,11 @@
 #define RDZV_JOIN_PARAMS_BYTES 16u     /* without segment_hosts */
 #define RDZV_JOIN_PARAMS_MAX_BYTES 20u /* with it */
 #define RDZV_JOIN_ASSIGN_BYTES 32u
+/* A JOIN's b (a = 0): the newest generation of the round that the sender
+ * (a node) has known, a floor for the number of the generation the root
+ * opens next. Floors at or past this bound are ignored: a bogus one must
+ * not use up the generation space. */
+#define RDZV_JOIN_GEN_FLOOR_MAX ((int64_t)1 << 48)
 #define RDZV_JOIN_ERROR_BYTES 12u
 #define RDZV_JOIN_MAX_TOPO 65535u
 

@@ -179,8 +179,12 @@ enum rdzv_msg_type {
    * records (a rank sends one; a node what its subtree gathered); a = 0,
    * or a generation: a node re-sending, after it reconnected, members that
    * completed that generation (bound to the new path if the generation
-   * still stands, else EABORTED; never a new generation). Reply
-   * when the round completes: a = generation, b = world size, vals = one
+   * still stands, else EABORTED; never a new generation). b (with a = 0,
+   * from a node; 0 otherwise) = the newest generation of the round the
+   * node has known: a root opening the next generation numbers it above
+   * b, so that after a root restarted without its state (in memory) no
+   * generation number, and no key under rdzv/<round>/g<N>/, names two
+   * worlds (older roots ignore b). Reply when the round completes: a = generation, b = world size, vals = one
    * assignment per join record the requester sent; or an error with
    * keys[0] = a message naming what is missing or duplicated. */
   RDZV_MSG_JOIN = 16,

@@ -10,6 +10,8 @@
  *   4. h0, h2, h3 and s0 join again: s0 keeps node rank 1 and every other
  *      host its node rank, and the generation counts on (3), and its
  *      domains are those of the world it kept.
+ * And the first launch of 4 rdzv-example ranks through two nodes after
+ * such a restart completes (test_first_launch_after_restart).
  * No assertion depends on wall-clock time. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -168,9 +170,43 @@ static void test_world_kept_across_restart(void **state) {
   leave_all(g3, 4);
 }
 
+/* The first launch of a job through two nodes after its etcd-backed root
+ * was killed (-9) and started again on its port: every rank of it
+ * completes, in a generation after the one before the restart (as for
+ * an in-memory root: restart_test). */
+static void test_first_launch_after_restart(void **state) {
+  (void)state;
+  struct proc nodes[2];
+  char tcp[2][64], ua[2][160];
+  const char *addrs[2] = {ua[0], ua[1]};
+  for (int i = 0; i < 2; i++) {
+    char name[8];
+    snprintf(name, sizeof(name), "n%d", i);
+    assert_int_equal(daemon_start(&nodes[i], dir, name, root_tcp, NULL, tcp[i]),
+                     0);
+    daemon_unix_addr(dir, name, ua[i], sizeof(ua[i]));
+  }
+  char err[1024] = "";
+  int64_t g1 = example_launch(addrs, "relaunch", err, sizeof(err));
+  if (g1 < 0)
+    fail_msg("launch 1: %s", err);
+  kill(root.pid, SIGKILL);
+  proc_wait(&root);
+  root.pid = 0;
+  assert_int_equal(start_root(), 0);
+  int64_t g2 = example_launch(addrs, "relaunch", err, sizeof(err));
+  if (g2 < 0)
+    fail_msg("launch 2, the first after the restart: %s", err);
+  assert_true(g2 > g1);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(proc_stop(&nodes[i]), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_world_kept_across_restart, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_first_launch_after_restart, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -292,3 +292,52 @@ int rm_rf(const char *dir) {
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
   return system(cmd) == 0 ? 0 : -1;
 }
+
+int64_t example_launch(const char *const addrs[2], const char *job,
+                       char *err, size_t n) {
+  struct proc ranks[4];
+  char env_job[160];
+  snprintf(env_job, sizeof(env_job), "RDZV_JOB=%s", job);
+  err[0] = '\0';
+  int started = 0;
+  for (; started < 4; started++) {
+    int i = started;
+    char env_addr[200], env_host[32], env_lr[32];
+    snprintf(env_addr, sizeof(env_addr), "RDZV_ADDR=%s", addrs[i / 2]);
+    snprintf(env_host, sizeof(env_host), "RDZV_HOST=host%c", i < 2 ? 'A' : 'B');
+    snprintf(env_lr, sizeof(env_lr), "LOCAL_RANK=%d", i % 2);
+    char *argv[] = {"/usr/bin/env", env_addr, env_host, env_lr, env_job,
+                    "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=4",
+                    "tools/rdzv-example", "--nccl", "none", "--timeout", "30",
+                    NULL};
+    if (proc_start(&ranks[i], argv, 1) < 0) {
+      snprintf(err, n, "cannot start rank process %d", i);
+      break;
+    }
+  }
+  int64_t gen = -1;
+  int failed = started < 4;
+  for (int i = 0; i < started; i++) {
+    char *out = proc_read_all(&ranks[i]);
+    int st = proc_wait(&ranks[i]);
+    const char *line = out != NULL ? strstr(out, "generation ") : NULL;
+    long long g = -1;
+    if (line != NULL && sscanf(line, "generation %lld", &g) != 1)
+      g = -1;
+    size_t used = strlen(err);
+    if (st != 0 || g < 0 ||
+        (i == 0 && strstr(out, "ids identical on all 4 ranks") == NULL)) {
+      snprintf(err + used, n - used, "%srank process %d exited %d: %s",
+               used ? "; " : "", i, st, out != NULL ? out : "(no output)");
+      failed++;
+    } else if (gen < 0) {
+      gen = g;
+    } else if (g != gen) {
+      snprintf(err + used, n - used, "%srank process %d in generation %lld, "
+               "not %lld", used ? "; " : "", i, g, (long long)gen);
+      failed++;
+    }
+    free(out);
+  }
+  return failed > 0 ? -1 : gen;
+}

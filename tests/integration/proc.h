@@ -57,7 +57,8 @@ int64_t stats_reach(const char *addr, const char *path, int64_t want);
 
 /* Starts tools/rdzvd (a root when parent is NULL, else a node of parent)
  * named name, with its port file DIR/<name>.port and Unix socket
- * DIR/<name>.sock, listening on 127.0.0.1:0, log level 0, then the
+ * DIR/<name>.sock, listening on 127.0.0.1:0, log level 0 (or
+ * $RDZV_TEST_LOG_LEVEL), then the
  * NULL-terminated extra options (which may override those: a later
  * option wins). Waits for its port file; tcp (64 bytes) gets
  * "127.0.0.1:PORT". Returns 0 or -1. */
@@ -72,6 +73,15 @@ long rss_kb(pid_t pid);
 /* A TCP port on loopback that nothing listens on now (bound, then
  * closed), or -1. */
 int free_port(void);
+/* One launch of 4 rdzv-example ranks (tools/rdzv-example, a data
+ * dependency; ids from /dev/urandom) of job: local ranks 0 and 1 of host
+ * A through addrs[0], of host B through addrs[1]. Every rank must exit 0:
+ * it got its rank and the same ids as every other rank and passed a
+ * closing barrier; rank 0 must say the ids matched. Returns the
+ * generation the ranks agreed on, or -1 with what failed in err (n
+ * bytes). */
+int64_t example_launch(const char *const addrs[2], const char *job,
+                       char *err, size_t n);
 /* Removes the directory tree dir. Returns 0 or -1. */
 int rm_rf(const char *dir);
 

@@ -391,6 +391,13 @@ static int join_send_up(struct njround *jr, int64_t gen,
   m.type = RDZV_MSG_JOIN;
   m.flags = flags;
   m.a = gen;
+  if (gen == 0) {
+    /* The newest generation of this round known here or below: a root
+     * that lost its state (restarted in memory) numbers the next one
+     * above it, so that a generation's keys never name two worlds. */
+    int64_t known = jr->last_gen > jr->lost_gen ? jr->last_gen : jr->lost_gen;
+    m.b = known > jr->child_gen ? known : jr->child_gen;
+  }
   m.keys.n = 1;
   m.keys.v = &name;
   m.vals.n = n;
@@ -556,6 +563,9 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
                                &unhealthy_len) == RDZV_HEALTH_HELD)
       return;
   }
+  if (c->role == RDZV_ROLE_NODE && m->b > jr->child_gen &&
+      m->b < RDZV_JOIN_GEN_FLOOR_MAX)
+    jr->child_gen = m->b;
   struct jwait *w = jwait_for(jr, c, m->req_id);
   if (w == NULL) {
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);

@@ -59,6 +59,9 @@ struct njround {
   uv_timer_t timer;
   int64_t last_gen; /* the newest generation a reply brought */
   int64_t lost_gen; /* generations up to this one died with the parent */
+  /* The highest generation a child node said it knew (a JOIN's b): with
+   * last_gen, the floor sent up for the next generation's number. */
+  int64_t child_gen;
   /* The members of generation done_gen that completed through this node
    * (its ranks and its subtree's), by claim: where each is bound now, and
    * its join record, sent again after a lost connection to the parent so

@@ -495,6 +495,18 @@ static void join_records(struct round *r, struct conn *c,
       (answer_known(r, c, m) || refuse_live_conflicts(r, c, m) ||
        park_on_done(r, c, m)))
     return;
+  if (r->state == ROUND_FAILED && m->a == 0 && m->b > r->gen &&
+      m->b < RDZV_JOIN_GEN_FLOOR_MAX) {
+    /* A node knew generation b of this round: this root lost it (it
+     * restarted without its state, or the round was forgotten). The next
+     * generation is numbered above it, so that no key under
+     * rdzv/<round>/g<N>/ (unique ids, gathers) names two worlds to a node
+     * or rank that still holds the old one. */
+    rdzv__log_job(r->s->d, 1, r->s->job_id, "round %s: %s knew generation "
+                  "%" PRId64 " (this root had %" PRId64 "): the next one is "
+                  "numbered above it", r->name, c->name, m->b, r->gen);
+    r->gen = m->b;
+  }
   if (r->state != ROUND_OPEN)
     rdzv__round_open(r, &params);
   struct jpend *p = pend_for(r, c, m->req_id);
