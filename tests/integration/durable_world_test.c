@@ -180,7 +180,7 @@ static void test_first_launch_after_restart(void **state) {
   char tcp[2][64], ua[2][160];
   const char *addrs[2] = {ua[0], ua[1]};
   for (int i = 0; i < 2; i++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof(name), "n%d", i);
     assert_int_equal(daemon_start(&nodes[i], dir, name, root_tcp, NULL, tcp[i]),
                      0);
