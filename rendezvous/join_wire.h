@@ -51,7 +51,8 @@
  * (a node) has known, a floor for the number of the generation the root
  * opens next. Floors at or past this bound are ignored: a bogus one must
  * not use up the generation space. */
-#define RDZV_JOIN_GEN_FLOOR_MAX ((int64_t)1 << 48)
+#define RDZV_JOIN_GEN_FLOOR_MAX ((int64_t)1 << 30) /* generation keys parse
+                                                      up to INT32_MAX */
 #define RDZV_JOIN_ERROR_BYTES 12u
 #define RDZV_JOIN_MAX_TOPO 65535u
 

@@ -34,7 +34,7 @@
 
 static struct etcdh eh;
 static char dir[64], root_tcp[64], addr[80];
-static struct proc root;
+static struct proc root, nodes[2]; /* nodes: test_first_launch_after_restart */
 static int root_port;
 
 static int start_root(void) {
@@ -59,7 +59,13 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  int bad = root.pid != 0 && proc_stop(&root) != 0;
+  int bad = 0;
+  for (int i = 0; i < 2; i++)
+    if (nodes[i].pid != 0) {
+      bad |= proc_stop(&nodes[i]) != 0;
+      nodes[i].pid = 0;
+    }
+  bad |= root.pid != 0 && proc_stop(&root) != 0;
   etcdh_stop_all(&eh);
   bad |= rm_rf(dir) != 0;
   return bad ? -1 : 0;
@@ -176,7 +182,6 @@ static void test_world_kept_across_restart(void **state) {
  * an in-memory root: restart_test). */
 static void test_first_launch_after_restart(void **state) {
   (void)state;
-  struct proc nodes[2];
   char tcp[2][64], ua[2][160];
   const char *addrs[2] = {ua[0], ua[1]};
   for (int i = 0; i < 2; i++) {
@@ -198,8 +203,6 @@ static void test_first_launch_after_restart(void **state) {
   if (g2 < 0)
     fail_msg("launch 2, the first after the restart: %s", err);
   assert_true(g2 > g1);
-  for (int i = 0; i < 2; i++)
-    assert_int_equal(proc_stop(&nodes[i]), 0);
 }
 
 int main(void) {

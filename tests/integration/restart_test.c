@@ -62,14 +62,18 @@ static int teardown(void **state) {
   return bad ? -1 : 0;
 }
 
-static rdzv_client_t *client(const char *addr) {
+static rdzv_client_t *client_of(const char *addr, const char *job) {
   struct rdzv_client_opts o;
   rdzv_client_opts_init(&o);
   o.addr = addr;
-  o.job_id = "restart-job";
+  o.job_id = job;
   rdzv_client_t *c = NULL;
   assert_int_equal(rdzv_client_create(&o, &c), 0);
   return c;
+}
+
+static rdzv_client_t *client(const char *addr) {
+  return client_of(addr, "restart-job");
 }
 
 static void assert_get(rdzv_client_t *c, const char *key, const char *want) {
@@ -174,15 +178,18 @@ static void test_first_launch_after_restart(void **state) {
   int st;
   waitpid(root.pid, &st, 0);
   assert_int_equal(start_root(), 0);
-  /* The nodes meet the new root by themselves (their job's link comes
-   * back): until both have seen its new incarnation. */
+  /* Until both nodes have seen the new root's incarnation (a write of
+   * the job through leaf makes both links come back if they had not). */
+  rdzv_client_t *probe = client_of(leaf_addr, "relaunch");
   int64_t m = 0, l = 0;
   for (int tries = 0; tries < 300 && (m < 1 || l < 1); tries++) {
+    rdzv_store_set(probe, "probe", "1", 1, 0, 5);
     m = stats_at(mid_tcp, "parent_restarts");
     l = stats_at(leaf_tcp, "parent_restarts");
     if (m < 1 || l < 1)
       usleep(100 * 1000);
   }
+  rdzv_client_destroy(probe);
   assert_true(m >= 1 && l >= 1);
   int64_t g2 = launch(2);
   assert_true(g2 > g1);

@@ -514,6 +514,11 @@ void rdzv__node_joins_lost(struct node_job *nj) {
   struct njround *jr, *t;
   HASH_ITER(hh, nj->jrounds, jr, t) {
     jr->lost_gen = jr->last_gen;
+    /* The members bound for a generation of the old parent are gone with
+     * it: a new root that numbers a generation like that one (a node told
+     * it nothing higher) must not find them here. */
+    rdzv__nj_binds_clear(jr);
+    jr->done_gen = 0;
     if (jr->lost_gen != 0)
       nj->joins_lost = true; /* for good: the full check from now on */
   }

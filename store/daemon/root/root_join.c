@@ -495,8 +495,8 @@ static void join_records(struct round *r, struct conn *c,
       (answer_known(r, c, m) || refuse_live_conflicts(r, c, m) ||
        park_on_done(r, c, m)))
     return;
-  if (r->state == ROUND_FAILED && m->a == 0 && m->b > r->gen &&
-      m->b < RDZV_JOIN_GEN_FLOOR_MAX) {
+  if (r->state == ROUND_FAILED && c->role == RDZV_ROLE_NODE && m->a == 0 &&
+      m->b > r->gen && m->b < RDZV_JOIN_GEN_FLOOR_MAX) {
     /* A node knew generation b of this round: this root lost it (it
      * restarted without its state, or the round was forgotten). The next
      * generation is numbered above it, so that no key under
