@@ -331,6 +331,19 @@ int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
   int rc = check_opts(o, err, errlen);
   if (rc < 0)
     return rc;
+  /* domain "auto": this host's NVLink domain from NVML, or none. */
+  struct rdzv_rendezvous_opts with_domain;
+  char domain[64];
+  if (o->size >= OPTS_V2 && o->domain != NULL &&
+      strcmp(o->domain, "auto") == 0) {
+    rdzv_rendezvous_opts_init(&with_domain);
+    memcpy(&with_domain, o,
+           o->size < sizeof(with_domain) ? o->size : sizeof(with_domain));
+    with_domain.domain = rdzv_domain_detect(NULL, 0, domain, sizeof(domain)) > 0
+                             ? domain
+                             : NULL;
+    o = &with_domain;
+  }
   char host[256], topo[4096], rec[8192];
   if (o->host != NULL)
     snprintf(host, sizeof(host), "%s", o->host);

@@ -74,7 +74,8 @@ struct rdzv_rendezvous_opts {
                          returns with its place */
   const char *domain; /* the host's NVLink (or other) domain, <= 255
                          bytes: a lost host's place goes to a spare of its
-                         domain first; NULL: none */
+                         domain first; NULL: none; "auto": read from NVML
+                         (rdzv_domain_detect), none where it finds none */
   /* Version 3: */
   int32_t segment_hosts; /* whole domains: the world is made of segments
                             of this many hosts of one domain each, node
@@ -271,6 +272,33 @@ int rdzv_rendezvous_abort(rdzv_rendezvous_t *r, const char *reason,
  * returns the length, or -ENOSPC. */
 int rdzv_topology_detect(const char *host, int32_t local_rank,
                          const char *location, char *out, size_t n);
+
+/* rdzv_domain_detect - this host's NVLink domain, from NVML.
+ *
+ * Opens NVML (nvml_path; NULL: RDZV_NVML_LIBRARY, else
+ * "libnvidia-ml.so.1") with dlopen and asks GPU `device` (an index, >= 0;
+ * the join uses 0: a host's GPUs share a domain) for its fabric record
+ * (nvmlDeviceGetGpuFabricInfo). Where the GPU's multi-node NVLink
+ * registration completed, writes "nvl-<cluster UUID>-<clique id>" (the
+ * UUID as 8-4-4-4-12 lowercase hex, the clique id in decimal; at most 51
+ * bytes and the NUL) to out (n bytes) and returns its length. Returns 0
+ * with out "" where there is no domain: no NVML library, one without the
+ * fabric query (drivers before 550), NVML not initializing, no such GPU,
+ * a GPU outside an NVLink fabric (not supported, registration not
+ * completed or failed, an all-zero UUID). -EINVAL for a NULL or empty
+ * out or a negative device; -ENOSPC when n is too small. A join whose
+ * domain is "auto" (opts.domain or RDZV_DOMAIN) calls this and joins with
+ * the result, or with no domain when it is 0. Blocks: for NVML's
+ * initialization (tens of milliseconds on a GPU host). Thread: any. */
+int rdzv_domain_detect(const char *nvml_path, int32_t device, char *out,
+                       size_t n);
+
+/* rdzv_domain_format - the domain text of a fabric record: "nvl-" then
+ * the 16-byte cluster uuid as 8-4-4-4-12 lowercase hex, "-" and clique in
+ * decimal, into out (n bytes). Returns the length, 0 (out untouched) for
+ * an all-zero uuid (no fabric), or -ENOSPC. Pure. */
+int rdzv_domain_format(const unsigned char uuid[16], uint32_t clique,
+                       char *out, size_t n);
 
 #ifdef __cplusplus
 }

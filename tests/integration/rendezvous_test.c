@@ -502,6 +502,56 @@ static void test_host_with_two_locations(void **state) {
   assert_int_equal(finish_rank(&first), 0);
 }
 
+/* RDZV_DOMAIN=auto: each host's NVLink domain read from NVML, here the
+ * FAKE NVML (tests/fake_nvml, a test double loaded through the same
+ * dlopen seam as libnvidia-ml.so.1) answering clique 2 on hostP and 1 on
+ * hostQ of one cluster. With whole domains of one host
+ * (RDZV_SEGMENT_HOSTS=1) the world is ordered by domain, and the root
+ * publishes the domains the 4 rdzv-example ranks joined with. */
+static void test_domain_auto(void **state) {
+  (void)state;
+  static const char uuid[] = "FAKE_NVML_CLUSTER=00112233445566778899aabbccddeeff";
+  struct proc ranks[4];
+  for (int i = 0; i < 4; i++) {
+    char env_addr[160], env_host[32], env_lr[32], clique[32];
+    snprintf(env_addr, sizeof(env_addr), "RDZV_ADDR=%s", node_addr[i / 2]);
+    snprintf(env_host, sizeof(env_host), "RDZV_HOST=host%c", "PQ"[i / 2]);
+    snprintf(env_lr, sizeof(env_lr), "LOCAL_RANK=%d", i % 2);
+    snprintf(clique, sizeof(clique), "FAKE_NVML_CLIQUE=%d", 2 - i / 2);
+    char *argv[] = {"/usr/bin/env", env_addr, env_host, env_lr,
+                    "RDZV_JOB=domains", "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=4",
+                    "RDZV_DOMAIN=auto", "RDZV_SEGMENT_HOSTS=1",
+                    "RDZV_NVML_LIBRARY=tests/fake_nvml/libfake_nvml.so",
+                    (char *)uuid, clique, EXAMPLE, "--nccl", "none",
+                    "--timeout", "30", NULL};
+    assert_int_equal(proc_start(&ranks[i], argv, 1), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    char *out = proc_read_all(&ranks[i]);
+    int st = proc_wait(&ranks[i]);
+    if (st != 0)
+      fail_msg("rank process %d exited %d: %s", i, st, out ? out : "");
+    free(out);
+  }
+  struct rdzv_client_opts co;
+  rdzv_client_t *c = NULL;
+  void *v = NULL;
+  size_t len = 0;
+  rdzv_client_opts_init(&co);
+  co.addr = root_addr;
+  co.job_id = "domains";
+  assert_int_equal(rdzv_client_create(&co, &c), 0);
+  assert_int_equal(rdzv_store_get(c, "rdzv/world/g1/domains", &v, &len, 30), 0);
+  char got[400];
+  snprintf(got, sizeof(got), "%.*s", (int)len, (const char *)v);
+  rdzv_free(v);
+  rdzv_client_destroy(c);
+  /* node rank, hosts, first rank, ranks, domain: hostQ (clique 1) first */
+  assert_string_equal(got,
+                      "0 1 0 2 nvl-00112233-4455-6677-8899-aabbccddeeff-1\n"
+                      "1 1 2 2 nvl-00112233-4455-6677-8899-aabbccddeeff-2\n");
+}
+
 /* Elastic: between 2 and 4 ranks; 3 arrive, the round completes after
  * the last call with a world of 3, ranks 0..2. */
 static void test_elastic_round(void **state) {
@@ -600,6 +650,7 @@ int main(void) {
       cmocka_unit_test(test_scalable_ids),
       cmocka_unit_test(test_host_with_two_locations),
       cmocka_unit_test(test_elastic_round),
+      cmocka_unit_test(test_domain_auto),
       cmocka_unit_test(test_dead_node_aborts),
       cmocka_unit_test(test_job_id_required),
   };
