@@ -281,9 +281,9 @@ class Rendezvous:
         until the root needs it in place of a lost host (then returns with
         that host's place), or timeout_s passes (ParkedError); domain: the
         host's NVLink domain, which a lost host's replacement shares when
-        it can; segment_hosts: the job places whole domains, segments of
-        this many hosts of one domain (0: hosts one by one; else
-        RDZV_SEGMENT_HOSTS). Raises DeadlineError naming the hosts that lack ranks,
+        it can ("auto": read from NVML, none where it finds none);
+        segment_hosts: the job places whole domains, segments of this many
+        hosts of one domain (0: hosts one by one; else RDZV_SEGMENT_HOSTS). Raises DeadlineError naming the hosts that lack ranks,
         DuplicateClaimError, ParkedError (a complete round at its maximum
         parked this host: it may join again when that generation ends),
         AbortedError, ..."""
