@@ -30,6 +30,8 @@ struct parts {
   struct ts_server *ts;         /* --tcpstore-listen, or NULL */
   struct ts_spaces *spaces;     /* --tcpstore-spaces, or NULL */
   struct rdzv_durable *durable; /* --etcd, or NULL */
+  struct upstream *probe;       /* a node's probe of its parent, while it
+                                   runs (node.h) */
   bool http_port_written;       /* --http-port-file: removed at the stop */
 };
 
@@ -43,6 +45,7 @@ static void parts_stop_hook(void *arg) {
   rdzv__ts_spaces_stop(p->spaces);
   if (p->durable != NULL)
     rdzv__durable_stop(p->durable);
+  rdzv__upstream_destroy(p->probe, false);
   free(p);
 }
 
@@ -150,6 +153,8 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
     return rc;
   }
   d->started = true;
+  if (role == &rdzv__node_role && cfg->parent[0] != '\0')
+    rdzv__node_probe(d, &p->probe);
   const char *mutant = getenv("RDZVD_TEST_MUTANT");
   if (mutant != NULL && strcmp(mutant, "serve-expired") == 0) {
     d->mutant_serve_expired = true;

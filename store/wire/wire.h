@@ -260,6 +260,16 @@ enum rdzv_msg_type {
 enum rdzv_peer_role {
   RDZV_ROLE_CLIENT = 0, /* a rank or an operator tool */
   RDZV_ROLE_NODE = 1,   /* a child node agent */
+  /* A node's probe at its start, before any job (a HELLO with a = 2,
+   * keys[0] = its --job or empty, keys[1] = its name, b = its
+   * incarnation; no nonce, no proof): the daemon answers the chain of
+   * daemons above it (vals, nearest first, as a hello reply's) and closes
+   * the connection; it refuses a probe from itself (RDZV_EHELLO) and, with
+   * --job, one naming another job (RDZV_EJOB_MISMATCH). Older daemons
+   * refuse the role (RDZV_EBAD_ROLE). The chain is the daemons' addresses
+   * a launcher passes in --parent; it is told without authentication, and
+   * a node replaces it with what its first authenticated hello tells. */
+  RDZV_ROLE_PROBE = 2,
 };
 
 /* A borrowed byte string. */

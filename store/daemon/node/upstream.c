@@ -56,6 +56,8 @@ const char *rdzv__up_addr(const struct upstream *u) {
  * of memory, the list ends before the ancestor it could not copy (fewer
  * places to reattach to, none wrong). */
 void rdzv__up_refresh_ancestors(struct upstream *u) {
+  if (u->probe) /* the probe asks the parent only */
+    return;
   const struct daemon *d = u->d;
   uint32_t n = d->nancestors;
   for (uint32_t i = 0; i < n; i++) {
@@ -557,6 +559,32 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
   uv_timer_start(&u->beat, on_beat, d->cfg.heartbeat_ms, d->cfg.heartbeat_ms);
   rdzv__up_connect(u);
   return u;
+}
+
+struct upstream *rdzv__node_probe(struct daemon *d, struct upstream **slot) {
+  *slot = NULL;
+  if (d->cfg.parent[0] == '\0')
+    return NULL;
+  struct upstream *u = rdzv__upstream_create(d, d->cfg.job, NULL, NULL, NULL);
+  if (u == NULL)
+    return NULL;
+  /* Before its first connection's hello (connecting, resolving): asks
+   * the parent only, sends no pings. */
+  u->probe = true;
+  u->probe_slot = slot;
+  rdzv__addrs_truncate(u->addrs, &u->naddrs, 1);
+  uv_timer_stop(&u->beat);
+  *slot = u;
+  return u;
+}
+
+void rdzv__up_probe_end(struct upstream *u, bool learned) {
+  if (learned)
+    u->d->stats.probes_learned++;
+  if (u->probe_slot != NULL)
+    *u->probe_slot = NULL;
+  u->probe_slot = NULL;
+  rdzv__upstream_destroy(u, false);
 }
 
 static void on_timer_closed(uv_handle_t *h) { rdzv__up_unref(h->data); }

@@ -61,6 +61,11 @@ TAILQ_HEAD(upreq_queue, upreq);
 struct upstream {
   struct daemon *d;
   char *job_id;
+  /* The node's probe at start (node.h's rdzv__node_probe): no job, no
+   * requests, no pings, its parent only; *probe_slot is cleared when it
+   * ends. */
+  bool probe;
+  struct upstream **probe_slot;
   enum up_state state;
   union {
     uv_tcp_t tcp;
@@ -167,6 +172,9 @@ struct upstream {
 };
 
 /* ---- upstream.c: the link's life, requests, reset and backoff, writes ---- */
+/* The probe (u->probe) ended: the parent told the chain (learned), or
+ * refused a probe; clears its slot and destroys u. */
+void rdzv__up_probe_end(struct upstream *u, bool learned);
 /* The address in use: the parent, or an ancestor while reattached. */
 const char *rdzv__up_addr(const struct upstream *u);
 /* u's state becomes s (logged at debug level). */

@@ -214,9 +214,51 @@ static bool up_auth_answer(struct upstream *u, const struct rdzv_msg *m) {
   return true;
 }
 
+/* The probe's answer (u->probe, UP_HELLO): the chain above the parent,
+ * learned; a refusal that means another candidate (another job's daemon,
+ * this node itself) or a parent that is not ready, tried again; a parent
+ * that knows no probes (an older rdzvd: RDZV_EBAD_ROLE), given up (the
+ * first job's hello tells the chain). Always false: the probe's
+ * connection is over. */
+static bool probe_frame(struct upstream *u, const struct rdzv_msg *m) {
+  struct daemon *d = u->d;
+  bool reply = m->type == RDZV_MSG_HELLO && (m->flags & RDZV_F_REPLY) &&
+               m->req_id == u->hello_id;
+  if (reply && m->status == 0) {
+    learn_ancestors(u, m);
+    char list[600];
+    size_t used = 0;
+    list[0] = '\0';
+    for (uint32_t i = 0; i < d->nancestors && used + 260 < sizeof(list); i++)
+      used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s",
+                               i ? ", " : "", d->ancestors[i]);
+    rdzv__log(d, 1, "node %s: parent %s answered its probe; above it: %s",
+              d->cfg.name, rdzv__up_addr(u),
+              d->nancestors ? list : "none (it is the root)");
+    rdzv__up_probe_end(u, true);
+    return false;
+  }
+  if (m->status == RDZV_EBAD_ROLE) {
+    rdzv__log(d, 1,
+              "node %s: parent %s answers no probe (an older rdzvd): the "
+              "daemons above it are learned with the first job",
+              d->cfg.name, rdzv__up_addr(u));
+    rdzv__up_probe_end(u, false);
+    return false;
+  }
+  rdzv__up_attempt_failed(u,
+                          m->type == RDZV_MSG_ERROR ? "an ERROR frame from"
+                          : reply                   ? "probe refused by"
+                                                    : "not a probe reply from",
+                          m->status ? m->status : RDZV_EHELLO);
+  return false;
+}
+
 /* Returns false when the connection was reset. */
 static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
   u->d->stats.frames_in++;
+  if (u->probe && u->state == UP_HELLO)
+    return probe_frame(u, m);
   /* Before the hello reply, anything but that reply (an ERROR frame: the
    * daemon there is full or refuses us; a frame no rdzvd sends: not a
    * parent) ends this attempt: the next candidate, if the round has one. */

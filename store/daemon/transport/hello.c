@@ -18,9 +18,10 @@
 /* A hello refused: status with why (keys[0]) and, from a standby root
  * (RDZV_ENOT_LEADER), the leader's address (vals[0], when known); then
  * the connection closes once it is written. */
+static void send_and_close(struct conn *c, struct rdzv_msg *r);
+
 static void refuse_hello(struct conn *c, const struct rdzv_msg *m, int status,
                          const char *text, const char *leader) {
-  struct daemon *d = c->d;
   struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
   struct rdzv_slice l = {(const uint8_t *)leader, (uint32_t)strlen(leader)};
   struct rdzv_msg r;
@@ -30,10 +31,17 @@ static void refuse_hello(struct conn *c, const struct rdzv_msg *m, int status,
   r.keys.v = &t;
   r.vals.n = l.n > 0 ? 1 : 0;
   r.vals.v = &l;
-  rdzv__log(d, 2, "conn %s: hello refused: %s", c->name, text);
+  rdzv__log(c->d, 2, "conn %s: hello refused: %s", c->name, text);
+  send_and_close(c, &r);
+}
+
+/* The last frame of a connection (a refusal, a probe's answer): sent,
+ * then the connection closes once it is written. */
+static void send_and_close(struct conn *c, struct rdzv_msg *r) {
+  struct daemon *d = c->d;
   if (d->gate != NULL)
     rdzv__outq_truncate(&c->out, c->gate_rel);
-  rdzv__conn_send(c, &r);
+  rdzv__conn_send(c, r);
   if (d->gate != NULL)
     c->gate_rel = c->gate_seal = c->out.buf.len;
   rdzv__conn_set_state(c, CONN_CLOSING);
@@ -53,6 +61,76 @@ static void refuse_hello(struct conn *c, const struct rdzv_msg *m, int status,
 
 static void hello_admit(struct conn *c, const struct rdzv_msg *m,
                         const struct rdzv_msg *req);
+
+/* This daemon's chain up to the root (chain: RDZV_MAX_ANCESTORS slices
+ * at most, pointing into d), where a child goes when this daemon is
+ * lost: its parent and the ancestors above it; a root its peers (the
+ * other roots of an etcd-backed service). A child on another host gets
+ * none of the addresses that mean this host only (there they would name
+ * its own host's daemons). Returns how many. */
+static uint32_t hello_chain(struct conn *c, struct rdzv_slice *chain) {
+  struct daemon *d = c->d;
+  uint32_t nchain = 0;
+  bool remote = d->cfg.parent[0] != '\0' && rdzv__conn_peer_remote(c);
+  if (d->cfg.parent[0] != '\0' &&
+      !(remote && rdzv__conn_addr_local(d->cfg.parent))) {
+    chain[nchain].p = (const uint8_t *)d->cfg.parent;
+    chain[nchain++].n = (uint32_t)strlen(d->cfg.parent);
+  }
+  for (uint32_t i = 0; d->cfg.parent[0] != '\0' && i < d->nancestors &&
+                       nchain < RDZV_MAX_ANCESTORS;
+       i++) {
+    if (remote && rdzv__conn_addr_local(d->ancestors[i]))
+      continue;
+    chain[nchain].p = (const uint8_t *)d->ancestors[i];
+    chain[nchain++].n = (uint32_t)strlen(d->ancestors[i]);
+  }
+  for (uint32_t i = 0; d->cfg.parent[0] == '\0' && i < d->npeers &&
+                       nchain < RDZV_MAX_ANCESTORS;
+       i++) {
+    if (remote && rdzv__conn_addr_local(d->peers[i]))
+      continue;
+    chain[nchain].p = (const uint8_t *)d->peers[i];
+    chain[nchain++].n = (uint32_t)strlen(d->peers[i]);
+  }
+  return nchain;
+}
+
+/* A node's probe at its start (wire.h's RDZV_ROLE_PROBE): no job, no
+ * proof; the chain of daemons above this one, then the connection
+ * closes. Refused from this daemon itself, and by a daemon of one job
+ * when the probe names another. */
+static void answer_probe(struct conn *c, const struct rdzv_msg *m,
+                         struct rdzv_slice job) {
+  struct daemon *d = c->d;
+  char text[1024];
+  if (m->b != 0 && (uint64_t)m->b == d->incarnation) {
+    snprintf(text, sizeof(text),
+             "daemon %s at %s is this node itself: a node cannot be its own "
+             "parent", d->cfg.name, d->bound_addr);
+    refuse_hello(c, m, RDZV_EHELLO, text, "");
+    return;
+  }
+  if (d->cfg.job[0] != '\0' && job.n > 0 &&
+      (job.n != strlen(d->cfg.job) || memcmp(job.p, d->cfg.job, job.n) != 0)) {
+    snprintf(text, sizeof(text),
+             "daemon %s at %s serves job %s only, not job %.*s", d->cfg.name,
+             d->bound_addr[0] ? d->bound_addr : d->cfg.unix_path, d->cfg.job,
+             (int)(job.n < 255 ? job.n : 255), (const char *)job.p);
+    refuse_hello(c, m, RDZV_EJOB_MISMATCH, text, "");
+    return;
+  }
+  struct rdzv_slice chain[RDZV_MAX_ANCESTORS + 1];
+  struct rdzv_msg r;
+  rdzv__reply_init(&r, m, 0);
+  r.flags = RDZV_F_REPLY;
+  r.vals.n = hello_chain(c, chain);
+  r.vals.v = chain;
+  d->stats.probes_answered++;
+  rdzv__log(d, 2, "conn %s: a node's probe answered (%u daemons above)",
+            c->name, r.vals.n);
+  send_and_close(c, &r);
+}
 
 /* Who is on the other end, for a log line: "ADDR:PORT" or "unix pid N". */
 void rdzv__conn_peer_desc(struct conn *c, char *buf, size_t n) {
@@ -247,6 +325,11 @@ void rdzv__conn_handle_hello(struct conn *c, const struct rdzv_msg *m) {
     rdzv__conn_fail(c, RDZV_EHELLO, "the first frame must be a hello");
     return;
   }
+  if (m->a == RDZV_ROLE_PROBE && !c->inproc &&
+      rdzv_items_get(&m->keys, 0, &job) == 0 && job.n <= 255) {
+    answer_probe(c, m, job);
+    return;
+  }
   if (rdzv_items_get(&m->keys, 0, &job) < 0 || job.n == 0 || job.n > 255 ||
       memchr(job.p, '\0', job.n) != NULL) {
     rdzv__conn_fail(c, RDZV_EJOB_ID_MISSING,
@@ -343,34 +426,8 @@ static void hello_admit(struct conn *c, const struct rdzv_msg *m,
   r.a = (int64_t)d->cfg.max_frame_bytes; /* what a child may send */
   /* This daemon's chain up to the root: where a child goes when this
    * daemon is lost. */
-  /* A child on another host gets none of the addresses that mean this
-   * host only (there they would name its own host's daemons). */
   struct rdzv_slice chain[RDZV_MAX_ANCESTORS + 1];
-  uint32_t nchain = 0;
-  bool remote = d->cfg.parent[0] != '\0' && rdzv__conn_peer_remote(c);
-  if (d->cfg.parent[0] != '\0' &&
-      !(remote && rdzv__conn_addr_local(d->cfg.parent))) {
-    chain[nchain].p = (const uint8_t *)d->cfg.parent;
-    chain[nchain++].n = (uint32_t)strlen(d->cfg.parent);
-  }
-  for (uint32_t i = 0; d->cfg.parent[0] != '\0' && i < d->nancestors &&
-                       nchain < RDZV_MAX_ANCESTORS;
-       i++) {
-    if (remote && rdzv__conn_addr_local(d->ancestors[i]))
-      continue;
-    chain[nchain].p = (const uint8_t *)d->ancestors[i];
-    chain[nchain++].n = (uint32_t)strlen(d->ancestors[i]);
-  }
-  /* A root tells its peers (the other roots of an etcd-backed service). */
-  for (uint32_t i = 0; d->cfg.parent[0] == '\0' && i < d->npeers &&
-                       nchain < RDZV_MAX_ANCESTORS;
-       i++) {
-    if (remote && rdzv__conn_addr_local(d->peers[i]))
-      continue;
-    chain[nchain].p = (const uint8_t *)d->peers[i];
-    chain[nchain++].n = (uint32_t)strlen(d->peers[i]);
-  }
-  r.vals.n = nchain;
+  r.vals.n = hello_chain(c, chain);
   r.vals.v = chain;
   /* Its --liveness-timeout-ms, so that a child pings often enough. */
   uint8_t live[4];

@@ -157,6 +157,10 @@ char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
   for (uint32_t i = 0; i < d->nancestors; i++)
     json_array_append_new(anc, json_string(d->ancestors[i]));
   json_object_set_new(o, "ancestors", anc);
+  json_object_set_new(o, "probes",
+                      json_pack("{s:I,s:I}", "answered",
+                                (json_int_t)s->probes_answered, "learned",
+                                (json_int_t)s->probes_learned));
   /* The root's rendezvous generations: how long the completed ones took
    * (the histogram's buckets by upper bound, ms), and the failed ones. */
   json_t *hist = json_array();

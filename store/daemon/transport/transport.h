@@ -118,6 +118,10 @@ struct stats {
       auth_parent_refused;
   uint64_t auth_peer_refused; /* Unix-socket peers whose uid is not allowed
                                  (--allow-uids), refused before a hello */
+  /* Probes (wire.h's RDZV_ROLE_PROBE): nodes' probes this daemon
+   * answered; this node's probes of its parent that told it the chain
+   * above (1 once it learned it at start). */
+  uint64_t probes_answered, probes_learned;
 };
 
 /* The upper bounds of stats.round_ms_hist's buckets, ms (UINT64_MAX for
