@@ -136,6 +136,9 @@ struct rdzv_daemon_config {
   const char *secret_dir;
   uint32_t connect_timeout_ms; /* node: one attempt (connect and hello) at
                                   one address and port of the parent */
+  uint32_t home_after_ms; /* node: a job's link on an ancestor returns to
+                             the parent once that one answered probes
+                             this long without a failure; 0: it stays */
   /* --http-listen: operators' HTTP (store/daemon/http; "": none), and its
    * limits: connections at once, idle time, a connection's memory. */
   const char *http_listen;

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "store/daemon/keys/kvs.h"
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/keys/waits.h"
@@ -599,7 +601,28 @@ static void node_checks(struct daemon *d, struct rdzv_checks *cs) {
                     why[k], bad[k] > 1 ? " (and more jobs)" : "");
 }
 
+/* "links": for the job asked about (or every job, at most 256), where
+ * its link to the parent goes: {"parent": address in use, "hops": 0 on
+ * the parent, k on the k-th ancestor above it, "state": the link's}. */
+static void node_status(struct daemon *d, const struct job *only, void *out) {
+  json_t *o = out, *links = json_object();
+  uint32_t n = 0;
+  for (const struct job *j = d->jobs; j != NULL && n < 256; j = j->next) {
+    const struct node_job *nj = j->role_data;
+    if ((only != NULL && j != only) || nj == NULL || nj->up == NULL)
+      continue;
+    uint32_t hops = 0;
+    const char *state = "";
+    const char *addr = rdzv__upstream_where(nj->up, &hops, &state);
+    json_object_set_new(links, j->id,
+                        json_pack("{s:s,s:I,s:s}", "parent", addr, "hops",
+                                  (json_int_t)hops, "state", state));
+    n++;
+  }
+  json_object_set_new(o, "links", links);
+}
+
 const struct rdzv_role rdzv__node_role = {
     "node", node_handle, node_conn_closed, node_hello_epoch, node_job_free,
-    NULL, rdzv__node_copies_ping, node_checks, NULL,
+    NULL, rdzv__node_copies_ping, node_checks, node_status,
 };

@@ -218,6 +218,11 @@ struct node_job *rdzv__node_job(struct daemon *d, struct job *j);
  * not, why in why (n bytes): the address, for how long, the last
  * failure. */
 bool rdzv__upstream_attached(const struct upstream *u, char *why, size_t n);
+/* Where u's link goes now: returns the address (the parent's, or an
+ * ancestor's while reattached); *hops: 0 for the parent, k for the k-th
+ * ancestor above it; *state: the link's state's name. Borrowed. */
+const char *rdzv__upstream_where(const struct upstream *u, uint32_t *hops,
+                                 const char **state);
 /* Whether the root is reachable through u as far as this node knows: u
  * is attached and the parent's last ping reply did not carry
  * RDZV_F_ROOT_AWAY. When not, why (n bytes; why may be NULL) names the

@@ -231,9 +231,19 @@ static void on_backoff(uv_timer_t *t) {
 void rdzv__up_reset(struct upstream *u, const char *why, int err) {
   if (u->state == UP_CLOSED)
     return;
+  if (u->probe && u->probe_once) { /* one attempt, failed */
+    rdzv__up_probe_end(u, false);
+    return;
+  }
+  rdzv__up_home_stop(u);
+  bool home = u->going_home;
+  u->going_home = false;
+  u->home_hello = false;
   snprintf(u->why, sizeof(u->why), "%s: %s", why,
            err ? err_text(err) : "closed");
-  if (u->state == UP_READY) {
+  if (home) {
+    u->down_since_ms = uv_now(u->d->loop);
+  } else if (u->state == UP_READY) {
     /* Losing the parent is news: said at the default level. */
     rdzv__log_job(u->d, 1, u->job_id, "lost the parent %s: %s",
                   rdzv__up_addr(u), u->why);
@@ -273,7 +283,8 @@ void rdzv__up_reset(struct upstream *u, const char *why, int err) {
     if (!r->sent || r->tries >= MAX_RESENDS)
       continue;
     r->sent = false;
-    r->tries++;
+    if (!home) /* a move of its own costs no try */
+      r->tries++;
     r->queued = true;
     r->queued_ms = now;
     TAILQ_INSERT_TAIL(&keep, r, qlink);
@@ -310,6 +321,14 @@ void rdzv__up_reset(struct upstream *u, const char *why, int err) {
    * or declared this node lost) lives: it is asked again. */
   bool stay = u->stay;
   u->stay = false;
+  if (home) { /* back to the parent, at once */
+    u->addr_idx = 0;
+    u->home_hello = true;
+    u->redirect = -1;
+    rdzv__up_refresh_ancestors(u);
+    uv_timer_start(&u->timer, on_backoff, 0, 0);
+    return;
+  }
   if (u->redirect >= 0 && (uint32_t)u->redirect < u->naddrs) {
     u->addr_idx = (uint32_t)u->redirect;
     u->redirect = -1;
@@ -555,35 +574,53 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
   uv_timer_init(d->loop, &u->beat);
   u->beat.data = u;
   u->refs++; /* the heartbeat timer's */
+  uv_timer_init(d->loop, &u->home);
+  u->home.data = u;
+  u->refs++; /* the back-home timer's */
   u->last_beat_ms = uv_now(d->loop);
   uv_timer_start(&u->beat, on_beat, d->cfg.heartbeat_ms, d->cfg.heartbeat_ms);
   rdzv__up_connect(u);
   return u;
 }
 
-struct upstream *rdzv__node_probe(struct daemon *d, struct upstream **slot) {
-  *slot = NULL;
-  if (d->cfg.parent[0] == '\0')
-    return NULL;
-  struct upstream *u = rdzv__upstream_create(d, d->cfg.job, NULL, NULL, NULL);
+struct upstream *rdzv__up_probe_new(struct daemon *d, const char *job_id,
+                                    bool once,
+                                    void (*done)(void *arg, bool answered),
+                                    void *arg) {
+  struct upstream *u = rdzv__upstream_create(d, job_id, NULL, NULL, NULL);
   if (u == NULL)
     return NULL;
   /* Before its first connection's hello (connecting, resolving): asks
    * the parent only, sends no pings. */
   u->probe = true;
-  u->probe_slot = slot;
+  u->probe_once = once;
+  u->probe_done = done;
+  u->probe_arg = arg;
   rdzv__addrs_truncate(u->addrs, &u->naddrs, 1);
   uv_timer_stop(&u->beat);
-  *slot = u;
   return u;
 }
 
+/* The start probe's end: its slot in the daemon's parts is cleared. */
+static void start_probe_done(void *arg, bool answered) {
+  struct upstream **slot = arg;
+  *slot = NULL;
+  (void)answered;
+}
+
+struct upstream *rdzv__node_probe(struct daemon *d, struct upstream **slot) {
+  *slot = NULL;
+  if (d->cfg.parent[0] == '\0')
+    return NULL;
+  *slot = rdzv__up_probe_new(d, d->cfg.job, false, start_probe_done, slot);
+  return *slot;
+}
+
 void rdzv__up_probe_end(struct upstream *u, bool learned) {
-  if (learned)
-    u->d->stats.probes_learned++;
-  if (u->probe_slot != NULL)
-    *u->probe_slot = NULL;
-  u->probe_slot = NULL;
+  void (*done)(void *, bool) = u->probe_done;
+  u->probe_done = NULL;
+  if (done != NULL)
+    done(u->probe_arg, learned);
   rdzv__upstream_destroy(u, false);
 }
 
@@ -639,10 +676,12 @@ void rdzv__upstream_destroy(struct upstream *u, bool flush) {
   /* Closed before the callbacks run: one that sends again is refused
    * (RDZV_ECANCELED) instead of queueing a request nobody would end. */
   bool ready = u->state == UP_READY;
+  rdzv__up_home_stop(u);
   rdzv__up_set_state(u, UP_CLOSED);
   fail_requests(u, RDZV_ECANCELED, true, "");
   uv_close((uv_handle_t *)&u->expire, on_timer_closed);
   uv_close((uv_handle_t *)&u->beat, on_timer_closed);
+  uv_close((uv_handle_t *)&u->home, on_timer_closed);
   if (u->have_stream) {
     u->have_stream = false;
     if (!(flush && ready && flush_and_close(u))) {

@@ -65,7 +65,23 @@ struct upstream {
    * requests, no pings, its parent only; *probe_slot is cleared when it
    * ends. */
   bool probe;
-  struct upstream **probe_slot;
+  bool probe_once; /* a failed attempt ends it (no retry) */
+  void (*probe_done)(void *arg, bool answered);
+  void *probe_arg;
+  /* Back home (upstream_home.c): while this job's link is READY on an
+   * ancestor, `home` ticks, each tick probing the parent (home_probe,
+   * one at a time); home_since: since when (loop ms) every probe was
+   * answered, 0 after a failure; going_home: the reset under way moves
+   * to the parent. */
+  uv_timer_t home;
+  struct upstream *home_probe;
+  uint64_t home_since;
+  bool going_home;
+  /* The attempt under way returns home: the parent's new incarnation (it
+   * restarted while this link was away, which is why it left) is taken
+   * as it is, not as a restart above: the ancestor this link was on kept
+   * the job's state, and would have said if it had not. */
+  bool home_hello;
   enum up_state state;
   union {
     uv_tcp_t tcp;
@@ -173,8 +189,24 @@ struct upstream {
 
 /* ---- upstream.c: the link's life, requests, reset and backoff, writes ---- */
 /* The probe (u->probe) ended: the parent told the chain (learned), or
- * refused a probe; clears its slot and destroys u. */
+ * refused a probe, or (probe_once) an attempt failed; tells probe_done
+ * and destroys u. */
 void rdzv__up_probe_end(struct upstream *u, bool learned);
+/* A probe of the parent for job_id: done(arg, answered) when it ends
+ * (not when it is destroyed first); once: a failed attempt ends it, else
+ * it retries with the link's backoff until answered. NULL when out of
+ * memory. */
+struct upstream *rdzv__up_probe_new(struct daemon *d, const char *job_id,
+                                    bool once,
+                                    void (*done)(void *arg, bool answered),
+                                    void *arg);
+
+/* ---- upstream_home.c: back to the parent after a reattachment ------------ */
+/* u became READY: on an ancestor, starts the ticks that probe the parent
+ * (--home-after-ms); on the parent, stops them. */
+void rdzv__up_home_ready(struct upstream *u);
+/* u is being reset or destroyed: stops the ticks and ends a probe. */
+void rdzv__up_home_stop(struct upstream *u);
 /* The address in use: the parent, or an ancestor while reattached. */
 const char *rdzv__up_addr(const struct upstream *u);
 /* u's state becomes s (logged at debug level). */

@@ -33,6 +33,7 @@ static void up_ready(struct upstream *u) {
   u->redirects = 0;
   if (u->addr_idx > 0)
     u->d->stats.reattached++;
+  rdzv__up_home_ready(u);
   /* In the queue's order: what the lost connection carried first, then
    * what came meanwhile. */
   struct upreq *r;
@@ -235,6 +236,7 @@ static bool probe_frame(struct upstream *u, const struct rdzv_msg *m) {
     rdzv__log(d, 1, "node %s: parent %s answered its probe; above it: %s",
               d->cfg.name, rdzv__up_addr(u),
               d->nancestors ? list : "none (it is the root)");
+    d->stats.probes_learned++;
     rdzv__up_probe_end(u, true);
     return false;
   }
@@ -354,8 +356,9 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     adopt_parent_liveness(u, m);
     uint64_t inc = (uint64_t)m->b;
     uint64_t *known = &u->incs[u->addr_idx];
-    bool restarted = *known != 0 && inc != *known;
+    bool restarted = *known != 0 && inc != *known && !u->home_hello;
     *known = inc;
+    u->home_hello = false;
     /* The roots of an etcd-backed service share one incarnation: moving
      * to another of them with a different one is a restart too (its
      * state was lost: etcd wiped, another prefix). */

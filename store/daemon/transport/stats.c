@@ -93,6 +93,8 @@ char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
   json_object_set_new(bytes, "interned",
                       json_integer((json_int_t)s->bytes_interned));
   json_object_set_new(o, "fenced", json_integer((json_int_t)s->fenced));
+  json_object_set_new(o, "returned_home",
+                      json_integer((json_int_t)s->returned_home));
   json_object_set_new(o, "fenced_here",
                       json_integer((json_int_t)s->fenced_here));
   json_object_set_new(o, "coll_subtree_flushes",

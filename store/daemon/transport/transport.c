@@ -32,6 +32,8 @@
 static void log_line(struct daemon *d, int level, const char *job,
                      const char *event, uint64_t skipped, const char *fmt,
                      va_list ap) {
+  if (job != NULL && job[0] == '\0') /* no job: a node's probe's lines */
+    job = NULL;
   if (d->cfg.log_format[0] != 'j') {
     fprintf(stderr, "rdzvd[%s] ", d->cfg.name);
     if (job != NULL)

@@ -69,6 +69,8 @@ struct stats {
   uint64_t split_frames;    /* extra requests to fit the parent's limit */
   uint64_t resent;          /* requests sent again after a lost connection */
   uint64_t reattached;      /* connections made to an ancestor, not --parent */
+  uint64_t returned_home;   /* job links moved back from an ancestor to
+                               --parent once it was healthy again */
   uint64_t dedup_hits;      /* root: re-sent mutations answered, not redone */
   /* Copies of mutable keys (keys/copies.h). Parent side: copies granted
    * to child nodes, invalidation replies sent, writes that waited for
