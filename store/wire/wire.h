@@ -100,7 +100,8 @@ extern "C" {
 enum rdzv_msg_type {
   /* keys[0] = job id, keys[1] = peer name (for logs), a = role
    * (enum rdzv_peer_role), b = a node's own incarnation (0: not told; a
-   * daemon refuses a hello with its own: it reached itself). Reply: status, a = the replier's largest frame
+   * daemon refuses a hello with its own: it reached itself). Reply:
+   * status, a = the replier's largest frame
    * body (a node splits what it combines to fit), b = its incarnation
    * (changes when it restarts), keys[0] = its liveness timeout in ms (u32
    * LE: a child node pings at least three times within it), vals = its
@@ -184,7 +185,8 @@ enum rdzv_msg_type {
    * node has known: a root opening the next generation numbers it above
    * b, so that after a root restarted without its state (in memory) no
    * generation number, and no key under rdzv/<round>/g<N>/, names two
-   * worlds (older roots ignore b). Reply when the round completes: a = generation, b = world size, vals = one
+   * worlds (older roots ignore b). Reply when the round completes: a =
+   * generation, b = world size, vals = one
    * assignment per join record the requester sent; or an error with
    * keys[0] = a message naming what is missing or duplicated. */
   RDZV_MSG_JOIN = 16,
@@ -263,7 +265,8 @@ enum rdzv_peer_role {
   /* A node's probe at its start, before any job (a HELLO with a = 2,
    * keys[0] = its --job or empty, keys[1] = its name, b = its
    * incarnation; no nonce, no proof): the daemon answers the chain of
-   * daemons above it (vals, nearest first, as a hello reply's) and closes
+   * daemons above it (vals, nearest first, as a hello reply's; a = 1 from
+   * a standby root, which would refuse a job's hello) and closes
    * the connection; it refuses a probe from itself (RDZV_EHELLO) and, with
    * --job, one naming another job (RDZV_EJOB_MISMATCH). Older daemons
    * refuse the role (RDZV_EBAD_ROLE). The chain is the daemons' addresses

@@ -43,7 +43,7 @@ static int setup(void **state) {
       daemon_start(&relay, dir, "A", root_tcp, beat, relay_tcp) < 0)
     return -1;
   for (int h = 0; h < 3; h++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof(name), "%c", 'B' + h);
     if (daemon_start(&host[h], dir, name, relay_tcp, beat, host_tcp[h]) < 0)
       return -1;

@@ -88,6 +88,21 @@ static void assert_get(rdzv_client_t *c, const char *key, const char *want) {
   rdzv_free(v);
 }
 
+/* Writes a probe key through c (a write makes a link that has not met
+ * the restarted root yet come back to it) until both nodes have counted
+ * the root's restart. */
+static void restart_seen(rdzv_client_t *c) {
+  int64_t m = 0, l = 0;
+  for (int tries = 0; tries < 300 && (m < 1 || l < 1); tries++) {
+    rdzv_store_set(c, "probe", "1", 1, 0, 5);
+    m = stats_at(mid_tcp, "parent_restarts");
+    l = stats_at(leaf_tcp, "parent_restarts");
+    if (m < 1 || l < 1)
+      usleep(100 * 1000);
+  }
+  assert_true(m >= 1 && l >= 1);
+}
+
 static void test_root_restart(void **state) {
   (void)state;
   /* A rank of a world of 1 through leaf: generation 1 of the old root. */
@@ -120,15 +135,8 @@ static void test_root_restart(void **state) {
   assert_int_equal(start_root(), 0);
   /* Until the restart reached leaf (mid sees the new incarnation and
    * disconnects leaf, which meets a new one of mid's). */
-  int64_t seen = 0;
-  for (int tries = 0; tries < 300 && seen < 1; tries++) {
-    rdzv_store_set(cm, "probe", "1", 1, 0, 5); /* makes mid reconnect */
-    seen = stats_at(leaf_tcp, "parent_restarts");
-    if (seen < 1)
-      usleep(100 * 1000);
-  }
+  restart_seen(cm);
   assert_int_equal(stats_at(mid_tcp, "parent_restarts"), 1);
-  assert_true(seen >= 1);
 
   /* The new root holds no "id": a new write-once value is accepted, and
    * every node answers it, none the old one. */
@@ -178,19 +186,10 @@ static void test_first_launch_after_restart(void **state) {
   int st;
   waitpid(root.pid, &st, 0);
   assert_int_equal(start_root(), 0);
-  /* Until both nodes have seen the new root's incarnation (a write of
-   * the job through leaf makes both links come back if they had not). */
+  /* Until both nodes have seen the new root's incarnation. */
   rdzv_client_t *probe = client_of(leaf_addr, "relaunch");
-  int64_t m = 0, l = 0;
-  for (int tries = 0; tries < 300 && (m < 1 || l < 1); tries++) {
-    rdzv_store_set(probe, "probe", "1", 1, 0, 5);
-    m = stats_at(mid_tcp, "parent_restarts");
-    l = stats_at(leaf_tcp, "parent_restarts");
-    if (m < 1 || l < 1)
-      usleep(100 * 1000);
-  }
+  restart_seen(probe);
   rdzv_client_destroy(probe);
-  assert_true(m >= 1 && l >= 1);
   int64_t g2 = launch(2);
   assert_true(g2 > g1);
   assert_true(launch(3) > g2);

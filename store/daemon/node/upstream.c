@@ -616,11 +616,11 @@ struct upstream *rdzv__node_probe(struct daemon *d, struct upstream **slot) {
   return *slot;
 }
 
-void rdzv__up_probe_end(struct upstream *u, bool learned) {
+void rdzv__up_probe_end(struct upstream *u, bool answered) {
   void (*done)(void *, bool) = u->probe_done;
   u->probe_done = NULL;
   if (done != NULL)
-    done(u->probe_arg, learned);
+    done(u->probe_arg, answered);
   rdzv__upstream_destroy(u, false);
 }
 

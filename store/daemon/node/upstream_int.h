@@ -188,10 +188,10 @@ struct upstream {
 };
 
 /* ---- upstream.c: the link's life, requests, reset and backoff, writes ---- */
-/* The probe (u->probe) ended: the parent told the chain (learned), or
- * refused a probe, or (probe_once) an attempt failed; tells probe_done
- * and destroys u. */
-void rdzv__up_probe_end(struct upstream *u, bool learned);
+/* The probe (u->probe) ended: answered by a parent that takes jobs
+ * (answered), or not (it refused the probe, it is a standby root, or,
+ * probe_once, an attempt failed); tells probe_done and destroys u. */
+void rdzv__up_probe_end(struct upstream *u, bool answered);
 /* A probe of the parent for job_id: done(arg, answered) when it ends
  * (not when it is destroyed first); once: a failed attempt ends it, else
  * it retries with the link's backoff until answered. NULL when out of

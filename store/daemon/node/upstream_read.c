@@ -233,11 +233,15 @@ static bool probe_frame(struct upstream *u, const struct rdzv_msg *m) {
     for (uint32_t i = 0; i < d->nancestors && used + 260 < sizeof(list); i++)
       used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s",
                                i ? ", " : "", d->ancestors[i]);
-    rdzv__log(d, 1, "node %s: parent %s answered its probe; above it: %s",
+    /* A link away from the parent probes it often: said at debug level. */
+    rdzv__log(d, u->probe_once ? 2 : 1,
+              "node %s: parent %s answered its probe%s; above it: %s",
               d->cfg.name, rdzv__up_addr(u),
+              m->a == 1 ? " (a standby root)" : "",
               d->nancestors ? list : "none (it is the root)");
     d->stats.probes_learned++;
-    rdzv__up_probe_end(u, true);
+    /* A standby root told the chain, but is no place to come back to. */
+    rdzv__up_probe_end(u, m->a != 1);
     return false;
   }
   if (m->status == RDZV_EBAD_ROLE) {

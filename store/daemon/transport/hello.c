@@ -124,6 +124,12 @@ static void answer_probe(struct conn *c, const struct rdzv_msg *m,
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, 0);
   r.flags = RDZV_F_REPLY;
+  /* a = 1: a standby root (it would refuse a job's hello): its chain
+   * helps, but a link must not come back to it. */
+  char why[400], leader[256];
+  why[0] = leader[0] = '\0';
+  r.a = d->admit != NULL && !d->admit(d->admit_arg, why, sizeof(why), leader,
+                                      sizeof(leader));
   r.vals.n = hello_chain(c, chain);
   r.vals.v = chain;
   d->stats.probes_answered++;

@@ -121,8 +121,8 @@ struct stats {
   uint64_t auth_peer_refused; /* Unix-socket peers whose uid is not allowed
                                  (--allow-uids), refused before a hello */
   /* Probes (wire.h's RDZV_ROLE_PROBE): nodes' probes this daemon
-   * answered; this node's probes of its parent that told it the chain
-   * above (1 once it learned it at start). */
+   * answered; this node's probes its parent answered (the one at start,
+   * then those of a job's link away from the parent). */
   uint64_t probes_answered, probes_learned;
 };
 
