@@ -164,11 +164,7 @@ static void check_alive(void) {
 
 static void test_interior_nodes_killed_and_back(void **state) {
   (void)state;
-  const char *env_seed = getenv("RDZV_TEST_SEED");
-  unsigned seed = env_seed != NULL ? (unsigned)strtoul(env_seed, NULL, 10)
-                                   : (unsigned)time(NULL);
-  srand(seed);
-  printf("seed %u\n", seed);
+  test_seed();
   pthread_t wt[LEAVES], at[LEAVES];
   rdzv_client_t *rc = client_at(root_unix);
   for (int round = 1; round <= ROUNDS; round++) {

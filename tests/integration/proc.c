@@ -341,3 +341,14 @@ int64_t example_launch(const char *const addrs[2], const char *job,
   }
   return failed > 0 ? -1 : gen;
 }
+
+unsigned test_seed(void) {
+  const char *env = getenv("RDZV_TEST_SEED");
+  unsigned seed = env != NULL && *env != '\0'
+                      ? (unsigned)strtoul(env, NULL, 10)
+                      : (unsigned)time(NULL);
+  printf("seed %u\n", seed);
+  fflush(stdout);
+  srand(seed);
+  return seed;
+}

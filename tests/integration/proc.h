@@ -82,6 +82,10 @@ int free_port(void);
  * bytes). */
 int64_t example_launch(const char *const addrs[2], const char *job,
                        char *err, size_t n);
+/* A randomized test's seed: RDZV_TEST_SEED when set (a run replayed),
+ * else the time; printed first ("seed N", which tools/test.sh shows for
+ * a failed test) and given to srand. */
+unsigned test_seed(void);
 /* Removes the directory tree dir. Returns 0 or -1. */
 int rm_rf(const char *dir);
 

@@ -206,13 +206,7 @@ static rdzv_client_t *root_client(void) {
 
 static void test_chaos_rounds(void **state) {
   (void)state;
-  /* RDZV_TEST_SEED replays a run: the seed is printed first. */
-  const char *seed_env = getenv("RDZV_TEST_SEED");
-  unsigned seed = seed_env != NULL ? (unsigned)strtoul(seed_env, NULL, 10)
-                                   : (unsigned)time(NULL);
-  printf("seed %u\n", seed);
-  fflush(stdout);
-  srand(seed);
+  test_seed(); /* RDZV_TEST_SEED replays a run */
   hosts_adds_per_cmd = ADDS;
   double t0 = 0;
   struct timespec ts;

@@ -268,11 +268,7 @@ static void test_chaos(void **state) {
   (void)state;
   g_job = "chaos";
   spares_hooks = (struct spares_hooks){rank_placed, rank_ended, on_report};
-  const char *env_seed = getenv("RDZV_TEST_SEED");
-  unsigned seed = env_seed != NULL ? (unsigned)strtoul(env_seed, NULL, 10)
-                                   : (unsigned)time(NULL);
-  srand(seed);
-  printf("seed %u\n", seed);
+  test_seed();
   for (int i = 0; i < ACTIVE; i++) {
     char name[16];
     snprintf(name, sizeof(name), "a%d", i);

@@ -51,12 +51,7 @@
 
 static void test_spares(void **state) {
   (void)state;
-  /* RDZV_TEST_SEED replays a run (its victims; not its timing). */
-  const char *env_seed = getenv("RDZV_TEST_SEED");
-  unsigned seed = env_seed != NULL ? (unsigned)strtoul(env_seed, NULL, 10)
-                                   : (unsigned)time(NULL);
-  srand(seed);
-  printf("seed %u\n", seed);
+  test_seed(); /* RDZV_TEST_SEED replays a run (its victims; not its timing) */
   for (int i = 0; i < ACTIVE; i++) {
     char name[16];
     snprintf(name, sizeof(name), "a%d", i);

@@ -30,21 +30,13 @@ static void send_hello(struct upstream *u) {
   m.b = (int64_t)u->d->incarnation; /* a daemon refuses itself as parent */
   m.keys.n = 2;
   m.keys.v = keys;
-  if (u->probe) { /* no job: no proof either way */
-    rdzv_msg_encode(&m, &u->out);
-    u->d->stats.frames_out++;
-    rdzv__up_set_state(u, UP_HELLO);
-    u->last_rx_ms = uv_now(u->d->loop);
-    uv_read_start(&u->h.stream, rdzv__up_on_alloc, rdzv__up_on_read);
-    rdzv__up_start_write(u);
-    return;
-  }
   /* With the job's secret: a fresh nonce, which the parent's proof must
    * bind; one this daemon recognizes, so that this hello, sent back to
-   * this daemon's own port by a fake parent, is refused there. */
+   * this daemon's own port by a fake parent, is refused there. A probe
+   * names no job: no proof either way. */
   struct rdzv_slice nonce = {u->cnonce, sizeof(u->cnonce)};
   u->auth_sent = false;
-  if (u->d->auth) {
+  if (u->d->auth && !u->probe) {
     /* A node with secrets takes no parent it cannot check: without this
      * job's (a --secret-dir file gone, unreadable), the ranks that proved
      * it earlier would be served by whatever asks no proof. */
