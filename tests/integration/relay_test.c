@@ -23,8 +23,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include "proc.h"
 #include "rdzv/rdzv.h"
+#include "store/wire/wire.h"
 
 #define JOB "relay"
 #define PER 4
@@ -132,10 +139,101 @@ static void test_relay_lost_before_a_hosts_first_request(void **state) {
   assert_int_equal(done, 12);
 }
 
+/* ---- what a probe gets from daemons with a job secret --------------------- */
+
+/* Connects to 127.0.0.1:PORT of hostport. */
+static int raw_tcp(const char *hostport) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)atoi(strrchr(hostport, ':') + 1));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  return fd;
+}
+
+/* A root and a node with --secret-file: the node learned the root at its
+ * start all the same (the probe needs no secret); a probe sent by hand
+ * to the node gets the chain (the root's address), no challenge and no
+ * job state, and the connection closes: a request after it is not
+ * answered. */
+static void test_probe_with_secrets(void **state) {
+  (void)state;
+  char sdir[96], sf[128], sfa[160], rtcp[64], ntcp[64];
+  struct proc r, n;
+  snprintf(sdir, sizeof(sdir), "%s/secret", dir);
+  assert_int_equal(mkdir(sdir, 0700), 0);
+  snprintf(sf, sizeof(sf), "%s/job", sdir);
+  int fd = open(sf, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "0123456789abcdef0123", 20), 20);
+  close(fd);
+  snprintf(sfa, sizeof(sfa), "--secret-file=%s", sf);
+  const char *o[] = {sfa, NULL};
+  assert_int_equal(daemon_start(&r, dir, "sR", NULL, o, rtcp), 0);
+  assert_int_equal(daemon_start(&n, dir, "sN", rtcp, o, ntcp), 0);
+  setenv("RDZV_SECRET_FILE", sf, 1); /* this process's stats requests */
+  assert_int_equal(stats_reach(ntcp, "probes.learned", 1), 1);
+
+  fd = raw_tcp(ntcp);
+  struct rdzv_slice k[2] = {{(const uint8_t *)"", 0},
+                            {(const uint8_t *)"by-hand", 7}};
+  struct rdzv_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = RDZV_MSG_HELLO;
+  m.req_id = 5;
+  m.a = RDZV_ROLE_PROBE;
+  m.keys.n = 2;
+  m.keys.v = k;
+  struct rdzv_buf out = {0};
+  assert_int_equal(rdzv_msg_encode(&m, &out), 0);
+  struct rdzv_slice gk = {(const uint8_t *)"secret-key", 10};
+  struct rdzv_msg g;
+  memset(&g, 0, sizeof(g));
+  g.type = RDZV_MSG_GET;
+  g.req_id = 6;
+  g.keys.n = 1;
+  g.keys.v = &gk;
+  assert_int_equal(rdzv_msg_encode(&g, &out), 0); /* right behind it */
+  assert_int_equal(send(fd, out.data, out.len, MSG_NOSIGNAL),
+                   (ssize_t)out.len);
+  rdzv_buf_free(&out);
+  uint8_t buf[4096];
+  size_t have = 0;
+  for (;;) { /* everything the node sends, until it closes */
+    ssize_t got = recv(fd, buf + have, sizeof(buf) - have, 0);
+    if (got <= 0)
+      break;
+    have += (size_t)got;
+  }
+  close(fd);
+  struct rdzv_msg reply;
+  size_t used = 0;
+  assert_int_equal(rdzv_msg_decode(buf, have, UINT32_MAX, &reply, &used), 0);
+  assert_int_equal(reply.type, RDZV_MSG_HELLO);
+  assert_int_equal(reply.req_id, 5);
+  assert_int_equal(reply.status, 0);
+  assert_int_equal(reply.flags, RDZV_F_REPLY); /* no challenge */
+  struct rdzv_slice v;
+  assert_int_equal(rdzv_items_get(&reply.vals, 0, &v), 0);
+  assert_int_equal(v.n, strlen(rtcp));
+  assert_memory_equal(v.p, rtcp, v.n);
+  assert_int_equal(reply.vals.n, 1);
+  assert_int_equal(used, have); /* nothing after it: the GET unanswered */
+  assert_true(stats_at(ntcp, "probes.answered") >= 1);
+  unsetenv("RDZV_SECRET_FILE");
+  assert_int_equal(proc_stop(&n), 0);
+  assert_int_equal(proc_stop(&r), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
           test_relay_lost_before_a_hosts_first_request, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_probe_with_secrets, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
