@@ -1,7 +1,7 @@
-/* comm/shrink_grow.c: rdzv_comm_shrink and rdzv_comm_grow (see
- * rdzv/comm.h) over NCCL's ncclCommShrink, ncclCommGetUniqueId and
- * ncclCommGrow, which the loader resolves as optional entry points
- * (comm/nccl_api.h).
+/* comm/shrink_grow.c: rdzv_comm_shrink, rdzv_comm_grow, rdzv_comm_grow_in
+ * and rdzv_comm_grow_join (see rdzv/comm.h) over NCCL's ncclCommShrink,
+ * ncclCommGetUniqueId and ncclCommGrow, which the loader resolves as
+ * optional entry points (comm/nccl_api.h).
  *
  * Agreement through the store, under the generation's workers' keys
  * ("rdzv/<round>/w<gen>/", not "g<gen>/"): a member whose process died
@@ -18,9 +18,15 @@
  *       id rank 0 made with ncclCommGetUniqueId and the new membership,
  *       written once (write-once key). Value: the 128 id bytes, then
  *       int32 LE old size, int32 LE new size, and the new size's world
- *       ranks (int32 LE each) in new-rank order.
- * Each runs under the world's store lock, with the handle's lock held
- * (lock order: handle, then store, as the init paths). */
+ *       ranks (int32 LE each) in new-rank order. <gen> is the generation
+ *       of the world the new members are in: the handle's own
+ *       (rdzv_comm_grow), or a later one's (rdzv_comm_grow_in: a handle of
+ *       generation G, e.g. shrunk after G aborted, grows by the members of
+ *       G+1 that replace the lost ones; its record and new handle go with
+ *       G+1's world, through that world's store connection).
+ * Each runs under the store lock of the world whose keys it uses, with
+ * the handle's lock held (lock order: handle, then store, as the init
+ * paths). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -179,11 +185,12 @@ static int settle(rdzv_comm_t *c, rdzv_comm_t *h,
   return 0;
 }
 
-static void config_for(const rdzv_comm_t *c, const char *name,
-                       struct rdzv_nccl_config *cfg) {
+/* NCCL's config for the call that makes h's communicator: h's mode (its
+ * world's opts.nonblocking) and name. */
+static void config_for(const rdzv_comm_t *h, struct rdzv_nccl_config *cfg) {
   rdzv_nccl_config_init(cfg);
-  cfg->blocking = c->ctx->nonblocking ? 0 : 1;
-  cfg->commName = name;
+  cfg->blocking = h->nonblocking ? 0 : 1;
+  cfg->commName = h->name;
 }
 
 /* The checks every call makes: arguments, a member, an initialized
@@ -329,7 +336,7 @@ static int shrink_locked(rdzv_comm_t *c, const int32_t *lost, int32_t nlost,
   h->excluded = agreed;
   h->nexcluded = nagreed;
   h->t.ids_s = rdzv__comm_now() - t0;
-  config_for(c, h->name, &cfg);
+  config_for(h, &cfg);
   h->nccl_t0 = rdzv__comm_now();
   /* NCCL takes int ranks; agreed is int32_t, the same type here. */
   res = api->comm_shrink(c->nccl, (int *)agreed, (int)nagreed, &nc, &cfg,
@@ -409,11 +416,12 @@ static int grow_decode(const void *v, size_t len, int32_t world,
   return 0;
 }
 
-/* Reads grow n of `name` (waiting for it unless `nowait`); RDZV_ENOKEY when
- * nowait and absent. store_lock held. */
-static int grow_read(rdzv_comm_t *c, const char *key, int nowait,
-                     double deadline, struct grow_rec *g) {
-  rdzv_client_t *cl = rdzv_rendezvous_client(c->ctx->r);
+/* Reads grow n of `name` from key, through the store of world context x
+ * (waiting for it unless `nowait`); failures are reported into c.
+ * RDZV_ENOKEY when nowait and absent. x->store_lock held. */
+static int grow_read(rdzv_comm_t *c, struct rdzv__comm_ctx *x, const char *key,
+                     int nowait, double deadline, struct grow_rec *g) {
+  rdzv_client_t *cl = rdzv_rendezvous_client(x->r);
   const char *keys[1] = {key};
   void *v = NULL;
   size_t len = 0;
@@ -428,27 +436,28 @@ static int grow_read(rdzv_comm_t *c, const char *key, int nowait,
   if (rc < 0)
     return rdzv__comm_fail(c, rc, "%s: waiting for %s: %s", c->name, key,
                            rdzv_client_last_error(cl));
-  rc = grow_decode(v, len, rdzv_rendezvous_world_size(c->ctx->r), g);
+  rc = grow_decode(v, len, rdzv_rendezvous_world_size(x->r), g);
   rdzv_free(v);
   if (rc < 0)
     rdzv__comm_fail(c, rc, "%s: %s does not hold a grow record", c->name, key);
   return rc;
 }
 
-/* Rank 0 of c: the grow's record, made once. A record already there (a
- * retry of the same grow number) is used as it is: its id is not made
- * again. store_lock held. */
-static int grow_publish(rdzv_comm_t *c, const char *key,
-                        const struct rdzv_nccl_api *api,
+/* Rank 0 of c: the grow's record, made once, written through the store
+ * of world context x (c's own, or the later generation's it grows into).
+ * A record already there (a retry of the same grow number) is used as it
+ * is: its id is not made again. api: c's table. x->store_lock held. */
+static int grow_publish(rdzv_comm_t *c, struct rdzv__comm_ctx *x,
+                        const char *key, const struct rdzv_nccl_api *api,
                         const int32_t *members, int32_t size, double deadline,
                         struct grow_rec *g) {
-  rdzv_client_t *cl = rdzv_rendezvous_client(c->ctx->r);
+  rdzv_client_t *cl = rdzv_rendezvous_client(x->r);
   rdzv_nccl_unique_id id;
   rdzv_nccl_result res;
   char err[768];
   uint8_t *v;
   size_t len = GROW_HEAD + 4 * (size_t)size;
-  int rc = grow_read(c, key, 1, deadline, g);
+  int rc = grow_read(c, x, key, 1, deadline, g);
 
   if (rc != RDZV_ENOKEY)
     return rc;
@@ -470,13 +479,77 @@ static int grow_publish(rdzv_comm_t *c, const char *key,
   if (rc < 0 && rc != RDZV_EWRITE_ONCE)
     return rdzv__comm_fail(c, rc, "%s: publishing %s: %s", c->name, key,
                            rdzv_client_last_error(cl));
-  return grow_read(c, key, 0, deadline, g);
+  return grow_read(c, x, key, 0, deadline, g);
 }
 
-static int grow_locked(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
+/* rdzv_comm_grow_in's checks of w, a world of another context than c's
+ * (c->lock held; w's fields read here are fixed at creation): a world
+ * handle of c's round, generation >= c's, in which this process kept its
+ * world rank and every member of c has a place. Loads w's NCCL table into
+ * *wapi (under w->lock, briefly: lock order c, then w, then its api_lock)
+ * and checks it is c's library (api): the new handle, w's, polls and
+ * destroys the communicator c's library makes. */
+static int grow_world_check(rdzv_comm_t *c, rdzv_comm_t *w, int32_t n,
+                            const struct rdzv_nccl_api *api,
+                            const struct rdzv_nccl_api **wapi) {
+  const char *round = rdzv_rendezvous_round(c->ctx->r);
+  const char *wround = rdzv_rendezvous_round(w->ctx->r);
+  int32_t me = rdzv_comm_world_rank(c, c->rank);
+  int32_t wme = rdzv_rendezvous_rank(w->ctx->r);
+  long long gen = (long long)c->gen, wgen = (long long)w->gen;
+  int rc;
+
+  if (strcmp(round, wround) != 0)
+    return rdzv__comm_fail(c, -EINVAL,
+                           "%s: grow %d: the world handle is of round '%s', "
+                           "this communicator of round '%s'",
+                           c->name, (int)n, wround, round);
+  if (wgen < gen)
+    return rdzv__comm_fail(c, -EINVAL,
+                           "%s: grow %d: the world handle is of generation "
+                           "%lld, older than this communicator's %lld",
+                           c->name, (int)n, wgen, gen);
+  if (wme != me)
+    return rdzv__comm_fail(
+        c, -EINVAL,
+        "%s: grow %d: this process is world rank %d in generation %lld but "
+        "%d in generation %lld: its rank moved between generations, so the "
+        "communicator cannot grow into generation %lld (initialize a new "
+        "communicator there)",
+        c->name, (int)n, (int)me, gen, (int)wme, wgen, wgen);
+  for (int32_t r = 0; r < c->size; r++)
+    if (rdzv_comm_world_rank(c, r) >= w->size)
+      return rdzv__comm_fail(c, -EINVAL,
+                             "%s: grow %d: member %d (world rank %d) has no "
+                             "place in generation %lld's world of %d ranks",
+                             c->name, (int)n, (int)r,
+                             (int)rdzv_comm_world_rank(c, r), wgen,
+                             (int)w->size);
+  pthread_mutex_lock(&w->lock);
+  rc = rdzv__comm_load_api(w, wapi);
+  if (rc < 0)
+    rdzv__comm_fail(c, rc, "%s: grow %d: generation %lld's world: %s",
+                    c->name, (int)n, wgen, w->last_error);
+  pthread_mutex_unlock(&w->lock);
+  if (rc == 0 && (*wapi)->comm_abort != api->comm_abort)
+    rc = rdzv__comm_fail(c, -EINVAL,
+                         "%s: grow %d: generation %lld's world loaded NCCL "
+                         "from '%s', this communicator from '%s': both must "
+                         "use one library",
+                         c->name, (int)n, wgen, (*wapi)->path, api->path);
+  return rc;
+}
+
+/* A grow of c (c->lock held). w: NULL to agree under c's generation's
+ * keys and make a child of c (rdzv_comm_grow), or a world of another
+ * context (a later generation) to agree under its keys, through its store
+ * lock, and make a child of it (rdzv_comm_grow_in). */
+static int grow_locked(rdzv_comm_t *c, rdzv_comm_t *w, const char *call,
+                       const int32_t *added, int32_t nadded,
                        rdzv_comm_t **out, double timeout_s) {
-  const struct rdzv_nccl_api *api = c->ctx->api;
-  struct rdzv__comm_ctx *x = c->ctx;
+  const struct rdzv_nccl_api *api = c->ctx->api, *wapi = api;
+  struct rdzv__comm_ctx *x = w != NULL ? w->ctx : c->ctx;
+  rdzv_comm_t *parent = w != NULL ? w : c; /* of the new handle */
   double t0 = rdzv__comm_now(), deadline = t0 + timeout_s;
   int32_t n = c->ngrows + 1, size, *members;
   int32_t world = rdzv_rendezvous_world_size(x->r);
@@ -488,11 +561,12 @@ static int grow_locked(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
   rdzv_comm_t *h;
   int rc;
 
-  rc = ready_locked(c, "rdzv_comm_grow");
+  rc = ready_locked(c, call);
   if (rc == 0)
-    rc = optional(c, api, "rdzv_comm_grow", "ncclCommGrow",
-                  RDZV_NCCL_GROW_VERSION,
+    rc = optional(c, api, call, "ncclCommGrow", RDZV_NCCL_GROW_VERSION,
                   api->comm_grow != NULL && api->comm_get_unique_id != NULL);
+  if (rc == 0 && w != NULL)
+    rc = grow_world_check(c, w, n, api, &wapi);
   if (rc < 0)
     return rc;
   snprintf(part, sizeof(part), "grow%d", (int)n);
@@ -518,12 +592,12 @@ static int grow_locked(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
                            "of 0 .. %d, none of them a member already",
                            c->name, (int)n, (int)world - 1);
   }
-  agree_key(x, c->gen, "grow", c->name, n, key, sizeof(key));
+  agree_key(x, parent->gen, "grow", c->name, n, key, sizeof(key));
   pthread_mutex_lock(&x->store_lock);
   if (c->rank == 0)
-    rc = grow_publish(c, key, api, members, size, deadline, &g);
+    rc = grow_publish(c, x, key, api, members, size, deadline, &g);
   else
-    rc = grow_read(c, key, 0, deadline, &g);
+    rc = grow_read(c, x, key, 0, deadline, &g);
   pthread_mutex_unlock(&x->store_lock);
   if (rc == 0 && (g.old_size != c->size || g.size != size ||
                   memcmp(g.members, members, (size_t)size * sizeof(*members))))
@@ -539,36 +613,57 @@ static int grow_locked(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
     free(members);
     return rc;
   }
-  h = child_new(c, name, members, size, c->rank, "grow");
+  h = child_new(parent, name, members, size, c->rank, "grow");
   if (h == NULL)
     return rdzv__comm_fail(c, RDZV_ENOMEM, "%s: out of memory", c->name);
   h->t.ids_s = rdzv__comm_now() - t0;
   h->t.nids = 1;
-  config_for(c, h->name, &cfg);
+  config_for(h, &cfg);
   h->nccl_t0 = rdzv__comm_now();
+  /* c's library makes it; h's world (the same library) polls it. */
   res = api->comm_grow(c->nccl, size, c->rank == 0 ? &g.id : NULL, -1, &nc,
                        &cfg);
-  rc = settle(c, h, api, nc, res, "ncclCommGrow", deadline, out);
+  rc = settle(c, h, wapi, nc, res, "ncclCommGrow", deadline, out);
   if (rc == 0)
     c->ngrows = n;
   return rc;
 }
 
-int rdzv_comm_grow(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
-                   rdzv_comm_t **out, double timeout_s) {
+/* rdzv_comm_grow and rdzv_comm_grow_in: one path. world NULL, or a world
+ * of c's own context, grows within c's generation. */
+static int grow_call(rdzv_comm_t *c, rdzv_comm_t *world, const char *call,
+                     const int32_t *added, int32_t nadded, rdzv_comm_t **out,
+                     double timeout_s) {
   int rc;
 
   if (c == NULL)
     return -EINVAL;
   pthread_mutex_lock(&c->lock);
   if (out == NULL || !(timeout_s > 0))
-    rc = rdzv__comm_fail(c, -EINVAL, "%s: rdzv_comm_grow: %s", c->name,
+    rc = rdzv__comm_fail(c, -EINVAL, "%s: %s: %s", c->name, call,
                          out == NULL ? "out is NULL"
                                      : "timeout_s must be > 0");
+  else if (world != NULL && world->parent != NULL)
+    rc = rdzv__comm_fail(c, -EINVAL,
+                         "%s: %s: '%s' is not a world handle (make it with "
+                         "rdzv_comm_world)",
+                         c->name, call, world->name);
   else
-    rc = grow_locked(c, added, nadded, out, timeout_s);
+    rc = grow_locked(c, world != NULL && world->ctx != c->ctx ? world : NULL,
+                     call, added, nadded, out, timeout_s);
   pthread_mutex_unlock(&c->lock);
   return rc;
+}
+
+int rdzv_comm_grow(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
+                   rdzv_comm_t **out, double timeout_s) {
+  return grow_call(c, NULL, "rdzv_comm_grow", added, nadded, out, timeout_s);
+}
+
+int rdzv_comm_grow_in(rdzv_comm_t *c, rdzv_comm_t *world, const int32_t *added,
+                      int32_t nadded, rdzv_comm_t **out, double timeout_s) {
+  return grow_call(c, world, "rdzv_comm_grow_in", added, nadded, out,
+                   timeout_s);
 }
 
 /* A full communicator name: dot-separated parts of [A-Za-z0-9_-]. */
@@ -619,7 +714,7 @@ static int grow_join_locked(rdzv_comm_t *w, const char *name, int32_t n,
     return rc;
   agree_key(w->ctx, w->gen, "grow", name, n, key, sizeof(key));
   pthread_mutex_lock(&w->ctx->store_lock);
-  rc = grow_read(w, key, 0, deadline, &g);
+  rc = grow_read(w, w->ctx, key, 0, deadline, &g);
   pthread_mutex_unlock(&w->ctx->store_lock);
   if (rc < 0)
     return rc;
@@ -633,14 +728,15 @@ static int grow_join_locked(rdzv_comm_t *w, const char *name, int32_t n,
         "%s: grow %d of %s: world rank %d is %s", w->name, (int)n, name,
         (int)me,
         rank < 0 ? "not one of the ranks it adds"
-                 : "an existing member (it calls rdzv_comm_grow)");
+                 : "an existing member (it calls rdzv_comm_grow or "
+                   "rdzv_comm_grow_in)");
   }
   h = child_new(w, full, g.members, g.size, rank, "grow");
   if (h == NULL)
     return rdzv__comm_fail(w, RDZV_ENOMEM, "%s: out of memory", w->name);
   h->t.ids_s = rdzv__comm_now() - t0;
   h->t.nids = 1;
-  config_for(w, h->name, &cfg);
+  config_for(h, &cfg);
   h->nccl_t0 = rdzv__comm_now();
   res = api->comm_grow(NULL, g.size, &g.id, rank, &nc, &cfg);
   return settle(w, h, api, nc, res, "ncclCommGrow", deadline, out);

@@ -32,7 +32,7 @@
  *   "shrink"    ncclCommShrink of an initialized communicator without the
  *               ranks its survivors agreed to exclude (rdzv_comm_shrink);
  *   "grow"      ncclCommGrow: an initialized communicator and new members
- *               (rdzv_comm_grow, rdzv_comm_grow_join).
+ *               (rdzv_comm_grow, rdzv_comm_grow_in, rdzv_comm_grow_join).
  * The ids are made by the first member of each block (ncclGetUniqueId
  * unless opts.make_id says otherwise) and exchanged through the rdzv tree.
  *
@@ -346,7 +346,8 @@ int rdzv_comm_init_split(rdzv_comm_t *c, double timeout_s);
  * number up (a retry agrees with the earlier attempt's list or id).
  *
  * Agreement goes through the store, under the keys of the handle's
- * rendezvous generation (its round's "rdzv/<round>/w<gen>/"):
+ * rendezvous generation (its round's "rdzv/<round>/w<gen>/"), or, for a
+ * grow into a later generation (rdzv_comm_grow_in), of that generation:
  *   shrink/<name>/<n>  the exclude list: the first survivor's proposal
  *                      wins (compare-and-set from absent), every survivor
  *                      reads back that one list and shrinks with exactly
@@ -354,12 +355,28 @@ int rdzv_comm_init_split(rdzv_comm_t *c, double timeout_s);
  *   grow/<name>/<n>    written once by rank 0 of the handle: the unique
  *                      id of ncclCommGetUniqueId and the new membership
  *                      (world ranks in new-rank order); existing and new
- *                      members read it.
+ *                      members read it. <gen> is the generation of the
+ *                      world the new members joined: the handle's own
+ *                      (rdzv_comm_grow), or the later one whose world
+ *                      handle the existing members pass to
+ *                      rdzv_comm_grow_in.
  * The keys are the generation's workers' keys ("rdzv/<round>/w<gen>/"),
  * which the root does not refuse after the generation aborts: a member
  * whose process died aborts it (rdzv_rendezvous_join), and the survivors
  * still shrink the communicator they hold. They go when a later
  * generation of the round completes.
+ *
+ * A loss, then a replacement: a member of generation G dies (G aborts);
+ * the survivors shrink (under G's keys); a spare takes the lost host's
+ * place in generation G+1 (the survivors, joining again, keep their world
+ * ranks: the rendezvous keeps the node ranks of the previous hosts and
+ * gives the replacement the lost ranks); each survivor makes G+1's world
+ * handle and grows its shrunk communicator with rdzv_comm_grow_in(shrunk,
+ * world G+1, replacement's ranks), while the replacement calls
+ * rdzv_comm_grow_join(world G+1, shrunk's name, n). The grown handle
+ * belongs to G+1's world, so a later shrink or grow of it agrees under
+ * G+1's keys. Keep G's rendezvous handle and world until the handles made
+ * from them are destroyed (see Ownership above).
  *
  * NCCL's entry points are optional (looked up with dlsym): with an NCCL
  * older than the release that added them the calls fail with
@@ -457,17 +474,73 @@ int32_t rdzv_comm_excluded(const rdzv_comm_t *c, const int32_t **ranks);
 int rdzv_comm_grow(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
                    rdzv_comm_t **out, double timeout_s);
 
+/* rdzv_comm_grow_in - rdzv_comm_grow, with new members of a later
+ * generation.
+ *
+ * world: this process's world handle (rdzv_comm_world) of the generation
+ * the new members joined: c's round, a generation >= c's, in which this
+ * process kept the world rank it has in c (a survivor that joined again).
+ * added[0 .. nadded-1] are world ranks of that generation (distinct, none
+ * a member of c; every member of c must be < its world size too). As
+ * rdzv_comm_grow, except that the record is written to and read from the
+ * write-once key "rdzv/<round>/w<world's gen>/grow/<c's name>/<n>"
+ * through world's store connection (under world's store lock), which the
+ * new members read with rdzv_comm_grow_join(world of that generation,
+ * c's name, n, ...); and that the new handle, "<c's name>.grow<n>",
+ * belongs to world: rdzv_comm_generation gives world's generation, its
+ * own later shrink or grow agrees under that generation's keys, and it
+ * keeps world's memory (not c's) alive. n is c's number (1 + c's grows
+ * that succeeded, in any generation). Rank 0 of c makes the id with
+ * ncclCommGetUniqueId on c's communicator; every member calls
+ * ncclCommGrow on it. NCCL is loaded into world if it was not yet; it must
+ * be the library c uses. world NULL, or c's own world (the same context):
+ * exactly rdzv_comm_grow (its keys, a child of c).
+ *
+ * A member whose world rank moved cannot take part (the record names
+ * members by world rank, and NCCL keeps its old rank): it gets -EINVAL
+ * before anything is exchanged, and the others wait for it (for rank 0's
+ * record, up to the deadline, or in NCCL's grow); initialize a new
+ * communicator in the new generation instead.
+ *
+ * c must be initialized and READY. Holds c's lock throughout, world's lock
+ * briefly (to load NCCL into world; lock order c, then world), and world's
+ * store lock (not c's) while it waits for the record; world's lock is not
+ * held while it waits. Ownership: c, world and added are borrowed; *out
+ * belongs to the caller (rdzv_comm_destroy): destroy it before world's
+ * rendezvous handle; c's and world's handles may be destroyed before it.
+ * Returns 0, or the errors of rdzv_comm_grow (last_error in c), and:
+ *   -EINVAL            world is not a world handle (a sub-group's name is
+ *                      given), of another round, or of a generation older
+ *                      than c's; this process's world rank in world is
+ *                      not its world rank in c ("its rank moved between
+ *                      generations": both ranks and generations given); a
+ *                      member of c has no place in world's world; world
+ *                      loaded another NCCL library than c;
+ *   RDZV_ENCCL_MISSING, RDZV_ENCCL_SYMBOL, RDZV_ENCCL_VERSION  loading NCCL
+ *                      into world failed (world's error, copied);
+ *   RDZV_EABORTED, RDZV_ESTALE_GENERATION  world's generation was aborted
+ *                      or is no longer current (its store refused the key).
+ * Blocks: yes, up to timeout_s (and through a blocking NCCL grow).
+ * Thread: any; not concurrently with rdzv_comm_destroy of c or world. */
+int rdzv_comm_grow_in(rdzv_comm_t *c, rdzv_comm_t *world,
+                      const int32_t *added, int32_t nadded,
+                      rdzv_comm_t **out, double timeout_s);
+
 /* rdzv_comm_grow_join - a new member's part of a grow.
  *
- * world: this process's world handle (rdzv_comm_world) in the SAME
- * rendezvous round and generation as the existing members' (e.g. a hot
- * spare that joined the world but is not a member of the communicator
- * "world.train" that grows). name: the full name of the communicator that
+ * world: this process's world handle (rdzv_comm_world) in the rendezvous
+ * round and generation where the existing members agree: the generation
+ * of their communicator (rdzv_comm_grow; e.g. a hot spare that joined the
+ * world but is not a member of the communicator "world.train" that
+ * grows), or the generation of the world they passed to
+ * rdzv_comm_grow_in (e.g. a spare that replaced a lost host in the
+ * generation after the loss). name: the full name of the communicator that
  * grows ("world.train"); grow: its grow number (1 for the first grow of
  * that handle; the existing members' n). Waits for the record rank 0 of
  * the existing members writes (see rdzv_comm_grow), takes the rank the
- * record gives this world rank, and calls ncclCommGrow(NULL, new size, id,
- * rank). The new handle is named "<name>.grow<n>", has the record's
+ * record gives this world rank (key "rdzv/<round>/w<world's gen>/grow/
+ * <name>/<n>"), and calls ncclCommGrow(NULL, new size, id, rank). The
+ * new handle belongs to world, is named "<name>.grow<n>", has the record's
  * members, path "grow", and is READY on return. NCCL is loaded if this
  * world had not loaded it yet.
  *
@@ -477,7 +550,7 @@ int rdzv_comm_grow(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
  *   -EINVAL            NULL world or out, world not a world handle, a bad
  *                      name or grow number, timeout_s not > 0, or this
  *                      rank is an existing member (it calls
- *                      rdzv_comm_grow);
+ *                      rdzv_comm_grow or rdzv_comm_grow_in);
  *   RDZV_ENOT_MEMBER   the record does not add this world rank;
  *   RDZV_ENCCL_VERSION, RDZV_ENCCL_SYMBOL, RDZV_ENCCL_MISSING  as above,
  *                      or NCCL could not be loaded;

@@ -184,6 +184,7 @@ static void child_main(const struct world_spec *w, int index, int fd) {
   o.world_size = w->n;
   o.timeout_s = 30;
   o.topology = "gpu_pci=none\n";
+  k.opts = &o;
   int rc = rdzv_rendezvous_join(&o, &k.r, err, sizeof(err));
   if (rc < 0) {
     say(&k, "join: %s", err);
@@ -219,20 +220,23 @@ static void child_main(const struct world_spec *w, int index, int fd) {
   _exit(0);
 }
 
-void launch(const struct world_spec *w, struct rank_proc *rp) {
-  for (int i = 0; i < w->n; i++) {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-      close(p[0]);
-      child_main(w, i, p[1]);
-    }
-    close(p[1]);
-    rp[i].pid = pid;
-    rp[i].fd = p[0];
+void launch_one(const struct world_spec *w, int index, struct rank_proc *rp) {
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(p[0]);
+    child_main(w, index, p[1]);
   }
+  close(p[1]);
+  rp->pid = pid;
+  rp->fd = p[0];
+}
+
+void launch(const struct world_spec *w, struct rank_proc *rp) {
+  for (int i = 0; i < w->n; i++)
+    launch_one(w, i, &rp[i]);
 }
 
 int finish(struct rank_proc *rp, char *buf, size_t n) {

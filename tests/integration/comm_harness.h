@@ -33,10 +33,16 @@
 int setup(void **state);
 int teardown(void **state);
 
-/* What a rank runs once it has joined and made its world handle. */
+/* What a rank runs once it has joined and made its world handle. A
+ * scenario that joins again may replace r and world (destroying the old
+ * ones, world first, or setting world to NULL once destroyed): the rank
+ * reports r's generation, then destroys world and r. */
 struct rank_ctx {
   rdzv_rendezvous_t *r;
   rdzv_comm_t *world;
+  /* The options of the rank's join (borrowed, valid while the scenario
+   * runs): a scenario joins again with a copy. */
+  const struct rdzv_rendezvous_opts *opts;
   int32_t rank;
   int failed;
   char text[2000];
@@ -96,6 +102,10 @@ struct rank_proc {
   int fd;
 };
 void launch(const struct world_spec *w, struct rank_proc *rp);
+/* Forks one rank of w for launch index `index` (0 .. w->n-1: its host and
+ * local rank), running w->fn: e.g. a replacement for a rank that died,
+ * with a scenario of its own (a copy of the spec with another fn). */
+void launch_one(const struct world_spec *w, int index, struct rank_proc *rp);
 /* Reads rank i's report into buf and waits for it to exit; returns the
  * report's status. */
 int finish(struct rank_proc *rp, char *buf, size_t n);

@@ -13,6 +13,13 @@
  *   - grow: the 4-rank group "world.train" grows by world ranks 5 and 4
  *     (new ranks 4 and 5), non-blocking: one id, made once by rank 0,
  *     reaches both new members; every rank ends with the same world;
+ *   - grow into a later generation: 4 ranks, rank 3 killed in generation
+ *     1; the survivors shrink "world" to "world.shrink1" (under w1's
+ *     keys), a replacement takes launch index 3, everyone joins
+ *     generation 2 (the survivors keep ranks 0-2, the replacement gets 3),
+ *     and rdzv_comm_grow_in / rdzv_comm_grow_join grow "world.shrink1"
+ *     back to 4 under w2's keys, with one id made once; a world of another
+ *     round, an older generation or a sub-group is refused, saying why;
  *   - an NCCL too old for either call: a clear error, nothing exchanged.
  * No assertion depends on wall-clock time. */
 #include <setjmp.h>
@@ -21,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +65,31 @@ static void report(struct rank_ctx *k, rdzv_comm_t *c) {
       es[0] ? es : "-", rdzv_comm_init_path(c));
 }
 
+/* Whether r's generation was aborted: writes a key of it until the root
+ * refuses it (a write reaches the root; a node may answer a read): as
+ * aborted, or as stale once a later generation opened (stale_ok).
+ * Bounded by count, not time. */
+static int ended(struct rank_ctx *k, int stale_ok) {
+  char probe[160];
+  snprintf(probe, sizeof(probe), "rdzv/%s/g%lld/probe",
+           rdzv_rendezvous_round(k->r),
+           (long long)rdzv_rendezvous_generation(k->r));
+  int prc = 0;
+#define ENDED(rc) \
+  ((rc) == RDZV_EABORTED || (stale_ok && (rc) == RDZV_ESTALE_GENERATION))
+  for (int i = 0; i < 3000 && !ENDED(prc); i++) {
+    prc = rdzv_store_set(rdzv_rendezvous_client(k->r), probe, "x", 1, 0, 5);
+    if (!ENDED(prc))
+      usleep(10000);
+  }
+  if (!ENDED(prc))
+    say(k, "probe=%s", rdzv_err_name(prc));
+  return ENDED(prc);
+#undef ENDED
+}
+
+static int aborted(struct rank_ctx *k) { return ended(k, 0); }
+
 /* ---- shrink: one agreed exclude list ------------------------------------- */
 
 static void scen_shrink(struct rank_ctx *k) {
@@ -70,20 +103,8 @@ static void scen_shrink(struct rank_ctx *k) {
     raise(SIGKILL);
   if (k->rank == 1) {
     /* The node saw rank 5's process go: the generation is aborted (its
-     * keys refused) before anyone shrinks. Bounded by count, not time. */
-    char probe[160];
-    snprintf(probe, sizeof(probe), "rdzv/%s/g%lld/probe",
-             rdzv_rendezvous_round(k->r),
-             (long long)rdzv_rendezvous_generation(k->r));
-    int prc = 0;
-    for (int i = 0; i < 3000 && prc != RDZV_EABORTED; i++) {
-      /* A write: it reaches the root (a node may answer a read). */
-      prc = rdzv_store_set(rdzv_rendezvous_client(k->r), probe, "x", 1, 0, 5);
-      if (prc != RDZV_EABORTED)
-        usleep(10000);
-    }
-    if (!check(k, prc == RDZV_EABORTED, "the generation aborted"))
-      say(k, "probe=%s", rdzv_err_name(prc));
+     * keys refused) before anyone shrinks. */
+    check(k, aborted(k), "the generation aborted");
     rc = rdzv_comm_shrink(k->world, first, 2, RDZV_COMM_SHRINK_ABORT, &s, 30);
     for (int i = 0; i < 4; i++)
       sig_send(); /* one byte for each other survivor */
@@ -251,6 +272,201 @@ static void test_grow_one_id_reaches_new_members(void **state) {
   assert_true(key_exists("grow", "rdzv/world/w1/grow/world.train/1"));
 }
 
+/* ---- grow into a later generation: a replacement's ranks ----------------- */
+
+static const int32_t lost3[1] = {3};
+
+/* Rank 0: a world of another round (a one-rank round "side" of the same
+ * job) is refused before anything is exchanged. */
+static void grow_in_other_round(struct rank_ctx *k, rdzv_comm_t *s,
+                                const struct rdzv_comm_opts *co) {
+  struct rdzv_rendezvous_opts o = *k->opts;
+  rdzv_rendezvous_t *r = NULL;
+  rdzv_comm_t *w = NULL, *g = NULL;
+  char err[1024] = "";
+  o.round = "side";
+  o.world_size = 1;
+  o.local_size = 1;
+  if (!check(k, rdzv_rendezvous_join(&o, &r, err, sizeof(err)) == 0,
+             "join side")) {
+    say(k, "side: %s", err);
+    return;
+  }
+  if (check(k, rdzv_comm_world(r, co, &w) == 0, "side world")) {
+    int rc = rdzv_comm_grow_in(s, w, lost3, 1, &g, 30);
+    check(k, rc == -EINVAL && g == NULL, "other round refused");
+    say(k, "side-err=[%s]", rdzv_comm_last_error(s));
+  }
+  rdzv_comm_destroy(g);
+  rdzv_comm_destroy(w);
+  rdzv_rendezvous_destroy(r);
+}
+
+static void scen_grow_in(struct rank_ctx *k) {
+  struct ncclComm *nc = NULL;
+  rdzv_comm_t *s = NULL, *w2 = NULL, *g = NULL;
+  rdzv_rendezvous_t *r2 = NULL;
+  struct rdzv_comm_opts co;
+  char err[1024] = "";
+  int rc;
+  if (!check(k, rdzv_comm_nccl(k->world, &nc, 30) == 0, "world init"))
+    return;
+  if (k->rank == 3) /* lost: joined, initialized, now dead */
+    raise(SIGKILL);
+  /* Rank 0 sees the abort first and has the replacement started: the
+   * others may then find generation 1 stale (generation 2 opened). */
+  if (!check(k, ended(k, k->rank != 0), "generation 1 ended"))
+    return;
+  if (k->rank == 0)
+    sig_send(); /* the test parent starts the replacement */
+  rc = rdzv_comm_shrink(k->world, lost3, 1, RDZV_COMM_SHRINK_ABORT, &s, 30);
+  if (!check(k, rc == 0 && s != NULL, "shrink")) {
+    say(k, "err=%s", rdzv_comm_last_error(k->world));
+    return;
+  }
+  /* Generation 2, with generation 1's handles kept. */
+  rc = rdzv_rendezvous_join(k->opts, &r2, err, sizeof(err));
+  if (!check(k, rc == 0, "join again")) {
+    say(k, "join2: %s", err);
+    rdzv_comm_destroy(s);
+    return;
+  }
+  say(k, "gen2=%lld rank2=%d", (long long)rdzv_rendezvous_generation(r2),
+      (int)rdzv_rendezvous_rank(r2));
+  rdzv_comm_opts_init(&co);
+  co.nccl_path = FAKE;
+  if (check(k, rdzv_comm_world(r2, &co, &w2) == 0, "world2")) {
+    if (k->rank == 0)
+      grow_in_other_round(k, s, &co);
+    if (k->rank == 2) { /* a sub-group is not a world */
+      rc = rdzv_comm_grow_in(s, s, lost3, 1, &g, 30);
+      check(k, rc == -EINVAL && g == NULL, "sub-group refused");
+      say(k, "sub-err=[%s]", rdzv_comm_last_error(s));
+    }
+    rc = rdzv_comm_grow_in(s, w2, lost3, 1, &g, 30);
+    say(k, "grow_in=%s", rdzv_err_name(rc));
+    if (check(k, rc == 0 && g != NULL, "grow_in")) {
+      check(k, rdzv_comm_state(g) == RDZV_COMM_READY, "ready");
+      check(k, rdzv_comm_generation(g) == 2, "in generation 2");
+      report(k, g);
+    } else {
+      say(k, "err=%s", rdzv_comm_last_error(s));
+    }
+    if (k->rank == 1 && g != NULL) { /* an older world than the handle's */
+      rdzv_comm_t *g2 = NULL;
+      rc = rdzv_comm_grow_in(g, k->world, lost3, 1, &g2, 30);
+      check(k, rc == -EINVAL && g2 == NULL, "older world refused");
+      say(k, "old-err=[%s]", rdzv_comm_last_error(g));
+    }
+  }
+  rdzv_comm_destroy(g);
+  rdzv_comm_destroy(w2);
+  rdzv_comm_destroy(s);
+  /* The rank reports (and then destroys) generation 2's handle. */
+  rdzv_comm_destroy(k->world);
+  k->world = NULL;
+  rdzv_rendezvous_destroy(k->r);
+  k->r = r2;
+}
+
+/* The spare in rank 3's place: a new member of generation 2. */
+static void scen_replacement(struct rank_ctx *k) {
+  rdzv_comm_t *g = NULL;
+  say(k, "gen2=%lld rank2=%d", (long long)rdzv_rendezvous_generation(k->r),
+      (int)k->rank);
+  int rc = rdzv_comm_grow_join(k->world, "world.shrink1", 1, &g, 30);
+  say(k, "grow_join=%s", rdzv_err_name(rc));
+  if (check(k, rc == 0 && g != NULL, "grow_join")) {
+    check(k, rdzv_comm_state(g) == RDZV_COMM_READY, "ready");
+    check(k, rdzv_comm_generation(g) == 2, "in generation 2");
+    report(k, g);
+  } else {
+    say(k, "err=%s", rdzv_comm_last_error(k->world));
+  }
+  rdzv_comm_destroy(g);
+}
+
+static void test_grow_into_a_later_generation(void **state) {
+  (void)state;
+  struct world_spec w = {"growin", 4, 2, 0, 0, NULL, NULL, 0, scen_grow_in, 0};
+  struct world_spec spare = w;
+  struct rank_proc rp[4];
+  char rep[4][REPORT_MAX], id[17], hex[17], want[200];
+  int st = 0;
+  spare.fn = scen_replacement;
+  setenv("FAKE_NCCL_VERSION", "22900", 1); /* an NCCL with ncclCommGrow */
+  sig_open();
+  launch(&w, rp);
+  /* Rank 0 saw generation 1 abort: rank 3 is dead; start its replacement
+   * (launch index 3: hostB, local rank 1). */
+  int seen = sig_wait();
+  sig_close();
+  close(rp[3].fd);
+  assert_int_equal(waitpid(rp[3].pid, &st, 0), rp[3].pid);
+  assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  launch_one(&spare, 3, &rp[3]);
+  unsetenv("FAKE_NCCL_VERSION");
+  int bad = 0;
+  for (int i = 0; i < 4; i++)
+    bad |= finish(&rp[i], rep[i], sizeof(rep[i])) != 0;
+  if (bad || !seen)
+    fail_msg("ranks:\n0: %s\n1: %s\n2: %s\n3: %s", rep[0], rep[1], rep[2],
+             rep[3]);
+  for (int i = 0; i < 4; i++) {
+    int rank = -1;
+    long long gen = 0;
+    assert_int_equal(sscanf(rep[i], "%*d %d %lld", &rank, &gen), 2);
+    assert_int_equal(rank, i);
+    assert_int_equal(gen, 2);
+    /* Ranks kept in generation 2; the grown handle, the same on all. */
+    snprintf(want, sizeof(want), "gen2=2 rank2=%d ", i);
+    if (strstr(rep[i], want) == NULL)
+      fail_msg("rank %d: want '%s' in: %s", i, want, rep[i]);
+    snprintf(want, sizeof(want),
+             "name=world.shrink1.grow1 rank=%d size=4 world=0,1,2,3 "
+             "excluded=- path=grow",
+             i);
+    if (strstr(rep[i], want) == NULL)
+      fail_msg("rank %d: want '%s' in: %s", i, want, rep[i]);
+  }
+  /* Refused, saying why, with nothing exchanged. */
+  if (strstr(rep[0], "side-err=[world.shrink1: grow 1: the world handle is "
+                     "of round 'side', this communicator of round "
+                     "'world']") == NULL)
+    fail_msg("rank 0: %s", rep[0]);
+  if (strstr(rep[1], "old-err=[world.shrink1.grow1: grow 1: the world handle "
+                     "is of generation 1, older than this communicator's "
+                     "2]") == NULL)
+    fail_msg("rank 1: %s", rep[1]);
+  if (strstr(rep[2], "sub-err=[world.shrink1: rdzv_comm_grow_in: "
+                     "'world.shrink1' is not a world handle") == NULL)
+    fail_msg("rank 2: %s", rep[2]);
+  /* Rank 0 made one id, on its shrunk communicator (comm 2), and passed
+   * it; ranks 1 and 2 passed none; the replacement got it. */
+  char *log = fake_log("growin", 0);
+  assert_int_equal(count(log, "commGetUniqueId"), 1);
+  assert_int_equal(field(log, "commGetUniqueId comm=2", "id=", id, sizeof(id)),
+                   0);
+  assert_int_equal(field(log, "grow comm=2", "id=", hex, sizeof(hex)), 0);
+  assert_string_equal(hex, id);
+  free(log);
+  for (int i = 1; i < 4; i++) {
+    log = fake_log("growin", i);
+    assert_int_equal(count(log, "commGetUniqueId"), 0);
+    assert_int_equal(count(log, "grow comm="), 1);
+    if (i < 3)
+      snprintf(want, sizeof(want), "grow comm=2 nranks=4 id=none rank=-1 ");
+    else
+      snprintf(want, sizeof(want), "grow comm=0 nranks=4 id=%s rank=3 ", id);
+    if (strstr(log, want) == NULL)
+      fail_msg("rank %d's fake NCCL log lacks '%s':\n%s", i, want, log);
+    free(log);
+  }
+  /* Agreed under generation 2's keys, not generation 1's. */
+  assert_true(key_exists("growin", "rdzv/world/w2/grow/world.shrink1/1"));
+  assert_false(key_exists("growin", "rdzv/world/w1/grow/world.shrink1/1"));
+}
+
 /* ---- an NCCL without shrink or grow -------------------------------------- */
 
 static void scen_old(struct rank_ctx *k) {
@@ -311,6 +527,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shrink_agrees_on_one_list),
       cmocka_unit_test(test_grow_one_id_reaches_new_members),
+      cmocka_unit_test(test_grow_into_a_later_generation),
       cmocka_unit_test(test_old_nccl_is_refused_clearly),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
