@@ -232,20 +232,28 @@ int rdzv_daemon_run(const struct rdzv_daemon_config *cfg) {
   signal(SIGPIPE, SIG_IGN);
   catch_fatal_signals();
   uv_loop_t *loop = uv_default_loop();
-  struct run_ctx r;
+  struct run_ctx r = {0};
+  /* Caught before the start writes the port file: a launcher that reads
+   * it and stops the daemon at once gets a clean stop, not a default
+   * death (the signal waits for the loop). */
+  uv_signal_init(loop, &r.sigint);
+  uv_signal_init(loop, &r.sigterm);
+  r.sigint.data = r.sigterm.data = &r;
+  uv_signal_start(&r.sigint, on_signal, SIGINT);
+  uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+  for (size_t i = 0; i < NIGNORED; i++) {
+    uv_signal_init(loop, &r.ignored[i]);
+    r.ignored[i].data = &r;
+    uv_signal_start(&r.ignored[i], on_ignored_signal, ignored_signals[i]);
+  }
   int rc = rdzv_daemon_start(loop, cfg, &r.d);
   if (rc == 0) {
     warn_fd_limit(r.d); /* the process's own limit: rdzvd's alone here */
-    uv_signal_init(loop, &r.sigint);
-    uv_signal_init(loop, &r.sigterm);
-    r.sigint.data = r.sigterm.data = &r;
-    uv_signal_start(&r.sigint, on_signal, SIGINT);
-    uv_signal_start(&r.sigterm, on_signal, SIGTERM);
-    for (size_t i = 0; i < NIGNORED; i++) {
-      uv_signal_init(loop, &r.ignored[i]);
-      r.ignored[i].data = &r;
-      uv_signal_start(&r.ignored[i], on_ignored_signal, ignored_signals[i]);
-    }
+  } else {
+    uv_close((uv_handle_t *)&r.sigint, close_noop);
+    uv_close((uv_handle_t *)&r.sigterm, close_noop);
+    for (size_t i = 0; i < NIGNORED; i++)
+      uv_close((uv_handle_t *)&r.ignored[i], close_noop);
   }
   uv_run(loop, UV_RUN_DEFAULT); /* until stopped; then close callbacks */
   uv_loop_close(loop);

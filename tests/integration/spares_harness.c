@@ -28,6 +28,7 @@ struct host hosts[MAXH];
 int nhosts;
 static int rep_r = -1, rep_w = -1;
 struct spares_hooks spares_hooks;
+char quarantined_text_of[MAXH][600];
 
 /* ---- a host: a process, a thread per rank ------------------------------- */
 
@@ -205,6 +206,7 @@ int spares_teardown(void **state) {
   close(rep_r);
   close(rep_w);
   nhosts = 0;
+  memset(quarantined_text_of, 0, sizeof(quarantined_text_of));
   g_domains_gen = 0;
   return bad ? -1 : 0;
 }
@@ -261,6 +263,7 @@ void collect(int64_t after, int want, struct world *w) {
     if (rp.status == RDZV_EQUARANTINED) {
       if (w->quarantined_text[0] == '\0')
         memcpy(w->quarantined_text, rp.text, sizeof(w->quarantined_text));
+      memcpy(quarantined_text_of[rp.host], rp.text, sizeof(rp.text));
       w->quarantined_reports[rp.host]++;
       continue;
     }

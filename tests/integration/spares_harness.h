@@ -111,6 +111,10 @@ struct world {
   char quarantined_text[600];    /* the first one's */
 };
 
+/* The latest RDZV_EQUARANTINED report's text of each host ("" before
+ * one), kept by collect. */
+extern char quarantined_text_of[MAXH][600];
+
 /* Reads reports until every rank of one generation newer than after has
  * reported its place (want ranks); records parked and quarantined reports
  * on the way. Checks ranks 0..W-1 each once, contiguous per host by node
