@@ -269,7 +269,7 @@ enum rdzv_peer_role {
    * a standby root, which would refuse a job's hello) and closes
    * the connection; it refuses a probe from itself (RDZV_EHELLO) and, with
    * --job, one naming another job (RDZV_EJOB_MISMATCH). Older daemons
-   * refuse the role (RDZV_EBAD_ROLE). The chain is the daemons' addresses
+   * refuse the role (RDZV_EBAD_ROLE; an empty job: RDZV_EJOB_ID_MISSING). The chain is the daemons' addresses
    * a launcher passes in --parent; it is told without authentication, and
    * a node replaces it with what its first authenticated hello tells. */
   RDZV_ROLE_PROBE = 2,

@@ -313,9 +313,12 @@ static void scen_grow_in(struct rank_ctx *k) {
     return;
   if (k->rank == 3) /* lost: joined, initialized, now dead */
     raise(SIGKILL);
-  /* Rank 0 sees the abort first and has the replacement started: the
-   * others may then find generation 1 stale (generation 2 opened). */
-  if (!check(k, ended(k, k->rank != 0), "generation 1 ended"))
+  /* Generation 1 aborted, or already stale: a survivor that saw the
+   * abort first may have shrunk and joined again (the survivors do not
+   * wait for each other), opening generation 2, before another probes.
+   * Either way rank 3 is gone and its place open: rank 0 then has the
+   * replacement started. */
+  if (!check(k, ended(k, 1), "generation 1 ended"))
     return;
   if (k->rank == 0)
     sig_send(); /* the test parent starts the replacement */

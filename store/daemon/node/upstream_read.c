@@ -226,7 +226,10 @@ static bool probe_frame(struct upstream *u, const struct rdzv_msg *m) {
   bool reply = m->type == RDZV_MSG_HELLO && (m->flags & RDZV_F_REPLY) &&
                m->req_id == u->hello_id;
   if (reply && m->status == 0) {
-    learn_ancestors(u, m);
+    /* A link away from the parent asks only whether it is back: the
+     * chain stays what the job's hellos told (they are authenticated). */
+    if (!u->probe_once)
+      learn_ancestors(u, m);
     char list[600];
     size_t used = 0;
     list[0] = '\0';
@@ -244,8 +247,9 @@ static bool probe_frame(struct upstream *u, const struct rdzv_msg *m) {
     rdzv__up_probe_end(u, m->a != 1);
     return false;
   }
-  if (m->status == RDZV_EBAD_ROLE) {
-    rdzv__log(d, 1,
+  /* An older rdzvd refuses the role, or (an empty job) the job id first. */
+  if (m->status == RDZV_EBAD_ROLE || m->status == RDZV_EJOB_ID_MISSING) {
+    rdzv__log(d, u->probe_once ? 2 : 1,
               "node %s: parent %s answers no probe (an older rdzvd): the "
               "daemons above it are learned with the first job",
               d->cfg.name, rdzv__up_addr(u));
