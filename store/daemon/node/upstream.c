@@ -583,47 +583,6 @@ struct upstream *rdzv__upstream_create(struct daemon *d, const char *job_id,
   return u;
 }
 
-struct upstream *rdzv__up_probe_new(struct daemon *d, const char *job_id,
-                                    bool once,
-                                    void (*done)(void *arg, bool answered),
-                                    void *arg) {
-  struct upstream *u = rdzv__upstream_create(d, job_id, NULL, NULL, NULL);
-  if (u == NULL)
-    return NULL;
-  /* Before its first connection's hello (connecting, resolving): asks
-   * the parent only, sends no pings. */
-  u->probe = true;
-  u->probe_once = once;
-  u->probe_done = done;
-  u->probe_arg = arg;
-  rdzv__addrs_truncate(u->addrs, &u->naddrs, 1);
-  uv_timer_stop(&u->beat);
-  return u;
-}
-
-/* The start probe's end: its slot in the daemon's parts is cleared. */
-static void start_probe_done(void *arg, bool answered) {
-  struct upstream **slot = arg;
-  *slot = NULL;
-  (void)answered;
-}
-
-struct upstream *rdzv__node_probe(struct daemon *d, struct upstream **slot) {
-  *slot = NULL;
-  if (d->cfg.parent[0] == '\0')
-    return NULL;
-  *slot = rdzv__up_probe_new(d, d->cfg.job, false, start_probe_done, slot);
-  return *slot;
-}
-
-void rdzv__up_probe_end(struct upstream *u, bool answered) {
-  void (*done)(void *, bool) = u->probe_done;
-  u->probe_done = NULL;
-  if (done != NULL)
-    done(u->probe_arg, answered);
-  rdzv__upstream_destroy(u, false);
-}
-
 static void on_timer_closed(uv_handle_t *h) { rdzv__up_unref(h->data); }
 
 static void on_final_shutdown(uv_shutdown_t *req, int status) {

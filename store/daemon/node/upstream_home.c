@@ -1,5 +1,6 @@
-/* A node's link to its parent (upstream_int.h): back home after a
- * reattachment (--home-after-ms).
+/* A node's link to its parent (upstream_int.h): probes of the parent
+ * (the one at start, node.h's rdzv__node_probe, and a link's while it is
+ * away) and back home after a reattachment (--home-after-ms).
  *
  * A job's link that lost the node's parent reattached to an ancestor
  * (upstream.c's reset); left there, a rolling restart of the interior
@@ -17,8 +18,54 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "store/daemon/node/node.h"
 #include "store/daemon/node/node_int.h"
 #include "store/daemon/node/upstream_int.h"
+
+/* ---- probes: a hello of role probe to the parent (wire.h) --------------- */
+
+struct upstream *rdzv__up_probe_new(struct daemon *d, const char *job_id,
+                                    bool once,
+                                    void (*done)(void *arg, bool answered),
+                                    void *arg) {
+  struct upstream *u = rdzv__upstream_create(d, job_id, NULL, NULL, NULL);
+  if (u == NULL)
+    return NULL;
+  /* Before its first connection's hello (connecting, resolving): asks
+   * the parent only, sends no pings. */
+  u->probe = true;
+  u->probe_once = once;
+  u->probe_done = done;
+  u->probe_arg = arg;
+  rdzv__addrs_truncate(u->addrs, &u->naddrs, 1);
+  uv_timer_stop(&u->beat);
+  return u;
+}
+
+/* The start probe's end: its slot in the daemon's parts is cleared. */
+static void start_probe_done(void *arg, bool answered) {
+  struct upstream **slot = arg;
+  *slot = NULL;
+  (void)answered;
+}
+
+struct upstream *rdzv__node_probe(struct daemon *d, struct upstream **slot) {
+  *slot = NULL;
+  if (d->cfg.parent[0] == '\0')
+    return NULL;
+  *slot = rdzv__up_probe_new(d, d->cfg.job, false, start_probe_done, slot);
+  return *slot;
+}
+
+void rdzv__up_probe_end(struct upstream *u, bool answered) {
+  void (*done)(void *, bool) = u->probe_done;
+  u->probe_done = NULL;
+  if (done != NULL)
+    done(u->probe_arg, answered);
+  rdzv__upstream_destroy(u, false);
+}
+
+/* ---- back home --------------------------------------------------------- */
 
 static uint64_t tick_ms(const struct upstream *u) {
   uint64_t t = u->d->cfg.home_after_ms / 4;

@@ -8,7 +8,9 @@
  *                       and what /readyz asks of the link;
  *   upstream_read.c     frames from the parent: the hello's reply and
  *                       proof, ancestors, the leader, replies;
- *   upstream_connect.c  resolving, candidates, connecting, the hello.
+ *   upstream_connect.c  resolving, candidates, connecting, the hello;
+ *   upstream_home.c     probes of the parent, and back home after a
+ *                       reattachment (--home-after-ms).
  * Everything runs on the daemon's loop thread. */
 #ifndef RDZV_STORE_DAEMON_NODE_UPSTREAM_INT_H
 #define RDZV_STORE_DAEMON_NODE_UPSTREAM_INT_H
