@@ -23,7 +23,7 @@ extern "C" {
 
 typedef struct rdzv_client rdzv_client_t;
 
-#define RDZV_CLIENT_OPTS_VERSION 1u
+#define RDZV_CLIENT_OPTS_VERSION 2u
 
 /* Options. Fill with rdzv_client_opts_init, then set what you need. New
  * fields are only ever appended. */
@@ -78,6 +78,24 @@ struct rdzv_client_opts {
   const char *secret_file;
   const uint8_t *secret;
   size_t secret_len;
+  /* TLS (options version 2). To a TCP address the connection is TLS
+   * (1.2 or 1.3, store/tls) when any of these four is set, else when the
+   * environment sets any of RDZV_TLS_DIR, RDZV_TLS_CA, RDZV_TLS_CERT,
+   * RDZV_TLS_KEY (read the same way); a "unix:" address stays plain.
+   * tls_dir: DIR/ca.crt, DIR/tls.crt and DIR/tls.key (a Kubernetes TLS
+   * Secret with its CA) for what the other three do not give. tls_ca:
+   * the CA file (PEM) the daemon's certificate must chain to (required).
+   * tls_cert and tls_key: this side's certificate chain and key (PEM),
+   * both or neither (a daemon takes a rank without one). Settings that
+   * cannot be loaded leave the handle failed: every request completes
+   * with RDZV_ETLS, last_error naming the file and why. A daemon whose
+   * certificate is of another CA or expired, or one without TLS, is
+   * refused: RDZV_ETLS, last_error naming it with OpenSSL's reason.
+   * Borrowed for rdzv_client_create only (the files are read there). */
+  const char *tls_dir;
+  const char *tls_ca;
+  const char *tls_cert;
+  const char *tls_key;
 };
 
 /* Fills *opts with defaults. opts must not be NULL. */

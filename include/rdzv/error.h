@@ -71,7 +71,9 @@ extern "C" {
     "this rank is on the communicator's agreed exclude list (declared lost)") \
   X(EQUARANTINED, -1048,                                                     \
     "the host is quarantined for the job (a failed health check, or by "   \
-    "hand): rdzvctl quarantine")
+    "hand): rdzvctl quarantine")                                           \
+  X(ETLS, -1049,                                                             \
+    "TLS failed (a certificate refused, or TLS on one side only)")
 
 enum rdzv_status {
   RDZV_OK = 0,

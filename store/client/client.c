@@ -153,6 +153,11 @@ int rdzv__parse_addr(const char *s, struct rdzv__addr *a) {
 }
 
 /* Checks the options and fills the numeric fields of c (0 means default). */
+/* The options' size in version 1 (up to secret_len); version 2 adds
+ * TLS. */
+#define OPTS_V1 \
+  (offsetof(struct rdzv_client_opts, secret_len) + sizeof(size_t))
+
 static int opts_check(const struct rdzv_client_opts *o, struct rdzv_client *c) {
   c->max_frame =
       o->max_frame_bytes != 0 ? o->max_frame_bytes : DEFAULT_MAX_FRAME;
@@ -293,11 +298,15 @@ static int client_init(struct rdzv_client *c,
       (ssize_t)sizeof c->opid_base)
     c->opid_base = c->rng * 0xD1342543DE82EF95u;
   c->magic = RDZV__CLIENT_MAGIC;
-  return secret_init(c, opts);
+  err = secret_init(c, opts);
+  if (err < 0 || c->state == RDZV__CS_FAILED)
+    return err;
+  return rdzv__ctls_init(c, opts->version >= 2 ? opts : NULL);
 }
 
 static void client_free(struct rdzv_client *c) {
   rdzv__conn_close(c);
+  rdzv_tls_cfg_free(c->tls_cfg);
   while (c->nfb > 0) {
     c->nfb--;
     free(c->fb[c->nfb].host);
@@ -332,7 +341,8 @@ int rdzv_client_create(const struct rdzv_client_opts *opts,
   if (opts == NULL || out == NULL)
     return -EINVAL;
   *out = NULL;
-  if (opts->size != sizeof *opts || opts->version != RDZV_CLIENT_OPTS_VERSION)
+  if (!((opts->version == 1 && opts->size == OPTS_V1) ||
+        (opts->version == 2 && opts->size == sizeof *opts)))
     return -EINVAL;
   c = calloc(1, sizeof *c);
   if (c == NULL)
@@ -397,9 +407,10 @@ short rdzv_client_events(const rdzv_client_t *c) {
   case RDZV__CS_CONNECTING:
     return POLLOUT;
   case RDZV__CS_HELLO_SENT:
-    return (short)(POLLIN | (c->out.len > 0 ? POLLOUT : 0));
+    return (short)(POLLIN | (c->out.len > 0 || c->cipher.len > 0 ? POLLOUT
+                                                                   : 0));
   case RDZV__CS_READY:
-    return (short)(POLLIN | (c->out.len > 0 ||
+    return (short)(POLLIN | (c->out.len > 0 || c->cipher.len > 0 ||
                                      (c->queue.n > 0 && !c->resume_wait)
                                  ? POLLOUT
                                  : 0));

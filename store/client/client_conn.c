@@ -99,6 +99,7 @@ void rdzv__conn_close(struct rdzv_client *c) {
   if (c->fd >= 0)
     close(c->fd);
   c->fd = -1;
+  rdzv__ctls_end(c);
   rdzv_buf_free(&c->in);
   rdzv_buf_free(&c->out);
   c->out_total = 0;
@@ -243,6 +244,10 @@ static void try_connect(struct rdzv_client *c, int64_t now) {
   c->fd = fd;
   if (!rdzv__target(c)->is_unix)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (rdzv__ctls_begin(c) < 0) {
+    attempt_failed(c, now, ENOBUFS, "out of memory for a TLS session");
+    return;
+  }
   c->timer = rdzv__deadline_after(now, c->attempt_timeout);
   if (connect(fd, sa, c->ai_len[c->ai_idx]) == 0) {
     connected(c, now);
@@ -742,12 +747,26 @@ static int conn_read(struct rdzv_client *c) {
   int i;
 
   for (i = 0; i < MAX_READS; i++) {
-    if (rdzv_buf_reserve(&c->in, c->in.len > READ_CHUNK ? c->in.len
-                                                        : READ_CHUNK) < 0)
-      return 0; /* try again later; nothing is lost */
-    n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
+    if (c->tls != NULL) {
+      char what[RDZV_TLS_ERR_MAX + 200];
+      n = rdzv__ctls_recv(c, what, sizeof what);
+      if (n == -2 && c->state == RDZV__CS_HELLO_SENT) {
+        hello_refused(c, RDZV_ETLS, what); /* no use trying again */
+        return 1;
+      }
+      if (n < -1) {
+        conn_lost(c, n == -2 ? RDZV_ETLS : RDZV_ENOMEM, what);
+        return 1;
+      }
+    } else {
+      if (rdzv_buf_reserve(&c->in, c->in.len > READ_CHUNK ? c->in.len
+                                                          : READ_CHUNK) < 0)
+        return 0; /* try again later; nothing is lost */
+      n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
+      if (n > 0)
+        c->in.len += (size_t)n;
+    }
     if (n > 0) {
-      c->in.len += (size_t)n;
       c->last_rx = rdzv__now_ns();
       if (frames_handle(c))
         return 1;
@@ -769,15 +788,26 @@ static int conn_read(struct rdzv_client *c) {
 
 /* Writes what the kernel takes. Returns 1 if the connection was closed. */
 static int conn_flush(struct rdzv_client *c) {
+  struct rdzv_buf *src = &c->out; /* over TLS: its ciphertext */
   size_t off = 0;
   ssize_t n;
   int err;
 
-  while (off < c->out.len) {
-    n = send(c->fd, c->out.data + off, c->out.len - off, MSG_NOSIGNAL);
+  if (c->tls != NULL) {
+    err = rdzv__ctls_seal(c);
+    if (err < 0) {
+      conn_lost(c, err, err == RDZV_ETLS ? rdzv_tls_error(c->tls)
+                                         : "out of memory sealing");
+      return 1;
+    }
+    src = &c->cipher;
+  }
+  while (off < src->len) {
+    n = send(c->fd, src->data + off, src->len - off, MSG_NOSIGNAL);
     if (n >= 0) {
       off += (size_t)n;
-      c->sent_total += (uint64_t)n;
+      if (src == &c->out)
+        c->sent_total += (uint64_t)n;
       continue;
     }
     if (errno == EINTR)
@@ -785,13 +815,13 @@ static int conn_flush(struct rdzv_client *c) {
     if (errno == EAGAIN || errno == EWOULDBLOCK)
       break;
     err = errno;
-    rdzv_buf_consume(&c->out, off);
+    rdzv_buf_consume(src, off);
     conn_lost(c, RDZV_ECONN_CLOSED, rdzv_strerror(-err));
     return 1;
   }
-  rdzv_buf_consume(&c->out, off);
-  if (c->out.len == 0)
-    rdzv_buf_free(&c->out);
+  rdzv_buf_consume(src, off);
+  if (src->len == 0)
+    rdzv_buf_free(src);
   return 0;
 }
 
@@ -934,6 +964,7 @@ void rdzv__conn_step(struct rdzv_client *c, int64_t now) {
   }
   /* A connect that finished at once (Unix sockets do) sends its hello
    * now rather than after another poll. */
-  if (c->state == RDZV__CS_HELLO_SENT && c->out.len > 0)
+  if (c->state == RDZV__CS_HELLO_SENT &&
+      (c->out.len > 0 || c->tls != NULL))
     conn_flush(c);
 }

@@ -21,6 +21,7 @@
 #include <sys/un.h>
 
 #include "rdzv/client.h"
+#include "store/tls/tls.h"
 #include "store/wire/wire.h"
 
 #define RDZV__CLIENT_MAGIC 0x435A4452u /* "RDZC" */
@@ -152,6 +153,12 @@ struct rdzv_client {
   uint64_t rng;
   struct rdzv_buf in;
   struct rdzv_buf out;
+  /* TLS (client_tls.c): the configuration (NULL: plain), this TCP
+   * connection's session (NULL: none), and the ciphertext it made that
+   * waits for the socket. */
+  rdzv_tls_cfg_t *tls_cfg;
+  rdzv_tls_t *tls;
+  struct rdzv_buf cipher;
   uint64_t out_total;  /* bytes appended to `out` on this connection */
   uint64_t sent_total; /* bytes handed to the kernel on this connection */
   int64_t last_rx;     /* ns: bytes last came from the daemon (or READY) */
@@ -247,5 +254,27 @@ void rdzv__conn_close(struct rdzv_client *c);
 int64_t rdzv__conn_heartbeat_due(const struct rdzv_client *c);
 /* "IDLE", "READY", ... */
 const char *rdzv__conn_state_name(enum rdzv__conn_state s);
+
+/* ---- client_tls.c: TLS on TCP connections ------------------------------ */
+
+/* Loads the TLS settings: opts' (version 2; NULL: version 1 options)
+ * when any is set, else the environment's (RDZV_TLS_DIR, RDZV_TLS_CA,
+ * RDZV_TLS_CERT, RDZV_TLS_KEY); none: plain. Settings that cannot be
+ * loaded leave c FAILED with RDZV_ETLS (last_error says why) and return
+ * 0. Returns 0 or RDZV_ENOMEM. */
+int rdzv__ctls_init(struct rdzv_client *c, const struct rdzv_client_opts *opts);
+/* A connection to the current target starts: a session when c has TLS
+ * and the target is TCP. 0 or RDZV_ENOMEM. */
+int rdzv__ctls_begin(struct rdzv_client *c);
+/* The connection closes: its session and ciphertext go. */
+void rdzv__ctls_end(struct rdzv_client *c);
+/* Moves c->out into the session (counted as sent) and the ciphertext it
+ * has to send into c->cipher. 0, RDZV_ETLS or RDZV_ENOMEM. */
+int rdzv__ctls_seal(struct rdzv_client *c);
+/* One recv of ciphertext, its plaintext appended to c->in. Returns what
+ * recv returned (> 0, 0 for a close, -1 with errno), or -2 when the
+ * session failed (RDZV_ETLS), -3 when out of memory: what (n bytes) then
+ * says why, naming the daemon. */
+ssize_t rdzv__ctls_recv(struct rdzv_client *c, char *what, size_t n);
 
 #endif /* RDZV_STORE_CLIENT_INT_H */

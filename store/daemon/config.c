@@ -107,6 +107,22 @@ static const struct opt opts[] = {
           "one secret file per job: DIR/<job id>, read at each hello (a "
           "root that serves many jobs; a Kubernetes Secret volume); a job "
           "without a file there is refused as a wrong secret is"),
+  STR_OPT("tls-dir", "RDZVD_TLS_DIR", "", tls_dir, RDZV_CONFIG_STR_MAX,
+          "TLS on every TCP link to and from this daemon (its listener, "
+          "its parent): DIR/tls.crt, DIR/tls.key and DIR/ca.crt (a "
+          "Kubernetes TLS Secret with its CA), for what --tls-cert, "
+          "--tls-key and --tls-ca do not give; empty: plain TCP "
+          "(tools/tls-certs.sh makes a test cluster's)"),
+  STR_OPT("tls-cert", "RDZVD_TLS_CERT", "", tls_cert, RDZV_CONFIG_STR_MAX,
+          "TLS: this daemon's certificate chain (PEM), shown to every "
+          "peer: to ranks as a server, to its parent as a client (a "
+          "daemon's peer must show one of the CA)"),
+  STR_OPT("tls-key", "RDZVD_TLS_KEY", "", tls_key, RDZV_CONFIG_STR_MAX,
+          "TLS: the private key of --tls-cert (PEM)"),
+  STR_OPT("tls-ca", "RDZVD_TLS_CA", "", tls_ca, RDZV_CONFIG_STR_MAX,
+          "TLS: the CA (PEM) every peer's certificate must chain to (a "
+          "certificate of another CA, expired or none is refused; ranks "
+          "may come without one)"),
   U32_OPT("hello-timeout-ms", "RDZVD_HELLO_TIMEOUT_MS", "10000",
           hello_timeout_ms, "drop a connection that sends no hello"),
   U32_OPT("job-linger-ms", "RDZVD_JOB_LINGER_MS", "30000", job_linger_ms,

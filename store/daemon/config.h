@@ -134,6 +134,9 @@ struct rdzv_daemon_config {
    * one file per job id; "" for none (at most one of them is set). */
   const char *secret_file;
   const char *secret_dir;
+  /* TLS (store/tls): a directory of tls.crt, tls.key and ca.crt, and
+   * files that override its; all "": plain TCP. */
+  const char *tls_dir, *tls_cert, *tls_key, *tls_ca;
   uint32_t connect_timeout_ms; /* node: one attempt (connect and hello) at
                                   one address and port of the parent */
   uint32_t home_after_ms; /* node: a job's link on an ancestor returns to

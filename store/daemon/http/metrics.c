@@ -165,6 +165,19 @@ static void auth(struct text *t, const struct stats *s) {
       (unsigned long long)s->auth_peer_refused);
   put(t, "rdzv_auth_refusals_total{reason=\"parent\"} %llu\n",
       (unsigned long long)s->auth_parent_refused);
+  head(t, "rdzv_tls_handshakes_total", "counter",
+       "TLS handshakes on this daemon's TCP links (--tls-*), by result: "
+       "ok, failed (a certificate not trusted, expired or missing), plain "
+       "(plain bytes on the TLS port), no_cert (a daemon peer without a "
+       "certificate).");
+  put(t, "rdzv_tls_handshakes_total{result=\"ok\"} %llu\n",
+      (unsigned long long)s->tls_handshakes);
+  put(t, "rdzv_tls_handshakes_total{result=\"failed\"} %llu\n",
+      (unsigned long long)s->tls_failed);
+  put(t, "rdzv_tls_handshakes_total{result=\"plain\"} %llu\n",
+      (unsigned long long)s->tls_plain_refused);
+  put(t, "rdzv_tls_handshakes_total{result=\"no_cert\"} %llu\n",
+      (unsigned long long)s->tls_no_cert);
 }
 
 static void etcd(struct text *t, const struct stats *s) {

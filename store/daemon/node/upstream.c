@@ -96,6 +96,8 @@ void rdzv__up_unref(struct upstream *u) {
   rdzv_buf_free(&u->out);
   rdzv_buf_free(&u->writing);
   rdzv_buf_free(&u->in);
+  rdzv__up_tls_end(u);
+  rdzv_buf_free(&u->cipher);
   for (size_t i = 0; i < sizeof(u->addrs) / sizeof(u->addrs[0]); i++)
     free(u->addrs[i]);
   free(u->job_id);
@@ -214,6 +216,17 @@ static void on_stream_closed(uv_handle_t *h) {
   rdzv__up_unref(u);
 }
 
+/* The attempt's stream (if any) closes; its TLS session goes. */
+static void close_stream(struct upstream *u) {
+  rdzv__up_tls_end(u);
+  if (!u->have_stream)
+    return;
+  u->have_stream = false;
+  u->closing = true;
+  u->refs++;
+  uv_close(&u->h.handle, on_stream_closed);
+}
+
 /* The next attempt reuses the stream's memory: it waits until the closing
  * of the last one has completed (a reattachment is due at once, maybe in
  * the same loop iteration as that close). */
@@ -253,12 +266,7 @@ void rdzv__up_reset(struct upstream *u, const char *why, int err) {
                   "parent %s: %s (attempt %u)", rdzv__up_addr(u), u->why,
                   u->attempts);
   }
-  if (u->have_stream) {
-    u->have_stream = false;
-    u->closing = true;
-    u->refs++;
-    uv_close(&u->h.handle, on_stream_closed);
-  }
+  close_stream(u);
   if (u->state == UP_READY)
     u->d->stats.upstream_reconnects++;
   rdzv__up_lease_end(u);
@@ -419,12 +427,7 @@ void rdzv__up_attempt_failed(struct upstream *u, const char *why, int err) {
                 "parent %s: %s: %s; trying the next of its "
                 "addresses and ports",
                 rdzv__up_addr(u), what, err ? err_text(err) : "closed");
-  if (u->have_stream) {
-    u->have_stream = false;
-    u->closing = true;
-    u->refs++;
-    uv_close(&u->h.handle, on_stream_closed);
-  }
+  close_stream(u);
   rdzv__up_set_state(u, UP_BACKOFF);
   u->out.len = 0;
   u->in.len = 0;
@@ -504,23 +507,34 @@ static void on_write(uv_write_t *req, int status) {
 }
 
 void rdzv__up_start_write(struct upstream *u) {
-  if (u->write_active || u->out.len == 0 || !u->have_stream)
+  if (u->write_active || !u->have_stream)
+    return;
+  struct rdzv_buf *src = &u->out; /* over TLS: its ciphertext */
+  if (u->tls != NULL) {
+    int rc = rdzv__up_tls_seal(u);
+    if (rc < 0) {
+      rdzv__up_tls_failed(u, rc);
+      return;
+    }
+    src = &u->cipher;
+  }
+  if (src->len == 0)
     return;
   /* Straight to the socket first (no write request, no watcher update:
    * an epoll_ctl saved per forwarded request); what does not fit, or a
    * failure, goes through uv_write below as before. */
-  uv_buf_t now = uv_buf_init((char *)u->out.data, (unsigned)u->out.len);
+  uv_buf_t now = uv_buf_init((char *)src->data, (unsigned)src->len);
   int n = uv_try_write(&u->h.stream, &now, 1);
   if (n > 0) {
     u->d->stats.bytes_out += (uint64_t)n;
-    rdzv_buf_consume(&u->out, (size_t)n);
-    if (u->out.len == 0)
+    rdzv_buf_consume(src, (size_t)n);
+    if (src->len == 0)
       return;
   }
   struct rdzv_buf t = u->writing;
-  u->writing = u->out;
-  u->out = t;
-  u->out.len = 0;
+  u->writing = *src;
+  *src = t;
+  src->len = 0;
   uv_buf_t b = uv_buf_init((char *)u->writing.data, (unsigned)u->writing.len);
   u->wreq.data = u;
   if (uv_write(&u->wreq, &u->h.stream, &b, 1, on_write) < 0) {
@@ -606,9 +620,17 @@ static bool flush_and_close(struct upstream *u) {
   uv_shutdown_t *sreq = malloc(sizeof(*sreq));
   if (sreq == NULL)
     return false;
-  if (u->out.len > 0) {
+  struct rdzv_buf *src = &u->out; /* over TLS: its ciphertext */
+  if (u->tls != NULL) {
+    if (rdzv__up_tls_seal(u) < 0) {
+      free(sreq);
+      return false;
+    }
+    src = &u->cipher;
+  }
+  if (src->len > 0) {
     uv_write_t *w = malloc(sizeof(*w));
-    uv_buf_t b = uv_buf_init((char *)u->out.data, (unsigned)u->out.len);
+    uv_buf_t b = uv_buf_init((char *)src->data, (unsigned)src->len);
     if (w == NULL || uv_write(w, &u->h.stream, &b, 1, on_final_write) < 0) {
       free(w);
       free(sreq);

@@ -98,6 +98,11 @@ static void connect_cand(struct upstream *u) {
   u->ncands_tried++;
   uv_timer_start(&u->timer, rdzv__up_on_attempt_timeout,
                  u->d->cfg.connect_timeout_ms, 0);
+  if (!rdzv__up_tls_begin(u)) {
+    rdzv__up_attempt_failed(u, "out of memory for a TLS session with",
+                            RDZV_ENOMEM);
+    return;
+  }
   uv_tcp_init(u->d->loop, &u->h.tcp);
   u->h.handle.data = u;
   u->have_stream = true;
@@ -151,6 +156,7 @@ void rdzv__up_connect(struct upstream *u) {
   u->nother_job = 0;
   u->attempts++;
   if (strncmp(a, "unix:", 5) == 0) {
+    rdzv__up_tls_end(u); /* a Unix socket stays plain */
     uv_pipe_init(u->d->loop, &u->h.pipe, 0);
     u->h.handle.data = u;
     u->have_stream = true;

@@ -100,6 +100,10 @@ struct upstream {
   struct rdzv_buf out;
   struct rdzv_buf writing;
   struct rdzv_buf in;
+  /* A TCP attempt's TLS session (rdzvd --tls-*; NULL: plain), and the
+   * ciphertext it made that waits to be written (upstream_tls.c). */
+  rdzv_tls_t *tls;
+  struct rdzv_buf cipher;
   struct upreq *reqs;
   struct upreq_queue queue; /* queued requests, oldest first */
   struct upreq_queue all;   /* every request, in submission order */
@@ -274,5 +278,26 @@ void rdzv__up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 /* Starts a round of attempts: resolve addrs[addr_idx], then try each
  * candidate. */
 void rdzv__up_connect(struct upstream *u);
+
+/* ---- upstream_tls.c: the link over TLS ---- */
+/* A TCP attempt begins: a session when the daemon has TLS (the last one
+ * ends). False when out of memory. */
+bool rdzv__up_tls_begin(struct upstream *u);
+/* The attempt's stream closes: its session, and its ciphertext, go. */
+void rdzv__up_tls_end(struct upstream *u);
+/* Moves u->out into the session, and the ciphertext it has to send
+ * (none while the handshake holds it) to u->cipher. 0, RDZV_ETLS or
+ * RDZV_ENOMEM (then rdzv__up_tls_failed). */
+int rdzv__up_tls_seal(struct upstream *u);
+/* The session failed with err: logged with OpenSSL's reason and the
+ * parent's address; the attempt (before the hello's reply) or the link
+ * (after it) fails. */
+void rdzv__up_tls_failed(struct upstream *u, int err);
+/* libuv's read buffer for a TLS stream: the daemon's. */
+void rdzv__up_tls_alloc(struct upstream *u, uv_buf_t *buf);
+/* n bytes of ciphertext read into it: plaintext appended to u->in, what
+ * the session has to send is written. False when the session failed (the
+ * attempt or the link failed, logged with the reason). */
+bool rdzv__up_tls_in(struct upstream *u, size_t n);
 
 #endif /* RDZV_STORE_DAEMON_NODE_UPSTREAM_INT_H */

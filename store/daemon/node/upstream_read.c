@@ -409,6 +409,10 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
 void rdzv__up_on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
   struct upstream *u = h->data;
   (void)sz;
+  if (u->tls != NULL) {
+    rdzv__up_tls_alloc(u, buf);
+    return;
+  }
   /* Once a big frame's header is in (a frame starts the buffer: what was
    * decoded went), room for exactly the rest of it, and a read of no more:
    * a big reply (a 100 KB id table) then lands alone in one allocation
@@ -469,9 +473,12 @@ void rdzv__up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       rdzv__up_reset(u, "read", err);
     return;
   }
-  u->in.len += (size_t)nread;
   u->d->stats.bytes_in += (uint64_t)nread;
   u->last_rx_ms = uv_now(u->d->loop);
+  if (u->tls == NULL)
+    u->in.len += (size_t)nread;
+  else if (!rdzv__up_tls_in(u, (size_t)nread))
+    return; /* the session failed: the attempt or the link did */
   size_t off = 0;
   u->refs++;
   for (;;) {

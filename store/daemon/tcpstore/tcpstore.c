@@ -176,7 +176,7 @@ static void ts_flush(struct ts_conn *t) {
     return;
   struct stats *st = &t->srv->d->stats;
   int rc = rdzv__outq_write(&t->out, t->out.buf.len, (uv_stream_t *)&t->tcp,
-                            on_written, t, NULL, &st->bytes_shared);
+                            NULL, on_written, t, NULL, &st->bytes_shared);
   if (rc < 0) {
     ts_close(t, rc == RDZV_ENOMEM ? "out of memory" : "write failed");
     return;

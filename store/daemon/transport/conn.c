@@ -37,6 +37,7 @@ void rdzv__conn_auth_free(struct conn *c) {
 
 static void conn_free(struct conn *c) {
   rdzv__conn_auth_free(c);
+  rdzv_tls_free(c->tls);
   rdzv_buf_free(&c->in);
   rdzv__outq_release(&c->out);
   free(c);
@@ -163,7 +164,7 @@ void rdzv__conn_start_write(struct conn *c) {
   if (c->write_active || n == 0 || c->state == CONN_CLOSED)
     return;
   struct stats *st = &c->d->stats;
-  int rc = rdzv__outq_write(&c->out, n, &c->h.stream, on_write, c,
+  int rc = rdzv__outq_write(&c->out, n, &c->h.stream, c->tls, on_write, c,
                             &st->bytes_out, &st->bytes_shared);
   if (rc < 0) {
     if (rc == RDZV_ENOMEM)
@@ -699,6 +700,10 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   struct conn *c = h->data;
   (void)suggested;
+  if (c->tls != NULL) {
+    rdzv__conn_tls_alloc(c, buf);
+    return;
+  }
   if (rdzv_buf_reserve(&c->in, c->in.len > READ_MIN ? c->in.len : READ_MIN) <
       0) {
     buf->base = NULL;
@@ -730,8 +735,12 @@ static void decode_frames(struct conn *c) {
     if (rc == RDZV_ENEEDMORE)
       break;
     if (rc < 0) {
+      bool tls = before && c->tcp && off == 0 && c->in.len > 0 &&
+                 c->in.data[0] == RDZV_TLS_HANDSHAKE_BYTE;
       rdzv__conn_fail(c, rc,
-                      rc == RDZV_EFRAME_TOO_BIG && before
+                      tls ? "a TLS handshake on a plain port (this daemon "
+                            "runs without --tls-*)"
+                      : rc == RDZV_EFRAME_TOO_BIG && before
                           ? "a frame before the hello was admitted over "
                             "--max-hello-bytes"
                           : "undecodable frame");
@@ -763,9 +772,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread == 0)
     return;
-  c->in.len += (size_t)nread;
   c->d->stats.bytes_in += (uint64_t)nread;
   c->last_rx_ms = uv_now(c->d->loop);
+  if (c->tls != NULL) {
+    if (!rdzv__conn_tls_in(c, (size_t)nread))
+      return;
+  } else {
+    c->in.len += (size_t)nread;
+  }
   decode_frames(c);
 }
 

@@ -331,6 +331,17 @@ void rdzv__conn_handle_hello(struct conn *c, const struct rdzv_msg *m) {
     rdzv__conn_fail(c, RDZV_EHELLO, "the first frame must be a hello");
     return;
   }
+  if (c->tls != NULL && m->a != RDZV_ROLE_CLIENT &&
+      !rdzv_tls_peer_verified(c->tls)) {
+    /* Between daemons authentication is mutual: a rank may come without
+     * a certificate (its job secret proves it), a node may not. */
+    d->stats.tls_no_cert++;
+    refuse_hello(c, m, RDZV_ETLS,
+                 "a node must show a certificate of this daemon's CA "
+                 "(rdzvd --tls-cert/--tls-key or --tls-dir)",
+                 "");
+    return;
+  }
   if (m->a == RDZV_ROLE_PROBE && !c->inproc &&
       rdzv_items_get(&m->keys, 0, &job) == 0 && job.n <= 255) {
     answer_probe(c, m, job);

@@ -109,6 +109,11 @@ static void on_connection(uv_stream_t *server, int status) {
   if (server == (uv_stream_t *)&d->tcp_listen) {
     uv_tcp_nodelay(&c->h.tcp, 1);
     c->tcp = true;
+    if (rdzv__conn_tls_accept(c) < 0) {
+      rdzv__log_drop(d, "accept: out of memory for a TLS session");
+      rdzv__conn_close_now(c);
+      return;
+    }
   } else {
     /* Who is on the other end: a uid allowed on this socket or not; and
      * a rank's node tells a dead process from a live one whose

@@ -81,8 +81,10 @@ static void on_outq_write(uv_write_t *req, int status) {
   void (*cb)(void *, int) = w->cb;
   void *arg = w->arg;
   write_free(w);
-  cb(arg, status);
+  if (cb != NULL)
+    cb(arg, status);
 }
+
 
 /* Splits q: the first n bytes and the references up to them go to w; the
  * rest stays in q, at offsets counted from its new start. */
@@ -111,9 +113,64 @@ static int take_head(struct rdzv_outq *q, size_t n, struct outq_write *w,
   return 0;
 }
 
+/* Moves w's bytes and references into session tls, and w's bytes
+ * become the ciphertext the session has waiting. 0, RDZV_ETLS or
+ * RDZV_ENOMEM. */
+static int seal(struct outq_write *w, rdzv_tls_t *tls) {
+  size_t pos = 0;
+  int rc = 0;
+  for (uint32_t i = 0; i < w->nrefs && rc == 0; i++) {
+    struct rdzv_outq_ref *r = &w->refs[i];
+    if (r->at > pos)
+      rc = rdzv_tls_write(tls, w->bytes.data + pos, r->at - pos);
+    if (rc == 0)
+      rc = rdzv_tls_write(tls, r->p, r->n);
+    pos = r->at;
+  }
+  if (rc == 0 && w->bytes.len > pos)
+    rc = rdzv_tls_write(tls, w->bytes.data + pos, w->bytes.len - pos);
+  for (uint32_t i = 0; i < w->nrefs; i++)
+    rdzv__blob_unref(w->refs[i].blob);
+  w->nrefs = 0;
+  w->bytes.len = 0;
+  if (rc == 0 && rdzv_tls_take(tls, &w->bytes) < 0)
+    rc = RDZV_ENOMEM;
+  return rc;
+}
+
+int rdzv__tls_send(uv_stream_t *s, rdzv_tls_t *t, uint64_t *written) {
+  if (rdzv_tls_pending(t) == 0)
+    return 0;
+  struct outq_write *w = calloc(1, sizeof(*w));
+  if (w == NULL)
+    return RDZV_ENOMEM;
+  if (rdzv_tls_take(t, &w->bytes) < 0) {
+    write_free(w);
+    return RDZV_ENOMEM;
+  }
+  if (written != NULL)
+    *written += w->bytes.len;
+  uv_buf_t b = uv_buf_init((char *)w->bytes.data, (unsigned)w->bytes.len);
+  int rc = uv_try_write(s, &b, 1);
+  if (rc >= 0 && (size_t)rc == b.len) {
+    write_free(w);
+    return 0;
+  }
+  if (rc > 0) {
+    b.base += rc;
+    b.len -= (size_t)rc;
+  }
+  w->cb = NULL;
+  w->req.data = w;
+  rc = uv_write(&w->req, s, &b, 1, on_outq_write);
+  if (rc < 0)
+    write_free(w);
+  return rc < 0 ? rc : 0;
+}
+
 int rdzv__outq_write(struct rdzv_outq *q, size_t n, uv_stream_t *s,
-                     void (*cb)(void *arg, int status), void *arg,
-                     uint64_t *written, uint64_t *shared) {
+                     rdzv_tls_t *tls, void (*cb)(void *arg, int status),
+                     void *arg, uint64_t *written, uint64_t *shared) {
   if (n > q->buf.len)
     n = q->buf.len;
   uint32_t k = 0;
@@ -130,6 +187,22 @@ int rdzv__outq_write(struct rdzv_outq *q, size_t n, uv_stream_t *s,
   w->arg = arg;
   w->req.data = w;
   /* The bytes between references, and each reference's bytes in place. */
+  if (tls != NULL) {
+    int rc = seal(w, tls);
+    if (rc < 0) {
+      write_free(w);
+      return rc;
+    }
+    if (written != NULL) /* a TLS link's bytes out are its ciphertext */
+      *written += w->bytes.len;
+    if (w->bytes.len == 0) { /* held until the handshake is done */
+      write_free(w);
+      return RDZV_OUTQ_WRITTEN;
+    }
+    n = w->bytes.len;
+    k = 0;
+    written = shared = NULL; /* counted above; none written shared */
+  }
   uv_buf_t stackbufs[OUTQ_STACK_BUFS];
   uv_buf_t *bufs = stackbufs;
   size_t nmax = 2 * (size_t)k + 1;

@@ -14,6 +14,7 @@
  *    "auth": {"secret", "challenged", "accepted", "refused", "no_nonce",
  *    "parent_refused", "peer_refused" (Unix-socket peers of a uid not
  *    allowed)},
+ *    "tls": {"on", "handshakes", "failed", "plain_refused", "no_cert"},
  *    with an etcd-backed root: "etcd": {"role", "batches", "txns", "ops",
  *    "stand_downs", "elections_won", "requests", "bytes_out", "bytes_in",
  *    "errors"},
@@ -137,6 +138,16 @@ char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
                 (json_int_t)s->auth_no_nonce, "parent_refused",
                 (json_int_t)s->auth_parent_refused, "peer_refused",
                 (json_int_t)s->auth_peer_refused));
+  /* TLS (--tls-*): on or not, handshakes done and failed, plain peers
+   * refused at the TLS port, daemons refused for coming without a
+   * certificate. */
+  json_object_set_new(
+      o, "tls",
+      json_pack("{s:b,s:I,s:I,s:I,s:I}", "on", d->tls != NULL, "handshakes",
+                (json_int_t)s->tls_handshakes, "failed",
+                (json_int_t)s->tls_failed, "plain_refused",
+                (json_int_t)s->tls_plain_refused, "no_cert",
+                (json_int_t)s->tls_no_cert));
   if (s->etcd_role != NULL)
     json_object_set_new(
         o, "etcd",

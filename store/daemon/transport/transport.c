@@ -467,6 +467,7 @@ void rdzv_daemon_free(struct daemon *d) {
     explicit_bzero(d->secret, RDZV_AUTH_SECRET_MAX_BYTES);
     free(d->secret);
   }
+  rdzv__tls_stop(d);
   rdzv_config_free(&d->cfg);
   free(d);
 }
@@ -513,6 +514,8 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   uv_check_start(&d->flush_check, rdzv__conn_flush_check);
   d->start_ms = uv_now(d->loop);
   int rc = auth_start(d);
+  if (rc == 0)
+    rc = rdzv__tls_start(d);
   if (rc == 0 && cfg->listen[0] != '\0')
     rc = rdzv__listen_tcp(d);
   if (rc == 0)

@@ -21,6 +21,7 @@
 #include "store/daemon/blob.h"
 #include "store/daemon/config.h"
 #include "store/daemon/daemon.h"
+#include "store/tls/tls.h"
 #include "store/wire/wire.h"
 
 struct daemon;
@@ -118,6 +119,11 @@ struct stats {
    * node) that could not prove the secret or asked for none. */
   uint64_t auth_challenged, auth_accepted, auth_refused, auth_no_nonce,
       auth_parent_refused;
+  /* TLS: handshakes completed on accepted and outgoing links, those that
+   * failed (a certificate not trusted, expired or missing), plain peers
+   * refused at the TLS listener, and nodes refused for coming without a
+   * certificate. */
+  uint64_t tls_handshakes, tls_failed, tls_plain_refused, tls_no_cert;
   uint64_t auth_peer_refused; /* Unix-socket peers whose uid is not allowed
                                  (--allow-uids), refused before a hello */
   /* Probes (wire.h's RDZV_ROLE_PROBE): nodes' probes this daemon
@@ -178,11 +184,22 @@ size_t rdzv__outq_bytes(const struct rdzv_outq *q);
  * call returns 0. Adds the bytes written to *written and those written
  * from shared buffers to *shared (either may be NULL). Other returns:
  * RDZV_ENOMEM (q unchanged), or a libuv error of the write (the head is
- * dropped; cb never runs). */
+ * dropped; cb never runs). With tls (a TLS link; NULL: plain), the
+ * bytes go into the session (copied from shared buffers too) and its
+ * ciphertext is what is written; before the handshake is done the
+ * session holds them, nothing is written and the call returns
+ * RDZV_OUTQ_WRITTEN (rdzv__tls_send writes them once it is). RDZV_ETLS:
+ * the session failed (the head is dropped). */
 #define RDZV_OUTQ_WRITTEN 1
 int rdzv__outq_write(struct rdzv_outq *q, size_t n, uv_stream_t *s,
-                     void (*cb)(void *arg, int status), void *arg,
-                     uint64_t *written, uint64_t *shared);
+                     rdzv_tls_t *tls, void (*cb)(void *arg, int status),
+                     void *arg, uint64_t *written, uint64_t *shared);
+/* Writes the ciphertext session t has waiting (its handshake's records,
+ * held data once the handshake ended, an alert) to s, tried at once on
+ * the socket, else by a uv_write that owns a copy (its outcome is not
+ * reported: a failed write shows as a failed read). Adds the bytes to
+ * *written (may be NULL). Returns 0, RDZV_ENOMEM or a libuv error. */
+int rdzv__tls_send(uv_stream_t *s, rdzv_tls_t *t, uint64_t *written);
 
 /* ---- connections (conn.c) ---------------------------------------------- */
 
@@ -250,6 +267,10 @@ struct conn {
   /* Between a challenged hello and the peer's RDZV_MSG_AUTH: what the
    * hello said and the proof expected (conn.c); NULL otherwise. */
   struct conn_auth *auth;
+  /* TLS (conn_tls.c): the session of a peer on the TCP listener of a
+   * daemon with --tls-*; NULL: plain (the Unix socket, no TLS). */
+  rdzv_tls_t *tls;
+  bool tls_seen; /* its first bytes came (they decided TLS or refused) */
 };
 TAILQ_HEAD(conn_list, conn);
 
@@ -497,7 +518,16 @@ struct daemon {
    * hello sent back to it (a fake parent reflecting the node's own
    * hello) is refused. */
   uint8_t own_key[32];
+  /* TLS (--tls-dir, --tls-cert, --tls-key, --tls-ca): the configuration
+   * every TCP link's session is made of, NULL without; and the buffer
+   * every TLS socket's ciphertext is read into (read synchronously, then
+   * decrypted into the connection's own buffer). */
+  rdzv_tls_cfg_t *tls;
+  uint8_t *tls_rbuf; /* RDZV_TLS_READ_BYTES; the node's upstream's too */
 };
+/* Bytes of ciphertext one read of a TLS link takes (a TLS record holds
+ * at most 16 KiB of plaintext, plus its overhead). */
+#define RDZV_TLS_READ_BYTES 65536u
 
 /* Creates the daemon of cfg on loop with role (and role_ctx, kept for the
  * role in d->role_ctx): binds and listens (cfg->listen "" means no TCP

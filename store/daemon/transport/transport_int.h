@@ -77,6 +77,23 @@ void rdzv__conn_handle_hello(struct conn *c, const struct rdzv_msg *m);
  * as it would have without authentication, its reply answering m. */
 void rdzv__conn_handle_auth(struct conn *c, const struct rdzv_msg *m);
 
+/* conn_tls.c: TLS on accepted TCP connections (RDZV_TLS_READ_BYTES, the
+ * read buffer's size: transport.h) */
+/* Loads the TLS configuration of --tls-* into d->tls (none given: stays
+ * NULL). 0, or RDZV_ETLS / RDZV_ENOMEM with a message on stderr. */
+int rdzv__tls_start(struct daemon *d);
+/* Frees d's TLS configuration and read buffer. */
+void rdzv__tls_stop(struct daemon *d);
+/* A connection accepted on the TCP listener of a daemon with TLS gets
+ * its session. 0 or RDZV_ENOMEM. */
+int rdzv__conn_tls_accept(struct conn *c);
+/* libuv's read buffer for c (a TLS connection): the daemon's. */
+void rdzv__conn_tls_alloc(struct conn *c, uv_buf_t *buf);
+/* n bytes read into it: their plaintext is appended to c->in. False when
+ * c was refused or closed (a plain peer, a failed handshake: logged and
+ * counted), true to decode c->in. */
+bool rdzv__conn_tls_in(struct conn *c, size_t n);
+
 /* listen.c */
 int rdzv__listen_tcp(struct daemon *d);
 int rdzv__listen_unix(struct daemon *d);
