@@ -55,6 +55,12 @@
 #                      (/etc/rdzv/site.key): the same file on every host,
 #                      root's, mode 0400, as munge's key; made once with
 #                      `rdzvctl site-key --out /etc/rdzv/site.key`
+#   RDZV_TLS_DIR       a directory of tls.crt, tls.key and ca.crt (the
+#                      cluster's certificate, its key, its CA; root's, the
+#                      key mode 0400): the job's root and node then speak
+#                      TLS on every TCP link (rdzvd --tls-dir); the ranks
+#                      use the node's Unix socket, which stays plain.
+#                      Empty: plain TCP (the default)
 #
 # The job's secret. Each host's Prolog derives it from the site key
 # (rdzvctl job-secret: HMAC-SHA256 of the job id under the site key, so
@@ -306,6 +312,17 @@ else
       fail "cannot give the job's secret $secret to the job's user (uid $SLURM_JOB_UID)"
   fi
   auth=(--secret-file="$secret")
+fi
+
+# TLS between the job's daemons, when the site gives certificates.
+if [ -n "${RDZV_TLS_DIR:-}" ]; then
+  for f in tls.crt tls.key ca.crt; do
+    [ -r "$RDZV_TLS_DIR/$f" ] ||
+      fail "RDZV_TLS_DIR in $settings: $RDZV_TLS_DIR/$f is missing or unreadable" \
+        "give every host the cluster's tls.crt, tls.key and ca.crt there" \
+        "(tools/tls-certs.sh makes a test cluster's), or leave RDZV_TLS_DIR empty"
+  done
+  auth+=(--tls-dir="$RDZV_TLS_DIR")
 fi
 
 if [ "$index" -eq 0 ]; then

@@ -117,11 +117,11 @@ int rdzv_tls_cfg_new(const struct rdzv_tls_files *f, bool need_cert,
     return RDZV_ENOMEM;
   }
   SSL_CTX_set_min_proto_version(c->ctx, TLS1_2_VERSION);
-  /* A directory without its certificate pair is a client's: no pair. */
+  /* A directory without its certificate pair is a client's: no pair (a
+   * daemon's is refused below for having none). */
   bool from_dir = (f == NULL || f->cert == NULL || f->cert[0] == '\0') &&
                   (f == NULL || f->key == NULL || f->key[0] == '\0');
-  if (from_dir && !need_cert && cert[0] != '\0' && !readable(cert) &&
-      !readable(key))
+  if (from_dir && cert[0] != '\0' && !readable(cert) && !readable(key))
     cert[0] = key[0] = '\0';
   if (ca[0] == '\0')
     return cfg_fail(c, err, errlen, "no CA file:", "--tls-ca",
@@ -157,13 +157,18 @@ int rdzv_tls_cfg_new(const struct rdzv_tls_files *f, bool need_cert,
       return cfg_fail(c, err, errlen, "key file", key,
                       "does not match the certificate");
     c->has_cert = true;
+    /* The chain sent with the certificate is built once, here, not at
+     * every handshake (OpenSSL would search the store each time). */
+    SSL_CTX_build_cert_chain(c->ctx, SSL_BUILD_CHAIN_FLAG_IGNORE_ERROR);
+    ERR_clear_error();
   }
   /* Both sides check the other's certificate against the CA. A client
    * must get one; a server asks for one and lets the caller decide
    * (a daemon's peer must have one, a rank need not). */
   SSL_CTX_set_verify(c->ctx, SSL_VERIFY_PEER, NULL);
   SSL_CTX_set_mode(c->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                               SSL_MODE_ENABLE_PARTIAL_WRITE);
+                               SSL_MODE_ENABLE_PARTIAL_WRITE |
+                               SSL_MODE_NO_AUTO_CHAIN);
   /* Sessions are not resumed: a link lives long, and a resumed session
    * would skip the client certificate check the caller relies on. */
   SSL_CTX_set_session_cache_mode(c->ctx, SSL_SESS_CACHE_OFF);

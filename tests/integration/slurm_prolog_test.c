@@ -17,7 +17,9 @@
  * the ranks run as that user with the TaskProlog's RDZV_SECRET_FILE; the
  * Epilog removes it. A missing or readable site key, or an unknown
  * RDZV_AUTH, fails the Prolog before any daemon starts; RDZV_AUTH=off
- * runs without a secret and says so. */
+ * runs without a secret and says so. RDZV_TLS_DIR (certificates from
+ * tools/tls-certs.sh) starts every daemon of the job with TLS; one
+ * without the files fails the Prolog before any daemon starts. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -307,6 +309,72 @@ static void check_secret_prologs(void) {
   snprintf(auth_env, sizeof(auth_env), "RDZV_AUTH=required");
 }
 
+/* The first number after "name": in a daemon's statistics' object
+ * "obj" (-1 if none). */
+static long stat_in(const char *json, const char *obj, const char *name) {
+  const char *o = strstr(json, obj);
+  const char *k = o != NULL ? strstr(o, name) : NULL;
+  if (k == NULL)
+    return -1;
+  k += strlen(name);
+  while (*k != '\0' && (*k < '0' || *k > '9'))
+    k++;
+  return *k != '\0' ? strtol(k, NULL, 10) : -1;
+}
+
+/* RDZV_TLS_DIR: a directory without the certificates fails the Prolog
+ * before any daemon starts; with them, every daemon of the job starts
+ * with --tls-dir, a key set through the last host's node goes up through
+ * the others over TLS, and the first host's node counted its handshakes
+ * (its root's link and its child's). */
+static void check_tls_prologs(void) {
+  char cmd[1500], *out = NULL;
+  snprintf(cmd, sizeof(cmd), "%s/tools/tls-certs.sh %s/tls >/dev/null", cwd,
+           dir);
+  assert_int_equal(system(cmd), 0);
+  snprintf(site_key_env, sizeof(site_key_env), "RDZV_SITE_KEY=%s/none.key",
+           dir);
+  snprintf(auth_env, sizeof(auth_env), "RDZV_AUTH=off");
+  snprintf(extra_env[0], sizeof(extra_env[0]), "RDZV_TLS_DIR=%s/notls", dir);
+  assert_int_not_equal(run_job_script("prolog.sh", 0, 4256, NULL, &out), 0);
+  if (strstr(out, "notls/tls.crt is missing or unreadable") == NULL)
+    fail_msg("prolog with an empty RDZV_TLS_DIR: [%s]", out);
+  free(out);
+  assert_int_equal(count_procs("--job=4256 ", NULL), 0);
+  snprintf(extra_env[0], sizeof(extra_env[0]), "RDZV_TLS_DIR=%s/tls", dir);
+  for (int h = 0; h < 3; h++)
+    assert_int_equal(run_job_script("prolog.sh", h, 4255, NULL, NULL), 0);
+  assert_int_equal(count_procs("--job=4255 ", "--tls-dir="), 4);
+  char addr[160], ctl[1200];
+  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
+  snprintf(addr, sizeof(addr), "unix:%s/host2/4255.sock", dir);
+  char *set[] = {"/usr/bin/env", "-u", "RDZV_SECRET_FILE", "-u", "RDZV_SECRET",
+                 ctl, "--addr", addr, "--job", "4255", "--timeout", "20",
+                 "set", "k", "v", NULL};
+  char *text = NULL;
+  if (run_cmd(set, &text) != 0)
+    fail_msg("set through job 4255's node over TLS: [%s]", text);
+  free(text);
+  snprintf(addr, sizeof(addr), "unix:%s/host0/4255.sock", dir);
+  char *st[] = {"/usr/bin/env", "-u", "RDZV_SECRET_FILE", "-u", "RDZV_SECRET",
+                ctl, "--addr", addr, "--job", "4255", "stats", NULL};
+  text = NULL;
+  assert_int_equal(run_cmd(st, &text), 0);
+  long hs = stat_in(text, "\"tls\"", "\"handshakes\""),
+       failed = stat_in(text, "\"tls\"", "\"failed\"");
+  if (hs < 2 || failed != 0)
+    fail_msg("host 0's node over TLS: handshakes %ld, failed %ld: [%s]", hs,
+             failed, text);
+  free(text);
+  for (int h = 0; h < 3; h++)
+    assert_int_equal(run_job_script("epilog.sh", h, 4255, NULL, NULL), 0);
+  assert_int_equal(count_procs("--job=4255 ", NULL), 0);
+  snprintf(extra_env[0], sizeof(extra_env[0]), "RDZV_TEST_UNUSED1=");
+  snprintf(site_key_env, sizeof(site_key_env), "RDZV_SITE_KEY=%s/site.key",
+           dir);
+  snprintf(auth_env, sizeof(auth_env), "RDZV_AUTH=required");
+}
+
 /* Jobs whose ports overlap share the hosts up to RDZV_PORT_TRIES; a
  * Prolog that cannot start its daemons fails, says why, and leaves no
  * daemon or pid file of that job behind; the daemons that hold the ports
@@ -356,6 +424,7 @@ static void check_failed_prologs(void) {
   for (int h = 0; h < 3; h++)
     assert_false(file_exists("%s/host%d/4249.secret", h));
   check_secret_prologs();
+  check_tls_prologs();
   /* A slurm.conf without PrologFlags=Alloc: refused before any daemon
    * starts, saying what to add. */
   char conf[128];
