@@ -290,9 +290,12 @@ static const struct opt opts[] = {
   U32_OPT("home-after-ms", "RDZVD_HOME_AFTER_MS", "5000", home_after_ms,
           "node: a job's link that reattached to an ancestor (its parent "
           "lost) returns to the parent once the parent has answered this "
-          "node's probes for this long without a failure, sending again "
-          "what was in flight (each mutation applied once); 0: it stays on "
-          "the ancestor"),
+          "node's probes for this long without a failure, each saying it "
+          "reaches the root itself, and only while nothing but reads and "
+          "waits is in flight, sending again what was (each a resend); a "
+          "return that fails (the hello refused, the connection lost) "
+          "doubles this for the next, up to 32 times; 0: it stays on the "
+          "ancestor"),
   U32_OPT("share-min-bytes", "RDZVD_SHARE_MIN_BYTES", "512", share_min_bytes,
           "a value (or a list of values) of at least this many bytes is "
           "written to each connection from the one reference-counted buffer "

@@ -88,7 +88,11 @@ extern "C" {
                                       toward the root for the job is down
                                       (not attached, or its parent said
                                       so); absent: reachable as far as it
-                                      knows (a root never sets it) */
+                                      knows (a root never sets it). Also
+                                      on a probe's reply (RDZV_ROLE_PROBE):
+                                      the same of the job probed for, or
+                                      (a job it holds nothing of) of all
+                                      its links: no place to return to */
 #define RDZV_F_SHARED_INC 0x0080u  /* hello reply: b is the incarnation of
                                       a service whose roots share it (an
                                       etcd-backed root): a peer compares it
@@ -266,7 +270,9 @@ enum rdzv_peer_role {
    * keys[0] = its --job or empty, keys[1] = its name, b = its
    * incarnation; no nonce, no proof): the daemon answers the chain of
    * daemons above it (vals, nearest first, as a hello reply's; a = 1 from
-   * a standby root, which would refuse a job's hello) and closes
+   * a standby root, which would refuse a job's hello; b = the incarnation
+   * a job's hello reply would give now, 0 from older daemons; flag
+   * ROOT_AWAY: not ready to take the job's links back) and closes
    * the connection; it refuses a probe from itself (RDZV_EHELLO) and, with
    * --job, one naming another job (RDZV_EJOB_MISMATCH). Older daemons
    * refuse the role (RDZV_EBAD_ROLE; an empty job: RDZV_EJOB_ID_MISSING). The chain is the daemons' addresses

@@ -16,20 +16,30 @@
  * Invariants after every round: every leaf's link goes to its own parent
  * again; no add failed; the counter at the root equals the adds
  * acknowledged; the waits, pending across the kill and the move back,
- * complete; no daemon died. (A request survives 3 losses of its link,
- * upstream.c's MAX_RESENDS; a move back home costs it none.) No
- * assertion depends on wall-clock time. */
+ * complete; no daemon died. (A mutation survives 3 losses of its link,
+ * upstream_int.h's MAX_RESENDS; a move back home happens only while
+ * nothing but reads and waits is in flight.)
+ *
+ * Then a chain R - A - M - L (test_parent_not_ready, test_parent_refuses):
+ * a parent back but unable to reach the root is not returned to; a
+ * barrier in flight puts the return off; a parent that refuses the job's
+ * hello (another secret) makes each failed return back off; a wait
+ * survives more than 3 losses and moves. No assertion depends on
+ * wall-clock time. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -236,10 +246,252 @@ static void test_interior_nodes_killed_and_back(void **state) {
   rdzv_client_destroy(rc);
 }
 
+/* ---- a chain R - A - M - L: a parent that is not ready, one that refuses -- */
+
+static struct proc ca, cm, cl;
+static char a_tcp[64], m_tcp[64], l_tcp[64], l_unix[160], l_log[160];
+static char good_file[160], bad_file[160];
+static int a_port, m_port;
+static bool chain_secret;
+
+/* Starts daemon name (A or M) of the chain on its fixed port under
+ * parent, with the job secret in file (none when the chain has none). */
+static int start_fixed(struct proc *p, const char *name, int port,
+                       const char *parent, const char *file, char *tcp) {
+  char listen[64], sec[200], got[64];
+  snprintf(listen, sizeof(listen), "--listen=127.0.0.1:%d", port);
+  snprintf(sec, sizeof(sec), "--secret-file=%s", file);
+  const char *o[] = {opts[0], opts[1], opts[2], opts[3], listen,
+                     chain_secret ? sec : NULL, NULL};
+  if (daemon_start(p, dir, name, parent, o, got) < 0)
+    return -1;
+  snprintf(tcp, 64, "127.0.0.1:%d", port);
+  return strcmp(got, tcp) == 0 ? 0 : -1;
+}
+
+static void write_secret(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  chmod(path, 0600);
+}
+
+/* R, then A under R and M under A on fixed ports, then L under M, its
+ * log (level 1) in l_log; with secret, every daemon (and this process's
+ * clients, through RDZV_SECRET_FILE) holds the job's secret. */
+static int chain_setup(bool secret) {
+  chain_secret = secret;
+  snprintf(dir, sizeof(dir), "/tmp/rdzv-home-XXXXXX");
+  if (mkdtemp(dir) == NULL)
+    return -1;
+  snprintf(good_file, sizeof(good_file), "%s/good", dir);
+  snprintf(bad_file, sizeof(bad_file), "%s/bad", dir);
+  write_secret(good_file, "home-job-secret-0123456789abcdef-0123");
+  write_secret(bad_file, "another-secret-fedcba9876543210-98765");
+  if (secret)
+    setenv("RDZV_SECRET_FILE", good_file, 1);
+  char sec[200];
+  snprintf(sec, sizeof(sec), "--secret-file=%s", good_file);
+  const char *ro[] = {opts[0], opts[1], opts[2], opts[3],
+                      secret ? sec : NULL, NULL};
+  if (daemon_start(&root, dir, "r", NULL, ro, root_tcp) < 0)
+    return -1;
+  daemon_unix_addr(dir, "r", root_unix, sizeof(root_unix));
+  if ((a_port = free_port()) < 0 || (m_port = free_port()) < 0 ||
+      start_fixed(&ca, "a", a_port, root_tcp, good_file, a_tcp) < 0 ||
+      start_fixed(&cm, "m", m_port, a_tcp, good_file, m_tcp) < 0)
+    return -1;
+  /* L logs at level 1 to l_log: what it says of a failed return. */
+  snprintf(l_log, sizeof(l_log), "%s/l.log", dir);
+  int fd = open(l_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return -1;
+  int saved = dup(2);
+  dup2(fd, 2);
+  const char *lo[] = {opts[0], opts[1], opts[2], opts[3], "--log-level=1",
+                      secret ? sec : NULL, NULL};
+  int rc = daemon_start(&cl, dir, "l", m_tcp, lo, l_tcp);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  daemon_unix_addr(dir, "l", l_unix, sizeof(l_unix));
+  return rc;
+}
+
+static int chain_setup_plain(void **state) {
+  (void)state;
+  return chain_setup(false);
+}
+
+static int chain_setup_secret(void **state) {
+  (void)state;
+  return chain_setup(true);
+}
+
+static int chain_teardown(void **state) {
+  (void)state;
+  int bad = proc_stop(&cl) != 0;
+  bad |= proc_stop(&cm) != 0;
+  bad |= proc_stop(&ca) != 0;
+  bad |= proc_stop(&root) != 0;
+  bad |= rm_rf(dir) != 0;
+  unsetenv("RDZV_SECRET_FILE");
+  return bad ? -1 : 0;
+}
+
+/* L's link for the job: field (of "links.home"), -1 if none. */
+static int64_t link_of(const char *field) {
+  char path[80];
+  snprintf(path, sizeof(path), "links." JOB ".%s", field);
+  return stats_at_job(l_tcp, JOB, path);
+}
+
+/* Waits until L's link's field is want (at_least: want or more), then
+ * says what happened (say; NULL: nothing). */
+static void await_link(const char *field, int64_t want, bool at_least,
+                       const char *say) {
+  for (;;) {
+    int64_t v = link_of(field);
+    if (v == want || (at_least && v > want))
+      break;
+    usleep(20 * 1000);
+  }
+  if (say != NULL) {
+    printf("%s\n", say);
+    fflush(stdout);
+  }
+}
+
+static void kill9(struct proc *p) {
+  int st;
+  kill(p->pid, SIGKILL);
+  waitpid(p->pid, &st, 0);
+}
+
+static int l_wait_rc;
+
+/* Waits through L for key "release": pending across every loss and move. */
+static void *l_waiter(void *arg) {
+  (void)arg;
+  rdzv_client_t *c = client_at(l_unix);
+  const char *keys[1] = {"release"};
+  l_wait_rc = rdzv_store_wait(c, keys, 1, 600);
+  rdzv_client_destroy(c);
+  return NULL;
+}
+
+static int l_barrier_rc;
+
+/* Member 0 of a barrier of two through L: in flight on L's link until
+ * member 1 comes to R. */
+static void *l_barrier(void *arg) {
+  (void)arg;
+  rdzv_client_t *c = client_at(l_unix);
+  l_barrier_rc = rdzv_store_barrier(c, "held", 0, 2, 600);
+  rdzv_client_destroy(c);
+  return NULL;
+}
+
+/* M and A killed: L reattaches to R. M comes back under A still dead: it
+ * answers L's probes, but says its own link toward the root is down
+ * (RDZV_F_ROOT_AWAY), so L stays on R however long. A barrier of L's is
+ * then in flight at R; A comes back: M is ready, but L puts off its
+ * return while the barrier is in flight, and goes home once it
+ * completed. A wait through L, pending all along, completes. */
+static void test_parent_not_ready(void **state) {
+  (void)state;
+  pthread_t wt, bt;
+  assert_int_equal(pthread_create(&wt, NULL, l_waiter, NULL), 0);
+  await_link("hops", 0, false, NULL); /* the wait made L's link */
+  kill9(&cm);
+  kill9(&ca);
+  await_link("hops", 2, false, "l on r, past m and a (killed)");
+  int64_t home0 = stats_at(l_tcp, "returned_home");
+  assert_int_equal(start_fixed(&cm, "m", m_port, a_tcp, good_file, m_tcp), 0);
+  /* Answers for over twice --home-after-ms (600 ms; a probe every 150),
+   * each one "not ready": L stays. */
+  await_link("home_not_ready", 10, true, "m answers not ready");
+  assert_int_equal(link_of("hops"), 2);
+  assert_int_equal(stats_at(l_tcp, "returned_home"), home0);
+  /* A barrier in flight on L's link at R (after L's --flush-ms). */
+  assert_int_equal(pthread_create(&bt, NULL, l_barrier, NULL), 0);
+  while (stats_at(root_tcp, "ops.barrier.received") < 1)
+    usleep(20 * 1000);
+  printf("a barrier in flight at r\n");
+  fflush(stdout);
+  assert_int_equal(start_fixed(&ca, "a", a_port, root_tcp, good_file, a_tcp),
+                   0);
+  /* M ready now, but the barrier holds L on R. */
+  await_link("home_deferred", 1, true, "the return put off");
+  assert_int_equal(link_of("hops"), 2);
+  assert_int_equal(stats_at(l_tcp, "returned_home"), home0);
+  rdzv_client_t *rc = client_at(root_unix);
+  assert_int_equal(rdzv_store_barrier(rc, "held", 1, 2, 600), 0);
+  assert_int_equal(pthread_join(bt, NULL), 0);
+  assert_int_equal(l_barrier_rc, 0);
+  while (link_of("hops") != 0 || stats_at(l_tcp, "returned_home") <= home0)
+    usleep(20 * 1000);
+  assert_int_equal(stats_at(l_tcp, "returned_home"), home0 + 1);
+  assert_int_equal(link_of("home_failed"), 0);
+  assert_int_equal(rdzv_store_set(rc, "release", "x", 1, 0, 30), 0);
+  assert_int_equal(pthread_join(wt, NULL), 0);
+  assert_int_equal(l_wait_rc, 0);
+  rdzv_client_destroy(rc);
+}
+
+/* M killed: L reattaches to A. M comes back with another secret: it
+ * answers the probes (they need none) and is ready, but refuses L's
+ * hello. Each failed return is logged naming M and the job, and doubles
+ * the time before the next (home_wait_ms); L stays on A between them. M
+ * restarted with the job's secret (a new incarnation) is taken back at
+ * once. A wait through L, pending across the loss, three failed moves
+ * and the return (5 resends, more than MAX_RESENDS), completes. */
+static void test_parent_refuses(void **state) {
+  (void)state;
+  pthread_t wt;
+  assert_int_equal(pthread_create(&wt, NULL, l_waiter, NULL), 0);
+  await_link("hops", 0, false, NULL); /* the wait made L's link */
+  kill9(&cm);
+  await_link("hops", 1, false, "l on a (m killed)");
+  int64_t home0 = stats_at(l_tcp, "returned_home");
+  assert_int_equal(start_fixed(&cm, "m", m_port, a_tcp, bad_file, m_tcp), 0);
+  await_link("home_failed", 3, true, "three returns failed");
+  /* Each move home failed (one may be under way between the reads). */
+  int64_t moved = stats_at(l_tcp, "returned_home") - home0;
+  assert_true(link_of("home_wait_ms") >= 600 << 3);
+  assert_true(moved >= 3 && moved <= link_of("home_failed") + 1);
+  char want[200], buf[1 << 16];
+  snprintf(want, sizeof(want),
+           "the return of job " JOB " to its parent %s failed", m_tcp);
+  FILE *f = fopen(l_log, "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  if (strstr(buf, want) == NULL)
+    fail_msg("l's log does not say \"%s\"", want);
+  /* M with the job's secret: a new incarnation, the wait starts afresh. */
+  kill9(&cm);
+  assert_int_equal(start_fixed(&cm, "m", m_port, a_tcp, good_file, m_tcp), 0);
+  await_link("hops", 0, false, NULL);
+  assert_int_equal(link_of("home_wait_ms"), 600);
+  rdzv_client_t *rc = client_at(root_unix);
+  assert_int_equal(rdzv_store_set(rc, "release", "x", 1, 0, 30), 0);
+  assert_int_equal(pthread_join(wt, NULL), 0);
+  if (l_wait_rc != 0)
+    fail_msg("the wait through l: %s", rdzv_err_name(l_wait_rc));
+  rdzv_client_destroy(rc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_interior_nodes_killed_and_back,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_parent_not_ready,
+                                      chain_setup_plain, chain_teardown),
+      cmocka_unit_test_setup_teardown(test_parent_refuses,
+                                      chain_setup_secret, chain_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

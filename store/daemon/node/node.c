@@ -614,15 +614,46 @@ static void node_status(struct daemon *d, const struct job *only, void *out) {
     uint32_t hops = 0;
     const char *state = "";
     const char *addr = rdzv__upstream_where(nj->up, &hops, &state);
-    json_object_set_new(links, j->id,
-                        json_pack("{s:s,s:I,s:s}", "parent", addr, "hops",
-                                  (json_int_t)hops, "state", state));
+    struct rdzv_home_counts hc;
+    rdzv__upstream_home_counts(nj->up, &hc);
+    json_object_set_new(
+        links, j->id,
+        json_pack("{s:s,s:I,s:s,s:I,s:I,s:I,s:I}", "parent", addr, "hops",
+                  (json_int_t)hops, "state", state, "home_failed",
+                  (json_int_t)hc.failed, "home_not_ready",
+                  (json_int_t)hc.not_ready, "home_deferred",
+                  (json_int_t)hc.deferred, "home_wait_ms",
+                  (json_int_t)hc.wait_ms));
     n++;
   }
   json_object_set_new(o, "links", links);
 }
 
+/* A node's probe asks whether one of job j's links may come back here:
+ * yes when this node's own link of j reaches the root as far as it
+ * knows (attached, its parent not saying otherwise). A job it holds
+ * nothing of (j NULL, or no link yet): any of its links that does; with
+ * none at all, whether its parent answered its probe at start (a node
+ * restarted under a parent still dead says no, instead of taking a link
+ * back that it could not carry). */
+static bool node_probe_ready(struct daemon *d, struct job *j) {
+  const struct node_job *nj = j != NULL ? j->role_data : NULL;
+  if (nj != NULL && nj->up != NULL)
+    return rdzv__upstream_root_reachable(nj->up, NULL, 0);
+  bool any = false;
+  for (const struct job *k = d->jobs; k != NULL; k = k->next) {
+    const struct node_job *kj = k->role_data;
+    if (kj == NULL || kj->up == NULL)
+      continue;
+    if (rdzv__upstream_root_reachable(kj->up, NULL, 0))
+      return true;
+    any = true;
+  }
+  return !any && d->parent_answered;
+}
+
 const struct rdzv_role rdzv__node_role = {
     "node", node_handle, node_conn_closed, node_hello_epoch, node_job_free,
     NULL, rdzv__node_copies_ping, node_checks, node_status,
+    node_probe_ready,
 };

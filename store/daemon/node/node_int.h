@@ -229,6 +229,17 @@ const char *rdzv__upstream_where(const struct upstream *u, uint32_t *hops,
  * parent and what is down. */
 bool rdzv__upstream_root_reachable(const struct upstream *u, char *why,
                                    size_t n);
+/* What a link's returns home came to (upstream_home.c): failed returns
+ * (refused, or lost before ready) since the last one that worked, probe
+ * answers that said the parent could not reach the root, returns put
+ * off while requests other than reads were in flight, and how long the
+ * parent must answer ready before the next return (ms). */
+struct rdzv_home_counts {
+  uint64_t failed, not_ready, deferred, wait_ms;
+};
+/* Fills *out with u's counts (stats' "links"). */
+void rdzv__upstream_home_counts(const struct upstream *u,
+                                struct rdzv_home_counts *out);
 /* Whether the parent fenced this node (declared it lost, or refused a
  * request of it as stale) within the last --session-grace-ms, or since
  * and has answered nothing sent after; when so, why (n bytes): who said

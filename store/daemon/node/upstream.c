@@ -249,11 +249,13 @@ void rdzv__up_reset(struct upstream *u, const char *why, int err) {
     return;
   }
   rdzv__up_home_stop(u);
-  bool home = u->going_home;
+  bool home = u->going_home, home_failed = u->home_hello && !home;
   u->going_home = false;
   u->home_hello = false;
   snprintf(u->why, sizeof(u->why), "%s: %s", why,
            err ? err_text(err) : "closed");
+  if (home_failed) /* back to an ancestor, the next return later */
+    rdzv__up_home_failed(u);
   if (home) {
     u->down_since_ms = uv_now(u->d->loop);
   } else if (u->state == UP_READY) {
@@ -282,17 +284,19 @@ void rdzv__up_reset(struct upstream *u, const char *why, int err) {
            "failed: %s; the request's outcome is unknown",
            u->d->cfg.name, rdzv__up_addr(u), u->why);
   /* What was sent goes again on the next connection (in its order, before
-   * what was queued meanwhile), up to MAX_RESENDS times; the rest fail. */
+   * what was queued meanwhile), up to MAX_RESENDS times (reads and waits
+   * MAX_READ_RESENDS); the rest fail. A move home counts too (only reads
+   * and waits are in flight then: upstream_home.c). */
   uint64_t now = uv_now(u->d->loop);
   struct upreq *r;
   struct upreq_queue keep;
   TAILQ_INIT(&keep);
   TAILQ_FOREACH(r, &u->all, alink) {
-    if (!r->sent || r->tries >= MAX_RESENDS)
+    if (!r->sent || r->tries >= (rdzv__up_req_is_read(r) ? MAX_READ_RESENDS
+                                                          : MAX_RESENDS))
       continue;
     r->sent = false;
-    if (!home) /* a move of its own costs no try */
-      r->tries++;
+    r->tries++;
     r->queued = true;
     r->queued_ms = now;
     TAILQ_INSERT_TAIL(&keep, r, qlink);

@@ -38,10 +38,16 @@ enum up_state {
 extern const char *const rdzv__up_state_names[];
 
 /* How often a request is sent again after the connection it went on
- * failed (to the next ancestor, or the same parent back), before it fails
- * with "outcome unknown". Mutations carry an op id, so the root applies a
- * re-sent one once. */
+ * failed (to the next ancestor, or the same parent back) or moved back
+ * home, before it fails with "outcome unknown". Mutations carry an op id,
+ * so the root applies a re-sent one once. Reads and waits (GET, MGET,
+ * WAIT, NKEYS, KEYS, STATS: rdzv__up_req_is_read) change nothing where
+ * they are answered and are safe to repeat: a wait pending for minutes
+ * may outlive many losses of its parent, so they have a bound of their
+ * own, MAX_READ_RESENDS (only a request that kills every parent it
+ * reaches would meet it). */
 #define MAX_RESENDS 3
+#define MAX_READ_RESENDS 200
 
 struct upreq {
   UT_hash_handle hh;
@@ -81,9 +87,31 @@ struct upstream {
   bool going_home;
   /* The attempt under way returns home: the parent's new incarnation (it
    * restarted while this link was away, which is why it left) is taken
-   * as it is, not as a restart above: the ancestor this link was on kept
-   * the job's state, and would have said if it had not. */
+   * as it is, not as a restart above (the ancestor this link was on kept
+   * the job's state, and would have said if it had not), as long as it
+   * is the one the probes gave (home_inc; 0: an older parent that gives
+   * none): one that differs restarted again, or lost the job's state
+   * since (its hello's incarnation mixes in its own parent's restarts),
+   * and is taken as a restart. */
   bool home_hello;
+  uint64_t home_inc;
+  /* Returns that failed (the hello refused, the connection lost before
+   * READY) since the last that worked: each doubles the time the parent
+   * must answer ready before the next return (at most 32 times
+   * --home-after-ms); home_fail_inc: the parent's incarnation then (its
+   * probes giving another one, a restarted parent, start afresh).
+   * home_not_ready: probe answers that said the parent's own link toward
+   * the root is down (RDZV_F_ROOT_AWAY); home_deferred: returns put off
+   * while requests other than reads were in flight (home_waiting: the one
+   * now). All for stats' "links". */
+  uint32_t home_fails;
+  uint64_t home_fail_inc;
+  uint64_t home_failed_total, home_not_ready, home_deferred;
+  bool home_waiting;
+  /* A probe's (u->probe_once) answer: the parent's incarnation (b) and
+   * whether it said its own link toward the root is down. */
+  uint64_t probe_inc;
+  bool probe_away;
   enum up_state state;
   union {
     uv_tcp_t tcp;
@@ -213,6 +241,17 @@ struct upstream *rdzv__up_probe_new(struct daemon *d, const char *job_id,
 void rdzv__up_home_ready(struct upstream *u);
 /* u is being reset or destroyed: stops the ticks and ends a probe. */
 void rdzv__up_home_stop(struct upstream *u);
+/* The attempt that returned u home failed before READY (why: u->why):
+ * counted and logged; the next return waits longer, and this reset goes
+ * back to an ancestor (not the parent again). */
+void rdzv__up_home_failed(struct upstream *u);
+/* The attempt that returned u home became READY: the hello's incarnation
+ * inc is a restart when it is not the one the probes gave. Returns
+ * whether it is. */
+bool rdzv__up_home_arrived(struct upstream *u, uint64_t inc);
+/* Whether r is a read or a wait (safe to repeat, changes nothing):
+ * MAX_READ_RESENDS, and no reason to put off a return home. */
+bool rdzv__up_req_is_read(const struct upreq *r);
 /* The address in use: the parent, or an ancestor while reattached. */
 const char *rdzv__up_addr(const struct upstream *u);
 /* u's state becomes s (logged at debug level). */

@@ -226,10 +226,15 @@ static bool probe_frame(struct upstream *u, const struct rdzv_msg *m) {
   bool reply = m->type == RDZV_MSG_HELLO && (m->flags & RDZV_F_REPLY) &&
                m->req_id == u->hello_id;
   if (reply && m->status == 0) {
-    /* A link away from the parent asks only whether it is back: the
+    /* A link away from the parent asks only whether it is back (and
+     * whether the parent reaches the root, which incarnation it is): the
      * chain stays what the job's hellos told (they are authenticated). */
-    if (!u->probe_once)
+    u->probe_inc = (uint64_t)m->b;
+    u->probe_away = (m->flags & RDZV_F_ROOT_AWAY) != 0;
+    if (!u->probe_once) {
       learn_ancestors(u, m);
+      d->parent_answered = true;
+    }
     char list[600];
     size_t used = 0;
     list[0] = '\0';
@@ -238,9 +243,10 @@ static bool probe_frame(struct upstream *u, const struct rdzv_msg *m) {
                                i ? ", " : "", d->ancestors[i]);
     /* A link away from the parent probes it often: said at debug level. */
     rdzv__log(d, u->probe_once ? 2 : 1,
-              "node %s: parent %s answered its probe%s; above it: %s",
+              "node %s: parent %s answered its probe%s%s; above it: %s",
               d->cfg.name, rdzv__up_addr(u),
               m->a == 1 ? " (a standby root)" : "",
+              u->probe_away ? " (its own link toward the root is down)" : "",
               d->nancestors ? list : "none (it is the root)");
     d->stats.probes_learned++;
     /* A standby root told the chain, but is no place to come back to. */
@@ -253,6 +259,8 @@ static bool probe_frame(struct upstream *u, const struct rdzv_msg *m) {
               "node %s: parent %s answers no probe (an older rdzvd): the "
               "daemons above it are learned with the first job",
               d->cfg.name, rdzv__up_addr(u));
+    if (!u->probe_once)
+      d->parent_answered = true; /* it lives all the same */
     rdzv__up_probe_end(u, false);
     return false;
   }
@@ -364,7 +372,8 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
     adopt_parent_liveness(u, m);
     uint64_t inc = (uint64_t)m->b;
     uint64_t *known = &u->incs[u->addr_idx];
-    bool restarted = *known != 0 && inc != *known && !u->home_hello;
+    bool restarted = u->home_hello ? rdzv__up_home_arrived(u, inc)
+                                   : *known != 0 && inc != *known;
     *known = inc;
     u->home_hello = false;
     /* The roots of an etcd-backed service share one incarnation: moving

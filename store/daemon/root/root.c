@@ -688,4 +688,5 @@ static void root_ping(struct daemon *d, struct conn *c, struct rdzv_msg *r) {
 const struct rdzv_role rdzv__root_role = {
     "root",        rdzv__root_handle, root_conn_closed, NULL,
     root_job_free, root_fail_all,     root_ping, NULL, rdzv__root_status,
+    NULL, /* probe_ready: a root is always ready */
 };

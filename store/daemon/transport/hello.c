@@ -130,6 +130,20 @@ static void answer_probe(struct conn *c, const struct rdzv_msg *m,
   why[0] = leader[0] = '\0';
   r.a = d->admit != NULL && !d->admit(d->admit_arg, why, sizeof(why), leader,
                                       sizeof(leader));
+  /* b: the incarnation a job's hello would get now (hello_admit), so that
+   * a link coming back to this daemon knows whether it changed between
+   * the probes and the hello; ROOT_AWAY: this daemon's own link toward
+   * the root for the job is down (the role says): no place to return to
+   * yet. */
+  struct job *j;
+  for (j = job.n > 0 ? d->jobs : NULL; j != NULL; j = j->next)
+    if (strlen(j->id) == job.n && memcmp(j->id, job.p, job.n) == 0)
+      break;
+  uint64_t epoch = j != NULL && d->role->hello_epoch != NULL
+                       ? d->role->hello_epoch(d, j) : 0;
+  r.b = (int64_t)(d->incarnation ^ (epoch * 0x9E3779B97F4A7C15ull));
+  if (d->role->probe_ready != NULL && !d->role->probe_ready(d, j))
+    r.flags |= RDZV_F_ROOT_AWAY;
   r.vals.n = hello_chain(c, chain);
   r.vals.v = chain;
   d->stats.probes_answered++;

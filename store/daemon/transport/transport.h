@@ -417,6 +417,11 @@ struct rdzv_role {
    * statistics object o (a jansson json_t *): of job only, or of every
    * job when only is NULL (the root: "rounds", each round's timeline). */
   void (*status)(struct daemon *d, const struct job *only, void *o);
+  /* Optional (NULL: always ready, as a root is): whether a link of job j
+   * (NULL: one this daemon holds nothing of) may come back to this
+   * daemon, i.e. its own link toward the root for that job is up; the
+   * answer to a node's probe says so (wire.h's RDZV_ROLE_PROBE). */
+  bool (*probe_ready)(struct daemon *d, struct job *j);
 };
 
 /* A rate limit for a kind of log line: at most 10 lines a second; the
@@ -485,6 +490,8 @@ struct daemon {
   void *gate_arg;
   bool gate_busy;
   struct conn_list held;
+  /* A node: its parent answered its probe at start (rdzv__node_probe). */
+  bool parent_answered;
   /* Admission (NULL: every hello is accepted): a root that is not the
    * leader answers 0 with why in text and the leader's address in leader
    * ("" unknown); the hello is then refused with RDZV_ENOT_LEADER, the
