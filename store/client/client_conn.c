@@ -374,13 +374,28 @@ static void hello_refused(struct rdzv_client *c, int status,
   rdzv__finish_all(c, &l, status);
 }
 
+/* How often r may be sent again after lost connections: reads and waits
+ * (safe to repeat) far more than the rest. */
+static unsigned max_resends(const struct rdzv__req *r) {
+  switch (r->op) {
+  case RDZV_OP_GET:
+  case RDZV_OP_WAIT:
+  case RDZV_OP_MGET:
+  case RDZV_OP_NKEYS:
+  case RDZV_OP_STATS:
+    return RDZV__MAX_READ_RESENDS;
+  default:
+    return RDZV__MAX_RESENDS;
+  }
+}
+
 /* The connection ended (status for the requests in flight; what for
  * last_error). In HELLO_SENT this is just a failed attempt. In READY,
  * every request in flight goes back to the front of the queue, in order,
  * to be sent on the next connection (reads and waits are idempotent,
  * mutations carry op ids that the root applies once, joins and
  * contributions carry claims and member ids), except one already sent
- * RDZV__MAX_RESENDS times, or any when a silent daemon has no fallback
+ * max_resends(r) times, or any when a silent daemon has no fallback
  * (RDZV_ESILENT), which complete with status. The session's
  * resume request is not re-queued: the next connection sends it first. A
  * rank (use_fallbacks) moves on to the next daemon of its chain. */
@@ -412,7 +427,7 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
     if (r == c->resume) {
       r->where = RDZV__REQ_DETACHED;
     } else if (r->end_off <= c->sent_total &&
-               (!resend || r->resends >= RDZV__MAX_RESENDS)) {
+               (!resend || r->resends >= max_resends(r))) {
       rdzv__list_push_front(&fail, r);
     } else {
       if (r->end_off <= c->sent_total)

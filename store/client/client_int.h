@@ -31,8 +31,12 @@
 #define RDZV__MAX_FALLBACKS 8
 /* Times a request in flight is sent again after lost connections before
  * it fails with the loss's status (a request that kills every daemon it
- * reaches must not go round for ever). */
+ * reaches must not go round for ever): a mutation, a join or a collective
+ * RDZV__MAX_RESENDS times; a read or a wait, which is safe to repeat and
+ * may be pending across many repairs, RDZV__MAX_READ_RESENDS (the node's
+ * upstream has the same two bounds). */
 #define RDZV__MAX_RESENDS 3
+#define RDZV__MAX_READ_RESENDS 200
 #define RDZV__NO_DEADLINE INT64_MAX
 
 enum rdzv__conn_state {

@@ -370,39 +370,6 @@ void rdzv__up_reset(struct upstream *u, const char *why, int err) {
   u->backoff_ms = b * 2 > 1000 ? 1000 : b * 2;
 }
 
-/* The round's next usable address (IPv4 or IPv6) after u->cand, or
- * NULL. */
-static struct addrinfo *next_addr(const struct upstream *u) {
-  for (struct addrinfo *a = u->cand->ai_next; a != NULL; a = a->ai_next)
-    if (a->ai_family == AF_INET || a->ai_family == AF_INET6)
-      return a;
-  return NULL;
-}
-
-/* Whether the round has a candidate after this one (skip_addr: none of
- * this address's other ports count). */
-bool rdzv__up_cand_left(const struct upstream *u, bool skip_addr) {
-  return u->cand != NULL &&
-         ((!skip_addr && u->port < u->port_last) || next_addr(u) != NULL);
-}
-
-/* Moves to the round's next candidate: the next port of the range, else
- * the next address at the range's first port. skip_addr: the address did
- * not answer at all (its TCP connect timed out, no route): its other ports
- * would cost a timeout each, so the next address. Returns false when none
- * is left. */
-static bool advance_cand(struct upstream *u, bool skip_addr) {
-  if (!rdzv__up_cand_left(u, skip_addr))
-    return false;
-  if (!skip_addr && u->port < u->port_last) {
-    u->port++;
-    return true;
-  }
-  u->cand = next_addr(u);
-  u->port = u->port_first;
-  return true;
-}
-
 /* One attempt (one candidate) failed before the parent was ready: the
  * next candidate at once, else the round fails (up_reset). Nothing was
  * sent on the attempt but its hello, so nothing is failed or re-sent. */
@@ -417,7 +384,7 @@ void rdzv__up_attempt_failed(struct upstream *u, const char *why, int err) {
   if (err == RDZV_EJOB_MISMATCH || err == RDZV_EAUTH)
     u->nother_job++;
   if ((u->state != UP_CONNECTING && u->state != UP_HELLO) ||
-      !advance_cand(u, skip_addr)) {
+      !rdzv__up_cand_advance(u, skip_addr)) {
     if (u->ncands_tried > 1)
       snprintf(what, sizeof(what), "%s %s (the last of %u addresses and "
                "ports tried; %u of them served another job or could not prove "
@@ -437,23 +404,6 @@ void rdzv__up_attempt_failed(struct upstream *u, const char *why, int err) {
   u->in.len = 0;
   u->next_cand = true;
   uv_timer_start(&u->timer, on_backoff, 0, 0);
-}
-
-/* An attempt's --connect-timeout-ms passed without a hello reply (a
- * dropped SYN, a listener that accepts and says nothing). */
-void rdzv__up_on_attempt_timeout(uv_timer_t *t) {
-  struct upstream *u = t->data;
-  if (u->state != UP_CONNECTING && u->state != UP_HELLO)
-    return;
-  char why[120];
-  if (u->state == UP_CONNECTING)
-    snprintf(why, sizeof(why), "connect not done within %u ms "
-             "(--connect-timeout-ms; a dropped SYN?) to",
-             u->d->cfg.connect_timeout_ms);
-  else
-    snprintf(why, sizeof(why), "no hello reply within %u ms "
-             "(--connect-timeout-ms) from", u->d->cfg.connect_timeout_ms);
-  rdzv__up_attempt_failed(u, why, RDZV_EDEADLINE);
 }
 
 /* Every --heartbeat-ms: a parent silent past --liveness-timeout-ms is

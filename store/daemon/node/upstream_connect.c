@@ -199,3 +199,46 @@ void rdzv__up_connect(struct upstream *u) {
     rdzv__up_reset(u, "resolve", rc);
   }
 }
+
+/* ---- the round's candidates ---- */
+
+/* The round's next usable address (IPv4 or IPv6) after u->cand, or
+ * NULL. */
+static struct addrinfo *next_addr(const struct upstream *u) {
+  for (struct addrinfo *a = u->cand->ai_next; a != NULL; a = a->ai_next)
+    if (a->ai_family == AF_INET || a->ai_family == AF_INET6)
+      return a;
+  return NULL;
+}
+
+bool rdzv__up_cand_left(const struct upstream *u, bool skip_addr) {
+  return u->cand != NULL &&
+         ((!skip_addr && u->port < u->port_last) || next_addr(u) != NULL);
+}
+
+bool rdzv__up_cand_advance(struct upstream *u, bool skip_addr) {
+  if (!rdzv__up_cand_left(u, skip_addr))
+    return false;
+  if (!skip_addr && u->port < u->port_last) {
+    u->port++;
+    return true;
+  }
+  u->cand = next_addr(u);
+  u->port = u->port_first;
+  return true;
+}
+
+void rdzv__up_on_attempt_timeout(uv_timer_t *t) {
+  struct upstream *u = t->data;
+  if (u->state != UP_CONNECTING && u->state != UP_HELLO)
+    return;
+  char why[120];
+  if (u->state == UP_CONNECTING)
+    snprintf(why, sizeof(why), "connect not done within %u ms "
+             "(--connect-timeout-ms; a dropped SYN?) to",
+             u->d->cfg.connect_timeout_ms);
+  else
+    snprintf(why, sizeof(why), "no hello reply within %u ms "
+             "(--connect-timeout-ms) from", u->d->cfg.connect_timeout_ms);
+  rdzv__up_attempt_failed(u, why, RDZV_EDEADLINE);
+}

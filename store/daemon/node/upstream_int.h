@@ -268,9 +268,7 @@ void rdzv__up_reset(struct upstream *u, const char *why, int err);
  * next candidate at once, else the round fails (up_reset). Nothing was
  * sent on the attempt but its hello, so nothing is failed or re-sent. */
 void rdzv__up_attempt_failed(struct upstream *u, const char *why, int err);
-/* An attempt's --connect-timeout-ms passed without a hello reply (a
- * dropped SYN, a listener that accepts and says nothing). */
-void rdzv__up_on_attempt_timeout(uv_timer_t *t);
+
 /* Writes what u has queued, unless a write is in flight. */
 void rdzv__up_start_write(struct upstream *u);
 /* addrs[1..] from the ancestors the parent last told (daemon-wide). Out
@@ -286,9 +284,7 @@ void rdzv__up_complete(struct upstream *u, struct upreq *r,
  * none). */
 void rdzv__up_fail_one(struct upstream *u, struct upreq *r, int status,
                        const char *text);
-/* Whether the round has a candidate after this one (skip_addr: none of
- * this address's other ports count). */
-bool rdzv__up_cand_left(const struct upstream *u, bool skip_addr);
+
 
 /* ---- upstream_copies.c: the lease on copies, and /readyz's questions ---- */
 /* A PING to the parent; its reply renews the lease on copies. */
@@ -317,6 +313,18 @@ void rdzv__up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 /* Starts a round of attempts: resolve addrs[addr_idx], then try each
  * candidate. */
 void rdzv__up_connect(struct upstream *u);
+/* Whether the round has a candidate after this one (skip_addr: none of
+ * this address's other ports count). */
+bool rdzv__up_cand_left(const struct upstream *u, bool skip_addr);
+/* Moves to the round's next candidate: the next port of the range, else
+ * the next address at the range's first port. skip_addr: the address did
+ * not answer at all (its TCP connect timed out, no route): its other ports
+ * would cost a timeout each, so the next address. Returns false when none
+ * is left. */
+bool rdzv__up_cand_advance(struct upstream *u, bool skip_addr);
+/* An attempt's --connect-timeout-ms passed without a hello reply (a
+ * dropped SYN, a listener that accepts and says nothing). */
+void rdzv__up_on_attempt_timeout(uv_timer_t *t);
 
 /* ---- upstream_tls.c: the link over TLS ---- */
 /* A TCP attempt begins: a session when the daemon has TLS (the last one
