@@ -106,6 +106,7 @@ fi
 declare -A expect=(
   [docs/reference/rdzvd.md:rdzvd]="v"
   [docs/security.md:security]="v|rdzvctl: could not connect .*authentication failed.*[[]RDZV_EAUTH[]].*|refused"
+  [docs/security.md:tls]="v|rdzvctl: could not connect .*[[]RDZV_ETLS[]].*takes TLS only.*|refused"
   [docs/reference/c-api.md:c-api]="ids identical on all 4 ranks: .*"
 )
 marked=0
@@ -120,6 +121,7 @@ while IFS= read -r f; do
     g="$ns/$name"
     mkdir -p "$g/bazel-bin"
     ln -sfn "$src/tools" "$g/bazel-bin/tools"
+    ln -sfn "$src/tools" "$g/tools" # scripts: tools/tls-certs.sh
     $check blocks "$src/$f" "$name" >"$g/block.sh" || { fails=$((fails + 1)); continue; }
     out=$(cd "$g" && timeout -k 5 120 unshare -f -p -m -n --mount-proc bash -c '
       ip link set lo up && mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /tmp &&

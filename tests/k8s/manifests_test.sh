@@ -25,8 +25,8 @@ val=tools/k8s-validate
 }
 
 # 1. yamllint.
-if out=$(yamllint --strict -c tests/k8s/yamllint.conf "$k8s" deploy/k8s-memory-root 2>&1); then
-  ok "yamllint --strict $k8s deploy/k8s-memory-root"
+if out=$(yamllint --strict -c tests/k8s/yamllint.conf "$k8s" deploy/k8s-memory-root deploy/k8s-tls 2>&1); then
+  ok "yamllint --strict $k8s deploy/k8s-memory-root deploy/k8s-tls"
 else
   fail "yamllint $k8s:"
   echo "$out"
@@ -95,6 +95,30 @@ if command -v kubectl >/dev/null; then
   fi
 else
   echo "skipped: deploy/k8s-memory-root (no kubectl)"
+fi
+
+# 3c. The overlay deploy/k8s-tls (TLS on the tree's links), rendered and
+# validated: the Secret rdzv-tls mounted and RDZVD_TLS_DIR set in the
+# roots' container and in the job's node, nowhere else.
+if command -v kubectl >/dev/null; then
+  rm -rf "$tmp/tls"
+  mkdir -p "$tmp/tls/k8s" "$tmp/tls/overlay" "$tmp/tls/set"
+  cp -L "$k8s"/*.yaml "$tmp/tls/k8s/"
+  cp -L deploy/k8s-tls/kustomization.yaml "$tmp/tls/overlay/"
+  if (cd "$tmp/tls/overlay" && kubectl kustomize . >../set/all.yaml) 2>"$tmp/tls/err" &&
+    out=$(node "$work/validate.mjs" --sets "$tmp/tls/set" 2>&1) &&
+    grep -qxF "k8s-validate: set $tmp/tls/set: ok" <<<"$out" &&
+    [ "$(grep -c 'name: RDZVD_TLS_DIR' "$tmp/tls/set/all.yaml")" = 2 ] &&
+    [ "$(grep -c 'secretName: rdzv-tls' "$tmp/tls/set/all.yaml")" = 2 ] &&
+    [ "$(grep -c 'mountPath: /etc/rdzv/tls' "$tmp/tls/set/all.yaml")" = 2 ]; then
+    ok "deploy/k8s-tls renders ($(grep -c '^kind:' "$tmp/tls/set/all.yaml") objects) and validates: the roots and the node mount rdzv-tls"
+  else
+    fail "deploy/k8s-tls:"
+    cat "$tmp/tls/err"
+    echo "${out:-}"
+  fi
+else
+  echo "skipped: deploy/k8s-tls (no kubectl)"
 fi
 
 # 4. Injected mistakes: NAME FILE PATTERN PERL: a copy of deploy/k8s where

@@ -444,11 +444,18 @@ static void test_connection_drop(void **state) {
   start_server(f, 0, FAKE_WAIT_HALF_TIMEOUT);
   f->c = make_client(f->srv.unix_addr, JOB);
   assert_int_equal(rdzv_store_set(f->c, "k", "v", 1, 0, LONG_S), 0);
-  submit1(f->c, RDZV_OP_GET, "drop", NULL, LONG_S, &r);
+  /* A mutation is sent again after 3 losses at most, a read after 200
+   * (RDZV__MAX_RESENDS, RDZV__MAX_READ_RESENDS); then each fails. */
+  submit1(f->c, RDZV_OP_SET, "drop", "x", LONG_S, &r);
   assert_int_equal(rdzv_client_run(f->c, LONG_S), 0);
   assert_int_equal(r.calls, 1);
   assert_int_equal(r.status, RDZV_ECONN_CLOSED);
   assert_non_null(strstr(rdzv_client_last_error(f->c), "closed"));
+  memset(&r, 0, sizeof r);
+  submit1(f->c, RDZV_OP_GET, "drop", NULL, LONG_S, &r);
+  assert_int_equal(rdzv_client_run(f->c, LONG_S), 0);
+  assert_int_equal(r.calls, 1);
+  assert_int_equal(r.status, RDZV_ECONN_CLOSED);
   /* The next request reconnects. */
   check_get(f->c, "k", "v");
   assert_int_equal(rdzv_store_set(f->c, "k2", "w", 1, 0, LONG_S), 0);
@@ -534,7 +541,7 @@ static void test_drop_keeps_unsent(void **state) {
   start_server(f, 0, FAKE_WAIT_HALF_TIMEOUT);
   f->c = make_client(f->srv.unix_addr, JOB);
   assert_int_equal(rdzv_client_connect(f->c, LONG_S), 0);
-  submit1(f->c, RDZV_OP_GET, "drop", NULL, LONG_S, &d);
+  submit1(f->c, RDZV_OP_SET, "drop", "x", LONG_S, &d);
   memset(big, 'x', BIG_LEN);
   big[BIG_LEN] = '\0';
   for (i = 0; i < BIG_N; i++) {

@@ -459,6 +459,13 @@ static void handle(struct srv *s, int ci, const struct rdzv_msg *m) {
     on_hello(s, ci, m);
     return;
   }
+  /* A SET of the key "drop" closes the connection, unapplied (a mutation
+   * that kills every daemon it reaches). */
+  if (m->type == RDZV_MSG_SET && m->keys.n == 1 &&
+      m->keys.raw_len == 4 + 4 && memcmp(m->keys.raw + 4, "drop", 4) == 0) {
+    conn_close(s, ci);
+    return;
+  }
   switch (m->type) {
   case RDZV_MSG_SET:
   case RDZV_MSG_MSET:
