@@ -219,6 +219,20 @@ static void check_secret_file(int job, int h) {
   free(text);
 }
 
+/* rdzvctl without a secret through host h's node of job: "set" (k = v)
+ * or "stats". Returns its exit status; *out gets its output. */
+static int ctl_nosecret(int h, int job, const char *what, char **out) {
+  char addr[160], ctl[1200], jobs[24];
+  snprintf(addr, sizeof(addr), "unix:%s/host%d/%d.sock", dir, h, job);
+  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
+  snprintf(jobs, sizeof(jobs), "%d", job);
+  char *argv[] = {"/usr/bin/env", "-u", "RDZV_SECRET_FILE", "-u", "RDZV_SECRET",
+                  ctl, "--addr", addr, "--job", jobs, "--timeout", "20",
+                  (char *)what, strcmp(what, "set") == 0 ? "k" : NULL, "v",
+                  NULL};
+  return run_cmd(argv, out);
+}
+
 /* What the Prolog refuses about the secret, each before any daemon
  * starts and leaving no secret file: a missing site key, one others may
  * read, an unknown RDZV_AUTH. Then RDZV_AUTH=off: the daemons run
@@ -291,14 +305,8 @@ static void check_secret_prologs(void) {
   assert_int_equal(count_procs("--job=4254 ", "--secret-file"), 0);
   /* Its daemons serve without a secret (the hosts' nodes reach the root
    * through each other). */
-  char addr[160], ctl[1200];
-  snprintf(addr, sizeof(addr), "unix:%s/host2/4254.sock", dir);
-  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
-  char *set[] = {"/usr/bin/env", "-u", "RDZV_SECRET_FILE", "-u", "RDZV_SECRET",
-                 ctl, "--addr", addr, "--job", "4254", "--timeout", "20",
-                 "set", "k", "v", NULL};
   char *text = NULL;
-  if (run_cmd(set, &text) != 0)
+  if (ctl_nosecret(2, 4254, "set", &text) != 0)
     fail_msg("set through job 4254's node (RDZV_AUTH=off): [%s]", text);
   free(text);
   for (int h = 0; h < 3; h++)
@@ -345,21 +353,12 @@ static void check_tls_prologs(void) {
   for (int h = 0; h < 3; h++)
     assert_int_equal(run_job_script("prolog.sh", h, 4255, NULL, NULL), 0);
   assert_int_equal(count_procs("--job=4255 ", "--tls-dir="), 4);
-  char addr[160], ctl[1200];
-  snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
-  snprintf(addr, sizeof(addr), "unix:%s/host2/4255.sock", dir);
-  char *set[] = {"/usr/bin/env", "-u", "RDZV_SECRET_FILE", "-u", "RDZV_SECRET",
-                 ctl, "--addr", addr, "--job", "4255", "--timeout", "20",
-                 "set", "k", "v", NULL};
   char *text = NULL;
-  if (run_cmd(set, &text) != 0)
+  if (ctl_nosecret(2, 4255, "set", &text) != 0)
     fail_msg("set through job 4255's node over TLS: [%s]", text);
   free(text);
-  snprintf(addr, sizeof(addr), "unix:%s/host0/4255.sock", dir);
-  char *st[] = {"/usr/bin/env", "-u", "RDZV_SECRET_FILE", "-u", "RDZV_SECRET",
-                ctl, "--addr", addr, "--job", "4255", "stats", NULL};
   text = NULL;
-  assert_int_equal(run_cmd(st, &text), 0);
+  assert_int_equal(ctl_nosecret(0, 4255, "stats", &text), 0);
   long hs = stat_in(text, "\"tls\"", "\"handshakes\""),
        failed = stat_in(text, "\"tls\"", "\"failed\"");
   if (hs < 2 || failed != 0)
