@@ -1,24 +1,10 @@
-/* librdzv: the connection to the server, as one explicit state machine.
- * conn_set_state is the only place that changes c->state after create.
- *
- *   IDLE       -> CONNECTING, or HELLO_SENT (a Unix socket connects at
- *                 once), when requests are queued or rdzv_client_connect
- *                 waits; -> BACKOFF when that first attempt fails
- *   CONNECTING -> HELLO_SENT (connected) | BACKOFF (failed, timed out)
- *   HELLO_SENT -> READY (hello accepted) | FAILED (refused, or the peer
- *                 does not speak our protocol) | BACKOFF (closed, no reply
- *                 within attempt_timeout_s)
- *   READY      -> BACKOFF (connection lost, requests queued) | IDLE (lost,
- *                 nothing queued)
- *   BACKOFF    -> (timer) as IDLE, or IDLE when nothing needs a connection
- *   FAILED     final: every request completes with the hello's status
- *   any        -> IDLE on a failure retrying cannot cure (EACCES, ...):
- *                 queued requests complete with -errno
- *
- * A round of attempts resolves the address once and tries each resulting
- * socket address in turn; when all fail, BACKOFF waits before the next
- * round (delay doubling from backoff_initial to backoff_max, +-25%
- * jitter). */
+/* librdzv: the established connection to the server: the hello's reply
+ * (accepted, refused, a standby's redirect, the authentication's answer),
+ * frames in and their dispatch, reads and writes (over TLS through
+ * client_tls.c), requests moved from the queue to the socket, heartbeats,
+ * a lost connection's requests sent again, and rdzv__conn_step, which
+ * drives the state machine of client_connect.c (where the states and
+ * their transitions are written down). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -46,306 +32,6 @@
 /* Reads per step, so that a chatty server cannot starve timers. */
 #define MAX_READS 64
 
-static const char *const state_names[] = {
-    [RDZV__CS_IDLE] = "IDLE",
-    [RDZV__CS_CONNECTING] = "CONNECTING",
-    [RDZV__CS_HELLO_SENT] = "HELLO_SENT",
-    [RDZV__CS_READY] = "READY",
-    [RDZV__CS_BACKOFF] = "BACKOFF",
-    [RDZV__CS_FAILED] = "FAILED",
-};
-
-const char *rdzv__conn_state_name(enum rdzv__conn_state s) {
-  return state_names[s];
-}
-
-const struct rdzv__addr *rdzv__target(const struct rdzv_client *c) {
-  return c->target > 0 ? &c->fb[c->target - 1] : &c->addr;
-}
-
-const char *rdzv__target_str(const struct rdzv_client *c) {
-  return c->target > 0 ? c->fb_str[c->target - 1] : c->addr_str;
-}
-
-/* After a lost connection or a failed round of attempts: the next daemon
- * to try (the one after the current in addr, fb[0], fb[1], ...). Returns
- * 1 when it wrapped round to addr (or there is no other), 0 otherwise. */
-static int target_next(struct rdzv_client *c) {
-  if (!c->use_fallbacks || c->nfb == 0) {
-    c->target = 0;
-    return 1;
-  }
-  c->target = (c->target + 1) % (c->nfb + 1);
-  return c->target == 0;
-}
-
-static void conn_set_state(struct rdzv_client *c, enum rdzv__conn_state s,
-                           const char *why) {
-  if (c->debug)
-    fprintf(stderr, "rdzv client %s: %s -> %s%s%s\n", rdzv__target_str(c),
-            state_names[c->state], state_names[s], why != NULL ? ": " : "",
-            why != NULL ? why : "");
-  c->state = s;
-}
-
-int rdzv__conn_wanted(const struct rdzv_client *c) {
-  /* A session lost with its connection is resumed as soon as the core
-   * runs, not at the next request: the daemons keep it for a grace only. */
-  return c->queue.n > 0 || c->want_conn > 0 ||
-         (c->resume != NULL && c->lost_once);
-}
-
-void rdzv__conn_close(struct rdzv_client *c) {
-  if (c->fd >= 0)
-    close(c->fd);
-  c->fd = -1;
-  rdzv__ctls_end(c);
-  rdzv_buf_free(&c->in);
-  rdzv_buf_free(&c->out);
-  c->out_total = 0;
-  c->sent_total = 0;
-}
-
-/* xorshift64*: jitter only, not security. */
-static double rand01(struct rdzv_client *c) {
-  c->rng ^= c->rng >> 12;
-  c->rng ^= c->rng << 25;
-  c->rng ^= c->rng >> 27;
-  return (double)((c->rng * 0x2545F4914F6CDD1Du) >> 11) / 9007199254740992.0;
-}
-
-static void backoff_start(struct rdzv_client *c, int64_t now, const char *why) {
-  double d = c->backoff_cur * (0.75 + 0.5 * rand01(c));
-
-  c->timer = rdzv__deadline_after(now, d);
-  c->backoff_cur *= 2;
-  if (c->backoff_cur > c->backoff_max)
-    c->backoff_cur = c->backoff_max;
-  conn_set_state(c, RDZV__CS_BACKOFF, why);
-}
-
-/* Failures worth another attempt: the server is not (yet) there, or a
- * resource shortage on our side that may pass. */
-static int retryable(int err) {
-  switch (err) {
-  case ECONNREFUSED:
-  case ECONNRESET:
-  case ENOENT:
-  case ETIMEDOUT:
-  case EHOSTUNREACH:
-  case ENETUNREACH:
-  case ECONNABORTED:
-  case EPIPE:
-  case EAGAIN: /* a Unix socket's backlog is full */
-  case EINTR:
-  case EADDRNOTAVAIL: /* out of ephemeral ports */
-  case ENETDOWN:
-  case EHOSTDOWN:
-  case ENOBUFS:
-  case EMFILE:
-  case ENFILE:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
-static void try_connect(struct rdzv_client *c, int64_t now);
-static void round_start(struct rdzv_client *c, int64_t now);
-
-/* One attempt failed with errno err (what describes it). Tries the next
- * address of the round, else backs off, else (not retryable) gives up on
- * the queued requests. */
-static void attempt_failed(struct rdzv_client *c, int64_t now, int err,
-                           const char *what) {
-  struct rdzv__req_list l;
-  double over = (double)(now - c->first_attempt) / 1e9;
-
-  rdzv__conn_close(c);
-  c->attempts++;
-  snprintf(c->conn_err, sizeof c->conn_err,
-           "connect %s: %s (%u attempt%s over %.1f s)", rdzv__target_str(c),
-           what,
-           c->attempts, c->attempts == 1 ? "" : "s", over);
-  rdzv__set_error(c, "%s", c->conn_err);
-  if (!retryable(err)) {
-    c->hard_err = -err;
-    conn_set_state(c, RDZV__CS_IDLE, what);
-    l = c->queue;
-    memset(&c->queue, 0, sizeof c->queue);
-    rdzv__finish_all(c, &l, -err);
-    return;
-  }
-  if (c->ai_idx + 1 < c->ai_n) {
-    c->ai_idx++;
-    try_connect(c, now);
-    return;
-  }
-  /* A rank whose daemon is gone tries its fallbacks before it waits. */
-  if (!target_next(c)) {
-    round_start(c, now);
-    return;
-  }
-  /* A leader a standby named is gone too: back to the address given
-   * (which names the next leader once one is elected). */
-  if (c->redirected) {
-    free(c->addr.host);
-    free(c->addr_str);
-    c->addr = c->home;
-    c->addr_str = c->home_str;
-    c->home_str = NULL;
-    c->redirected = 0;
-  }
-  backoff_start(c, now, what);
-}
-
-/* Appends the hello and waits for its reply. */
-static void connected(struct rdzv_client *c, int64_t now) {
-  struct rdzv_slice keys[2], nonce;
-  struct rdzv_msg m;
-
-  memset(&m, 0, sizeof m);
-  m.type = RDZV_MSG_HELLO;
-  m.a = RDZV_ROLE_CLIENT;
-  keys[0] = (struct rdzv_slice){(const uint8_t *)c->job_id,
-                                (uint32_t)strlen(c->job_id)};
-  keys[1] =
-      (struct rdzv_slice){(const uint8_t *)c->name, (uint32_t)strlen(c->name)};
-  m.keys.n = 2;
-  m.keys.v = keys;
-  c->auth_sent = 0;
-  if (c->secret != NULL) { /* a fresh nonce: the daemon's proof binds it */
-    if (rdzv_auth_nonce(c->cnonce, sizeof c->cnonce) < 0) {
-      attempt_failed(c, now, EIO, "no random numbers for the hello's nonce");
-      return;
-    }
-    nonce = (struct rdzv_slice){c->cnonce, sizeof c->cnonce};
-    m.vals.n = 1;
-    m.vals.v = &nonce;
-  }
-  if (rdzv_msg_encode(&m, &c->out) < 0) {
-    attempt_failed(c, now, ENOBUFS, "out of memory encoding the hello");
-    return;
-  }
-  c->out_total = c->out.len;
-  conn_set_state(c, RDZV__CS_HELLO_SENT, NULL);
-}
-
-static void try_connect(struct rdzv_client *c, int64_t now) {
-  const struct sockaddr *sa = (const struct sockaddr *)&c->ai[c->ai_idx];
-  int one = 1;
-  int fd;
-
-  fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    attempt_failed(c, now, errno, rdzv_strerror(-errno));
-    return;
-  }
-  c->fd = fd;
-  if (!rdzv__target(c)->is_unix)
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (rdzv__ctls_begin(c) < 0) {
-    attempt_failed(c, now, ENOBUFS, "out of memory for a TLS session");
-    return;
-  }
-  c->timer = rdzv__deadline_after(now, c->attempt_timeout);
-  if (connect(fd, sa, c->ai_len[c->ai_idx]) == 0) {
-    connected(c, now);
-    return;
-  }
-  if (errno == EINPROGRESS) {
-    conn_set_state(c, RDZV__CS_CONNECTING, NULL);
-    return;
-  }
-  attempt_failed(c, now, errno, rdzv_strerror(-errno));
-}
-
-/* Resolves the address into c->ai. Returns 0, or a positive errno (and
- * fills what) when there is nothing to connect to yet. */
-static int resolve(struct rdzv_client *c, char *what, size_t n) {
-  const struct rdzv__addr *a = rdzv__target(c);
-  struct addrinfo hints;
-  struct addrinfo *res;
-  struct addrinfo *p;
-  int err;
-
-  c->ai_n = 0;
-  c->ai_idx = 0;
-  if (a->is_unix) {
-    memcpy(&c->ai[0], &a->sun, sizeof a->sun);
-    c->ai_len[0] = a->sun_len;
-    c->ai_n = 1;
-    return 0;
-  }
-  memset(&hints, 0, sizeof hints);
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  err = getaddrinfo(a->host, a->port, &hints, &res);
-  if (err != 0) {
-    /* EAI_AGAIN and EAI_NONAME are "not resolvable yet" (a pod's DNS name
-     * appears late); other resolver failures are retried as well, since a
-     * resolver that fails now may answer later. */
-    snprintf(what, n, "resolve %s: %s", a->host,
-             err == EAI_SYSTEM ? rdzv_strerror(-errno) : gai_strerror(err));
-    return EAGAIN;
-  }
-  for (p = res; p != NULL && c->ai_n < RDZV__MAX_ADDRS; p = p->ai_next) {
-    if (p->ai_addrlen > sizeof c->ai[0])
-      continue;
-    memcpy(&c->ai[c->ai_n], p->ai_addr, p->ai_addrlen);
-    c->ai_len[c->ai_n++] = p->ai_addrlen;
-  }
-  freeaddrinfo(res);
-  if (c->ai_n == 0) {
-    snprintf(what, n, "resolve %s: no usable address", a->host);
-    return EAGAIN;
-  }
-  return 0;
-}
-
-static void round_start(struct rdzv_client *c, int64_t now) {
-  char what[300];
-  int err;
-
-  if (c->attempts == 0)
-    c->first_attempt = now;
-  err = resolve(c, what, sizeof what);
-  if (err != 0) {
-    c->ai_n = 0;
-    attempt_failed(c, now, err, what);
-    return;
-  }
-  try_connect(c, now);
-}
-
-/* CONNECTING: has the non-blocking connect finished? */
-static void connect_check(struct rdzv_client *c, int64_t now) {
-  struct pollfd p = {.fd = c->fd, .events = POLLOUT, .revents = 0};
-  socklen_t len = sizeof(int);
-  int err = 0;
-  char what[64];
-  int ready = poll(&p, 1, 0);
-
-  if (ready < 0)
-    return; /* EINTR and the like: look again on the next step */
-  if (ready == 0) {
-    if (now >= c->timer) {
-      snprintf(what, sizeof what, "connect timed out after %.3g s",
-               c->attempt_timeout);
-      attempt_failed(c, now, ETIMEDOUT, what);
-    }
-    return;
-  }
-  if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-    err = errno;
-  if (err != 0) {
-    attempt_failed(c, now, err, rdzv_strerror(-err));
-    return;
-  }
-  connected(c, now);
-}
-
 /* ---- an established connection ------------------------------------------ */
 
 static void hello_refused(struct rdzv_client *c, int status,
@@ -361,14 +47,14 @@ static void hello_refused(struct rdzv_client *c, int status,
     char what[300];
     snprintf(what, sizeof what, "hello refused: %s%s%s", rdzv_strerror(status),
              detail[0] != '\0' ? ": " : "", detail);
-    attempt_failed(c, rdzv__now_ns(), ECONNREFUSED, what);
+    rdzv__conn_attempt_failed(c, rdzv__now_ns(), ECONNREFUSED, what);
     return;
   }
   rdzv__conn_close(c);
   c->fatal = status;
   rdzv__set_error(c, "hello refused by %s: %s%s%s", rdzv__target_str(c),
                   rdzv_strerror(status), detail[0] != '\0' ? ": " : "", detail);
-  conn_set_state(c, RDZV__CS_FAILED, rdzv_err_name(status));
+  rdzv__conn_set_state(c, RDZV__CS_FAILED, rdzv_err_name(status));
   l = c->queue;
   memset(&c->queue, 0, sizeof c->queue);
   rdzv__finish_all(c, &l, status);
@@ -406,7 +92,7 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
   int resend;
 
   if (c->state != RDZV__CS_READY && status == RDZV_ECONN_CLOSED) {
-    attempt_failed(c, now, ECONNRESET, what);
+    rdzv__conn_attempt_failed(c, now, ECONNRESET, what);
     return;
   }
   if (c->state != RDZV__CS_READY) {
@@ -440,13 +126,13 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
   rdzv__conn_close(c);
   c->resume_wait = 0;
   c->lost_once = 1;
-  (void)target_next(c);
+  (void)rdzv__conn_target_next(c);
   c->attempts = 0;
   c->first_attempt = now;
   if (rdzv__conn_wanted(c))
-    backoff_start(c, now, what);
+    rdzv__conn_backoff_start(c, now, what);
   else
-    conn_set_state(c, RDZV__CS_IDLE, what);
+    rdzv__conn_set_state(c, RDZV__CS_IDLE, what);
   rdzv__finish_all(c, &fail, status);
 }
 
@@ -520,7 +206,7 @@ static void hello_accepted(struct rdzv_client *c, const struct rdzv_msg *m) {
   c->backoff_cur = c->backoff_initial;
   c->timer = RDZV__NO_DEADLINE;
   c->conn_err[0] = '\0';
-  conn_set_state(c, RDZV__CS_READY, NULL);
+  rdzv__conn_set_state(c, RDZV__CS_READY, NULL);
 }
 
 /* Text of an ERROR frame's keys[0], if any, made printable. */
@@ -576,7 +262,7 @@ static int follow_leader(struct rdzv_client *c, const struct rdzv_msg *m) {
   c->addr_str = str;
   c->target = 0;
   c->redirects++;
-  round_start(c, rdzv__now_ns());
+  rdzv__conn_round_start(c, rdzv__now_ns());
   return 1;
 }
 
@@ -638,7 +324,7 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
   a.vals.v = &pv;
   before = c->out.len;
   if (rdzv_msg_encode(&a, &c->out) < 0) {
-    attempt_failed(c, rdzv__now_ns(), ENOBUFS,
+    rdzv__conn_attempt_failed(c, rdzv__now_ns(), ENOBUFS,
                    "out of memory encoding the hello's proof");
     return 1;
   }
@@ -931,7 +617,7 @@ static void conn_io(struct rdzv_client *c, int64_t now) {
   if (conn_flush(c) || conn_read(c))
     return;
   if (c->state == RDZV__CS_HELLO_SENT && now >= c->timer) {
-    attempt_failed(c, now, ETIMEDOUT, "no hello reply");
+    rdzv__conn_attempt_failed(c, now, ETIMEDOUT, "no hello reply");
     return;
   }
   if (c->state != RDZV__CS_READY)
@@ -957,18 +643,18 @@ void rdzv__conn_step(struct rdzv_client *c, int64_t now) {
   switch (c->state) {
   case RDZV__CS_IDLE:
     if (rdzv__conn_wanted(c))
-      round_start(c, now);
+      rdzv__conn_round_start(c, now);
     break;
   case RDZV__CS_BACKOFF:
     if (now < c->timer)
       break;
     if (rdzv__conn_wanted(c))
-      round_start(c, now);
+      rdzv__conn_round_start(c, now);
     else
-      conn_set_state(c, RDZV__CS_IDLE, "nothing to send");
+      rdzv__conn_set_state(c, RDZV__CS_IDLE, "nothing to send");
     break;
   case RDZV__CS_CONNECTING:
-    connect_check(c, now);
+    rdzv__conn_connect_check(c, now);
     break;
   case RDZV__CS_HELLO_SENT:
   case RDZV__CS_READY:

@@ -232,11 +232,26 @@ int rdzv__client_drive(struct rdzv_client *c,
                        int (*done)(struct rdzv_client *, void *), void *arg,
                        int64_t deadline);
 
+
+
+/* ---- client_opts.c: a handle's settings from its options --------------- */
+
+/* Whether opts' version and size are ones this library takes (1: up to
+ * secret_len; 2: with TLS). */
+int rdzv__opts_ok(const struct rdzv_client_opts *opts);
+/* Fills a zeroed handle c from opts (checked with rdzv__opts_ok): the
+ * address, job id, name, limits, the job's secret and the TLS settings.
+ * Returns 0, -EINVAL (a limit out of range), RDZV_EJOB_ID_MISSING,
+ * RDZV_EBAD_ADDR or RDZV_ENOMEM; a secret or TLS file that cannot be read
+ * leaves c FAILED (every request gets RDZV_EAUTH or RDZV_ETLS) and
+ * returns 0. */
+int rdzv__client_init(struct rdzv_client *c,
+                      const struct rdzv_client_opts *opts);
 /* Parses "unix:PATH", "tcp:HOST:PORT" or "HOST:PORT" into *a (a->host
  * malloc'd). Returns 0 or RDZV_EBAD_ADDR. */
 int rdzv__parse_addr(const char *s, struct rdzv__addr *a);
 
-/* ---- client_conn.c ------------------------------------------------------ */
+/* ---- client_connect.c: connecting, and the connection's states --------- */
 
 /* The daemon the connection goes to now (addr or a fallback), and its
  * address as given. */
@@ -245,19 +260,45 @@ const char *rdzv__target_str(const struct rdzv_client *c);
 
 /* Whether anything needs a connection now. */
 int rdzv__conn_wanted(const struct rdzv_client *c);
+/* c's state becomes s (why: for the debug log, may be NULL): the only
+ * place c->state changes after create. */
+void rdzv__conn_set_state(struct rdzv_client *c, enum rdzv__conn_state s,
+                          const char *why);
+/* After a lost connection or a failed round of attempts: the next daemon
+ * to try (the one after the current in addr, fb[0], fb[1], ...). Returns
+ * 1 when it wrapped round to addr (or there is no other), 0 otherwise. */
+int rdzv__conn_target_next(struct rdzv_client *c);
+/* BACKOFF until a jittered, doubling delay from now (ns) has passed. */
+void rdzv__conn_backoff_start(struct rdzv_client *c, int64_t now,
+                              const char *why);
+/* One attempt failed with errno err (what describes it): the next address
+ * of the round, else a backoff, else (not retryable) the queued requests
+ * complete with -err. */
+void rdzv__conn_attempt_failed(struct rdzv_client *c, int64_t now, int err,
+                               const char *what);
+/* Starts a round of attempts: resolves the target, connects to its first
+ * address. */
+void rdzv__conn_round_start(struct rdzv_client *c, int64_t now);
+/* CONNECTING: whether the non-blocking connect finished (then the hello
+ * goes), failed or timed out. */
+void rdzv__conn_connect_check(struct rdzv_client *c, int64_t now);
+
+/* Closes the socket, if any, without completing anything. */
+void rdzv__conn_close(struct rdzv_client *c);
+
+/* "IDLE", "READY", ... */
+const char *rdzv__conn_state_name(enum rdzv__conn_state s);
+
+/* ---- client_conn.c: the established connection -------------------------- */
 /* Does whatever the connection can do without blocking at time now: starts
  * an attempt, finishes a connect, exchanges the hello, writes queued
  * requests, reads and dispatches replies, ends a backoff. May run
  * callbacks. */
 void rdzv__conn_step(struct rdzv_client *c, int64_t now);
-/* Closes the socket, if any, without completing anything. */
-void rdzv__conn_close(struct rdzv_client *c);
 /* READY with requests awaiting replies: when the heartbeat next needs the
  * core to run (a PING due, or the liveness timeout), else
  * RDZV__NO_DEADLINE. */
 int64_t rdzv__conn_heartbeat_due(const struct rdzv_client *c);
-/* "IDLE", "READY", ... */
-const char *rdzv__conn_state_name(enum rdzv__conn_state s);
 
 /* ---- client_tls.c: TLS on TCP connections ------------------------------ */
 
