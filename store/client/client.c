@@ -190,6 +190,8 @@ int rdzv_client_timeout_ms(const rdzv_client_t *c) {
     t = c->heap[0]->deadline;
   if (rdzv__conn_heartbeat_due(c) < t)
     t = rdzv__conn_heartbeat_due(c);
+  if (rdzv__home_due(c) < t)
+    t = rdzv__home_due(c);
   if (t == RDZV__NO_DEADLINE)
     return -1;
   now = rdzv__now_ns();

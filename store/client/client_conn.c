@@ -136,6 +136,32 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
   rdzv__finish_all(c, &fail, status);
 }
 
+void rdzv__conn_move(struct rdzv_client *c, int64_t now, int target,
+                     const char *why) {
+  struct rdzv__req *r;
+
+  while (c->sent.tail != NULL) {
+    r = c->sent.tail;
+    rdzv__list_remove(&c->sent, r);
+    if (r == c->resume) {
+      r->where = RDZV__REQ_DETACHED;
+      continue;
+    }
+    if (r->end_off <= c->sent_total)
+      r->resends++;
+    r->where = RDZV__REQ_QUEUED;
+    rdzv__list_push_front(&c->queue, r);
+  }
+  rdzv__tab_clear(c);
+  rdzv__conn_close(c);
+  c->resume_wait = 0;
+  c->lost_once = 1; /* the session is resumed first on the next one */
+  c->target = target;
+  c->attempts = 0;
+  c->first_attempt = now;
+  rdzv__conn_set_state(c, RDZV__CS_IDLE, why);
+}
+
 /* The hello reply's vals: the daemon's chain of ancestors, nearest first
  * (store/wire/wire.h), kept as this handle's fallbacks when it came from
  * addr itself. Entries that do not parse are skipped. */
@@ -207,6 +233,7 @@ static void hello_accepted(struct rdzv_client *c, const struct rdzv_msg *m) {
   c->timer = RDZV__NO_DEADLINE;
   c->conn_err[0] = '\0';
   rdzv__conn_set_state(c, RDZV__CS_READY, NULL);
+  rdzv__home_arrived(c, c->last_rx);
 }
 
 /* Text of an ERROR frame's keys[0], if any, made printable. */
@@ -659,6 +686,7 @@ void rdzv__conn_step(struct rdzv_client *c, int64_t now) {
   case RDZV__CS_HELLO_SENT:
   case RDZV__CS_READY:
     conn_io(c, now);
+    rdzv__home_tick(c, now);
     break;
   case RDZV__CS_FAILED:
     break;

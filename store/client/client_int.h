@@ -163,6 +163,12 @@ struct rdzv_client {
   rdzv_tls_cfg_t *tls_cfg;
   rdzv_tls_t *tls;
   struct rdzv_buf cipher;
+  /* Back at its own node (client_home.c): RDZV_HOME_AFTER_MS (0: off),
+   * the wait before the next return (doubled after one that did not
+   * stick), when the next probe is due, since when the node answered
+   * ready (0: not), returns made. */
+  int64_t home_after_ns, home_wait_ns, home_next, home_since;
+  unsigned home_returns;
   uint64_t out_total;  /* bytes appended to `out` on this connection */
   uint64_t sent_total; /* bytes handed to the kernel on this connection */
   int64_t last_rx;     /* ns: bytes last came from the daemon (or READY) */
@@ -299,6 +305,27 @@ void rdzv__conn_step(struct rdzv_client *c, int64_t now);
  * core to run (a PING due, or the liveness timeout), else
  * RDZV__NO_DEADLINE. */
 int64_t rdzv__conn_heartbeat_due(const struct rdzv_client *c);
+
+/* Moves the connection to daemon target (0: addr): what is in flight goes
+ * back to the front of the queue (it costs a resend), the connection
+ * closes, and the next step connects to target, the session resumed
+ * first. why: for the debug log. */
+void rdzv__conn_move(struct rdzv_client *c, int64_t now, int target,
+                     const char *why);
+
+/* ---- client_home.c: a rank back at its own node -------------------------- */
+
+/* Reads RDZV_HOME_AFTER_MS (default 5000; 0: a rank stays where it
+ * resumed). */
+void rdzv__home_init(struct rdzv_client *c);
+/* A hello was accepted (now, ns): at home, the wait starts afresh; away,
+ * the probes start. */
+void rdzv__home_arrived(struct rdzv_client *c, int64_t now);
+/* When the next probe is due (RDZV__NO_DEADLINE: none). */
+int64_t rdzv__home_due(const struct rdzv_client *c);
+/* READY away from home: probes the node when due, and moves back once it
+ * answered ready for the wait and only reads and waits are in flight. */
+void rdzv__home_tick(struct rdzv_client *c, int64_t now);
 
 /* ---- client_tls.c: TLS on TCP connections ------------------------------ */
 

@@ -267,6 +267,7 @@ int rdzv__client_init(struct rdzv_client *c,
       (ssize_t)sizeof c->opid_base)
     c->opid_base = c->rng * 0xD1342543DE82EF95u;
   c->magic = RDZV__CLIENT_MAGIC;
+  rdzv__home_init(c);
   err = secret_init(c, opts);
   if (err < 0 || c->state == RDZV__CS_FAILED)
     return err;

@@ -212,6 +212,67 @@ static void test_node_killed_ranks_resume(void **state) {
   assert_int_equal(host_end(&hb), 0);
 }
 
+/* Back home, the rank's side: kill -9 of leafA, its ranks resume through
+ * mid (adds across the kill); leafA started again on its socket: each of
+ * its ranks, driving its handle, probes it, comes back after
+ * RDZV_HOME_AFTER_MS of ready answers and resumes its session there (its
+ * count of resumes goes 1 -> 2, leafA's sessions_resumed reaches 2); a
+ * barrier of all four then completes and the counter equals the adds
+ * acknowledged. */
+static void test_ranks_return_home(void **state) {
+  (void)state;
+  struct hostproc ha, hb;
+  setenv("RDZV_HOME_AFTER_MS", "400", 1); /* the host processes' */
+  join_two_hosts("home", &ha, &hb);
+  unsetenv("RDZV_HOME_AFTER_MS");
+  int64_t m0 = stats_at(mid_tcp, "sessions_resumed");
+  kill(leaf_a.pid, SIGKILL);
+  proc_wait(&leaf_a);
+  leaf_a.pid = 0;
+  host_cmd(&ha, 'a');
+  int64_t acked = 0;
+  for (int i = 0; i < 2; i++) {
+    struct report rp;
+    host_read(&ha, &rp);
+    if (rp.status != 0)
+      fail_msg("adds on hostA: %s (%s)", rdzv_strerror(rp.status), rp.text);
+    acked += rp.count;
+  }
+  assert_true(stats_reach(mid_tcp, "sessions_resumed", m0 + 2) >= m0 + 2);
+  assert_int_equal(daemon_start(&leaf_a, dir, "leafA", mid_tcp, beat, a_tcp),
+                   0);
+  /* Idle rounds of 3 s, each rank driving its handle; a bounded count of
+   * them, not a time: the return needs a few probes of 100 ms apart. */
+  int rounds = 0;
+  int32_t resumes[2] = {0, 0};
+  while (stats_at(a_tcp, "sessions_resumed") < 2 && rounds++ < 10) {
+    host_cmd(&ha, 'i');
+    for (int i = 0; i < 2; i++) {
+      struct report rp;
+      host_read(&ha, &rp);
+      resumes[i] = rp.count;
+    }
+  }
+  if (stats_at(a_tcp, "sessions_resumed") < 2)
+    fail_msg("hostA's ranks did not come back to leafA (%d idle rounds; "
+             "resumes %d and %d)", rounds, resumes[0], resumes[1]);
+  assert_true(resumes[0] >= 2 && resumes[1] >= 2);
+  host_cmd(&ha, 'a');
+  for (int i = 0; i < 2; i++) {
+    struct report rp;
+    host_read(&ha, &rp);
+    if (rp.status != 0)
+      fail_msg("adds at home: %s (%s)", rdzv_strerror(rp.status), rp.text);
+    acked += rp.count;
+  }
+  assert_int_equal(counter_at_root("home", "ctr"), acked);
+  barrier_all(&ha, &hb, 0, NULL);
+  printf("ranks back home after %d idle round(s) of 3 s; %lld adds counted "
+         "once\n", rounds, (long long)acked);
+  assert_int_equal(host_end(&ha), 0);
+  assert_int_equal(host_end(&hb), 0);
+}
+
 /* kill -9 of leafB with hostB's ranks: hostA's ranks are told, naming
  * hostB and its ranks; relaunched, all four complete the next
  * generation. */
@@ -545,6 +606,8 @@ static void test_interior_death_mid_rendezvous(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_node_killed_ranks_resume, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_ranks_return_home, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_host_lost_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stopped_node_fenced, setup,
