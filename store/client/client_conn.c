@@ -54,7 +54,7 @@ static void hello_refused(struct rdzv_client *c, int status,
   c->fatal = status;
   rdzv__set_error(c, "hello refused by %s: %s%s%s", rdzv__target_str(c),
                   rdzv_strerror(status), detail[0] != '\0' ? ": " : "", detail);
-  rdzv__conn_set_state(c, RDZV__CS_FAILED, rdzv_err_name(status));
+  rdzv__conn_to_state(c, RDZV__CS_FAILED, rdzv_err_name(status));
   l = c->queue;
   memset(&c->queue, 0, sizeof c->queue);
   rdzv__finish_all(c, &l, status);
@@ -132,7 +132,7 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
   if (rdzv__conn_wanted(c))
     rdzv__conn_backoff_start(c, now, what);
   else
-    rdzv__conn_set_state(c, RDZV__CS_IDLE, what);
+    rdzv__conn_to_state(c, RDZV__CS_IDLE, what);
   rdzv__finish_all(c, &fail, status);
 }
 
@@ -159,7 +159,7 @@ void rdzv__conn_move(struct rdzv_client *c, int64_t now, int target,
   c->target = target;
   c->attempts = 0;
   c->first_attempt = now;
-  rdzv__conn_set_state(c, RDZV__CS_IDLE, why);
+  rdzv__conn_to_state(c, RDZV__CS_IDLE, why);
 }
 
 /* The hello reply's vals: the daemon's chain of ancestors, nearest first
@@ -232,7 +232,7 @@ static void hello_accepted(struct rdzv_client *c, const struct rdzv_msg *m) {
   c->backoff_cur = c->backoff_initial;
   c->timer = RDZV__NO_DEADLINE;
   c->conn_err[0] = '\0';
-  rdzv__conn_set_state(c, RDZV__CS_READY, NULL);
+  rdzv__conn_to_state(c, RDZV__CS_READY, NULL);
   rdzv__home_arrived(c, c->last_rx);
 }
 
@@ -678,7 +678,7 @@ void rdzv__conn_step(struct rdzv_client *c, int64_t now) {
     if (rdzv__conn_wanted(c))
       rdzv__conn_round_start(c, now);
     else
-      rdzv__conn_set_state(c, RDZV__CS_IDLE, "nothing to send");
+      rdzv__conn_to_state(c, RDZV__CS_IDLE, "nothing to send");
     break;
   case RDZV__CS_CONNECTING:
     rdzv__conn_connect_check(c, now);

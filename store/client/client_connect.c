@@ -1,5 +1,5 @@
 /* librdzv: connecting to the server, and the connection's explicit state
- * machine. rdzv__conn_set_state is the only place that changes c->state
+ * machine. rdzv__conn_to_state is the only place that changes c->state
  * after create. This file owns the states before READY (resolving, each
  * attempt, backoff, the choice of daemon among addr and its fallbacks);
  * client_conn.c the established connection, which calls in here.
@@ -73,8 +73,8 @@ int rdzv__conn_target_next(struct rdzv_client *c) {
   return c->target == 0;
 }
 
-void rdzv__conn_set_state(struct rdzv_client *c, enum rdzv__conn_state s,
-                          const char *why) {
+void rdzv__conn_to_state(struct rdzv_client *c, enum rdzv__conn_state s,
+                         const char *why) {
   if (c->debug)
     fprintf(stderr, "rdzv client %s: %s -> %s%s%s\n", rdzv__target_str(c),
             state_names[c->state], state_names[s], why != NULL ? ": " : "",
@@ -116,7 +116,7 @@ void rdzv__conn_backoff_start(struct rdzv_client *c, int64_t now,
   c->backoff_cur *= 2;
   if (c->backoff_cur > c->backoff_max)
     c->backoff_cur = c->backoff_max;
-  rdzv__conn_set_state(c, RDZV__CS_BACKOFF, why);
+  rdzv__conn_to_state(c, RDZV__CS_BACKOFF, why);
 }
 
 /* Failures worth another attempt: the server is not (yet) there, or a
@@ -164,7 +164,7 @@ void rdzv__conn_attempt_failed(struct rdzv_client *c, int64_t now, int err,
   rdzv__set_error(c, "%s", c->conn_err);
   if (!retryable(err)) {
     c->hard_err = -err;
-    rdzv__conn_set_state(c, RDZV__CS_IDLE, what);
+    rdzv__conn_to_state(c, RDZV__CS_IDLE, what);
     l = c->queue;
     memset(&c->queue, 0, sizeof c->queue);
     rdzv__finish_all(c, &l, -err);
@@ -224,7 +224,7 @@ static void connected(struct rdzv_client *c, int64_t now) {
     return;
   }
   c->out_total = c->out.len;
-  rdzv__conn_set_state(c, RDZV__CS_HELLO_SENT, NULL);
+  rdzv__conn_to_state(c, RDZV__CS_HELLO_SENT, NULL);
 }
 
 static void try_connect(struct rdzv_client *c, int64_t now) {
@@ -251,7 +251,7 @@ static void try_connect(struct rdzv_client *c, int64_t now) {
     return;
   }
   if (errno == EINPROGRESS) {
-    rdzv__conn_set_state(c, RDZV__CS_CONNECTING, NULL);
+    rdzv__conn_to_state(c, RDZV__CS_CONNECTING, NULL);
     return;
   }
   rdzv__conn_attempt_failed(c, now, errno, rdzv_strerror(-errno));

@@ -268,8 +268,8 @@ const char *rdzv__target_str(const struct rdzv_client *c);
 int rdzv__conn_wanted(const struct rdzv_client *c);
 /* c's state becomes s (why: for the debug log, may be NULL): the only
  * place c->state changes after create. */
-void rdzv__conn_set_state(struct rdzv_client *c, enum rdzv__conn_state s,
-                          const char *why);
+void rdzv__conn_to_state(struct rdzv_client *c, enum rdzv__conn_state s,
+                         const char *why);
 /* After a lost connection or a failed round of attempts: the next daemon
  * to try (the one after the current in addr, fb[0], fb[1], ...). Returns
  * 1 when it wrapped round to addr (or there is no other), 0 otherwise. */
