@@ -266,6 +266,15 @@ static void test_ranks_return_home(void **state) {
     acked += rp.count;
   }
   assert_int_equal(counter_at_root("home", "ctr"), acked);
+  /* A barrier's key is its host's command count: hostB catches up. */
+  for (int k = 0; k < rounds + 2; k++) {
+    host_cmd(&hb, 's');
+    for (int i = 0; i < 2; i++) {
+      struct report rp;
+      host_read(&hb, &rp);
+      assert_int_equal(rp.status, 0);
+    }
+  }
   barrier_all(&ha, &hb, 0, NULL);
   printf("ranks back home after %d idle round(s) of 3 s; %lld adds counted "
          "once\n", rounds, (long long)acked);
