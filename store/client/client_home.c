@@ -2,7 +2,8 @@
  * its session at an ancestor (a fallback of its node's chain: c->target >
  * 0), and would stay there: after a rolling restart of the nodes every rank
  * would sit on the root. While it is away, the handle probes its node's
- * Unix socket every quarter of RDZV_HOME_AFTER_MS (at most every second):
+ * Unix socket every quarter of RDZV_HOME_AFTER_MS (at most every second;
+ * 0, the default for now: never):
  * a hello of role probe (store/wire/wire.h's RDZV_ROLE_PROBE), answered at
  * once by a node that is up, with RDZV_F_ROOT_AWAY when it cannot reach
  * the root itself. Once its answers have been "ready" for that long, and
@@ -30,8 +31,12 @@
 
 #include "store/client/client_int.h"
 
-/* The default of RDZV_HOME_AFTER_MS, and the most a probe waits. */
-#define HOME_AFTER_DEFAULT_MS 5000
+/* The default of RDZV_HOME_AFTER_MS (off: see the note below), and the
+ * most a probe waits. Off by default for now: with it on, session_test's
+ * 1,024-rank interior death fails under ASan (the ranks that moved to the
+ * root time out on its liveness; without the probes they do not), and the
+ * cause is not found yet. */
+#define HOME_AFTER_DEFAULT_MS 0
 #define HOME_PROBE_WAIT_MS 100
 /* The wait after moves that did not stick grows to at most this many
  * times RDZV_HOME_AFTER_MS. */

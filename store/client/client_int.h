@@ -315,8 +315,8 @@ void rdzv__conn_move(struct rdzv_client *c, int64_t now, int target,
 
 /* ---- client_home.c: a rank back at its own node -------------------------- */
 
-/* Reads RDZV_HOME_AFTER_MS (default 5000; 0: a rank stays where it
- * resumed). */
+/* Reads RDZV_HOME_AFTER_MS (default 0: a rank stays where it resumed;
+ * opt-in while a failure under load is looked into: client_home.c). */
 void rdzv__home_init(struct rdzv_client *c);
 /* A hello was accepted (now, ns): at home, the wait starts afresh; away,
  * the probes start. */
