@@ -121,7 +121,10 @@ while IFS= read -r f; do
     g="$ns/$name"
     mkdir -p "$g/bazel-bin"
     ln -sfn "$src/tools" "$g/bazel-bin/tools"
-    ln -sfn "$src/tools" "$g/tools" # scripts: tools/tls-certs.sh
+    # Scripts the blocks run as tools/NAME: copied, since $src may lie
+    # under /tmp, which the namespace hides behind a tmpfs.
+    mkdir -p "$g/tools"
+    cp -L "$src/tools/tls-certs.sh" "$g/tools/"
     $check blocks "$src/$f" "$name" >"$g/block.sh" || { fails=$((fails + 1)); continue; }
     out=$(cd "$g" && timeout -k 5 120 unshare -f -p -m -n --mount-proc bash -c '
       ip link set lo up && mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /tmp &&
