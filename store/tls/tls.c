@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -79,13 +80,29 @@ static void pick(const char *path, const char *dir, const char *name,
     out[0] = '\0';
 }
 
-/* Whether a file can be opened for reading (else errno says why). */
+/* Whether a regular file can be opened for reading (else errno says why:
+ * EINVAL for a FIFO, a device or a directory, which could block the
+ * start or never end). */
 static bool readable(const char *path) {
+  struct stat st;
+  if (stat(path, &st) < 0)
+    return false;
+  if (!S_ISREG(st.st_mode)) {
+    errno = EINVAL;
+    return false;
+  }
   FILE *f = fopen(path, "r");
   if (f == NULL)
     return false;
   fclose(f);
   return true;
+}
+
+/* Why readable() said no. */
+static const char *unreadable_why(void) {
+  return errno == EINVAL ? "not a regular file (a FIFO, a device or a "
+                           "directory)"
+                         : strerror(errno);
 }
 
 static int cfg_fail(rdzv_tls_cfg_t *c, char *err, size_t errlen,
@@ -127,7 +144,7 @@ int rdzv_tls_cfg_new(const struct rdzv_tls_files *f, bool need_cert,
     return cfg_fail(c, err, errlen, "no CA file:", "--tls-ca",
                     "every certificate is checked against one");
   if (!readable(ca))
-    return cfg_fail(c, err, errlen, "CA file", ca, strerror(errno));
+    return cfg_fail(c, err, errlen, "CA file", ca, unreadable_why());
   if (SSL_CTX_load_verify_locations(c->ctx, ca, NULL) != 1) {
     ossl_text(why, sizeof(why));
     return cfg_fail(c, err, errlen, "CA file", ca, why);
@@ -142,13 +159,13 @@ int rdzv_tls_cfg_new(const struct rdzv_tls_files *f, bool need_cert,
   if (cert[0] != '\0') {
     if (!readable(cert))
       return cfg_fail(c, err, errlen, "certificate file", cert,
-                      strerror(errno));
+                      unreadable_why());
     if (SSL_CTX_use_certificate_chain_file(c->ctx, cert) != 1) {
       ossl_text(why, sizeof(why));
       return cfg_fail(c, err, errlen, "certificate file", cert, why);
     }
     if (!readable(key))
-      return cfg_fail(c, err, errlen, "key file", key, strerror(errno));
+      return cfg_fail(c, err, errlen, "key file", key, unreadable_why());
     if (SSL_CTX_use_PrivateKey_file(c->ctx, key, SSL_FILETYPE_PEM) != 1) {
       ossl_text(why, sizeof(why));
       return cfg_fail(c, err, errlen, "key file", key, why);

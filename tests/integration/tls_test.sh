@@ -285,6 +285,59 @@ out=$(python3 "$work/hello.py" "${N2##*:}" "$work/a/ca.crt" 0 2>&1)
 [ "${out%% *}" = 0 ] && ok "a client's hello without a certificate: admitted" ||
   fail "a client without a certificate: $out"
 
+# 9. A TLS client that pipelines 60 reads of an 8 MiB value, and one that
+# ends its session (close_notify) right behind a request: the node seals
+# its replies a bounded span at a time (its peak memory stays far below
+# the 480 MiB of replies), and the request before the close_notify is
+# applied.
+cat >"$work/burst.py" <<'PY'
+import socket, ssl, struct, sys, time
+port, ca, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.check_hostname = False
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)))
+def items(xs):
+    return struct.pack("<I", len(xs)) + b"".join(struct.pack("<I", len(x)) + x for x in xs)
+def frame(t, rid, a, keys, vals):
+    body = struct.pack("<iqq", 0, a, 0) + items(keys) + items(vals)
+    return struct.pack("<IBBHII", 0x565A4452, 1, t, 0, rid, len(body)) + body
+def reply():
+    hdr = b""
+    while len(hdr) < 16:
+        hdr += s.recv(16 - len(hdr))
+    n = struct.unpack("<I", hdr[12:16])[0]
+    b = b""
+    while len(b) < n:
+        b += s.recv(min(1 << 20, n - len(b)))
+    return struct.unpack("<i", b[:4])[0]
+s.sendall(frame(1, 1, 0, [b"tlsjob", b"burst.py"], []))
+assert reply() == 0
+if mode == "burst":
+    s.sendall(frame(2, 2, 0, [b"big"], [b"x" * (8 << 20)]))  # SET
+    assert reply() == 0
+    s.sendall(b"".join(frame(3, 10 + i, 0, [b"big"], []) for i in range(60)))
+    got = 0
+    for i in range(60):
+        assert reply() == 0
+        got += 1
+    print(got)
+else:
+    s.sendall(frame(2, 2, 0, [b"before-close"], [b"applied"]))
+    s.unwrap()
+    print("closed")
+PY
+pid2=$(pgrep -f -- "--port-file $work/n2.port" | head -n 1)
+hwm0=$(awk '/VmHWM/ {print $2}' "/proc/$pid2/status")
+out=$(python3 "$work/burst.py" "${N2##*:}" "$work/a/ca.crt" burst 2>&1)
+hwm1=$(awk '/VmHWM/ {print $2}' "/proc/$pid2/status")
+[ "$out" = 60 ] && [ $((hwm1 - hwm0)) -lt 262144 ] &&
+  ok "60 pipelined reads of an 8 MiB value over TLS: all answered, n2's peak memory +$(((hwm1 - hwm0) / 1024)) MiB" ||
+  fail "pipelined reads over TLS: [$out], n2's peak memory $hwm0 -> $hwm1 kB"
+out=$(python3 "$work/burst.py" "${N2##*:}" "$work/a/ca.crt" close 2>&1)
+got=$(RDZV_TLS_DIR=$work/rank "$ctl" --addr "$N2" --job tlsjob get before-close 2>&1)
+[ "$got" = applied ] && ok "a request right before the client's close_notify is applied" ||
+  fail "a request before close_notify: [$out] [$got]"
+
 for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "process $p died"; done
 echo "$fails failed"
 [ "$fails" = 0 ]

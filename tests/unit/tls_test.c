@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sys/stat.h>
 
 #include "store/tls/tls.h"
 
@@ -278,6 +279,14 @@ static void test_settings(void **state) {
   assert_int_equal(rdzv_tls_cfg_new(&f, false, err, sizeof(err), &c),
                    RDZV_ETLS);
   assert_non_null(strstr(err, "CA file"));
+  /* A FIFO (its open would block the start for good) is refused. */
+  char fifo[128];
+  snprintf(fifo, sizeof(fifo), "%s/ca.fifo", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  f = (struct rdzv_tls_files){.ca = fifo};
+  assert_int_equal(rdzv_tls_cfg_new(&f, false, err, sizeof(err), &c),
+                   RDZV_ETLS);
+  assert_non_null(strstr(err, "not a regular file"));
   /* A daemon needs a certificate; a rank's directory of the CA alone is
    * fine for a client. */
   f = (struct rdzv_tls_files){.dir = path("rank")};

@@ -159,10 +159,15 @@ static void on_write(void *arg, int status) {
 }
 
 void rdzv__conn_start_write(struct conn *c) {
+again:;
   /* Under a gate only the released bytes go (see rdzv__gate_install). */
   size_t n = c->d->gate != NULL ? c->gate_rel : c->out.buf.len;
   if (c->write_active || n == 0 || c->state == CONN_CLOSED)
     return;
+  /* Over TLS a write seals a bounded span (a burst of reads of a big
+   * value must not be encrypted into one buffer); the rest follows. */
+  if (c->tls != NULL)
+    n = rdzv__outq_span(&c->out, n, RDZV_TLS_WRITE_BYTES);
   struct stats *st = &c->d->stats;
   int rc = rdzv__outq_write(&c->out, n, &c->h.stream, c->tls, on_write, c,
                             &st->bytes_out, &st->bytes_shared);
@@ -179,6 +184,8 @@ void rdzv__conn_start_write(struct conn *c) {
   if (rc == RDZV_OUTQ_WRITTEN) { /* all of it went at once */
     if (c->out.buf.len == 0)
       rdzv__outq_release(&c->out);
+    else if (c->tls != NULL)
+      goto again; /* the next span */
     return;
   }
   c->write_active = true;

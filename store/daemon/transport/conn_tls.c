@@ -81,6 +81,10 @@ bool rdzv__conn_tls_in(struct conn *c, size_t n) {
   int wrc = rdzv__tls_send(&c->h.stream, c->tls, &d->stats.bytes_out);
   if (rc == 0 && !was_ready && rdzv_tls_ready(c->tls))
     d->stats.tls_handshakes++;
+  /* The peer's close_notify is a half-close: what came before it (maybe
+   * in the same read) is decoded and answered; TCP's end closes c. */
+  if (rc == RDZV_ECONN_CLOSED)
+    rc = 0;
   if (rc == 0 && wrc < 0)
     rc = wrc;
   if (rc < 0) {

@@ -138,6 +138,20 @@ static int seal(struct outq_write *w, rdzv_tls_t *tls) {
   return rc;
 }
 
+size_t rdzv__outq_span(const struct rdzv_outq *q, size_t n, size_t budget) {
+  size_t total = 0, pos = 0;
+  for (uint32_t i = 0; i < q->nrefs && q->refs[i].at <= n; i++) {
+    const struct rdzv_outq_ref *r = &q->refs[i];
+    total += (r->at - pos) + r->n;
+    pos = r->at;
+    if (total >= budget)
+      return pos; /* through this reference (a frame starts with own
+                     bytes: pos >= 1) */
+  }
+  size_t rest = budget - total;
+  return n - pos > rest ? pos + (rest > 0 ? rest : 1) : n;
+}
+
 int rdzv__tls_send(uv_stream_t *s, rdzv_tls_t *t, uint64_t *written) {
   if (rdzv_tls_pending(t) == 0)
     return 0;

@@ -194,6 +194,13 @@ size_t rdzv__outq_bytes(const struct rdzv_outq *q);
 int rdzv__outq_write(struct rdzv_outq *q, size_t n, uv_stream_t *s,
                      rdzv_tls_t *tls, void (*cb)(void *arg, int status),
                      void *arg, uint64_t *written, uint64_t *shared);
+/* The most plaintext one write of a TLS connection seals (its own bytes
+ * and values referred to; a value bigger than this goes alone). */
+#define RDZV_TLS_WRITE_BYTES (1u << 20)
+/* How many of q's first n own bytes to write so that they and the
+ * references among them come to at most budget bytes, or to the end of
+ * the first reference when that one alone is more: at least 1. */
+size_t rdzv__outq_span(const struct rdzv_outq *q, size_t n, size_t budget);
 /* Writes the ciphertext session t has waiting (its handshake's records,
  * held data once the handshake ended, an alert) to s, tried at once on
  * the socket, else by a uv_write that owns a copy (its outcome is not
