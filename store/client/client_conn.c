@@ -63,16 +63,39 @@ static void hello_refused(struct rdzv_client *c, int status,
 /* How often r may be sent again after lost connections: reads and waits
  * (safe to repeat) far more than the rest. */
 static unsigned max_resends(const struct rdzv__req *r) {
-  switch (r->op) {
-  case RDZV_OP_GET:
-  case RDZV_OP_WAIT:
-  case RDZV_OP_MGET:
-  case RDZV_OP_NKEYS:
-  case RDZV_OP_STATS:
-    return RDZV__MAX_READ_RESENDS;
-  default:
-    return RDZV__MAX_RESENDS;
+  return rdzv__op_is_read(r->op) ? RDZV__MAX_READ_RESENDS : RDZV__MAX_RESENDS;
+}
+
+/* Ends the connection, keeping the session: every request in flight
+ * goes back to the front of the queue, in order (a sent one counts a
+ * resend), except one already sent max_resends times, or any when not
+ * resend, which go to *fail; the session's resume request is detached
+ * (the next connection sends it first). */
+static void conn_drop(struct rdzv_client *c, int64_t now, int resend,
+                      struct rdzv__req_list *fail) {
+  struct rdzv__req *r;
+
+  while (c->sent.tail != NULL) {
+    r = c->sent.tail;
+    rdzv__list_remove(&c->sent, r);
+    if (r == c->resume) {
+      r->where = RDZV__REQ_DETACHED;
+    } else if (r->end_off <= c->sent_total &&
+               (!resend || r->resends >= max_resends(r))) {
+      rdzv__list_push_front(fail, r);
+    } else {
+      if (r->end_off <= c->sent_total)
+        r->resends++;
+      r->where = RDZV__REQ_QUEUED;
+      rdzv__list_push_front(&c->queue, r);
+    }
   }
+  rdzv__tab_clear(c);
+  rdzv__conn_close(c);
+  c->resume_wait = 0;
+  c->lost_once = 1; /* the session is resumed first on the next one */
+  c->attempts = 0;
+  c->first_attempt = now;
 }
 
 /* The connection ended (status for the requests in flight; what for
@@ -87,7 +110,6 @@ static unsigned max_resends(const struct rdzv__req *r) {
  * rank (use_fallbacks) moves on to the next daemon of its chain. */
 static void conn_lost(struct rdzv_client *c, int status, const char *what) {
   struct rdzv__req_list fail = {0};
-  struct rdzv__req *r;
   int64_t now = rdzv__now_ns();
   int resend;
 
@@ -107,28 +129,8 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
    * rather than wait for it until their deadlines. */
   resend = status != RDZV_ESILENT || (c->use_fallbacks && c->nfb > 0);
   rdzv__set_error(c, "%s: %s", rdzv__target_str(c), what);
-  while (c->sent.tail != NULL) {
-    r = c->sent.tail;
-    rdzv__list_remove(&c->sent, r);
-    if (r == c->resume) {
-      r->where = RDZV__REQ_DETACHED;
-    } else if (r->end_off <= c->sent_total &&
-               (!resend || r->resends >= max_resends(r))) {
-      rdzv__list_push_front(&fail, r);
-    } else {
-      if (r->end_off <= c->sent_total)
-        r->resends++;
-      r->where = RDZV__REQ_QUEUED;
-      rdzv__list_push_front(&c->queue, r);
-    }
-  }
-  rdzv__tab_clear(c);
-  rdzv__conn_close(c);
-  c->resume_wait = 0;
-  c->lost_once = 1;
+  conn_drop(c, now, resend, &fail);
   (void)rdzv__conn_target_next(c);
-  c->attempts = 0;
-  c->first_attempt = now;
   if (rdzv__conn_wanted(c))
     rdzv__conn_backoff_start(c, now, what);
   else
@@ -138,28 +140,12 @@ static void conn_lost(struct rdzv_client *c, int status, const char *what) {
 
 void rdzv__conn_move(struct rdzv_client *c, int64_t now, int target,
                      const char *why) {
-  struct rdzv__req *r;
+  struct rdzv__req_list fail = {0};
 
-  while (c->sent.tail != NULL) {
-    r = c->sent.tail;
-    rdzv__list_remove(&c->sent, r);
-    if (r == c->resume) {
-      r->where = RDZV__REQ_DETACHED;
-      continue;
-    }
-    if (r->end_off <= c->sent_total)
-      r->resends++;
-    r->where = RDZV__REQ_QUEUED;
-    rdzv__list_push_front(&c->queue, r);
-  }
-  rdzv__tab_clear(c);
-  rdzv__conn_close(c);
-  c->resume_wait = 0;
-  c->lost_once = 1; /* the session is resumed first on the next one */
+  conn_drop(c, now, 1, &fail);
   c->target = target;
-  c->attempts = 0;
-  c->first_attempt = now;
   rdzv__conn_to_state(c, RDZV__CS_IDLE, why);
+  rdzv__finish_all(c, &fail, RDZV_ECONN_CLOSED);
 }
 
 /* The hello reply's vals: the daemon's chain of ancestors, nearest first

@@ -140,18 +140,9 @@ static int probe(struct rdzv_client *c) {
 static int only_reads(const struct rdzv_client *c) {
   if (c->resume_wait)
     return 0;
-  for (const struct rdzv__req *r = c->sent.head; r != NULL; r = r->next) {
-    switch (r->op) {
-    case RDZV_OP_GET:
-    case RDZV_OP_WAIT:
-    case RDZV_OP_MGET:
-    case RDZV_OP_NKEYS:
-    case RDZV_OP_STATS:
-      break;
-    default:
+  for (const struct rdzv__req *r = c->sent.head; r != NULL; r = r->next)
+    if (!rdzv__op_is_read(r->op))
       return 0;
-    }
-  }
   return 1;
 }
 

@@ -226,6 +226,9 @@ void rdzv__set_error(struct rdzv_client *c, const char *fmt, ...)
 void rdzv__req_finish(struct rdzv_client *c, struct rdzv__req *r,
                       const struct rdzv_msg *m, int status);
 
+/* Whether op only reads (GET, WAIT, MGET, NKEYS, STATS): safe to send
+ * again any number of times, and to move with. */
+int rdzv__op_is_read(int op);
 /* Completes every request on list l with status, in list order. l is a
  * list the caller has detached from the handle (and, for sent requests,
  * the id table cleared). */

@@ -208,3 +208,16 @@ void rdzv__heap_remove(struct rdzv_client *c, struct rdzv__req *r) {
   heap_up(c, i);
   heap_down(c, last->heap_idx);
 }
+
+int rdzv__op_is_read(int op) {
+  switch (op) {
+  case RDZV_OP_GET:
+  case RDZV_OP_WAIT:
+  case RDZV_OP_MGET:
+  case RDZV_OP_NKEYS:
+  case RDZV_OP_STATS:
+    return 1;
+  default:
+    return 0;
+  }
+}
