@@ -623,7 +623,30 @@ def torchrun_checks():
     def torchrun(variant, extra_env=None, extra_args=()):
         """Two agents (one per node), 2 workers each; returns the workers'
         reports ({rank: dict}) and the run id."""
-        run_id = "t2-%s-%d" % (variant, os.getpid())
+        # The workers' store port in (a) and (b) is picked by torch's agent
+        # binding port 0 and closing it; a worker binds it later, and on a
+        # busy machine another process can take it in between ("Address
+        # already in use", seen in CI): torch's race. A launch where a
+        # worker failed (torch's launcher says "failed (exitcode: ...)") is
+        # tried again once with a new run id; the first try's errors are
+        # printed, and the second must pass. Not in (c), where the
+        # workers' store is rdzv.
+        for attempt in range(2):
+            run_id = "t2-%s-%d-%d" % (variant, os.getpid(), attempt)
+            rdir, outs = launch(run_id, variant, extra_env, extra_args)
+            failed = [out for rc, out in outs if rc != 0]
+            if not failed or attempt == 1 or variant == "rdzv" or not all(
+                    "failed (exitcode:" in out for out in failed):
+                break
+            for out in failed:
+                print("RETRY: torchrun %s launch %s: a worker failed: %s"
+                      % (variant, run_id, " | ".join(
+                          line.strip() for line in out.splitlines()
+                          if "Error" in line or "errno" in line)[-1500:]),
+                      flush=True)
+        return check_launch(run_id, rdir, outs)
+
+    def launch(run_id, variant, extra_env, extra_args):
         import tempfile
         rdir = tempfile.mkdtemp(prefix="reports-", dir=args.tmp)
         # USE_LIBUV=0: how env:// (without the agent store) is told that
@@ -640,7 +663,9 @@ def torchrun_checks():
                          "--rdzv-id=%s" % run_id, "--max-restarts=0",
                          "--monitor-interval=0.5"] + list(extra_args) +
                         [__file__, "worker", "--port", str(port)])
-        outs = run_procs(cmds, env, args.torchrun_limit)
+        return rdir, run_procs(cmds, env, args.torchrun_limit)
+
+    def check_launch(run_id, rdir, outs):
         reports = {}
         for name in os.listdir(rdir):
             with open(os.path.join(rdir, name)) as f:
