@@ -241,14 +241,8 @@ void rdzv__waits_fail_key(struct waitset *ws, const uint8_t *k,
    * the watch up again after each one. */
   while (wt != NULL && (r = TAILQ_FIRST(&wt->refs)) != NULL) {
     if (t.n > 0) {
-      struct rdzv_msg m;
-      memset(&m, 0, sizeof(m));
-      m.type = RDZV_MSG_WAIT;
-      m.req_id = r->w->req_id;
-      m.status = status;
-      m.keys.n = 1;
-      m.keys.v = &t;
-      rdzv__conn_reply(r->w->c, &m);
+      rdzv__conn_answer_text(r->w->c, RDZV_MSG_WAIT, r->w->req_id, status,
+                             (const char *)t.p, t.n);
     } else {
       reply_missing(r->w, status);
     }

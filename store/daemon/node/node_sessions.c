@@ -538,17 +538,10 @@ bool rdzv__node_lost_generation(struct node_job *nj, struct conn *c,
   HASH_FIND(hh, nj->jrounds, name, nlen, jr);
   if (jr == NULL || jr->lost_gen == 0 || g == 0 || g > jr->lost_gen)
     return false;
-  char text[400];
-  snprintf(text, sizeof(text),
-           "generation %" PRId64 " of round %s is lost: the root restarted "
-           "(seen by node %s); rejoin",
-           g, jr->name, nj->d->cfg.name);
-  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, RDZV_EABORTED);
-  r.keys.n = 1;
-  r.keys.v = &t;
   nj->d->stats.ops[m->type].local++;
-  rdzv__conn_reply(c, &r);
+  rdzv__conn_reply_textf(c, m, RDZV_EABORTED,
+                         "generation %" PRId64 " of round %s is lost: the "
+                         "root restarted (seen by node %s); rejoin",
+                         g, jr->name, nj->d->cfg.name);
   return true;
 }

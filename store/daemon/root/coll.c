@@ -249,20 +249,6 @@ static int coll_add_members(struct root_job *s, struct coll *co,
   return 0;
 }
 
-/* An error answer with keys[0] = text (tlen bytes). */
-static void reply_text(struct conn *c, uint8_t type, uint32_t req_id,
-                       int status, const char *text, size_t tlen) {
-  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)tlen};
-  struct rdzv_msg r;
-  memset(&r, 0, sizeof(r));
-  r.type = type;
-  r.req_id = req_id;
-  r.status = status;
-  r.keys.n = 1;
-  r.keys.v = &t;
-  rdzv__conn_reply(c, &r);
-}
-
 /* Fails co for good: every member waiting now, and every later one, gets
  * status with text (one side alone could otherwise wait until its own
  * deadline, or complete while another member already failed). */
@@ -275,7 +261,7 @@ static int coll_fail_all(struct root_job *s, struct coll *co, int status,
                       TL_PHASE_FAILED, false);
   while ((p = co->pend) != NULL) {
     co->pend = p->next;
-    reply_text(p->c, co->type, p->req_id, status, text, strlen(text));
+    rdzv__conn_answer_text(p->c, co->type, p->req_id, status, text, strlen(text));
     rdzv__conn_unref(p->c);
     free(p);
   }
@@ -298,7 +284,7 @@ static void coll_mismatch(struct root_job *s, struct coll *co, struct conn *c,
            co->count, m->b, who);
   if (!co->done) /* one that completed stays completed */
     coll_fail_all(s, co, RDZV_ECOUNT_MISMATCH, text);
-  reply_text(c, co->type, m->req_id, RDZV_ECOUNT_MISMATCH, text, strlen(text));
+  rdzv__conn_answer_text(c, co->type, m->req_id, RDZV_ECOUNT_MISMATCH, text, strlen(text));
 }
 
 void rdzv__root_collective(struct root_job *s, struct conn *c,
@@ -314,7 +300,7 @@ void rdzv__root_collective(struct root_job *s, struct conn *c,
       t.p = (const uint8_t *)rdzv_strerror(co->fail_status);
       t.n = (uint32_t)strlen((const char *)t.p);
     }
-    reply_text(c, co->type, m->req_id, co->fail_status, (const char *)t.p,
+    rdzv__conn_answer_text(c, co->type, m->req_id, co->fail_status, (const char *)t.p,
                t.n);
     return;
   }
@@ -496,7 +482,7 @@ void rdzv__root_colls_fail_prefix(struct root_job *s, const char *prefix,
     if (co->done || co->nlen - 1 < pl || memcmp(co->name + 1, prefix, pl))
       continue;
     for (struct pending *p = co->pend; p != NULL; p = p->next)
-      reply_text(p->c, co->type, p->req_id, status, text, strlen(text));
+      rdzv__conn_answer_text(p->c, co->type, p->req_id, status, text, strlen(text));
     coll_free(s, co, true);
   }
 }

@@ -221,10 +221,9 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
   }
   if (rdzv_items_get(&m->keys, 0, &p) < 0 || p.n == 0 ||
       p.n > RDZV_TS_SPACE_PREFIX_MAX || memchr(p.p, '\0', p.n) != NULL) {
-    snprintf(text, sizeof(text), "daemon %s: a TCPStore key space's prefix "
-             "is 1..%d bytes without NUL", d->cfg.name,
-             RDZV_TS_SPACE_PREFIX_MAX);
-    rdzv__conn_reply_text(c, m, -EINVAL, text);
+    rdzv__conn_reply_textf(c, m, -EINVAL, "daemon %s: a TCPStore key "
+                           "space's prefix is 1..%d bytes without NUL",
+                           d->cfg.name, RDZV_TS_SPACE_PREFIX_MAX);
     return;
   }
   memcpy(prefix, p.p, p.n);
@@ -240,12 +239,12 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
     if (strcmp(s->job, c->job->id) == 0 && strcmp(s->prefix, prefix) == 0)
       break;
   if (s == NULL && sp->n >= sp->max) {
-    snprintf(text, sizeof(text), "daemon %s: %u TCPStore key spaces are "
-             "open (--tcpstore-spaces %u): none for %s of job %s",
-             d->cfg.name, sp->n, sp->max, prefix, c->job->id);
     if (h.c == NULL)
       close(h.pidfd);
-    rdzv__conn_reply_text(c, m, RDZV_ETOO_MANY_CONNECTIONS, text);
+    rdzv__conn_reply_textf(c, m, RDZV_ETOO_MANY_CONNECTIONS,
+                           "daemon %s: %u TCPStore key spaces are open "
+                           "(--tcpstore-spaces %u): none for %s of job %s",
+                           d->cfg.name, sp->n, sp->max, prefix, c->job->id);
     return;
   }
   if (s == NULL) {
@@ -264,9 +263,9 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
       free(s);
       if (h.c == NULL)
         close(h.pidfd);
-      snprintf(text, sizeof(text), "daemon %s: cannot open a TCPStore key "
-               "space on 127.0.0.1: %s", d->cfg.name, rdzv_strerror(rc));
-      rdzv__conn_reply_text(c, m, rc, text);
+      rdzv__conn_reply_textf(c, m, rc, "daemon %s: cannot open a TCPStore "
+                             "key space on 127.0.0.1: %s", d->cfg.name,
+                             rdzv_strerror(rc));
       return;
     }
     s->next = sp->list;
@@ -278,11 +277,11 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
   if ((err = hold(s, h, d->cfg.max_connections)) < 0) {
     if (h.c == NULL)
       close(h.pidfd);
-    snprintf(text, sizeof(text), "daemon %s: TCPStore key space %s of job "
-             "%s: %s (%u holders; --max-connections %u)", d->cfg.name,
-             prefix, c->job->id, rdzv_strerror(err), s->nholders,
-             d->cfg.max_connections);
-    rdzv__conn_reply_text(c, m, err, text);
+    rdzv__conn_reply_textf(c, m, err, "daemon %s: TCPStore key space %s of "
+                           "job %s: %s (%u holders; --max-connections %u)",
+                           d->cfg.name, prefix, c->job->id,
+                           rdzv_strerror(err), s->nholders,
+                           d->cfg.max_connections);
     return;
   }
   reply_port(c, m, rdzv__tcpstore_port(s->srv));

@@ -1,8 +1,9 @@
-/* rdzvd transport: a connection's life (references, close), its write
- * path (frames queued during a loop iteration, written at its end), the
- * write gate, and its read path (framing, request validation and limits,
- * then the role's handle hook). The hello, its admission and
- * authentication are hello.c's. */
+/* rdzvd transport: a connection's life (references, close, the linger
+ * of a refused one) and its read path (framing, request validation and
+ * limits, the daemon's own requests, then the role's handle hook). What
+ * it queues goes through conn_send.c and is written by flush.c; the
+ * hello, its admission and authentication are hello.c's, TLS
+ * conn_tls.c's. */
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -75,9 +76,7 @@ void rdzv__conn_close_now(struct conn *c) {
     struct daemon *d = c->d;
     rdzv__conn_set_state(c, CONN_CLOSED);
     TAILQ_REMOVE(&d->conns, c, link);
-    if (c->dirty)
-      TAILQ_REMOVE(&d->dirty, c, dirty_link);
-    c->dirty = false;
+    rdzv__conn_unlist(c);
     d->nconns--;
     d->stats.conns_open--;
     /* What it held goes as for a socket peer (a TCPStore client that
@@ -109,14 +108,7 @@ void rdzv__conn_close_now(struct conn *c) {
   }
   rdzv__conn_set_state(c, CONN_CLOSED);
   TAILQ_REMOVE(&d->conns, c, link);
-  if (c->dirty) {
-    TAILQ_REMOVE(&d->dirty, c, dirty_link);
-    c->dirty = false;
-  }
-  if (c->held) { /* frames not yet persisted are dropped with it */
-    TAILQ_REMOVE(&d->held, c, held_link);
-    c->held = false;
-  }
+  rdzv__conn_unlist(c); /* frames not yet persisted are dropped with it */
   d->nconns--;
   d->stats.conns_open--;
   if (!d->stopping && c->job != NULL && c->job->role_data != NULL)
@@ -133,329 +125,6 @@ void rdzv__conn_close_now(struct conn *c) {
    * stream's close callback closes the timer (if it still has one), whose
    * callback drops the handle reference taken at accept. */
   uv_close(&c->h.handle, on_conn_closed);
-}
-
-/* ---- write path -------------------------------------------------------------- */
-
-static void on_write(void *arg, int status) {
-  struct conn *c = arg;
-  c->write_active = false;
-  if (status < 0) {
-    rdzv__log(c->d, 2, "conn %s: write failed: %s", c->name,
-              uv_strerror(status));
-    rdzv__conn_close_now(c);
-  } else if (c->state == CONN_CLOSING && c->out.buf.len == 0) {
-    if (!c->linger)
-      rdzv__conn_close_now(c);
-  } else if (c->state != CONN_CLOSED && c->out.buf.len > 0) {
-    rdzv__conn_start_write(c); /* what was queued (or released) meanwhile */
-    if (!c->write_active && c->state == CONN_CLOSING && c->out.buf.len == 0 &&
-        !c->linger)
-      rdzv__conn_close_now(c); /* that went at once: the last frame */
-  }
-  if (c->out.buf.len == 0)
-    rdzv__outq_release(&c->out); /* an idle connection holds no buffer */
-  rdzv__conn_unref(c);
-}
-
-void rdzv__conn_start_write(struct conn *c) {
-again:;
-  /* Under a gate only the released bytes go (see rdzv__gate_install). */
-  size_t n = c->d->gate != NULL ? c->gate_rel : c->out.buf.len;
-  if (c->write_active || n == 0 || c->state == CONN_CLOSED)
-    return;
-  /* Over TLS a write seals a bounded span (a burst of reads of a big
-   * value must not be encrypted into one buffer); the rest follows. */
-  if (c->tls != NULL)
-    n = rdzv__outq_span(&c->out, n, RDZV_TLS_WRITE_BYTES);
-  struct stats *st = &c->d->stats;
-  int rc = rdzv__outq_write(&c->out, n, &c->h.stream, c->tls, on_write, c,
-                            &st->bytes_out, &st->bytes_shared);
-  if (rc < 0) {
-    if (rc == RDZV_ENOMEM)
-      rdzv__log(c->d, 0, "conn %s: out of memory; closing", c->name);
-    rdzv__conn_close_now(c);
-    return;
-  }
-  if (c->d->gate != NULL) {
-    c->gate_rel -= n;
-    c->gate_seal -= n;
-  }
-  if (rc == RDZV_OUTQ_WRITTEN) { /* all of it went at once */
-    if (c->out.buf.len == 0)
-      rdzv__outq_release(&c->out);
-    else if (c->tls != NULL)
-      goto again; /* the next span */
-    return;
-  }
-  c->write_active = true;
-  rdzv__conn_ref(c);
-}
-
-static void on_idle(uv_idle_t *h) { (void)h; }
-
-static void mark_dirty(struct conn *c) {
-  struct daemon *d = c->d;
-  if (c->dirty)
-    return;
-  c->dirty = true;
-  TAILQ_INSERT_TAIL(&d->dirty, c, dirty_link);
-  /* An active idle handle keeps the next poll from blocking, so the check
-   * callback below flushes within this loop iteration. */
-  uv_idle_start(&d->flush_idle, on_idle);
-}
-
-/* ---- the write gate ---------------------------------------------------------- */
-
-void rdzv__gate_install(struct daemon *d, const struct rdzv_gate *g,
-                        void *arg) {
-  d->gate = g;
-  d->gate_arg = arg;
-}
-
-/* Seals (a batch starts: what is queued waits for it) or releases (no
- * batch: everything goes), then writes what is released. */
-static void gate_step(struct daemon *d) {
-  struct conn *c, *next;
-  while ((c = TAILQ_FIRST(&d->dirty)) != NULL) {
-    TAILQ_REMOVE(&d->dirty, c, dirty_link);
-    c->dirty = false;
-    if (!c->held && !c->inproc) {
-      c->held = true;
-      TAILQ_INSERT_TAIL(&d->held, c, held_link);
-    }
-  }
-  if (!d->gate_busy) {
-    bool seal = d->gate->pending(d->gate_arg);
-    TAILQ_FOREACH(c, &d->held, held_link) {
-      c->gate_seal = c->out.buf.len;
-      if (!seal)
-        c->gate_rel = c->out.buf.len;
-    }
-    if (seal) {
-      d->gate_busy = true;
-      d->gate->start(d->gate_arg); /* may call rdzv__gate_done later only */
-    }
-  }
-  for (c = TAILQ_FIRST(&d->held); c != NULL; c = next) {
-    next = TAILQ_NEXT(c, held_link);
-    rdzv__conn_start_write(c);
-    if (c->held && c->out.buf.len <= c->gate_rel) {
-      TAILQ_REMOVE(&d->held, c, held_link);
-      c->held = false;
-    }
-  }
-}
-
-void rdzv__gate_done(struct daemon *d) {
-  if (!d->gate_busy)
-    return;
-  d->gate_busy = false;
-  struct conn *c;
-  TAILQ_FOREACH(c, &d->held, held_link)
-    c->gate_rel = c->gate_seal;
-  gate_step(d);
-}
-
-void rdzv__gate_drop(struct daemon *d) {
-  d->gate_busy = false;
-  struct conn *c;
-  while ((c = TAILQ_FIRST(&d->held)) != NULL) {
-    TAILQ_REMOVE(&d->held, c, held_link);
-    c->held = false;
-    rdzv__outq_truncate(&c->out, c->gate_rel);
-    c->gate_seal = c->gate_rel;
-  }
-}
-
-void rdzv__gate_release(struct daemon *d) {
-  struct conn *c;
-  TAILQ_FOREACH(c, &d->conns, link)
-    c->gate_rel = c->gate_seal = c->out.buf.len;
-}
-
-void rdzv__defer(struct daemon *d, struct rdzv_deferred *x) {
-  if (x->queued)
-    return;
-  x->queued = true;
-  TAILQ_INSERT_TAIL(&d->deferred, x, link);
-  uv_idle_start(&d->flush_idle, on_idle); /* this iteration's check runs it */
-}
-
-void rdzv__defer_cancel(struct daemon *d, struct rdzv_deferred *x) {
-  if (!x->queued)
-    return;
-  TAILQ_REMOVE(&d->deferred, x, link);
-  x->queued = false;
-}
-
-void rdzv__conn_flush_check(uv_check_t *h) {
-  struct daemon *d = h->data;
-  struct conn *c;
-  struct rdzv_deferred *x;
-  size_t n = 0;
-  TAILQ_FOREACH(x, &d->deferred, link)
-    n++;
-  /* Those deferred now; one a callback defers again runs next time. */
-  while (n-- > 0 && (x = TAILQ_FIRST(&d->deferred)) != NULL) {
-    TAILQ_REMOVE(&d->deferred, x, link);
-    x->queued = false;
-    x->cb(x); /* may queue frames: written below */
-  }
-  if (d->gate != NULL) {
-    gate_step(d);
-    uv_idle_stop(&d->flush_idle);
-    return;
-  }
-  while ((c = TAILQ_FIRST(&d->dirty)) != NULL) {
-    TAILQ_REMOVE(&d->dirty, c, dirty_link);
-    c->dirty = false;
-    rdzv__conn_start_write(c);
-  }
-  uv_idle_stop(&d->flush_idle);
-}
-
-/* Bytes the frame of m takes on the wire (for in-process peers' stats). */
-static size_t frame_size(const struct rdzv_msg *m) {
-  size_t n = RDZV_WIRE_HEADER_BYTES + RDZV_WIRE_MIN_BODY_BYTES, pos = 0;
-  struct rdzv_slice s;
-  while (rdzv_items_next(&m->keys, &pos, &s))
-    n += 4 + s.n;
-  pos = 0;
-  while (rdzv_items_next(&m->vals, &pos, &s))
-    n += 4 + s.n;
-  return n;
-}
-
-/* Bytes of m's items (slice lists) and raw list bodies of at least min
- * bytes: what a send would write from shared buffers if it could. */
-static uint64_t large_bytes(const struct rdzv_msg *m, uint32_t min) {
-  const struct rdzv_items *lists[2] = {&m->keys, &m->vals};
-  uint64_t n = 0;
-  for (int l = 0; l < 2; l++) {
-    const struct rdzv_items *it = lists[l];
-    if (it->v == NULL) {
-      n += it->raw_len >= min && it->raw_len > 0 ? it->raw_len : 0;
-      continue;
-    }
-    for (uint32_t i = 0; i < it->n; i++)
-      n += it->v[i].n >= min && it->v[i].n > 0 ? it->v[i].n : 0;
-  }
-  return n;
-}
-
-/* Encodes m into c->out, referring to blobs (and the daemon's frame blob)
- * for what lies in them. 0 or the encoder's error (c->out unchanged). */
-static int encode_shared(struct conn *c, const struct rdzv_msg *m,
-                         struct rdzv_blob *const *blobs, uint32_t nblobs) {
-  struct daemon *d = c->d;
-  struct rdzv_blob *bl[RDZV_SEND_MAX_BLOBS + 1];
-  struct rdzv_slice spans[RDZV_SEND_MAX_BLOBS + 1];
-  uint32_t ns = 0;
-  for (uint32_t i = 0; i < nblobs && ns < RDZV_SEND_MAX_BLOBS; i++)
-    if (blobs[i] != NULL && blobs[i]->len > 0)
-      bl[ns++] = blobs[i];
-  if (d->frame_blob != NULL && d->frame_blob->len > 0)
-    bl[ns++] = d->frame_blob;
-  for (uint32_t i = 0; i < ns; i++) {
-    spans[i].p = bl[i]->data;
-    spans[i].n = bl[i]->len;
-  }
-  uint32_t min = d->cfg.share_min_bytes;
-  uint64_t large = large_bytes(m, min);
-  if (ns == 0 || large == 0) {
-    int rc = rdzv_msg_encode(m, &c->out.buf);
-    if (rc == 0)
-      d->stats.bytes_copied_large += large;
-    return rc;
-  }
-  struct rdzv_wire_ref refs[RDZV_SEND_MAX_BLOBS];
-  uint32_t nrefs = 0;
-  size_t before = c->out.buf.len;
-  int rc = rdzv_msg_encode_refs(m, &c->out.buf, spans, ns, min, refs,
-                                RDZV_SEND_MAX_BLOBS, &nrefs);
-  if (rc < 0)
-    return rc;
-  uint64_t shared = 0;
-  for (uint32_t i = 0; i < nrefs; i++) {
-    /* The references are queued at the offsets the encoder gave. */
-    size_t end = c->out.buf.len;
-    c->out.buf.len = refs[i].at;
-    rc = rdzv__outq_ref(&c->out, bl[refs[i].span], refs[i].p, refs[i].n);
-    c->out.buf.len = end;
-    if (rc < 0) { /* out of memory: copy the whole frame instead */
-      rdzv__outq_truncate(&c->out, before);
-      rc = rdzv_msg_encode(m, &c->out.buf);
-      if (rc == 0)
-        d->stats.bytes_copied_large += large;
-      return rc;
-    }
-    shared += refs[i].n;
-  }
-  d->stats.bytes_copied_large += large - shared;
-  return 0;
-}
-
-void rdzv__conn_send_shared(struct conn *c, const struct rdzv_msg *m,
-                            struct rdzv_blob *const *blobs, uint32_t nblobs) {
-  if (c->inproc) {
-    /* No socket, no encoding: the peer sees the message now (it must not
-     * call back into the daemon from deliver; see serve.c). */
-    if (c->state == CONN_READY) {
-      c->d->stats.frames_out++;
-      c->d->stats.bytes_out += frame_size(m);
-      c->deliver_blobs = blobs;
-      c->deliver_nblobs = nblobs;
-      c->deliver(c->deliver_arg, m);
-      c->deliver_blobs = NULL;
-      c->deliver_nblobs = 0;
-    }
-    return;
-  }
-  if (c->state != CONN_READY && c->state != CONN_HELLO_WAIT &&
-      !(c->state == CONN_CLOSING && m->type == RDZV_MSG_ERROR))
-    return;
-  if (encode_shared(c, m, blobs, nblobs) < 0) {
-    rdzv__log(c->d, 0, "conn %s: cannot encode a reply; closing", c->name);
-    rdzv__conn_close_now(c);
-    return;
-  }
-  c->d->stats.frames_out++;
-  mark_dirty(c);
-}
-
-void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m) {
-  rdzv__conn_send_shared(c, m, NULL, 0);
-}
-
-void rdzv__conn_reply_shared(struct conn *c, struct rdzv_msg *reply,
-                             struct rdzv_blob *const *blobs, uint32_t nblobs) {
-  struct daemon *d = c->d;
-  reply->flags |= RDZV_F_REPLY;
-  if (reply->status != 0 && reply->type <= RDZV_MSG_TYPE_MAX)
-    d->stats.ops[reply->type].errors++;
-  if (c->outstanding > 0)
-    c->outstanding--;
-  if (c->state == CONN_READY)
-    rdzv__conn_send_shared(c, reply, blobs, nblobs);
-}
-
-void rdzv__conn_reply(struct conn *c, struct rdzv_msg *reply) {
-  rdzv__conn_reply_shared(c, reply, NULL, 0);
-}
-
-void rdzv__conn_fail(struct conn *c, int status, const char *text) {
-  rdzv__conn_fail_req(c, 0, status, text);
-}
-
-void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
-                         const char *text) {
-  if (c->state == CONN_CLOSING || c->state == CONN_CLOSED)
-    return;
-  c->d->stats.proto_errors++;
-  rdzv__log_drop(c->d, "conn %s: dropped: %s (%s)", c->name,
-                 rdzv_strerror(status), text);
-  rdzv__conn_fail_sent(c, req_id, status, text);
 }
 
 /* A refused peer's bytes are read and dropped; its hang-up (or a read
@@ -494,44 +163,6 @@ void rdzv__conn_refuse(struct conn *c, int status, const char *text) {
                       : REFUSE_LINGER_MAX_MS;
     uv_timer_start(c->timer, on_linger_timeout, ms, 0);
   }
-}
-
-/* Sends an ERROR frame (status, text) and closes c once it is written
- * (a refused peer's, rdzv__conn_refuse: once the peer hangs up). */
-void rdzv__conn_fail_sent(struct conn *c, uint32_t req_id, int status,
-                          const char *text) {
-  struct daemon *d = c->d;
-  struct rdzv_slice s = {(const uint8_t *)text, (uint32_t)strlen(text)};
-  struct rdzv_msg m;
-  memset(&m, 0, sizeof(m));
-  m.type = RDZV_MSG_ERROR;
-  m.flags = RDZV_F_REPLY;
-  m.req_id = req_id;
-  m.status = status;
-  m.keys.n = 1;
-  m.keys.v = &s;
-  rdzv__conn_set_state(c, CONN_CLOSING);
-  uv_read_stop(&c->h.stream);
-  if (d->gate != NULL) {
-    /* Answers not yet persisted are dropped (the peer sends them again
-     * elsewhere); the error goes after those already released. */
-    rdzv__outq_truncate(&c->out, c->gate_rel);
-    rdzv__conn_send(c, &m);
-    c->gate_rel = c->gate_seal = c->out.buf.len;
-    if (c->held) {
-      TAILQ_REMOVE(&d->held, c, held_link);
-      c->held = false;
-    }
-  } else {
-    rdzv__conn_send(c, &m);
-  }
-  if (c->dirty) {
-    TAILQ_REMOVE(&d->dirty, c, dirty_link);
-    c->dirty = false;
-  }
-  rdzv__conn_start_write(c);
-  if (!c->write_active && !c->linger)
-    rdzv__conn_close_now(c);
 }
 
 /* ---- read path --------------------------------------------------------------- */
@@ -599,38 +230,6 @@ bool rdzv__conn_addr_local(const char *a) {
          strncmp(a, "[::1]:", 6) == 0;
 }
 
-/* Under a gate: a reply that depends on no state (a ping's) goes before
- * the frames the gate holds, so that a peer hears from this daemon while
- * etcd is slow (its liveness check must not declare it lost). */
-void rdzv__conn_send_ungated(struct conn *c, const struct rdzv_msg *r) {
-  struct daemon *d = c->d;
-  if (c->state != CONN_READY && c->state != CONN_HELLO_WAIT)
-    return;
-  size_t at = c->gate_rel, before = c->out.buf.len;
-  if (rdzv_msg_encode(r, &c->out.buf) < 0) {
-    rdzv__conn_close_now(c);
-    return;
-  }
-  size_t n = c->out.buf.len - before;
-  if (before > at) { /* move the new frame in front of the held bytes */
-    uint8_t *tmp = malloc(n);
-    if (tmp == NULL) {
-      c->out.buf.len = before; /* dropped: the peer pings again */
-      return;
-    }
-    uint8_t *o = c->out.buf.data;
-    memcpy(tmp, o + before, n);
-    memmove(o + at + n, o + at, before - at);
-    memcpy(o + at, tmp, n);
-    free(tmp);
-    rdzv__outq_insert(&c->out, at, n); /* held references move along */
-  }
-  c->gate_rel += n;
-  c->gate_seal += n;
-  d->stats.frames_out++;
-  mark_dirty(c);
-}
-
 static void reply_ungated(struct conn *c, struct rdzv_msg *r) {
   r->flags |= RDZV_F_REPLY;
   if (c->outstanding > 0)
@@ -682,10 +281,9 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
     if (d->ts_space != NULL) {
       d->ts_space(d->ts_space_arg, c, m);
     } else {
-      char text[200];
-      snprintf(text, sizeof(text), "daemon %s serves no TCPStore key spaces "
-               "(--tcpstore-spaces 0, or an etcd-backed root)", d->cfg.name);
-      rdzv__conn_reply_text(c, m, RDZV_EBAD_ROLE, text);
+      rdzv__conn_reply_textf(c, m, RDZV_EBAD_ROLE, "daemon %s serves no "
+                             "TCPStore key spaces (--tcpstore-spaces 0, or "
+                             "an etcd-backed root)", d->cfg.name);
     }
     return;
   }

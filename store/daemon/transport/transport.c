@@ -1,6 +1,7 @@
 /* rdzvd transport: the daemon object (start, stop, free), its jobs by id,
  * logging and the small helpers the roles use. Listeners are in listen.c,
- * connections in conn.c, in-process peers in inproc.c. The role (root or
+ * connections in conn.c (replies conn_send.c, writes flush.c), in-process
+ * peers in inproc.c. The role (root or
  * node) is reached only through the struct rdzv_role given at start. */
 #include <errno.h>
 #include <stdarg.h>
@@ -261,24 +262,6 @@ static int auth_start(struct daemon *d) {
 }
 
 uint64_t rdzv__now_ms(struct daemon *d) { return uv_now(d->loop); }
-
-void rdzv__reply_init(struct rdzv_msg *r, const struct rdzv_msg *m,
-                      int status) {
-  memset(r, 0, sizeof(*r));
-  r->type = m->type;
-  r->req_id = m->req_id;
-  r->status = status;
-}
-
-void rdzv__conn_reply_text(struct conn *c, const struct rdzv_msg *m,
-                           int status, const char *text) {
-  struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
-  struct rdzv_msg r;
-  rdzv__reply_init(&r, m, status);
-  r.keys.n = t.n > 0 ? 1 : 0;
-  r.keys.v = &t;
-  rdzv__conn_reply(c, &r);
-}
 
 /* ---- jobs ------------------------------------------------------------------ */
 

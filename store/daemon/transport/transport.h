@@ -272,7 +272,7 @@ struct conn {
   bool held;
   TAILQ_ENTRY(conn) held_link;
   /* Between a challenged hello and the peer's RDZV_MSG_AUTH: what the
-   * hello said and the proof expected (conn.c); NULL otherwise. */
+   * hello said and the proof expected (hello.c); NULL otherwise. */
   struct conn_auth *auth;
   /* TLS (conn_tls.c): the session of a peer on the TCP listener of a
    * daemon with --tls-*; NULL: plain (the Unix socket, no TLS). */
@@ -327,7 +327,7 @@ void rdzv__conn_fail(struct conn *c, int status, const char *text);
 void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
                          const char *text);
 
-/* ---- a durable root's write gate (conn.c) ---------------------------------- */
+/* ---- a durable root's write gate (flush.c) --------------------------------- */
 
 /* A role whose answers must not go out before what they depend on is
  * persisted (the etcd-backed root) installs a gate. At the end of every
@@ -632,12 +632,25 @@ void rdzv__log(struct daemon *d, int level, const char *fmt, ...)
  * JSON line carries "job". */
 void rdzv__log_job(struct daemon *d, int level, const char *job,
                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* A reply skeleton for request m. */
+/* ---- the reply family (conn_send.c) ---------------------------------------- */
+
+/* A reply skeleton for request m: its type and req_id, status. */
 void rdzv__reply_init(struct rdzv_msg *r, const struct rdzv_msg *m,
                       int status);
 /* Replies status to request m of c, with text (keys[0]; "" for none), as
- * rdzv__conn_reply. */
+ * rdzv__conn_reply. The text is copied into c's queue. */
 void rdzv__conn_reply_text(struct conn *c, const struct rdzv_msg *m,
                            int status, const char *text);
+/* The same with a printf format: the text is cut at
+ * RDZV_REPLY_TEXT_MAX - 1 bytes. */
+#define RDZV_REPLY_TEXT_MAX 1024
+void rdzv__conn_reply_textf(struct conn *c, const struct rdzv_msg *m,
+                            int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The same for a request known by its type and req_id only (one held
+ * while its message is gone: a collective's waiting member, a wait):
+ * len bytes of text, none when 0. */
+void rdzv__conn_answer_text(struct conn *c, uint8_t type, uint32_t req_id,
+                            int status, const char *text, size_t len);
 
 #endif /* RDZV_STORE_DAEMON_TRANSPORT_H */

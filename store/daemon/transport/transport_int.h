@@ -1,5 +1,6 @@
-/* What the transport's own files (transport.c, conn.c, hello.c,
- * listen.c, inproc.c) share and nobody else uses. Private. */
+/* What the transport's own files (transport.c, conn.c, conn_send.c,
+ * flush.c, hello.c, listen.c, inproc.c, outq.c, conn_tls.c, stats.c)
+ * share and nobody else uses. Private. */
 #ifndef RDZV_STORE_DAEMON_TRANSPORT_INT_H
 #define RDZV_STORE_DAEMON_TRANSPORT_INT_H
 
@@ -24,8 +25,14 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m);
 void rdzv__conn_refuse(struct conn *c, int status, const char *text);
 /* An accepted connection starts its hello timer and reading. */
 void rdzv__conn_start_reading(struct conn *c);
-/* The loop's check callback: writes what this iteration queued. */
+/* flush.c: the loop's check callback: runs what this iteration deferred,
+ * then writes what it queued. */
 void rdzv__conn_flush_check(uv_check_t *h);
+/* flush.c: c has frames to write: on the dirty list, written at the end of
+ * this loop iteration. */
+void rdzv__conn_mark_dirty(struct conn *c);
+/* flush.c: c off the dirty and held lists (closing, or writing now). */
+void rdzv__conn_unlist(struct conn *c);
 
 /* conn.c, for hello.c */
 /* The most of a challenged hello's peer name kept until its proof comes
@@ -43,10 +50,11 @@ void rdzv__conn_set_state(struct conn *c, enum conn_state s);
 void rdzv__conn_auth_free(struct conn *c);
 /* A heap-allocated timer's close callback: frees it. */
 void rdzv__conn_on_timer_freed(uv_handle_t *h);
-/* Writes what c has queued, unless a write is in flight. */
+/* flush.c: writes what c has queued, unless a write is in flight. */
 void rdzv__conn_start_write(struct conn *c);
-/* Sends an ERROR frame (status, text) and closes c once it is written
- * (a refused peer's, rdzv__conn_refuse: once the peer hangs up). */
+/* conn_send.c: sends an ERROR frame (status, text) and closes c once it
+ * is written (a refused peer's, rdzv__conn_refuse: once the peer hangs
+ * up). */
 void rdzv__conn_fail_sent(struct conn *c, uint32_t req_id, int status,
                           const char *text);
 /* A child node pings every --heartbeat-ms: one silent for
