@@ -1,24 +1,14 @@
 /* Statistics as one JSON object (jansson): the proof that the tree works.
  * Shape (every number an integer):
- *   {"name", "role", "uptime_ms", "jobs", "connections": {"open", "total",
- *    "rejected"}, "bytes": {"in", "out", "shared", "copied_large",
- *    "interned"},
- *    "frames": {"in", "out"},
- *    "proto_errors", "cache_hits", "coalesced", "combined",
- *    "upstream_reconnects", "parent_restarts", "parent_silent",
- *    "children_silent", "split_frames", "resent", "reattached",
- *    "dedup_hits", "fenced", "fenced_here",
- *    "sessions_resumed", "sessions_lost",
- *    "copies": {"granted", "invalidations_sent", "write_waits",
- *    "lease_waits", "hits", "invalidations_received", "reads_combined"},
- *    "auth": {"secret", "challenged", "accepted", "refused", "no_nonce",
- *    "parent_refused", "peer_refused" (Unix-socket peers of a uid not
- *    allowed)},
- *    "tls": {"on", "handshakes", "failed", "plain_refused", "no_cert"},
- *    with an etcd-backed root: "etcd": {"role", "batches", "txns", "ops",
- *    "stand_downs", "elections_won", "requests", "bytes_out", "bytes_in",
- *    "errors"},
- *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...}} */
+ *   {"name", "role", "listen", "uptime_ms", "jobs",
+ *    then the counters of transport.h's RDZV_STATS_COUNTERS, in their
+ *    order, each group ("connections", "bytes", "frames", "copies",
+ *    "auth" led by "secret", "tls" led by "on", "etcd" led by "role" and
+ *    only with an etcd-backed root, "probes") an object, the rest at the
+ *    top level,
+ *    "ops": {"<op>": {"received", "forwarded", "local", "errors"}, ...},
+ *    "ancestors": [...], "generations": {"completed", "failed", "ms_sum",
+ *    "ms_buckets": [...]}, then what the role adds} */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +44,42 @@ void rdzv__reply_stats(struct conn *c, const struct rdzv_msg *m) {
   rdzv__blob_unref(b);
 }
 
+/* The object of group g in o (created where first asked for, with what
+ * leads it: auth's "secret", tls's "on", etcd's "role"); o itself for
+ * "top"; NULL for a group this daemon has not (etcd without etcd). */
+static json_t *group_of(const struct daemon *d, json_t *o, const char *g) {
+  if (strcmp(g, "top") == 0)
+    return o;
+  json_t *x = json_object_get(o, g);
+  if (x != NULL)
+    return x;
+  if (strcmp(g, "etcd") == 0 && d->stats.etcd_role == NULL)
+    return NULL;
+  x = json_object();
+  if (x == NULL || json_object_set_new(o, g, x) < 0)
+    return NULL;
+  if (strcmp(g, "auth") == 0)
+    /* Where the secret comes from ("none": any peer that reaches a port
+     * joins). Never a secret. */
+    json_object_set_new(x, "secret",
+                        json_string(d->cfg.secret_file[0] != '\0'  ? "file"
+                                    : d->cfg.secret_dir[0] != '\0' ? "dir"
+                                                                   : "none"));
+  else if (strcmp(g, "tls") == 0)
+    json_object_set_new(x, "on", json_boolean(d->tls != NULL));
+  else if (strcmp(g, "etcd") == 0)
+    json_object_set_new(x, "role", json_string(d->stats.etcd_role));
+  return x;
+}
+
+/* Counter v as key of group g in o (see group_of). */
+static void add_counter(const struct daemon *d, json_t *o, const char *g,
+                        const char *key, uint64_t v) {
+  json_t *x = group_of(d, o, g);
+  if (x != NULL)
+    json_object_set_new(x, key, json_integer((json_int_t)v));
+}
+
 char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
   const struct stats *s = &d->stats;
   json_t *ops = json_object();
@@ -64,116 +90,25 @@ char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
   for (const struct job *j = d->jobs; j != NULL; j = j->next)
     if (j->role_data != NULL) /* used by a job operation */
       njobs++;
-  json_t *o = json_pack(
-      "{s:s,s:s,s:s,s:I,s:i,s:{s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},"
-      "s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
-      "name", d->cfg.name, "role",
-      d->role->name, "listen",
-      d->bound_addr, "uptime_ms",
-      (json_int_t)(uv_now(d->loop) - d->start_ms), "jobs", njobs,
-      "connections", "open", (json_int_t)s->conns_open, "total",
-      (json_int_t)s->conns_total, "rejected", (json_int_t)s->conns_rejected,
-      "bytes", "in", (json_int_t)s->bytes_in, "out", (json_int_t)s->bytes_out,
-      "frames", "in", (json_int_t)s->frames_in, "out",
-      (json_int_t)s->frames_out, "proto_errors", (json_int_t)s->proto_errors,
-      "cache_hits", (json_int_t)s->cache_hits, "coalesced",
-      (json_int_t)s->coalesced, "combined", (json_int_t)s->combined,
-      "upstream_reconnects", (json_int_t)s->upstream_reconnects,
-      "parent_restarts", (json_int_t)s->parent_restarts, "parent_silent",
-      (json_int_t)s->parent_silent, "children_silent",
-      (json_int_t)s->children_silent, "split_frames",
-      (json_int_t)s->split_frames, "resent", (json_int_t)s->resent,
-      "reattached", (json_int_t)s->reattached, "dedup_hits",
-      (json_int_t)s->dedup_hits);
-  /* Of bytes.out: written from values' shared buffers, and bytes of
-   * values of at least --share-min-bytes copied all the same. */
-  json_t *bytes = json_object_get(o, "bytes");
-  json_object_set_new(bytes, "shared", json_integer((json_int_t)s->bytes_shared));
-  json_object_set_new(bytes, "copied_large",
-                      json_integer((json_int_t)s->bytes_copied_large));
-  json_object_set_new(bytes, "interned",
-                      json_integer((json_int_t)s->bytes_interned));
-  json_object_set_new(o, "fenced", json_integer((json_int_t)s->fenced));
-  json_object_set_new(o, "returned_home",
-                      json_integer((json_int_t)s->returned_home));
-  json_object_set_new(o, "fenced_here",
-                      json_integer((json_int_t)s->fenced_here));
-  json_object_set_new(o, "coll_subtree_flushes",
-                      json_integer((json_int_t)s->coll_subtree_flushes));
-  json_object_set_new(o, "join_subtree_flushes",
-                      json_integer((json_int_t)s->join_subtree_flushes));
-  json_object_set_new(o, "sessions_resumed",
-                      json_integer((json_int_t)s->sessions_resumed));
-  json_object_set_new(o, "health_checks",
-                      json_integer((json_int_t)s->health_checks));
-  json_object_set_new(o, "health_failed",
-                      json_integer((json_int_t)s->health_failed));
-  json_object_set_new(o, "quarantine_refused",
-                      json_integer((json_int_t)s->quarantine_refused));
-  json_object_set_new(o, "sessions_lost",
-                      json_integer((json_int_t)s->sessions_lost));
-  json_object_set_new(
-      o, "copies",
-      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "granted",
-                (json_int_t)s->copies_granted, "invalidations_sent",
-                (json_int_t)s->invalidations_sent, "write_waits",
-                (json_int_t)s->copy_write_waits, "lease_waits",
-                (json_int_t)s->copy_lease_waits, "hits",
-                (json_int_t)s->copy_hits, "invalidations_received",
-                (json_int_t)s->invalidations_received, "reads_combined",
-                (json_int_t)s->reads_combined));
-  /* Authentication: where the secret comes from ("none": any peer that
-   * reaches a port joins), and the hellos challenged, accepted, refused
-   * (of which without a nonce), parents refused, and Unix-socket peers
-   * refused for their uid (--allow-uids). Never a secret. */
-  json_object_set_new(
-      o, "auth",
-      json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "secret",
-                d->cfg.secret_file[0] != '\0'  ? "file"
-                : d->cfg.secret_dir[0] != '\0' ? "dir"
-                                               : "none",
-                "challenged", (json_int_t)s->auth_challenged, "accepted",
-                (json_int_t)s->auth_accepted, "refused",
-                (json_int_t)s->auth_refused, "no_nonce",
-                (json_int_t)s->auth_no_nonce, "parent_refused",
-                (json_int_t)s->auth_parent_refused, "peer_refused",
-                (json_int_t)s->auth_peer_refused));
-  /* TLS (--tls-*): on or not, handshakes done and failed, plain peers
-   * refused at the TLS port, daemons refused for coming without a
-   * certificate. */
-  json_object_set_new(
-      o, "tls",
-      json_pack("{s:b,s:I,s:I,s:I,s:I}", "on", d->tls != NULL, "handshakes",
-                (json_int_t)s->tls_handshakes, "failed",
-                (json_int_t)s->tls_failed, "plain_refused",
-                (json_int_t)s->tls_plain_refused, "no_cert",
-                (json_int_t)s->tls_no_cert));
-  if (s->etcd_role != NULL)
-    json_object_set_new(
-        o, "etcd",
-        json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "role",
-                  s->etcd_role, "batches", (json_int_t)s->etcd_batches,
-                  "txns", (json_int_t)s->etcd_txns, "ops",
-                  (json_int_t)s->etcd_ops, "stand_downs",
-                  (json_int_t)s->etcd_stand_downs, "elections_won",
-                  (json_int_t)s->etcd_elections_won, "requests",
-                  (json_int_t)s->etcd_requests, "bytes_out",
-                  (json_int_t)s->etcd_bytes_out, "bytes_in",
-                  (json_int_t)s->etcd_bytes_in, "errors",
-                  (json_int_t)s->etcd_errors));
+  json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:i}", "name", d->cfg.name, "role",
+                        d->role->name, "listen", d->bound_addr, "uptime_ms",
+                        (json_int_t)(uv_now(d->loop) - d->start_ms), "jobs",
+                        njobs);
   if (o == NULL) {
     json_decref(ops);
     return NULL;
   }
+  /* The counters, each in its group (transport.h's RDZV_STATS_COUNTERS):
+   * a group appears where its first counter is listed. */
+#define RDZV_STATS_JSON(group, key, field)                                    \
+  add_counter(d, o, #group, #key, s->field);
+  RDZV_STATS_COUNTERS(RDZV_STATS_JSON)
+#undef RDZV_STATS_JSON
   json_object_set_new(o, "ops", ops);
   json_t *anc = json_array();
   for (uint32_t i = 0; i < d->nancestors; i++)
     json_array_append_new(anc, json_string(d->ancestors[i]));
   json_object_set_new(o, "ancestors", anc);
-  json_object_set_new(o, "probes",
-                      json_pack("{s:I,s:I}", "answered",
-                                (json_int_t)s->probes_answered, "learned",
-                                (json_int_t)s->probes_learned));
   /* The root's rendezvous generations: how long the completed ones took
    * (the histogram's buckets by upper bound, ms), and the failed ones. */
   json_t *hist = json_array();

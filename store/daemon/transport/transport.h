@@ -37,70 +37,135 @@ struct op_stats {
   uint64_t errors;    /* answered with a non-zero status */
 };
 
+/* The daemon's counters that stats' JSON shows as they are, in the order
+ * it lists them: X(group, key, field), group `top` for the top level
+ * (stats.c). Adding a counter is a line here: struct stats gets the
+ * field, the JSON the key. */
+#define RDZV_STATS_COUNTERS(X)                                                \
+  X(connections, open, conns_open)                                            \
+  X(connections, total, conns_total)                                          \
+  /* over the connection limit */                                             \
+  X(connections, rejected, conns_rejected)                                    \
+  X(bytes, in, bytes_in)                                                      \
+  X(bytes, out, bytes_out)                                                    \
+  X(frames, in, frames_in)                                                    \
+  X(frames, out, frames_out)                                                  \
+  /* peers dropped for malformed input or limits */                           \
+  X(top, proto_errors, proto_errors)                                          \
+  /* write-once reads served from the cache */                                \
+  X(top, cache_hits, cache_hits)                                              \
+  /* reads and waits joined to one upstream request */                        \
+  X(top, coalesced, coalesced)                                                \
+  /* adds and contributions merged into another */                            \
+  X(top, combined, combined)                                                  \
+  X(top, upstream_reconnects, upstream_reconnects)                            \
+  /* a parent met again with a new incarnation */                             \
+  X(top, parent_restarts, parent_restarts)                                    \
+  /* the parent lost to --liveness-timeout-ms */                              \
+  X(top, parent_silent, parent_silent)                                        \
+  /* child nodes lost to --liveness-timeout-ms */                             \
+  X(top, children_silent, children_silent)                                    \
+  /* extra requests to fit the parent's frame limit */                        \
+  X(top, split_frames, split_frames)                                          \
+  /* requests sent again after a lost connection */                           \
+  X(top, resent, resent)                                                      \
+  /* connections made to an ancestor, not --parent */                         \
+  X(top, reattached, reattached)                                              \
+  /* root: re-sent mutations answered, not redone */                          \
+  X(top, dedup_hits, dedup_hits)                                              \
+  /* Of bytes.out: written from a value's shared buffer (a reference, no      \
+   * copy); bytes of values of at least --share-min-bytes copied into a       \
+   * connection's output all the same (no shared buffer held them). Socket    \
+   * peers only: in-process peers copy nothing. Of bytes.in: frames from the  \
+   * parent whose bytes another daemon of this thread already held, kept      \
+   * once (blob.h: interning). */                                             \
+  X(bytes, shared, bytes_shared)                                              \
+  X(bytes, copied_large, bytes_copied_large)                                  \
+  X(bytes, interned, bytes_interned)                                          \
+  /* stale aborts and re-binds of a lost daemon refused (the members are      \
+   * bound elsewhere) */                                                      \
+  X(top, fenced, fenced)                                                      \
+  /* job links moved back from an ancestor to --parent once it was healthy    \
+   * again */                                                                 \
+  X(top, returned_home, returned_home)                                        \
+  /* node: times its parent declared it lost or refused a request of it as    \
+   * stale */                                                                 \
+  X(top, fenced_here, fenced_here)                                            \
+  /* collectives forwarded at the subtree's last contribution (members        \
+   * known); joins forwarded when the subtree had joined (--children known) */ \
+  X(top, coll_subtree_flushes, coll_subtree_flushes)                          \
+  X(top, join_subtree_flushes, join_subtree_flushes)                          \
+  /* ranks' sessions resumed on a new connection */                           \
+  X(top, sessions_resumed, sessions_resumed)                                  \
+  /* node: host health checks run (--health-cmd), and failed (the host        \
+   * quarantined) */                                                          \
+  X(top, health_checks, health_checks)                                        \
+  X(top, health_failed, health_failed)                                        \
+  /* root: join records of quarantined hosts refused (RDZV_EQUARANTINED) */   \
+  X(top, quarantine_refused, quarantine_refused)                              \
+  /* ranks' sessions that expired (or whose process was gone): generation     \
+   * aborted */                                                               \
+  X(top, sessions_lost, sessions_lost)                                        \
+  /* Copies of mutable keys (keys/copies.h). Parent side: copies granted to   \
+   * child nodes, invalidation replies sent, writes that waited for           \
+   * invalidations, holders whose lease ended before they acknowledged.       \
+   * Node side: reads, checks and waits answered from valid copies, and       \
+   * invalidations received; reads answered by an identical one sent after    \
+   * they came (mutable keys). */                                             \
+  X(copies, granted, copies_granted)                                          \
+  X(copies, invalidations_sent, invalidations_sent)                           \
+  X(copies, write_waits, copy_write_waits)                                    \
+  X(copies, lease_waits, copy_lease_waits)                                    \
+  X(copies, hits, copy_hits)                                                  \
+  X(copies, invalidations_received, invalidations_received)                   \
+  X(copies, reads_combined, reads_combined)                                   \
+  /* Authentication (--secret-file, --secret-dir): hellos challenged, peers   \
+   * that proved the secret, peers refused (a wrong proof, another job's,     \
+   * none), hellos without a nonce refused, parents (of a node) that could    \
+   * not prove the secret or asked for none, Unix-socket peers whose uid is   \
+   * not allowed (--allow-uids), refused before a hello. */                   \
+  X(auth, challenged, auth_challenged)                                        \
+  X(auth, accepted, auth_accepted)                                            \
+  X(auth, refused, auth_refused)                                              \
+  X(auth, no_nonce, auth_no_nonce)                                            \
+  X(auth, parent_refused, auth_parent_refused)                                \
+  X(auth, peer_refused, auth_peer_refused)                                    \
+  /* TLS: handshakes completed on accepted and outgoing links, those that     \
+   * failed (a certificate not trusted, expired or missing), plain peers      \
+   * refused at the TLS listener, nodes refused for coming without a          \
+   * certificate. */                                                          \
+  X(tls, handshakes, tls_handshakes)                                          \
+  X(tls, failed, tls_failed)                                                  \
+  X(tls, plain_refused, tls_plain_refused)                                    \
+  X(tls, no_cert, tls_no_cert)                                                \
+  /* An etcd-backed root (store/daemon/durable; the group only with one):     \
+   * batches persisted, transactions and operations they took, stand-downs,   \
+   * elections won, the client's requests and bytes, and the requests etcd   \
+   * failed or refused (each retried). */                                     \
+  X(etcd, batches, etcd_batches)                                              \
+  X(etcd, txns, etcd_txns)                                                    \
+  X(etcd, ops, etcd_ops)                                                      \
+  X(etcd, stand_downs, etcd_stand_downs)                                      \
+  X(etcd, elections_won, etcd_elections_won)                                  \
+  X(etcd, requests, etcd_requests)                                            \
+  X(etcd, bytes_out, etcd_bytes_out)                                          \
+  X(etcd, bytes_in, etcd_bytes_in)                                            \
+  X(etcd, errors, etcd_errors)                                                \
+  /* Probes (wire.h's RDZV_ROLE_PROBE): nodes' probes this daemon answered;   \
+   * this node's probes its parent answered (the one at start, then those    \
+   * of a job's link away from the parent). */                                \
+  X(probes, answered, probes_answered)                                        \
+  X(probes, learned, probes_learned)
+
 struct stats {
+#define RDZV_STATS_FIELD(group, key, field) uint64_t field;
+  RDZV_STATS_COUNTERS(RDZV_STATS_FIELD)
+#undef RDZV_STATS_FIELD
   struct op_stats ops[RDZV_MSG_TYPE_MAX + 1];
-  uint64_t conns_open;
-  uint64_t conns_total;
-  uint64_t conns_rejected; /* over the connection limit */
-  uint64_t proto_errors;   /* peers dropped for malformed input/limits */
-  uint64_t bytes_in;
-  uint64_t bytes_out;
-  /* Of bytes_out: written from a value's shared buffer (a reference,
-   * no copy); and bytes of values of at least --share-min-bytes that were
-   * copied into a connection's output all the same (no shared buffer
-   * held them). Socket peers only: in-process peers copy nothing. */
-  uint64_t bytes_shared;
-  uint64_t bytes_copied_large;
-  /* Of bytes_in: frames from the parent whose bytes another daemon of
-   * this thread already held, kept once (blob.h: interning). */
-  uint64_t bytes_interned;
-  uint64_t frames_in;
-  uint64_t frames_out;
-  uint64_t cache_hits;      /* write-once reads served from the cache */
-  uint64_t coalesced;       /* reads/waits joined to one upstream request */
-  uint64_t combined;        /* adds/contributions merged into another */
-  uint64_t coll_subtree_flushes; /* collectives forwarded at the subtree's
-                                    last contribution (members known) */
-  uint64_t join_subtree_flushes; /* joins forwarded when the subtree had
-                                    joined (--children known) */
-  uint64_t upstream_reconnects;
-  uint64_t parent_restarts; /* a parent met again with a new incarnation */
-  uint64_t parent_silent;   /* the parent lost to --liveness-timeout-ms */
-  uint64_t children_silent; /* child nodes lost to --liveness-timeout-ms */
-  uint64_t split_frames;    /* extra requests to fit the parent's limit */
-  uint64_t resent;          /* requests sent again after a lost connection */
-  uint64_t reattached;      /* connections made to an ancestor, not --parent */
-  uint64_t returned_home;   /* job links moved back from an ancestor to
-                               --parent once it was healthy again */
-  uint64_t dedup_hits;      /* root: re-sent mutations answered, not redone */
-  /* Copies of mutable keys (keys/copies.h). Parent side: copies granted
-   * to child nodes, invalidation replies sent, writes that waited for
-   * invalidations, holders whose lease ended before they acknowledged.
-   * Node side: reads, checks and waits answered from valid copies, and
-   * invalidations received. */
-  uint64_t copies_granted, invalidations_sent, copy_write_waits,
-      copy_lease_waits, copy_hits, invalidations_received;
-  uint64_t reads_combined; /* reads answered by an identical one sent
-                              after they came (mutable keys) */
-  uint64_t fenced;          /* stale aborts and re-binds of a lost daemon
-                               refused (the members are bound elsewhere) */
-  uint64_t fenced_here;     /* node: times its parent declared it lost or
-                               refused a request of it as stale */
-  uint64_t sessions_resumed; /* ranks' sessions resumed on a new connection */
-  uint64_t health_checks;    /* node: host health checks run (--health-cmd) */
-  uint64_t health_failed;    /* ... of them failed (the host quarantined) */
-  uint64_t quarantine_refused; /* root: join records of quarantined hosts
-                                  refused (RDZV_EQUARANTINED) */
-  /* An etcd-backed root (store/daemon/durable): its role ("leader",
-   * "standby", ...; NULL: no etcd), batches persisted, transactions and
-   * operations they took, stand-downs, elections won, the client's
-   * requests and bytes, and the requests that failed. */
+  /* An etcd-backed root's role ("leader", "standby", ...; NULL: no etcd),
+   * and the leader lease's keepalives answered, and failed. */
   const char *etcd_role;
-  uint64_t etcd_batches, etcd_txns, etcd_ops, etcd_stand_downs,
-      etcd_elections_won, etcd_requests, etcd_bytes_out, etcd_bytes_in,
-      etcd_errors; /* requests etcd failed or refused (each retried) */
-  uint64_t etcd_lease_renewals, etcd_lease_failures; /* the leader lease's
-                              keepalives answered, and failed */
+  uint64_t etcd_lease_renewals, etcd_lease_failures;
   /* etcd requests' latency: by upper bound (store/etcd/etcd.h's
    * rdzv_etcd_latency_bounds_us), summed (us), counted. */
   uint64_t etcd_lat_hist[9];
@@ -111,25 +176,6 @@ struct stats {
 #define RDZV_ROUND_BUCKETS 10
   uint64_t round_ms_hist[RDZV_ROUND_BUCKETS];
   uint64_t round_ms_sum, rounds_completed, rounds_failed;
-  uint64_t sessions_lost;    /* ranks' sessions that expired (or whose
-                                process was gone): generation aborted */
-  /* Authentication (--secret-file, --secret-dir): hellos challenged,
-   * peers that proved the secret, peers refused (a wrong proof, another
-   * job's, none), hellos without a nonce refused, and parents (of a
-   * node) that could not prove the secret or asked for none. */
-  uint64_t auth_challenged, auth_accepted, auth_refused, auth_no_nonce,
-      auth_parent_refused;
-  /* TLS: handshakes completed on accepted and outgoing links, those that
-   * failed (a certificate not trusted, expired or missing), plain peers
-   * refused at the TLS listener, and nodes refused for coming without a
-   * certificate. */
-  uint64_t tls_handshakes, tls_failed, tls_plain_refused, tls_no_cert;
-  uint64_t auth_peer_refused; /* Unix-socket peers whose uid is not allowed
-                                 (--allow-uids), refused before a hello */
-  /* Probes (wire.h's RDZV_ROLE_PROBE): nodes' probes this daemon
-   * answered; this node's probes its parent answered (the one at start,
-   * then those of a job's link away from the parent). */
-  uint64_t probes_answered, probes_learned;
 };
 
 /* The upper bounds of stats.round_ms_hist's buckets, ms (UINT64_MAX for
