@@ -19,6 +19,7 @@
 
 #include "store/auth/auth.h"
 #include "store/client/client_int.h"
+#include "store/wire/addr.h"
 
 #define DEFAULT_MAX_FRAME (64u << 20)
 #define DEFAULT_BACKOFF_INITIAL 0.01
@@ -42,23 +43,6 @@ void rdzv_client_opts_init(struct rdzv_client_opts *opts) {
   opts->liveness_timeout_s = DEFAULT_LIVENESS;
 }
 
-static int parse_port(const char *s, char out[8]) {
-  unsigned long v = 0;
-  size_t i;
-
-  if (s[0] == '\0' || strlen(s) > 5)
-    return RDZV_EBAD_ADDR;
-  for (i = 0; s[i] != '\0'; i++) {
-    if (s[i] < '0' || s[i] > '9')
-      return RDZV_EBAD_ADDR;
-    v = v * 10 + (unsigned long)(s[i] - '0');
-  }
-  if (v == 0 || v > 65535)
-    return RDZV_EBAD_ADDR;
-  snprintf(out, 8, "%lu", v);
-  return 0;
-}
-
 static int parse_unix(const char *path, struct rdzv__addr *a) {
   size_t n = strlen(path);
 
@@ -77,43 +61,18 @@ static int parse_unix(const char *path, struct rdzv__addr *a) {
   return 0;
 }
 
-/* HOST:PORT or [V6]:PORT. */
-static int parse_hostport(const char *s, struct rdzv__addr *a) {
-  const char *host = s;
-  const char *colon;
-  size_t hlen;
-
-  if (s[0] == '[') {
-    colon = strchr(s, ']');
-    if (colon == NULL || colon[1] != ':')
-      return RDZV_EBAD_ADDR;
-    host = s + 1;
-    hlen = (size_t)(colon - host);
-    colon++;
-  } else {
-    colon = strrchr(s, ':');
-    if (colon == NULL)
-      return RDZV_EBAD_ADDR;
-    hlen = (size_t)(colon - s);
-    /* An unbracketed IPv6 address is ambiguous. */
-    if (memchr(s, ':', hlen) != NULL)
-      return RDZV_EBAD_ADDR;
-  }
-  if (hlen == 0 || parse_port(colon + 1, a->port) < 0)
-    return RDZV_EBAD_ADDR;
-  a->host = strndup(host, hlen);
-  return a->host != NULL ? 0 : RDZV_ENOMEM;
-}
-
+/* The syntax is store/wire/addr.h's (an unbracketed IPv6 host refused as
+ * ambiguous, no port range, port 1..65535). */
 int rdzv__parse_addr(const char *s, struct rdzv__addr *a) {
+  struct rdzv_addr_parts p;
   memset(a, 0, sizeof *a);
-  if (s == NULL || s[0] == '\0')
+  if (rdzv_addr_split(s, 0, &p) < 0)
     return RDZV_EBAD_ADDR;
-  if (strncmp(s, "unix:", 5) == 0)
-    return parse_unix(s + 5, a);
-  if (strncmp(s, "tcp:", 4) == 0)
-    return parse_hostport(s + 4, a);
-  return parse_hostport(s, a);
+  if (p.is_unix)
+    return parse_unix(p.path, a);
+  snprintf(a->port, sizeof a->port, "%d", p.port_first);
+  a->host = strndup(p.host, p.host_len);
+  return a->host != NULL ? 0 : RDZV_ENOMEM;
 }
 
 /* Checks the options and fills the numeric fields of c (0 means default). */

@@ -155,15 +155,6 @@ struct rdzv_daemon_config {
                                copied per connection */
 };
 
-/* The most ports an address's port range may hold ("HOST:FIRST-LAST"). */
-#define RDZV_MAX_PORT_RANGE 64
-
-/* Parses the port part of an address: "PORT" or "FIRST-LAST" (FIRST <=
- * LAST, at most RDZV_MAX_PORT_RANGE ports), each in 0..65535 (the range's
- * in 1..65535). On success sets *first and *last (equal for one port) and
- * returns 0; -EINVAL otherwise (nothing set). s is the text after the
- * address's last ':', NUL-terminated. */
-int rdzv_config_port_range(const char *s, int *first, int *last);
 
 /* Whether host (an address without its port or brackets) means this host
  * only: an IPv4 address in 127.0.0.0/8, ::1 (or ::ffff:127.x.y.z), or the

@@ -3,6 +3,7 @@
  * values go together, once config.c has read them all. */
 #include "store/daemon/config.h"
 #include "store/daemon/config_int.h"
+#include "store/wire/addr.h"
 
 #include <errno.h>
 #include <pwd.h>
@@ -20,63 +21,24 @@
 /* The longest Unix socket path: sun_path less its NUL. */
 #define UNIX_PATH_MAX_BYTES (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
-/* unix:PATH, or [tcp:]HOST:PORT (HOST may be [v6]) with PORT 1..65535. */
+/* unix:PATH, or [tcp:]HOST:PORT (HOST may be [v6]) with PORT 1..65535,
+ * or a range of them (store/wire/addr.h). */
 static int parent_ok(const char *a) {
-  if (strncmp(a, "unix:", 5) == 0)
-    return a[5] != '\0';
-  if (strncmp(a, "tcp:", 4) == 0)
-    a += 4;
-  const char *colon = strrchr(a, ':');
-  if (colon == NULL || colon == a)
-    return 0;
-  int first, last;
-  return rdzv_config_port_range(colon + 1, &first, &last) == 0 && first >= 1;
+  struct rdzv_addr_parts p;
+  return rdzv_addr_split(a, RDZV_ADDR_RANGE | RDZV_ADDR_BARE_V6, &p) == 0;
 }
 
-int rdzv_config_port_range(const char *s, int *first, int *last) {
-  char *end = NULL;
-  if (*s < '0' || *s > '9')
-    return -EINVAL;
-  errno = 0;
-  long f = strtol(s, &end, 10), l = f;
-  if (errno != 0 || f > 65535)
-    return -EINVAL;
-  if (*end == '-') {
-    const char *t = end + 1;
-    if (*t < '0' || *t > '9')
-      return -EINVAL;
-    l = strtol(t, &end, 10);
-    if (errno != 0 || f < 1 || l < f || l > 65535 ||
-        l - f >= RDZV_MAX_PORT_RANGE)
-      return -EINVAL;
-  }
-  if (*end != '\0')
-    return -EINVAL;
-  *first = (int)f;
-  *last = (int)l;
-  return 0;
-}
-
-/* Splits [tcp:]HOST:PORT (HOST may be [v6]) into host (brackets dropped)
- * and port; false if it is not one. */
+/* Splits [tcp:]HOST:PORT (HOST may be [v6]; PORT 0..65535, or a range
+ * whose first it gives) into host (brackets dropped) and port; false if
+ * it is not one (store/wire/addr.h). */
 static bool host_port(const char *a, char *host, size_t hostlen, long *port) {
-  if (strncmp(a, "tcp:", 4) == 0)
-    a += 4;
-  const char *colon = strrchr(a, ':');
-  if (colon == NULL || colon == a)
+  struct rdzv_addr_parts p;
+  if (rdzv_addr_split(a, RDZV_ADDR_RANGE | RDZV_ADDR_PORT0 |
+                             RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX,
+                      &p) < 0 ||
+      rdzv_addr_host(&p, host, hostlen) < 0)
     return false;
-  const char *h = a;
-  size_t hl = (size_t)(colon - a);
-  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-    h++;
-    hl -= 2;
-  }
-  int first, last;
-  if (rdzv_config_port_range(colon + 1, &first, &last) < 0 || hl >= hostlen)
-    return false;
-  *port = first;
-  memcpy(host, h, hl);
-  host[hl] = '\0';
+  *port = p.port_first;
   return true;
 }
 
@@ -277,7 +239,7 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
     snprintf(err, errlen,
              "--parent '%s' is neither unix:PATH nor [tcp:]HOST:PORT with a "
              "port in 1..65535 (or HOST:FIRST-LAST, at most %d ports)",
-             cfg->parent, RDZV_MAX_PORT_RANGE);
+             cfg->parent, RDZV_ADDR_MAX_PORT_RANGE);
     return -EINVAL;
   }
   if (cfg->role == RDZV_DAEMON_ROOT && cfg->parent[0] != '\0') {
@@ -324,13 +286,14 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
     return -EINVAL;
   }
   if (cfg->listen[0] != '\0') {
-    const char *c = strrchr(cfg->listen, ':');
-    int first, last;
-    if (c == NULL || rdzv_config_port_range(c + 1, &first, &last) < 0) {
+    struct rdzv_addr_parts p;
+    if (rdzv_addr_split(cfg->listen, RDZV_ADDR_RANGE | RDZV_ADDR_PORT0 |
+                                         RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX,
+                        &p) < 0) {
       snprintf(err, errlen,
                "--listen '%s' is not HOST:PORT (PORT 0..65535) or "
                "HOST:FIRST-LAST (1..65535, at most %d ports)",
-               cfg->listen, RDZV_MAX_PORT_RANGE);
+               cfg->listen, RDZV_ADDR_MAX_PORT_RANGE);
       return -EINVAL;
     }
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the wire decoder, the TCPStore codec, the etcd client's JSON
-# codec and the Slurm host-list codec with libFuzzer, each for a
-# bounded time.
+# codec, the Slurm host-list codec and the address syntax with
+# libFuzzer, each for a bounded time.
 #
 # Usage: tests/fuzz/run_fuzz.sh [SECONDS]   (default 20)
 #
@@ -66,5 +66,7 @@ fuzz etcd_json_fuzz etcd_json_corpus "" "$root/store/etcd/etcd_json.c" \
   "$root/store/wire/error.c" -ljansson
 fuzz hostlist_fuzz hostlist_corpus hostlist.dict "$root/tools/hostlist.c" \
   "$root/rendezvous/topo.c"
+fuzz addr_fuzz addr_corpus "" "$root/store/wire/addr.c" \
+  "$root/store/wire/error.c"
 rm -rf "$work"
 echo "run_fuzz.sh: OK"

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include "rdzv/error.h"
+#include "store/wire/addr.h"
 
 /* An open HTTP connection and when it came: one still open past
  * --http-timeout-ms is shut down, however busily it trickles bytes
@@ -291,29 +292,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 /* "HOST:PORT" or "[V6]:PORT" resolved (passive) into ss. */
 static int resolve(const char *listen, struct sockaddr_storage *ss,
                    socklen_t *len) {
-  char host[256];
-  const char *colon = strrchr(listen, ':');
-  if (colon == NULL || colon == listen || colon[1] == '\0')
+  char host[RDZV_ADDR_HOST_MAX + 1], port[8];
+  struct rdzv_addr_parts p;
+  if (rdzv_addr_split(listen, RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 |
+                                  RDZV_ADDR_NO_UNIX,
+                      &p) < 0 ||
+      rdzv_addr_host(&p, host, sizeof(host)) < 0)
     return RDZV_EBAD_ADDR;
-  size_t hl = (size_t)(colon - listen);
-  if (listen[0] == '[' && hl >= 2 && listen[hl - 1] == ']') {
-    listen++;
-    hl -= 2;
-  }
-  if (hl >= sizeof(host))
-    return RDZV_EBAD_ADDR;
-  memcpy(host, listen, hl);
-  host[hl] = '\0';
-  char *end;
-  long port = strtol(colon + 1, &end, 10);
-  if (*end != '\0' || port < 0 || port > 65535)
-    return RDZV_EBAD_ADDR;
+  snprintf(port, sizeof(port), "%d", p.port_first);
   struct addrinfo hints, *ai = NULL;
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || ai == NULL)
+  if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL)
     return RDZV_EBAD_ADDR;
   memcpy(ss, ai->ai_addr, ai->ai_addrlen);
   *len = ai->ai_addrlen;

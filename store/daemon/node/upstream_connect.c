@@ -15,6 +15,7 @@
 #include "store/daemon/blob.h"
 #include "store/daemon/node/node_int.h"
 #include "store/daemon/node/upstream_int.h"
+#include "store/wire/addr.h"
 
 /* ---- connect --------------------------------------------------------------- */
 
@@ -167,23 +168,17 @@ void rdzv__up_connect(struct upstream *u) {
     uv_pipe_connect(&u->creq, &u->h.pipe, a + 5, on_connect);
     return;
   }
-  if (strncmp(a, "tcp:", 4) == 0)
-    a += 4;
-  char host[256];
-  const char *colon = strrchr(a, ':');
-  size_t hl = colon ? (size_t)(colon - a) : 0;
-  if (hl >= 2 && a[0] == '[' && a[hl - 1] == ']') {
-    a++;
-    hl -= 2;
-  }
-  if (colon == NULL || hl == 0 || hl >= sizeof(host) ||
-      rdzv_config_port_range(colon + 1, &u->port_first, &u->port_last) < 0 ||
-      u->port_first == 0) {
+  char host[RDZV_ADDR_HOST_MAX + 1];
+  struct rdzv_addr_parts p;
+  if (rdzv_addr_split(a, RDZV_ADDR_RANGE | RDZV_ADDR_BARE_V6 |
+                             RDZV_ADDR_NO_UNIX,
+                      &p) < 0 ||
+      rdzv_addr_host(&p, host, sizeof(host)) < 0) {
     rdzv__up_reset(u, "parent address", RDZV_EBAD_ADDR);
     return;
   }
-  memcpy(host, a, hl);
-  host[hl] = '\0';
+  u->port_first = p.port_first;
+  u->port_last = p.port_last;
   struct addrinfo hints;
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;

@@ -20,6 +20,7 @@
 #include <sys/un.h>
 
 #include "store/daemon/transport/transport.h"
+#include "store/wire/addr.h"
 #include "store/daemon/transport/transport_int.h"
 
 /* Whether a Unix-socket peer of uid may use this daemon: its own uid,
@@ -141,23 +142,13 @@ static void on_connection(uv_stream_t *server, int status) {
 
 int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
                            int *port) {
-  const char *colon = strrchr(addr, ':');
-  if (colon == NULL)
+  struct rdzv_addr_parts p;
+  if (rdzv_addr_split(addr, RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 |
+                                RDZV_ADDR_NO_UNIX,
+                      &p) < 0 ||
+      rdzv_addr_host(&p, host, hostlen) < 0)
     return RDZV_EBAD_ADDR;
-  const char *h = addr;
-  size_t hl = (size_t)(colon - addr);
-  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-    h++;
-    hl -= 2;
-  }
-  char *end = NULL;
-  long p = strtol(colon + 1, &end, 10);
-  if (hl == 0 || hl >= hostlen || end == colon + 1 || *end != '\0' ||
-      p < 0 || p > 65535)
-    return RDZV_EBAD_ADDR;
-  memcpy(host, h, hl);
-  host[hl] = '\0';
-  *port = (int)p;
+  *port = p.port_first;
   return 0;
 }
 
@@ -209,24 +200,18 @@ static int bind_one(const struct sockaddr_storage *ss, int backlog) {
 }
 
 int rdzv__listen_tcp(struct daemon *d) {
-  char host[256];
-  int first, last;
+  char host[RDZV_ADDR_HOST_MAX + 1];
   struct sockaddr_storage ss;
-  const char *colon = strrchr(d->cfg.listen, ':');
-  const char *h = d->cfg.listen;
-  size_t hl = colon != NULL ? (size_t)(colon - h) : 0;
-  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-    h++;
-    hl -= 2;
-  }
-  if (colon == NULL || hl == 0 || hl >= sizeof(host) ||
-      rdzv_config_port_range(colon + 1, &first, &last) < 0) {
+  struct rdzv_addr_parts p;
+  if (rdzv_addr_split(d->cfg.listen, RDZV_ADDR_RANGE | RDZV_ADDR_PORT0 |
+                                         RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX,
+                      &p) < 0 ||
+      rdzv_addr_host(&p, host, sizeof(host)) < 0) {
     fprintf(stderr, "rdzvd: --listen '%s' is not HOST:PORT or "
                     "HOST:FIRST-LAST\n", d->cfg.listen);
     return RDZV_EBAD_ADDR;
   }
-  memcpy(host, h, hl);
-  host[hl] = '\0';
+  int first = p.port_first, last = p.port_last;
   memset(&ss, 0, sizeof(ss));
   int rc = uv_ip4_addr(host, first, (struct sockaddr_in *)&ss);
   if (rc < 0)
