@@ -17,7 +17,7 @@
  *     QUEUE_POP 15, QUEUE_LEN 16 (2.8), LIST_KEYS 17 and BARRIER 18
  *     (layouts from PyTorch's sources: see the notes, section 3).
  * This codec parses every one of those; which of them a server serves is
- * its own business (rdzvd's front end: store/daemon/tcpstore/tcpstore.c).
+ * its own business (rdzvd's front end: store/daemon/tcpstore/bridge.c).
  * The dialect of a connection is told by its first 5 bytes: 00 ce f7 85
  * 3c (VALIDATE with the magic) is v2, anything else legacy. */
 #ifndef RDZV_STORE_TCPSTORE_WIRE_H
