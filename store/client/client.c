@@ -61,6 +61,7 @@ void rdzv__set_error(struct rdzv_client *c, const char *fmt, ...) {
 
 static void client_free(struct rdzv_client *c) {
   rdzv__conn_close(c);
+  rdzv__home_probe_end(c);
   rdzv_tls_cfg_free(c->tls_cfg);
   while (c->nfb > 0) {
     c->nfb--;
@@ -102,6 +103,7 @@ int rdzv_client_create(const struct rdzv_client_opts *opts,
   if (c == NULL)
     return RDZV_ENOMEM;
   c->fd = -1;
+  c->home_fd = -1;
   err = rdzv__client_init(c, opts);
   if (err < 0) {
     client_free(c);

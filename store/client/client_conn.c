@@ -672,11 +672,13 @@ void rdzv__conn_step(struct rdzv_client *c, int64_t now) {
   case RDZV__CS_HELLO_SENT:
   case RDZV__CS_READY:
     conn_io(c, now);
-    rdzv__home_tick(c, now);
     break;
   case RDZV__CS_FAILED:
     break;
   }
+  /* Away from its node: a probe of it (in any state, so that a probe in
+   * flight ends with the connection it was made from). */
+  rdzv__home_tick(c, now);
   /* A connect that finished at once (Unix sockets do) sends its hello
    * now rather than after another poll. */
   if (c->state == RDZV__CS_HELLO_SENT &&

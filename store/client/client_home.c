@@ -2,8 +2,9 @@
  * its session at an ancestor (a fallback of its node's chain: c->target >
  * 0), and would stay there: after a rolling restart of the nodes every rank
  * would sit on the root. While it is away, the handle probes its node's
- * Unix socket every quarter of RDZV_HOME_AFTER_MS (at most every second;
- * 0, the default for now: never):
+ * Unix socket every quarter of RDZV_HOME_AFTER_MS (default 5000, as
+ * rdzvd's --home-after-ms for a node's link; at most every second; 0:
+ * never):
  * a hello of role probe (store/wire/wire.h's RDZV_ROLE_PROBE), answered at
  * once by a node that is up, with RDZV_F_ROOT_AWAY when it cannot reach
  * the root itself. Once its answers have been "ready" for that long, and
@@ -12,18 +13,24 @@
  * the node, the session resumed there first. A move that does not stick
  * (the node refuses, or is lost again) doubles the wait, up to 32 times.
  *
- * A probe connects to a Unix socket (an instant answer: refused, or
- * accepted by the node's loop) and waits at most HOME_PROBE_WAIT_MS for
- * the reply, so a stopped node costs the caller that long once per probe.
- * A rank whose node is a TCP address does not come back (the probe would
- * block on a connect). Called by client_conn.c's rdzv__conn_step and
- * hello_accepted, and client.c's rdzv_client_timeout_ms. */
+ * A probe never blocks the caller: it connects to a Unix socket (an
+ * instant answer: refused, or accepted by the node's loop), sends its
+ * hello, and its answer is read on the steps that follow, the handle
+ * asking to be driven every HOME_PROBE_POLL_MS meanwhile
+ * (rdzv_client_timeout_ms), for at most HOME_PROBE_WAIT_MS; a node that
+ * has not answered by then (stopped, wedged) counts as not ready. (A
+ * probe that waited for its answer inside the call held up every handle
+ * of a process that drives many from one loop, 100 ms per probe and per
+ * handle away from a stopped node: with 128 of them, 12.8 s per pass of
+ * the loop, their pings and liveness checks on the ancestor with it.) A
+ * rank whose node is a TCP address does not come back (the probe would
+ * have to wait on a connect). Called by client_conn.c's rdzv__conn_step and
+ * hello_accepted, and client.c's rdzv_client_timeout_ms and destroy. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -31,13 +38,14 @@
 
 #include "store/client/client_int.h"
 
-/* The default of RDZV_HOME_AFTER_MS (off: see the note below), and the
- * most a probe waits. Off by default for now: with it on, session_test's
- * 1,024-rank interior death fails under ASan (the ranks that moved to the
- * root time out on its liveness; without the probes they do not), and the
- * cause is not found yet. */
-#define HOME_AFTER_DEFAULT_MS 0
+/* The default of RDZV_HOME_AFTER_MS (store/daemon/config.c's default of
+ * --home-after-ms, the same return for a node's link), and the most a
+ * probe waits for its answer. */
+#define HOME_AFTER_DEFAULT_MS 5000
 #define HOME_PROBE_WAIT_MS 100
+/* While a probe waits for its answer, the handle looks for it this often
+ * (the caller polls only the handle's own socket). */
+#define HOME_PROBE_POLL_MS 5
 /* The wait after moves that did not stick grows to at most this many
  * times RDZV_HOME_AFTER_MS. */
 #define HOME_MAX_FACTOR 32
@@ -56,6 +64,7 @@ void rdzv__home_init(struct rdzv_client *c) {
   c->home_wait_ns = c->home_after_ns;
   c->home_next = RDZV__NO_DEADLINE;
   c->home_since = 0;
+  c->home_fd = -1;
 }
 
 /* Whether c is a rank away from its node, on a live connection, with a
@@ -66,7 +75,9 @@ static int away(const struct rdzv_client *c) {
 }
 
 int64_t rdzv__home_due(const struct rdzv_client *c) {
-  return away(c) ? c->home_next : RDZV__NO_DEADLINE;
+  if (!away(c))
+    return RDZV__NO_DEADLINE;
+  return c->home_fd >= 0 ? c->home_poll : c->home_next;
 }
 
 void rdzv__home_arrived(struct rdzv_client *c, int64_t now) {
@@ -80,40 +91,29 @@ void rdzv__home_arrived(struct rdzv_client *c, int64_t now) {
   c->home_next = now + (every < 1000 * NS_PER_MS ? every : 1000 * NS_PER_MS);
 }
 
-/* Reads one frame from fd into b, waiting at most HOME_PROBE_WAIT_MS in
- * all. Returns 0 with *m decoded, or -1. */
-static int read_reply(int fd, struct rdzv_buf *b, struct rdzv_msg *m) {
-  int64_t end = rdzv__now_ns() + HOME_PROBE_WAIT_MS * NS_PER_MS;
-  for (;;) {
-    size_t used = 0;
-    int rc = rdzv_msg_decode(b->data, b->len, 1u << 20, m, &used);
-    if (rc == 0)
-      return 0;
-    if (rc != RDZV_ENEEDMORE)
-      return -1;
-    int64_t left = (end - rdzv__now_ns()) / NS_PER_MS;
-    struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
-    if (left <= 0 || poll(&p, 1, (int)left) <= 0)
-      return -1;
-    if (rdzv_buf_reserve(b, 4096) < 0)
-      return -1;
-    ssize_t n = recv(fd, b->data + b->len, b->cap - b->len, 0);
-    if (n <= 0)
-      return -1;
-    b->len += (size_t)n;
-  }
+/* Ends the probe in flight, if any. */
+void rdzv__home_probe_end(struct rdzv_client *c) {
+  if (c->home_fd >= 0)
+    close(c->home_fd);
+  c->home_fd = -1;
+  rdzv_buf_free(&c->home_in);
 }
 
-/* A probe of the node: 1 when it answered ready for c's job (no standby,
- * no RDZV_F_ROOT_AWAY), 0 otherwise. */
-static int probe(struct rdzv_client *c) {
+/* Starts a probe of the node: connects to its Unix socket and sends a
+ * hello of role probe, neither of which waits (a Unix socket connects at
+ * once or not at all, and a fresh one takes the small frame whole).
+ * Returns -1 when the probe is in flight (its answer is read by
+ * probe_answer on the next steps), 0 when it failed at once (the node
+ * is not there: refused, no socket file, its backlog full). */
+static int probe_start(struct rdzv_client *c, int64_t now) {
   struct rdzv_slice keys[2] = {
       {(const uint8_t *)c->job_id, (uint32_t)strlen(c->job_id)},
       {(const uint8_t *)c->name, (uint32_t)strlen(c->name)}};
-  struct rdzv_msg m, r;
-  struct rdzv_buf out = {0}, in = {0};
-  int ready = 0;
+  struct rdzv_msg m;
+  struct rdzv_buf out = {0};
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int sent;
+
   if (fd < 0)
     return 0;
   memset(&m, 0, sizeof m);
@@ -122,16 +122,58 @@ static int probe(struct rdzv_client *c) {
   m.a = RDZV_ROLE_PROBE;
   m.keys.n = 2;
   m.keys.v = keys;
-  if (connect(fd, (const struct sockaddr *)&c->addr.sun, c->addr.sun_len) ==
-          0 &&
-      rdzv_msg_encode(&m, &out) == 0 &&
-      send(fd, out.data, out.len, MSG_NOSIGNAL) == (ssize_t)out.len &&
-      read_reply(fd, &in, &r) == 0)
-    ready = (r.flags & RDZV_F_REPLY) && r.type == RDZV_MSG_HELLO &&
-            r.status == 0 && r.a != 1 && !(r.flags & RDZV_F_ROOT_AWAY);
-  close(fd);
+  sent = connect(fd, (const struct sockaddr *)&c->addr.sun,
+                 c->addr.sun_len) == 0 &&
+         rdzv_msg_encode(&m, &out) == 0 &&
+         send(fd, out.data, out.len, MSG_NOSIGNAL) == (ssize_t)out.len;
   rdzv_buf_free(&out);
-  rdzv_buf_free(&in);
+  if (!sent) {
+    close(fd);
+    return 0;
+  }
+  c->home_fd = fd;
+  c->home_probe_end = now + HOME_PROBE_WAIT_MS * NS_PER_MS;
+  c->home_poll = now + HOME_PROBE_POLL_MS * NS_PER_MS;
+  return -1;
+}
+
+/* The probe in flight: reads what its socket has, without waiting.
+ * Returns 1 when the node answered ready for c's job (no standby, no
+ * RDZV_F_ROOT_AWAY), 0 when it answered otherwise, closed, or did not
+ * answer within HOME_PROBE_WAIT_MS (the probe ends), -1 while the answer
+ * may still come (the next look is due at c->home_poll). */
+static int probe_answer(struct rdzv_client *c, int64_t now) {
+  struct rdzv_msg r;
+  size_t used = 0;
+  int ready = 0;
+
+  for (;;) {
+    int rc = rdzv_msg_decode(c->home_in.data, c->home_in.len, 1u << 20, &r,
+                             &used);
+    if (rc == 0) {
+      ready = (r.flags & RDZV_F_REPLY) && r.type == RDZV_MSG_HELLO &&
+              r.status == 0 && r.a != 1 && !(r.flags & RDZV_F_ROOT_AWAY);
+      break;
+    }
+    if (rc != RDZV_ENEEDMORE || rdzv_buf_reserve(&c->home_in, 4096) < 0)
+      break;
+    ssize_t n = recv(c->home_fd, c->home_in.data + c->home_in.len,
+                     c->home_in.cap - c->home_in.len, 0);
+    if (n > 0) {
+      c->home_in.len += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+        now < c->home_probe_end) {
+      int64_t next = now + HOME_PROBE_POLL_MS * NS_PER_MS;
+      c->home_poll = next < c->home_probe_end ? next : c->home_probe_end;
+      return -1;
+    }
+    break; /* closed, failed, or no answer in time */
+  }
+  rdzv__home_probe_end(c);
   return ready;
 }
 
@@ -147,11 +189,27 @@ static int only_reads(const struct rdzv_client *c) {
 }
 
 void rdzv__home_tick(struct rdzv_client *c, int64_t now) {
-  if (!away(c) || now < c->home_next)
+  int ready;
+
+  if (!away(c)) {
+    rdzv__home_probe_end(c);
     return;
-  int64_t every = c->home_after_ns / 4;
-  c->home_next = now + (every < 1000 * NS_PER_MS ? every : 1000 * NS_PER_MS);
-  if (!probe(c)) {
+  }
+  if (c->home_fd >= 0) {
+    if (now < c->home_poll)
+      return;
+    ready = probe_answer(c, now);
+  } else {
+    if (now < c->home_next)
+      return;
+    int64_t every = c->home_after_ns / 4;
+    c->home_next =
+        now + (every < 1000 * NS_PER_MS ? every : 1000 * NS_PER_MS);
+    ready = probe_start(c, now);
+  }
+  if (ready < 0)
+    return; /* the answer is read on a later step */
+  if (!ready) {
     c->home_since = 0;
     return;
   }

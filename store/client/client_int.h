@@ -169,6 +169,11 @@ struct rdzv_client {
    * ready (0: not), returns made. */
   int64_t home_after_ns, home_wait_ns, home_next, home_since;
   unsigned home_returns;
+  /* The probe in flight (-1: none; client_home.c): its socket, what it
+   * read, when it is given up, when its socket is next looked at. */
+  int home_fd;
+  struct rdzv_buf home_in;
+  int64_t home_probe_end, home_poll;
   uint64_t out_total;  /* bytes appended to `out` on this connection */
   uint64_t sent_total; /* bytes handed to the kernel on this connection */
   int64_t last_rx;     /* ns: bytes last came from the daemon (or READY) */
@@ -318,17 +323,21 @@ void rdzv__conn_move(struct rdzv_client *c, int64_t now, int target,
 
 /* ---- client_home.c: a rank back at its own node -------------------------- */
 
-/* Reads RDZV_HOME_AFTER_MS (default 0: a rank stays where it resumed;
- * opt-in while a failure under load is looked into: client_home.c). */
+/* Reads RDZV_HOME_AFTER_MS (default 5000; 0: a rank stays where it
+ * resumed). */
 void rdzv__home_init(struct rdzv_client *c);
 /* A hello was accepted (now, ns): at home, the wait starts afresh; away,
  * the probes start. */
 void rdzv__home_arrived(struct rdzv_client *c, int64_t now);
 /* When the next probe is due (RDZV__NO_DEADLINE: none). */
 int64_t rdzv__home_due(const struct rdzv_client *c);
-/* READY away from home: probes the node when due, and moves back once it
- * answered ready for the wait and only reads and waits are in flight. */
+/* Runs at every step, in any state. READY away from home: starts a probe
+ * of the node when one is due, reads its answer without waiting, and
+ * moves back once the node answered ready for the wait and only reads
+ * and waits are in flight. Not away: ends a probe in flight. */
 void rdzv__home_tick(struct rdzv_client *c, int64_t now);
+/* Closes the probe in flight, if any (destroy). */
+void rdzv__home_probe_end(struct rdzv_client *c);
 
 /* ---- client_tls.c: TLS on TCP connections ------------------------------ */
 

@@ -122,16 +122,23 @@ static void *rank_main(void *arg) {
       /* Idle for 3 s, driving the handle as an event loop would: pings
        * go out, and a lost node is left for its parent (count = sessions
        * resumed so far). */
-      struct timespec t0, t1;
+      /* slow: calls that held the loop (a loop that drives many
+       * handles would hold them all that long). */
+      struct timespec t0, t1, ts;
       clock_gettime(CLOCK_MONOTONIC, &t0);
+      rp.slow = 0;
       do {
         struct pollfd p = {rdzv_client_fd(c), rdzv_client_events(c), 0};
         int ms = rdzv_client_timeout_ms(c);
         if (ms < 0 || ms > 50)
           ms = 50;
         (void)poll(&p, p.fd >= 0 ? 1 : 0, ms);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         (void)rdzv_client_process(c);
         clock_gettime(CLOCK_MONOTONIC, &t1);
+        if ((t1.tv_sec - ts.tv_sec) * 1000 +
+                (t1.tv_nsec - ts.tv_nsec) / 1000000 >= 50)
+          rp.slow++;
       } while ((t1.tv_sec - t0.tv_sec) * 1000 +
                    (t1.tv_nsec - t0.tv_nsec) / 1000000 < 3000);
       rp.status = 0;

@@ -14,6 +14,7 @@ struct report {
   int32_t cmd;    /* 0 or 'j': a join; else the command answered */
   int32_t status; /* the join's or the command's */
   int32_t count;  /* 'a': adds acknowledged */
+  int32_t slow;   /* 'i': rdzv_client_process calls of 50 ms or more */
   char text[220]; /* last error, cut */
 };
 

@@ -12,6 +12,9 @@
  *  - kill -9 of a node with its host's ranks: every other rank is told,
  *    naming the host and its ranks, after --session-grace-ms; relaunched
  *    ranks complete the next generation;
+ *  - a node that listens but never answers (wedged) while its ranks are
+ *    away on its parent: their probes of it never hold a call into the
+ *    handle (rdzv_client_process), and they stay on the parent;
  *  - SIGSTOP of a node for three liveness timeouts: its ranks resume
  *    through its parent, the generation stands; when the node runs again
  *    its stale word (aborts about ranks that moved on) is refused
@@ -31,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -278,6 +283,67 @@ static void test_ranks_return_home(void **state) {
   barrier_all(&ha, &hb, 0, NULL);
   printf("ranks back home after %d idle round(s) of 3 s; %lld adds counted "
          "once\n", rounds, (long long)acked);
+  assert_int_equal(host_end(&ha), 0);
+  assert_int_equal(host_end(&hb), 0);
+}
+
+/* A node that is there but does not answer (a listening socket nobody
+ * accepts on: a wedged node) while hostA's ranks are away on mid: their
+ * probes of it never hold the caller (one that waited for the answer
+ * held each call into the handle 100 ms, which a process driving many
+ * handles from one loop pays once per handle), and they stay on mid. */
+static void test_probe_of_wedged_node_never_blocks(void **state) {
+  (void)state;
+  struct hostproc ha, hb;
+  setenv("RDZV_HOME_AFTER_MS", "400", 1); /* the host processes' */
+  join_two_hosts("wedged", &ha, &hb);
+  unsetenv("RDZV_HOME_AFTER_MS");
+  int64_t m0 = stats_at(mid_tcp, "sessions_resumed");
+  kill(leaf_a.pid, SIGKILL);
+  proc_wait(&leaf_a);
+  leaf_a.pid = 0;
+  host_cmd(&ha, 'a');
+  for (int i = 0; i < 2; i++) {
+    struct report rp;
+    host_read(&ha, &rp);
+    if (rp.status != 0)
+      fail_msg("adds on hostA: %s (%s)", rdzv_strerror(rp.status), rp.text);
+  }
+  assert_true(stats_reach(mid_tcp, "sessions_resumed", m0 + 2) >= m0 + 2);
+  /* leafA's path, listened on and never accepted from. */
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/leafA.sock", dir);
+  unlink(sun.sun_path);
+  int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(lfd >= 0);
+  assert_int_equal(bind(lfd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+  assert_int_equal(listen(lfd, 64), 0);
+  host_cmd(&ha, 'i');
+  int slow = 0;
+  for (int i = 0; i < 2; i++) {
+    struct report rp;
+    host_read(&ha, &rp);
+    assert_int_equal(rp.status, 0);
+    assert_int_equal(rp.count, 1); /* still on mid: resumed once */
+    slow += rp.slow;
+  }
+  printf("probes of a wedged node: %d call(s) of 50 ms or more in two "
+         "ranks' 3 s idle rounds\n", slow);
+  /* Not a timing bound: a probe that waits gives one slow call per
+   * probe (about 30 here); a scheduler's hiccup gives a few at most. */
+  assert_true(slow <= 3);
+  close(lfd);
+  unlink(sun.sun_path);
+  /* A barrier's key is its host's command count: hostB catches up. */
+  for (int k = 0; k < 2; k++) {
+    host_cmd(&hb, 's');
+    for (int i = 0; i < 2; i++) {
+      struct report rp;
+      host_read(&hb, &rp);
+      assert_int_equal(rp.status, 0);
+    }
+  }
+  barrier_all(&ha, &hb, 0, NULL);
   assert_int_equal(host_end(&ha), 0);
   assert_int_equal(host_end(&hb), 0);
 }
@@ -618,6 +684,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_ranks_return_home, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_probe_of_wedged_node_never_blocks,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_host_lost_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stopped_node_fenced, setup,
                                       teardown),
