@@ -86,7 +86,7 @@ static void ctx_unref(struct rdzv__comm_ctx *x) {
   rdzv_nccl_unload(x->api);
   free(x->nccl_path);
   struct rdzv__used_name *u, *tmp;
-  HASH_ITER(hh, x->used, u, tmp) {
+  HASH_ITER (hh, x->used, u, tmp) {
     HASH_DEL(x->used, u);
     free(u);
   }

@@ -114,7 +114,7 @@ static void run_on_worker_locked(rdzv_comm_t *c) {
   char err[256];
   int rc;
 
-  rc = rdzv__cuda_ctx_apply(c->cuda_ctx, err, sizeof err);
+  rc = rdzv__cuda_ctx_apply(c->cuda_ctx, err, sizeof(err));
   if (rc < 0) {
     c->start_due = 0;
     c->error = rc; /* before state: see rdzv_comm_poll */

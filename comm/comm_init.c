@@ -113,8 +113,8 @@ static int exchange_ids(rdzv_comm_t *c, const struct rdzv_nccl_api *api,
 
 /* Takes the result of an NCCL init call that produced `comm`. */
 int rdzv__comm_started(rdzv_comm_t *c, const struct rdzv_nccl_api *api,
-                   rdzv_nccl_comm_t comm, rdzv_nccl_result res,
-                   const char *what) {
+                       rdzv_nccl_comm_t comm, rdzv_nccl_result res,
+                       const char *what) {
   char err[768];
   int rc;
 
@@ -165,8 +165,8 @@ int rdzv__comm_start_locked(rdzv_comm_t *c, int nonblocking, double timeout_s) {
   }
   rdzv_free(ids);
   return rdzv__comm_started(c, api, comm, res,
-                 c->path[0] == 'c' ? "ncclCommInitRankConfig"
-                                   : "ncclCommInitRankScalable");
+                            c->path[0] == 'c' ? "ncclCommInitRankConfig"
+                                              : "ncclCommInitRankScalable");
 }
 
 int rdzv__comm_poll_locked(rdzv_comm_t *c) {

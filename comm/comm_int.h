@@ -97,7 +97,7 @@ struct rdzv_comm {
    * (comm/cuda_ctx.h), NULL when none or when the process has no CUDA
    * driver loaded; the worker makes it current before it runs the init. */
   void *cuda_ctx;
-  double nccl_t0;   /* when the NCCL init call was made */
+  double nccl_t0; /* when the NCCL init call was made */
   struct rdzv_comm_timings t;
   /* Shrink and grow (shrink_grow.c), under `lock`: how many of each have
    * succeeded on this handle (the next one's number is one more), and

@@ -55,8 +55,8 @@ static int resolve(void) {
       set = dlsym(dl, "cuCtxSetCurrent");
       if (get != NULL && set != NULL) {
         /* dlsym's void * converts to a function pointer (POSIX). */
-        memcpy(&drv.get_current, &get, sizeof get);
-        memcpy(&drv.set_current, &set, sizeof set);
+        memcpy(&drv.get_current, &get, sizeof(get));
+        memcpy(&drv.set_current, &set, sizeof(set));
         /* The reference dlopen took is kept: see cuda_ctx.h. */
         atomic_store_explicit(&drv_ready, 1, memory_order_release);
       } else {

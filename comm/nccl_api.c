@@ -120,8 +120,8 @@ char *rdzv_nccl_version_format(int code, char *buf, size_t n) {
 }
 
 void rdzv_nccl_config_init(struct rdzv_nccl_config *cfg) {
-  memset(cfg, 0, sizeof *cfg);
-  cfg->size = sizeof *cfg;
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->size = sizeof(*cfg);
   cfg->magic = RDZV_NCCL_CONFIG_MAGIC;
   cfg->version = RDZV_NCCL_CONFIG_VERSION;
   cfg->blocking = RDZV_NCCL_CONFIG_UNDEF_INT;
@@ -182,7 +182,7 @@ static int check_version(struct rdzv_nccl_api *api, struct msg *m) {
             api->path);
     return RDZV_ENCCL_SYMBOL;
   }
-  memcpy(&api->get_version, &p, sizeof p);
+  memcpy(&api->get_version, &p, sizeof(p));
   api->version = -1;
   res = api->get_version(&api->version);
   if (res != RDZV_NCCL_SUCCESS) {
@@ -191,8 +191,8 @@ static int check_version(struct rdzv_nccl_api *api, struct msg *m) {
     return RDZV_ENCCL;
   }
   if (api->version < RDZV_NCCL_MIN_VERSION) {
-    rdzv_nccl_version_format(api->version, found, sizeof found);
-    rdzv_nccl_version_format(RDZV_NCCL_MIN_VERSION, needed, sizeof needed);
+    rdzv_nccl_version_format(api->version, found, sizeof(found));
+    rdzv_nccl_version_format(RDZV_NCCL_MIN_VERSION, needed, sizeof(needed));
     msg_add(m,
             "NCCL library '%s' is version %s (code %d); rdzv needs %s "
             "(code %d) or newer, for ncclCommInitRankScalable",
@@ -209,14 +209,14 @@ static int resolve_all(struct rdzv_nccl_api *api, struct msg *m) {
   size_t i, missing = 0;
   void *p;
 
-  for (i = 0; i < sizeof nccl_syms / sizeof nccl_syms[0]; i++) {
+  for (i = 0; i < sizeof(nccl_syms) / sizeof(nccl_syms[0]); i++) {
     p = dlsym(api->dl, nccl_syms[i].name);
     if (p != NULL) {
-      memcpy((char *)api + nccl_syms[i].offset, &p, sizeof p);
+      memcpy((char *)api + nccl_syms[i].offset, &p, sizeof(p));
       continue;
     }
     if (missing == 0) {
-      rdzv_nccl_version_format(api->version, version, sizeof version);
+      rdzv_nccl_version_format(api->version, version, sizeof(version));
       msg_add(m, "NCCL library '%s' (version %s) lacks required symbol(s):",
               api->path, version);
     }
@@ -224,11 +224,11 @@ static int resolve_all(struct rdzv_nccl_api *api, struct msg *m) {
     missing++;
   }
   /* Optional ones stay NULL when absent (the table was calloc'd). */
-  for (i = 0; i < sizeof nccl_optional_syms / sizeof nccl_optional_syms[0];
+  for (i = 0; i < sizeof(nccl_optional_syms) / sizeof(nccl_optional_syms[0]);
        i++) {
     p = dlsym(api->dl, nccl_optional_syms[i].name);
     if (p != NULL)
-      memcpy((char *)api + nccl_optional_syms[i].offset, &p, sizeof p);
+      memcpy((char *)api + nccl_optional_syms[i].offset, &p, sizeof(p));
   }
   return missing == 0 ? 0 : RDZV_ENCCL_SYMBOL;
 }
@@ -243,8 +243,8 @@ int rdzv_nccl_optional(const struct rdzv_nccl_api *api, const char *symbol,
     msg_add(&m, "rdzv_nccl_optional: no NCCL table or symbol");
     return -EINVAL;
   }
-  rdzv_nccl_version_format(api->version, found, sizeof found);
-  rdzv_nccl_version_format(since, needed, sizeof needed);
+  rdzv_nccl_version_format(api->version, found, sizeof(found));
+  rdzv_nccl_version_format(since, needed, sizeof(needed));
   if (api->version < since) {
     msg_add(&m,
             "%s needs NCCL %s (code %d) or newer; NCCL library '%s' is "
@@ -284,7 +284,7 @@ int rdzv_nccl_load_first(const char *const *candidates, size_t n,
   if (dl == NULL)
     return RDZV_ENCCL_MISSING;
   msg_init(&m, err, errlen); /* Drop the failures of earlier candidates. */
-  api = calloc(1, sizeof *api);
+  api = calloc(1, sizeof(*api));
   if (api != NULL)
     api->path = strdup(candidates[which]);
   if (api == NULL || api->path == NULL) {
@@ -312,7 +312,7 @@ int rdzv_nccl_load(const char *path, struct rdzv_nccl_api **out, char *err,
 
   if (path != NULL && path[0] != '\0')
     return rdzv_nccl_load_first(&path, 1, out, err, errlen);
-  return rdzv_nccl_load_first(defaults, sizeof defaults / sizeof defaults[0],
+  return rdzv_nccl_load_first(defaults, sizeof(defaults) / sizeof(defaults[0]),
                               out, err, errlen);
 }
 

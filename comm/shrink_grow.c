@@ -49,8 +49,8 @@ static double left(double deadline) {
 
 /* "rdzv/<round>/w<gen>/<what>/<name>/<n>" */
 static void agree_key(const struct rdzv__comm_ctx *x, int64_t gen,
-                      const char *what, const char *name, int32_t n,
-                      char *out, size_t len) {
+                      const char *what, const char *name, int32_t n, char *out,
+                      size_t len) {
   snprintf(out, len, "rdzv/%s/w%" PRId64 "/%s/%s/%d",
            rdzv_rendezvous_round(x->r), gen, what, name, (int)n);
 }
@@ -137,8 +137,8 @@ static void put_le32(uint8_t *p, int32_t v) {
 }
 
 static int32_t get_le32(const uint8_t *p) {
-  return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 |
-                   (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+  return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                   (uint32_t)p[3] << 24);
 }
 
 /* A new handle for an NCCL call's communicator: name, members (world
@@ -247,7 +247,8 @@ static int agree_exclude(rdzv_comm_t *c, int32_t n, const char *mine,
       rc = rdzv_store_get(cl, key, &cur, &cur_len, left(deadline));
   }
   if (rc < 0)
-    rdzv__comm_fail(c, rc, "%s: shrink %d: agreeing on the exclude list (%s): "
+    rdzv__comm_fail(c, rc,
+                    "%s: shrink %d: agreeing on the exclude list (%s): "
                     "%s",
                     c->name, (int)n, key, rdzv_client_last_error(cl));
   pthread_mutex_unlock(&x->store_lock);
@@ -297,8 +298,7 @@ static int shrink_locked(rdzv_comm_t *c, const int32_t *lost, int32_t nlost,
     return rdzv__comm_fail(c, rc,
                            "%s: shrink %d: lost must be 0 .. %d distinct "
                            "ranks of 0 .. %d",
-                           c->name, (int)n, (int)c->size - 1,
-                           (int)c->size - 1);
+                           c->name, (int)n, (int)c->size - 1, (int)c->size - 1);
   list_text(mine, nlost, text, sizeof(text));
   free(mine);
   rc = agree_exclude(c, n, text, deadline, &agreed, &nagreed);
@@ -327,8 +327,7 @@ static int shrink_locked(rdzv_comm_t *c, const int32_t *lost, int32_t nlost,
     else
       members[k++] = rdzv_comm_world_rank(c, r);
   }
-  h = child_new(c, name, members, c->size - nagreed, c->rank - below,
-                "shrink");
+  h = child_new(c, name, members, c->size - nagreed, c->rank - below, "shrink");
   if (h == NULL) {
     free(agreed);
     return rdzv__comm_fail(c, RDZV_ENOMEM, "%s: out of memory", c->name);
@@ -361,8 +360,7 @@ int rdzv_comm_shrink(rdzv_comm_t *c, const int32_t *lost, int32_t nlost,
     return -EINVAL;
   pthread_mutex_lock(&c->lock);
   if (out == NULL || !(timeout_s > 0) || (flags & ~RDZV_COMM_SHRINK_ABORT))
-    rc = rdzv__comm_fail(c, -EINVAL,
-                         "%s: rdzv_comm_shrink: %s", c->name,
+    rc = rdzv__comm_fail(c, -EINVAL, "%s: rdzv_comm_shrink: %s", c->name,
                          out == NULL ? "out is NULL"
                          : !(timeout_s > 0)
                              ? "timeout_s must be > 0"
@@ -528,8 +526,8 @@ static int grow_world_check(rdzv_comm_t *c, rdzv_comm_t *w, int32_t n,
   pthread_mutex_lock(&w->lock);
   rc = rdzv__comm_load_api(w, wapi);
   if (rc < 0)
-    rdzv__comm_fail(c, rc, "%s: grow %d: generation %lld's world: %s",
-                    c->name, (int)n, wgen, w->last_error);
+    rdzv__comm_fail(c, rc, "%s: grow %d: generation %lld's world: %s", c->name,
+                    (int)n, wgen, w->last_error);
   pthread_mutex_unlock(&w->lock);
   if (rc == 0 && (*wapi)->comm_abort != api->comm_abort)
     rc = rdzv__comm_fail(c, -EINVAL,
@@ -545,8 +543,8 @@ static int grow_world_check(rdzv_comm_t *c, rdzv_comm_t *w, int32_t n,
  * context (a later generation) to agree under its keys, through its store
  * lock, and make a child of it (rdzv_comm_grow_in). */
 static int grow_locked(rdzv_comm_t *c, rdzv_comm_t *w, const char *call,
-                       const int32_t *added, int32_t nadded,
-                       rdzv_comm_t **out, double timeout_s) {
+                       const int32_t *added, int32_t nadded, rdzv_comm_t **out,
+                       double timeout_s) {
   const struct rdzv_nccl_api *api = c->ctx->api, *wapi = api;
   struct rdzv__comm_ctx *x = w != NULL ? w->ctx : c->ctx;
   rdzv_comm_t *parent = w != NULL ? w : c; /* of the new handle */
@@ -621,8 +619,8 @@ static int grow_locked(rdzv_comm_t *c, rdzv_comm_t *w, const char *call,
   config_for(h, &cfg);
   h->nccl_t0 = rdzv__comm_now();
   /* c's library makes it; h's world (the same library) polls it. */
-  res = api->comm_grow(c->nccl, size, c->rank == 0 ? &g.id : NULL, -1, &nc,
-                       &cfg);
+  res =
+      api->comm_grow(c->nccl, size, c->rank == 0 ? &g.id : NULL, -1, &nc, &cfg);
   rc = settle(c, h, wapi, nc, res, "ncclCommGrow", deadline, out);
   if (rc == 0)
     c->ngrows = n;
@@ -641,8 +639,7 @@ static int grow_call(rdzv_comm_t *c, rdzv_comm_t *world, const char *call,
   pthread_mutex_lock(&c->lock);
   if (out == NULL || !(timeout_s > 0))
     rc = rdzv__comm_fail(c, -EINVAL, "%s: %s: %s", c->name, call,
-                         out == NULL ? "out is NULL"
-                                     : "timeout_s must be > 0");
+                         out == NULL ? "out is NULL" : "timeout_s must be > 0");
   else if (world != NULL && world->parent != NULL)
     rc = rdzv__comm_fail(c, -EINVAL,
                          "%s: %s: '%s' is not a world handle (make it with "

@@ -66,7 +66,7 @@ static int same_host(const struct rdzv_join_rec *a,
 int rdzv_join_cmp(const struct rdzv_join_rec *a,
                   const struct rdzv_join_rec *b) {
   int c = rdzv_natural_cmp(a->location, a->location_len, b->location,
-                      b->location_len);
+                           b->location_len);
   if (c == 0)
     c = rdzv_natural_cmp(a->host, a->host_len, b->host, b->host_len);
   if (c == 0)
@@ -76,8 +76,8 @@ int rdzv_join_cmp(const struct rdzv_join_rec *a,
 
 /* Bottom-up merge sort of indices: stable and O(n log n) without qsort's
  * missing context argument. */
-void rdzv_join_sort(const struct rdzv_join_rec *recs, size_t *idx,
-                    size_t *tmp, size_t n) {
+void rdzv_join_sort(const struct rdzv_join_rec *recs, size_t *idx, size_t *tmp,
+                    size_t n) {
   for (size_t w = 1; w < n; w *= 2) {
     for (size_t lo = 0; lo < n; lo += 2 * w) {
       size_t mid = lo + w < n ? lo + w : n;

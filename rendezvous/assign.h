@@ -17,8 +17,8 @@ struct rdzv_join_rec {
   uint32_t host_len;
   const uint8_t *location; /* e.g. "pod2/rack7/sw1"; may be empty */
   uint32_t location_len;
-  int32_t local_rank; /* as the launcher numbered it (>= 0) */
-  uint64_t claim;     /* identity of the joining process */
+  int32_t local_rank;    /* as the launcher numbered it (>= 0) */
+  uint64_t claim;        /* identity of the joining process */
   const uint8_t *domain; /* e.g. an NVLink domain's ClusterUUID; may be
                             empty */
   uint32_t domain_len;
@@ -50,12 +50,11 @@ int rdzv_natural_cmp(const uint8_t *a, uint32_t an, const uint8_t *b,
 
 /* Compares two joins in assignment order (location, host, local rank):
  * <0, 0 (same host and local rank) or >0. */
-int rdzv_join_cmp(const struct rdzv_join_rec *a,
-                  const struct rdzv_join_rec *b);
+int rdzv_join_cmp(const struct rdzv_join_rec *a, const struct rdzv_join_rec *b);
 
 /* Sorts idx[0..n) (indices into recs) into assignment order, stably;
  * tmp holds n entries. */
-void rdzv_join_sort(const struct rdzv_join_rec *recs, size_t *idx,
-                    size_t *tmp, size_t n);
+void rdzv_join_sort(const struct rdzv_join_rec *recs, size_t *idx, size_t *tmp,
+                    size_t n);
 
 #endif /* RDZV_RENDEZVOUS_ASSIGN_H */

@@ -37,8 +37,8 @@ typedef int (*nvml_shutdown_fn)(void);
 typedef int (*nvml_handle_fn)(unsigned int, void **);
 typedef int (*nvml_fabric_fn)(void *, struct fabric_v1 *);
 
-int rdzv_domain_format(const unsigned char uuid[16], uint32_t clique,
-                       char *out, size_t n) {
+int rdzv_domain_format(const unsigned char uuid[16], uint32_t clique, char *out,
+                       size_t n) {
   static const char digits[] = "0123456789abcdef";
   char hex[37];
   size_t k = 0;

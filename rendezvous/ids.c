@@ -126,9 +126,8 @@ static int publish_id(rdzv_rendezvous_t *r, const char *key,
     return rdzv__rdv_fail(r, rc, "making a unique id");
   size_t sl = members_spec(members, nmembers, RDZV_MEMBERS_BLOCKS, spec);
   struct rdzv_value *vals = NULL;
-  rc = rdzv_store_gather_of(r->c, key, (uint64_t)b, (uint64_t)n, id,
-                            sizeof(id), sl > 0 ? spec : NULL, sl, &vals,
-                            timeout_s);
+  rc = rdzv_store_gather_of(r->c, key, (uint64_t)b, (uint64_t)n, id, sizeof(id),
+                            sl > 0 ? spec : NULL, sl, &vals, timeout_s);
   if (rc < 0)
     return rdzv__rdv_fail(r, rc, "publishing a unique id");
   for (int64_t i = 0; i < n; i++) {
@@ -144,8 +143,8 @@ static int publish_id(rdzv_rendezvous_t *r, const char *key,
 
 static int exchange(rdzv_rendezvous_t *r, const char *key,
                     const int32_t *members, int64_t nmembers, int64_t mine,
-                    int64_t n, rdzv_make_id_fn make_id, void *arg,
-                    uint8_t *out, double timeout_s);
+                    int64_t n, rdzv_make_id_fn make_id, void *arg, uint8_t *out,
+                    double timeout_s);
 static void name_missing(rdzv_rendezvous_t *r, const char *what,
                          const char *key, int gather, const int32_t *members,
                          int64_t n, int64_t count, int by_block);
@@ -172,8 +171,8 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
      * a barrier names its missing members. */
     char what[200];
     snprintf(what, sizeof(what),
-             "unique ids of '%s' (%" PRId64 " ranks, %" PRId64 " ids)", comm,
-             w, n);
+             "unique ids of '%s' (%" PRId64 " ranks, %" PRId64 " ids)", comm, w,
+             n);
     name_missing(r, what, key, 1, NULL, w, n, 1);
   }
   if (rc < 0) {
@@ -185,8 +184,8 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
   return 0;
 }
 
-int rdzv_rendezvous_hosts(rdzv_rendezvous_t *r, const char **text,
-                          size_t *len, double timeout_s) {
+int rdzv_rendezvous_hosts(rdzv_rendezvous_t *r, const char **text, size_t *len,
+                          double timeout_s) {
   if (r->hosts == NULL) {
     char key[512];
     void *v = NULL;
@@ -203,9 +202,9 @@ int rdzv_rendezvous_hosts(rdzv_rendezvous_t *r, const char **text,
 }
 
 int rdzv_rendezvous_host_of(rdzv_rendezvous_t *r, int32_t rank,
-                            int32_t *node_rank, int32_t *first,
-                            int32_t *count, char *host, size_t hostlen,
-                            char *location, size_t loclen, double timeout_s) {
+                            int32_t *node_rank, int32_t *first, int32_t *count,
+                            char *host, size_t hostlen, char *location,
+                            size_t loclen, double timeout_s) {
   const char *t;
   if (rank < 0 || rank >= r->a.world_size)
     return -EINVAL;
@@ -218,9 +217,12 @@ int rdzv_rendezvous_host_of(rdzv_rendezvous_t *r, int32_t rank,
                &ll, &le) < 3)
       break;
     if (rank >= fr && rank < fr + ls) {
-      if (node_rank) *node_rank = nr;
-      if (first) *first = fr;
-      if (count) *count = ls;
+      if (node_rank)
+        *node_rank = nr;
+      if (first)
+        *first = fr;
+      if (count)
+        *count = ls;
       if (host && hostlen)
         snprintf(host, hostlen, "%.*s", he - hl, line + hl);
       if (location && loclen)
@@ -300,9 +302,9 @@ static size_t append_rank(rdzv_rendezvous_t *r, char *list, size_t size,
   if (rdzv_rendezvous_host_of(r, rank, NULL, NULL, NULL, host, sizeof(host),
                               NULL, 0, 2.0) < 0)
     host[0] = '\0';
-  int w = snprintf(list + len, size - len, "%srank %d%s%s%s%s",
-                   first ? "" : ", ", rank, extra, host[0] ? " (host " : "",
-                   host, host[0] ? ")" : "");
+  int w =
+      snprintf(list + len, size - len, "%srank %d%s%s%s%s", first ? "" : ", ",
+               rank, extra, host[0] ? " (host " : "", host, host[0] ? ")" : "");
   return len + (w > 0 ? (size_t)w : 0);
 }
 
@@ -367,8 +369,7 @@ int rdzv_rendezvous_group_barrier(rdzv_rendezvous_t *r, const char *name,
                                   const int32_t *members, int64_t nmembers,
                                   double timeout_s) {
   char key[512], rest[220], what[300];
-  if (r == NULL || name == NULL || !*name || strlen(name) > 200 ||
-      nmembers < 1)
+  if (r == NULL || name == NULL || !*name || strlen(name) > 200 || nmembers < 1)
     return -EINVAL;
   int64_t me = member_index(r, members, nmembers);
   if (me < 0) {
@@ -419,8 +420,8 @@ static void on_arrival(rdzv_client_t *c, const struct rdzv_result *res,
  * for the table. */
 static int exchange(rdzv_rendezvous_t *r, const char *key,
                     const int32_t *members, int64_t nmembers, int64_t mine,
-                    int64_t n, rdzv_make_id_fn make_id, void *arg,
-                    uint8_t *out, double timeout_s) {
+                    int64_t n, rdzv_make_id_fn make_id, void *arg, uint8_t *out,
+                    double timeout_s) {
   if (mine >= 0)
     return publish_id(r, key, members, nmembers, mine, n, make_id, arg, out,
                       timeout_s);
@@ -443,8 +444,7 @@ static int arrival_outcome(rdzv_rendezvous_t *r, const char *akey,
     return in->status;
   char why[96];
   int done = 0;
-  snprintf(why, sizeof(why), "rank %d gave up at its deadline",
-           (int)r->a.rank);
+  snprintf(why, sizeof(why), "rank %d gave up at its deadline", (int)r->a.rank);
   if (rdzv_store_collective_give_up(r->c, akey, 0, why, &done, 2.0) == 0 &&
       done)
     return 0;
@@ -460,9 +460,12 @@ static int arrival_submit(rdzv_rendezvous_t *r, const char *key,
   size_t sl = members_spec(members, n, RDZV_MEMBERS_EACH, spec);
   struct rdzv_bytes k[2] = {{key, strlen(key)}, {spec, sl}},
                     v = {id, sizeof(id)};
-  struct rdzv_request req = {.op = RDZV_OP_BARRIER, .b = n,
-                             .nkeys = sl > 0 ? 2 : 1, .keys = k,
-                             .nvals = 1, .vals = &v};
+  struct rdzv_request req = {.op = RDZV_OP_BARRIER,
+                             .b = n,
+                             .nkeys = sl > 0 ? 2 : 1,
+                             .keys = k,
+                             .nvals = 1,
+                             .vals = &v};
   int rc = rdzv_client_submit(r->c, &req, timeout_s, on_arrival, a);
   return rc < 0 ? rdzv__rdv_fail(r, rc, "checking in") : 0;
 }
@@ -479,8 +482,8 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
     return -EINVAL;
   int64_t me = member_index(r, members, nmembers);
   if (me < 0) {
-    snprintf(r->last_error, sizeof(r->last_error),
-             "unique ids of '%s': %s", comm,
+    snprintf(r->last_error, sizeof(r->last_error), "unique ids of '%s': %s",
+             comm,
              me == -1 ? "this rank is not a member"
                       : "members out of range or repeated");
     return me == -1 ? -EINVAL : (int)me;
@@ -516,8 +519,7 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
   int arrived = in->done ? arrival_outcome(r, akey, in) : RDZV_EDEADLINE;
   if (arrived == 0 && rc == RDZV_EDEADLINE)
     /* Everyone came, so the ids are on their way: one more try. */
-    rc = exchange(r, key, members, nmembers, mine, n, make_id, arg, out,
-                  5.0);
+    rc = exchange(r, key, members, nmembers, mine, n, make_id, arg, out, 5.0);
   char what[200];
   snprintf(what, sizeof(what),
            "unique ids of '%s' (%" PRId64 " members, %" PRId64 " ids)", comm,

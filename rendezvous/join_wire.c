@@ -114,8 +114,8 @@ int rdzv_join_rec_encode(const struct rdzv_join_full *j, uint8_t *out) {
 }
 
 /* Reads a u16-length string at *off; returns 0 or RDZV_EPROTO. */
-static int get_str16(const uint8_t *p, size_t n, size_t *off,
-                     const uint8_t **s, uint32_t *len) {
+static int get_str16(const uint8_t *p, size_t n, size_t *off, const uint8_t **s,
+                     uint32_t *len) {
   if (n - *off < 2)
     return RDZV_EPROTO;
   uint32_t l = (uint32_t)p[*off] | (uint32_t)p[*off + 1] << 8;
@@ -162,8 +162,7 @@ int rdzv_join_rec_decode(const uint8_t *p, size_t n,
                      out->rec.domain_len == 0 && out->unhealthy_len == 0))
       return RDZV_EPROTO;
   }
-  if (out->rec.host_len == 0 || out->rec.local_rank < 0 ||
-      out->local_size < 0)
+  if (out->rec.host_len == 0 || out->rec.local_rank < 0 || out->local_size < 0)
     return RDZV_EPROTO;
   return 0;
 }
@@ -202,15 +201,14 @@ int rdzv_join_assign_decode(const uint8_t *p, size_t n, uint64_t *claim,
   a->node_count = (int32_t)get32(p + 28);
   if (a->world_size < 1 || a->rank < 0 || a->rank >= a->world_size ||
       a->local_size < 1 || a->local_rank < 0 ||
-      a->local_rank >= a->local_size || a->node_count < 1 ||
-      a->node_rank < 0 || a->node_rank >= a->node_count)
+      a->local_rank >= a->local_size || a->node_count < 1 || a->node_rank < 0 ||
+      a->node_rank >= a->node_count)
     return RDZV_EPROTO;
   return 0;
 }
 
-int rdzv_topo_append_line(struct rdzv_buf *b, int32_t rank,
-                          int32_t local_rank, const uint8_t *topo,
-                          uint32_t topo_len) {
+int rdzv_topo_append_line(struct rdzv_buf *b, int32_t rank, int32_t local_rank,
+                          const uint8_t *topo, uint32_t topo_len) {
   char head[32];
   int n = snprintf(head, sizeof(head), "%d %d ", rank, local_rank);
   if (rdzv_buf_reserve(b, (size_t)n + topo_len + 1) < 0)

@@ -51,8 +51,8 @@
  * (a node) has known, a floor for the number of the generation the root
  * opens next. Floors at or past this bound are ignored: a bogus one must
  * not use up the generation space. */
-#define RDZV_JOIN_GEN_FLOOR_MAX ((int64_t)1 << 30) /* generation keys parse
-                                                      up to INT32_MAX */
+/* generation keys parse up to INT32_MAX */
+#define RDZV_JOIN_GEN_FLOOR_MAX ((int64_t)1 << 30)
 #define RDZV_JOIN_ERROR_BYTES 12u
 #define RDZV_JOIN_MAX_TOPO 65535u
 
@@ -115,9 +115,8 @@ int rdzv_join_assign_decode(const uint8_t *p, size_t n, uint64_t *claim,
  * its own host) a node build it with this one function, so both hold the
  * same bytes. Returns 0 or RDZV_ENOMEM. */
 struct rdzv_buf;
-int rdzv_topo_append_line(struct rdzv_buf *b, int32_t rank,
-                          int32_t local_rank, const uint8_t *topo,
-                          uint32_t topo_len);
+int rdzv_topo_append_line(struct rdzv_buf *b, int32_t rank, int32_t local_rank,
+                          const uint8_t *topo, uint32_t topo_len);
 
 /* A member to name in an error: its host and its rank (or local rank),
  * -1 when not known. host points into the caller's memory. */

@@ -25,8 +25,8 @@ static int64_t rank_at(const int32_t *ranks, int64_t i) {
   return ranks != NULL ? ranks[i] : i;
 }
 
-int rdzv_members_encode(const int32_t *ranks, int64_t n, int kind,
-                        uint8_t *out, size_t cap) {
+int rdzv_members_encode(const int32_t *ranks, int64_t n, int kind, uint8_t *out,
+                        size_t cap) {
   if (n < 1 || n > INT32_MAX ||
       (kind != RDZV_MEMBERS_EACH && kind != RDZV_MEMBERS_BLOCKS))
     return -EINVAL;
@@ -45,8 +45,8 @@ int rdzv_members_encode(const int32_t *ranks, int64_t n, int kind,
     }
     if (nruns == RDZV_MEMBERS_MAX_RUNS)
       return -E2BIG;
-    runs[nruns++] = (struct rdzv_members_run){
-        (uint32_t)first, (uint32_t)stride, (uint32_t)(e - i)};
+    runs[nruns++] = (struct rdzv_members_run){(uint32_t)first, (uint32_t)stride,
+                                              (uint32_t)(e - i)};
     i = e;
   }
   size_t need = 9 + 12 * (size_t)nruns;
@@ -63,7 +63,8 @@ int rdzv_members_encode(const int32_t *ranks, int64_t n, int kind,
   return (int)need;
 }
 
-int rdzv_members_decode(const uint8_t *p, size_t len, struct rdzv_members *out) {
+int rdzv_members_decode(const uint8_t *p, size_t len,
+                        struct rdzv_members *out) {
   if (len < 9)
     return -EINVAL;
   memset(out, 0, sizeof(*out));

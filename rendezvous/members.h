@@ -45,11 +45,12 @@ struct rdzv_members {
  * whole world, ranks 0 .. n-1) as a collective of kind into out (cap
  * bytes; RDZV_MEMBERS_MAX_BYTES always suffice). Runs are found greedily
  * (a run continues while the step between neighbours stays the same and
- * positive): O(n), O(1) for the world (ranks NULL). Returns the bytes written, -EINVAL (n < 1 or > INT32_MAX, a
- * negative rank, a bad kind), -E2BIG (more than RDZV_MEMBERS_MAX_RUNS runs
- * are needed: tell nodes nothing) or -ENOSPC (cap too small). */
-int rdzv_members_encode(const int32_t *ranks, int64_t n, int kind,
-                        uint8_t *out, size_t cap);
+ * positive): O(n), O(1) for the world (ranks NULL). Returns the bytes written,
+ * -EINVAL (n < 1 or > INT32_MAX, a negative rank, a bad kind), -E2BIG (more
+ * than RDZV_MEMBERS_MAX_RUNS runs are needed: tell nodes nothing) or -ENOSPC
+ * (cap too small). */
+int rdzv_members_encode(const int32_t *ranks, int64_t n, int kind, uint8_t *out,
+                        size_t cap);
 
 /* Decodes len bytes at p into *out. Returns 0, or -EINVAL when they are not
  * one encoding as above (truncated, trailing bytes, a bad kind, a zero

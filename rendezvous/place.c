@@ -34,7 +34,7 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
   size_t *pidx = malloc((np ? np : 1) * sizeof(*pidx));
   size_t *ptmp = malloc((np ? np : 1) * sizeof(*ptmp));
   size_t *at = malloc((np ? np : 1) * sizeof(*at)); /* prev place -> host */
-  size_t *order = malloc(n * sizeof(*order)); /* world hosts, in order */
+  size_t *order = malloc(n * sizeof(*order));       /* world hosts, in order */
   struct rdzv_join_rec *prec = calloc(np ? np : 1, sizeof(*prec));
   int rc = RDZV_ENOMEM;
   *nswaps = 0;
@@ -57,10 +57,10 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
   size_t nh = 0;
   for (size_t i = 0; i < n; i++) {
     const struct rdzv_join_rec *r = &in->recs[idx[i]];
-    if (i == 0 || !bytes_eq(r->host, r->host_len, in->recs[idx[i - 1]].host,
-                            in->recs[idx[i - 1]].host_len) ||
-        !bytes_eq(r->location, r->location_len,
-                  in->recs[idx[i - 1]].location,
+    if (i == 0 ||
+        !bytes_eq(r->host, r->host_len, in->recs[idx[i - 1]].host,
+                  in->recs[idx[i - 1]].host_len) ||
+        !bytes_eq(r->location, r->location_len, in->recs[idx[i - 1]].location,
                   in->recs[idx[i - 1]].location_len)) {
       h[nh].first = i;
       h[nh].kind = RDZV_PLACE_SPARE;
@@ -74,10 +74,10 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
   /* The previous world's hosts, matched by a merge walk in the same
    * order (both sorted by location, then host). */
   for (size_t p = 0; p < np; p++) {
-    prec[p] = (struct rdzv_join_rec){
-        .host = in->prev[p].host, .host_len = in->prev[p].host_len,
-        .location = in->prev[p].location,
-        .location_len = in->prev[p].location_len};
+    prec[p] = (struct rdzv_join_rec){.host = in->prev[p].host,
+                                     .host_len = in->prev[p].host_len,
+                                     .location = in->prev[p].location,
+                                     .location_len = in->prev[p].location_len};
     pidx[p] = p;
     at[p] = SIZE_MAX;
   }
@@ -126,9 +126,8 @@ int rdzv_place(const struct rdzv_place_in *in, struct rdzv_assignment *out,
       continue;
     size_t best = SIZE_MAX;
     int best_fit = -1;
-    for (int pass = RDZV_PLACE_ACTIVE; pass <= RDZV_PLACE_SPARE &&
-                                       best == SIZE_MAX;
-         pass++) {
+    for (int pass = RDZV_PLACE_ACTIVE;
+         pass <= RDZV_PLACE_SPARE && best == SIZE_MAX; pass++) {
       for (size_t k = 0; k < nh; k++) {
         if (h[k].placed || h[k].kind != pass)
           continue;

@@ -67,14 +67,14 @@ struct rdzv_place_host {
 struct rdzv_place_in {
   const struct rdzv_join_rec *recs; /* every live join, n >= 1 */
   size_t n;
-  const uint8_t *spare; /* n of RDZV_PLACE_* (NULL: all active) */
+  const uint8_t *spare;               /* n of RDZV_PLACE_* (NULL: all active) */
   const struct rdzv_place_host *prev; /* the previous world (may be NULL) */
   size_t nprev;
-  uint32_t max_size; /* ranks in the world at most; active hosts are all
-                        in it even past this (the caller parks extras
-                        before) unless segment_hosts is set */
-  uint32_t min_size; /* with segment_hosts: partial segments are used
-                        only while the world has fewer ranks */
+  uint32_t max_size;      /* ranks in the world at most; active hosts are all
+                             in it even past this (the caller parks extras
+                             before) unless segment_hosts is set */
+  uint32_t min_size;      /* with segment_hosts: partial segments are used
+                             only while the world has fewer ranks */
   uint32_t segment_hosts; /* 0: hosts are placed one by one (no whole
                              domains); else S as above */
 };
@@ -82,10 +82,10 @@ struct rdzv_place_in {
 /* What happened to a previous host's place (one per prev entry whose host
  * is not among the joins, or was released from its segment). */
 struct rdzv_place_swap {
-  size_t prev; /* index into in->prev */
-  size_t by;   /* index into in->recs of the first join of the host that
-                  took the place, or SIZE_MAX: nobody, the place closed */
-  int by_spare; /* that host's RDZV_PLACE_* (0: an active one) */
+  size_t prev;   /* index into in->prev */
+  size_t by;     /* index into in->recs of the first join of the host that
+                    took the place, or SIZE_MAX: nobody, the place closed */
+  int by_spare;  /* that host's RDZV_PLACE_* (0: an active one) */
   bool released; /* the previous host came back but lost its place: its
                     segment lost another host and was given up */
 };

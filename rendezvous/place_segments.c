@@ -105,8 +105,7 @@ static size_t form(struct ctx *x, struct loose *l, size_t *members,
   for (size_t i = 0; i < nl;) {
     size_t j = i + 1;
     while (j < nl && l[i].dom_len > 0 &&
-           rdzv__place_bytes_eq(l[i].dom, l[i].dom_len, l[j].dom,
-                                l[j].dom_len))
+           rdzv__place_bytes_eq(l[i].dom, l[i].dom_len, l[j].dom, l[j].dom_len))
       j++;
     /* [i, j): one domain (or one host without a domain) */
     size_t whole = l[i].dom_len > 0 ? (j - i) / S * S : (S == 1 ? 1 : 0);
@@ -132,8 +131,8 @@ static size_t hole_pick(struct ctx *x, const struct punit *u,
   const struct rdzv_place_host *p = &x->in->prev[u->p0];
   size_t ranks = 0;
   for (size_t q = u->p0; q < u->p0 + u->len; q++)
-    ranks += (size_t)(x->in->prev[q].local_size > 0
-                          ? x->in->prev[q].local_size : 0);
+    ranks +=
+        (size_t)(x->in->prev[q].local_size > 0 ? x->in->prev[q].local_size : 0);
   for (int pass = RDZV_PLACE_ACTIVE; pass <= RDZV_PLACE_SPARE; pass++) {
     size_t best = SIZE_MAX;
     int best_fit = -1;
@@ -143,7 +142,8 @@ static size_t hole_pick(struct ctx *x, const struct punit *u,
         continue;
       const struct rdzv_join_rec *r = rec_of(x, members[cands[c].start]);
       int f = (same_domain(r->domain, r->domain_len, p->domain, p->domain_len)
-                   ? 2 : 0) +
+                   ? 2
+                   : 0) +
               (cands[c].ranks == ranks ? 1 : 0);
       if (f > best_fit) {
         best_fit = f;
@@ -246,7 +246,8 @@ size_t rdzv__place_segments(const struct rdzv_place_in *in, const size_t *idx,
         size_t pos = first + (p - u->p0);
         size_t by = u->fill != SIZE_MAX && pos < nw ? order[pos] : SIZE_MAX;
         swaps[(*nswaps)++] = (struct rdzv_place_swap){
-            .prev = p, .by = by == SIZE_MAX ? SIZE_MAX : idx[h[by].first],
+            .prev = p,
+            .by = by == SIZE_MAX ? SIZE_MAX : idx[h[by].first],
             .by_spare = by == SIZE_MAX ? 0 : h[by].kind,
             .released = released[p]};
       }
@@ -255,9 +256,10 @@ size_t rdzv__place_segments(const struct rdzv_place_in *in, const size_t *idx,
     for (size_t p = u->p0; p < u->p0 + u->len; p++) {
       order[nw++] = holder[p];
       if (at[p] == SIZE_MAX) /* repaired in place */
-        swaps[(*nswaps)++] = (struct rdzv_place_swap){
-            .prev = p, .by = idx[h[holder[p]].first],
-            .by_spare = h[holder[p]].kind};
+        swaps[(*nswaps)++] =
+            (struct rdzv_place_swap){.prev = p,
+                                     .by = idx[h[holder[p]].first],
+                                     .by_spare = h[holder[p]].kind};
     }
   }
   /* Whole segments left, then single hosts while the minimum needs them. */

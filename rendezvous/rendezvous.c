@@ -20,7 +20,7 @@
 
 /* Keeps the server's text (keys[0] of a failure) of a raw request. */
 void rdzv__rdv_keep_reply_text(rdzv_rendezvous_t *r,
-                            const struct rdzv_result *res) {
+                               const struct rdzv_result *res) {
   if (res->status < 0 && res->nkeys > 0)
     snprintf(r->reply_text, sizeof(r->reply_text), "%.*s",
              (int)res->keys[0].len, (const char *)res->keys[0].data);
@@ -28,9 +28,9 @@ void rdzv__rdv_keep_reply_text(rdzv_rendezvous_t *r,
 
 /* The options' size in version 1 (up to secret_file), 2 (up to domain)
  * and 3. */
-#define OPTS_V1 \
+#define OPTS_V1                                                                \
   (offsetof(struct rdzv_rendezvous_opts, secret_file) + sizeof(const char *))
-#define OPTS_V2 \
+#define OPTS_V2                                                                \
   (offsetof(struct rdzv_rendezvous_opts, domain) + sizeof(const char *))
 #define OPTS_V3 sizeof(struct rdzv_rendezvous_opts)
 
@@ -113,8 +113,10 @@ int rdzv_rendezvous_opts_from_env(struct rdzv_rendezvous_opts *o, char *err,
       o->role = RDZV_MEMBER_SPARE;
     } else if (strcmp(role, "active") != 0) {
       if (err != NULL)
-        snprintf(err, errlen, "RDZV_ROLE='%s' is neither 'active' nor "
-                 "'spare'", role);
+        snprintf(err, errlen,
+                 "RDZV_ROLE='%s' is neither 'active' nor "
+                 "'spare'",
+                 role);
       return -EINVAL;
     }
   }
@@ -171,8 +173,7 @@ static int check_opts(const struct rdzv_rendezvous_opts *o, char *err,
   else if (o->size >= OPTS_V3 && o->segment_hosts < 0)
     bad = "segment_hosts (0: none, else hosts of one domain per segment)";
   if (bad != NULL) {
-    set_err(err, n, "%s%s", "rendezvous option missing or out of range: ",
-            bad);
+    set_err(err, n, "%s%s", "rendezvous option missing or out of range: ", bad);
     return -EINVAL;
   }
   return 0;
@@ -254,8 +255,7 @@ static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
       .max_size = (uint32_t)o->world_size,
       .last_call_ms = (uint32_t)(o->last_call_s * 1000),
       .timeout_ms = (uint32_t)(round_s * 1000),
-      .segment_hosts =
-          o->size >= OPTS_V3 ? (uint32_t)o->segment_hosts : 0};
+      .segment_hosts = o->size >= OPTS_V3 ? (uint32_t)o->segment_hosts : 0};
   struct rdzv_join_full j = {
       .rec = {.host = (const uint8_t *)host,
               .host_len = (uint32_t)strlen(host),
@@ -280,8 +280,8 @@ static int send_join(rdzv_rendezvous_t *r, const struct rdzv_rendezvous_opts *o,
   int rc = rdzv_join_rec_encode(&j, rec);
   struct rdzv_bytes key = {r->round, strlen(r->round)};
   struct rdzv_bytes vals[2] = {{params, rdzv_join_params_size(&p)}, {rec, rl}};
-  struct rdzv_request req = {.op = RDZV_OP_JOIN, .nkeys = 1, .keys = &key,
-                             .nvals = 2, .vals = vals};
+  struct rdzv_request req = {
+      .op = RDZV_OP_JOIN, .nkeys = 1, .keys = &key, .nvals = 2, .vals = vals};
   if (rc == 0)
     rc = rdzv_client_submit(r->c, &req, timeout_s, on_join, k);
   if (rc == 0)
@@ -320,9 +320,9 @@ static const char *with_process(const char *topo, char *out, size_t n) {
   gethostname(hn, sizeof(hn) - 1);
   hn[sizeof(hn) - 1] = '\0';
   size_t tl = strlen(topo);
-  int w = snprintf(out, n, "%s%sprocess=%s:%d\n", topo,
-                   tl > 0 && topo[tl - 1] != '\n' ? "\n" : "", hn,
-                   (int)getpid());
+  int w =
+      snprintf(out, n, "%s%sprocess=%s:%d\n", topo,
+               tl > 0 && topo[tl - 1] != '\n' ? "\n" : "", hn, (int)getpid());
   return w > 0 && (size_t)w < n ? out : topo;
 }
 
@@ -339,9 +339,8 @@ int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
     rdzv_rendezvous_opts_init(&with_domain);
     memcpy(&with_domain, o,
            o->size < sizeof(with_domain) ? o->size : sizeof(with_domain));
-    with_domain.domain = rdzv_domain_detect(NULL, 0, domain, sizeof(domain)) > 0
-                             ? domain
-                             : NULL;
+    with_domain.domain =
+        rdzv_domain_detect(NULL, 0, domain, sizeof(domain)) > 0 ? domain : NULL;
     o = &with_domain;
   }
   char host[256], topo[4096], rec[8192];
@@ -389,8 +388,7 @@ int rdzv_rendezvous_join(const struct rdzv_rendezvous_opts *o,
     /* Parked: the generation's end (its successor's number, or its
      * abort) opens a place; then join again, with the same claim. */
     char next[200];
-    snprintf(next, sizeof(next), "rdzv/%s/g%" PRId64 "/next", o->round,
-             k.gen);
+    snprintf(next, sizeof(next), "rdzv/%s/g%" PRId64 "/next", o->round, k.gen);
     const char *keys[1] = {next};
     int wrc = rdzv_store_wait(r->c, keys, 1, left);
     if (wrc == RDZV_EDEADLINE || wrc == -ETIMEDOUT) {
@@ -434,12 +432,11 @@ static void on_leave(rdzv_client_t *c, const struct rdzv_result *res,
   (void)arg;
 }
 
-static int send_abort(rdzv_rendezvous_t *r, const char *why,
-                      double timeout_s) {
+static int send_abort(rdzv_rendezvous_t *r, const char *why, double timeout_s) {
   struct rdzv_bytes keys[2] = {{r->round, strlen(r->round)},
                                {why, strlen(why)}};
-  struct rdzv_request req = {.op = RDZV_OP_ABORT, .a = r->gen, .nkeys = 2,
-                             .keys = keys};
+  struct rdzv_request req = {
+      .op = RDZV_OP_ABORT, .a = r->gen, .nkeys = 2, .keys = keys};
   int rc = rdzv_client_submit(r->c, &req, timeout_s, on_leave, NULL);
   if (rc == 0)
     rc = rdzv_client_run(r->c, timeout_s);
@@ -452,8 +449,11 @@ void rdzv_rendezvous_destroy(rdzv_rendezvous_t *r) {
   /* A clean leave first: the node must not take this connection's end
    * for a dead rank. */
   struct rdzv_bytes key = {r->round, strlen(r->round)};
-  struct rdzv_request req = {.op = RDZV_OP_ABORT, .flags = RDZV_STORE_LEAVE,
-                             .a = r->gen, .nkeys = 1, .keys = &key};
+  struct rdzv_request req = {.op = RDZV_OP_ABORT,
+                             .flags = RDZV_STORE_LEAVE,
+                             .a = r->gen,
+                             .nkeys = 1,
+                             .keys = &key};
   if (rdzv_client_submit(r->c, &req, 2.0, on_leave, NULL) == 0)
     rdzv_client_run(r->c, 2.0);
   rdzv_client_destroy(r->c);
@@ -499,7 +499,7 @@ int rdzv__rdv_fail(rdzv_rendezvous_t *r, int rc, const char *what) {
 
 /* "rdzv/<round>/g<gen>/<rest>" */
 void rdzv__rdv_gen_key(const rdzv_rendezvous_t *r, char *out, size_t n,
-                    const char *rest) {
+                       const char *rest) {
   snprintf(out, n, "rdzv/%s/g%" PRId64 "/%s", r->round, r->gen, rest);
 }
 

@@ -103,8 +103,7 @@ static void list_nics(char *out, size_t n) {
   }
 }
 
-static int put(char *out, size_t n, size_t *off, const char *k,
-               const char *v) {
+static int put(char *out, size_t n, size_t *off, const char *k, const char *v) {
   if (v == NULL || *v == '\0')
     return 0;
   int w = snprintf(out + *off, n - *off, "%s=%s\n", k, v);
@@ -140,11 +139,17 @@ int rdzv_topology_detect(const char *host, int32_t local_rank,
   list_nics(nics, sizeof(nics));
   size_t off = 0;
   int rc = put(out, n, &off, "host", host);
-  if (rc == 0) rc = put(out, n, &off, "local_rank", lr);
-  if (rc == 0) rc = put(out, n, &off, "gpu_pci", bdf);
-  if (rc == 0) rc = put(out, n, &off, "gpu_uuid", uuid);
-  if (rc == 0) rc = put(out, n, &off, "numa", numa);
-  if (rc == 0) rc = put(out, n, &off, "nics", nics);
-  if (rc == 0) rc = put(out, n, &off, "location", location);
+  if (rc == 0)
+    rc = put(out, n, &off, "local_rank", lr);
+  if (rc == 0)
+    rc = put(out, n, &off, "gpu_pci", bdf);
+  if (rc == 0)
+    rc = put(out, n, &off, "gpu_uuid", uuid);
+  if (rc == 0)
+    rc = put(out, n, &off, "numa", numa);
+  if (rc == 0)
+    rc = put(out, n, &off, "nics", nics);
+  if (rc == 0)
+    rc = put(out, n, &off, "location", location);
   return rc < 0 ? rc : (int)off;
 }

@@ -119,7 +119,7 @@ struct relay {
   struct chunk *ghead, *gtail;
   struct link *dead;
   struct link *links; /* live ones */
-  struct dir *flush; /* directions with chunks that just came due */
+  struct dir *flush;  /* directions with chunks that just came due */
   uint8_t buf[RELAY_READ_BYTES];
   /* statistics */
   uint64_t accepted, open, connect_failed, chunks, bytes;
@@ -157,8 +157,7 @@ static int parse_addr(const char *a, struct sockaddr_storage *ss,
   char host[200];
   if (colon == NULL || colon == hp || (size_t)(colon - hp) >= sizeof(host) ||
       colon[1] == '\0') {
-    snprintf(err, errn, "'%s': not unix:PATH, tcp:HOST:PORT or HOST:PORT",
-             a);
+    snprintf(err, errn, "'%s': not unix:PATH, tcp:HOST:PORT or HOST:PORT", a);
     return -1;
   }
   memcpy(host, hp, (size_t)(colon - hp));
@@ -263,9 +262,8 @@ static void dir_flush(struct relay *r, struct dir *d) {
     struct iovec iov[64];
     int n = 0;
     uint64_t now = now_ns();
-    for (struct chunk *c = d->head; c != NULL && !c->in_global && !c->fin &&
-                                    n < 64;
-         c = c->next) {
+    for (struct chunk *c = d->head;
+         c != NULL && !c->in_global && !c->fin && n < 64; c = c->next) {
       if (!c->timed) {
         c->timed = true;
         record_late(r, now, c->due_ns);
@@ -364,8 +362,8 @@ static void side_read(struct relay *r, struct link *lk, int s) {
       link_kill(r, lk);
       return;
     }
-    struct chunk *c = chunk_new(r->buf, (size_t)n, now_ns() + r->delay_ns,
-                                n == 0);
+    struct chunk *c =
+        chunk_new(r->buf, (size_t)n, now_ns() + r->delay_ns, n == 0);
     if (c == NULL) {
       link_kill(r, lk);
       return;
@@ -534,11 +532,10 @@ static void print_stats(const struct relay *r) {
          "\"cpu_s\":%.3f,\"realtime\":%s}\n",
          (unsigned long long)(r->delay_ns / 1000),
          (unsigned long long)r->accepted, (unsigned long long)r->open,
-         (unsigned long long)r->connect_failed,
-         (unsigned long long)r->chunks, (unsigned long long)r->bytes,
-         (unsigned long long)late_pct(r, 0.5),
-         (unsigned long long)late_pct(r, 0.99), (unsigned long long)maxl,
-         cpu, r->rt ? "true" : "false");
+         (unsigned long long)r->connect_failed, (unsigned long long)r->chunks,
+         (unsigned long long)r->bytes, (unsigned long long)late_pct(r, 0.5),
+         (unsigned long long)late_pct(r, 0.99), (unsigned long long)maxl, cpu,
+         r->rt ? "true" : "false");
   fflush(stdout);
 }
 
@@ -593,8 +590,7 @@ static int listen_all(struct relay *r) {
       fprintf(stderr, "delay-relay: %s\n", err);
       return -1;
     }
-    p->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                   0);
+    p->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (p->fd >= 0 && ss.ss_family == AF_INET)
       setsockopt(p->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -622,11 +618,10 @@ static int listen_all(struct relay *r) {
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: delay-relay [--delay-us D] [--max-queued-kib K] "
-          "[--pairs FILE] [--realtime] [LISTEN=TARGET ...]\n"
-          "  addresses: unix:PATH, tcp:HOST:PORT or HOST:PORT\n"
-          "  defaults: --delay-us 0 --max-queued-kib 1024\n");
+  fprintf(stderr, "usage: delay-relay [--delay-us D] [--max-queued-kib K] "
+                  "[--pairs FILE] [--realtime] [LISTEN=TARGET ...]\n"
+                  "  addresses: unix:PATH, tcp:HOST:PORT or HOST:PORT\n"
+                  "  defaults: --delay-us 0 --max-queued-kib 1024\n");
 }
 
 static int parse_args(struct relay *r, int argc, char **argv) {
@@ -728,8 +723,10 @@ int main(int argc, char **argv) {
     rt = sched_setscheduler(0, SCHED_FIFO, &sp) == 0;
     r.rt = rt;
     if (!rt)
-      fprintf(stderr, "delay-relay: --realtime: %s; running as a normal "
-                      "process\n", strerror(errno));
+      fprintf(stderr,
+              "delay-relay: --realtime: %s; running as a normal "
+              "process\n",
+              strerror(errno));
   }
   r.ep = epoll_create1(EPOLL_CLOEXEC);
   int sfd = signal_fd();

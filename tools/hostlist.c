@@ -323,7 +323,7 @@ static int check_token(const char *s, const struct token *t, size_t *hosts,
 
 /* Writes v as "%0*lu" with the given width; returns the bytes written. */
 static size_t put_number(char *out, unsigned long v, size_t width) {
-  char tmp[3 * sizeof v];
+  char tmp[3 * sizeof(v)];
   size_t n = 0, len = 0;
 
   do {
@@ -567,7 +567,7 @@ int rdzv_hostlist_tree_position(const char *list, size_t len, size_t max_hosts,
   rc = rdzv_hostlist_find(list, len, max_hosts, host, &index, err);
   if (rc < 0)
     return rc;
-  memset(&a, 0, sizeof a);
+  memset(&a, 0, sizeof(a));
   a.names = names;
   a.cap = cap;
   if (fanout == 1) {

@@ -25,6 +25,7 @@ packages=(
   openssl              # //tests/etcd: a CA and certificates for TLS
   uthash-dev           # hash tables
   clang                # tests/fuzz/run_fuzz.sh
+  clang-format-14      # tools/check-format.sh: the C sources' one layout
   libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for clang
   python3              # scripts
   python3-pip          # //tests/python: pip installs python/ offline

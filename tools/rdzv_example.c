@@ -86,8 +86,8 @@ static int parse_args(int argc, char **argv, struct args *a) {
 /* Every rank gathers every rank's digest of the ids and compares. */
 static int check_same(rdzv_rendezvous_t *r, uint64_t digest) {
   char name[128];
-  snprintf(name, sizeof(name), "rdzv/%s/g%" PRId64 "/example/digests",
-           "world", rdzv_rendezvous_generation(r));
+  snprintf(name, sizeof(name), "rdzv/%s/g%" PRId64 "/example/digests", "world",
+           rdzv_rendezvous_generation(r));
   struct rdzv_value *vals = NULL;
   uint64_t w = (uint64_t)rdzv_rendezvous_world_size(r);
   int rc = rdzv_store_gather(rdzv_rendezvous_client(r), name,
@@ -106,8 +106,8 @@ static int run(rdzv_rendezvous_t *r, const struct args *a,
   char host[256] = "", loc[256] = "";
   int32_t node = -1, first = -1, count = 0;
   int rc = rdzv_rendezvous_host_of(r, rdzv_rendezvous_rank(r), &node, &first,
-                                   &count, host, sizeof(host), loc,
-                                   sizeof(loc), a->timeout_s);
+                                   &count, host, sizeof(host), loc, sizeof(loc),
+                                   a->timeout_s);
   if (rc < 0)
     return rc;
   printf("rank %d of %d: local rank %d of %d, node %d of %d, generation "

@@ -63,8 +63,8 @@ struct swarm {
   const char *arg;
   uint64_t count;
   double timeout_s;
-  double stop_at; /* ops and reconnect scenarios */
-  int kind;       /* ops scenario: RDZV_OP_* */
+  double stop_at;            /* ops and reconnect scenarios */
+  int kind;                  /* ops scenario: RDZV_OP_* */
   const char *addr_of_first; /* reconnect: where new handles go */
   const char *job;
 };
@@ -89,9 +89,8 @@ static void fail(struct cl *k, int status, const char *what) {
   struct swarm *s = k->s;
   k->status = status;
   if (s->failed++ < 5)
-    fprintf(stderr, "rdzv-swarm: client %" PRIu64 ": %s: %s (%s)\n",
-            k->member, what, rdzv_strerror(status),
-            rdzv_client_last_error(k->c));
+    fprintf(stderr, "rdzv-swarm: client %" PRIu64 ": %s: %s (%s)\n", k->member,
+            what, rdzv_strerror(status), rdzv_client_last_error(k->c));
 }
 
 /* Checks a gather result: CNT entries, member i holding "m<i>". */
@@ -165,8 +164,8 @@ static int submit(struct cl *k) {
     req.op = s->scenario[0] == 'b' ? RDZV_OP_BARRIER : RDZV_OP_GATHER;
     req.b = (int64_t)s->count;
     if (req.op == RDZV_OP_GATHER)
-      val.len = 8 + (size_t)snprintf((char *)contrib + 8, 32, "m%" PRIu64,
-                                     k->member);
+      val.len =
+          8 + (size_t)snprintf((char *)contrib + 8, 32, "m%" PRIu64, k->member);
     req.nvals = 1;
     req.vals = &val;
   } else { /* ops */
@@ -242,14 +241,13 @@ static int run_until_done(struct swarm *s, double timeout_s) {
 }
 
 static int usage_to(FILE *f, int rc) {
-  fprintf(f,
-          "usage: rdzv-swarm --addrs A[,B...] --job JOB --clients N\n"
-          "       [--member-base B] [--timeout S] [--sync] [--hold]\n"
-          "       SCENARIO ARGS\n"
-          "scenarios: wait KEY | add KEY | get KEY | barrier NAME COUNT |\n"
-          "           gather NAME COUNT | ops SECONDS set|get|add |\n"
-          "           reconnect SECONDS KEY\n"
-          "(the job's secret: RDZV_SECRET_FILE or RDZV_SECRET)\n");
+  fprintf(f, "usage: rdzv-swarm --addrs A[,B...] --job JOB --clients N\n"
+             "       [--member-base B] [--timeout S] [--sync] [--hold]\n"
+             "       SCENARIO ARGS\n"
+             "scenarios: wait KEY | add KEY | get KEY | barrier NAME COUNT |\n"
+             "           gather NAME COUNT | ops SECONDS set|get|add |\n"
+             "           reconnect SECONDS KEY\n"
+             "(the job's secret: RDZV_SECRET_FILE or RDZV_SECRET)\n");
   return rc;
 }
 
@@ -291,8 +289,8 @@ static int parse_scenario(struct swarm *s, int argc, char **argv, int i) {
   if (i >= argc)
     return -1;
   s->arg = argv[i++];
-  bool coll = strcmp(s->scenario, "barrier") == 0 ||
-              strcmp(s->scenario, "gather") == 0;
+  bool coll =
+      strcmp(s->scenario, "barrier") == 0 || strcmp(s->scenario, "gather") == 0;
   if (coll && (i >= argc || parse_u64(argv[i++], &s->count) < 0))
     return -1;
   if (strcmp(s->scenario, "reconnect") == 0) {
@@ -409,7 +407,8 @@ int main(int argc, char **argv) {
     else
       s.pending++;
   }
-  int rc = run_until_done(&s, s.timeout_s + (s.stop_at > 0 ? s.stop_at - t0 : 0));
+  int rc =
+      run_until_done(&s, s.timeout_s + (s.stop_at > 0 ? s.stop_at - t0 : 0));
   report(&s, now_s() - t0);
   fflush(stdout);
   if (hold && fgets(line, sizeof(line), stdin) == NULL)

@@ -9,10 +9,11 @@
 #   2. bazel test, plain;
 #   3. bazel test --config=asan (ASan + UBSan), without targets tagged
 #      noasan;
-#   4. tests/fuzz/run_fuzz.sh 30, when that script exists.
+#   4. tests/fuzz/run_fuzz.sh 30, when that script exists;
+#   5. tools/check-format.sh: the C sources' layout (docs/style.md).
 # Every Bazel test target counts once per configuration (read from Bazel's
 # build event file, so a target that fails to build counts as failed); the
-# fuzz run counts as one test. The last line printed is "N passed, N
+# fuzz run and the format check count as one test each. The last line printed is "N passed, N
 # failed". The exit status is 0 only when nothing failed.
 set -uo pipefail
 
@@ -145,6 +146,14 @@ if [ -f tests/fuzz/run_fuzz.sh ]; then
     failed=$((failed + 1))
     failures+=("fuzz tests/fuzz/run_fuzz.sh FAILED")
   fi
+fi
+
+step "tools/check-format.sh"
+if tools/check-format.sh; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  failures+=("format tools/check-format.sh FAILED")
 fi
 
 if [ -s "$work/log-tails.txt" ]; then

@@ -216,8 +216,8 @@ struct rdzv_result {
   const struct rdzv_bytes *vals;
 };
 
-typedef void (*rdzv_request_cb)(rdzv_client_t *c,
-                                const struct rdzv_result *res, void *arg);
+typedef void (*rdzv_request_cb)(rdzv_client_t *c, const struct rdzv_result *res,
+                                void *arg);
 
 /* Submits a request; it is sent as soon as the connection allows. cb runs
  * exactly once, from rdzv_client_process or rdzv_client_destroy, with the

@@ -522,9 +522,8 @@ int rdzv_comm_grow(rdzv_comm_t *c, const int32_t *added, int32_t nadded,
  *                      or is no longer current (its store refused the key).
  * Blocks: yes, up to timeout_s (and through a blocking NCCL grow).
  * Thread: any; not concurrently with rdzv_comm_destroy of c or world. */
-int rdzv_comm_grow_in(rdzv_comm_t *c, rdzv_comm_t *world,
-                      const int32_t *added, int32_t nadded,
-                      rdzv_comm_t **out, double timeout_s);
+int rdzv_comm_grow_in(rdzv_comm_t *c, rdzv_comm_t *world, const int32_t *added,
+                      int32_t nadded, rdzv_comm_t **out, double timeout_s);
 
 /* rdzv_comm_grow_join - a new member's part of a grow.
  *

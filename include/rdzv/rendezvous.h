@@ -32,8 +32,8 @@ typedef struct rdzv_rendezvous rdzv_rendezvous_t;
 #define RDZV_RENDEZVOUS_OPTS_VERSION 3u
 
 /* A join's membership role (rdzv_rendezvous_opts.role). */
-#define RDZV_MEMBER_ACTIVE 0 /* in the world when the round completes */
-#define RDZV_MEMBER_SPARE 1  /* parked until a place opens (see join) */
+#define RDZV_MEMBER_ACTIVE 0     /* in the world when the round completes */
+#define RDZV_MEMBER_SPARE 1      /* parked until a place opens (see join) */
 #define RDZV_UNIQUE_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES, nccl.h */
 /* A host quarantined for a job is a key of the job: this prefix, then the
  * host's name; its value is the reason. The root writes it when the host's
@@ -44,8 +44,8 @@ typedef struct rdzv_rendezvous rdzv_rendezvous_t;
 #define RDZV_QUARANTINE_KEY_PREFIX "rdzv-quarantine/"
 
 struct rdzv_rendezvous_opts {
-  size_t size;      /* set by rdzv_rendezvous_opts_init */
-  uint32_t version; /* set by rdzv_rendezvous_opts_init */
+  size_t size;          /* set by rdzv_rendezvous_opts_init */
+  uint32_t version;     /* set by rdzv_rendezvous_opts_init */
   const char *addr;     /* the node's address (rdzv_client_opts syntax) */
   const char *job_id;   /* required, non-empty, <= 255 bytes */
   const char *round;    /* round name, 1..127 bytes, no '/'; "world" */
@@ -105,9 +105,9 @@ void rdzv_rendezvous_opts_init(struct rdzv_rendezvous_opts *o);
  * else SLURM_NTASKS; on Kubernetes, JOB_COMPLETION_INDEX (an Indexed Job's
  * pod index) becomes the host identity "pod-<index>" when host is unset.
  * (The job's secret, RDZV_SECRET_FILE or RDZV_SECRET, is read by the
- * client library when the round's handle is created.) Strings point into the environment (valid while it is unchanged).
- * Returns 0, or -EINVAL when a variable that is set does not parse (err
- * names it). */
+ * client library when the round's handle is created.) Strings point into the
+ * environment (valid while it is unchanged). Returns 0, or -EINVAL when a
+ * variable that is set does not parse (err names it). */
 int rdzv_rendezvous_opts_from_env(struct rdzv_rendezvous_opts *o, char *err,
                                   size_t errlen);
 
@@ -202,10 +202,10 @@ int rdzv_rendezvous_unique_ids(rdzv_rendezvous_t *r, const char *comm,
  * asked of the root (rdzv_store_collective_missing): "unique ids of 'x' (4
  * members, 2 ids): deadline passed; 1 of 4 missing: rank 2 (host b)" (at
  * most 8 named, then "and N more"). Other returns: -EINVAL (bad
- * argument, or this rank is not a member), RDZV_ENOMEM, RDZV_ESTALE_GENERATION, RDZV_EABORTED,
- * RDZV_ECOUNT_MISMATCH (members disagree on nids: a group name reused
- * with another size or ranks_per_root), make_id's error, or a store error.
- * Blocks up to timeout_s. Thread: as the handle (one at a time). */
+ * argument, or this rank is not a member), RDZV_ENOMEM, RDZV_ESTALE_GENERATION,
+ * RDZV_EABORTED, RDZV_ECOUNT_MISMATCH (members disagree on nids: a group name
+ * reused with another size or ranks_per_root), make_id's error, or a store
+ * error. Blocks up to timeout_s. Thread: as the handle (one at a time). */
 int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
                                      const int32_t *members, int64_t nmembers,
                                      int64_t ranks_per_root,
@@ -217,17 +217,17 @@ int rdzv_rendezvous_group_unique_ids(rdzv_rendezvous_t *r, const char *comm,
  * "node_rank first_rank local_size host location\n". Fetched once per
  * handle (a write-once key, served from the node's cache); *text is owned
  * by the handle and valid until it is destroyed. */
-int rdzv_rendezvous_hosts(rdzv_rendezvous_t *r, const char **text,
-                          size_t *len, double timeout_s);
+int rdzv_rendezvous_hosts(rdzv_rendezvous_t *r, const char **text, size_t *len,
+                          double timeout_s);
 /* The host (node rank) holding rank, from the host table; its first rank
  * and local size in *first and *count (may be NULL). host and location (may
  * be NULL) receive NUL-terminated copies, truncated to their sizes.
  * Returns 0, -EINVAL (rank out of range), or the errors of
  * rdzv_rendezvous_hosts. */
 int rdzv_rendezvous_host_of(rdzv_rendezvous_t *r, int32_t rank,
-                            int32_t *node_rank, int32_t *first,
-                            int32_t *count, char *host, size_t hostlen,
-                            char *location, size_t loclen, double timeout_s);
+                            int32_t *node_rank, int32_t *first, int32_t *count,
+                            char *host, size_t hostlen, char *location,
+                            size_t loclen, double timeout_s);
 /* The topology records of the ranks of host node_rank, one line per rank:
  * "rank local_rank record" (the record's newlines as ';'). *text is
  * malloc'd (rdzv_free). Returns 0, -EINVAL, or a store error. */
@@ -297,8 +297,8 @@ int rdzv_domain_detect(const char *nvml_path, int32_t device, char *out,
  * the 16-byte cluster uuid as 8-4-4-4-12 lowercase hex, "-" and clique in
  * decimal, into out (n bytes). Returns the length, 0 (out untouched) for
  * an all-zero uuid (no fabric), or -ENOSPC. Pure. */
-int rdzv_domain_format(const unsigned char uuid[16], uint32_t clique,
-                       char *out, size_t n);
+int rdzv_domain_format(const unsigned char uuid[16], uint32_t clique, char *out,
+                       size_t n);
 
 #ifdef __cplusplus
 }

@@ -58,8 +58,8 @@ int rdzv_store_set(rdzv_client_t *c, const char *key, const void *val,
 /* Reads key. On success *val (malloc'd, NUL-terminated, caller frees with
  * rdzv_free) and *len are set. Returns RDZV_ENOKEY if the key is absent
  * (does not wait; see rdzv_store_wait). */
-int rdzv_store_get(rdzv_client_t *c, const char *key, void **val,
-                   size_t *len, double timeout_s);
+int rdzv_store_get(rdzv_client_t *c, const char *key, void **val, size_t *len,
+                   double timeout_s);
 
 /* Waits until each of the nkeys keys (1 .. 65536) has existed since the
  * wait began: a key that appears and is deleted again before the others
@@ -84,9 +84,8 @@ int rdzv_store_add(rdzv_client_t *c, const char *key, int64_t delta,
  * caller frees with rdzv_free) receive the value after the call. Returns 0
  * when swapped, RDZV_ECAS_FAILED when not. */
 int rdzv_store_cas(rdzv_client_t *c, const char *key, const void *expected,
-                   size_t expected_len, const void *desired,
-                   size_t desired_len, void **cur, size_t *cur_len,
-                   double timeout_s);
+                   size_t expected_len, const void *desired, size_t desired_len,
+                   void **cur, size_t *cur_len, double timeout_s);
 
 /* Deletes key. *deleted (may be NULL) is 1 if it existed, else 0. */
 int rdzv_store_delete(rdzv_client_t *c, const char *key, int *deleted,
@@ -144,9 +143,9 @@ int rdzv_store_barrier(rdzv_client_t *c, const char *name, uint64_t member,
  * time (a node waits for a member that does not come, at most
  * --flush-max-ms), never the result. Errors as rdzv_store_barrier, and
  * -EINVAL for spec NULL with spec_len > 0. */
-int rdzv_store_barrier_of(rdzv_client_t *c, const char *name,
-                          uint64_t member, uint64_t count, const void *spec,
-                          size_t spec_len, double timeout_s);
+int rdzv_store_barrier_of(rdzv_client_t *c, const char *name, uint64_t member,
+                          uint64_t count, const void *spec, size_t spec_len,
+                          double timeout_s);
 
 /* Gather named name: each of count members gives data[0..len); every
  * member receives all contributions in member-id order: *out is an array

@@ -41,9 +41,9 @@ int rdzv_auth_proof(const uint8_t *secret, size_t secret_len,
     return -EINVAL;
   memset(out, 0, RDZV_AUTH_PROOF_BYTES);
   if (secret == NULL || secret_len == 0 ||
-      secret_len > RDZV_AUTH_SECRET_MAX_BYTES || job == NULL ||
-      job_len == 0 || job_len > RDZV_AUTH_JOB_MAX_BYTES || cnonce == NULL ||
-      snonce == NULL || (side != RDZV_AUTH_SERVER && side != RDZV_AUTH_CLIENT))
+      secret_len > RDZV_AUTH_SECRET_MAX_BYTES || job == NULL || job_len == 0 ||
+      job_len > RDZV_AUTH_JOB_MAX_BYTES || cnonce == NULL || snonce == NULL ||
+      (side != RDZV_AUTH_SERVER && side != RDZV_AUTH_CLIENT))
     return -EINVAL;
   memcpy(msg, LABEL, LABEL_LEN);
   n = LABEL_LEN;

@@ -55,7 +55,7 @@ void rdzv__set_error(struct rdzv_client *c, const char *fmt, ...) {
   va_list ap;
 
   va_start(ap, fmt);
-  vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+  vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
   va_end(ap);
 }
 
@@ -99,7 +99,7 @@ int rdzv_client_create(const struct rdzv_client_opts *opts,
   *out = NULL;
   if (!rdzv__opts_ok(opts))
     return -EINVAL;
-  c = calloc(1, sizeof *c);
+  c = calloc(1, sizeof(*c));
   if (c == NULL)
     return RDZV_ENOMEM;
   c->fd = -1;
@@ -129,15 +129,15 @@ void rdzv_client_destroy(rdzv_client_t *c) {
   rdzv__conn_close(c);
   resume_free(c);
   rdzv__tab_clear(c);
-  c->closing = 1;
+  c->closing = true;
   /* In-flight requests first, then queued ones, each in submission order.
    * Callbacks cannot add more: submit refuses while closing. */
   while (c->sent.n > 0 || c->queue.n > 0) {
     l = c->sent.n > 0 ? c->sent : c->queue;
     if (c->sent.n > 0)
-      memset(&c->sent, 0, sizeof c->sent);
+      memset(&c->sent, 0, sizeof(c->sent));
     else
-      memset(&c->queue, 0, sizeof c->queue);
+      memset(&c->queue, 0, sizeof(c->queue));
     rdzv__finish_all(c, &l, RDZV_ECANCELED);
   }
   client_free(c);
@@ -163,8 +163,8 @@ short rdzv_client_events(const rdzv_client_t *c) {
   case RDZV__CS_CONNECTING:
     return POLLOUT;
   case RDZV__CS_HELLO_SENT:
-    return (short)(POLLIN | (c->out.len > 0 || c->cipher.len > 0 ? POLLOUT
-                                                                   : 0));
+    return (short)(POLLIN |
+                   (c->out.len > 0 || c->cipher.len > 0 ? POLLOUT : 0));
   case RDZV__CS_READY:
     return (short)(POLLIN | (c->out.len > 0 || c->cipher.len > 0 ||
                                      (c->queue.n > 0 && !c->resume_wait)
@@ -270,21 +270,21 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
   if (req->op < RDZV_OP_SET ||
       (req->op > RDZV_OP_COLL_STATUS && req->op != RDZV_OP_TS_SPACE) ||
       req->nkeys > UINT32_MAX || req->nvals > UINT32_MAX ||
-      (req->flags & ~(RDZV_STORE_WRITE_ONCE | RDZV_STORE_LEAVE |
-                      RDZV_STORE_GIVE_UP)) != 0 ||
+      (req->flags &
+       ~(RDZV_STORE_WRITE_ONCE | RDZV_STORE_LEAVE | RDZV_STORE_GIVE_UP)) != 0 ||
       ((req->flags & RDZV_STORE_WRITE_ONCE) && req->op != RDZV_OP_SET &&
        req->op != RDZV_OP_MSET && req->op != RDZV_OP_GET) ||
       ((req->flags & RDZV_STORE_LEAVE) && req->op != RDZV_OP_ABORT) ||
       ((req->flags & RDZV_STORE_GIVE_UP) && req->op != RDZV_OP_COLL_STATUS))
     return -EINVAL;
-  sl = malloc((req->nkeys + req->nvals + 1) * sizeof *sl);
+  sl = malloc((req->nkeys + req->nvals + 1) * sizeof(*sl));
   if (sl == NULL)
     return RDZV_ENOMEM;
   err = slices_fill(sl, req->keys, req->nkeys, RDZV_EKEY_TOO_LONG);
   if (err == 0)
     err = slices_fill(sl + req->nkeys, req->vals, req->nvals,
                       RDZV_EVALUE_TOO_BIG);
-  memset(&m, 0, sizeof m);
+  memset(&m, 0, sizeof(m));
   m.type = (uint8_t)req->op;
   m.flags = (uint16_t)req->flags;
   m.a = req->op == RDZV_OP_WAIT ? wait_ms(timeout_s) : req->a;
@@ -301,7 +301,7 @@ static int req_encode(struct rdzv_client *c, const struct rdzv_request *req,
   } else if (err == 0 && req->op == RDZV_OP_ADD && req->nvals == 0) {
     rdzv_store_u64le(part, next_opid(c));
     rdzv_store_u64le(part + 8, (uint64_t)req->a);
-    sl[req->nkeys] = (struct rdzv_slice){part, sizeof part};
+    sl[req->nkeys] = (struct rdzv_slice){part, sizeof(part)};
     m.flags |= RDZV_F_OPID;
     m.a = 0;
     m.vals.n = 1;
@@ -335,7 +335,7 @@ int rdzv_client_submit(rdzv_client_t *c, const struct rdzv_request *req,
     return -EINVAL;
   if (c->closing)
     return RDZV_ECANCELED;
-  r = calloc(1, sizeof *r);
+  r = calloc(1, sizeof(*r));
   if (r == NULL)
     return RDZV_ENOMEM;
   r->heap_idx = SIZE_MAX;
@@ -355,7 +355,7 @@ int rdzv_client_submit(rdzv_client_t *c, const struct rdzv_request *req,
   r->where = RDZV__REQ_QUEUED;
   rdzv__list_push_back(&c->queue, r);
   if (req->op == RDZV_OP_JOIN)
-    c->use_fallbacks = 1;
+    c->use_fallbacks = true;
   return 0;
 }
 
@@ -367,7 +367,7 @@ static void resume_free(struct rdzv_client *c) {
   if (r->where == RDZV__REQ_SENT) {
     rdzv__list_remove(&c->sent, r);
     rdzv__tab_del(c, r->id);
-    c->resume_wait = 0;
+    c->resume_wait = false;
   } else if (r->where == RDZV__REQ_QUEUED) {
     rdzv__list_remove(&c->queue, r);
   }
@@ -386,7 +386,7 @@ int rdzv_client_set_resume(rdzv_client_t *c, const struct rdzv_request *req) {
   resume_free(c);
   if (req == NULL)
     return 0;
-  r = calloc(1, sizeof *r);
+  r = calloc(1, sizeof(*r));
   if (r == NULL)
     return RDZV_ENOMEM;
   r->heap_idx = SIZE_MAX;
@@ -401,7 +401,7 @@ int rdzv_client_set_resume(rdzv_client_t *c, const struct rdzv_request *req) {
   r->timeout_s = INFINITY;
   r->where = RDZV__REQ_DETACHED;
   c->resume = r;
-  c->use_fallbacks = 1;
+  c->use_fallbacks = true;
   return 0;
 }
 
@@ -420,7 +420,7 @@ static void resume_done(struct rdzv_client *c, const struct rdzv_msg *m,
   struct rdzv__req_list l;
   struct rdzv_slice t = {NULL, 0};
 
-  c->resume_wait = 0;
+  c->resume_wait = false;
   c->resume->where = RDZV__REQ_DETACHED;
   if (status == 0) {
     c->resumes++;
@@ -428,13 +428,13 @@ static void resume_done(struct rdzv_client *c, const struct rdzv_msg *m,
   }
   if (m != NULL)
     (void)rdzv_items_get(&m->keys, 0, &t);
-  rdzv__set_error(c, "session not resumed at %s: %s%s%.*s",
-                  rdzv__target_str(c), rdzv_strerror(status),
-                  t.n > 0 ? ": " : "", (int)(t.n < 300 ? t.n : 300),
+  rdzv__set_error(c, "session not resumed at %s: %s%s%.*s", rdzv__target_str(c),
+                  rdzv_strerror(status), t.n > 0 ? ": " : "",
+                  (int)(t.n < 300 ? t.n : 300),
                   t.n > 0 ? (const char *)t.p : "");
   resume_free(c);
   l = c->queue;
-  memset(&c->queue, 0, sizeof c->queue);
+  memset(&c->queue, 0, sizeof(c->queue));
   rdzv__finish_all(c, &l, status);
 }
 
@@ -452,7 +452,7 @@ static int scratch_fill(struct rdzv_client *c, const struct rdzv_msg *m,
   if (need == 0)
     return 0;
   if (need > c->scratch_cap) {
-    s = realloc(c->scratch, need * sizeof *s);
+    s = realloc(c->scratch, need * sizeof(*s));
     if (s == NULL)
       return RDZV_ENOMEM;
     c->scratch = s;
@@ -486,14 +486,14 @@ void rdzv__req_finish(struct rdzv_client *c, struct rdzv__req *r,
     return;
   }
   rdzv__heap_remove(c, r);
-  memset(&res, 0, sizeof res);
+  memset(&res, 0, sizeof(res));
   res.status = status;
   if (m != NULL) {
     res.flags = m->flags;
     res.a = m->a;
     res.b = m->b;
     if (scratch_fill(c, m, &res) < 0) {
-      memset(&res, 0, sizeof res);
+      memset(&res, 0, sizeof(res));
       res.status = RDZV_ENOMEM;
     }
   }
@@ -592,7 +592,7 @@ int rdzv_client_process(rdzv_client_t *c) {
   expire_due(c, rdzv__now_ns());
   if (c->state == RDZV__CS_FAILED && c->queue.n > 0) {
     l = c->queue;
-    memset(&c->queue, 0, sizeof c->queue);
+    memset(&c->queue, 0, sizeof(c->queue));
     rdzv__finish_all(c, &l, c->fatal);
   }
   return 0;

@@ -45,7 +45,7 @@ static void hello_refused(struct rdzv_client *c, int status,
      * under way) is tried again, like a daemon that is not up yet. */
     /* A fallback that will not take us is just one that failed. */
     char what[300];
-    snprintf(what, sizeof what, "hello refused: %s%s%s", rdzv_strerror(status),
+    snprintf(what, sizeof(what), "hello refused: %s%s%s", rdzv_strerror(status),
              detail[0] != '\0' ? ": " : "", detail);
     rdzv__conn_attempt_failed(c, rdzv__now_ns(), ECONNREFUSED, what);
     return;
@@ -56,7 +56,7 @@ static void hello_refused(struct rdzv_client *c, int status,
                   rdzv_strerror(status), detail[0] != '\0' ? ": " : "", detail);
   rdzv__conn_to_state(c, RDZV__CS_FAILED, rdzv_err_name(status));
   l = c->queue;
-  memset(&c->queue, 0, sizeof c->queue);
+  memset(&c->queue, 0, sizeof(c->queue));
   rdzv__finish_all(c, &l, status);
 }
 
@@ -92,8 +92,8 @@ static void conn_drop(struct rdzv_client *c, int64_t now, int resend,
   }
   rdzv__tab_clear(c);
   rdzv__conn_close(c);
-  c->resume_wait = 0;
-  c->lost_once = 1; /* the session is resumed first on the next one */
+  c->resume_wait = false;
+  c->lost_once = true; /* the session is resumed first on the next one */
   c->attempts = 0;
   c->first_attempt = now;
 }
@@ -164,7 +164,7 @@ static void fallbacks_take(struct rdzv_client *c, const struct rdzv_msg *m) {
     free(c->fb_str[c->nfb]);
   }
   while (c->nfb < RDZV__MAX_FALLBACKS && rdzv_items_next(&m->vals, &pos, &v)) {
-    if (v.n == 0 || v.n >= sizeof s || memchr(v.p, '\0', v.n) != NULL)
+    if (v.n == 0 || v.n >= sizeof(s) || memchr(v.p, '\0', v.n) != NULL)
       continue;
     memcpy(s, v.p, v.n);
     s[v.n] = '\0';
@@ -211,7 +211,7 @@ static void hello_accepted(struct rdzv_client *c, const struct rdzv_msg *m) {
     c->resume->where = RDZV__REQ_QUEUED;
     rdzv__list_push_front(&c->queue, c->resume);
   }
-  c->lost_once = 0;
+  c->lost_once = false;
   c->last_rx = rdzv__now_ns();
   c->last_ping = c->last_rx;
   c->attempts = 0;
@@ -245,14 +245,14 @@ static int follow_leader(struct rdzv_client *c, const struct rdzv_msg *m) {
   char s[320];
   char *str;
 
-  if (rdzv_items_get(&m->vals, 0, &v) < 0 || v.n == 0 || v.n >= sizeof s ||
+  if (rdzv_items_get(&m->vals, 0, &v) < 0 || v.n == 0 || v.n >= sizeof(s) ||
       memchr(v.p, '\0', v.n) != NULL || c->redirects >= 8)
     return 0;
   memcpy(s, v.p, v.n);
   s[v.n] = '\0';
   if (strcmp(s, rdzv__target_str(c)) == 0)
     return 0;
-  memset(&a, 0, sizeof a);
+  memset(&a, 0, sizeof(a));
   if (rdzv__parse_addr(s, &a) < 0)
     return 0;
   if ((str = strdup(s)) == NULL) {
@@ -266,7 +266,7 @@ static int follow_leader(struct rdzv_client *c, const struct rdzv_msg *m) {
   if (!c->redirected) { /* kept, to go back to */
     c->home = c->addr;
     c->home_str = c->addr_str;
-    c->redirected = 1;
+    c->redirected = true;
   } else {
     free(c->addr.host);
     free(c->addr_str);
@@ -293,7 +293,7 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
   char what[800];
 
   if (c->secret == NULL) {
-    snprintf(what, sizeof what,
+    snprintf(what, sizeof(what),
              "daemon %s asks for job %s's secret and this client has none "
              "(set RDZV_SECRET_FILE)",
              rdzv__target_str(c), c->job_id);
@@ -303,7 +303,7 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
   if (c->auth_sent || rdzv_items_get(&m->vals, 0, &sn) < 0 ||
       rdzv_items_get(&m->vals, 1, &proof) < 0 || m->vals.n != 2 ||
       sn.n != RDZV_AUTH_NONCE_BYTES || proof.n != RDZV_AUTH_PROOF_BYTES) {
-    snprintf(what, sizeof what, "daemon %s sent a malformed challenge",
+    snprintf(what, sizeof(what), "daemon %s sent a malformed challenge",
              rdzv__target_str(c));
     hello_refused(c, RDZV_EAUTH, what);
     return 1;
@@ -312,15 +312,15 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
    * proofs are bound to it (store/auth/auth.h). */
   {
     struct sockaddr_storage sa;
-    socklen_t salen = sizeof sa;
+    socklen_t salen = sizeof(sa);
     port = 0;
     if (getpeername(c->fd, (struct sockaddr *)&sa, &salen) == 0)
       port = rdzv_auth_port_of(&sa);
   }
   if (rdzv_auth_proof(c->secret, c->secret_len, RDZV_AUTH_SERVER, job, jn, port,
                       c->cnonce, sn.p, want) < 0 ||
-      !rdzv_auth_equal(want, proof.p, sizeof want)) {
-    snprintf(what, sizeof what,
+      !rdzv_auth_equal(want, proof.p, sizeof(want))) {
+    snprintf(what, sizeof(what),
              "daemon %s could not prove job %s's secret as this client "
              "holds it (%s): the two differ (a wrong file, another job's), "
              "or it is not this job's daemon",
@@ -330,19 +330,19 @@ static int auth_answer(struct rdzv_client *c, const struct rdzv_msg *m) {
   }
   rdzv_auth_proof(c->secret, c->secret_len, RDZV_AUTH_CLIENT, job, jn, port,
                   c->cnonce, sn.p, mine);
-  memset(&a, 0, sizeof a);
+  memset(&a, 0, sizeof(a));
   a.type = RDZV_MSG_AUTH;
-  pv = (struct rdzv_slice){mine, sizeof mine};
+  pv = (struct rdzv_slice){mine, sizeof(mine)};
   a.vals.n = 1;
   a.vals.v = &pv;
   before = c->out.len;
   if (rdzv_msg_encode(&a, &c->out) < 0) {
     rdzv__conn_attempt_failed(c, rdzv__now_ns(), ENOBUFS,
-                   "out of memory encoding the hello's proof");
+                              "out of memory encoding the hello's proof");
     return 1;
   }
   c->out_total += c->out.len - before;
-  c->auth_sent = 1;
+  c->auth_sent = true;
   return 0;
 }
 
@@ -353,13 +353,13 @@ static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
   char what[320];
 
   if (m->type == RDZV_MSG_ERROR) {
-    error_text(m, text, sizeof text);
+    error_text(m, text, sizeof(text));
     if (c->state == RDZV__CS_HELLO_SENT) {
       hello_refused(c, m->status, text);
       return 1;
     }
-    snprintf(what, sizeof what, "server error %s%s%s", rdzv_err_name(m->status),
-             text[0] != '\0' ? ": " : "", text);
+    snprintf(what, sizeof(what), "server error %s%s%s",
+             rdzv_err_name(m->status), text[0] != '\0' ? ": " : "", text);
     /* The request that broke the rule (req_id != 0) gets the server's
      * status; the others were merely on the same connection. */
     r = m->req_id != 0 ? rdzv__tab_find(c, m->req_id) : NULL;
@@ -379,7 +379,7 @@ static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
           (c->state == RDZV__CS_HELLO_SENT) ||
       (c->state == RDZV__CS_HELLO_SENT &&
        m->type != (c->auth_sent ? RDZV_MSG_AUTH : RDZV_MSG_HELLO))) {
-    snprintf(what, sizeof what, "unexpected %s frame from the server",
+    snprintf(what, sizeof(what), "unexpected %s frame from the server",
              rdzv_msg_type_name(m->type));
     conn_lost(c, RDZV_EPROTO, what);
     return 1;
@@ -391,14 +391,14 @@ static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
     if (m->status == RDZV_ENOT_LEADER && follow_leader(c, m))
       return 1;
     if (m->status != 0) {
-      error_text(m, text, sizeof text);
+      error_text(m, text, sizeof(text));
       hello_refused(c, m->status, text);
       return 1;
     }
     if (c->secret != NULL && !c->auth_sent) {
       /* A daemon that asks for no secret cannot prove it holds the job's:
        * it is not to be trusted with the job (a fake node or root). */
-      snprintf(what, sizeof what,
+      snprintf(what, sizeof(what),
                "daemon %s asked for no proof of job %s's secret (it runs "
                "without --secret-file), and this client holds one: not "
                "trusted",
@@ -413,7 +413,7 @@ static int dispatch(struct rdzv_client *c, const struct rdzv_msg *m) {
   if (r == NULL)
     return 0; /* its deadline passed: the late reply is dropped */
   if (r->op != m->type) {
-    snprintf(what, sizeof what, "reply of type %s to a %s request",
+    snprintf(what, sizeof(what), "reply of type %s to a %s request",
              rdzv_msg_type_name(m->type), rdzv_msg_type_name(r->op));
     conn_lost(c, RDZV_EPROTO, what);
     return 1;
@@ -438,11 +438,11 @@ static int frames_handle(struct rdzv_client *c) {
       break;
     if (err < 0) {
       if (err == RDZV_EFRAME_TOO_BIG)
-        snprintf(what, sizeof what,
+        snprintf(what, sizeof(what),
                  "frame from the server larger than max_frame_bytes (%u)",
                  c->max_frame);
       else
-        snprintf(what, sizeof what, "bad frame from the server: %s",
+        snprintf(what, sizeof(what), "bad frame from the server: %s",
                  rdzv_strerror(err));
       conn_lost(c, err, what);
       return 1;
@@ -463,7 +463,7 @@ static int conn_read(struct rdzv_client *c) {
   for (i = 0; i < MAX_READS; i++) {
     if (c->tls != NULL) {
       char what[RDZV_TLS_ERR_MAX + 200];
-      n = rdzv__ctls_recv(c, what, sizeof what);
+      n = rdzv__ctls_recv(c, what, sizeof(what));
       if (n == -2 && c->state == RDZV__CS_HELLO_SENT) {
         hello_refused(c, RDZV_ETLS, what); /* no use trying again */
         return 1;
@@ -473,8 +473,8 @@ static int conn_read(struct rdzv_client *c) {
         return 1;
       }
     } else {
-      if (rdzv_buf_reserve(&c->in, c->in.len > READ_CHUNK ? c->in.len
-                                                          : READ_CHUNK) < 0)
+      if (rdzv_buf_reserve(&c->in,
+                           c->in.len > READ_CHUNK ? c->in.len : READ_CHUNK) < 0)
         return 0; /* try again later; nothing is lost */
       n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
       if (n > 0)
@@ -510,8 +510,9 @@ static int conn_flush(struct rdzv_client *c) {
   if (c->tls != NULL) {
     err = rdzv__ctls_seal(c);
     if (err < 0) {
-      conn_lost(c, err, err == RDZV_ETLS ? rdzv_tls_error(c->tls)
-                                         : "out of memory sealing");
+      conn_lost(c, err,
+                err == RDZV_ETLS ? rdzv_tls_error(c->tls)
+                                 : "out of memory sealing");
       return 1;
     }
     src = &c->cipher;
@@ -575,7 +576,7 @@ static void pump(struct rdzv_client *c, int64_t now) {
     c->out_total += r->frame.len;
     r->end_off = c->out_total;
     if (r == c->resume)
-      c->resume_wait = 1; /* the rest waits for the session's answer */
+      c->resume_wait = true; /* the rest waits for the session's answer */
   }
 }
 
@@ -588,8 +589,8 @@ int64_t rdzv__conn_heartbeat_due(const struct rdzv_client *c) {
   if (c->state != RDZV__CS_READY || (c->sent.n == 0 && c->resume == NULL) ||
       c->liveness_ns == RDZV__NO_DEADLINE)
     return RDZV__NO_DEADLINE;
-  ping = (c->last_rx > c->last_ping ? c->last_rx : c->last_ping) +
-         c->heartbeat_ns;
+  ping =
+      (c->last_rx > c->last_ping ? c->last_rx : c->last_ping) + c->heartbeat_ns;
   lost = c->last_rx + c->liveness_ns;
   return ping < lost ? ping : lost;
 }
@@ -607,14 +608,14 @@ static int heartbeat(struct rdzv_client *c, int64_t now) {
   if (rdzv__conn_heartbeat_due(c) > now)
     return 0;
   if (now - c->last_rx >= c->liveness_ns) {
-    snprintf(what, sizeof what,
+    snprintf(what, sizeof(what),
              "the daemon sent nothing for %.3g s (liveness_timeout_s), not "
              "even a heartbeat reply: %s",
              (double)(now - c->last_rx) / 1e9, rdzv_strerror(RDZV_ESILENT));
     conn_lost(c, RDZV_ESILENT, what);
     return 1;
   }
-  memset(&m, 0, sizeof m);
+  memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_PING;
   do
     m.req_id = c->next_id++;
@@ -681,7 +682,6 @@ void rdzv__conn_step(struct rdzv_client *c, int64_t now) {
   rdzv__home_tick(c, now);
   /* A connect that finished at once (Unix sockets do) sends its hello
    * now rather than after another poll. */
-  if (c->state == RDZV__CS_HELLO_SENT &&
-      (c->out.len > 0 || c->tls != NULL))
+  if (c->state == RDZV__CS_HELLO_SENT && (c->out.len > 0 || c->tls != NULL))
     conn_flush(c);
 }

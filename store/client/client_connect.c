@@ -157,16 +157,15 @@ void rdzv__conn_attempt_failed(struct rdzv_client *c, int64_t now, int err,
 
   rdzv__conn_close(c);
   c->attempts++;
-  snprintf(c->conn_err, sizeof c->conn_err,
+  snprintf(c->conn_err, sizeof(c->conn_err),
            "connect %s: %s (%u attempt%s over %.1f s)", rdzv__target_str(c),
-           what,
-           c->attempts, c->attempts == 1 ? "" : "s", over);
+           what, c->attempts, c->attempts == 1 ? "" : "s", over);
   rdzv__set_error(c, "%s", c->conn_err);
   if (!retryable(err)) {
     c->hard_err = -err;
     rdzv__conn_to_state(c, RDZV__CS_IDLE, what);
     l = c->queue;
-    memset(&c->queue, 0, sizeof c->queue);
+    memset(&c->queue, 0, sizeof(c->queue));
     rdzv__finish_all(c, &l, -err);
     return;
   }
@@ -188,7 +187,7 @@ void rdzv__conn_attempt_failed(struct rdzv_client *c, int64_t now, int err,
     c->addr = c->home;
     c->addr_str = c->home_str;
     c->home_str = NULL;
-    c->redirected = 0;
+    c->redirected = false;
   }
   rdzv__conn_backoff_start(c, now, what);
 }
@@ -198,7 +197,7 @@ static void connected(struct rdzv_client *c, int64_t now) {
   struct rdzv_slice keys[2], nonce;
   struct rdzv_msg m;
 
-  memset(&m, 0, sizeof m);
+  memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_HELLO;
   m.a = RDZV_ROLE_CLIENT;
   keys[0] = (struct rdzv_slice){(const uint8_t *)c->job_id,
@@ -207,14 +206,14 @@ static void connected(struct rdzv_client *c, int64_t now) {
       (struct rdzv_slice){(const uint8_t *)c->name, (uint32_t)strlen(c->name)};
   m.keys.n = 2;
   m.keys.v = keys;
-  c->auth_sent = 0;
+  c->auth_sent = false;
   if (c->secret != NULL) { /* a fresh nonce: the daemon's proof binds it */
-    if (rdzv_auth_nonce(c->cnonce, sizeof c->cnonce) < 0) {
+    if (rdzv_auth_nonce(c->cnonce, sizeof(c->cnonce)) < 0) {
       rdzv__conn_attempt_failed(c, now, EIO,
                                 "no random numbers for the hello's nonce");
       return;
     }
-    nonce = (struct rdzv_slice){c->cnonce, sizeof c->cnonce};
+    nonce = (struct rdzv_slice){c->cnonce, sizeof(c->cnonce)};
     m.vals.n = 1;
     m.vals.v = &nonce;
   }
@@ -239,7 +238,7 @@ static void try_connect(struct rdzv_client *c, int64_t now) {
   }
   c->fd = fd;
   if (!rdzv__target(c)->is_unix)
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (rdzv__ctls_begin(c) < 0) {
     rdzv__conn_attempt_failed(c, now, ENOBUFS,
                               "out of memory for a TLS session");
@@ -269,12 +268,12 @@ static int resolve(struct rdzv_client *c, char *what, size_t n) {
   c->ai_n = 0;
   c->ai_idx = 0;
   if (a->is_unix) {
-    memcpy(&c->ai[0], &a->sun, sizeof a->sun);
+    memcpy(&c->ai[0], &a->sun, sizeof(a->sun));
     c->ai_len[0] = a->sun_len;
     c->ai_n = 1;
     return 0;
   }
-  memset(&hints, 0, sizeof hints);
+  memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
@@ -288,7 +287,7 @@ static int resolve(struct rdzv_client *c, char *what, size_t n) {
     return EAGAIN;
   }
   for (p = res; p != NULL && c->ai_n < RDZV__MAX_ADDRS; p = p->ai_next) {
-    if (p->ai_addrlen > sizeof c->ai[0])
+    if (p->ai_addrlen > sizeof(c->ai[0]))
       continue;
     memcpy(&c->ai[c->ai_n], p->ai_addr, p->ai_addrlen);
     c->ai_len[c->ai_n++] = p->ai_addrlen;
@@ -307,7 +306,7 @@ void rdzv__conn_round_start(struct rdzv_client *c, int64_t now) {
 
   if (c->attempts == 0)
     c->first_attempt = now;
-  err = resolve(c, what, sizeof what);
+  err = resolve(c, what, sizeof(what));
   if (err != 0) {
     c->ai_n = 0;
     rdzv__conn_attempt_failed(c, now, err, what);
@@ -328,7 +327,7 @@ void rdzv__conn_connect_check(struct rdzv_client *c, int64_t now) {
     return; /* EINTR and the like: look again on the next step */
   if (ready == 0) {
     if (now >= c->timer) {
-      snprintf(what, sizeof what, "connect timed out after %.3g s",
+      snprintf(what, sizeof(what), "connect timed out after %.3g s",
                c->attempt_timeout);
       rdzv__conn_attempt_failed(c, now, ETIMEDOUT, what);
     }

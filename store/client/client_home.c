@@ -116,14 +116,14 @@ static int probe_start(struct rdzv_client *c, int64_t now) {
 
   if (fd < 0)
     return 0;
-  memset(&m, 0, sizeof m);
+  memset(&m, 0, sizeof(m));
   m.type = RDZV_MSG_HELLO;
   m.req_id = 1;
   m.a = RDZV_ROLE_PROBE;
   m.keys.n = 2;
   m.keys.v = keys;
-  sent = connect(fd, (const struct sockaddr *)&c->addr.sun,
-                 c->addr.sun_len) == 0 &&
+  sent = connect(fd, (const struct sockaddr *)&c->addr.sun, c->addr.sun_len) ==
+             0 &&
          rdzv_msg_encode(&m, &out) == 0 &&
          send(fd, out.data, out.len, MSG_NOSIGNAL) == (ssize_t)out.len;
   rdzv_buf_free(&out);
@@ -148,8 +148,8 @@ static int probe_answer(struct rdzv_client *c, int64_t now) {
   int ready = 0;
 
   for (;;) {
-    int rc = rdzv_msg_decode(c->home_in.data, c->home_in.len, 1u << 20, &r,
-                             &used);
+    int rc =
+        rdzv_msg_decode(c->home_in.data, c->home_in.len, 1u << 20, &r, &used);
     if (rc == 0) {
       ready = (r.flags & RDZV_F_REPLY) && r.type == RDZV_MSG_HELLO &&
               r.status == 0 && r.a != 1 && !(r.flags & RDZV_F_ROOT_AWAY);
@@ -203,8 +203,7 @@ void rdzv__home_tick(struct rdzv_client *c, int64_t now) {
     if (now < c->home_next)
       return;
     int64_t every = c->home_after_ns / 4;
-    c->home_next =
-        now + (every < 1000 * NS_PER_MS ? every : 1000 * NS_PER_MS);
+    c->home_next = now + (every < 1000 * NS_PER_MS ? every : 1000 * NS_PER_MS);
     ready = probe_start(c, now);
   }
   if (ready < 0)

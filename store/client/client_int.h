@@ -16,6 +16,7 @@
 #ifndef RDZV_STORE_CLIENT_INT_H
 #define RDZV_STORE_CLIENT_INT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -78,7 +79,7 @@ struct rdzv__req_list {
 };
 
 struct rdzv__addr {
-  int is_unix;
+  bool is_unix;
   struct sockaddr_un sun; /* unix: the socket path */
   socklen_t sun_len;
   char *host; /* tcp: name or address, brackets removed */
@@ -89,9 +90,9 @@ struct rdzv_client {
   uint32_t magic;
   enum rdzv__conn_state state;
   int fd;
-  int debug;          /* RDZV_CLIENT_DEBUG was set at create */
+  bool debug;         /* RDZV_CLIENT_DEBUG was set at create */
   int in_cb;          /* > 0 while a callback of this handle runs */
-  int closing;        /* destroy is completing requests */
+  bool closing;       /* destroy is completing requests */
   int fatal;          /* FAILED: the status every request gets */
   int hard_err;       /* last non-retryable connect error, or 0 */
   unsigned want_conn; /* rdzv_client_connect is waiting for READY */
@@ -101,9 +102,10 @@ struct rdzv_client {
    * (the next hello-like reply is the RDZV_MSG_AUTH's). */
   uint8_t *secret;
   size_t secret_len;
-  char secret_src[300]; /* where it came from, for errors ("RDZV_SECRET_FILE=...") */
+  char secret_src[300]; /* where it came from, for errors
+                           ("RDZV_SECRET_FILE=...") */
   uint8_t cnonce[32];
-  int auth_sent;
+  bool auth_sent;
 
   /* Options, copied. */
   char *addr_str;
@@ -118,16 +120,16 @@ struct rdzv_client {
   char *fb_str[RDZV__MAX_FALLBACKS];
   int nfb;
   int target;
-  int use_fallbacks;
+  bool use_fallbacks;
   uint64_t opid_base; /* random: op ids of this handle's mutations */
   uint64_t opid_seq;
   /* The session's resume request (rdzv_client_set_resume): sent first on
    * every connection after a lost one; nothing else is sent until it is
    * answered (resume_wait). where is DETACHED while on no list. */
   struct rdzv__req *resume;
-  int resume_wait;
-  int lost_once;      /* a READY connection was lost: the next one resumes */
-  unsigned resumes;   /* sessions resumed (answered 0) */
+  bool resume_wait;
+  bool lost_once;   /* a READY connection was lost: the next one resumes */
+  unsigned resumes; /* sessions resumed (answered 0) */
   uint32_t max_frame;
   double backoff_initial;
   double backoff_max;
@@ -150,7 +152,7 @@ struct rdzv_client {
   unsigned redirects; /* standby roots followed to their leader since */
   /* While following a leader named by a standby root: the address the
    * handle was given (home), gone back to once the leader is lost too. */
-  int redirected;
+  bool redirected;
   struct rdzv__addr home;
   char *home_str;
   int64_t first_attempt;
@@ -245,8 +247,6 @@ void rdzv__finish_all(struct rdzv_client *c, struct rdzv__req_list *l,
 int rdzv__client_drive(struct rdzv_client *c,
                        int (*done)(struct rdzv_client *, void *), void *arg,
                        int64_t deadline);
-
-
 
 /* ---- client_opts.c: a handle's settings from its options --------------- */
 

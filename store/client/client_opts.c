@@ -32,8 +32,8 @@
 /* ---- options and addresses ---------------------------------------------- */
 
 void rdzv_client_opts_init(struct rdzv_client_opts *opts) {
-  memset(opts, 0, sizeof *opts);
-  opts->size = sizeof *opts;
+  memset(opts, 0, sizeof(*opts));
+  opts->size = sizeof(*opts);
   opts->version = RDZV_CLIENT_OPTS_VERSION;
   opts->max_frame_bytes = DEFAULT_MAX_FRAME;
   opts->backoff_initial_s = DEFAULT_BACKOFF_INITIAL;
@@ -47,16 +47,16 @@ static int parse_unix(const char *path, struct rdzv__addr *a) {
   size_t n = strlen(path);
 
   /* "unix:@name" is a Linux abstract socket: sun_path starts with NUL. */
-  if (n == 0 || (path[0] == '@' && n == 1) || n >= sizeof a->sun.sun_path)
+  if (n == 0 || (path[0] == '@' && n == 1) || n >= sizeof(a->sun.sun_path))
     return RDZV_EBAD_ADDR;
-  a->is_unix = 1;
+  a->is_unix = true;
   a->sun.sun_family = AF_UNIX;
   memcpy(a->sun.sun_path, path, n);
   if (path[0] == '@') {
     a->sun.sun_path[0] = '\0';
     a->sun_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
   } else {
-    a->sun_len = (socklen_t)sizeof a->sun;
+    a->sun_len = (socklen_t)sizeof(a->sun);
   }
   return 0;
 }
@@ -65,12 +65,12 @@ static int parse_unix(const char *path, struct rdzv__addr *a) {
  * ambiguous, no port range, port 1..65535). */
 int rdzv__parse_addr(const char *s, struct rdzv__addr *a) {
   struct rdzv_addr_parts p;
-  memset(a, 0, sizeof *a);
+  memset(a, 0, sizeof(*a));
   if (rdzv_addr_split(s, 0, &p) < 0)
     return RDZV_EBAD_ADDR;
   if (p.is_unix)
     return parse_unix(p.path, a);
-  snprintf(a->port, sizeof a->port, "%d", p.port_first);
+  snprintf(a->port, sizeof(a->port), "%d", p.port_first);
   a->host = strndup(p.host, p.host_len);
   return a->host != NULL ? 0 : RDZV_ENOMEM;
 }
@@ -78,12 +78,11 @@ int rdzv__parse_addr(const char *s, struct rdzv__addr *a) {
 /* Checks the options and fills the numeric fields of c (0 means default). */
 /* The options' size in version 1 (up to secret_len); version 2 adds
  * TLS. */
-#define OPTS_V1 \
-  (offsetof(struct rdzv_client_opts, secret_len) + sizeof(size_t))
+#define OPTS_V1 (offsetof(struct rdzv_client_opts, secret_len) + sizeof(size_t))
 
 int rdzv__opts_ok(const struct rdzv_client_opts *o) {
   return (o->version == 1 && o->size == OPTS_V1) ||
-         (o->version == 2 && o->size == sizeof *o);
+         (o->version == 2 && o->size == sizeof(*o));
 }
 
 static int opts_check(const struct rdzv_client_opts *o, struct rdzv_client *c) {
@@ -115,10 +114,10 @@ static char *default_name(void) {
   char host[256];
   char buf[300];
 
-  if (gethostname(host, sizeof host) != 0)
-    snprintf(host, sizeof host, "unknown");
-  host[sizeof host - 1] = '\0';
-  snprintf(buf, sizeof buf, "%s:%ld", host, (long)getpid());
+  if (gethostname(host, sizeof(host)) != 0)
+    snprintf(host, sizeof(host), "unknown");
+  host[sizeof(host) - 1] = '\0';
+  snprintf(buf, sizeof(buf), "%s:%ld", host, (long)getpid());
   return strdup(buf);
 }
 
@@ -143,18 +142,18 @@ static int secret_init(struct rdzv_client *c,
     }
   }
   if (opts->secret != NULL)
-    snprintf(c->secret_src, sizeof c->secret_src, "opts.secret");
+    snprintf(c->secret_src, sizeof(c->secret_src), "opts.secret");
   else if (env != NULL)
-    snprintf(c->secret_src, sizeof c->secret_src, "RDZV_SECRET");
+    snprintf(c->secret_src, sizeof(c->secret_src), "RDZV_SECRET");
   else
-    snprintf(c->secret_src, sizeof c->secret_src, "%s=%s",
+    snprintf(c->secret_src, sizeof(c->secret_src), "%s=%s",
              opts->secret_file != NULL && opts->secret_file[0] != '\0'
                  ? "opts.secret_file"
                  : "RDZV_SECRET_FILE",
              file);
   if (opts->secret != NULL || env != NULL) {
-    const uint8_t *p = opts->secret != NULL ? opts->secret
-                                            : (const uint8_t *)env;
+    const uint8_t *p =
+        opts->secret != NULL ? opts->secret : (const uint8_t *)env;
     n = opts->secret != NULL ? opts->secret_len : strlen(env);
     /* RDZV_SECRET as a file's text: without trailing whitespace (a value
      * taken from a secret file keeps its newline). */
@@ -163,18 +162,17 @@ static int secret_init(struct rdzv_client *c,
             p[n - 1] == '\r'))
       n--;
     if (n < RDZV_AUTH_SECRET_MIN_BYTES || n > RDZV_AUTH_SECRET_MAX_BYTES)
-      snprintf(err, sizeof err,
-               "the job secret (%s) must be %u to %u bytes",
+      snprintf(err, sizeof(err), "the job secret (%s) must be %u to %u bytes",
                opts->secret != NULL ? "opts.secret" : "RDZV_SECRET",
                RDZV_AUTH_SECRET_MIN_BYTES, RDZV_AUTH_SECRET_MAX_BYTES);
     else
       memcpy(buf, p, n);
-  } else if (rdzv_auth_secret_load(file, buf, sizeof buf, &n, err,
-                                   sizeof err) < 0) {
+  } else if (rdzv_auth_secret_load(file, buf, sizeof(buf), &n, err,
+                                   sizeof(err)) < 0) {
     n = 0;
   }
   if (err[0] != '\0') {
-    rdzv_auth_wipe(buf, sizeof buf);
+    rdzv_auth_wipe(buf, sizeof(buf));
     c->fatal = RDZV_EAUTH;
     c->state = RDZV__CS_FAILED;
     rdzv__set_error(c, "no job secret: %s", err);
@@ -182,12 +180,12 @@ static int secret_init(struct rdzv_client *c,
   }
   c->secret = malloc(n);
   if (c->secret == NULL) {
-    rdzv_auth_wipe(buf, sizeof buf);
+    rdzv_auth_wipe(buf, sizeof(buf));
     return RDZV_ENOMEM;
   }
   memcpy(c->secret, buf, n);
   c->secret_len = n;
-  rdzv_auth_wipe(buf, sizeof buf);
+  rdzv_auth_wipe(buf, sizeof(buf));
   return 0;
 }
 
@@ -222,8 +220,8 @@ int rdzv__client_init(struct rdzv_client *c,
     c->rng = 0x9E3779B97F4A7C15u;
   /* Op ids must not collide across the job's ranks: from the kernel's
    * random source where it answers. */
-  if (getrandom(&c->opid_base, sizeof c->opid_base, GRND_NONBLOCK) !=
-      (ssize_t)sizeof c->opid_base)
+  if (getrandom(&c->opid_base, sizeof(c->opid_base), GRND_NONBLOCK) !=
+      (ssize_t)sizeof(c->opid_base))
     c->opid_base = c->rng * 0xD1342543DE82EF95u;
   c->magic = RDZV__CLIENT_MAGIC;
   rdzv__home_init(c);

@@ -57,7 +57,7 @@ static size_t tab_slot(uint32_t id, size_t cap) {
 
 static int tab_grow(struct rdzv_client *c) {
   size_t cap = c->tab_cap != 0 ? c->tab_cap * 2 : 64;
-  struct rdzv__req **t = calloc(cap, sizeof *t);
+  struct rdzv__req **t = calloc(cap, sizeof(*t));
   size_t i;
   size_t j;
 
@@ -111,7 +111,7 @@ struct rdzv__req *rdzv__tab_find(const struct rdzv_client *c, uint32_t id) {
 
 void rdzv__tab_clear(struct rdzv_client *c) {
   if (c->tab_cap > 0)
-    memset(c->tab, 0, c->tab_cap * sizeof *c->tab);
+    memset(c->tab, 0, c->tab_cap * sizeof(*c->tab));
   c->tab_n = 0;
 }
 
@@ -183,7 +183,7 @@ int rdzv__heap_push(struct rdzv_client *c, struct rdzv__req *r) {
 
   if (c->heap_n == c->heap_cap) {
     cap = c->heap_cap != 0 ? c->heap_cap * 2 : 64;
-    h = realloc(c->heap, cap * sizeof *h);
+    h = realloc(c->heap, cap * sizeof(*h));
     if (h == NULL)
       return RDZV_ENOMEM;
     c->heap = h;

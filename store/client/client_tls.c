@@ -39,7 +39,7 @@ int rdzv__ctls_init(struct rdzv_client *c,
   }
   if (!rdzv_tls_files_given(&f))
     return 0;
-  int rc = rdzv_tls_cfg_new(&f, false, err, sizeof err, &c->tls_cfg);
+  int rc = rdzv_tls_cfg_new(&f, false, err, sizeof(err), &c->tls_cfg);
   if (rc == RDZV_ENOMEM)
     return rc;
   if (rc < 0) {
@@ -77,7 +77,7 @@ int rdzv__ctls_seal(struct rdzv_client *c) {
 
 ssize_t rdzv__ctls_recv(struct rdzv_client *c, char *what, size_t n) {
   uint8_t buf[CIPHER_READ];
-  ssize_t got = recv(c->fd, buf, sizeof buf, 0);
+  ssize_t got = recv(c->fd, buf, sizeof(buf), 0);
   if (got <= 0)
     return got;
   bool was_ready = rdzv_tls_ready(c->tls);
@@ -85,8 +85,8 @@ ssize_t rdzv__ctls_recv(struct rdzv_client *c, char *what, size_t n) {
   if (rc == 0)
     rc = rdzv__ctls_seal(c); /* the handshake's records go out next */
   if (rc < 0) {
-    snprintf(what, n, "TLS %s %s: %s",
-             was_ready ? "with" : "handshake with", rdzv__target_str(c),
+    snprintf(what, n, "TLS %s %s: %s", was_ready ? "with" : "handshake with",
+             rdzv__target_str(c),
              rc == RDZV_ENOMEM ? "out of memory" : rdzv_tls_error(c->tls));
     /* The alert, if the socket takes it: the daemon's log says why. */
     rdzv_tls_take(c->tls, &c->cipher);

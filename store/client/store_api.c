@@ -29,8 +29,8 @@ struct call {
   int done;
   int status;
   enum rdzv_op op;
-  int want_val;  /* copy vals[0] into val/len */
-  size_t want_n; /* MGET/GATHER: the number of values expected */
+  int want_val;    /* copy vals[0] into val/len */
+  size_t want_n;   /* MGET/GATHER: the number of values expected */
   int server_text; /* the failure came from the server, with its text */
   int64_t a;
   void *val;
@@ -71,16 +71,16 @@ static void keys_error(rdzv_client_t *c, const char *op, const char *what,
   size_t i;
   int n;
 
-  n = snprintf(c->last_error, sizeof c->last_error, "%s: %s: ", op, what);
+  n = snprintf(c->last_error, sizeof(c->last_error), "%s: %s: ", op, what);
   used = n > 0 ? (size_t)n : 0;
-  for (i = 0; i < res->nkeys && used < sizeof c->last_error; i++) {
-    n = snprintf(c->last_error + used, sizeof c->last_error - used, "%s%.*s",
+  for (i = 0; i < res->nkeys && used < sizeof(c->last_error); i++) {
+    n = snprintf(c->last_error + used, sizeof(c->last_error) - used, "%s%.*s",
                  i > 0 ? ", " : "", (int)res->keys[i].len,
                  (const char *)res->keys[i].data);
     used += n > 0 ? (size_t)n : 0;
   }
-  if (used >= sizeof c->last_error)
-    memcpy(c->last_error + sizeof c->last_error - 4, "...", 4);
+  if (used >= sizeof(c->last_error))
+    memcpy(c->last_error + sizeof(c->last_error) - 4, "...", 4);
 }
 
 /* GATHER items are { u64 member id (LE), data }. MGET items are data. */
@@ -90,7 +90,7 @@ static int values_copy(struct call *k, const struct rdzv_result *res) {
 
   if (res->nvals != k->want_n)
     return RDZV_EPROTO;
-  k->vals = calloc(res->nvals != 0 ? res->nvals : 1, sizeof *k->vals);
+  k->vals = calloc(res->nvals != 0 ? res->nvals : 1, sizeof(*k->vals));
   if (k->vals == NULL)
     return RDZV_ENOMEM;
   for (i = 0; i < res->nvals; i++) {
@@ -116,7 +116,7 @@ static int result_copy(rdzv_client_t *c, struct call *k,
   else if (res->status < 0 && res->nkeys > 0 &&
            !(k->op == RDZV_OP_WAIT && res->status == RDZV_EDEADLINE))
     /* The server's reason (an aborted generation, ...) in keys[0]. */
-    snprintf(c->last_error, sizeof c->last_error, "%s: %.*s",
+    snprintf(c->last_error, sizeof(c->last_error), "%s: %.*s",
              rdzv_err_name(res->status), (int)res->keys[0].len,
              (const char *)res->keys[0].data);
   if (res->status != 0 &&
@@ -195,7 +195,7 @@ static struct rdzv_bytes *keys_array(const char *const *keys, size_t n,
       return NULL;
   }
   *err = RDZV_ENOMEM;
-  b = malloc(n * sizeof *b);
+  b = malloc(n * sizeof(*b));
   if (b == NULL)
     return NULL;
   for (i = 0; i < n; i++)
@@ -366,7 +366,7 @@ int rdzv_store_mset(rdzv_client_t *c, const char *const *keys,
   kb = keys_array(keys, n, &err);
   if (kb == NULL)
     return err;
-  vb = malloc(n * sizeof *vb);
+  vb = malloc(n * sizeof(*vb));
   if (vb == NULL) {
     free(kb);
     return RDZV_ENOMEM;
@@ -563,45 +563,45 @@ static int give_up(rdzv_client_t *c, const char *op, const char *name,
   char why[160], was[RDZV__ERR_BYTES];
   int err, w;
 
-  snprintf(was, sizeof was, "%s", c->last_error);
-  snprintf(why, sizeof why, "member %llu gave up at its deadline of %.3g s",
+  snprintf(was, sizeof(was), "%s", c->last_error);
+  snprintf(why, sizeof(why), "member %llu gave up at its deadline of %.3g s",
            (unsigned long long)member, timeout_s);
   err = coll_status(c, name, gather, why, ids, 16, &n, &arrived, &known, 2.0);
   if (err == 0 && known > 0 && arrived == known)
     return 1;
   if (err < 0) {
-    snprintf(c->last_error, sizeof c->last_error,
+    snprintf(c->last_error, sizeof(c->last_error),
              "%s '%.200s': deadline passed (%.200s); could not ask who is "
              "missing: %s",
              op, name, was, rdzv_strerror(err));
     return 0;
   }
   if (known == 0) {
-    snprintf(c->last_error, sizeof c->last_error,
+    snprintf(c->last_error, sizeof(c->last_error),
              "%s '%.300s': deadline passed; no contribution of the %llu "
              "members reached the root",
              op, name, (unsigned long long)count);
     return 0;
   }
-  w = snprintf(c->last_error, sizeof c->last_error,
-               "%s '%.300s': deadline passed; %llu of %llu members missing: ", op,
-               name, (unsigned long long)(known - arrived),
-               (unsigned long long)known);
+  w = snprintf(
+      c->last_error, sizeof(c->last_error),
+      "%s '%.300s': deadline passed; %llu of %llu members missing: ", op, name,
+      (unsigned long long)(known - arrived), (unsigned long long)known);
   used = w > 0 ? (size_t)w : 0;
-  for (i = 0; i < n && used < sizeof c->last_error; i++) {
-    w = snprintf(c->last_error + used, sizeof c->last_error - used, "%s%llu",
+  for (i = 0; i < n && used < sizeof(c->last_error); i++) {
+    w = snprintf(c->last_error + used, sizeof(c->last_error) - used, "%s%llu",
                  i > 0 ? ", " : "", (unsigned long long)ids[i]);
     used += w > 0 ? (size_t)w : 0;
   }
-  if (known - arrived > n && used < sizeof c->last_error)
-    snprintf(c->last_error + used, sizeof c->last_error - used,
+  if (known - arrived > n && used < sizeof(c->last_error))
+    snprintf(c->last_error + used, sizeof(c->last_error) - used,
              " and %llu more", (unsigned long long)(known - arrived - n));
   return 0;
 }
 
-int rdzv_store_barrier_of(rdzv_client_t *c, const char *name,
-                          uint64_t member, uint64_t count, const void *spec,
-                          size_t spec_len, double timeout_s) {
+int rdzv_store_barrier_of(rdzv_client_t *c, const char *name, uint64_t member,
+                          uint64_t count, const void *spec, size_t spec_len,
+                          double timeout_s) {
   struct call call = {0};
   int err;
 
@@ -610,8 +610,8 @@ int rdzv_store_barrier_of(rdzv_client_t *c, const char *name,
   if (err == RDZV_EDEADLINE && !call.server_text) {
     if (give_up(c, "barrier", name, 0, member, count, timeout_s)) {
       struct call again = {0}; /* completed at the root: answered at once */
-      return collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0,
-                        spec, spec_len, &again, 2.0);
+      return collective(c, RDZV_OP_BARRIER, name, member, count, NULL, 0, spec,
+                        spec_len, &again, 2.0);
     }
   }
   return err;
@@ -638,8 +638,8 @@ int rdzv_store_gather_of(rdzv_client_t *c, const char *name, uint64_t member,
   if (err == RDZV_EDEADLINE && !call.server_text) {
     if (give_up(c, "gather", name, 1, member, count, timeout_s)) {
       call = (struct call){.want_n = (size_t)count};
-      err = collective(c, RDZV_OP_GATHER, name, member, count, data, len,
-                       spec, spec_len, &call, 2.0);
+      err = collective(c, RDZV_OP_GATHER, name, member, count, data, len, spec,
+                       spec_len, &call, 2.0);
     }
   }
   if (err == 0)
@@ -650,8 +650,8 @@ int rdzv_store_gather_of(rdzv_client_t *c, const char *name, uint64_t member,
 int rdzv_store_gather(rdzv_client_t *c, const char *name, uint64_t member,
                       uint64_t count, const void *data, size_t len,
                       struct rdzv_value **out, double timeout_s) {
-  return rdzv_store_gather_of(c, name, member, count, data, len, NULL, 0,
-                              out, timeout_s);
+  return rdzv_store_gather_of(c, name, member, count, data, len, NULL, 0, out,
+                              timeout_s);
 }
 
 int rdzv_store_stats(rdzv_client_t *c, char **json, double timeout_s) {
@@ -677,8 +677,8 @@ int rdzv_store_tcpstore_space_held(rdzv_client_t *c, const char *prefix,
                                    int32_t holder_pid, int32_t *port,
                                    double timeout_s) {
   struct rdzv_bytes k;
-  struct rdzv_request req = {.op = RDZV_OP_TS_SPACE, .nkeys = 1, .keys = &k,
-                             .b = holder_pid};
+  struct rdzv_request req = {
+      .op = RDZV_OP_TS_SPACE, .nkeys = 1, .keys = &k, .b = holder_pid};
   struct call call = {0};
   int err;
 

@@ -17,13 +17,13 @@
 
 struct rdzv_blob {
   uint32_t refs;
-  uint32_t len;   /* bytes of data */
-  uint8_t *data;  /* data[0..len), then a NUL byte when cap > len */
-  size_t cap;     /* bytes data may hold (with its NUL) */
-  bool inline_data; /* data is in the blob's own allocation */
-  bool interned;    /* in this thread's table (rdzv__blob_intern_add) */
-  uint32_t skip;    /* interned: the leading bytes not compared */
-  uint64_t hash;    /* interned: of data[skip..len) (sampled) */
+  uint32_t len;            /* bytes of data */
+  uint8_t *data;           /* data[0..len), then a NUL byte when cap > len */
+  size_t cap;              /* bytes data may hold (with its NUL) */
+  bool inline_data;        /* data is in the blob's own allocation */
+  bool interned;           /* in this thread's table (rdzv__blob_intern_add) */
+  uint32_t skip;           /* interned: the leading bytes not compared */
+  uint64_t hash;           /* interned: of data[skip..len) (sampled) */
   struct rdzv_blob *inext; /* interned: the next in its bucket */
 };
 

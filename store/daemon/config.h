@@ -21,10 +21,10 @@ enum rdzv_daemon_role {
 
 /* The longest value of each string option, in bytes without the NUL (a
  * longer one is refused at parse time and by rdzv_config_set). */
-#define RDZV_CONFIG_STR_MAX 255       /* addresses, paths, names, ids */
-#define RDZV_CONFIG_NAME_MAX 127      /* --name */
-#define RDZV_CONFIG_LIST_MAX 2047     /* --parent, --etcd: lists of addresses */
-#define RDZV_CONFIG_UIDS_MAX 1023     /* --allow-uids */
+#define RDZV_CONFIG_STR_MAX 255   /* addresses, paths, names, ids */
+#define RDZV_CONFIG_NAME_MAX 127  /* --name */
+#define RDZV_CONFIG_LIST_MAX 2047 /* --parent, --etcd: lists of addresses */
+#define RDZV_CONFIG_UIDS_MAX 1023 /* --allow-uids */
 
 /* A daemon's configuration. Every string member is NUL-terminated and
  * owned by the config: a heap copy, or a shared "" (never NULL once
@@ -46,9 +46,9 @@ struct rdzv_daemon_config {
   const char *allow_uids;
   uint32_t allow_uid[RDZV_MAX_ALLOW_UIDS];
   uint32_t nallow_uids;
-  const char *parent;   /* node: the parent's address (rdzv client syntax);
-                          given as "PARENT,GRANDPARENT,...,ROOT" the rest
-                          goes to ancestors at parse time */
+  const char *parent;    /* node: the parent's address (rdzv client syntax);
+                           given as "PARENT,GRANDPARENT,...,ROOT" the rest
+                           goes to ancestors at parse time */
   const char *ancestors; /* node: the ancestors above the parent, comma-
                            separated, nearest first ("" : learned) */
   const char *port_file; /* after bind, the TCP port is written here */
@@ -57,21 +57,21 @@ struct rdzv_daemon_config {
   uint32_t max_value_bytes;
   uint32_t max_frame_bytes;
   uint32_t max_hello_bytes; /* a frame before the hello is admitted */
-  uint32_t max_job_bytes; /* root: one job's keys, values, records and
-                             pending contributions; 0 = no cap */
+  uint32_t max_job_bytes;   /* root: one job's keys, values, records and
+                               pending contributions; 0 = no cap */
   uint32_t max_outstanding;
   uint32_t max_connections;
   uint32_t backlog;
-  uint32_t flush_ms;       /* collective/add combining quiet interval */
-  uint32_t flush_max_ms;   /* ... and the longest a contribution is held */
-  uint32_t children; /* node: child nodes each job has below this one
-                        (RDZV_CHILDREN_UNKNOWN: not told) */
-  uint32_t local_ranks; /* node: ranks each job has on this node
-                           (RDZV_CHILDREN_UNKNOWN: not told) */
+  uint32_t flush_ms;     /* collective/add combining quiet interval */
+  uint32_t flush_max_ms; /* ... and the longest a contribution is held */
+  uint32_t children;     /* node: child nodes each job has below this one
+                            (RDZV_CHILDREN_UNKNOWN: not told) */
+  uint32_t local_ranks;  /* node: ranks each job has on this node
+                            (RDZV_CHILDREN_UNKNOWN: not told) */
   uint32_t hello_timeout_ms;
   uint32_t job_linger_ms; /* free a job this long after its last connection */
-  uint32_t upstream_timeout_ms; /* node: fail what waits this long for a
-                                   parent that cannot be reached */
+  uint32_t upstream_timeout_ms;  /* node: fail what waits this long for a
+                                    parent that cannot be reached */
   uint32_t upstream_wait_max_ms; /* node: longest wait asked of the parent
                                     at once (asked again while needed) */
   uint32_t dedup_window_ms;      /* root: how long a mutation's answer is
@@ -96,12 +96,13 @@ struct rdzv_daemon_config {
   bool cache_mutable;
   uint32_t copy_lease_ms; /* read through rdzv_config_copy_lease_ms */
   uint32_t copy_cooldown_ms;
-  uint32_t max_copies; /* keys one job's copies may cover: a node's copies
-                          kept, a parent's keys with holders registered */
-  uint32_t log_level;      /* 0 errors, 1 info, 2 debug */
+  uint32_t max_copies;    /* keys one job's copies may cover: a node's copies
+                             kept, a parent's keys with holders registered */
+  uint32_t log_level;     /* 0 errors, 1 info, 2 debug */
   const char *log_format; /* "text" or "json" (one object a line) */
-  /* PyTorch c10d TCPStore front end (store/daemon/tcpstore/tcpstore.c): HOST:PORT, "" for
-   * none; the job its clients' keys live in; where to write its port. */
+  /* PyTorch c10d TCPStore front end (store/daemon/tcpstore/tcpstore.c):
+   * HOST:PORT, "" for none; the job its clients' keys live in; where to write
+   * its port. */
   /* A durable root on etcd (store/daemon/durable): the endpoints
    * ("" = the in-memory root), the key prefix, a file with "user:password"
    * ("" none), TLS files ("" none), the address this root tells nodes and
@@ -125,10 +126,10 @@ struct rdzv_daemon_config {
   const char *tcpstore_port_file;
   uint32_t tcpstore_spaces; /* --tcpstore-spaces: key spaces open at once
                                (0: none served) */
-  bool tcpstore_remote; /* --tcpstore-remote: a non-loopback
-                           --tcpstore-listen host is served (warned) */
-  const char *job; /* child nodes of this job only ("": any): a child's
-                    hello naming another is refused (RDZV_EJOB_MISMATCH) */
+  bool tcpstore_remote;     /* --tcpstore-remote: a non-loopback
+                               --tcpstore-listen host is served (warned) */
+  const char *job;          /* child nodes of this job only ("": any): a child's
+                             hello naming another is refused (RDZV_EJOB_MISMATCH) */
   /* The job secret (store/auth): a file that holds the secret of every
    * job this daemon serves (with job: of that job), or a directory with
    * one file per job id; "" for none (at most one of them is set). */
@@ -139,9 +140,9 @@ struct rdzv_daemon_config {
   const char *tls_dir, *tls_cert, *tls_key, *tls_ca;
   uint32_t connect_timeout_ms; /* node: one attempt (connect and hello) at
                                   one address and port of the parent */
-  uint32_t home_after_ms; /* node: a job's link on an ancestor returns to
-                             the parent once that one answered probes
-                             this long without a failure; 0: it stays */
+  uint32_t home_after_ms;      /* node: a job's link on an ancestor returns to
+                                  the parent once that one answered probes
+                                  this long without a failure; 0: it stays */
   /* --http-listen: operators' HTTP (store/daemon/http; "": none), and its
    * limits: connections at once, idle time, a connection's memory. */
   const char *http_listen;
@@ -154,7 +155,6 @@ struct rdzv_daemon_config {
                                written from their shared buffer, not
                                copied per connection */
 };
-
 
 /* Whether host (an address without its port or brackets) means this host
  * only: an IPv4 address in 127.0.0.0/8, ::1 (or ::ffff:127.x.y.z), or the
@@ -179,8 +179,7 @@ int rdzv_config_parse(struct rdzv_daemon_config *cfg, int argc, char **argv,
  * Returns 0; -EINVAL when the text is over RDZV_CONFIG_LIST_MAX bytes (the
  * member is left as it was); -ENOMEM. */
 int rdzv_config_set(struct rdzv_daemon_config *cfg, const char **field,
-                    const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+                    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Fills *dst with a copy of *src whose strings dst owns (dst's own are not
  * freed first: dst is uninitialized or freed). Returns 0, or -ENOMEM with
@@ -197,10 +196,10 @@ void rdzv_config_usage(FILE *out);
 
 /* The lease on copies a parent grants, ms: --copy-lease-ms, or half of
  * --liveness-timeout-ms when that is 0 (at least 1). */
-static inline uint32_t rdzv_config_copy_lease_ms(
-    const struct rdzv_daemon_config *cfg) {
-  uint32_t l = cfg->copy_lease_ms ? cfg->copy_lease_ms
-                                  : cfg->liveness_timeout_ms / 2;
+static inline uint32_t
+rdzv_config_copy_lease_ms(const struct rdzv_daemon_config *cfg) {
+  uint32_t l =
+      cfg->copy_lease_ms ? cfg->copy_lease_ms : cfg->liveness_timeout_ms / 2;
   return l > 0 ? l : 1;
 }
 

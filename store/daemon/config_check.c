@@ -33,8 +33,9 @@ static int parent_ok(const char *a) {
  * it is not one (store/wire/addr.h). */
 static bool host_port(const char *a, char *host, size_t hostlen, long *port) {
   struct rdzv_addr_parts p;
-  if (rdzv_addr_split(a, RDZV_ADDR_RANGE | RDZV_ADDR_PORT0 |
-                             RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX,
+  if (rdzv_addr_split(a,
+                      RDZV_ADDR_RANGE | RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 |
+                          RDZV_ADDR_NO_UNIX,
                       &p) < 0 ||
       rdzv_addr_host(&p, host, hostlen) < 0)
     return false;
@@ -73,8 +74,8 @@ static int allow_uid_entry(const char *e, uint32_t *uid, char *err,
     unsigned long long x = strtoull(e, &end, 10);
     if (errno != 0 || *end != '\0' || x >= UINT32_MAX) {
       snprintf(err, errlen,
-               "--allow-uids: '%s' is not a uid in 0..%u (nor a user name)",
-               e, UINT32_MAX - 1);
+               "--allow-uids: '%s' is not a uid in 0..%u (nor a user name)", e,
+               UINT32_MAX - 1);
       return -EINVAL;
     }
     *uid = (uint32_t)x;
@@ -86,8 +87,8 @@ static int allow_uid_entry(const char *e, uint32_t *uid, char *err,
   if (rc != 0 || res == NULL) {
     snprintf(err, errlen,
              "--allow-uids: '%s' is neither a numeric uid nor a user name "
-             "known to this host%s%s", e, rc != 0 ? ": " : "",
-             rc != 0 ? strerror(rc) : "");
+             "known to this host%s%s",
+             e, rc != 0 ? ": " : "", rc != 0 ? strerror(rc) : "");
     return -EINVAL;
   }
   *uid = (uint32_t)pw.pw_uid;
@@ -119,8 +120,7 @@ int rdzv__config_resolve_allow_uids(struct rdzv_daemon_config *cfg, char *err,
     }
     memcpy(e, p, n);
     e[n] = '\0';
-    int rc = allow_uid_entry(e, &cfg->allow_uid[cfg->nallow_uids], err,
-                             errlen);
+    int rc = allow_uid_entry(e, &cfg->allow_uid[cfg->nallow_uids], err, errlen);
     if (rc < 0)
       return rc;
     cfg->nallow_uids++;
@@ -150,7 +150,8 @@ static int check_tcpstore_listen(const struct rdzv_daemon_config *cfg,
       strncmp(cfg->tcpstore_listen, "tcp:", 4) == 0) {
     snprintf(err, errlen,
              "--tcpstore-listen '%s' is neither PORT nor HOST:PORT (PORT "
-             "0..65535)", cfg->tcpstore_listen);
+             "0..65535)",
+             cfg->tcpstore_listen);
     return -EINVAL;
   }
   if (!cfg->tcpstore_remote && !is_loopback(host)) {
@@ -159,7 +160,8 @@ static int check_tcpstore_listen(const struct rdzv_daemon_config *cfg,
              "(127.0.0.0/8, ::1, localhost), and PyTorch's TCPStore protocol "
              "has no authentication: anyone who reaches the port could read "
              "and write job %s's keys; give --tcpstore-remote to serve it "
-             "there anyway", cfg->tcpstore_listen, host,
+             "there anyway",
+             cfg->tcpstore_listen, host,
              cfg->tcpstore_job[0] ? cfg->tcpstore_job : "(none)");
     return -EINVAL;
   }
@@ -248,47 +250,53 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
   }
   if (cfg->health_cmd[0] != '\0' &&
       cfg->health_cmd[strspn(cfg->health_cmd, " \t\r\n")] == '\0') {
-    snprintf(err, errlen, "--health-cmd is only blanks: give a command "
+    snprintf(err, errlen,
+             "--health-cmd is only blanks: give a command "
              "(exit 0 admits the host) or leave it unset");
     return -EINVAL;
   }
   if (cfg->role == RDZV_DAEMON_ROOT && cfg->health_cmd[0] != '\0') {
-    snprintf(err, errlen, "--health-cmd is a node's (it gates the joins of "
+    snprintf(err, errlen,
+             "--health-cmd is a node's (it gates the joins of "
              "its hosts' ranks): a root takes none");
     return -EINVAL;
   }
   if (strlen(cfg->unix_path) > UNIX_PATH_MAX_BYTES) {
     snprintf(err, errlen,
              "--unix '%s' is %zu bytes; a Unix socket path holds at most %zu "
-             "bytes", cfg->unix_path, strlen(cfg->unix_path),
-             UNIX_PATH_MAX_BYTES);
+             "bytes",
+             cfg->unix_path, strlen(cfg->unix_path), UNIX_PATH_MAX_BYTES);
     return -EINVAL;
   }
   if (strncmp(cfg->parent, "unix:", 5) == 0 &&
       strlen(cfg->parent + 5) > UNIX_PATH_MAX_BYTES) {
     snprintf(err, errlen,
              "--parent '%s': the path is %zu bytes; a Unix socket path holds "
-             "at most %zu bytes", cfg->parent, strlen(cfg->parent + 5),
-             UNIX_PATH_MAX_BYTES);
+             "at most %zu bytes",
+             cfg->parent, strlen(cfg->parent + 5), UNIX_PATH_MAX_BYTES);
     return -EINVAL;
   }
   if (cfg->role == RDZV_DAEMON_NODE && strncmp(cfg->parent, "unix:", 5) == 0 &&
-      cfg->unix_path[0] != '\0' && strcmp(cfg->parent + 5, cfg->unix_path) == 0) {
+      cfg->unix_path[0] != '\0' &&
+      strcmp(cfg->parent + 5, cfg->unix_path) == 0) {
     snprintf(err, errlen,
              "--parent '%s' is its own --unix socket: a node's parent must be "
-             "another daemon", cfg->parent);
+             "another daemon",
+             cfg->parent);
     return -EINVAL;
   }
   if (cfg->role == RDZV_DAEMON_NODE && parent_is_self_tcp(cfg)) {
     snprintf(err, errlen,
              "--parent '%s' is its own --listen address (%s): a node's parent "
-             "must be another daemon", cfg->parent, cfg->listen);
+             "must be another daemon",
+             cfg->parent, cfg->listen);
     return -EINVAL;
   }
   if (cfg->listen[0] != '\0') {
     struct rdzv_addr_parts p;
-    if (rdzv_addr_split(cfg->listen, RDZV_ADDR_RANGE | RDZV_ADDR_PORT0 |
-                                         RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX,
+    if (rdzv_addr_split(cfg->listen,
+                        RDZV_ADDR_RANGE | RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 |
+                            RDZV_ADDR_NO_UNIX,
                         &p) < 0) {
       snprintf(err, errlen,
                "--listen '%s' is not HOST:PORT (PORT 0..65535) or "
@@ -327,9 +335,11 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
   }
   if (cfg->http_max_connections < 1 || cfg->http_timeout_ms < 1000 ||
       cfg->http_max_request_bytes < 4096) {
-    snprintf(err, errlen, "--http-max-connections (%u) must be >= 1, "
+    snprintf(err, errlen,
+             "--http-max-connections (%u) must be >= 1, "
              "--http-timeout-ms (%u) >= 1000 and --http-max-request-bytes "
-             "(%u) >= 4096", cfg->http_max_connections, cfg->http_timeout_ms,
+             "(%u) >= 4096",
+             cfg->http_max_connections, cfg->http_timeout_ms,
              cfg->http_max_request_bytes);
     return -EINVAL;
   }
@@ -347,8 +357,9 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
     return -EINVAL;
   }
   if (cfg->etcd[0] != '\0' && cfg->role != RDZV_DAEMON_ROOT) {
-    snprintf(err, errlen, "--etcd is for --role root (a node keeps no "
-                          "state of its own)");
+    snprintf(err, errlen,
+             "--etcd is for --role root (a node keeps no "
+             "state of its own)");
     return -EINVAL;
   }
   if (cfg->etcd[0] != '\0' &&
@@ -373,19 +384,22 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
     return -EINVAL;
   }
   if (cfg->secret_file[0] != '\0' && cfg->secret_dir[0] != '\0') {
-    snprintf(err, errlen, "--secret-file and --secret-dir: give one of "
-                          "them (one secret for every job, or one per job)");
+    snprintf(err, errlen,
+             "--secret-file and --secret-dir: give one of "
+             "them (one secret for every job, or one per job)");
     return -EINVAL;
   }
   if (cfg->tcpstore_listen[0] == '\0' &&
       (cfg->tcpstore_job[0] != '\0' || cfg->tcpstore_port_file[0] != '\0')) {
-    snprintf(err, errlen, "--tcpstore-job and --tcpstore-port-file need "
-                          "--tcpstore-listen HOST:PORT");
+    snprintf(err, errlen,
+             "--tcpstore-job and --tcpstore-port-file need "
+             "--tcpstore-listen HOST:PORT");
     return -EINVAL;
   }
   if (cfg->tcpstore_listen[0] == '\0' && cfg->tcpstore_remote) {
-    snprintf(err, errlen, "--tcpstore-remote needs --tcpstore-listen "
-                          "HOST:PORT");
+    snprintf(err, errlen,
+             "--tcpstore-remote needs --tcpstore-listen "
+             "HOST:PORT");
     return -EINVAL;
   }
   if (cfg->tcpstore_listen[0] != '\0' &&
@@ -393,8 +407,10 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
     return -EINVAL;
   if (cfg->job[0] != '\0' && cfg->tcpstore_job[0] != '\0' &&
       strcmp(cfg->job, cfg->tcpstore_job) != 0) {
-    snprintf(err, errlen, "--tcpstore-job '%s' is not --job '%s' (this "
-             "daemon serves that job only)", cfg->tcpstore_job, cfg->job);
+    snprintf(err, errlen,
+             "--tcpstore-job '%s' is not --job '%s' (this "
+             "daemon serves that job only)",
+             cfg->tcpstore_job, cfg->job);
     return -EINVAL;
   }
   /* Values that must not be 0, and what 0 would do. */

@@ -17,8 +17,8 @@ int rdzv__config_str_set(const char **field, const char *v, size_t n);
 /* cfg->allow_uids ("U1,U2,...", "" none) into cfg->allow_uid. Every entry
  * must be one (no empty ones), at most RDZV_MAX_ALLOW_UIDS, naming the
  * bad entry. */
-int rdzv__config_resolve_allow_uids(struct rdzv_daemon_config *cfg,
-                                    char *err, size_t errlen);
+int rdzv__config_resolve_allow_uids(struct rdzv_daemon_config *cfg, char *err,
+                                    size_t errlen);
 /* --tcpstore-listen PORT means 127.0.0.1:PORT. 0 or -ENOMEM. */
 int rdzv__config_tcpstore_default_host(struct rdzv_daemon_config *cfg);
 /* "--parent P,A1,A2": P stays the parent, A1,A2 become the ancestors;

@@ -132,12 +132,11 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   if (rc == 0 && cfg->http_listen[0] != '\0')
     rc = rdzv__http_start(d, cfg->http_listen, parts_checks, p, &p->http);
   if (rc == 0 && p->http != NULL && cfg->http_port_file[0] != '\0') {
-    rc = rdzv__write_port_file(cfg->http_port_file,
-                               rdzv__http_port(p->http));
+    rc = rdzv__write_port_file(cfg->http_port_file, rdzv__http_port(p->http));
     p->http_port_written = rc == 0;
     if (rc < 0)
-      fprintf(stderr, "rdzvd: --http-port-file %s: %s\n",
-              cfg->http_port_file, strerror(-rc));
+      fprintf(stderr, "rdzvd: --http-port-file %s: %s\n", cfg->http_port_file,
+              strerror(-rc));
   }
   /* The port is published only once every listener is up: a script that
    * waits for the port file must never find a daemon that gave up. */
@@ -158,13 +157,15 @@ int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   const char *mutant = getenv("RDZVD_TEST_MUTANT");
   if (mutant != NULL && strcmp(mutant, "serve-expired") == 0) {
     d->mutant_serve_expired = true;
-    rdzv__log(d, 0, "RDZVD_TEST_MUTANT=serve-expired: this daemon answers "
+    rdzv__log(d, 0,
+              "RDZVD_TEST_MUTANT=serve-expired: this daemon answers "
               "from copies past their lease (a test's deliberate fault; "
               "never in production)");
   }
   rdzv__log(d, 1, "%s listening on tcp:%s%s%s", role->name,
             d->have_tcp ? d->bound_addr : "(none)",
-            d->have_unix ? " and unix:" : "", d->have_unix ? cfg->unix_path : "");
+            d->have_unix ? " and unix:" : "",
+            d->have_unix ? cfg->unix_path : "");
   return 0;
 }
 

@@ -14,9 +14,9 @@ struct daemon;
 /* Starts a daemon described by cfg on loop: the root role (with the
  * in-memory state backend) or the node role, by cfg->role; binds and
  * listens (cfg->listen "" means no TCP listener), starts the TCPStore front
- * end if cfg asks for one, then writes cfg->port_file. Several daemons may share one loop (the
- * benchmark runs many nodes per process). *out is set even on failure:
- * the caller runs the loop until its handles are closed, then calls
+ * end if cfg asks for one, then writes cfg->port_file. Several daemons may
+ * share one loop (the benchmark runs many nodes per process). *out is set even
+ * on failure: the caller runs the loop until its handles are closed, then calls
  * rdzv_daemon_free. Returns 0 or a negative status (message on stderr). */
 int rdzv_daemon_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
                       struct daemon **out);
@@ -49,14 +49,13 @@ void rdzv_daemon_traffic(const struct daemon *d,
  * Returns NULL on ENOMEM. */
 struct conn;
 struct rdzv_msg;
-struct conn *rdzv_daemon_inproc_connect(struct daemon *d, const char *job,
-                                        void (*deliver)(void *,
-                                                        const struct rdzv_msg *),
-                                        void *arg);
+struct conn *
+rdzv_daemon_inproc_connect(struct daemon *d, const char *job,
+                           void (*deliver)(void *, const struct rdzv_msg *),
+                           void *arg);
 /* Hands one encoded request frame to the daemon, as if read from a
  * socket. Returns 0, RDZV_ECONN_CLOSED, or the decoder's error. */
-int rdzv_daemon_inproc_send(struct conn *c, const uint8_t *frame,
-                            size_t len);
+int rdzv_daemon_inproc_send(struct conn *c, const uint8_t *frame, size_t len);
 /* Closes an in-process connection (as a peer's close would). */
 void rdzv_daemon_inproc_close(struct conn *c);
 /* Inside deliver only: the reference-counted buffer (store/daemon/blob.h)

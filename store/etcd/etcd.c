@@ -204,8 +204,8 @@ int rdzv_etcd_delete(struct rdzv_etcd *e, const void *key, size_t klen,
   return submit(e, RDZV_ETCD_K_DELETE, b, n, cb, arg);
 }
 
-int rdzv_etcd_txn(struct rdzv_etcd *e, struct rdzv_etcd_txn *t,
-                  rdzv_etcd_cb cb, void *arg) {
+int rdzv_etcd_txn(struct rdzv_etcd *e, struct rdzv_etcd_txn *t, rdzv_etcd_cb cb,
+                  void *arg) {
   size_t n = 0;
   char *b = rdzv_etcd_json_txn(t, &n);
   rdzv_etcd_txn_free(t);
@@ -226,8 +226,8 @@ int rdzv_etcd_lease_grant(struct rdzv_etcd *e, int64_t ttl_s, int64_t id,
   return submit(e, RDZV_ETCD_K_GRANT, b, n, cb, arg);
 }
 
-int rdzv_etcd_lease_keepalive(struct rdzv_etcd *e, int64_t id,
-                              rdzv_etcd_cb cb, void *arg) {
+int rdzv_etcd_lease_keepalive(struct rdzv_etcd *e, int64_t id, rdzv_etcd_cb cb,
+                              void *arg) {
   size_t n = 0;
   char *b = rdzv_etcd_json_lease_id(id, &n);
   return submit(e, RDZV_ETCD_K_KEEPALIVE, b, n, cb, arg);
@@ -254,9 +254,8 @@ int rdzv_etcd_authenticate(struct rdzv_etcd *e, rdzv_etcd_cb cb, void *arg) {
 }
 
 int rdzv_etcd_watch(struct rdzv_etcd *e, const void *key, size_t klen,
-                    const struct rdzv_etcd_watch_opts *o,
-                    rdzv_etcd_watch_cb cb, void *arg,
-                    struct rdzv_etcd_watch **out) {
+                    const struct rdzv_etcd_watch_opts *o, rdzv_etcd_watch_cb cb,
+                    void *arg, struct rdzv_etcd_watch **out) {
   size_t n = 0;
   *out = NULL;
   char *b = rdzv_etcd_json_watch(key, klen, o, &n);

@@ -5,11 +5,11 @@
  *
  * Protocol source: etcd's api/etcdserverpb/rpc.proto as mapped to JSON by
  * grpc-gateway (proto3 JSON: bytes in base64, int64 as strings, zero
- * fields omitted); the gateway's measured behaviour is in
- * ../shared/notes/etcd-gateway.md (HTTP/1.1 only, a missing TTL in a
+ * fields omitted); the gateway's behaviour as measured against Debian's
+ * etcd 3.4 (tests/etcd checks it) is: HTTP/1.1 only, a missing TTL in a
  * keepalive answer means the lease is gone, "Grpc-Metadata-hasleader" on
  * streams, newline-split stream messages, the 1.5 MiB and 128-operation
- * limits, the "Authorization: <token>" header).
+ * limits, the "Authorization: <token>" header.
  *
  * Threading: every call runs on the loop thread of rdzv_etcd_new's loop;
  * every callback runs on it too, never inside the call that started the
@@ -130,13 +130,13 @@ struct rdzv_etcd_result {
   /* range, and the response_range parts of a txn, in order: */
   const struct rdzv_etcd_kv *kvs;
   size_t nkvs;
-  int64_t count; /* range: keys in the range (all of them, not only kvs) */
-  bool more;     /* range: a limit cut the answer short */
-  int64_t deleted;           /* delete-range; txn: sum of its deletes */
-  bool succeeded;            /* txn: the compares held */
-  int64_t compact_revision;  /* RDZV_ECOMPACTED */
+  int64_t count;   /* range: keys in the range (all of them, not only kvs) */
+  bool more;       /* range: a limit cut the answer short */
+  int64_t deleted; /* delete-range; txn: sum of its deletes */
+  bool succeeded;  /* txn: the compares held */
+  int64_t compact_revision;               /* RDZV_ECOMPACTED */
   int64_t lease_id, ttl_s, granted_ttl_s; /* lease calls */
-  const char *token; /* authenticate */
+  const char *token;                      /* authenticate */
 };
 
 typedef void (*rdzv_etcd_cb)(void *arg, const struct rdzv_etcd_result *r);
@@ -153,10 +153,10 @@ int rdzv_etcd_put(struct rdzv_etcd *e, const void *key, size_t klen,
 struct rdzv_etcd_range_opts {
   const void *range_end; /* NULL: the key alone */
   size_t relen;
-  bool prefix;       /* range_end = the prefix's end (key with its last
-                        byte + 1); range_end ignored */
-  int64_t limit;     /* 0: no limit */
-  int64_t revision;  /* 0: the newest */
+  bool prefix;      /* range_end = the prefix's end (key with its last
+                       byte + 1); range_end ignored */
+  int64_t limit;    /* 0: no limit */
+  int64_t revision; /* 0: the newest */
   bool count_only;
   bool keys_only;
   bool serializable; /* a local read of the member, not linearizable */
@@ -193,8 +193,8 @@ enum rdzv_etcd_result_op {
  * returns 0 or RDZV_ENOMEM (then the txn is unusable: free it). */
 struct rdzv_etcd_txn *rdzv_etcd_txn_new(void);
 /* Compare: num for CREATE/MOD/VERSION, value (vlen bytes) for VALUE. */
-int rdzv_etcd_txn_compare(struct rdzv_etcd_txn *t, const void *key,
-                          size_t klen, enum rdzv_etcd_target target,
+int rdzv_etcd_txn_compare(struct rdzv_etcd_txn *t, const void *key, size_t klen,
+                          enum rdzv_etcd_target target,
                           enum rdzv_etcd_result_op result, int64_t num,
                           const void *value, size_t vlen);
 int rdzv_etcd_txn_put(struct rdzv_etcd_txn *t, bool then, const void *key,
@@ -218,8 +218,8 @@ size_t rdzv_etcd_txn_ops(const struct rdzv_etcd_txn *t);
 size_t rdzv_etcd_txn_bytes(const struct rdzv_etcd_txn *t);
 void rdzv_etcd_txn_free(struct rdzv_etcd_txn *t);
 /* /v3/kv/txn. Takes t (freed by the client, also on error). */
-int rdzv_etcd_txn(struct rdzv_etcd *e, struct rdzv_etcd_txn *t,
-                  rdzv_etcd_cb cb, void *arg);
+int rdzv_etcd_txn(struct rdzv_etcd *e, struct rdzv_etcd_txn *t, rdzv_etcd_cb cb,
+                  void *arg);
 
 /* /v3/kv/compaction: drops history before revision (physical: etcd
  * answers once the compaction is applied on disk). r->revision. An
@@ -234,8 +234,8 @@ int rdzv_etcd_compact(struct rdzv_etcd *e, int64_t revision, bool physical,
 int rdzv_etcd_lease_grant(struct rdzv_etcd *e, int64_t ttl_s, int64_t id,
                           rdzv_etcd_cb cb, void *arg);
 /* /v3/lease/keepalive, one refresh: r->ttl_s, or RDZV_ELEASE_LOST. */
-int rdzv_etcd_lease_keepalive(struct rdzv_etcd *e, int64_t id,
-                              rdzv_etcd_cb cb, void *arg);
+int rdzv_etcd_lease_keepalive(struct rdzv_etcd *e, int64_t id, rdzv_etcd_cb cb,
+                              void *arg);
 /* /v3/lease/revoke (deletes the keys on it). RDZV_ENOKEY if unknown. */
 int rdzv_etcd_lease_revoke(struct rdzv_etcd *e, int64_t id, rdzv_etcd_cb cb,
                            void *arg);
@@ -280,7 +280,7 @@ struct rdzv_etcd_watch_opts {
   bool prefix;
   int64_t start_revision; /* 0: from now */
   bool prev_kv;
-  bool progress_notify;   /* etcd's periodic empty messages */
+  bool progress_notify; /* etcd's periodic empty messages */
 };
 
 /* /v3/watch, one HTTP request per watch (its body sent whole), with
@@ -288,9 +288,8 @@ struct rdzv_etcd_watch_opts {
  * it. 0 with *out set (cb called for every message until one with status
  * < 0), or RDZV_ENOMEM. */
 int rdzv_etcd_watch(struct rdzv_etcd *e, const void *key, size_t klen,
-                    const struct rdzv_etcd_watch_opts *o,
-                    rdzv_etcd_watch_cb cb, void *arg,
-                    struct rdzv_etcd_watch **out);
+                    const struct rdzv_etcd_watch_opts *o, rdzv_etcd_watch_cb cb,
+                    void *arg, struct rdzv_etcd_watch **out);
 /* Ends w: cb runs once more with RDZV_ECANCELED, from the loop. */
 void rdzv_etcd_watch_cancel(struct rdzv_etcd_watch *w);
 

@@ -65,8 +65,8 @@ struct rdzv_etcd_watch {
   char *errmsg;                /* owned text for a synthetic answer */
 
   bool queued;
-  struct rdzv_etcd_watch *qnext;      /* delivery queue */
-  struct rdzv_etcd_watch *wnext;      /* waiting for auth */
+  struct rdzv_etcd_watch *qnext;       /* delivery queue */
+  struct rdzv_etcd_watch *wnext;       /* waiting for auth */
   struct rdzv_etcd_watch *prev, *next; /* every request */
 };
 typedef struct rdzv_etcd_watch req_t;

@@ -236,7 +236,7 @@ static int add_kvs(struct rdzv_etcd_answer *a, const json_t *arr,
   const json_t *v;
   if (arr == NULL)
     return 0;
-  json_array_foreach(arr, i, v) {
+  json_array_foreach (arr, i, v) {
     if (a->r.nkvs >= cap)
       return RDZV_EPROTO;
     int rc = parse_kv(a, v, &kvs[a->r.nkvs]);
@@ -255,7 +255,7 @@ static int txn_count(const json_t *resps, size_t *n) {
   int rc;
   if (resps == NULL)
     return 0;
-  json_array_foreach(resps, i, v) {
+  json_array_foreach (resps, i, v) {
     if (!json_is_object(v))
       return RDZV_EPROTO;
     if ((rc = get_obj(v, "response_range", &p)) != 0)
@@ -286,7 +286,7 @@ static int txn_walk(struct rdzv_etcd_answer *a, const json_t *resps,
   int rc;
   if (resps == NULL)
     return 0;
-  json_array_foreach(resps, i, v) {
+  json_array_foreach (resps, i, v) {
     if ((rc = get_obj(v, "response_range", &p)) != 0)
       return rc;
     if (p != NULL) {
@@ -507,9 +507,9 @@ int rdzv_etcd_json_parse(enum rdzv_etcd_kind kind, int http, const void *body,
     a->r.http = http;
     a->r.grpc_code = g;
     a->r.lease_id = lease;
-    a->r.message = m[0] != 0 ? m
+    a->r.message = m[0] != 0           ? m
                    : rc == RDZV_EPROTO ? "answer is not the gateway's JSON"
-                   : "";
+                                       : "";
   }
   a->r.status = rc;
   return rc;
@@ -531,7 +531,7 @@ static int parse_events(struct rdzv_etcd_answer *a, const json_t *res) {
   if (a->ev == NULL)
     return RDZV_ENOMEM;
   memset(a->ev, 0, cap * sizeof(*a->ev));
-  json_array_foreach(arr, i, v) {
+  json_array_foreach (arr, i, v) {
     struct rdzv_etcd_event *e = &a->ev[i];
     const json_t *kv, *prev, *t;
     if (!json_is_object(v))
@@ -543,8 +543,8 @@ static int parse_events(struct rdzv_etcd_answer *a, const json_t *res) {
       e->type = RDZV_ETCD_PUT;
     else if (json_is_string(t) && strcmp(json_string_value(t), "DELETE") == 0)
       e->type = RDZV_ETCD_DELETE;
-    else if (json_is_integer(t) && (json_integer_value(t) == 0 ||
-                                    json_integer_value(t) == 1))
+    else if (json_is_integer(t) &&
+             (json_integer_value(t) == 0 || json_integer_value(t) == 1))
       e->type = (enum rdzv_etcd_event_type)json_integer_value(t);
     else
       return RDZV_EPROTO;
@@ -599,8 +599,8 @@ static int parse_watch(struct rdzv_etcd_answer *a, const json_t *o) {
       r->message = "mvcc: required revision has been compacted";
       return RDZV_ECOMPACTED;
     }
-    r->message = s != NULL && n != 0 ? arena_str(a, s, n)
-                                     : "watch canceled by etcd";
+    r->message =
+        s != NULL && n != 0 ? arena_str(a, s, n) : "watch canceled by etcd";
     return RDZV_EETCD;
   }
   return parse_events(a, res);
@@ -669,8 +669,8 @@ static bool blank(const char *s, size_t n) {
   return true;
 }
 
-bool rdzv_etcd_lines_next(struct rdzv_etcd_lines *l, bool eof,
-                          const char **msg, size_t *n) {
+bool rdzv_etcd_lines_next(struct rdzv_etcd_lines *l, bool eof, const char **msg,
+                          size_t *n) {
   while (l->off < l->len) {
     const char *s = l->p + l->off;
     size_t left = l->len - l->off;

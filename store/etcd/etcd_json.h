@@ -4,7 +4,7 @@
  * splitter. Bytes in, structs out: no I/O, no clock, no globals. Never
  * crashes on any input (fuzzed: tests/fuzz/etcd_json_fuzz.c).
  *
- * Wire rules (../../shared/notes/etcd-gateway.md): keys, values and
+ * Wire rules (etcd's rpc.proto in grpc-gateway's proto3 JSON): keys, values and
  * range ends in base64 (padding required); int64 read from a string or
  * a JSON integer and written as a string; a missing field is zero, false
  * or empty. */
@@ -86,16 +86,14 @@ char *rdzv_etcd_json_put(const void *key, size_t klen, const void *value,
 /* o may be NULL (the one key). */
 char *rdzv_etcd_json_range(const void *key, size_t klen,
                            const struct rdzv_etcd_range_opts *o, size_t *len);
-char *rdzv_etcd_json_delete(const void *key, size_t klen,
-                            const void *range_end, size_t relen, bool prefix,
-                            size_t *len);
+char *rdzv_etcd_json_delete(const void *key, size_t klen, const void *range_end,
+                            size_t relen, bool prefix, size_t *len);
 char *rdzv_etcd_json_txn(const struct rdzv_etcd_txn *t, size_t *len);
 /* {"TTL":ttl_s[,"ID":"id"]} */
 char *rdzv_etcd_json_lease_grant(int64_t ttl_s, int64_t id, size_t *len);
 /* {"ID":"id"} (keepalive, revoke, timetolive) */
 char *rdzv_etcd_json_lease_id(int64_t id, size_t *len);
-char *rdzv_etcd_json_auth(const char *user, const char *password,
-                          size_t *len);
+char *rdzv_etcd_json_auth(const char *user, const char *password, size_t *len);
 char *rdzv_etcd_json_compact(int64_t revision, bool physical, size_t *len);
 /* {"create_request":{...}} for one watch; o may be NULL. */
 char *rdzv_etcd_json_watch(const void *key, size_t klen,
@@ -122,8 +120,8 @@ int rdzv_etcd_lines_add(struct rdzv_etcd_lines *l, const void *p, size_t n,
 /* The next message: true with *msg (borrowed until the next call on l)
  * and *n set, skipping lines of only whitespace. With eof, what is left
  * without a '\n' is one last message. False when none is (yet) whole. */
-bool rdzv_etcd_lines_next(struct rdzv_etcd_lines *l, bool eof,
-                          const char **msg, size_t *n);
+bool rdzv_etcd_lines_next(struct rdzv_etcd_lines *l, bool eof, const char **msg,
+                          size_t *n);
 void rdzv_etcd_lines_free(struct rdzv_etcd_lines *l);
 
 #endif /* RDZV_STORE_ETCD_JSON_H */

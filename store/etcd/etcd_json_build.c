@@ -142,8 +142,7 @@ char *rdzv_etcd_json_put(const void *key, size_t klen, const void *value,
 }
 
 char *rdzv_etcd_json_range(const void *key, size_t klen,
-                           const struct rdzv_etcd_range_opts *op,
-                           size_t *len) {
+                           const struct rdzv_etcd_range_opts *op, size_t *len) {
   static const struct rdzv_etcd_range_opts none;
   const struct rdzv_etcd_range_opts *o = op != NULL ? op : &none;
   json_t *j = json_object();
@@ -164,9 +163,8 @@ char *rdzv_etcd_json_range(const void *key, size_t klen,
   return finish(j, bad, len);
 }
 
-char *rdzv_etcd_json_delete(const void *key, size_t klen,
-                            const void *range_end, size_t relen, bool prefix,
-                            size_t *len) {
+char *rdzv_etcd_json_delete(const void *key, size_t klen, const void *range_end,
+                            size_t relen, bool prefix, size_t *len) {
   json_t *o = json_object();
   int bad = o == NULL;
   if (!bad)
@@ -193,8 +191,7 @@ char *rdzv_etcd_json_lease_id(int64_t id, size_t *len) {
   return finish(o, bad, len);
 }
 
-char *rdzv_etcd_json_auth(const char *user, const char *password,
-                          size_t *len) {
+char *rdzv_etcd_json_auth(const char *user, const char *password, size_t *len) {
   json_t *o = json_object();
   int bad = o == NULL;
   if (!bad) {
@@ -220,8 +217,7 @@ char *rdzv_etcd_json_compact(int64_t revision, bool physical, size_t *len) {
 }
 
 char *rdzv_etcd_json_watch(const void *key, size_t klen,
-                           const struct rdzv_etcd_watch_opts *op,
-                           size_t *len) {
+                           const struct rdzv_etcd_watch_opts *op, size_t *len) {
   static const struct rdzv_etcd_watch_opts none;
   const struct rdzv_etcd_watch_opts *o = op != NULL ? op : &none;
   json_t *top = json_object(), *c = json_object();
@@ -279,8 +275,8 @@ static size_t sat_add(size_t a, size_t b) {
   return a > SIZE_MAX - b ? SIZE_MAX : a + b;
 }
 
-int rdzv_etcd_txn_compare(struct rdzv_etcd_txn *t, const void *key,
-                          size_t klen, enum rdzv_etcd_target target,
+int rdzv_etcd_txn_compare(struct rdzv_etcd_txn *t, const void *key, size_t klen,
+                          enum rdzv_etcd_target target,
                           enum rdzv_etcd_result_op result, int64_t num,
                           const void *value, size_t vlen) {
   static const char *const targets[] = {"CREATE", "MOD", "VERSION", "VALUE"};

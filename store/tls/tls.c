@@ -34,11 +34,10 @@ struct rdzv_tls {
 #define READ_CHUNK 16384u
 
 bool rdzv_tls_files_given(const struct rdzv_tls_files *f) {
-  return f != NULL &&
-         ((f->dir != NULL && f->dir[0] != '\0') ||
-          (f->cert != NULL && f->cert[0] != '\0') ||
-          (f->key != NULL && f->key[0] != '\0') ||
-          (f->ca != NULL && f->ca[0] != '\0'));
+  return f != NULL && ((f->dir != NULL && f->dir[0] != '\0') ||
+                       (f->cert != NULL && f->cert[0] != '\0') ||
+                       (f->key != NULL && f->key[0] != '\0') ||
+                       (f->ca != NULL && f->ca[0] != '\0'));
 }
 
 /* Whether OpenSSL's reason r means the peer's bytes were no TLS at all
@@ -70,8 +69,8 @@ static void ossl_text(char *buf, size_t n) {
 }
 
 /* path, or DIR/name when path is not given and dir is; "" if neither. */
-static void pick(const char *path, const char *dir, const char *name,
-                 char *out, size_t n) {
+static void pick(const char *path, const char *dir, const char *name, char *out,
+                 size_t n) {
   if (path != NULL && path[0] != '\0')
     snprintf(out, n, "%s", path);
   else if (dir != NULL && dir[0] != '\0')
@@ -115,8 +114,8 @@ static int cfg_fail(rdzv_tls_cfg_t *c, char *err, size_t errlen,
   return RDZV_ETLS;
 }
 
-int rdzv_tls_cfg_new(const struct rdzv_tls_files *f, bool need_cert,
-                     char *err, size_t errlen, rdzv_tls_cfg_t **out) {
+int rdzv_tls_cfg_new(const struct rdzv_tls_files *f, bool need_cert, char *err,
+                     size_t errlen, rdzv_tls_cfg_t **out) {
   char ca[RDZV_TLS_PATH_MAX], cert[RDZV_TLS_PATH_MAX], key[RDZV_TLS_PATH_MAX];
   char why[RDZV_TLS_ERR_MAX];
   const char *dir = f != NULL ? f->dir : NULL;
@@ -252,9 +251,8 @@ static int fail(rdzv_tls_t *t, int rc) {
   ossl_text(why, sizeof(why));
   long v = SSL_get_verify_result(t->ssl);
   if (v != X509_V_OK)
-    snprintf(t->err, sizeof(t->err), "%.100s: the %s's certificate: %.80s",
-             why, t->server ? "client" : "server",
-             X509_verify_cert_error_string(v));
+    snprintf(t->err, sizeof(t->err), "%.100s: the %s's certificate: %.80s", why,
+             t->server ? "client" : "server", X509_verify_cert_error_string(v));
   else if (e == SSL_ERROR_SYSCALL || e == SSL_ERROR_SSL)
     snprintf(t->err, sizeof(t->err), "%s", why);
   else

@@ -59,8 +59,8 @@ typedef struct rdzv_tls_cfg rdzv_tls_cfg_t;
  * which file and why, at most errlen bytes with its NUL), RDZV_ENOMEM.
  * A directory's missing tls.crt and tls.key are "not given", not an
  * error, unless need_cert. */
-int rdzv_tls_cfg_new(const struct rdzv_tls_files *f, bool need_cert,
-                     char *err, size_t errlen, rdzv_tls_cfg_t **out);
+int rdzv_tls_cfg_new(const struct rdzv_tls_files *f, bool need_cert, char *err,
+                     size_t errlen, rdzv_tls_cfg_t **out);
 /* Whether cfg has a certificate of its own. */
 bool rdzv_tls_cfg_has_cert(const rdzv_tls_cfg_t *cfg);
 /* Frees cfg (sessions made from it keep what they need). NULL is a no-op. */

@@ -53,8 +53,7 @@ struct rdzv_addr_parts {
  * that holds more than RDZV_ADDR_MAX_PORT_RANGE ports, an unbracketed
  * IPv6 host without RDZV_ADDR_BARE_V6, a host over RDZV_ADDR_HOST_MAX
  * bytes, unix: with RDZV_ADDR_NO_UNIX. *out is unspecified on error. */
-int rdzv_addr_split(const char *s, unsigned flags,
-                    struct rdzv_addr_parts *out);
+int rdzv_addr_split(const char *s, unsigned flags, struct rdzv_addr_parts *out);
 
 /* Copies p's host into buf (n bytes, NUL-terminated). Returns 0, or
  * RDZV_EBAD_ADDR when it does not fit (or p is a Unix address). */

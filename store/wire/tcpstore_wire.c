@@ -83,17 +83,17 @@ static int get_list(struct cur *c, const struct rdzv_ts_limits *lim,
 
 /* Opcode tables: index = wire byte, value = operation (0: not served). */
 static const enum rdzv_ts_op legacy_ops[] = {
-    RDZV_TS_SET,   RDZV_TS_COMPARE_SET, RDZV_TS_GET,
-    RDZV_TS_ADD,   RDZV_TS_CHECK,       RDZV_TS_WAIT,
-    RDZV_TS_GETNUMKEYS, RDZV_TS_WATCH_KEY, RDZV_TS_DELETE_KEY,
+    RDZV_TS_SET,        RDZV_TS_COMPARE_SET, RDZV_TS_GET,
+    RDZV_TS_ADD,        RDZV_TS_CHECK,       RDZV_TS_WAIT,
+    RDZV_TS_GETNUMKEYS, RDZV_TS_WATCH_KEY,   RDZV_TS_DELETE_KEY,
 };
 static const enum rdzv_ts_op v2_ops[] = {
-    RDZV_TS_VALIDATE,   RDZV_TS_SET,        RDZV_TS_COMPARE_SET,
-    RDZV_TS_GET,        RDZV_TS_ADD,        RDZV_TS_CHECK,
-    RDZV_TS_WAIT,       RDZV_TS_GETNUMKEYS, RDZV_TS_DELETE_KEY,
-    RDZV_TS_APPEND,     RDZV_TS_MULTI_GET,  RDZV_TS_MULTI_SET,
+    RDZV_TS_VALIDATE,    RDZV_TS_SET,        RDZV_TS_COMPARE_SET,
+    RDZV_TS_GET,         RDZV_TS_ADD,        RDZV_TS_CHECK,
+    RDZV_TS_WAIT,        RDZV_TS_GETNUMKEYS, RDZV_TS_DELETE_KEY,
+    RDZV_TS_APPEND,      RDZV_TS_MULTI_GET,  RDZV_TS_MULTI_SET,
     RDZV_TS_CANCEL_WAIT, RDZV_TS_PING,       RDZV_TS_QUEUE_PUSH,
-    RDZV_TS_QUEUE_POP,  RDZV_TS_QUEUE_LEN,  RDZV_TS_LIST_KEYS,
+    RDZV_TS_QUEUE_POP,   RDZV_TS_QUEUE_LEN,  RDZV_TS_LIST_KEYS,
     RDZV_TS_BARRIER,
 };
 
@@ -326,13 +326,24 @@ int rdzv_ts_encode(enum rdzv_ts_dialect d, const struct rdzv_ts_req *req,
   if (code < 0)
     return RDZV_EPROTO;
   switch (shape) {
-  case 'v': want_vals = 1; break;
-  case 'c': want_vals = 2; break;
-  case 'l': want_keys = req->nkeys; break;
-  case 'm': want_keys = want_vals = req->nkeys; break;
+  case 'v':
+    want_vals = 1;
+    break;
+  case 'c':
+    want_vals = 2;
+    break;
+  case 'l':
+    want_keys = req->nkeys;
+    break;
+  case 'm':
+    want_keys = want_vals = req->nkeys;
+    break;
   case 'u':
-  case '-': want_keys = 0; break;
-  default: break;
+  case '-':
+    want_keys = 0;
+    break;
+  default:
+    break;
   }
   if (req->nkeys != want_keys || req->nvals != want_vals)
     return RDZV_EPROTO;
@@ -368,9 +379,9 @@ int rdzv_ts_encode(enum rdzv_ts_dialect d, const struct rdzv_ts_req *req,
 }
 
 int rdzv_ts_op_has_reply(enum rdzv_ts_op op) {
-  return op != RDZV_TS_SET && op != RDZV_TS_APPEND &&
-         op != RDZV_TS_MULTI_SET && op != RDZV_TS_VALIDATE &&
-         op != RDZV_TS_QUEUE_PUSH && shape_of(op) != '?';
+  return op != RDZV_TS_SET && op != RDZV_TS_APPEND && op != RDZV_TS_MULTI_SET &&
+         op != RDZV_TS_VALIDATE && op != RDZV_TS_QUEUE_PUSH &&
+         shape_of(op) != '?';
 }
 
 /* n blobs into blobs[0..n) (n <= cap checked by the caller). */

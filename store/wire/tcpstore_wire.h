@@ -2,12 +2,13 @@
  * requests out; replies appended to a buffer. No I/O, so it can be fuzzed.
  *
  * Source: the protocol as measured against torch 1.13 and 2.6 clients and
- * read in torch/csrc/distributed/c10d/TCPStore.cpp (see
- * ../shared/notes/tcpstore-protocol.md). Summary: a request is one opcode
- * byte and its arguments; integers are little-endian fixed width (u8,
- * u32, i64, u64); a key or a value is a u64 length and its bytes. There is
- * no request id and no status: a server reports an error by closing the
- * connection. Two dialects number the opcodes differently:
+ * read in torch/csrc/distributed/c10d/TCPStore.cpp and
+ * TCPStoreBackend.cpp (docs/pytorch.md tells what rdzv serves).
+ * Summary: a request is one opcode byte and its arguments; integers are
+ * little-endian fixed width (u8, u32, i64, u64); a key or a value is a
+ * u64 length and its bytes. There is no request id and no status: a
+ * server reports an error by closing the connection. Two dialects number
+ * the opcodes differently:
  *   legacy (torch <= 2.0): SET 0, COMPARE_SET 1, GET 2, ADD 3, CHECK 4,
  *     WAIT 5, GETNUMKEYS 6, WATCH_KEY 7, DELETE_KEY 8; no handshake;
  *   v2 (torch >= 2.2): VALIDATE 0 (u32 magic 0x3C85F7CE, first on every
@@ -15,7 +16,7 @@
  *     GETNUMKEYS 7, DELETE_KEY 8, APPEND 9, MULTI_GET 10, MULTI_SET 11,
  *     CANCEL_WAIT 12, PING 13; later releases added QUEUE_PUSH 14,
  *     QUEUE_POP 15, QUEUE_LEN 16 (2.8), LIST_KEYS 17 and BARRIER 18
- *     (layouts from PyTorch's sources: see the notes, section 3).
+ *     (layouts from PyTorch's sources, TCPStoreBackend.cpp).
  * This codec parses every one of those; which of them a server serves is
  * its own business (rdzvd's front end: store/daemon/tcpstore/bridge.c).
  * The dialect of a connection is told by its first 5 bytes: 00 ce f7 85

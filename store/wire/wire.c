@@ -55,13 +55,13 @@ void rdzv_store_u64le(uint8_t *p, uint64_t v) {
  * modular on every compiler we support; memcpy keeps that explicit. */
 static int32_t u32_to_i32(uint32_t u) {
   int32_t v;
-  memcpy(&v, &u, sizeof v);
+  memcpy(&v, &u, sizeof(v));
   return v;
 }
 
 static int64_t u64_to_i64(uint64_t u) {
   int64_t v;
-  memcpy(&v, &u, sizeof v);
+  memcpy(&v, &u, sizeof(v));
   return v;
 }
 
@@ -251,8 +251,8 @@ static int64_t ref_span(struct ref_plan *plan, const uint8_t *p, size_t n) {
     return -1;
   for (i = 0; i < plan->nspans; i++) {
     uintptr_t a = (uintptr_t)plan->spans[i].p, x = (uintptr_t)p;
-    if (plan->spans[i].p != NULL && x >= a &&
-        n <= plan->spans[i].n && x - a <= plan->spans[i].n - n)
+    if (plan->spans[i].p != NULL && x >= a && n <= plan->spans[i].n &&
+        x - a <= plan->spans[i].n - n)
       return i;
   }
   return -1;
@@ -282,9 +282,8 @@ static uint64_t items_referred(struct ref_plan *plan,
 
 /* Where one list's bytes go: copied at out->data[*off], or referred to
  * (refs[plan->used++]) at that offset. */
-static void bytes_put(struct rdzv_buf *out, size_t *off,
-                      struct ref_plan *plan, struct rdzv_wire_ref *refs,
-                      const uint8_t *p, size_t n) {
+static void bytes_put(struct rdzv_buf *out, size_t *off, struct ref_plan *plan,
+                      struct rdzv_wire_ref *refs, const uint8_t *p, size_t n) {
   int64_t span = ref_span(plan, p, n);
 
   if (span >= 0) {
@@ -388,7 +387,7 @@ static int header_prefix_check(const uint8_t *p, size_t n) {
   size_t i;
 
   store_u32le(magic, RDZV_WIRE_MAGIC);
-  for (i = 0; i < n && i < sizeof magic; i++) {
+  for (i = 0; i < n && i < sizeof(magic); i++) {
     if (p[i] != magic[i])
       return RDZV_EPROTO;
   }
@@ -589,7 +588,7 @@ static int vals_check(const struct rdzv_msg *msg, uint32_t max_value) {
     if (msg->type == RDZV_MSG_ADD) {
       if (s.n != 16)
         return RDZV_EPROTO; /* { u64 op id, i64 delta } */
-      continue;           /* no value: --max-value-bytes does not apply */
+      continue;             /* no value: --max-value-bytes does not apply */
     }
     if (msg->type == RDZV_MSG_BARRIER || msg->type == RDZV_MSG_GATHER) {
       if (s.n < 8 || (msg->type == RDZV_MSG_BARRIER && s.n != 8))
@@ -635,17 +634,17 @@ int rdzv_msg_validate_request(const struct rdzv_msg *msg,
 /* ---- names -------------------------------------------------------------- */
 
 static const char *const type_names[RDZV_MSG_TYPE_MAX + 1] = {
-    [RDZV_MSG_HELLO] = "hello",   [RDZV_MSG_SET] = "set",
-    [RDZV_MSG_GET] = "get",       [RDZV_MSG_WAIT] = "wait",
-    [RDZV_MSG_ADD] = "add",       [RDZV_MSG_CAS] = "cas",
-    [RDZV_MSG_DELETE] = "delete", [RDZV_MSG_MGET] = "mget",
-    [RDZV_MSG_MSET] = "mset",     [RDZV_MSG_APPEND] = "append",
-    [RDZV_MSG_NKEYS] = "nkeys",   [RDZV_MSG_BARRIER] = "barrier",
-    [RDZV_MSG_GATHER] = "gather", [RDZV_MSG_STATS] = "stats",
-    [RDZV_MSG_ERROR] = "error", [RDZV_MSG_JOIN] = "join",
-    [RDZV_MSG_ABORT] = "abort",   [RDZV_MSG_COLL_STATUS] = "coll_status",
-    [RDZV_MSG_PING] = "ping",     [RDZV_MSG_KEYS] = "keys",
-    [RDZV_MSG_AUTH] = "auth",     [RDZV_MSG_INVAL] = "inval",
+    [RDZV_MSG_HELLO] = "hello",       [RDZV_MSG_SET] = "set",
+    [RDZV_MSG_GET] = "get",           [RDZV_MSG_WAIT] = "wait",
+    [RDZV_MSG_ADD] = "add",           [RDZV_MSG_CAS] = "cas",
+    [RDZV_MSG_DELETE] = "delete",     [RDZV_MSG_MGET] = "mget",
+    [RDZV_MSG_MSET] = "mset",         [RDZV_MSG_APPEND] = "append",
+    [RDZV_MSG_NKEYS] = "nkeys",       [RDZV_MSG_BARRIER] = "barrier",
+    [RDZV_MSG_GATHER] = "gather",     [RDZV_MSG_STATS] = "stats",
+    [RDZV_MSG_ERROR] = "error",       [RDZV_MSG_JOIN] = "join",
+    [RDZV_MSG_ABORT] = "abort",       [RDZV_MSG_COLL_STATUS] = "coll_status",
+    [RDZV_MSG_PING] = "ping",         [RDZV_MSG_KEYS] = "keys",
+    [RDZV_MSG_AUTH] = "auth",         [RDZV_MSG_INVAL] = "inval",
     [RDZV_MSG_TS_SPACE] = "ts_space",
 };
 

@@ -45,59 +45,45 @@ extern "C" {
 #define RDZV_WIRE_MIN_BODY_BYTES 28u
 
 /* Frame flags. */
-#define RDZV_F_REPLY 0x0001u       /* this frame answers req_id */
-#define RDZV_F_WRITE_ONCE 0x0002u  /* set/mset: the key(s) are write-once */
-#define RDZV_F_SUPERSEDED 0x0004u  /* collective reply: a newer request of
-                                      the same peer carries the result */
-#define RDZV_F_PARTIAL 0x0008u     /* join reply: some items now, the
-                                      request stays open for the rest */
-#define RDZV_F_LEAVE 0x0010u       /* abort: a clean leave, abort nothing */
-#define RDZV_F_GIVE_UP 0x0020u     /* coll_status: fail the collective for
-                                      every member unless it completed */
-#define RDZV_F_OPID 0x0040u        /* set, cas, delete, mset, append: b is
-                                      an op id (nonzero, unique per sending
-                                      node); the root applies a re-sent one
-                                      once and answers it as the first time
-                                      (a node sends again what a lost
-                                      connection carried). add: its parts
-                                      carry op ids (see RDZV_MSG_ADD) */
-#define RDZV_F_COMPLETE 0x0100u    /* join from a node: with these
-                                      records the sender's whole subtree
-                                      has joined the round (its ranks and
-                                      every child node's subtree, as far as
-                                      it was told how many: rdzvd
-                                      --children), so its parent need not
-                                      wait for more from it */
-#define RDZV_F_CHALLENGE 0x0200u   /* hello reply: vals[0] = the
-                                      daemon's nonce, vals[1] = its proof
-                                      of the job's secret; the peer
-                                      answers with RDZV_MSG_AUTH */
-#define RDZV_F_COPY 0x0400u        /* get, mget, wait from a node: keep a
-                                      copy of the key(s) (value or
-                                      absence) and register it with me; in
-                                      the reply: granted, the parent holds
-                                      this node registered and invalidates
-                                      the copy before any write to the key
-                                      is acknowledged (RDZV_MSG_INVAL).
-                                      What it covers: GET, OK or ENOKEY:
-                                      the key; MGET OK and WAIT OK: every
-                                      key; MGET ENOKEY: the missing keys
-                                      (keys), as absent */
-#define RDZV_F_ALL 0x0800u         /* inval reply: every copy goes */
-#define RDZV_F_ROOT_AWAY 0x1000u   /* ping reply from a node: its own link
-                                      toward the root for the job is down
-                                      (not attached, or its parent said
-                                      so); absent: reachable as far as it
-                                      knows (a root never sets it). Also
-                                      on a probe's reply (RDZV_ROLE_PROBE):
-                                      the same of the job probed for, or
-                                      (a job it holds nothing of) of all
-                                      its links: no place to return to */
-#define RDZV_F_SHARED_INC 0x0080u  /* hello reply: b is the incarnation of
-                                      a service whose roots share it (an
-                                      etcd-backed root): a peer compares it
-                                      with the one any of those roots gave,
-                                      not only this address */
+#define RDZV_F_REPLY 0x0001u      /* this frame answers req_id */
+#define RDZV_F_WRITE_ONCE 0x0002u /* set/mset: the key(s) are write-once */
+/* collective reply: a newer request of the same peer carries the result */
+#define RDZV_F_SUPERSEDED 0x0004u
+/* join reply: some items now, the request stays open for the rest */
+#define RDZV_F_PARTIAL 0x0008u
+#define RDZV_F_LEAVE 0x0010u /* abort: a clean leave, abort nothing */
+/* coll_status: fail the collective for every member unless it completed */
+#define RDZV_F_GIVE_UP 0x0020u
+/* set, cas, delete, mset, append: b is an op id (nonzero, unique per sending
+ * node); the root applies a re-sent one once and answers it as the first
+ * time (a node sends again what a lost connection carried). add: its parts
+ * carry op ids (see RDZV_MSG_ADD) */
+#define RDZV_F_OPID 0x0040u
+/* join from a node: with these records the sender's whole subtree has joined
+ * the round (its ranks and every child node's subtree, as far as it was told
+ * how many: rdzvd --children), so its parent need not wait for more from it */
+#define RDZV_F_COMPLETE 0x0100u
+/* hello reply: vals[0] = the daemon's nonce, vals[1] = its proof of the
+ * job's secret; the peer answers with RDZV_MSG_AUTH */
+#define RDZV_F_CHALLENGE 0x0200u
+/* get, mget, wait from a node: keep a copy of the key(s) (value or absence)
+ * and register it with me; in the reply: granted, the parent holds this node
+ * registered and invalidates the copy before any write to the key is
+ * acknowledged (RDZV_MSG_INVAL). What it covers: GET, OK or ENOKEY: the key;
+ * MGET OK and WAIT OK: every key; MGET ENOKEY: the missing keys (keys), as
+ * absent */
+#define RDZV_F_COPY 0x0400u
+#define RDZV_F_ALL 0x0800u /* inval reply: every copy goes */
+/* ping reply from a node: its own link toward the root for the job is down
+ * (not attached, or its parent said so); absent: reachable as far as it
+ * knows (a root never sets it). Also on a probe's reply (RDZV_ROLE_PROBE):
+ * the same of the job probed for, or (a job it holds nothing of) of all its
+ * links: no place to return to */
+#define RDZV_F_ROOT_AWAY 0x1000u
+/* hello reply: b is the incarnation of a service whose roots share it (an
+ * etcd-backed root): a peer compares it with the one any of those roots
+ * gave, not only this address */
+#define RDZV_F_SHARED_INC 0x0080u
 
 /* Message types. "keys"/"vals" name the body's two item lists.
  * Requests and replies share a type; replies carry RDZV_F_REPLY. */
@@ -275,9 +261,10 @@ enum rdzv_peer_role {
    * ROOT_AWAY: not ready to take the job's links back) and closes
    * the connection; it refuses a probe from itself (RDZV_EHELLO) and, with
    * --job, one naming another job (RDZV_EJOB_MISMATCH). Older daemons
-   * refuse the role (RDZV_EBAD_ROLE; an empty job: RDZV_EJOB_ID_MISSING). The chain is the daemons' addresses
-   * a launcher passes in --parent; it is told without authentication, and
-   * a node replaces it with what its first authenticated hello tells. */
+   * refuse the role (RDZV_EBAD_ROLE; an empty job: RDZV_EJOB_ID_MISSING). The
+   * chain is the daemons' addresses a launcher passes in --parent; it is told
+   * without authentication, and a node replaces it with what its first
+   * authenticated hello tells. */
   RDZV_ROLE_PROBE = 2,
 };
 

@@ -25,7 +25,7 @@
 static uv_loop_t loop;
 static struct etcdh h;
 static struct rdzv_etcd *cli;
-static bool in_call; /* set around every client call: no callback inside */
+static bool in_call;  /* set around every client call: no callback inside */
 static int cb_inside; /* callbacks seen inside a call */
 
 /* ---- running the loop ---------------------------------------------------- */
@@ -153,8 +153,7 @@ static int del_s(struct rdzv_etcd *e, const char *k, bool prefix,
   return c->status;
 }
 
-static int txn_s(struct rdzv_etcd *e, struct rdzv_etcd_txn *t,
-                 struct call *c) {
+static int txn_s(struct rdzv_etcd *e, struct rdzv_etcd_txn *t, struct call *c) {
   CALL(c, rdzv_etcd_txn(e, t, on_result, c));
   return c->status;
 }
@@ -308,8 +307,12 @@ static void test_new_bad_endpoints(void **state) {
   (void)state;
   struct rdzv_etcd *e = (struct rdzv_etcd *)1;
   struct rdzv_etcd_config cfg = {0};
-  const char *bad[] = {"", "ftp://x:1", "127.0.0.1:2379", "http://",
-                       "http://a:1,,http://b:2", "http://a b:1"};
+  const char *bad[] = {"",
+                       "ftp://x:1",
+                       "127.0.0.1:2379",
+                       "http://",
+                       "http://a:1,,http://b:2",
+                       "http://a b:1"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     cfg.endpoints = bad[i];
     assert_int_equal(rdzv_etcd_new(&loop, &cfg, &e), RDZV_EBAD_ADDR);
@@ -422,7 +425,9 @@ static void test_put_range_delete(void **state) {
   assert_string_equal(c.kvs[1].key, "p/2");
 
   /* binary keys with 0xff bytes: the prefix end carries over */
-  const char bk1[] = "b\xff\xff" "1", bk2[] = "c";
+  const char bk1[] = "b\xff\xff"
+                     "1",
+             bk2[] = "c";
   struct call c2;
   CALL(&c2, rdzv_etcd_put(cli, bk1, 4, "\0\x01", 2, 0, on_result, &c2));
   assert_int_equal(c2.status, 0);
@@ -471,8 +476,7 @@ static void test_txn(void **state) {
     assert_int_equal(rdzv_etcd_txn_compare(t, "lock", 4, RDZV_ETCD_CREATE,
                                            RDZV_ETCD_EQUAL, 0, NULL, 0),
                      0);
-    assert_int_equal(rdzv_etcd_txn_put(t, true, "lock", 4, "owner1", 6, 0),
-                     0);
+    assert_int_equal(rdzv_etcd_txn_put(t, true, "lock", 4, "owner1", 6, 0), 0);
     assert_int_equal(rdzv_etcd_txn_range(t, false, "lock", 4, false), 0);
     assert_int_equal(rdzv_etcd_txn_ops(t), 1);
     assert_true(rdzv_etcd_txn_bytes(t) >= 4 + 6 + 4);
@@ -491,14 +495,14 @@ static void test_txn(void **state) {
 
   /* MOD equal, then a stale MOD */
   t = rdzv_etcd_txn_new();
-  rdzv_etcd_txn_compare(t, "lock", 4, RDZV_ETCD_MOD, RDZV_ETCD_EQUAL, mod,
-                        NULL, 0);
+  rdzv_etcd_txn_compare(t, "lock", 4, RDZV_ETCD_MOD, RDZV_ETCD_EQUAL, mod, NULL,
+                        0);
   rdzv_etcd_txn_put(t, true, "lock", 4, "owner2", 6, 0);
   assert_int_equal(txn_s(cli, t, &c), 0);
   assert_true(c.succeeded);
   t = rdzv_etcd_txn_new();
-  rdzv_etcd_txn_compare(t, "lock", 4, RDZV_ETCD_MOD, RDZV_ETCD_EQUAL, mod,
-                        NULL, 0);
+  rdzv_etcd_txn_compare(t, "lock", 4, RDZV_ETCD_MOD, RDZV_ETCD_EQUAL, mod, NULL,
+                        0);
   rdzv_etcd_txn_put(t, true, "lock", 4, "owner3", 6, 0);
   assert_int_equal(txn_s(cli, t, &c), 0);
   assert_false(c.succeeded);
@@ -574,10 +578,8 @@ static void test_txn(void **state) {
   assert_string_equal(c.kvs[1].value, "C");
   assert_string_equal(c.kvs[2].key, "tx/a");
   assert_int_equal(c.deleted, 2);
-  assert_int_equal(get_s(cli, "tx/", &(struct rdzv_etcd_range_opts){.prefix =
-                                                                        true},
-                         &c),
-                   0);
+  assert_int_equal(
+      get_s(cli, "tx/", &(struct rdzv_etcd_range_opts){.prefix = true}, &c), 0);
   assert_int_equal(c.nkvs, 1);
 
   /* a duplicate key in one txn: etcd's refusal with its message */
@@ -754,8 +756,8 @@ static void test_watch(void **state) {
 
 static int setup_progress(void **state) {
   (void)state;
-  const char *extra[] = {"--experimental-watch-progress-notify-interval",
-                         "1s", NULL};
+  const char *extra[] = {"--experimental-watch-progress-notify-interval", "1s",
+                         NULL};
   if (setup_loop() != 0 || etcdh_start(&h, extra, NULL) != 0)
     return -1;
   cli = client(etcdh_endpoints(&h), NULL, NULL, NULL, NULL, NULL);
@@ -859,8 +861,7 @@ static void test_limits(void **state) {
     struct rdzv_etcd_txn *t = rdzv_etcd_txn_new();
     for (int i = 0; i < n; i++) {
       snprintf(k, sizeof(k), "lim/%d", i);
-      assert_int_equal(rdzv_etcd_txn_put(t, true, k, strlen(k), "v", 1, 0),
-                       0);
+      assert_int_equal(rdzv_etcd_txn_put(t, true, k, strlen(k), "v", 1, 0), 0);
     }
     assert_int_equal(rdzv_etcd_txn_ops(t), (size_t)n);
     txn_s(cli, t, &c);
@@ -919,8 +920,7 @@ static void test_failover_dead_first(void **state) {
   char eps[256];
   int dp = dead_port();
   assert_true(dp > 0);
-  snprintf(eps, sizeof(eps), "http://127.0.0.1:%d,%s", dp,
-           etcdh_endpoints(&h));
+  snprintf(eps, sizeof(eps), "http://127.0.0.1:%d,%s", dp, etcdh_endpoints(&h));
   struct rdzv_etcd *e = client(eps, NULL, NULL, NULL, NULL, NULL);
   assert_int_equal(put_s(e, "fo", "1", 0, &c), 0);
   struct rdzv_etcd_stats st;
@@ -946,8 +946,7 @@ static void test_failover_dead_first(void **state) {
   close_client(&e);
 
   /* every endpoint dead: connection refused, each tried once */
-  snprintf(eps, sizeof(eps), "http://127.0.0.1:%d,http://127.0.0.1:%d", dp,
-           dp);
+  snprintf(eps, sizeof(eps), "http://127.0.0.1:%d,http://127.0.0.1:%d", dp, dp);
   e = client(eps, NULL, NULL, NULL, NULL, NULL);
   assert_int_equal(put_s(e, "fo", "1", 0, &c), -ECONNREFUSED);
   rdzv_etcd_stats(e, &st);
@@ -1015,8 +1014,7 @@ static void auth_setup(void) {
   post_ok("/v3/auth/user/add", "{\"name\":\"root\",\"password\":\"rootpw\"}",
           NULL);
   post_ok("/v3/auth/role/add", "{\"name\":\"root\"}", NULL);
-  post_ok("/v3/auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}",
-          NULL);
+  post_ok("/v3/auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}", NULL);
   post_ok("/v3/auth/user/add", "{\"name\":\"app\",\"password\":\"apppw\"}",
           NULL);
   post_ok("/v3/auth/role/add", "{\"name\":\"approle\"}", NULL);
@@ -1076,10 +1074,9 @@ static void test_auth(void **state) {
   rdzv_etcd_stats(cli, &st);
   assert_int_equal(st.requests, 3);
   /* permitted: in app/; denied: outside */
-  assert_int_equal(get_s(cli, "app/", &(struct rdzv_etcd_range_opts){.prefix =
-                                                                         true},
-                         &c),
-                   0);
+  assert_int_equal(
+      get_s(cli, "app/", &(struct rdzv_etcd_range_opts){.prefix = true}, &c),
+      0);
   assert_int_equal(c.nkvs, 2);
   assert_int_equal(put_s(cli, "other", "1", 0, &c), RDZV_EETCD);
   assert_int_equal(c.http, 403);
@@ -1212,8 +1209,7 @@ static void test_tls(void **state) {
   close_client(&cli);
 
   /* without a client certificate: refused at the handshake */
-  struct rdzv_etcd *e = client(etcdh_endpoints(&h), NULL, NULL, ca, NULL,
-                               NULL);
+  struct rdzv_etcd *e = client(etcdh_endpoints(&h), NULL, NULL, ca, NULL, NULL);
   assert_true(put_s(e, "tls", "x", 0, &c) < 0);
   assert_int_equal(c.http, 0);
   assert_true(c.message[0] != 0);
@@ -1238,8 +1234,7 @@ static void test_close_cancels(void **state) {
   memset(c, 0, sizeof(c));
   in_call = true;
   for (int i = 0; i < 4; i++)
-    assert_int_equal(rdzv_etcd_put(cli, "cl/a", 4, "v", 1, 0, on_result,
-                                   &c[i]),
+    assert_int_equal(rdzv_etcd_put(cli, "cl/a", 4, "v", 1, 0, on_result, &c[i]),
                      0);
   static struct wlog w2;
   memset(&w2, 0, sizeof(w2));
@@ -1261,8 +1256,8 @@ static void test_close_cancels(void **state) {
   assert_true(w2.ended);
   assert_int_equal(w2.status, RDZV_ECANCELED);
   /* close with nothing pending */
-  struct rdzv_etcd *e = client(etcdh_endpoints(&h), NULL, NULL, NULL, NULL,
-                               NULL);
+  struct rdzv_etcd *e =
+      client(etcdh_endpoints(&h), NULL, NULL, NULL, NULL, NULL);
   close_client(&e);
   close_client(&e); /* NULL: nothing */
 }
@@ -1283,8 +1278,7 @@ static void reentry_put_cb(void *arg, const struct rdzv_etcd_result *r) {
     /* first answer: cancel the watch, start a put, close */
     rdzv_etcd_watch_cancel(x->w);
     rdzv_etcd_watch_cancel(x->w); /* twice is fine */
-    assert_int_equal(rdzv_etcd_put(x->e, "re", 2, "2", 1, 0, reentry_put_cb,
-                                   x),
+    assert_int_equal(rdzv_etcd_put(x->e, "re", 2, "2", 1, 0, reentry_put_cb, x),
                      0);
     rdzv_etcd_close(x->e, on_closed, &x->closed);
   }
@@ -1320,18 +1314,16 @@ int main(void) {
                                       teardown_all),
       cmocka_unit_test_setup_teardown(test_member_gone, setup_one,
                                       teardown_all),
-      cmocka_unit_test_setup_teardown(test_limits, setup_limits,
-                                      teardown_all),
+      cmocka_unit_test_setup_teardown(test_limits, setup_limits, teardown_all),
       cmocka_unit_test_setup_teardown(test_failover_dead_first, setup_one,
                                       teardown_all),
-      cmocka_unit_test_setup_teardown(test_cluster_member_killed,
-                                      setup_cluster, teardown_all),
+      cmocka_unit_test_setup_teardown(test_cluster_member_killed, setup_cluster,
+                                      teardown_all),
       cmocka_unit_test_setup_teardown(test_auth, setup_auth, teardown_all),
       cmocka_unit_test_setup_teardown(test_tls, setup_tls, teardown_tls),
       cmocka_unit_test_setup_teardown(test_close_cancels, setup_one,
                                       teardown_all),
-      cmocka_unit_test_setup_teardown(test_reentrant, setup_one,
-                                      teardown_all),
+      cmocka_unit_test_setup_teardown(test_reentrant, setup_one, teardown_all),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -295,10 +295,9 @@ static int attempt(struct etcdh *h, int last) {
     snprintf(m->name, sizeof(m->name), "m%d", i);
     snprintf(m->url, sizeof(m->url), "%s://127.0.0.1:%d",
              tls_on(h) ? "https" : "http", m->client_port);
-    off += (size_t)snprintf(h->initial_cluster + off,
-                            sizeof(h->initial_cluster) - off,
-                            "%s%s=http://127.0.0.1:%d", i ? "," : "",
-                            m->name, m->peer_port);
+    off += (size_t)snprintf(
+        h->initial_cluster + off, sizeof(h->initial_cluster) - off,
+        "%s%s=http://127.0.0.1:%d", i ? "," : "", m->name, m->peer_port);
   }
   for (int i = 0; i < h->n; i++) {
     if (i)
@@ -419,8 +418,8 @@ int etcdh_restart(struct etcdh *h, int i) {
   return spawn(h, i);
 }
 
-int etcdh_post(const struct etcdh *h, int i, const char *path,
-               const char *body, const char *token, char **resp) {
+int etcdh_post(const struct etcdh *h, int i, const char *path, const char *body,
+               const char *token, char **resp) {
   char url[512], auth[512];
   struct buf b = {NULL, 0};
   struct curl_slist *hd = NULL;

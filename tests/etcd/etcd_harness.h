@@ -36,11 +36,11 @@ struct etcdh_tls {
 };
 
 struct etcdh_member {
-  pid_t pid;           /* 0 when not running */
+  pid_t pid; /* 0 when not running */
   int client_port, peer_port;
-  char dir[64];        /* /dev/shm/rdzv-etcd.XXXXXX */
-  char url[64];        /* "http://127.0.0.1:PORT" (or https://) */
-  char name[16];       /* "m0", "m1", ... */
+  char dir[64];  /* /dev/shm/rdzv-etcd.XXXXXX */
+  char url[64];  /* "http://127.0.0.1:PORT" (or https://) */
+  char name[16]; /* "m0", "m1", ... */
 };
 
 struct etcdh {
@@ -48,8 +48,8 @@ struct etcdh {
   struct etcdh_member m[ETCDH_MAX_MEMBERS];
   char endpoints[ETCDH_MAX_MEMBERS * 64]; /* the urls, comma-separated */
   /* private: */
-  char **extra;            /* copied extra flags, NULL-terminated */
-  char tls[5][256];        /* copied etcdh_tls paths ("" when unset) */
+  char **extra;     /* copied extra flags, NULL-terminated */
+  char tls[5][256]; /* copied etcdh_tls paths ("" when unset) */
   char initial_cluster[ETCDH_MAX_MEMBERS * 96];
   char cluster_token[48];
 };
@@ -93,8 +93,8 @@ int etcdh_wait_healthy(struct etcdh *h, int i, double timeout_s);
  * "Authorization: token" when token is not NULL. Returns the HTTP status
  * (0 if none came) and, when resp is not NULL, the response body in a
  * malloc'd NUL-terminated string the caller frees (NULL on failure). */
-int etcdh_post(const struct etcdh *h, int i, const char *path,
-               const char *body, const char *token, char **resp);
+int etcdh_post(const struct etcdh *h, int i, const char *path, const char *body,
+               const char *token, char **resp);
 
 /* Stops every member (SIGTERM, wait, SIGKILL after 10 s), removes their
  * directories and frees what the harness allocated. Safe to call twice

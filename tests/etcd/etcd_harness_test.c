@@ -96,9 +96,8 @@ static void test_cluster(void **state) {
   assert_int_equal(etcdh_kill(&h, 0), 0);
   assert_int_equal(etcdh_pid(&h, 0), 0);
   assert_int_equal(kill(p0, 0), -1);
-  assert_int_equal(etcdh_post(&h, 0, "/v3/kv/range", "{\"key\":\"YQ==\"}",
-                              NULL, NULL),
-                   0);
+  assert_int_equal(
+      etcdh_post(&h, 0, "/v3/kv/range", "{\"key\":\"YQ==\"}", NULL, NULL), 0);
   /* (a new leader may still be in election: health first) */
   assert_int_equal(etcdh_wait_healthy(&h, 1, 60.0), 0);
   assert_int_equal(put_retry(1, "a", "2"), 200);

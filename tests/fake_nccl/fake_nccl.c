@@ -200,7 +200,7 @@ static void read_env_locked(void) {
   fake.version = env_int("FAKE_NCCL_VERSION", FAKE_NCCL_DEFAULT_VERSION);
   fake.init_polls = env_int("FAKE_NCCL_INIT_POLLS", 0);
   fake.fail_init = env_int("FAKE_NCCL_FAIL_INIT", 0) != 0;
-  snprintf(fake.log_path, sizeof fake.log_path, "%s", log != NULL ? log : "");
+  snprintf(fake.log_path, sizeof(fake.log_path), "%s", log != NULL ? log : "");
 }
 
 static uint64_t mix64(uint64_t x) {
@@ -216,7 +216,7 @@ static uint64_t mix64(uint64_t x) {
 __attribute__((constructor)) static void fake_load(void) {
   uint64_t seed = 0;
 
-  if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+  if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
     seed = mix64((uint64_t)getpid() ^ (uint64_t)(uintptr_t)&seed);
   pthread_mutex_lock(&fake.lock);
   fake.seed = seed;
@@ -236,12 +236,12 @@ static void log_locked(const char *fmt, ...) {
   if (fake.log_path[0] == '\0')
     return;
   va_start(ap, fmt);
-  n = vsnprintf(line, sizeof line - 1, fmt, ap);
+  n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
   va_end(ap);
   if (n < 0)
     return;
-  if ((size_t)n > sizeof line - 2)
-    n = (int)(sizeof line - 2);
+  if ((size_t)n > sizeof(line) - 2)
+    n = (int)(sizeof(line) - 2);
   line[n++] = '\n';
   fd = open(fake.log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
@@ -257,7 +257,7 @@ static void set_last_error(const char *fmt, ...) {
   va_list ap;
 
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  vsnprintf(last_error, sizeof(last_error), fmt, ap);
   va_end(ap);
 }
 
@@ -340,7 +340,7 @@ static rdzv_nccl_result comm_start_locked(struct fake_comm **out, int nranks,
     set_last_error("fake NCCL: init failed (FAKE_NCCL_FAIL_INIT=1)");
   if ((blocking || fake.init_polls == 0) && final != RDZV_NCCL_SUCCESS)
     return final;
-  c = calloc(1, sizeof *c);
+  c = calloc(1, sizeof(*c));
   if (c == NULL) {
     set_last_error("fake NCCL: out of memory");
     return RDZV_NCCL_SYSTEM_ERROR;
@@ -384,14 +384,14 @@ static void make_id_locked(rdzv_nccl_unique_id *id, char *hex) {
   size_t got = 0;
   ssize_t n;
 
-  memset(id, 0, sizeof *id);
+  memset(id, 0, sizeof(*id));
   count = ++fake.ids_made;
   put_le(id->internal, mix64(fake.seed ^ (pid << 32) ^ count), 8);
   memcpy(id->internal + 8, "FAKENCCL", 8);
   put_le(id->internal + 16, pid, 4);
   put_le(id->internal + 20, count, 8);
-  while (got < sizeof id->internal - 28) {
-    n = getrandom(id->internal + 28 + got, sizeof id->internal - 28 - got,
+  while (got < sizeof(id->internal) - 28) {
+    n = getrandom(id->internal + 28 + got, sizeof(id->internal) - 28 - got,
                   GRND_NONBLOCK);
     if (n <= 0)
       break; /* The first 28 bytes are unique already. */
@@ -451,9 +451,9 @@ FAKE_EXPORT rdzv_nccl_result ncclCommInitRankScalable(
     return RDZV_NCCL_INVALID_ARGUMENT;
   *comm = NULL;
   list[0] = '\0';
-  for (i = 0; i < n_ids && len + 18 < sizeof list; i++) {
+  for (i = 0; i < n_ids && len + 18 < sizeof(list); i++) {
     id_hex(&ids[i], hex);
-    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+    len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
                             i == 0 ? "" : ",", hex);
   }
   blocking = config_blocking(config, 1, &bad);
@@ -505,8 +505,8 @@ static int shrink_rank(const struct fake_comm *p, const int *ex, int count,
 
   list[0] = '\0';
   if (count < 0 || count >= p->nranks || (count > 0 && ex == NULL)) {
-    set_last_error("fake NCCL: ncclCommShrink: %d of %d ranks excluded",
-                   count, p->nranks);
+    set_last_error("fake NCCL: ncclCommShrink: %d of %d ranks excluded", count,
+                   p->nranks);
     return -1;
   }
   for (i = 0; i < count; i++) {
@@ -529,12 +529,9 @@ static int shrink_rank(const struct fake_comm *p, const int *ex, int count,
   return p->rank - below;
 }
 
-FAKE_EXPORT rdzv_nccl_result ncclCommShrink(rdzv_nccl_comm_t comm,
-                                            int *exclude_ranks,
-                                            int exclude_count,
-                                            rdzv_nccl_comm_t *newcomm,
-                                            struct rdzv_nccl_config *config,
-                                            int flags) {
+FAKE_EXPORT rdzv_nccl_result ncclCommShrink(
+    rdzv_nccl_comm_t comm, int *exclude_ranks, int exclude_count,
+    rdzv_nccl_comm_t *newcomm, struct rdzv_nccl_config *config, int flags) {
   struct fake_comm *p = comm_check(comm, "ncclCommShrink");
   struct fake_comm *c = NULL;
   rdzv_nccl_result res = RDZV_NCCL_SUCCESS;
@@ -546,7 +543,7 @@ FAKE_EXPORT rdzv_nccl_result ncclCommShrink(rdzv_nccl_comm_t comm,
   *newcomm = NULL;
   blocking = config_blocking(config, p->blocking, &bad);
   pthread_mutex_lock(&fake.lock);
-  rank = shrink_rank(p, exclude_ranks, exclude_count, list, sizeof list);
+  rank = shrink_rank(p, exclude_ranks, exclude_count, list, sizeof(list));
   if (bad || rank < 0)
     res = RDZV_NCCL_INVALID_ARGUMENT;
   else if (!(flags & RDZV_NCCL_SHRINK_ABORT))
@@ -701,7 +698,7 @@ FAKE_EXPORT const char *ncclGetErrorString(rdzv_nccl_result result) {
   pthread_mutex_lock(&fake.lock);
   log_locked("getErrorString result=%d", (int)result);
   pthread_mutex_unlock(&fake.lock);
-  if ((unsigned)result < sizeof text / sizeof text[0])
+  if ((unsigned)result < sizeof(text) / sizeof(text[0]))
     return text[result];
   return "unknown result code (fake NCCL)";
 }
@@ -718,7 +715,7 @@ FAKE_EXPORT const char *ncclGetLastError(rdzv_nccl_comm_t comm) {
 static size_t type_size(rdzv_nccl_datatype t) {
   static const unsigned char size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 
-  if (t < 0 || (size_t)t >= sizeof size)
+  if (t < 0 || (size_t)t >= sizeof(size))
     return 0;
   return size[t];
 }

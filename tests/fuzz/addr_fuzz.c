@@ -65,8 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     require(p.port_first >= 0 && p.port_first <= p.port_last &&
                 p.port_last <= 65535,
             "ports in 0..65535, first <= last");
-    require(p.port_first > 0 || ((flags & RDZV_ADDR_PORT0) != 0 &&
-                                 p.port_last == 0),
+    require(p.port_first > 0 ||
+                ((flags & RDZV_ADDR_PORT0) != 0 && p.port_last == 0),
             "port 0 only with RDZV_ADDR_PORT0, never in a range");
     require(p.port_first == p.port_last || (flags & RDZV_ADDR_RANGE) != 0,
             "a range only with RDZV_ADDR_RANGE");
@@ -94,8 +94,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         snprintf(ports, sizeof(ports), "%d", p.port_first);
       else
         snprintf(ports, sizeof(ports), "%d-%d", p.port_first, p.port_last);
-      snprintf(back, sizeof(back), brackets ? "tcp:[%s]:%s" : "tcp:%s:%s",
-               host, ports);
+      snprintf(back, sizeof(back), brackets ? "tcp:[%s]:%s" : "tcp:%s:%s", host,
+               ports);
       struct rdzv_addr_parts q;
       require(rdzv_addr_split(back, flags, &q) == 0 && !q.is_unix &&
                   q.host_len == p.host_len &&

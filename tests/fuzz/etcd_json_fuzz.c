@@ -52,9 +52,9 @@ static void touch_kv(const struct rdzv_etcd_kv *kv) {
 static void check_answer(const struct rdzv_etcd_answer *a) {
   const struct rdzv_etcd_result *r = &a->r;
   int st = r->status;
-  CHECK(st == 0 || st == RDZV_EPROTO || st == RDZV_ENOMEM ||
-        st == RDZV_EETCD || st == RDZV_ETOO_LARGE || st == RDZV_ENOKEY ||
-        st == RDZV_ECOMPACTED || st == RDZV_ELEASE_LOST);
+  CHECK(st == 0 || st == RDZV_EPROTO || st == RDZV_ENOMEM || st == RDZV_EETCD ||
+        st == RDZV_ETOO_LARGE || st == RDZV_ENOKEY || st == RDZV_ECOMPACTED ||
+        st == RDZV_ELEASE_LOST);
   CHECK(r->message != NULL);
   touch(r->message, strlen(r->message));
   CHECK(r->nkvs == 0 || r->kvs != NULL);
@@ -144,10 +144,10 @@ static void fuzz_build(const uint8_t *p, size_t n) {
   rdzv_etcd_answer_free(&a);
 
   /* the other bodies are JSON objects */
-  struct rdzv_etcd_range_opts ro = {.prefix = n & 1, .limit = (int64_t)n,
-                                    .keys_only = true};
-  struct rdzv_etcd_watch_opts wo = {.prefix = n & 2, .prev_kv = true,
-                                    .start_revision = -(int64_t)n};
+  struct rdzv_etcd_range_opts ro = {
+      .prefix = n & 1, .limit = (int64_t)n, .keys_only = true};
+  struct rdzv_etcd_watch_opts wo = {
+      .prefix = n & 2, .prev_kv = true, .start_revision = -(int64_t)n};
   char *bodies[6] = {
       rdzv_etcd_json_range(p, n, &ro, NULL),
       rdzv_etcd_json_delete(p, n, p, n / 2, (n & 4) != 0, NULL),

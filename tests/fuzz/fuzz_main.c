@@ -123,8 +123,8 @@ static int run_path(const char *path) {
       break;
     if (e->d_name[0] == '.')
       continue;
-    if (snprintf(child, sizeof child, "%s/%s", path, e->d_name) >=
-        (int)sizeof child)
+    if (snprintf(child, sizeof(child), "%s/%s", path, e->d_name) >=
+        (int)sizeof(child))
       continue;
     rc = run_path(child);
     if (rc < 0) {

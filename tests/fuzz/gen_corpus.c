@@ -20,7 +20,7 @@ static int write_seed(const char *dir, const char *name,
   FILE *f;
   int ok;
 
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
   f = fopen(path, "wb");
   if (f == NULL) {
     perror(path);
@@ -36,7 +36,7 @@ static int add(struct rdzv_buf *b, uint8_t type, uint16_t flags, int64_t a,
                const struct rdzv_slice *v) {
   struct rdzv_msg m;
 
-  memset(&m, 0, sizeof m);
+  memset(&m, 0, sizeof(m));
   m.type = type;
   m.flags = flags;
   m.req_id = (uint32_t)b->len + 1;
@@ -95,10 +95,9 @@ int main(int argc, char **argv) {
   /* Authentication: a hello with a nonce, the daemon's challenge, the
    * peer's proof (store/auth/auth.h), as one exchange's frames. */
   {
-    static const uint8_t n32[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                    12, 13, 14, 15, 16, 17, 18, 19, 20,
-                                    21, 22, 23, 24, 25, 26, 27, 28, 29,
-                                    30, 31, 32};
+    static const uint8_t n32[32] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+                                    12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                                    23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
     const struct rdzv_slice nonce[] = {{n32, 32}, {n32, 32}};
     b.len = 0;
     err |= add(&b, RDZV_MSG_HELLO, 0, RDZV_ROLE_NODE, 7, 2, hello, 1, nonce);
@@ -111,16 +110,16 @@ int main(int argc, char **argv) {
     err |= add(&b, RDZV_MSG_AUTH, 0, 0, 0, 0, NULL, 1, nonce);
     err |= write_seed(argv[1], "auth", &b);
   }
-  /* A JOIN: the round's parameters (with a segment size), an active record, a spare's with its
-   * domain (the optional tail) and an active one its node's health check
-   * failed (the tail's reason), then its reply: an assignment and a
-   * parked spare's refusal (rendezvous/join_wire.h). */
+  /* A JOIN: the round's parameters (with a segment size), an active record, a
+   * spare's with its domain (the optional tail) and an active one its node's
+   * health check failed (the tail's reason), then its reply: an assignment and
+   * a parked spare's refusal (rendezvous/join_wire.h). */
   {
     struct rdzv_join_params jp = {2, 4, 500, 60000, 2}; /* segments of 2 */
     uint8_t params[RDZV_JOIN_PARAMS_MAX_BYTES], r1[64], r2[64], r3[96];
     uint8_t asg[RDZV_JOIN_ASSIGN_BYTES], ref[RDZV_JOIN_ERROR_BYTES];
     struct rdzv_join_full j;
-    memset(&j, 0, sizeof j);
+    memset(&j, 0, sizeof(j));
     j.rec.claim = 7;
     j.rec.host = (const uint8_t *)"h0";
     j.rec.host_len = 2;
@@ -144,16 +143,17 @@ int main(int argc, char **argv) {
     j.unhealthy = (const uint8_t *)"node n0: health check exit status 1";
     j.unhealthy_len = 35;
     size_t n3 = rdzv_join_rec_size(&j);
-    err |= n3 > sizeof r3 || rdzv_join_rec_encode(&j, r3) != 0;
+    err |= n3 > sizeof(r3) || rdzv_join_rec_encode(&j, r3) != 0;
     struct rdzv_assignment a = {0, 1, 0, 1, 0, 1};
     rdzv_join_assign_encode(7, &a, asg);
     rdzv_join_error_encode(8, -1046, ref); /* RDZV_EPARKED */
     const struct rdzv_slice round = S("world");
-    const struct rdzv_slice vals[] = {{params, (uint32_t)rdzv_join_params_size(&jp)},
-                                      {r1, (uint32_t)n1},
-                                      {r2, (uint32_t)n2},
-                                      {r3, (uint32_t)n3}};
-    const struct rdzv_slice reply[] = {{asg, sizeof asg}, {ref, sizeof ref}};
+    const struct rdzv_slice vals[] = {
+        {params, (uint32_t)rdzv_join_params_size(&jp)},
+        {r1, (uint32_t)n1},
+        {r2, (uint32_t)n2},
+        {r3, (uint32_t)n3}};
+    const struct rdzv_slice reply[] = {{asg, sizeof(asg)}, {ref, sizeof(ref)}};
     b.len = 0;
     err |= add(&b, RDZV_MSG_JOIN, 0, 0, 0, 1, &round, 4, vals);
     err |= add(&b, RDZV_MSG_JOIN, RDZV_F_REPLY, 1, 1, 0, NULL, 2, reply);

@@ -94,11 +94,11 @@ static void check_position(const char *list, size_t size, const struct seen *s,
   rc = rdzv_hostlist_find(list, size, MAX_HOSTS, s->probe, &index, NULL);
   require(rc == 0 && index <= s->probe_at, "find: first occurrence");
   rc = rdzv_hostlist_tree_position(list, size, MAX_HOSTS, s->probe, fanout,
-                                   names, sizeof names, &pos, NULL);
+                                   names, sizeof(names), &pos, NULL);
   require(rc == 0 && pos.index == index, "tree position: the find index");
   require(pos.nancestors == chain_length(index, fanout),
           "tree position: the chain of rdzv_tree_parent");
-  require(pos.names_len >= 2 * pos.nancestors && pos.names_len <= sizeof names,
+  require(pos.names_len >= 2 * pos.nancestors && pos.names_len <= sizeof(names),
           "tree position: names length");
 }
 
@@ -109,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t count = SIZE_MAX;
   int rc, crc;
 
-  memset(&s, 0, sizeof s);
+  memset(&s, 0, sizeof(s));
   crc = rdzv_hostlist_count(size > 0 ? list : NULL, size, MAX_HOSTS, &count,
                             NULL);
   rc = rdzv_hostlist_expand(size > 0 ? list : NULL, size, MAX_HOSTS, on_name,

@@ -48,8 +48,7 @@ static int run(const uint8_t *p, size_t n, uint64_t *sum, size_t *nreq) {
   for (;;) {
     struct rdzv_ts_req q;
     size_t used = 0;
-    rc = rdzv_ts_parse(&ps, p + off, n - off, &lim, keys, vals, CAP, &q,
-                       &used);
+    rc = rdzv_ts_parse(&ps, p + off, n - off, &lim, keys, vals, CAP, &q, &used);
     if (rc != 1)
       return rc;
     require(used >= 1 && used <= n - off, "used within the input");

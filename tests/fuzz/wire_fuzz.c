@@ -86,7 +86,7 @@ static int is_decode_code(int rc) {
  * items as a malloc'ed slice array (for the slice-form re-encode). */
 static struct rdzv_slice *list_check(const struct rdzv_items *it,
                                      const uint8_t *f, size_t used) {
-  struct rdzv_slice *v = malloc(sizeof *v * (it->n != 0 ? it->n : 1));
+  struct rdzv_slice *v = malloc(sizeof(*v) * (it->n != 0 ? it->n : 1));
   struct rdzv_slice s, g;
   size_t pos = 0;
   uint32_t i = 0;
@@ -160,8 +160,8 @@ static void reencode_check(const struct rdzv_msg *m, const uint8_t *f,
 
 /* Encodes m by reference to f[0..used) (m points into it) and requires
  * that the written bytes with the references' bytes put back are f. */
-static void refs_check(const struct rdzv_msg *m, const uint8_t *f,
-                       size_t used, uint32_t min_ref, uint32_t max_refs) {
+static void refs_check(const struct rdzv_msg *m, const uint8_t *f, size_t used,
+                       uint32_t min_ref, uint32_t max_refs) {
   struct rdzv_slice span = {f, (uint32_t)used};
   struct rdzv_wire_ref refs[8];
   struct rdzv_buf b = {0};
@@ -170,26 +170,25 @@ static void refs_check(const struct rdzv_msg *m, const uint8_t *f,
   const uint8_t pre[3] = {1, 2, 3}; /* refs' offsets count from out's start */
 
   require(max_refs <= 8, "refs_check: cap");
-  require(rdzv_buf_append(&b, pre, sizeof pre) == 0, "malloc");
+  require(rdzv_buf_append(&b, pre, sizeof(pre)) == 0, "malloc");
   require(rdzv_msg_encode_refs(m, &b, &span, 1, min_ref, refs, max_refs,
                                &nrefs) == 0,
           "encode by reference failed");
   require(nrefs <= max_refs, "more references than allowed");
-  total = b.len - sizeof pre;
+  total = b.len - sizeof(pre);
   for (k = 0; k < nrefs; k++) {
     require(refs[k].span == 0, "a reference to an unknown span");
     require(refs[k].n >= min_ref && refs[k].n > 0, "a reference too small");
     require(refs[k].p >= f && refs[k].p - f <= (ptrdiff_t)(used - refs[k].n),
             "a reference outside its span");
-    require(refs[k].at >= sizeof pre && refs[k].at <= b.len,
+    require(refs[k].at >= sizeof(pre) && refs[k].at <= b.len,
             "a reference outside what was written");
-    require(k == 0 || refs[k].at >= refs[k - 1].at,
-            "references out of order");
+    require(k == 0 || refs[k].at >= refs[k - 1].at, "references out of order");
     total += refs[k].n;
   }
   require(total == used, "written and referred bytes do not add up");
   /* Put the frame back together and compare. */
-  size_t pos = sizeof pre;
+  size_t pos = sizeof(pre);
   for (k = 0; k <= nrefs; k++) {
     size_t end = k < nrefs ? refs[k].at : b.len;
     require(memcmp(b.data + pos, f + copied, end - pos) == 0,
@@ -235,7 +234,8 @@ static size_t members_expand(const struct rdzv_members *sp, int32_t *out,
   size_t k = 0;
   for (uint32_t r = 0; r < sp->nruns; r++)
     for (uint32_t i = 0; i < sp->runs[r].len && k < n; i++)
-      out[k++] = (int32_t)(sp->runs[r].first + (uint64_t)i * sp->runs[r].stride);
+      out[k++] =
+          (int32_t)(sp->runs[r].first + (uint64_t)i * sp->runs[r].stride);
   return k;
 }
 
@@ -297,12 +297,12 @@ static void auth_check(const struct rdzv_msg *m) {
    * computed over a padded copy only when it has the right length. */
   const uint8_t *n1 = a.p != NULL && a.n == RDZV_AUTH_NONCE_BYTES ? a.p : pad;
   int ok = job.n >= 1 && job.n <= RDZV_AUTH_JOB_MAX_BYTES;
-  int r1 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_SERVER, job.p,
-                           job.n, 0, n1, pad, s1);
-  int r2 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_SERVER, job.p,
-                           job.n, 0, n1, pad, s2);
-  int r3 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_CLIENT, job.p,
-                           job.n, 0, n1, pad, c1);
+  int r1 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_SERVER, job.p, job.n,
+                           0, n1, pad, s1);
+  int r2 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_SERVER, job.p, job.n,
+                           0, n1, pad, s2);
+  int r3 = rdzv_auth_proof(key, sizeof(key) - 1, RDZV_AUTH_CLIENT, job.p, job.n,
+                           0, n1, pad, c1);
   require(r1 == (ok ? 0 : -EINVAL) && r2 == r1 && r3 == r1,
           "auth proof: wrong code for the lengths");
   if (!ok) {

@@ -269,8 +269,8 @@ static void send_hello(int fd, const char *job, const uint8_t *nonce,
   send_hello_as(fd, job, nonce, nonce_len, RDZV_ROLE_CLIENT, 0, rec);
 }
 
-static void send_auth(int fd, const uint8_t *proof, uint32_t n,
-                      uint16_t flags, struct rdzv_buf *rec) {
+static void send_auth(int fd, const uint8_t *proof, uint32_t n, uint16_t flags,
+                      struct rdzv_buf *rec) {
   struct rdzv_slice v = {proof, n};
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));
@@ -307,10 +307,9 @@ static void read_challenge(struct reader *r, uint8_t *sn, uint8_t *sp) {
 static void prove_a(struct reader *r, const char *addr, const uint8_t *cn) {
   uint8_t sn[32], sp[32], good[32];
   read_challenge(r, sn, sp);
-  assert_int_equal(rdzv_auth_proof((const uint8_t *)SECRET_A,
-                                   strlen(SECRET_A), RDZV_AUTH_CLIENT,
-                                   (const uint8_t *)"A", 1, port_of(addr), cn,
-                                   sn, good),
+  assert_int_equal(rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
+                                   RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1,
+                                   port_of(addr), cn, sn, good),
                    0);
   send_auth(r->fd, good, 32, 0, NULL);
 }
@@ -342,9 +341,9 @@ static void test_job_starts(void **state) {
   char n[16], cnt[16];
   snprintf(n, sizeof(n), "%d", RANKS);
   snprintf(cnt, sizeof(cnt), "%d", RANKS + 1);
-  char *argv[] = {"tools/rdzv-swarm", "--addrs", node_unix, "--job", "A",
-                  "--clients", n, "--timeout", "600", "barrier", "b-auth",
-                  cnt, NULL};
+  char *argv[] = {
+      "tools/rdzv-swarm", "--addrs", node_unix, "--job",  "A", "--clients", n,
+      "--timeout",        "600",     "barrier", "b-auth", cnt, NULL};
   assert_int_equal(proc_start(&swarm, argv, 1), 0);
   unsetenv("RDZV_SECRET_FILE");
   /* Every rank is in (the node let 1 + RANKS peers in). */
@@ -413,9 +412,9 @@ static void test_wrong_proof_raw(void **state) {
   struct reader r = {raw_tcp(node_tcp), {0}, 0, 0};
   send_hello(r.fd, "A", cn, 32, NULL);
   read_challenge(&r, sn, sp);
-  assert_int_equal(rdzv_auth_proof((const uint8_t *)SECRET_B,
-                                   strlen(SECRET_B), RDZV_AUTH_CLIENT,
-                                   (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, proof),
+  assert_int_equal(rdzv_auth_proof((const uint8_t *)SECRET_B, strlen(SECRET_B),
+                                   RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1,
+                                   port_of(node_tcp), cn, sn, proof),
                    0);
   send_auth(r.fd, proof, 32, 0, NULL);
   expect_refused(&r, RDZV_EAUTH);
@@ -435,11 +434,11 @@ static void test_replayed_hello(void **state) {
   send_hello(r.fd, "A", cn, 32, &rec);
   read_challenge(&r, sn, sp);
   /* The daemon's proof is right for A's secret. */
-  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_SERVER, (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, want);
+  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A), RDZV_AUTH_SERVER,
+                  (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, want);
   assert_memory_equal(want, sp, 32);
-  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A),
-                  RDZV_AUTH_CLIENT, (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, proof);
+  rdzv_auth_proof((const uint8_t *)SECRET_A, strlen(SECRET_A), RDZV_AUTH_CLIENT,
+                  (const uint8_t *)"A", 1, port_of(node_tcp), cn, sn, proof);
   send_auth(r.fd, proof, 32, 0, &rec);
   struct rdzv_msg m;
   assert_int_equal(next_frame(&r, &m), 1);
@@ -552,7 +551,8 @@ static void test_fake_parent(void **state) {
     write_file(bogus, "a-secret-that-is-not-job-A-s-1234", 0600);
     snprintf(fsf, sizeof(fsf), "--secret-file=%s", bogus);
     const char *fx[] = {k == 0 ? "--log-level=0" : fsf, NULL};
-    const char *fake_secret = k == 0 ? NULL : "a-secret-that-is-not-job-A-s-1234";
+    const char *fake_secret =
+        k == 0 ? NULL : "a-secret-that-is-not-job-A-s-1234";
     assert_int_equal(daemon_start(&fake, dir, "fake", NULL, fx, fake_tcp), 0);
     snprintf(log, sizeof(log), "%s/n2.log", dir);
     const char *nx[] = {sf, "--job=A", "--upstream-timeout-ms=1500",
@@ -584,7 +584,6 @@ static void test_fake_parent(void **state) {
     free(text);
   }
 }
-
 
 /* A fake parent that holds no secret and reaches nothing but the node
  * itself: it takes the node's hello (nonce Nc) and sends it back to the
@@ -622,9 +621,8 @@ static void *get_thread(void *arg) {
 }
 
 static void send_reply(int fd, uint8_t type, uint16_t flags, uint32_t req_id,
-                       int64_t a, const struct rdzv_slice *keys,
-                       uint32_t nkeys, const struct rdzv_slice *vals,
-                       uint32_t nvals) {
+                       int64_t a, const struct rdzv_slice *keys, uint32_t nkeys,
+                       const struct rdzv_slice *vals, uint32_t nvals) {
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));
   m.type = type;
@@ -734,7 +732,8 @@ static void test_reflected_hello(void **state) {
   reader_free(&r);
   if (fed || strcmp(g.value, "FAKE") == 0)
     fail_msg("a fake parent that reflected the node's own hello was trusted "
-             "by the node: its rank read \"%s\"", g.value);
+             "by the node: its rank read \"%s\"",
+             g.value);
   assert_false(challenged);
   assert_int_equal(g.rc, RDZV_EUNREACHABLE);
   assert_true(auth_stat(n3_tcp, "auth.refused") >= 1);
@@ -847,9 +846,8 @@ static int plain_read(int fd, struct rdzv_buf *in, size_t *off,
                       struct rdzv_msg *m, volatile int *stop) {
   while (!*stop) {
     size_t used = 0;
-    if (in->len > *off &&
-        rdzv_msg_decode(in->data + *off, in->len - *off, 1 << 20, m, &used) ==
-            0) {
+    if (in->len > *off && rdzv_msg_decode(in->data + *off, in->len - *off,
+                                          1 << 20, m, &used) == 0) {
       *off += used;
       return 1;
     }
@@ -945,8 +943,7 @@ static void test_secret_gone_parent(void **state) {
   snprintf(parent, sizeof(parent), "127.0.0.1:%d", ntohs(sa.sin_port));
   snprintf(nsd, sizeof(nsd), "--secret-dir=%s", ndir);
   struct proc n4;
-  const char *nx[] = {nsd, "--upstream-timeout-ms=3000", "--log-level=1",
-                      NULL};
+  const char *nx[] = {nsd, "--upstream-timeout-ms=3000", "--log-level=1", NULL};
   assert_int_equal(daemon_start(&n4, dir, "n4", parent, nx, n4_tcp), 0);
   /* A rank proves the secret while the file is there. */
   uint8_t cn[32];

@@ -44,11 +44,19 @@ static int setup(void **state) {
   snprintf(sock_path, sizeof(sock_path), "%s/root.sock", dir);
   snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
   snprintf(una, sizeof(una), "--unix=%s", sock_path);
-  char *argv[] = {RDZVD, "--role=root", "--listen=127.0.0.1:0", pfa, una,
-                  "--max-key-bytes=64", "--max-value-bytes=1024",
-                  "--max-frame-bytes=4096", "--max-outstanding=8",
-                  "--max-connections=64", "--hello-timeout-ms=300",
-                  "--log-level=0", NULL};
+  char *argv[] = {RDZVD,
+                  "--role=root",
+                  "--listen=127.0.0.1:0",
+                  pfa,
+                  una,
+                  "--max-key-bytes=64",
+                  "--max-value-bytes=1024",
+                  "--max-frame-bytes=4096",
+                  "--max-outstanding=8",
+                  "--max-connections=64",
+                  "--hello-timeout-ms=300",
+                  "--log-level=0",
+                  NULL};
   if (proc_start(&root, argv, 0) < 0)
     return -1;
   int port = wait_port_file(pf, 30);
@@ -214,7 +222,7 @@ static void test_oversized_frame(void **state) {
   (void)state;
   int fd = raw_connect();
   /* Only a header announcing 1 MiB (limit 4 KiB): refused at once. */
-  uint8_t hdr[16] = {0x52, 0x44, 0x5A, 0x56, 1, 2, 0, 0,
+  uint8_t hdr[16] = {0x52, 0x44, 0x5A, 0x56, 1, 2, 0,    0,
                      1,    0,    0,    0,    0, 0, 0x10, 0};
   send_all(fd, hdr, sizeof(hdr));
   expect_error_and_close(fd, RDZV_EFRAME_TOO_BIG);
@@ -271,8 +279,7 @@ struct rec {
   int done, status;
 };
 
-static void on_rec(rdzv_client_t *c, const struct rdzv_result *res,
-                   void *arg) {
+static void on_rec(rdzv_client_t *c, const struct rdzv_result *res, void *arg) {
   struct rec *r = arg;
   (void)c;
   r->done = 1;
@@ -300,13 +307,13 @@ static void test_bad_round_name_at_node(void **state) {
   static const size_t lens[] = {2, 3};
   for (int i = 0; i < 2; i++) {
     uint8_t params[RDZV_JOIN_PARAMS_BYTES];
-    struct rdzv_join_params jp = {.min_size = 2, .max_size = 2,
-                                  .timeout_ms = 10000};
+    struct rdzv_join_params jp = {
+        .min_size = 2, .max_size = 2, .timeout_ms = 10000};
     rdzv_join_params_encode(&jp, params);
     struct rdzv_bytes jk = {names[i], lens[i]};
     struct rdzv_bytes jv[2] = {{params, sizeof(params)}, {"rec", 3}};
-    struct rdzv_request jr = {.op = RDZV_OP_JOIN, .nkeys = 1, .keys = &jk,
-                              .nvals = 2, .vals = jv};
+    struct rdzv_request jr = {
+        .op = RDZV_OP_JOIN, .nkeys = 1, .keys = &jk, .nvals = 2, .vals = jv};
     struct rec j = {0};
     assert_int_equal(rdzv_client_submit(b, &jr, 30, on_rec, &j), 0);
     assert_int_equal(rdzv_client_run(b, 30), 0);
@@ -373,13 +380,17 @@ static void test_unreadable_resend_at_node(void **state) {
   rdzv_client_t *b = client(naddr, "resend-job");
   assert_int_equal(rdzv_store_set(b, "warm", "1", 1, 0, 30), 0);
   uint8_t params[RDZV_JOIN_PARAMS_BYTES];
-  struct rdzv_join_params jp = {.min_size = 2, .max_size = 2,
-                                .timeout_ms = 10000};
+  struct rdzv_join_params jp = {
+      .min_size = 2, .max_size = 2, .timeout_ms = 10000};
   rdzv_join_params_encode(&jp, params);
   struct rdzv_bytes jk = {"world", 5};
   struct rdzv_bytes jv[2] = {{params, sizeof(params)}, {"rec", 3}};
-  struct rdzv_request jr = {.op = RDZV_OP_JOIN, .a = 1, .nkeys = 1,
-                            .keys = &jk, .nvals = 2, .vals = jv};
+  struct rdzv_request jr = {.op = RDZV_OP_JOIN,
+                            .a = 1,
+                            .nkeys = 1,
+                            .keys = &jk,
+                            .nvals = 2,
+                            .vals = jv};
   struct rec j = {0};
   assert_int_equal(rdzv_client_submit(b, &jr, 30, on_rec, &j), 0);
   assert_int_equal(rdzv_client_run(b, 30), 0);
@@ -527,8 +538,8 @@ static void test_node_before_parent(void **state) {
   snprintf(una, sizeof(una), "--unix=%s", npath);
   snprintf(pf, sizeof(pf), "%s/node.port", dir);
   snprintf(pfa, sizeof(pfa), "--port-file=%s", pf);
-  char *nargv[] = {RDZVD, "--role=node", parent, una, pfa, "--log-level=0",
-                   NULL};
+  char *nargv[] = {RDZVD, "--role=node",   parent, una,
+                   pfa,   "--log-level=0", NULL};
   struct proc node, late_root;
   assert_int_equal(proc_start(&node, nargv, 0), 0);
   assert_true(wait_port_file(pf, 30) > 0);
@@ -541,8 +552,7 @@ static void test_node_before_parent(void **state) {
   char listen[64];
   snprintf(listen, sizeof(listen), "--listen=127.0.0.1:%d", port);
   char *rargv[] = {RDZVD, "--role=root", listen, "--log-level=0", NULL};
-  assert_int_equal(rdzv_store_set(c, "early", "x", 1, 0, 0.3),
-                   RDZV_EDEADLINE);
+  assert_int_equal(rdzv_store_set(c, "early", "x", 1, 0, 0.3), RDZV_EDEADLINE);
   assert_int_equal(proc_start(&late_root, rargv, 0), 0);
   assert_int_equal(rdzv_store_set(c, "later", "y", 1, 0, 30), 0);
   void *v = NULL;

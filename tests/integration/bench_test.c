@@ -51,8 +51,16 @@ static json_t *bench_json(char **argv, size_t argc) {
 }
 
 static void run_bench(const char *transport) {
-  char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
-                  "--fanout", "4", "--mode", "both", "--transport",
+  char *argv[] = {BENCH,
+                  "--ranks",
+                  "400",
+                  "--ranks-per-host",
+                  "8",
+                  "--fanout",
+                  "4",
+                  "--mode",
+                  "both",
+                  "--transport",
                   (char *)transport};
   json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
   assert_int_equal(json_array_size(all), 2);
@@ -104,9 +112,10 @@ static void test_in_process(void **state) {
  * leaves their pings out: at 1 ms every node pings many times a run. */
 static void test_heartbeats(void **state) {
   (void)state;
-  char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
-                  "--fanout", "4", "--mode", "tree", "--transport",
-                  "inproc", "--heartbeat-ms", "1"};
+  char *argv[] = {BENCH,  "--ranks",     "400",    "--ranks-per-host",
+                  "8",    "--fanout",    "4",      "--mode",
+                  "tree", "--transport", "inproc", "--heartbeat-ms",
+                  "1"};
   json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
   assert_int_equal(json_array_size(all), 1);
   json_t *r = json_array_get(all, 0);
@@ -122,15 +131,16 @@ static void test_heartbeats(void **state) {
 
 static void test_interned(void **state) {
   (void)state;
-  char *argv[] = {BENCH, "--ranks", "400", "--ranks-per-host", "8",
-                  "--fanout", "4", "--ranks-per-root", "2", "--mode",
-                  "both", "--transport", "inproc"};
+  char *argv[] = {BENCH,   "--ranks",  "400",  "--ranks-per-host",
+                  "8",     "--fanout", "4",    "--ranks-per-root",
+                  "2",     "--mode",   "both", "--transport",
+                  "inproc"};
   json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
   assert_int_equal(json_array_size(all), 2);
   for (size_t i = 0; i < 2; i++) {
     json_t *r = json_array_get(all, i);
-    int tree = strcmp(json_string_value(json_object_get(r, "mode")),
-                      "tree") == 0;
+    int tree =
+        strcmp(json_string_value(json_object_get(r, "mode")), "tree") == 0;
     assert_int_equal(field(r, "failed"), 0);
     /* Local rank 0 of each of the 50 hosts, checked. */
     assert_int_equal(field(r, "id_tables_checked"), 50);
@@ -142,8 +152,7 @@ static void test_interned(void **state) {
       assert_true(interned >= 40 * 200 * 136);
     else
       assert_int_equal(interned, 0);
-    assert_true(json_real_value(json_object_get(r, "rendezvous_cpu_s")) >
-                0);
+    assert_true(json_real_value(json_object_get(r, "rendezvous_cpu_s")) > 0);
   }
   json_decref(all);
 }
@@ -153,8 +162,9 @@ static void test_interned(void **state) {
  * 64. Refusals and resets are retried with backoff; every rank joins. */
 static void test_connection_storm(void **state) {
   (void)state;
-  char *argv[] = {"/usr/bin/env", "RDZVD_BACKLOG=64", BENCH, "--ranks",
-                  "4096", "--mode", "flat", "--transport", "sockets"};
+  char *argv[] = {"/usr/bin/env", "RDZVD_BACKLOG=64", BENCH,  "--ranks",
+                  "4096",         "--mode",           "flat", "--transport",
+                  "sockets"};
   json_t *all = bench_json(argv, sizeof(argv) / sizeof(*argv));
   json_t *r = json_array_get(all, 0);
   assert_int_equal(field(r, "ranks"), 4096);

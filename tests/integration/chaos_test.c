@@ -76,8 +76,8 @@ static int setup(void **state) {
     for (int l = 0; l < LEAVES_PER_MID; l++) {
       char lname[32], ltcp[64];
       snprintf(lname, sizeof(lname), "leaf%d", m * LEAVES_PER_MID + l);
-      if (daemon_start(&leaves[m * LEAVES_PER_MID + l], dir, lname, chain,
-                       beat, ltcp) < 0)
+      if (daemon_start(&leaves[m * LEAVES_PER_MID + l], dir, lname, chain, beat,
+                       ltcp) < 0)
         return -1;
     }
   }
@@ -143,27 +143,30 @@ static void test_chaos(void **state) {
     snprintf(bname, sizeof(bname), "b%d", round);
     for (int i = 0; i < RANKS; i++) {
       struct rdzv_bytes ck = {"ctr", 3};
-      struct rdzv_request add = {.op = RDZV_OP_ADD, .a = 1, .nkeys = 1,
-                                 .keys = &ck};
+      struct rdzv_request add = {
+          .op = RDZV_OP_ADD, .a = 1, .nkeys = 1, .keys = &ck};
       char key[32], val[32];
       snprintf(key, sizeof(key), "r%d/%d", round, i);
       snprintf(val, sizeof(val), "v%d", i);
       struct rdzv_bytes sk = {key, strlen(key)}, sv = {val, strlen(val)};
-      struct rdzv_request set = {.op = RDZV_OP_SET, .nkeys = 1, .keys = &sk,
-                                 .nvals = 1, .vals = &sv};
+      struct rdzv_request set = {
+          .op = RDZV_OP_SET, .nkeys = 1, .keys = &sk, .nvals = 1, .vals = &sv};
       uint8_t member[8];
       for (int b = 0; b < 8; b++)
         member[b] = (uint8_t)((uint64_t)i >> (8 * b));
       struct rdzv_bytes bk = {bname, strlen(bname)}, bv = {member, 8};
-      struct rdzv_request bar = {.op = RDZV_OP_BARRIER, .b = RANKS,
-                                 .nkeys = 1, .keys = &bk, .nvals = 1,
+      struct rdzv_request bar = {.op = RDZV_OP_BARRIER,
+                                 .b = RANKS,
+                                 .nkeys = 1,
+                                 .keys = &bk,
+                                 .nvals = 1,
                                  .vals = &bv};
-      assert_int_equal(rdzv_client_submit(ranks[i], &add, 60, on_reply,
-                                          &rs[i][0]), 0);
-      assert_int_equal(rdzv_client_submit(ranks[i], &set, 60, on_reply,
-                                          &rs[i][1]), 0);
-      assert_int_equal(rdzv_client_submit(ranks[i], &bar, 60, on_reply,
-                                          &rs[i][2]), 0);
+      assert_int_equal(
+          rdzv_client_submit(ranks[i], &add, 60, on_reply, &rs[i][0]), 0);
+      assert_int_equal(
+          rdzv_client_submit(ranks[i], &set, 60, on_reply, &rs[i][1]), 0);
+      assert_int_equal(
+          rdzv_client_submit(ranks[i], &bar, 60, on_reply, &rs[i][2]), 0);
       /* Half the ranks are in when the driver strikes. */
       if (i == RANKS / 2) {
         for (int k = 0; k < RANKS; k++)
@@ -189,8 +192,7 @@ static void test_chaos(void **state) {
       for (int k = 0; k < 3; k++) {
         if (!rs[i][k].done || rs[i][k].status != 0)
           fail_msg("round %d rank %d request %d: %s (%s)", round, i, k,
-                   rs[i][k].done ? rdzv_strerror(rs[i][k].status)
-                                 : "no answer",
+                   rs[i][k].done ? rdzv_strerror(rs[i][k].status) : "no answer",
                    rdzv_client_last_error(ranks[i]));
       }
     acked += RANKS;
@@ -205,8 +207,8 @@ static void test_chaos(void **state) {
     size_t n = 0;
     assert_int_equal(rdzv_store_get(c, "ctr", &v, &n, 20), 0);
     if (strtoll(v, NULL, 10) != acked)
-      fail_msg("round %d: counter %s, acknowledged adds %lld", round,
-               (char *)v, (long long)acked);
+      fail_msg("round %d: counter %s, acknowledged adds %lld", round, (char *)v,
+               (long long)acked);
     rdzv_free(v);
     for (int i = 0; i < RANKS; i++) {
       char key[32], want[32];
@@ -252,8 +254,8 @@ static void test_chaos(void **state) {
     re += stats_at(addr, "reattached");
   }
   printf("reattachments %lld, root dedup_hits %lld, resent at the root's "
-         "children: see their stats\n", (long long)re,
-         (long long)stats_at(root_addr, "dedup_hits"));
+         "children: see their stats\n",
+         (long long)re, (long long)stats_at(root_addr, "dedup_hits"));
   /* Every leaf under a killed interior node reattached at least once. */
   int orphaned = 0;
   for (int m = 0; m < MIDS; m++)

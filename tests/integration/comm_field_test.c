@@ -1,4 +1,5 @@
-/* Field failures (../shared/notes/field-failures.md) replayed against
+/* Failures seen in the field in large jobs (numbered as the project's
+ * list of them) replayed against
  * communicators (rdzv/comm.h), on the rig of comm_test.c
  * (comm_harness.h): a real root and two node daemons (hostA, hostB) as
  * processes, ranks as forked children, NCCL the FAKE library
@@ -70,8 +71,7 @@ static void scen_missing17(struct rank_ctx *k) {
   for (int32_t i = 0, n = 0; i < 64; i++)
     if (i != B24A_MISSING)
       others[n++] = i;
-  check(k,
-        rdzv_rendezvous_group_barrier(k->r, "start", others, 63, 300) == 0,
+  check(k, rdzv_rendezvous_group_barrier(k->r, "start", others, 63, 300) == 0,
         "start together");
   double t0 = now_s();
   int rc = rdzv_comm_nccl(k->world, &nc, 3.0);
@@ -374,8 +374,7 @@ static void scen_late(struct rank_ctx *k) {
   check(k, rc == RDZV_EDEADLINE, "late rank fails too");
   check(k, nc == NULL, "no comm");
   check(k, strstr(e, "1 of 2 missing: rank 0 (host ") != NULL, "names it");
-  check(k, strstr(e, "came after the others had given up") != NULL,
-        "says why");
+  check(k, strstr(e, "came after the others had given up") != NULL, "says why");
   say(k, "rank0=[%s]", e);
 }
 

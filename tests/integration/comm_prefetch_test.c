@@ -499,7 +499,7 @@ static void scen_cuda_ctx(struct rank_ctx *k) {
 
 static void test_prefetch_carries_cuda_context(void **state) {
   (void)state;
-  struct world_spec w = {"cuda-ctx", 4, 2, 0, 0, NULL, NULL, 0,
+  struct world_spec w = {"cuda-ctx",    4, 2, 0, 0, NULL, NULL, 0,
                          scen_cuda_ctx, 0};
   char rep[4][REPORT_MAX];
   run_world(&w, rep);
@@ -573,8 +573,9 @@ static void scen_cuda_ctx_gone(struct rank_ctx *k) {
     check(k, rdzv_comm_nccl(solo, &nc, LONG_S) == -ENODEV, "nccl solo");
     check(k, rdzv_comm_init_path(solo) == NULL, "solo never started");
     const char *e = rdzv_comm_last_error(solo);
-    check(k, has(e, "world.solo") && has(e, "cuCtxSetCurrent") &&
-                 has(e, "CUresult 201") && has(e, "rdzv_comm_prefetch"),
+    check(k,
+          has(e, "world.solo") && has(e, "cuCtxSetCurrent") &&
+              has(e, "CUresult 201") && has(e, "rdzv_comm_prefetch"),
           "solo text");
     say(k, "solo=[%s]", e);
     f.set(NULL);
@@ -589,7 +590,7 @@ static void scen_cuda_ctx_gone(struct rank_ctx *k) {
 
 static void test_prefetch_cuda_context_gone(void **state) {
   (void)state;
-  struct world_spec w = {"cuda-gone", 2, 1, 0, 0, NULL, NULL, 0,
+  struct world_spec w = {"cuda-gone",        2, 1, 0, 0, NULL, NULL, 0,
                          scen_cuda_ctx_gone, 0};
   char rep[2][REPORT_MAX];
   run_signalled(&w, rep);

@@ -6,10 +6,10 @@
  * ncclCommShrink, ncclCommGetUniqueId and ncclCommGrow.
  *   - shrink: 6 ranks, rank 5 lost (joined, initialized, then killed
  *     with SIGKILL: its generation aborts); once rank 1 sees the abort
- *     (a key of the generation refused) it proposes {3,5} first, the others propose {5}, {5,4} or
- *     nothing after it: every survivor gets the one agreed list {3,5},
- *     rank 3 (on it) fails with RDZV_EEXCLUDED, ranks 0,1,2,4 become
- *     0..3 of 4, and each passed NCCL the same list;
+ *     (a key of the generation refused) it proposes {3,5} first, the
+ *     others propose {5}, {5,4} or nothing after it: every survivor gets the
+ * one agreed list {3,5}, rank 3 (on it) fails with RDZV_EEXCLUDED, ranks
+ * 0,1,2,4 become 0..3 of 4, and each passed NCCL the same list;
  *   - grow: the 4-rank group "world.train" grows by world ranks 5 and 4
  *     (new ranks 4 and 5), non-blocking: one id, made once by rank 0,
  *     reaches both new members; every rank ends with the same world;
@@ -75,7 +75,7 @@ static int ended(struct rank_ctx *k, int stale_ok) {
            rdzv_rendezvous_round(k->r),
            (long long)rdzv_rendezvous_generation(k->r));
   int prc = 0;
-#define ENDED(rc) \
+#define ENDED(rc)                                                              \
   ((rc) == RDZV_EABORTED || (stale_ok && (rc) == RDZV_ESTALE_GENERATION))
   for (int i = 0; i < 3000 && !ENDED(prc); i++) {
     prc = rdzv_store_set(rdzv_rendezvous_client(k->r), probe, "x", 1, 0, 5);
@@ -173,8 +173,9 @@ static void test_shrink_agrees_on_one_list(void **state) {
     /* What it passed NCCL: the agreed list, with NCCL_SHRINK_ABORT; and
      * its world communicator aborted, not finalized, at destroy. */
     char *log = fake_log("shrink", i);
-    snprintf(want, sizeof(want), "shrink comm=1 exclude=3,5 flags=1 child=2 "
-                                 "nranks=4 rank=%d -> 0",
+    snprintf(want, sizeof(want),
+             "shrink comm=1 exclude=3,5 flags=1 child=2 "
+             "nranks=4 rank=%d -> 0",
              j);
     if (count(log, "shrink comm=") != 1 || strstr(log, want) == NULL)
       fail_msg("rank %d's fake NCCL log lacks '%s':\n%s", i, want, log);
@@ -197,8 +198,7 @@ static void scen_grow(struct rank_ctx *k) {
   rdzv_comm_t *t = NULL, *g = NULL;
   struct ncclComm *nc = NULL;
   int rc;
-  if (!check(k, rdzv_comm_group(k->world, "train", train, 4, &t) == 0,
-             "group"))
+  if (!check(k, rdzv_comm_group(k->world, "train", train, 4, &t) == 0, "group"))
     return;
   if (k->rank < 4) {
     made_label = "train";

@@ -480,8 +480,8 @@ static void scen_missing(struct rank_ctx *k) {
   int rc = rdzv_comm_nccl(k->world, &nc, 1.0);
   check(k, rc == RDZV_EDEADLINE, "deadline");
   check(k,
-        strstr(rdzv_comm_last_error(k->world), "1 of 4 missing: rank 2 (host ") !=
-            NULL,
+        strstr(rdzv_comm_last_error(k->world),
+               "1 of 4 missing: rank 2 (host ") != NULL,
         "names rank 2 and its host");
   check(k, strstr(rdzv_comm_last_error(k->world), "rank 0") == NULL,
         "only rank 2");

@@ -64,11 +64,10 @@ static int teardown(void **state) {
 }
 
 enum kind { K_WAIT, K_BARRIER, K_GATHER, K_JOIN, K_ADD, K_GET, K_STATS };
-static const char *const kind_names[] = {"wait",  "barrier", "gather", "join",
-                                         "add",   "get",     "stats"};
+static const char *const kind_names[] = {"wait", "barrier", "gather", "join",
+                                         "add",  "get",     "stats"};
 
-static void ignore(rdzv_client_t *c, const struct rdzv_result *res,
-                   void *arg) {
+static void ignore(rdzv_client_t *c, const struct rdzv_result *res, void *arg) {
   (void)c;
   (void)res;
   (void)arg;
@@ -97,13 +96,15 @@ static void submit(rdzv_client_t *c, enum kind k, int i, int j) {
     req.vals = &val;
     break;
   case K_JOIN: {
-    struct rdzv_join_params jp = {.min_size = 100000, .max_size = 100000,
-                                  .timeout_ms = 3600 * 1000};
+    struct rdzv_join_params jp = {
+        .min_size = 100000, .max_size = 100000, .timeout_ms = 3600 * 1000};
     char host[32];
     snprintf(host, sizeof(host), "h%d", i);
     struct rdzv_join_full jf = {
-        .rec = {.host = (const uint8_t *)host, .host_len = (uint32_t)strlen(host),
-                .location = (const uint8_t *)"", .local_rank = j,
+        .rec = {.host = (const uint8_t *)host,
+                .host_len = (uint32_t)strlen(host),
+                .location = (const uint8_t *)"",
+                .local_rank = j,
                 .claim = (uint64_t)i * 8 + (uint64_t)j + 1},
         .local_size = 5};
     rdzv_join_params_encode(&jp, params);

@@ -53,9 +53,9 @@ static int start(bool node, const char *lease) {
   snprintf(dir, sizeof(dir), "/tmp/rdzv-races-XXXXXX");
   if (mkdtemp(dir) == NULL)
     return -1;
-  const char *opts[] = {"--liveness-timeout-ms=4000", "--heartbeat-ms=200",
-                        lease, "--copy-cooldown-ms=0",
-                        "--max-value-bytes=16777216", NULL};
+  const char *opts[] = {
+      "--liveness-timeout-ms=4000", "--heartbeat-ms=200",         lease,
+      "--copy-cooldown-ms=0",       "--max-value-bytes=16777216", NULL};
   up_r = daemon_start(&R, dir, "R", NULL, opts, tcp_r) == 0;
   up_n = node && up_r && daemon_start(&N, dir, "N", tcp_r, opts, tcp_n) == 0;
   return up_r && (up_n || !node) ? 0 : -1;
@@ -214,10 +214,8 @@ static void send_msg(int fd, struct rdzv_msg *m) {
   rdzv_buf_free(&b);
 }
 
-static void send_simple(int fd, uint8_t type, uint16_t flags,
-                        const char *key) {
-  struct rdzv_slice k = {(const uint8_t *)key, key ? (uint32_t)strlen(key)
-                                                   : 0};
+static void send_simple(int fd, uint8_t type, uint16_t flags, const char *key) {
+  struct rdzv_slice k = {(const uint8_t *)key, key ? (uint32_t)strlen(key) : 0};
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));
   m.type = type;

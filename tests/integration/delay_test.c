@@ -73,10 +73,10 @@ static int connect_to(const char *addr) {
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     return connect(fd, (struct sockaddr *)&un, sizeof(un)) == 0 ? fd : -1;
   }
-  struct sockaddr_in in = {.sin_family = AF_INET,
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                           .sin_port = htons((uint16_t)strtol(
-                               strrchr(addr, ':') + 1, NULL, 10))};
+  struct sockaddr_in in = {
+      .sin_family = AF_INET,
+      .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+      .sin_port = htons((uint16_t)strtol(strrchr(addr, ':') + 1, NULL, 10))};
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   return connect(fd, (struct sockaddr *)&in, sizeof(in)) == 0 ? fd : -1;
 }
@@ -192,16 +192,17 @@ static void test_relay(void **state) {
   assert_int_equal(write(sfd[0], &b, 1), 1);
   assert_int_equal(read(cfd[0], &b, 1), 1);
   double rtt = now_s() - t;
-  printf("measure: round trip through the relay at 2 ms: %.2f ms\n",
-         rtt * 1e3);
+  printf("measure: round trip through the relay at 2 ms: %.2f ms\n", rtt * 1e3);
   assert_true(rtt >= 0.004);
 
   struct bulk bs[6];
   pthread_t th[6];
   for (int i = 0; i < 3; i++) {
-    bs[2 * i] = (struct bulk){.fd = cfd[i], .seed = (uint8_t)(i * 2 + 1),
+    bs[2 * i] = (struct bulk){.fd = cfd[i],
+                              .seed = (uint8_t)(i * 2 + 1),
                               .peer_seed = (uint8_t)(i * 2 + 2)};
-    bs[2 * i + 1] = (struct bulk){.fd = sfd[i], .seed = (uint8_t)(i * 2 + 2),
+    bs[2 * i + 1] = (struct bulk){.fd = sfd[i],
+                                  .seed = (uint8_t)(i * 2 + 2),
                                   .peer_seed = (uint8_t)(i * 2 + 1)};
   }
   for (int i = 0; i < 6; i++)
@@ -255,9 +256,18 @@ static void test_delay_tree(void **state) {
   int fd = mkstemp(json_path);
   assert_true(fd >= 0);
   close(fd);
-  char *argv[] = {"/usr/bin/env", "RDZV_DELAY_RELAY=" RELAY, BENCH,
-                  "--delay-tree", "32", "--delay-us", "25",
-                  "--ranks-per-host", "2", "--json", json_path, NULL};
+  char *argv[] = {"/usr/bin/env",
+                  "RDZV_DELAY_RELAY=" RELAY,
+                  BENCH,
+                  "--delay-tree",
+                  "32",
+                  "--delay-us",
+                  "25",
+                  "--ranks-per-host",
+                  "2",
+                  "--json",
+                  json_path,
+                  NULL};
   struct proc p;
   assert_int_equal(proc_start(&p, argv, 1), 0);
   char *out = proc_read_all(&p);

@@ -99,9 +99,9 @@ static int setup_etcd(void) {
   fds_before = count_open_fds();
   snprintf(dir, sizeof(dir), "/tmp/rdzv-durable-XXXXXX");
   if (mkdtemp(dir) == NULL ||
-      (etcd_members == 1 ? etcdh_start(&eh, etcd_extra, NULL)
-                         : etcdh_start_cluster(&eh, etcd_members, etcd_extra,
-                                               NULL)) < 0)
+      (etcd_members == 1
+           ? etcdh_start(&eh, etcd_extra, NULL)
+           : etcdh_start_cluster(&eh, etcd_members, etcd_extra, NULL)) < 0)
     return -1;
   for (int i = 0; i < NROOTS; i++) {
     if ((root_port[i] = free_port()) < 0)
@@ -164,8 +164,7 @@ static long long etcd_count(const char *prefix) {
   free(end);
   char body[400], *resp = NULL;
   snprintf(body, sizeof(body),
-           "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}", k,
-           e);
+           "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}", k, e);
   free(k);
   free(e);
   long long count = -1;
@@ -252,11 +251,12 @@ static void test_restart_keeps_acknowledged(void **state) {
   assert_get(c, "w", "once");
   assert_get(c, "ctr", "200");
   printf("root killed and restarted: state read back %.3f s after the "
-         "kill\n", now_s() - t_kill);
+         "kill\n",
+         now_s() - t_kill);
   /* A write-once key keeps its value. */
-  assert_int_equal(rdzv_store_set(c, "w", "other", 5, RDZV_STORE_WRITE_ONCE,
-                                  30),
-                   RDZV_EWRITE_ONCE);
+  assert_int_equal(
+      rdzv_store_set(c, "w", "other", 5, RDZV_STORE_WRITE_ONCE, 30),
+      RDZV_EWRITE_ONCE);
   /* The node saw the same incarnation: no restart, nothing dropped. */
   assert_int_equal(stats_at(node1_tcp, "parent_restarts"), 0);
   rdzv_client_destroy(c);
@@ -327,8 +327,8 @@ static void test_failover_mid_rendezvous(void **state) {
   double t_kill = now_s();
   kill_root(lead);
   alive[lead] = false;
-  hp[HOSTS - 1] = host_start(addrs[HOSTS - 1], "big", NULL, HOSTS - 1,
-                             PER_HOST, HOSTS * PER_HOST);
+  hp[HOSTS - 1] = host_start(addrs[HOSTS - 1], "big", NULL, HOSTS - 1, PER_HOST,
+                             HOSTS * PER_HOST);
   static bool seen[HOSTS * PER_HOST];
   memset(seen, 0, sizeof(seen));
   int64_t gen = 0;
@@ -380,7 +380,8 @@ static void test_failover_mid_rendezvous(void **state) {
   assert_get(c, "ctr", want);
   rdzv_client_destroy(c);
   printf("1,000 ranks adding across a second leader kill: %lld adds "
-         "acknowledged, the counter says %s\n", (long long)acked, want);
+         "acknowledged, the counter says %s\n",
+         (long long)acked, want);
   for (int h = 0; h < HOSTS; h++)
     assert_int_equal(host_end(&hp[h]), 0);
 }
@@ -433,7 +434,8 @@ static void test_stopped_leader_deposed(void **state) {
   assert_int_equal(stats_at(root_tcp[1], "etcd.elections_won"), 1);
   assert_int_equal(stats_at(root_tcp[1], "etcd.stand_downs"), 0);
   printf("leader stopped past its 2 s lease: the standby led after %.3f s; "
-         "the stopped one acknowledged nothing when it ran again\n", took);
+         "the stopped one acknowledged nothing when it ran again\n",
+         took);
   rdzv_client_destroy(c2);
   rdzv_client_destroy(c1);
 }
@@ -494,7 +496,8 @@ static void test_batch_chunked(void **state) {
   int64_t txns = stats_at(root_tcp[0], "etcd.txns");
   int64_t errors = stats_at(root_tcp[0], "etcd.errors");
   printf("300 keys in one mset under --max-txn-ops 8: %lld transactions, "
-         "%lld failed requests\n", (long long)txns, (long long)errors);
+         "%lld failed requests\n",
+         (long long)txns, (long long)errors);
   assert_true(txns >= N / 7);
   assert_int_equal(errors, 0);
   /* Values over half of --etcd-max-request-bytes (64 KiB here) go in
@@ -572,7 +575,8 @@ static void test_deposed_leader_fenced(void **state) {
   }
   assert_true(fresh);
   printf("deposed by a deleted key: reads through it gave the new leader's "
-         "value %.3f s after that value was set\n", now_s() - t0);
+         "value %.3f s after that value was set\n",
+         now_s() - t0);
   int64_t v = 0;
   int rc = rdzv_store_add(c, "ctr", 1, &v, 30);
   if (rc != 0)
@@ -665,7 +669,8 @@ static void test_etcd_paused_within_lease(void **state) {
   assert_get(c, "b", "2");
   assert_int_equal(stats_at(node1_tcp, "parent_restarts"), 0);
   printf("etcd stopped 10 s: a set issued then was acknowledged after "
-         "%.3f s; the root never stood down\n", took);
+         "%.3f s; the root never stood down\n",
+         took);
   rdzv_client_destroy(c);
   /* Stopped (it resigns: its lease is revoked) and started again, the
    * root finds b: it was persisted. */
@@ -698,7 +703,8 @@ static void test_lease_lost_told(void **state) {
   assert_int_equal(rc, RDZV_ELEASE_LOST);
   assert_non_null(strstr(rdzv_client_last_error(c), "etcd lease lost"));
   printf("etcd stopped past the 2 s lease: the waiting caller was told "
-         "after %.3f s: %s\n", took, rdzv_client_last_error(c));
+         "after %.3f s: %s\n",
+         took, rdzv_client_last_error(c));
   waitpid(p, NULL, 0);
   /* Elected again once etcd runs: the state is there. */
   assert_get(c, "a", "1");
@@ -805,8 +811,8 @@ int main(void) {
                                       setup_one_long, teardown_long),
       cmocka_unit_test_setup_teardown(test_auth_prefix_only, setup_auth,
                                       teardown_auth),
-      cmocka_unit_test_setup_teardown(test_failover_mid_rendezvous,
-                                      setup_three, teardown_three),
+      cmocka_unit_test_setup_teardown(test_failover_mid_rendezvous, setup_three,
+                                      teardown_three),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

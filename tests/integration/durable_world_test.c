@@ -134,16 +134,18 @@ static char *get(rdzv_rendezvous_t *r, const char *key) {
 
 static void test_world_kept_across_restart(void **state) {
   (void)state;
-  struct joiner g1[4] = {{.host = "h0"}, {.host = "h1"}, {.host = "h2"},
-                         {.host = "h3"}};
+  struct joiner g1[4] = {
+      {.host = "h0"}, {.host = "h1"}, {.host = "h2"}, {.host = "h3"}};
   join_all(g1, 4);
   for (int i = 0; i < 4; i++)
     assert_int_equal(g1[i].node_rank, i);
   /* h1 leaves; the spare of its domain takes its place. */
   rdzv_rendezvous_destroy(g1[1].r);
   g1[1].r = NULL;
-  struct joiner g2[4] = {{.host = "h0"}, {.host = "s0", .spare = true},
-                         {.host = "h2"}, {.host = "h3"}};
+  struct joiner g2[4] = {{.host = "h0"},
+                         {.host = "s0", .spare = true},
+                         {.host = "h2"},
+                         {.host = "h3"}};
   leave_all(g1, 4);
   join_all(g2, 4);
   int64_t gen2 = g2[0].gen;
@@ -157,8 +159,8 @@ static void test_world_kept_across_restart(void **state) {
   root.pid = 0;
   assert_int_equal(start_root(), 0);
   leave_all(g2, 4);
-  struct joiner g3[4] = {{.host = "s0"}, {.host = "h3"}, {.host = "h0"},
-                         {.host = "h2"}};
+  struct joiner g3[4] = {
+      {.host = "s0"}, {.host = "h3"}, {.host = "h0"}, {.host = "h2"}};
   join_all(g3, 4);
   const int want_node[4] = {1, 3, 0, 2}; /* s0 kept h1's place */
   for (int i = 0; i < 4; i++) {
@@ -167,8 +169,7 @@ static void test_world_kept_across_restart(void **state) {
     assert_true(g3[i].gen > gen2);
   }
   char key[64];
-  snprintf(key, sizeof(key), "rdzv/world/g%lld/domains",
-           (long long)g3[0].gen);
+  snprintf(key, sizeof(key), "rdzv/world/g%lld/domains", (long long)g3[0].gen);
   char *doms = get(g3[0].r, key);
   printf("domains of generation %lld: %s", (long long)g3[0].gen, doms);
   assert_string_equal(doms, "0 1 0 1 d0\n1 1 1 1 d1\n2 2 2 2 d0\n");

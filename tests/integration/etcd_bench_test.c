@@ -2,8 +2,8 @@
  * etcd's default limits (a throwaway member started by the harness):
  * rdzv-bench --etcd at 100,000 ranks completes with no rank failed and no
  * etcd request failed or refused (stats etcd.errors), and the bench
- * leaves nothing in etcd after. The figures it prints (requests, bytes) are for the
- * record; none is asserted. */
+ * leaves nothing in etcd after. The figures it prints (requests, bytes) are for
+ * the record; none is asserted. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -45,8 +45,7 @@ static void test_100k_under_default_limits(void **state) {
   char *k = etcdh_b64("rdzv-bench/", 11), *end = etcdh_b64("rdzv-bench0", 11);
   char body[300], *resp = NULL;
   snprintf(body, sizeof(body),
-           "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}", k,
-           end);
+           "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}", k, end);
   free(k);
   free(end);
   assert_int_equal(etcdh_post(&eh, 0, "/v3/kv/range", body, NULL, &resp), 200);

@@ -134,25 +134,23 @@ static void *join_main(void *arg) {
 
 static void start(struct joiner *j, const char *job, const char *host,
                   int world, int role) {
-  *j = (struct joiner){.job = job, .host = host, .world = world,
-                       .role = role};
+  *j = (struct joiner){.job = job, .host = host, .world = world, .role = role};
   assert_int_equal(pthread_create(&j->t, NULL, join_main, j), 0);
 }
 
 static void finish(struct joiner *j) {
   pthread_join(j->t, NULL);
-  printf("%s/%s: %s: %s\n", j->job, j->host, rdzv_err_name(j->status),
-         j->text);
+  printf("%s/%s: %s: %s\n", j->job, j->host, rdzv_err_name(j->status), j->text);
 }
 
 /* rdzvctl --addr ROOT --job job ARGS...: its stdout, and its status. */
-static char *ctl(const char *job, int *status, const char *a1,
-                 const char *a2, const char *a3) {
+static char *ctl(const char *job, int *status, const char *a1, const char *a2,
+                 const char *a3) {
   char addr[200], jobarg[100];
   snprintf(addr, sizeof(addr), "--addr=%s", root_addr);
   snprintf(jobarg, sizeof(jobarg), "--job=%s", job);
-  char *argv[] = {ctl_bin, addr, jobarg, (char *)"quarantine", (char *)a1,
-                  (char *)a2, (char *)a3, NULL};
+  char *argv[] = {ctl_bin,    addr,       jobarg,     (char *)"quarantine",
+                  (char *)a1, (char *)a2, (char *)a3, NULL};
   struct proc p;
   assert_int_equal(proc_start(&p, argv, 1), 0);
   char *out = proc_read_all(&p);
@@ -300,8 +298,8 @@ static void test_hung_check_killed(void **state) {
       fclose(sf);
       buf[n] = '\0';
       const char *close_paren = strrchr(buf, ')');
-      gone = close_paren != NULL && close_paren[1] == ' ' &&
-             close_paren[2] == 'Z';
+      gone =
+          close_paren != NULL && close_paren[1] == ' ' && close_paren[2] == 'Z';
     }
     if (!gone)
       usleep(10000);

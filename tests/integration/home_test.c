@@ -89,8 +89,8 @@ static int setup(void **state) {
   for (int l = 0; l < LEAVES; l++) {
     char name[16];
     snprintf(name, sizeof(name), "l%d", l);
-    if (daemon_start(&leaf[l], dir, name, mid_tcp[l / 2], opts,
-                     leaf_tcp[l]) < 0)
+    if (daemon_start(&leaf[l], dir, name, mid_tcp[l / 2], opts, leaf_tcp[l]) <
+        0)
       return -1;
     daemon_unix_addr(dir, name, leaf_unix[l], sizeof(leaf_unix[l]));
   }
@@ -135,8 +135,8 @@ static void *adder(void *arg) {
       atomic_fetch_add(&acked, 1);
     } else {
       atomic_fetch_add(&failed, 1);
-      snprintf(fail_text[l], sizeof(fail_text[l]), "%s: %s",
-               rdzv_err_name(rc), rdzv_client_last_error(c));
+      snprintf(fail_text[l], sizeof(fail_text[l]), "%s: %s", rdzv_err_name(rc),
+               rdzv_client_last_error(c));
     }
     usleep(2000);
   }
@@ -192,8 +192,8 @@ static void test_interior_nodes_killed_and_back(void **state) {
       home_before[k] = stats_at(leaf_tcp[2 * m + k], "returned_home");
     atomic_store(&running, 1);
     for (int l = 0; l < LEAVES; l++)
-      assert_int_equal(
-          pthread_create(&at[l], NULL, adder, (void *)(intptr_t)l), 0);
+      assert_int_equal(pthread_create(&at[l], NULL, adder, (void *)(intptr_t)l),
+                       0);
     while (atomic_load(&acked) < 40L * round) /* adds in flight */
       usleep(5 * 1000);
     printf("round %d: killing m%d\n", round, m);
@@ -207,8 +207,7 @@ static void test_interior_nodes_killed_and_back(void **state) {
     assert_int_equal(start_mid(m), 0);
     for (int k = 0; k < 2; k++) { /* and back on m, once each */
       while (hops(2 * m + k) != 0 ||
-             stats_at(leaf_tcp[2 * m + k], "returned_home") <=
-                 home_before[k])
+             stats_at(leaf_tcp[2 * m + k], "returned_home") <= home_before[k])
         usleep(20 * 1000);
       assert_int_equal(stats_at(leaf_tcp[2 * m + k], "returned_home"),
                        home_before[k] + 1);
@@ -261,8 +260,9 @@ static int start_fixed(struct proc *p, const char *name, int port,
   char listen[64], sec[200], got[64];
   snprintf(listen, sizeof(listen), "--listen=127.0.0.1:%d", port);
   snprintf(sec, sizeof(sec), "--secret-file=%s", file);
-  const char *o[] = {opts[0], opts[1], opts[2], opts[3], listen,
-                     chain_secret ? sec : NULL, NULL};
+  const char *o[] = {opts[0], opts[1], opts[2],
+                     opts[3], listen,  chain_secret ? sec : NULL,
+                     NULL};
   if (daemon_start(p, dir, name, parent, o, got) < 0)
     return -1;
   snprintf(tcp, 64, "127.0.0.1:%d", port);
@@ -293,8 +293,8 @@ static int chain_setup(bool secret) {
     setenv("RDZV_SECRET_FILE", good_file, 1);
   char sec[200];
   snprintf(sec, sizeof(sec), "--secret-file=%s", good_file);
-  const char *ro[] = {opts[0], opts[1], opts[2], opts[3],
-                      secret ? sec : NULL, NULL};
+  const char *ro[] = {opts[0], opts[1], opts[2], opts[3], secret ? sec : NULL,
+                      NULL};
   if (daemon_start(&root, dir, "r", NULL, ro, root_tcp) < 0)
     return -1;
   daemon_unix_addr(dir, "r", root_unix, sizeof(root_unix));
@@ -309,8 +309,9 @@ static int chain_setup(bool secret) {
     return -1;
   int saved = dup(2);
   dup2(fd, 2);
-  const char *lo[] = {opts[0], opts[1], opts[2], opts[3], "--log-level=1",
-                      secret ? sec : NULL, NULL};
+  const char *lo[] = {opts[0], opts[1],         opts[2],
+                      opts[3], "--log-level=1", secret ? sec : NULL,
+                      NULL};
   int rc = daemon_start(&cl, dir, "l", m_tcp, lo, l_tcp);
   dup2(saved, 2);
   close(saved);
@@ -488,10 +489,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_interior_nodes_killed_and_back,
                                       setup, teardown),
-      cmocka_unit_test_setup_teardown(test_parent_not_ready,
-                                      chain_setup_plain, chain_teardown),
-      cmocka_unit_test_setup_teardown(test_parent_refuses,
-                                      chain_setup_secret, chain_teardown),
+      cmocka_unit_test_setup_teardown(test_parent_not_ready, chain_setup_plain,
+                                      chain_teardown),
+      cmocka_unit_test_setup_teardown(test_parent_refuses, chain_setup_secret,
+                                      chain_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -137,10 +137,12 @@ static void *rank_main(void *arg) {
         (void)rdzv_client_process(c);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if ((t1.tv_sec - ts.tv_sec) * 1000 +
-                (t1.tv_nsec - ts.tv_nsec) / 1000000 >= 50)
+                (t1.tv_nsec - ts.tv_nsec) / 1000000 >=
+            50)
           rp.slow++;
       } while ((t1.tv_sec - t0.tv_sec) * 1000 +
-                   (t1.tv_nsec - t0.tv_nsec) / 1000000 < 3000);
+                   (t1.tv_nsec - t0.tv_nsec) / 1000000 <
+               3000);
       rp.status = 0;
       rp.count = (int32_t)rdzv_client_resumes(c);
     } else if (cmd == 'j') {
@@ -153,8 +155,8 @@ static void *rank_main(void *arg) {
   return NULL;
 }
 
-struct hostproc host_start(const char *addr, const char *job,
-                           const char *name, int idx, int n, int world) {
+struct hostproc host_start(const char *addr, const char *job, const char *name,
+                           int idx, int n, int world) {
   int cmd[2], res[2];
   struct hostproc hp = {0, -1, -1};
   /* Close-on-exec: a daemon the test starts later must not hold the

@@ -38,8 +38,8 @@ extern int hosts_adds_per_cmd;
  *   cmd 'j'); 'i' idle for 3 s driving the handle (count = sessions
  *   resumed); 'q' leave and end the thread.
  * Closing the command pipe (host_end) quits every rank. */
-struct hostproc host_start(const char *addr, const char *job,
-                           const char *name, int idx, int n, int world);
+struct hostproc host_start(const char *addr, const char *job, const char *name,
+                           int idx, int n, int world);
 void host_cmd(struct hostproc *hp, char c);
 /* Reads one report (blocks). */
 void host_read(struct hostproc *hp, struct report *rp);

@@ -27,9 +27,20 @@ static void run(const char *conns, const char *servers, int want_rows) {
   int fd = mkstemp(json_path);
   assert_true(fd >= 0);
   close(fd);
-  char *argv[] = {BENCH, "--mode", "none", "--incumbents", "64",
-                  "--incumbent-servers", (char *)servers, "--tcpstore-conns",
-                  (char *)conns, "--fanout", "4", "--json", json_path, NULL};
+  char *argv[] = {BENCH,
+                  "--mode",
+                  "none",
+                  "--incumbents",
+                  "64",
+                  "--incumbent-servers",
+                  (char *)servers,
+                  "--tcpstore-conns",
+                  (char *)conns,
+                  "--fanout",
+                  "4",
+                  "--json",
+                  json_path,
+                  NULL};
   struct proc p;
   assert_int_equal(proc_start(&p, argv, 1), 0);
   char *out = proc_read_all(&p);
@@ -59,16 +70,13 @@ static void run(const char *conns, const char *servers, int want_rows) {
     assert_true(json_real_value(json_object_get(r, "wall_s")) > 0);
     assert_true(json_real_value(json_object_get(r, "p99_s")) >=
                 json_real_value(json_object_get(r, "p50_s")));
-    assert_true(json_integer_value(json_object_get(r, "server_rss_bytes")) >
-                0);
+    assert_true(json_integer_value(json_object_get(r, "server_rss_bytes")) > 0);
     assert_true(json_real_value(json_object_get(r, "server_cpu_s")) >= 0);
     /* tree: a root process and one process of nodes at this size */
-    assert_int_equal(
-        json_integer_value(json_object_get(r, "server_processes")),
-        strcmp(server, "tree") == 0 ? 2 : 1);
+    assert_int_equal(json_integer_value(json_object_get(r, "server_processes")),
+                     strcmp(server, "tree") == 0 ? 2 : 1);
     if (strcmp(server, "torch") != 0 && strcmp(server, "etcd") != 0)
-      assert_true(json_real_value(json_object_get(r, "speedup_vs_torch")) >
-                  0);
+      assert_true(json_real_value(json_object_get(r, "speedup_vs_torch")) > 0);
   }
   json_decref(all);
 }

@@ -92,15 +92,15 @@ static void test_pinned(void **state) {
   char key[32];
   for (int i = 1; i <= PAIRS; i++) {
     snprintf(key, sizeof(key), "big%d", i);
-    assert_int_equal(rdzv_store_set(setter, key, big, BIG_BYTES,
-                                    RDZV_STORE_WRITE_ONCE, 30),
-                     0);
+    assert_int_equal(
+        rdzv_store_set(setter, key, big, BIG_BYTES, RDZV_STORE_WRITE_ONCE, 30),
+        0);
     uint8_t *s = small + (size_t)(i - 1) * SMALL_BYTES;
     fill(s, SMALL_BYTES, 100 + (unsigned)i);
     snprintf(key, sizeof(key), "small%d", i);
-    assert_int_equal(rdzv_store_set(setter, key, s, SMALL_BYTES,
-                                    RDZV_STORE_WRITE_ONCE, 30),
-                     0);
+    assert_int_equal(
+        rdzv_store_set(setter, key, s, SMALL_BYTES, RDZV_STORE_WRITE_ONCE, 30),
+        0);
   }
   get_same(c, "big1", big, BIG_BYTES); /* kept: the node's cache holds it */
   int64_t interned0 = stats_at(node_addr, "bytes.interned");
@@ -114,8 +114,8 @@ static void test_pinned(void **state) {
   int64_t interned = stats_at(node_addr, "bytes.interned") - interned0;
   long rss1 = rss_kb(node.pid);
   printf("node: %lld bytes interned, RSS %ld -> %ld KiB after %d big and "
-         "%d small values\n", (long long)interned, rss0, rss1, PAIRS - 1,
-         PAIRS - 1);
+         "%d small values\n",
+         (long long)interned, rss0, rss1, PAIRS - 1, PAIRS - 1);
   /* Each big<i> found big1's copy. */
   assert_true(interned >= (int64_t)(PAIRS - 1) * BIG_BYTES);
   /* One spare of 4 MiB and 7 small values; a 4 MiB buffer kept per small

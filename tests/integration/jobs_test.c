@@ -29,7 +29,6 @@ static char tcp[3][64];
 static char leaf_addr[160];
 static int fds_before;
 
-
 /* An extra option of the root (setup_cap), or NULL. */
 static const char *root_extra;
 
@@ -90,9 +89,9 @@ static int64_t run_job(const char *job, int with_data) {
     assert_int_equal(rdzv_client_create(&co, &c), 0);
     static char big[100 * 1024];
     memset(big, 'v', sizeof(big));
-    assert_int_equal(rdzv_store_set(c, "blob", big, sizeof(big),
-                                    RDZV_STORE_WRITE_ONCE, 30),
-                     0);
+    assert_int_equal(
+        rdzv_store_set(c, "blob", big, sizeof(big), RDZV_STORE_WRITE_ONCE, 30),
+        0);
     void *v = NULL;
     size_t n = 0;
     assert_int_equal(rdzv_store_get(c, "blob", &v, &n, 30), 0); /* cached */
@@ -150,8 +149,8 @@ static void test_jobs_end(void **state) {
   for (int i = 0; i < 3; i++) {
     int fds = fds_of(procs[i].pid);
     long rss = rss_kb(procs[i].pid);
-    printf("%-4s fds %d -> %d, RSS %ld KB -> %ld KB after %d jobs\n",
-           names[i], fds0[i], fds, rss0[i], rss, JOBS);
+    printf("%-4s fds %d -> %d, RSS %ld KB -> %ld KB after %d jobs\n", names[i],
+           fds0[i], fds, rss0[i], rss, JOBS);
     assert_int_equal(fds, fds0[i]);
 #ifndef __SANITIZE_ADDRESS__ /* ASan holds freed memory in quarantine */
     /* Each job kept would cost every daemon its 100 KB value (5 MB). */
@@ -207,8 +206,8 @@ static void test_job_memory_cap(void **state) {
   assert_int_equal(rdzv_store_get(c, "b", &v, &n, 20), RDZV_ENOKEY);
   assert_int_equal(rdzv_store_append(c, "a", big, 10001, 20), RDZV_EJOB_FULL);
   struct rdzv_value *out = NULL;
-  assert_int_equal(
-      rdzv_store_gather(c, "g", 0, 2, big, 10001, &out, 20), RDZV_EJOB_FULL);
+  assert_int_equal(rdzv_store_gather(c, "g", 0, 2, big, 10001, &out, 20),
+                   RDZV_EJOB_FULL);
   /* Another job has a cap of its own. */
   rdzv_client_t *o = leaf_client("other");
   assert_int_equal(rdzv_store_set(o, "b", big, 12000, 0, 20), 0);
@@ -246,8 +245,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_relaunch_within_linger, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stats_is_no_job, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_job_memory_cap, setup_cap,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_job_memory_cap, setup_cap, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

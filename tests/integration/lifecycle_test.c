@@ -21,7 +21,6 @@
 #include "rdzv/rdzv.h"
 #include "rdzv/rendezvous.h"
 
-
 static char dir[64];
 static struct proc root, mid, leaf;
 static char leaf_addr[160], mid_addr[160];
@@ -110,8 +109,8 @@ static int64_t clean_launches(const char *addr, int64_t first_gen) {
     char err[512] = "";
     int rc = join(addr, &r, err, sizeof(err));
     if (rc != 0)
-      fail_msg("launch %d through %s: %s (%s)", i + 1, addr,
-               rdzv_strerror(rc), err);
+      fail_msg("launch %d through %s: %s (%s)", i + 1, addr, rdzv_strerror(rc),
+               err);
     if (gen > 0)
       assert_int_equal(rdzv_rendezvous_generation(r), gen + 1);
     gen = rdzv_rendezvous_generation(r);

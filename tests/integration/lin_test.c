@@ -50,8 +50,7 @@
 #include "tests/lin/lincheck.h"
 
 static const char *const OPTS[] = {"--liveness-timeout-ms=2000",
-                                   "--heartbeat-ms=200",
-                                   "--copy-lease-ms=500",
+                                   "--heartbeat-ms=200", "--copy-lease-ms=500",
                                    "--copy-cooldown-ms=100", NULL};
 
 enum { R, I, A, B, C, R2, NDAEMONS };
@@ -91,7 +90,9 @@ static int start(int i, bool mutant) {
     extra[n++] = *o;
   if (i == R || i == I || i == R2) {
     snprintf(listen, sizeof(listen), "--listen=127.0.0.1:%d",
-             i == R ? T.port_r : i == I ? T.port_i : T.port_r2);
+             i == R   ? T.port_r
+             : i == I ? T.port_i
+                      : T.port_r2);
     extra[n++] = listen;
   }
   if (T.etcd && (i == R || i == R2)) {
@@ -292,8 +293,7 @@ static void *worker_main(void *arg) {
     if (counter)
       snprintf(op.key, sizeof(op.key), "n");
     else
-      snprintf(op.key, sizeof(op.key), "k%d",
-               cold ? 1 + (int)(which % 2) : 0);
+      snprintf(op.key, sizeof(op.key), "k%d", cold ? 1 + (int)(which % 2) : 0);
     if (cold && r >= 6)
       r = 30 + r % 50; /* a read: get or check */
     if (counter) {
@@ -365,8 +365,9 @@ static int verdict(const char *what, struct lin_op *h, size_t n) {
   printf("%s: %zu operations (%zu completed, %" PRIuFAST64
          " after the fault): %s\n",
          what, n, known, atomic_load(&after_fault),
-         rc == 1 ? "linearizable" : rc == 0 ? "NOT linearizable"
-                                            : "not checked");
+         rc == 1   ? "linearizable"
+         : rc == 0 ? "NOT linearizable"
+                   : "not checked");
   fflush(stdout);
   return rc;
 }
@@ -433,7 +434,8 @@ static void round_of(const char *name, void (*fault)(void), int after_ms) {
   hits = leaves_stat("copies.hits") - hits;
   invs = leaves_stat("copies.invalidations_received") - invs;
   printf("round '%s': %" PRId64 " reads from copies, %" PRId64
-         " invalidations at the leaves\n", name, hits, invs);
+         " invalidations at the leaves\n",
+         name, hits, invs);
   assert_true(hits > 0);
   assert_true(invs > 0);
   char what[96];

@@ -108,8 +108,8 @@ static void test_stopped_parent_named(void **state) {
   const char *e = rdzv_client_last_error(c);
   if (strstr(e, want) == NULL || strstr(e, "nothing heard for") == NULL ||
       strstr(e, "outcome is unknown") == NULL)
-    fail_msg("add: the error does not name the silent parent %s: %s",
-             root_tcp, e);
+    fail_msg("add: the error does not name the silent parent %s: %s", root_tcp,
+             e);
   assert_true(stats_at(mid_addr, "parent_silent") >= 1);
   /* Asked while mid tries again (the stopped parent's kernel still
    * accepts, its hello is never answered): named too. */

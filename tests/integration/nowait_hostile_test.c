@@ -161,8 +161,8 @@ struct probe {
 
 static void probe_make(int p, int me, int64_t gen, struct probe *pr) {
   uint8_t good[RDZV_MEMBERS_MAX_BYTES];
-  int gl = rdzv_members_encode(NULL, WORLD, RDZV_MEMBERS_EACH, good,
-                               sizeof(good));
+  int gl =
+      rdzv_members_encode(NULL, WORLD, RDZV_MEMBERS_EACH, good, sizeof(good));
   assert_true(gl > 0);
   memset(pr, 0, sizeof(*pr));
   memcpy(pr->spec, good, (size_t)gl);
@@ -174,15 +174,53 @@ static void probe_make(int p, int me, int64_t gen, struct probe *pr) {
   uint32_t runs[64 * 3];
   size_t n = 0;
   switch (p) {
-  case 0: { uint32_t r[] = {100, 1, 8}; n = raw_spec(pr->spec, 0, 8, 1, r); break; }
-  case 1: { uint32_t r[] = {0, 1, 4, 0, 1, 4}; n = raw_spec(pr->spec, 0, 8, 2, r); hostile = 0; break; }
-  case 2: { uint32_t r[] = {4, 1, 4, 0, 1, 4}; n = raw_spec(pr->spec, 0, 8, 2, r); break; }
-  case 3: memset(pr->spec, 0xAB, 20); n = 20; break;
-  case 4: memset(pr->spec, 0x01, 800); n = 800; break;
-  case 5: { uint32_t r[] = {0, 1, 8}; n = raw_spec(pr->spec, RDZV_MEMBERS_BLOCKS, 8, 1, r); hostile = 0; break; }
-  case 6: snprintf(pr->name, sizeof(pr->name), "plain/p%d", p); n = (size_t)gl; hostile = 0; break;
-  case 7: snprintf(pr->name, sizeof(pr->name), "rdzv/world/g%" PRId64 "/p%d", gen + 7, p); n = (size_t)gl; hostile = 0; break;
-  case 8: { uint32_t r[] = {0, 1, INT32_MAX}; n = raw_spec(pr->spec, 0, INT32_MAX, 1, r); hostile = 0; break; }
+  case 0: {
+    uint32_t r[] = {100, 1, 8};
+    n = raw_spec(pr->spec, 0, 8, 1, r);
+    break;
+  }
+  case 1: {
+    uint32_t r[] = {0, 1, 4, 0, 1, 4};
+    n = raw_spec(pr->spec, 0, 8, 2, r);
+    hostile = 0;
+    break;
+  }
+  case 2: {
+    uint32_t r[] = {4, 1, 4, 0, 1, 4};
+    n = raw_spec(pr->spec, 0, 8, 2, r);
+    break;
+  }
+  case 3:
+    memset(pr->spec, 0xAB, 20);
+    n = 20;
+    break;
+  case 4:
+    memset(pr->spec, 0x01, 800);
+    n = 800;
+    break;
+  case 5: {
+    uint32_t r[] = {0, 1, 8};
+    n = raw_spec(pr->spec, RDZV_MEMBERS_BLOCKS, 8, 1, r);
+    hostile = 0;
+    break;
+  }
+  case 6:
+    snprintf(pr->name, sizeof(pr->name), "plain/p%d", p);
+    n = (size_t)gl;
+    hostile = 0;
+    break;
+  case 7:
+    snprintf(pr->name, sizeof(pr->name), "rdzv/world/g%" PRId64 "/p%d", gen + 7,
+             p);
+    n = (size_t)gl;
+    hostile = 0;
+    break;
+  case 8: {
+    uint32_t r[] = {0, 1, INT32_MAX};
+    n = raw_spec(pr->spec, 0, INT32_MAX, 1, r);
+    hostile = 0;
+    break;
+  }
   case 9:
     for (int i = 0; i < 64; i++) {
       runs[3 * i] = i < 8 ? (uint32_t)i : (uint32_t)(1000 + 7 * i);
@@ -192,8 +230,17 @@ static void probe_make(int p, int me, int64_t gen, struct probe *pr) {
     n = raw_spec(pr->spec, 0, 64, 64, runs);
     hostile = 0;
     break;
-  case 10: { uint32_t r[] = {0, 1, 1, 1000, 1, 7}; n = raw_spec(pr->spec, 0, 8, 2, r); break; }
-  case 11: { uint32_t r[] = {0, 2, 8}; n = raw_spec(pr->spec, 0, 8, 1, r); hostile = 0; break; }
+  case 10: {
+    uint32_t r[] = {0, 1, 1, 1000, 1, 7};
+    n = raw_spec(pr->spec, 0, 8, 2, r);
+    break;
+  }
+  case 11: {
+    uint32_t r[] = {0, 2, 8};
+    n = raw_spec(pr->spec, 0, 8, 1, r);
+    hostile = 0;
+    break;
+  }
   case 12: /* group {0, 4}; rank 0 says it is {0, 1}: leaf0 waits its guard */
   case 13: /* group {0, 4}; rank 0 says it is {1, 5} */
     pr->ngroup = 2;
@@ -253,10 +300,9 @@ static int hostile_rank(int idx) {
       char data[32];
       snprintf(data, sizeof(data), "m%d.%d", mid_of, p);
       struct rdzv_value *v = NULL;
-      rc = rdzv_store_gather_of(c, pr.name, (uint64_t)mid_of, (uint64_t)count,
-                                data, strlen(data),
-                                pr.spec_len ? pr.spec : NULL, pr.spec_len, &v,
-                                60);
+      rc = rdzv_store_gather_of(
+          c, pr.name, (uint64_t)mid_of, (uint64_t)count, data, strlen(data),
+          pr.spec_len ? pr.spec : NULL, pr.spec_len, &v, 60);
       for (int i = 0; rc == 0 && i < count; i++) {
         char want[32];
         snprintf(want, sizeof(want), "m%d.%d", i, p);
@@ -266,10 +312,8 @@ static int hostile_rank(int idx) {
       }
       rdzv_values_free(v, rc == 0 ? (size_t)count : 0);
     } else {
-      rc = rdzv_store_barrier_of(c, pr.name, (uint64_t)mid_of,
-                                 (uint64_t)count,
-                                 pr.spec_len ? pr.spec : NULL, pr.spec_len,
-                                 60);
+      rc = rdzv_store_barrier_of(c, pr.name, (uint64_t)mid_of, (uint64_t)count,
+                                 pr.spec_len ? pr.spec : NULL, pr.spec_len, 60);
     }
     if (rc != 0) {
       fprintf(stderr, "rank %d probe %d: %d %s\n", me, p, rc,
@@ -320,13 +364,11 @@ static void test_spec_is_no_key(void **state) {
 
 /* ---- 3. a second round; 4. an abort while a collective is held ----------- */
 
-static const char *const split_mid[] = {"--flush-ms=5",
-                                        "--flush-max-ms=600000",
+static const char *const split_mid[] = {"--flush-ms=5", "--flush-max-ms=600000",
                                         "--children=1", "--local-ranks=0",
                                         NULL};
-static const char *const split_leaf[] = {"--flush-ms=5",
-                                         "--flush-max-ms=600000",
-                                         "--children=0", NULL};
+static const char *const split_leaf[] = {
+    "--flush-ms=5", "--flush-max-ms=600000", "--children=0", NULL};
 
 static int two_rounds_rank(int idx) {
   const char *rounds[] = {"world", "second"};
@@ -368,8 +410,7 @@ static int abort_rank(int idx) {
              : (rc == 0 ? -1 : rc);
   }
   if (rc != 0)
-    fprintf(stderr, "rank %d: %d %s\n", idx, rc,
-            rdzv_rendezvous_last_error(r));
+    fprintf(stderr, "rank %d: %d %s\n", idx, rc, rdzv_rendezvous_last_error(r));
   rdzv_rendezvous_destroy(r);
   if (rc != 0)
     return 1;

@@ -2,8 +2,9 @@
  *
  * 1. The join and the collectives. A root, two nodes under it and two leaf
  *    nodes under each (fan-out 2, each node told its --children; the
- *    middle ones, which only relay, --local-ranks 0), two ranks per leaf (8 forked ranks, rdzv/rendezvous.h). The nodes' quiet
- *    interval is 5 ms and their guard (--flush-max-ms) 10 minutes. On each
+ *    middle ones, which only relay, --local-ranks 0), two ranks per leaf
+ *    (8 forked ranks, rdzv/rendezvous.h). The nodes' quiet interval is
+ *    5 ms and their guard (--flush-max-ms) 10 minutes. On each
  *    host one rank comes 300 ms after the other to the join and to every
  *    collective: a world barrier, the world's unique ids (one per rank: an
  *    8-member gather), a barrier of the group {7,6,...,0} (named member by
@@ -49,10 +50,8 @@ static char root_tcp[64], mid_tcp[NMID][64], leaf_tcp[NLEAF][64];
 static int fds_before;
 
 static const char *const mid_opts[] = {"--flush-ms=5", "--flush-max-ms=600000",
-                                       "--children=2", "--local-ranks=0",
-                                       NULL};
-static const char *const leaf_opts[] = {"--flush-ms=5",
-                                        "--flush-max-ms=600000",
+                                       "--children=2", "--local-ranks=0", NULL};
+static const char *const leaf_opts[] = {"--flush-ms=5", "--flush-max-ms=600000",
                                         "--children=0", NULL};
 
 static int setup(void **state) {
@@ -148,8 +147,7 @@ static int rank_main(int host, int local_rank) {
   if (rc == 0 && late)
     usleep(LATE_US);
   if (rc == 0) {
-    rc = rdzv_rendezvous_unique_ids(r, "world", 1, make_id, r, &ids, &nids,
-                                    60);
+    rc = rdzv_rendezvous_unique_ids(r, "world", 1, make_id, r, &ids, &nids, 60);
     if (rc == 0 && (nids != WORLD || !ids_ok(ids, nids, NULL, WORLD)))
       rc = -1;
     rdzv_free(ids);
@@ -162,8 +160,8 @@ static int rank_main(int host, int local_rank) {
   if (rc == 0 && late)
     usleep(LATE_US);
   if (rc == 0 && me % 2 == 1) {
-    rc = rdzv_rendezvous_group_unique_ids(r, "odd", odd, WORLD / 2, 2,
-                                          make_id, r, &ids, &nids, 60);
+    rc = rdzv_rendezvous_group_unique_ids(r, "odd", odd, WORLD / 2, 2, make_id,
+                                          r, &ids, &nids, 60);
     if (rc == 0 && (nids != 2 || !ids_ok(ids, nids, odd, WORLD / 2)))
       rc = -1;
     rdzv_free(ids);

@@ -116,7 +116,8 @@ static int teardown(void **state) {
 static void need_root(void) {
   if (geteuid() != 0) {
     print_message("skipped: needs root, to run strangers as another uid "
-                  "(this test runs as uid %u)\n", (unsigned)geteuid());
+                  "(this test runs as uid %u)\n",
+                  (unsigned)geteuid());
     skip();
   }
 }
@@ -288,8 +289,7 @@ static void test_default_modes_keep_strangers_out(void **state) {
   char *log = read_file(log_path);
   if (strstr(log, "mode 0600 (this daemon's uid 0 and root only)") == NULL ||
       strstr(log, "mode 0755 -> 0700") == NULL)
-    fail_msg("the node's log does not say what it did to the modes: [%s]",
-             log);
+    fail_msg("the node's log does not say what it did to the modes: [%s]", log);
   free(log);
   char want[32];
   snprintf(want, sizeof(want), "errno %d", EACCES);
@@ -319,24 +319,35 @@ static void test_uid_check_refuses_while_a_job_runs(void **state) {
     char env_addr[200], env_lr[32];
     snprintf(env_addr, sizeof(env_addr), "RDZV_ADDR=%s", node_addr);
     snprintf(env_lr, sizeof(env_lr), "LOCAL_RANK=%d", i);
-    char *argv[] = {"/usr/bin/env", env_addr, "RDZV_HOST=h0", env_lr,
-                    "RDZV_JOB=allowed-job", "LOCAL_WORLD_SIZE=4",
-                    "WORLD_SIZE=4", EXAMPLE, "--nccl", "none", "--timeout",
-                    "60", NULL};
+    char *argv[] = {"/usr/bin/env",
+                    env_addr,
+                    "RDZV_HOST=h0",
+                    env_lr,
+                    "RDZV_JOB=allowed-job",
+                    "LOCAL_WORLD_SIZE=4",
+                    "WORLD_SIZE=4",
+                    EXAMPLE,
+                    "--nccl",
+                    "none",
+                    "--timeout",
+                    "60",
+                    NULL};
     assert_int_equal(proc_start(&ranks[i], argv, 1), 0);
   }
   char *out = stranger_end(spid, sfd);
   char want[400];
-  snprintf(want, sizeof(want), "daemon node: uid %u is not allowed on this "
-           "socket (unix:%s)", (unsigned)nobody_uid, node_sock);
+  snprintf(want, sizeof(want),
+           "daemon node: uid %u is not allowed on this "
+           "socket (unix:%s)",
+           (unsigned)nobody_uid, node_sock);
   int refused = 0, lines = 0;
   for (const char *l = out; *l != '\0'; lines++) {
     const char *e = strchr(l, '\n');
     assert_non_null(e);
     char head[32];
     snprintf(head, sizeof(head), "status %d: ", RDZV_EAUTH);
-    if (strncmp(l, head, strlen(head)) == 0 && memmem(l, (size_t)(e - l),
-                                                      want, strlen(want)))
+    if (strncmp(l, head, strlen(head)) == 0 &&
+        memmem(l, (size_t)(e - l), want, strlen(want)))
       refused++;
     else
       fail_msg("a stranger got [%.*s], not RDZV_EAUTH with [%s]", (int)(e - l),
@@ -362,7 +373,8 @@ static void test_uid_check_refuses_while_a_job_runs(void **state) {
    * refusal does not wait for a hello. */
   out = stranger(nobody_uid, nobody_gid, ACT_SILENT, node_sock, 1);
   char silent[600];
-  snprintf(silent, sizeof(silent), "frame %s status %d: %s: only the "
+  snprintf(silent, sizeof(silent),
+           "frame %s status %d: %s: only the "
            "daemon's own uid, root and --allow-uids are",
            rdzv_msg_type_name(RDZV_MSG_ERROR), RDZV_EAUTH, want);
   all_lines(out, 1, silent);
@@ -408,8 +420,7 @@ static void test_allow_uids_lets_nobody_in(void **state) {
   snprintf(head, sizeof(head), "status %d: ", RDZV_EAUTH);
   snprintf(want, sizeof(want), "uid %d is not allowed", OTHER_UID);
   if (strncmp(out, head, strlen(head)) != 0 || strstr(out, want) == NULL)
-    fail_msg("uid %d on a socket of --allow-uids=nobody: [%s]", OTHER_UID,
-             out);
+    fail_msg("uid %d on a socket of --allow-uids=nobody: [%s]", OTHER_UID, out);
   free(out);
   assert_int_equal(stats_at(addr, "auth.peer_refused"), 1);
 }

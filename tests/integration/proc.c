@@ -183,8 +183,7 @@ char *stats_json_at_job(const char *addr, const char *job) {
   o.job_id = job;
   rdzv_client_t *c = NULL;
   char *json = NULL;
-  if (rdzv_client_create(&o, &c) < 0 ||
-      rdzv_store_stats(c, &json, 10.0) < 0)
+  if (rdzv_client_create(&o, &c) < 0 || rdzv_store_stats(c, &json, 10.0) < 0)
     json = NULL;
   rdzv_client_destroy(c);
   return json;
@@ -222,8 +221,13 @@ int daemon_start(struct proc *p, const char *dir, const char *name,
   const char *want = getenv("RDZV_TEST_LOG_LEVEL");
   snprintf(lvl, sizeof(lvl), "--log-level=%s",
            want != NULL && *want != '\0' ? want : "0");
-  char *argv[32] = {"tools/rdzvd", parent ? "--role=node" : "--role=root",
-                    "--listen=127.0.0.1:0", pfa, una, nm, lvl};
+  char *argv[32] = {"tools/rdzvd",
+                    parent ? "--role=node" : "--role=root",
+                    "--listen=127.0.0.1:0",
+                    pfa,
+                    una,
+                    nm,
+                    lvl};
   int n = 7;
   if (parent != NULL)
     argv[n++] = par;
@@ -293,8 +297,8 @@ int rm_rf(const char *dir) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
-int64_t example_launch(const char *const addrs[2], const char *job,
-                       char *err, size_t n) {
+int64_t example_launch(const char *const addrs[2], const char *job, char *err,
+                       size_t n) {
   struct proc ranks[4];
   char env_job[160];
   snprintf(env_job, sizeof(env_job), "RDZV_JOB=%s", job);
@@ -306,9 +310,18 @@ int64_t example_launch(const char *const addrs[2], const char *job,
     snprintf(env_addr, sizeof(env_addr), "RDZV_ADDR=%s", addrs[i / 2]);
     snprintf(env_host, sizeof(env_host), "RDZV_HOST=host%c", i < 2 ? 'A' : 'B');
     snprintf(env_lr, sizeof(env_lr), "LOCAL_RANK=%d", i % 2);
-    char *argv[] = {"/usr/bin/env", env_addr, env_host, env_lr, env_job,
-                    "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=4",
-                    "tools/rdzv-example", "--nccl", "none", "--timeout", "30",
+    char *argv[] = {"/usr/bin/env",
+                    env_addr,
+                    env_host,
+                    env_lr,
+                    env_job,
+                    "LOCAL_WORLD_SIZE=2",
+                    "WORLD_SIZE=4",
+                    "tools/rdzv-example",
+                    "--nccl",
+                    "none",
+                    "--timeout",
+                    "30",
                     NULL};
     if (proc_start(&ranks[i], argv, 1) < 0) {
       snprintf(err, n, "cannot start rank process %d", i);
@@ -333,8 +346,10 @@ int64_t example_launch(const char *const addrs[2], const char *job,
     } else if (gen < 0) {
       gen = g;
     } else if (g != gen) {
-      snprintf(err + used, n - used, "%srank process %d in generation %lld, "
-               "not %lld", used ? "; " : "", i, g, (long long)gen);
+      snprintf(err + used, n - used,
+               "%srank process %d in generation %lld, "
+               "not %lld",
+               used ? "; " : "", i, g, (long long)gen);
       failed++;
     }
     free(out);
@@ -344,9 +359,8 @@ int64_t example_launch(const char *const addrs[2], const char *job,
 
 unsigned test_seed(void) {
   const char *env = getenv("RDZV_TEST_SEED");
-  unsigned seed = env != NULL && *env != '\0'
-                      ? (unsigned)strtoul(env, NULL, 10)
-                      : (unsigned)time(NULL);
+  unsigned seed = env != NULL && *env != '\0' ? (unsigned)strtoul(env, NULL, 10)
+                                              : (unsigned)time(NULL);
   printf("seed %u\n", seed);
   fflush(stdout);
   srand(seed);

@@ -80,8 +80,8 @@ int free_port(void);
  * closing barrier; rank 0 must say the ids matched. Returns the
  * generation the ranks agreed on, or -1 with what failed in err (n
  * bytes). */
-int64_t example_launch(const char *const addrs[2], const char *job,
-                       char *err, size_t n);
+int64_t example_launch(const char *const addrs[2], const char *job, char *err,
+                       size_t n);
 /* A randomized test's seed: RDZV_TEST_SEED when set (a run replayed),
  * else the time; printed first ("seed N", which tools/test.sh shows for
  * a failed test) and given to srand. */

@@ -39,9 +39,9 @@ static json_t *run(const char *ranks, const char *rph,
   int fd = mkstemp(json_path);
   assert_true(fd >= 0);
   close(fd);
-  char *argv[16] = {BENCH, "--mode", "none", "--pytorch", (char *)ranks,
-                    "--ranks-per-host", (char *)rph, "--fanout", "4",
-                    "--json", json_path, NULL};
+  char *argv[16] = {BENCH,         "--mode",           "none",      "--pytorch",
+                    (char *)ranks, "--ranks-per-host", (char *)rph, "--fanout",
+                    "4",           "--json",           json_path,   NULL};
   for (int i = 0; extra != NULL && extra[i] != NULL; i++)
     argv[11 + i] = (char *)extra[i];
   struct proc p;
@@ -60,7 +60,7 @@ static json_t *run(const char *ranks, const char *rph,
 static json_t *row(json_t *all, const char *server) {
   size_t i;
   json_t *r;
-  json_array_foreach(all, i, r) {
+  json_array_foreach (all, i, r) {
     const char *mode = json_string_value(json_object_get(r, "mode"));
     const char *s = json_string_value(json_object_get(r, "server"));
     if (mode != NULL && strcmp(mode, "pytorch-traffic") == 0 && s != NULL &&
@@ -91,8 +91,8 @@ static void test_root_requests(void **state) {
   int64_t f256 = root_reads(row(a, "flat"));
   int64_t n256 = root_reads(row(a, "tree-nocopies"));
   printf("root wait+get+mget: tree %lld (256 ranks), %lld (512); flat %lld; "
-         "tree without copies %lld\n", (long long)t256, (long long)t512,
-         (long long)f256, (long long)n256);
+         "tree without copies %lld\n",
+         (long long)t256, (long long)t512, (long long)f256, (long long)n256);
   assert_true(t256 >= 1 && t256 <= 4 * 1 * 4);
   assert_true(t512 >= 1 && t512 <= 4 * 1 * 4);
   assert_true(t512 * 10 <= t256 * 12);
@@ -133,8 +133,8 @@ static void test_steady_checks(void **state) {
  * not one per write. */
 static void test_keepalive_no_thrash(void **state) {
   (void)state;
-  static const char *const ka[] = {"--pt-keepalive", "on",
-                                   "--pytorch-servers", "tree", NULL};
+  static const char *const ka[] = {"--pt-keepalive", "on", "--pytorch-servers",
+                                   "tree", NULL};
   json_t *a = run("256", "8", ka);
   json_t *r = row(a, "tree");
   assert_true(json_is_true(json_object_get(r, "verified")));
@@ -142,7 +142,8 @@ static void test_keepalive_no_thrash(void **state) {
   int64_t cas = json_integer_value(json_object_get(root, "cas"));
   int64_t inv = json_integer_value(json_object_get(root, "invalidations_sent"));
   printf("keep-alive: %lld compare_sets at the root, %lld invalidations "
-         "sent\n", (long long)cas, (long long)inv);
+         "sent\n",
+         (long long)cas, (long long)inv);
   assert_int_equal(cas, 32 * 5);
   assert_true(inv * 10 <= cas);
   json_decref(a);

@@ -88,8 +88,12 @@ static void submit(rdzv_client_t *c, enum rdzv_op op, const char *key,
                    int64_t a, int64_t b, const void *val, size_t vlen,
                    struct reply *r) {
   struct rdzv_bytes k = {key, strlen(key)}, v = {val, vlen};
-  struct rdzv_request req = {.op = op, .a = a, .b = b, .nkeys = 1,
-                             .keys = &k, .nvals = val ? 1 : 0,
+  struct rdzv_request req = {.op = op,
+                             .a = a,
+                             .b = b,
+                             .nkeys = 1,
+                             .keys = &k,
+                             .nvals = val ? 1 : 0,
                              .vals = val ? &v : NULL};
   assert_int_equal(rdzv_client_submit(c, &req, 60, on_reply, r), 0);
 }

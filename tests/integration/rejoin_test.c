@@ -18,7 +18,6 @@
 #include "rdzv/rdzv.h"
 #include "rendezvous/join_wire.h"
 
-
 static char dir[64];
 static struct proc root, node;
 static char root_addr[64], node_addr[160];
@@ -91,28 +90,32 @@ static rdzv_client_t *connect_to(const char *addr) {
  * (host "hostA", local ranks as given) and waits for its reply. */
 static void join(rdzv_client_t *c, size_t n, const uint64_t *claims,
                  const int32_t *local_ranks, struct reply *out) {
-  struct rdzv_join_params jp = {.min_size = 2, .max_size = 2,
-                                .timeout_ms = 20000};
+  struct rdzv_join_params jp = {
+      .min_size = 2, .max_size = 2, .timeout_ms = 20000};
   uint8_t params[RDZV_JOIN_PARAMS_BYTES], recs[4][128];
   struct rdzv_bytes vals[5];
   rdzv_join_params_encode(&jp, params);
   vals[0] = (struct rdzv_bytes){params, sizeof(params)};
   assert_true(n <= 4);
   for (size_t i = 0; i < n; i++) {
-    struct rdzv_join_full j = {
-        .rec = {.host = (const uint8_t *)"hostA", .host_len = 5,
-                .location = (const uint8_t *)"", .local_rank = local_ranks[i],
-                .claim = claims[i]},
-        .local_size = 2,
-        .topo = (const uint8_t *)"gpu=test\n",
-        .topo_len = 9};
+    struct rdzv_join_full j = {.rec = {.host = (const uint8_t *)"hostA",
+                                       .host_len = 5,
+                                       .location = (const uint8_t *)"",
+                                       .local_rank = local_ranks[i],
+                                       .claim = claims[i]},
+                               .local_size = 2,
+                               .topo = (const uint8_t *)"gpu=test\n",
+                               .topo_len = 9};
     assert_true(rdzv_join_rec_size(&j) <= sizeof(recs[i]));
     assert_int_equal(rdzv_join_rec_encode(&j, recs[i]), 0);
     vals[i + 1] = (struct rdzv_bytes){recs[i], rdzv_join_rec_size(&j)};
   }
   struct rdzv_bytes key = {"world", 5};
-  struct rdzv_request req = {.op = RDZV_OP_JOIN, .nkeys = 1, .keys = &key,
-                             .nvals = n + 1, .vals = vals};
+  struct rdzv_request req = {.op = RDZV_OP_JOIN,
+                             .nkeys = 1,
+                             .keys = &key,
+                             .nvals = n + 1,
+                             .vals = vals};
   memset(out, 0, sizeof(*out));
   assert_int_equal(rdzv_client_submit(c, &req, 20, on_reply, out), 0);
   assert_int_equal(rdzv_client_run(c, 30), 0);
@@ -120,9 +123,8 @@ static void join(rdzv_client_t *c, size_t n, const uint64_t *claims,
 }
 
 /* The assignment for claim in r (fails the test if absent). */
-static struct rdzv_assignment assignment_of(const struct reply *r,
-                                            uint64_t claim,
-                                            const uint8_t **bytes) {
+static struct rdzv_assignment
+assignment_of(const struct reply *r, uint64_t claim, const uint8_t **bytes) {
   for (size_t i = 0; i < r->nvals; i++) {
     uint64_t cl = 0;
     struct rdzv_assignment a;

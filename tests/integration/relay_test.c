@@ -78,11 +78,19 @@ static void start_ranks(int h, struct proc *ranks) {
     snprintf(env_addr, sizeof(env_addr), "RDZV_ADDR=%s", host_unix[h]);
     snprintf(env_host, sizeof(env_host), "RDZV_HOST=host%c", 'B' + h);
     snprintf(env_lr, sizeof(env_lr), "LOCAL_RANK=%d", lr);
-    char *argv[] = {"/usr/bin/env",       env_addr,   env_host,
-                    env_lr,               "RDZV_JOB=" JOB,
-                    "LOCAL_WORLD_SIZE=4", "WORLD_SIZE=12",
-                    "tools/rdzv-example", "--nccl",   "none",
-                    "--timeout",          "60",       NULL};
+    char *argv[] = {"/usr/bin/env",
+                    env_addr,
+                    env_host,
+                    env_lr,
+                    "RDZV_JOB=" JOB,
+                    "LOCAL_WORLD_SIZE=4",
+                    "WORLD_SIZE=12",
+                    "tools/rdzv-example",
+                    "--nccl",
+                    "none",
+                    "--timeout",
+                    "60",
+                    NULL};
     assert_int_equal(proc_start(&ranks[lr], argv, 1), 0);
   }
 }
@@ -197,8 +205,7 @@ static void test_probe_with_secrets(void **state) {
   g.keys.n = 1;
   g.keys.v = &gk;
   assert_int_equal(rdzv_msg_encode(&g, &out), 0); /* right behind it */
-  assert_int_equal(send(fd, out.data, out.len, MSG_NOSIGNAL),
-                   (ssize_t)out.len);
+  assert_int_equal(send(fd, out.data, out.len, MSG_NOSIGNAL), (ssize_t)out.len);
   rdzv_buf_free(&out);
   uint8_t buf[4096];
   size_t have = 0;
@@ -232,8 +239,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
           test_relay_lost_before_a_hosts_first_request, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_probe_with_secrets, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_probe_with_secrets, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,9 +37,15 @@ static int start_daemon(struct proc *p, const char *name, const char *parent,
   snprintf(una, sizeof(una), "--unix=%s/%s.sock", dir, name);
   snprintf(pa, sizeof(pa), "--parent=%s", parent ? parent : "");
   snprintf(na, sizeof(na), "--name=%s", name);
-  char *argv[] = {RDZVD, parent ? "--role=node" : "--role=root",
-                  "--listen=127.0.0.1:0", pfa, una, na, "--log-level=0",
-                  parent ? pa : NULL, NULL};
+  char *argv[] = {RDZVD,
+                  parent ? "--role=node" : "--role=root",
+                  "--listen=127.0.0.1:0",
+                  pfa,
+                  una,
+                  na,
+                  "--log-level=0",
+                  parent ? pa : NULL,
+                  NULL};
   if (proc_start(p, argv, 0) < 0)
     return -1;
   int port = wait_port_file(pf, 30);
@@ -65,8 +71,7 @@ static int setup(void **state) {
                      parent == RDZV_TREE_ROOT ? root_addr : tcp[parent],
                      tcp[h]) < 0)
       return -1;
-    snprintf(node_addr[h], sizeof(node_addr[h]), "unix:%s/host%d.sock", dir,
-             h);
+    snprintf(node_addr[h], sizeof(node_addr[h]), "unix:%s/host%d.sock", dir, h);
   }
   return 0;
 }
@@ -229,10 +234,19 @@ static void test_example_64_ranks(void **state) {
     snprintf(env_addr, sizeof(env_addr), "RDZV_ADDR=%s", node_addr[i / 8]);
     snprintf(env_host, sizeof(env_host), "RDZV_HOST=host%d", i / 8);
     snprintf(env_lr, sizeof(env_lr), "LOCAL_RANK=%d", i % 8);
-    char *argv[] = {"/usr/bin/env", env_addr, env_host, env_lr,
-                    "RDZV_JOB=example-64", "LOCAL_WORLD_SIZE=8",
-                    "WORLD_SIZE=64", EXAMPLE, "--nccl", (char *)nccl,
-                    "--timeout", "60", NULL};
+    char *argv[] = {"/usr/bin/env",
+                    env_addr,
+                    env_host,
+                    env_lr,
+                    "RDZV_JOB=example-64",
+                    "LOCAL_WORLD_SIZE=8",
+                    "WORLD_SIZE=64",
+                    EXAMPLE,
+                    "--nccl",
+                    (char *)nccl,
+                    "--timeout",
+                    "60",
+                    NULL};
     assert_int_equal(proc_start(&ranks[i], argv, 1), 0);
   }
   int seen[64] = {0}, identical = 0;
@@ -243,9 +257,10 @@ static void test_example_64_ranks(void **state) {
     char host[32] = "";
     const char *line = strstr(out, "rank ");
     assert_non_null(line);
-    assert_int_equal(sscanf(line, "rank %d of %d: local rank %d of %*d, node "
-                                  "%d of %*d, generation %*d, host %31s "
-                                  "(ranks %d..%d)",
+    assert_int_equal(sscanf(line,
+                            "rank %d of %d: local rank %d of %*d, node "
+                            "%d of %*d, generation %*d, host %31s "
+                            "(ranks %d..%d)",
                             &rank, &world, &lr, &node, host, &first, &last),
                      7);
     assert_int_equal(world, 64);
@@ -279,12 +294,20 @@ static void test_missing_hosts_named(void **state) {
   assert_int_equal(rdzv_client_create(&co, &c), 0);
   const char *hosts = "hostA\nhostB\nhostC";
   assert_int_equal(rdzv_store_set(c, "rdzv/world/expected-hosts", hosts,
-                                  strlen(hosts), 0, 30), 0);
+                                  strlen(hosts), 0, 30),
+                   0);
   rdzv_client_destroy(c);
   struct rank_proc rp[13];
   for (int i = 0; i < 13; i++) {
-    struct rank_spec s = {"missing", i < 8 ? "hostA" : "hostB", i < 8 ? 0 : 1,
-                          i % 8, 8, 24, 1.5, NULL, NULL};
+    struct rank_spec s = {"missing",
+                          i < 8 ? "hostA" : "hostB",
+                          i < 8 ? 0 : 1,
+                          i % 8,
+                          8,
+                          24,
+                          1.5,
+                          NULL,
+                          NULL};
     rp[i] = spawn_rank(&s);
   }
   for (int i = 0; i < 13; i++) {
@@ -428,8 +451,7 @@ static void test_dead_rank_aborts(void **state) {
   kill(doomed.pid, SIGKILL);
   finish_rank(&doomed);
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(read_report(&live[i], line, sizeof(line)),
-                     RDZV_EABORTED);
+    assert_int_equal(read_report(&live[i], line, sizeof(line)), RDZV_EABORTED);
     /* Its process is gone (the node sees its Unix peer exit): at once,
      * not after --session-grace-ms. */
     if (strstr(line, "host hostB lost rank 2 (local rank 0, process ") ==
@@ -455,8 +477,7 @@ static void test_barrier_names_missing_rank(void **state) {
   }
   assert_int_equal(read_report(&away, line, sizeof(line)), 0);
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(read_report(&live[i], line, sizeof(line)),
-                     RDZV_EDEADLINE);
+    assert_int_equal(read_report(&live[i], line, sizeof(line)), RDZV_EDEADLINE);
     printf("rank saw: %s\n", line);
     assert_non_null(strstr(line, "barrier 'after-join' of 3 ranks: deadline "
                                  "passed; 1 of 3 missing: rank 2 (host "
@@ -474,8 +495,9 @@ static void test_scalable_ids(void **state) {
   struct rank_proc rp[8];
   char line[1400];
   for (int i = 0; i < 8; i++) {
-    struct rank_spec s = {"ids", i < 4 ? "hostA" : "hostB", i < 4 ? 2 : 5,
-                          i % 4, 4, 8, 30, "ids", NULL};
+    struct rank_spec s = {
+        "ids", i < 4 ? "hostA" : "hostB", i < 4 ? 2 : 5, i % 4, 4, 8, 30, "ids",
+        NULL};
     rp[i] = spawn_rank(&s);
   }
   for (int i = 0; i < 8; i++) {
@@ -510,7 +532,8 @@ static void test_host_with_two_locations(void **state) {
  * publishes the domains the 4 rdzv-example ranks joined with. */
 static void test_domain_auto(void **state) {
   (void)state;
-  static const char uuid[] = "FAKE_NVML_CLUSTER=00112233445566778899aabbccddeeff";
+  static const char uuid[] =
+      "FAKE_NVML_CLUSTER=00112233445566778899aabbccddeeff";
   struct proc ranks[4];
   for (int i = 0; i < 4; i++) {
     char env_addr[160], env_host[32], env_lr[32], clique[32];
@@ -518,12 +541,24 @@ static void test_domain_auto(void **state) {
     snprintf(env_host, sizeof(env_host), "RDZV_HOST=host%c", "PQ"[i / 2]);
     snprintf(env_lr, sizeof(env_lr), "LOCAL_RANK=%d", i % 2);
     snprintf(clique, sizeof(clique), "FAKE_NVML_CLIQUE=%d", 2 - i / 2);
-    char *argv[] = {"/usr/bin/env", env_addr, env_host, env_lr,
-                    "RDZV_JOB=domains", "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=4",
-                    "RDZV_DOMAIN=auto", "RDZV_SEGMENT_HOSTS=1",
+    char *argv[] = {"/usr/bin/env",
+                    env_addr,
+                    env_host,
+                    env_lr,
+                    "RDZV_JOB=domains",
+                    "LOCAL_WORLD_SIZE=2",
+                    "WORLD_SIZE=4",
+                    "RDZV_DOMAIN=auto",
+                    "RDZV_SEGMENT_HOSTS=1",
                     "RDZV_NVML_LIBRARY=tests/fake_nvml/libfake_nvml.so",
-                    (char *)uuid, clique, EXAMPLE, "--nccl", "none",
-                    "--timeout", "30", NULL};
+                    (char *)uuid,
+                    clique,
+                    EXAMPLE,
+                    "--nccl",
+                    "none",
+                    "--timeout",
+                    "30",
+                    NULL};
     assert_int_equal(proc_start(&ranks[i], argv, 1), 0);
   }
   for (int i = 0; i < 4; i++) {
@@ -596,8 +631,8 @@ static void test_dead_node_aborts(void **state) {
   doomed = spawn_rank(&d);
   addr_override = ua;
   for (int i = 0; i < 2; i++) {
-    struct rank_spec s = {"node-dies", "hostA", 0, i, 2, 3, 60, "barrier",
-                          NULL};
+    struct rank_spec s = {"node-dies", "hostA", 0,         i,   2,
+                          3,           60,      "barrier", NULL};
     live[i] = spawn_rank(&s);
   }
   addr_override = NULL;
@@ -605,8 +640,7 @@ static void test_dead_node_aborts(void **state) {
   kill(xb.pid, SIGKILL);
   proc_wait(&xb);
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(read_report(&live[i], line, sizeof(line)),
-                     RDZV_EABORTED);
+    assert_int_equal(read_report(&live[i], line, sizeof(line)), RDZV_EABORTED);
     /* After --session-grace-ms (its subtree did not come back), naming
      * the node, the host and the rank lost. */
     if (strstr(line, "node xb disconnected") == NULL ||

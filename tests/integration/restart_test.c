@@ -123,8 +123,8 @@ static void test_root_restart(void **state) {
 
   /* A write-once value, read back through both nodes (cached there). */
   rdzv_client_t *cl = client(leaf_addr), *cm = client(mid_addr);
-  assert_int_equal(rdzv_store_set(cl, "id", "old", 3, RDZV_STORE_WRITE_ONCE, 20),
-                   0);
+  assert_int_equal(
+      rdzv_store_set(cl, "id", "old", 3, RDZV_STORE_WRITE_ONCE, 20), 0);
   assert_get(cl, "id", "old");
   assert_get(cm, "id", "old");
 
@@ -140,8 +140,8 @@ static void test_root_restart(void **state) {
 
   /* The new root holds no "id": a new write-once value is accepted, and
    * every node answers it, none the old one. */
-  assert_int_equal(rdzv_store_set(cl, "id", "new", 3, RDZV_STORE_WRITE_ONCE, 20),
-                   0);
+  assert_int_equal(
+      rdzv_store_set(cl, "id", "new", 3, RDZV_STORE_WRITE_ONCE, 20), 0);
   assert_get(cl, "id", "new");
   assert_get(cm, "id", "new");
 

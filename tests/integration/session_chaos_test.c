@@ -5,8 +5,8 @@
  * 10 adds and a write; in every round the driver kills (-9) one random
  * node at a random moment of a random phase and restarts it half a
  * second later on the same socket (one node down at a time, so never two
- * on one ancestor chain). The killed node's ranks go on through its parent, its child
- * nodes reattach above it.
+ * on one ancestor chain). The killed node's ranks go on through its parent, its
+ * child nodes reattach above it.
  *
  * Invariants checked after every round:
  *  - identical views: every rank has the round's generation (greater than
@@ -175,8 +175,8 @@ static int64_t phase(char cmd, int kill_h, long kill_at, int64_t *gen) {
       struct report rp;
       host_read(&hp[h], &rp);
       if (rp.status != 0)
-        fail_msg("'%c' on h%d local rank %d: %s (%s)", cmd ? cmd : 'J',
-                 rp.host, rp.local_rank, rdzv_strerror(rp.status), rp.text);
+        fail_msg("'%c' on h%d local rank %d: %s (%s)", cmd ? cmd : 'J', rp.host,
+                 rp.local_rank, rdzv_strerror(rp.status), rp.text);
       count += rp.count;
       if (cmd == 0 || cmd == 'j') {
         /* Identical views: the same generation and world, the rank of a
@@ -225,8 +225,8 @@ static void test_chaos_rounds(void **state) {
     int kphase = rand() % 4, kh = rand() % HOSTS;
     long kat = (rand() % 200) * 1000L;
     int64_t gen = 0;
-    printf("round %d: node h%d to be killed in phase %d at %ld us\n", round,
-           kh, kphase, kat);
+    printf("round %d: node h%d to be killed in phase %d at %ld us\n", round, kh,
+           kphase, kat);
     fflush(stdout);
     if (round == 1) {
       /* The first join is already under way. */
@@ -278,7 +278,8 @@ static void test_chaos_rounds(void **state) {
     int fds = fds_of(root.pid);
     long rss = rss_kb(root.pid);
     printf("round %d: generation %lld, node h%d killed in phase %d; root "
-           "%d fds, %ld KB\n", round, (long long)gen, kh, kphase, fds, rss);
+           "%d fds, %ld KB\n",
+           round, (long long)gen, kh, kphase, fds, rss);
     if (round == 5) { /* the dedup window is full by now */
       root_fds = fds;
       root_rss = rss;

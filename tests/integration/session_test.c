@@ -136,8 +136,7 @@ static void barrier_all(struct hostproc *ha, struct hostproc *hb, int want,
       fail_msg("barrier on host %d: %s (%s), wanted %s", rp.host,
                rdzv_strerror(rp.status), rp.text, rdzv_strerror(want));
     if (must_name != NULL && strstr(rp.text, must_name) == NULL)
-      fail_msg("barrier: the error does not name '%s': %s", must_name,
-               rp.text);
+      fail_msg("barrier: the error does not name '%s': %s", must_name, rp.text);
   }
 }
 
@@ -260,7 +259,8 @@ static void test_ranks_return_home(void **state) {
   }
   if (stats_at(a_tcp, "sessions_resumed") < 2)
     fail_msg("hostA's ranks did not come back to leafA (%d idle rounds; "
-             "resumes %d and %d)", rounds, resumes[0], resumes[1]);
+             "resumes %d and %d)",
+             rounds, resumes[0], resumes[1]);
   assert_true(resumes[0] >= 2 && resumes[1] >= 2);
   host_cmd(&ha, 'a');
   for (int i = 0; i < 2; i++) {
@@ -282,7 +282,8 @@ static void test_ranks_return_home(void **state) {
   }
   barrier_all(&ha, &hb, 0, NULL);
   printf("ranks back home after %d idle round(s) of 3 s; %lld adds counted "
-         "once\n", rounds, (long long)acked);
+         "once\n",
+         rounds, (long long)acked);
   assert_int_equal(host_end(&ha), 0);
   assert_int_equal(host_end(&hb), 0);
 }
@@ -328,7 +329,8 @@ static void test_probe_of_wedged_node_never_blocks(void **state) {
     slow += rp.slow;
   }
   printf("probes of a wedged node: %d call(s) of 50 ms or more in two "
-         "ranks' 3 s idle rounds\n", slow);
+         "ranks' 3 s idle rounds\n",
+         slow);
   /* Not a timing bound: a probe that waits gives one slow call per
    * probe (about 30 here); a scheduler's hiccup gives a few at most. */
   assert_true(slow <= 3);
@@ -371,7 +373,8 @@ static void test_host_lost_named(void **state) {
       fail_msg("the abort does not name the lost host: %s", rp.text);
   }
   printf("host lost: the other ranks were told %.3f s after the kill "
-         "(--session-grace-ms %d)\n", now_s() - t0, GRACE_MS);
+         "(--session-grace-ms %d)\n",
+         now_s() - t0, GRACE_MS);
   assert_int_equal(host_end(&ha), 0);
   /* The host comes back: its node, then all ranks join again. */
   assert_int_equal(daemon_start(&leaf_b, dir, "leafB", mid_tcp, beat, b_tcp),
@@ -423,7 +426,8 @@ static void test_stopped_node_fenced(void **state) {
   barrier_all(&ha, &hb, 0, NULL);
   printf("node stopped: a barrier of all ranks completed %.3f s after the "
          "stop (its ranks through its parent); the node's stale aborts "
-         "were fenced\n", t_barrier);
+         "were fenced\n",
+         t_barrier);
   assert_int_equal(host_end(&ha), 0);
   assert_int_equal(host_end(&hb), 0);
 }
@@ -453,7 +457,8 @@ static void test_stopped_host_named(void **state) {
   }
   printf("host stopped: the other ranks were told %.3f s after the stop "
          "(liveness %d ms + grace %d ms); its own requests then refused "
-         "by generation\n", told, LIVENESS_MS, GRACE_MS);
+         "by generation\n",
+         told, LIVENESS_MS, GRACE_MS);
   assert_int_equal(host_end(&ha), 0);
   assert_int_equal(host_end(&hb), 0);
 }
@@ -502,8 +507,8 @@ static void test_bogus_resume_changes_nothing(void **state) {
   rdzv_client_t *c = NULL;
   assert_int_equal(rdzv_client_create(&o, &c), 0);
   uint8_t params[RDZV_JOIN_PARAMS_BYTES];
-  struct rdzv_join_params jp = {.min_size = 4, .max_size = 4,
-                                .timeout_ms = 10000};
+  struct rdzv_join_params jp = {
+      .min_size = 4, .max_size = 4, .timeout_ms = 10000};
   rdzv_join_params_encode(&jp, params);
   struct rdzv_join_full j = {
       .rec = {.host = (const uint8_t *)"hostZ", .host_len = 5, .claim = 77},
@@ -514,8 +519,12 @@ static void test_bogus_resume_changes_nothing(void **state) {
   struct rdzv_bytes key = {"world", 5};
   struct rdzv_bytes vals[2] = {{params, sizeof(params)},
                                {rec, rdzv_join_rec_size(&j)}};
-  struct rdzv_request req = {.op = RDZV_OP_JOIN, .a = 99, .nkeys = 1,
-                             .keys = &key, .nvals = 2, .vals = vals};
+  struct rdzv_request req = {.op = RDZV_OP_JOIN,
+                             .a = 99,
+                             .nkeys = 1,
+                             .keys = &key,
+                             .nvals = 2,
+                             .vals = vals};
   int st = 1;
   assert_int_equal(rdzv_client_submit(c, &req, 10, on_status, &st), 0);
   assert_int_equal(rdzv_client_run(c, 20), 0);
@@ -533,7 +542,8 @@ static void test_bogus_resume_changes_nothing(void **state) {
                rdzv_strerror(rp.status), rp.text);
   }
   printf("rank processes killed: the others told %.3f s later (their "
-         "node saw them exit)\n", now_s() - t0);
+         "node saw them exit)\n",
+         now_s() - t0);
   assert_int_equal(host_end(&ha), 0);
 }
 
@@ -558,8 +568,7 @@ static void test_leave_after_resuming_at_root(void **state) {
   assert_true(stats_at(root_tcp, "sessions_resumed") >= 2);
   assert_int_equal(host_end(&hm), 0);
   assert_int_equal(host_end(&hb), 0);
-  assert_int_equal(daemon_start(&mid, dir, "mid", root_tcp, beat, mid_tcp),
-                   0);
+  assert_int_equal(daemon_start(&mid, dir, "mid", root_tcp, beat, mid_tcp), 0);
   hm = host_start(mid_addr, "leave", "hostM", 0, 2, 4);
   hb = host_start(b_addr, "leave", "hostB", 1, 2, 4);
   for (int i = 0; i < 4; i++) {
@@ -637,8 +646,7 @@ static void test_interior_death_mid_rendezvous(void **state) {
    * those ranks has had m1's hello reply, which names their fallback: a
    * rank cut off before it would wait for m1 to come back). */
   hp[0] = host_start(addrs[0], "big", NULL, 0, PER_HOST, HOSTS * PER_HOST);
-  assert_true(stats_reach(m_tcp[0], "ops.join.received", PER_HOST) >=
-              PER_HOST);
+  assert_true(stats_reach(m_tcp[0], "ops.join.received", PER_HOST) >= PER_HOST);
   for (int i = 1; i < HOSTS - 1; i++)
     hp[i] = host_start(addrs[i], "big", NULL, i, PER_HOST, HOSTS * PER_HOST);
   /* Joins have reached the root; h7 has not joined, so the round is
@@ -648,8 +656,8 @@ static void test_interior_death_mid_rendezvous(void **state) {
   kill(m[0].pid, SIGKILL);
   proc_wait(&m[0]);
   m[0].pid = 0;
-  hp[HOSTS - 1] = host_start(addrs[HOSTS - 1], "big", NULL, HOSTS - 1,
-                             PER_HOST, HOSTS * PER_HOST);
+  hp[HOSTS - 1] = host_start(addrs[HOSTS - 1], "big", NULL, HOSTS - 1, PER_HOST,
+                             HOSTS * PER_HOST);
   static bool seen[HOSTS * PER_HOST];
   memset(seen, 0, sizeof(seen));
   int64_t gen = 0;
@@ -682,8 +690,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_node_killed_ranks_resume, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(test_ranks_return_home, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_ranks_return_home, setup, teardown),
       cmocka_unit_test_setup_teardown(test_probe_of_wedged_node_never_blocks,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_host_lost_named, setup, teardown),
@@ -691,12 +698,11 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_bogus_resume_changes_nothing, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(test_stopped_host_named, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_stopped_host_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_ranks_leave_a_stopped_node,
                                       setup, teardown),
-      cmocka_unit_test_setup_teardown(test_leave_after_resuming_at_root,
-                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_leave_after_resuming_at_root, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_interior_death_mid_rendezvous,
                                       setup_big, teardown_big),
   };

@@ -142,27 +142,26 @@ static void test_waiters_share_one_buffer(void **state) {
   for (int i = 0; i < WAITERS; i++) {
     cs[i] = client(node_addr);
     rs[i] = (struct reply){.want = v1};
-    struct rdzv_request req = {.op = RDZV_OP_WAIT, .a = 120 * 1000,
-                               .nkeys = 1, .keys = &key};
-    assert_int_equal(rdzv_client_submit(cs[i], &req, 120, on_reply, &rs[i]),
-                     0);
+    struct rdzv_request req = {
+        .op = RDZV_OP_WAIT, .a = 120 * 1000, .nkeys = 1, .keys = &key};
+    assert_int_equal(rdzv_client_submit(cs[i], &req, 120, on_reply, &rs[i]), 0);
     rdzv_client_run(cs[i], 0.001); /* sent; then nobody reads */
   }
   assert_true(stats_reach(node_addr, "ops.wait.received", waits0 + WAITERS) >=
               waits0 + WAITERS);
   long rss0 = rss_kb(node.pid);
   rdzv_client_t *setter = client(root_addr);
-  assert_int_equal(rdzv_store_set(setter, "uid", v1, VALUE_BYTES,
-                                  RDZV_STORE_WRITE_ONCE, 30),
-                   0);
+  assert_int_equal(
+      rdzv_store_set(setter, "uid", v1, VALUE_BYTES, RDZV_STORE_WRITE_ONCE, 30),
+      0);
   /* Every answer is queued once the node has the value: then 100 writes
    * of 1 MiB are in flight, none of them read. */
   int64_t want = shared0 + (int64_t)WAITERS * VALUE_BYTES;
   int64_t shared = stats_reach(node_addr, "bytes.shared", want);
   long rss1 = rss_kb(node.pid);
   printf("node: %lld bytes by reference, RSS %ld -> %ld KiB with %d answers "
-         "of %u bytes in flight\n", (long long)(shared - shared0), rss0,
-         rss1, WAITERS, VALUE_BYTES);
+         "of %u bytes in flight\n",
+         (long long)(shared - shared0), rss0, rss1, WAITERS, VALUE_BYTES);
   assert_true(shared >= want);
   assert_int_equal(stats_at(node_addr, "bytes.copied_large"), 0);
   /* A copy per waiter would be 100 MiB; the one buffer is 1 MiB. */
@@ -194,8 +193,7 @@ static void test_deleted_while_written(void **state) {
     cs[i] = client(root_addr);
     rs[i] = (struct reply){.want = v1};
     struct rdzv_request req = {.op = RDZV_OP_GET, .nkeys = 1, .keys = &key};
-    assert_int_equal(rdzv_client_submit(cs[i], &req, 120, on_reply, &rs[i]),
-                     0);
+    assert_int_equal(rdzv_client_submit(cs[i], &req, 120, on_reply, &rs[i]), 0);
     rdzv_client_run(cs[i], 0.001);
   }
   /* The root answers a read at once: once it has them all, every answer
@@ -234,8 +232,7 @@ static int ts_connect(void) {
   sa.sin_family = AF_INET;
   sa.sin_port = htons((uint16_t)ts_port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_true(fd >= 0 &&
-              connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+  assert_true(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
@@ -266,9 +263,8 @@ static void test_tcpstore_gets_share(void **state) {
   int fds[TS_CONNS];
   /* VALIDATE (opcode 0, magic), then GET (opcode 3) of "uid", the key
    * the first test set (cached at the node). */
-  static const uint8_t req[] = {0,    0xce, 0xf7, 0x85, 0x3c, 3,   3,
-                                0,    0,    0,    0,    0,    0,   0,
-                                'u',  'i',  'd'};
+  static const uint8_t req[] = {0, 0xce, 0xf7, 0x85, 0x3c, 3,   3,   0,  0,
+                                0, 0,    0,    0,    0,    'u', 'i', 'd'};
   int64_t shared0 = stats_at(node_addr, "bytes.shared");
   for (int i = 0; i < TS_CONNS; i++) {
     fds[i] = ts_connect();

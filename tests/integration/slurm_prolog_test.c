@@ -45,8 +45,8 @@ static char dir[64], cwd[1024];
 /* The Prolog's SLURM_CONF (where it reads PrologFlags): none by default. */
 static char slurm_conf_env[160] = "SLURM_CONF=/nonexistent";
 /* More of the Prolog's environment, for one check at a time. */
-static char extra_env[3][300] = {"RDZV_TEST_UNUSED1=", "RDZV_TEST_UNUSED2=",
-                                 "RDZV_TEST_UNUSED3="};
+static char extra_env[3][300] = {
+    "RDZV_TEST_UNUSED1=", "RDZV_TEST_UNUSED2=", "RDZV_TEST_UNUSED3="};
 /* The Prolog's site key (RDZV_SITE_KEY) and RDZV_AUTH: the key made in
  * dir and "required", but for one check at a time. */
 static char site_key_env[160], auth_env[64] = "RDZV_AUTH=required";
@@ -87,17 +87,37 @@ static int run_job_script(const char *script, int h, int job,
   char uid_env[32], gid_env[32];
   snprintf(uid_env, sizeof(uid_env), "SLURM_JOB_UID=%d", JOB_UID);
   snprintf(gid_env, sizeof(gid_env), "SLURM_JOB_GID=%d", JOB_UID);
-  char *argv[] = {"/usr/bin/env", "RDZV_SETTINGS=/nonexistent", uid_env,
-                  gid_env, site_key_env, auth_env,
-                  slurm_conf_env, extra_env[0], extra_env[1], extra_env[2],
-                  host, listen,
-                  rundir, bin, ctl, base, "RDZV_PORT_RANGE=7",
-                  "RDZV_PORT_TRIES=2", "RDZV_FANOUT=1", "RDZV_TCPSTORE=1",
+  char *argv[] = {"/usr/bin/env",
+                  "RDZV_SETTINGS=/nonexistent",
+                  uid_env,
+                  gid_env,
+                  site_key_env,
+                  auth_env,
+                  slurm_conf_env,
+                  extra_env[0],
+                  extra_env[1],
+                  extra_env[2],
+                  host,
+                  listen,
+                  rundir,
+                  bin,
+                  ctl,
+                  base,
+                  "RDZV_PORT_RANGE=7",
+                  "RDZV_PORT_TRIES=2",
+                  "RDZV_FANOUT=1",
+                  "RDZV_TCPSTORE=1",
                   "RDZV_HTTP_ADDR=127.0.0.1",
                   "RDZV_HEALTH_CMD=test -n \"$RDZV_HEALTH_HOST\"",
-                  "RDZV_START_TIMEOUT=10", job_env, "SLURM_STEP_ID=3",
-                  "SLURM_JOB_NODELIST=127.0.0.[1-3]", "/bin/sh", "-c",
-                  "exec \"$0\" 2>&1", sc, NULL};
+                  "RDZV_START_TIMEOUT=10",
+                  job_env,
+                  "SLURM_STEP_ID=3",
+                  "SLURM_JOB_NODELIST=127.0.0.[1-3]",
+                  "/bin/sh",
+                  "-c",
+                  "exec \"$0\" 2>&1",
+                  sc,
+                  NULL};
   struct proc p;
   assert_int_equal(proc_start(&p, argv, 1), 0);
   char *text = proc_read_all(&p);
@@ -203,19 +223,30 @@ static void check_secret_file(int job, int h) {
   char uid[32], other[32];
   snprintf(uid, sizeof(uid), "--reuid=%d", JOB_UID);
   snprintf(other, sizeof(other), "--reuid=%d", JOB_UID - 1);
-  char *as_user[] = {"/usr/bin/setpriv", uid, "--regid=65534",
-                     "--clear-groups", "/bin/cat", path, NULL};
-  char *as_other[] = {"/usr/bin/setpriv", other, "--regid=65533",
-                      "--clear-groups", "/bin/cat", path, NULL};
+  char *as_user[] = {"/usr/bin/setpriv",
+                     uid,
+                     "--regid=65534",
+                     "--clear-groups",
+                     "/bin/cat",
+                     path,
+                     NULL};
+  char *as_other[] = {"/usr/bin/setpriv",
+                      other,
+                      "--regid=65533",
+                      "--clear-groups",
+                      "/bin/cat",
+                      path,
+                      NULL};
   char *text = NULL;
   if (run_cmd(as_user, &text) != 0 || strncmp(text, want, 64) != 0)
-    fail_msg("job %d, host %d: the job's user cannot read %s: %s", job, h,
-             path, text);
+    fail_msg("job %d, host %d: the job's user cannot read %s: %s", job, h, path,
+             text);
   free(text);
   text = NULL;
-  if (run_cmd(as_other, &text) == 0 || strstr(text, "Permission denied") == NULL)
-    fail_msg("job %d, host %d: uid %d read %s: [%s]", job, h, JOB_UID - 1,
-             path, text);
+  if (run_cmd(as_other, &text) == 0 ||
+      strstr(text, "Permission denied") == NULL)
+    fail_msg("job %d, host %d: uid %d read %s: [%s]", job, h, JOB_UID - 1, path,
+             text);
   free(text);
 }
 
@@ -226,9 +257,21 @@ static int ctl_nosecret(int h, int job, const char *what, char **out) {
   snprintf(addr, sizeof(addr), "unix:%s/host%d/%d.sock", dir, h, job);
   snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
   snprintf(jobs, sizeof(jobs), "%d", job);
-  char *argv[] = {"/usr/bin/env", "-u", "RDZV_SECRET_FILE", "-u", "RDZV_SECRET",
-                  ctl, "--addr", addr, "--job", jobs, "--timeout", "20",
-                  (char *)what, strcmp(what, "set") == 0 ? "k" : NULL, "v",
+  char *argv[] = {"/usr/bin/env",
+                  "-u",
+                  "RDZV_SECRET_FILE",
+                  "-u",
+                  "RDZV_SECRET",
+                  ctl,
+                  "--addr",
+                  addr,
+                  "--job",
+                  jobs,
+                  "--timeout",
+                  "20",
+                  (char *)what,
+                  strcmp(what, "set") == 0 ? "k" : NULL,
+                  "v",
                   NULL};
   return run_cmd(argv, out);
 }
@@ -243,20 +286,23 @@ static void check_secret_prologs(void) {
     const char *auth;
     const char *want[3];
   } cases[] = {
-      {"none.key", "required",
+      {"none.key",
+       "required",
        {"cannot make the job's secret from the site key",
-        "No such file or directory",
-        "rdzvctl site-key --out"}},
-      {"readable.key", "required",
+        "No such file or directory", "rdzvctl site-key --out"}},
+      {"readable.key",
+       "required",
        {"has mode 0644: its group or others may access it",
         "copy it to every host, root's with mode 0400", NULL}},
-      {"site.key", "sometimes",
-       {"RDZV_AUTH in /nonexistent is 'sometimes': it must be 'required'",
-        NULL, NULL}},
+      {"site.key",
+       "sometimes",
+       {"RDZV_AUTH in /nonexistent is 'sometimes': it must be 'required'", NULL,
+        NULL}},
   };
   char cmd[400];
-  snprintf(cmd, sizeof(cmd), "cp %s/site.key %s/readable.key && chmod 0644 %s/readable.key",
-           dir, dir, dir);
+  snprintf(cmd, sizeof(cmd),
+           "cp %s/site.key %s/readable.key && chmod 0644 %s/readable.key", dir,
+           dir, dir);
   assert_int_equal(system(cmd), 0);
   for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
     snprintf(site_key_env, sizeof(site_key_env), "RDZV_SITE_KEY=%s/%s", dir,
@@ -290,8 +336,8 @@ static void check_secret_prologs(void) {
     assert_int_equal(run_job_script("prolog.sh", h, 4254, NULL, &out), 0);
     if (strstr(out, "RDZV_AUTH=off in /nonexistent: the job's daemons run "
                     "without a secret") == NULL)
-      fail_msg("prolog with RDZV_AUTH=off on host %d does not say so: [%s]",
-               h, out);
+      fail_msg("prolog with RDZV_AUTH=off on host %d does not say so: [%s]", h,
+               out);
     free(out);
     assert_false(file_exists("%s/host%d/4254.secret", h));
     assert_true(file_exists("%s/host%d/4254.node.port", h));
@@ -437,8 +483,8 @@ static void check_failed_prologs(void) {
   int crc = run_job_script("prolog.sh", 0, 4251, NULL, &cout);
   snprintf(slurm_conf_env, sizeof(slurm_conf_env), "SLURM_CONF=/nonexistent");
   assert_non_null(cout);
-  if (crc == 0 || strstr(cout, "lacks PrologFlags=Alloc (PrologFlags=Serial)") ==
-                      NULL)
+  if (crc == 0 ||
+      strstr(cout, "lacks PrologFlags=Alloc (PrologFlags=Serial)") == NULL)
     fail_msg("prolog without PrologFlags=Alloc: status %d, output [%s]", crc,
              cout);
   free(cout);
@@ -461,7 +507,8 @@ static void check_failed_prologs(void) {
   assert_non_null(sout);
   if (src == 0 || access(target, F_OK) == 0)
     fail_msg("prolog failure with SLURM_JOB_STDOUT in a root-only directory: "
-             "status %d, %s created, output [%s]", src, target, sout);
+             "status %d, %s created, output [%s]",
+             src, target, sout);
   free(sout);
   /* The Prolog run again for a job whose node runs here: exits 0 and
    * leaves that node alone (slurmd may retry). */
@@ -485,7 +532,6 @@ static void check_failed_prologs(void) {
   /* ... and the secret it had written went with it. */
   assert_false(file_exists("%s/host%d/4250.secret", 1));
 }
-
 
 /* Sends req to a TCPStore port on 127.0.0.1 and reads want_len bytes of
  * reply (0: none expected) into out. Returns the bytes read, or -1. */
@@ -517,19 +563,19 @@ static int ts_exchange(int port, const void *req, size_t len, uint8_t *out,
  * the same connection to know it landed) is read through host 3's node
  * (WAIT, then GET), so the tree carries PyTorch's keys between hosts. */
 static void check_tcpstore(int port_host1, int port_host3) {
-  static const uint8_t set_get[] = {0, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 'x',
-                                    2, 0, 0, 0, 0, 0, 0, 0, 'v', '1',
-                                    2, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 'x'};
-  static const uint8_t wait_get[] = {5, 1, 0, 0, 0, 0, 0, 0, 0,
-                                     3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 'x',
-                                     2, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 'x'};
+  static const uint8_t set_get[] = {
+      0, 3, 0, 0,   0,   0, 0, 0, 0, '/', 'k', 'x', 2, 0, 0,   0,   0,
+      0, 0, 0, 'v', '1', 2, 3, 0, 0, 0,   0,   0,   0, 0, '/', 'k', 'x'};
+  static const uint8_t wait_get[] = {5, 1, 0, 0, 0, 0, 0,   0,   0,   3,  0,
+                                     0, 0, 0, 0, 0, 0, '/', 'k', 'x', 2,  3,
+                                     0, 0, 0, 0, 0, 0, 0,   '/', 'k', 'x'};
   static const uint8_t blob[] = {2, 0, 0, 0, 0, 0, 0, 0, 'v', '1'};
   uint8_t out[16];
   assert_int_equal(ts_exchange(port_host1, set_get, sizeof(set_get), out, 10),
                    10);
   assert_memory_equal(out, blob, 10);
-  assert_int_equal(
-      ts_exchange(port_host3, wait_get, sizeof(wait_get), out, 11), 11);
+  assert_int_equal(ts_exchange(port_host3, wait_get, sizeof(wait_get), out, 11),
+                   11);
   assert_int_equal(out[0], 0); /* STOP_WAITING */
   assert_memory_equal(out + 1, blob, 10);
 }
@@ -575,10 +621,23 @@ static int ctl_with_secret(const char *secret_file, const char *addr,
   snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
   snprintf(env, sizeof(env), "RDZV_SECRET_FILE=%s",
            secret_file != NULL ? secret_file : "");
-  char *argv[] = {"/usr/bin/env", "-u", "RDZV_SECRET", "-u",
-                  "RDZV_SECRET_FILE", env, ctl, "--addr", (char *)addr,
-                  "--job", "4242", "--timeout", "10", (char *)cmd, "k",
-                  "v", NULL};
+  char *argv[] = {"/usr/bin/env",
+                  "-u",
+                  "RDZV_SECRET",
+                  "-u",
+                  "RDZV_SECRET_FILE",
+                  env,
+                  ctl,
+                  "--addr",
+                  (char *)addr,
+                  "--job",
+                  "4242",
+                  "--timeout",
+                  "10",
+                  (char *)cmd,
+                  "k",
+                  "v",
+                  NULL};
   if (secret_file == NULL)
     argv[5] = "RDZV_TEST_NO_SECRET=1";
   return run_cmd(argv, out);
@@ -591,9 +650,10 @@ static int64_t node_auth_stat(const char *secret_file, const char *addr,
   char ctl[1200], env[200];
   snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
   snprintf(env, sizeof(env), "RDZV_SECRET_FILE=%s", secret_file);
-  char *argv[] = {"/usr/bin/env", "-u", "RDZV_SECRET", env, ctl, "--addr",
-                  (char *)addr, "--job", "4242", "--timeout", "10", "stats",
-                  NULL};
+  char *argv[] = {
+      "/usr/bin/env", "-u",         "RDZV_SECRET", env,    ctl,
+      "--addr",       (char *)addr, "--job",       "4242", "--timeout",
+      "10",           "stats",      NULL};
   char *out = NULL;
   int rc = run_cmd(argv, &out);
   int64_t v = rc == 0 ? stats_get(out, path) : -1;
@@ -617,8 +677,8 @@ static void check_refused(int port) {
   char ctl[1200], key[160];
   snprintf(ctl, sizeof(ctl), "%s/tools/rdzvctl", cwd);
   snprintf(key, sizeof(key), "%s/site.key", dir);
-  char *mk[] = {ctl, "job-secret", "--site-key", key, "--job", "4243",
-                "--out", other, NULL};
+  char *mk[] = {ctl,    "job-secret", "--site-key", key, "--job",
+                "4243", "--out",      other,        NULL};
   assert_int_equal(run_cmd(mk, NULL), 0);
   struct {
     const char *secret, *addr, *what;
@@ -661,9 +721,22 @@ static void check_refused(int port) {
   if (keep[0] != '\0')
     setenv("RDZV_SECRET_FILE", keep, 1);
   snprintf(fake_addr, sizeof(fake_addr), "tcp:%s", fake_tcp);
-  char *fset[] = {"/usr/bin/env", "-u", "RDZV_SECRET", "-u", "RDZV_SECRET_FILE",
-                  ctl, "--addr", fake_addr, "--job", "4242", "--timeout", "3",
-                  "set", "from-fake", "v", NULL};
+  char *fset[] = {"/usr/bin/env",
+                  "-u",
+                  "RDZV_SECRET",
+                  "-u",
+                  "RDZV_SECRET_FILE",
+                  ctl,
+                  "--addr",
+                  fake_addr,
+                  "--job",
+                  "4242",
+                  "--timeout",
+                  "3",
+                  "set",
+                  "from-fake",
+                  "v",
+                  NULL};
   out = NULL;
   rc = run_cmd(fset, &out);
   if (rc == 0)
@@ -677,9 +750,20 @@ static void check_refused(int port) {
              "auth.no_nonce %lld then %lld",
              (long long)before, (long long)after);
   out = NULL;
-  char *get[] = {"/usr/bin/env", "-u", "RDZV_SECRET", "RDZV_SECRET_FILE=",
-                 ctl, "--addr", tcp, "--job", "4242", "--timeout", "5",
-                 "get", "from-fake", NULL};
+  char *get[] = {"/usr/bin/env",
+                 "-u",
+                 "RDZV_SECRET",
+                 "RDZV_SECRET_FILE=",
+                 ctl,
+                 "--addr",
+                 tcp,
+                 "--job",
+                 "4242",
+                 "--timeout",
+                 "5",
+                 "get",
+                 "from-fake",
+                 NULL};
   char sfe[200];
   snprintf(sfe, sizeof(sfe), "RDZV_SECRET_FILE=%s", own);
   get[3] = sfe;
@@ -728,8 +812,9 @@ static void test_prolog_task_prolog_epilog(void **state) {
     char *env = NULL;
     assert_int_equal(run_script("task-prolog.sh", i / 2, &env), 0);
     char addr[256] = "", job[64] = "";
-    assert_int_equal(sscanf(env, "export RDZV_ADDR=%255s export RDZV_JOB=%63s",
-                            addr, job), 2);
+    assert_int_equal(
+        sscanf(env, "export RDZV_ADDR=%255s export RDZV_JOB=%63s", addr, job),
+        2);
     const char *mp = strstr(env, "export MASTER_PORT=");
     assert_non_null(mp);
     ts_port[i / 2] = atoi(mp + strlen("export MASTER_PORT="));
@@ -755,10 +840,26 @@ static void test_prolog_task_prolog_epilog(void **state) {
     snprintf(ex, sizeof(ex), "%s/rdzv-example", dir);
     snprintf(uid, sizeof(uid), "--reuid=%d", JOB_UID);
     /* As the job's user, as Slurm runs a task. */
-    char *argv[] = {"/usr/bin/setpriv", uid, "--regid=65534",
-                    "--clear-groups", "/usr/bin/env", "-u", "RDZV_SECRET", a,
-                    j, hn, lr, sf, "SLURM_NTASKS=6", "SLURM_NTASKS_PER_NODE=2",
-                    ex, "--nccl", "none", "--timeout", "60", NULL};
+    char *argv[] = {"/usr/bin/setpriv",
+                    uid,
+                    "--regid=65534",
+                    "--clear-groups",
+                    "/usr/bin/env",
+                    "-u",
+                    "RDZV_SECRET",
+                    a,
+                    j,
+                    hn,
+                    lr,
+                    sf,
+                    "SLURM_NTASKS=6",
+                    "SLURM_NTASKS_PER_NODE=2",
+                    ex,
+                    "--nccl",
+                    "none",
+                    "--timeout",
+                    "60",
+                    NULL};
     assert_int_equal(proc_start(&ranks[i], argv, 1), 0);
   }
   int identical = 0;
@@ -796,7 +897,8 @@ static void test_prolog_task_prolog_epilog(void **state) {
   if (strstr(json, want) == NULL)
     fail_msg("host 3's node lacks its ancestors (%s): %s", want, json);
   /* RDZV_HEALTH_CMD: the node checked its host before admitting it. */
-  if (stats_get(json, "health_checks") < 1 || stats_get(json, "health_failed") != 0)
+  if (stats_get(json, "health_checks") < 1 ||
+      stats_get(json, "health_failed") != 0)
     fail_msg("host 3's node ran no passing health check: %s", json);
   rdzv_free(json);
   rdzv_client_destroy(c);

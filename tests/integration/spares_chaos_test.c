@@ -120,11 +120,12 @@ static void rank_ended(rdzv_rendezvous_t *r, const struct srep *placed,
   if (rc == 0) {
     const int32_t *ex = NULL;
     int32_t nex = rdzv_comm_excluded(s, &ex);
-    int used = snprintf(rp.text, sizeof(rp.text), "rank=%d size=%d ex=",
-                        (int)rdzv_comm_rank(s), (int)rdzv_comm_size(s));
+    int used = snprintf(rp.text, sizeof(rp.text),
+                        "rank=%d size=%d ex=", (int)rdzv_comm_rank(s),
+                        (int)rdzv_comm_size(s));
     for (int32_t i = 0; i < nex && used < (int)sizeof(rp.text) - 12; i++)
-      used += snprintf(rp.text + used, sizeof(rp.text) - (size_t)used,
-                       "%s%d", i ? "," : "", (int)ex[i]);
+      used += snprintf(rp.text + used, sizeof(rp.text) - (size_t)used, "%s%d",
+                       i ? "," : "", (int)ex[i]);
   } else {
     snprintf(rp.text, sizeof(rp.text), "shrink failed: %s: %s",
              rdzv_err_name(rc), rdzv_comm_last_error(world));
@@ -146,8 +147,7 @@ static void on_report(const struct srep *rp) {
     fail_msg("%s local rank %d, generation %" PRId64 ": %s",
              hosts[rp->host].name, rp->lr, rp->gen, rp->text);
   if (rp->gen != shrink_gen)
-    fail_msg("%s rank %d shrank generation %" PRId64 ", not %" PRId64
-             ": %s",
+    fail_msg("%s rank %d shrank generation %" PRId64 ", not %" PRId64 ": %s",
              hosts[rp->host].name, rp->rank, rp->gen, shrink_gen, rp->text);
   assert_true(rp->rank >= 0 && rp->rank < WORLD);
   assert_int_equal(shrinks[rp->rank].status, 0);
@@ -251,8 +251,8 @@ static void check_shrinks(int size, const char *lost) {
       continue;
     }
     char want[700];
-    snprintf(want, sizeof(want), "rank=%d size=%d ex=%s", new_rank++,
-             size - nl, lost);
+    snprintf(want, sizeof(want), "rank=%d size=%d ex=%s", new_rank++, size - nl,
+             lost);
     if (shrinks[r].status != 2 || strcmp(shrinks[r].text, want) != 0)
       fail_msg("generation %" PRId64 " rank %d: want '%s', got '%s'",
                shrink_gen, r, want,
@@ -314,8 +314,7 @@ static void test_chaos(void **state) {
     int inworld = world_hosts(), parked = count_parked(false);
     int holes = e == KILL2 ? 2 : e == KILL1 || e == UNHEALTHY ? 1 : 0;
     int after = inworld - holes + (parked < holes ? parked : holes);
-    if (holes > 0 &&
-        (after < MIN_HOSTS || (parked > 0 && parked < holes)))
+    if (holes > 0 && (after < MIN_HOSTS || (parked > 0 && parked < holes)))
       e = RESTART;
     if (e == EXTRA && inworld < ACTIVE)
       e = RESTART;
@@ -343,8 +342,7 @@ static void test_chaos(void **state) {
     printf("round %d: %s: %s (node rank %d)", round, event_name[e],
            hosts[v[0]].name, hosts[v[0]].node_rank);
     if (nv == 2)
-      printf(" and %s (node rank %d)", hosts[v[1]].name,
-             hosts[v[1]].node_rank);
+      printf(" and %s (node rank %d)", hosts[v[1]].name, hosts[v[1]].node_rank);
     printf("; %d hosts parked\n", parked);
     fflush(stdout);
 
@@ -420,8 +418,8 @@ static void test_chaos(void **state) {
       if (exact) {
         for (int k = 0; k < nv; k++)
           if (w.host_of_node[hole_of[k]] != fill_want[k])
-            fail_msg("node rank %d (was %s, %s) went to %s, not %s",
-                     hole_of[k], hosts[v[k]].name, hosts[v[k]].domain,
+            fail_msg("node rank %d (was %s, %s) went to %s, not %s", hole_of[k],
+                     hosts[v[k]].name, hosts[v[k]].domain,
                      hosts[w.host_of_node[hole_of[k]]].name,
                      hosts[fill_want[k]].name);
         if (whole) /* an extra host may have broken a domain before */

@@ -164,8 +164,8 @@ int add_host(const char *name, int domain, bool spare) {
 
 int spares_setup(void **state) {
   (void)state;
-  static const char *const root_opts[] = {
-      "--spare-wait-ms=1500", "--session-grace-ms=1000", NULL};
+  static const char *const root_opts[] = {"--spare-wait-ms=1500",
+                                          "--session-grace-ms=1000", NULL};
   snprintf(dir, sizeof(dir), "/tmp/rdzv-spares-XXXXXX");
   if (mkdtemp(dir) == NULL ||
       daemon_start(&root, dir, "root", NULL, root_opts, root_tcp) < 0)
@@ -179,8 +179,8 @@ int spares_setup(void **state) {
              "--health-cmd=if [ -e %s/unhealthy-$RDZV_HEALTH_HOST ]; then "
              "echo 'GPU 0: uncorrectable ECC errors'; exit 1; fi",
              dir);
-    static const char *const node_opts[] = {"--session-grace-ms=1000",
-                                            health, NULL};
+    static const char *const node_opts[] = {"--session-grace-ms=1000", health,
+                                            NULL};
     if (daemon_start(&node[n], dir, name, root_tcp, node_opts, tcp) < 0)
       return -1;
     daemon_unix_addr(dir, name, node_addr[n], sizeof(node_addr[n]));
@@ -321,7 +321,7 @@ void collect(int64_t after, int want, struct world *w) {
  * filled as fills lists (host taking lost[i]'s place), and every host's
  * recorded node rank is updated. */
 void check_places(const struct world *w, const int *lost, int nlost,
-                         const int *fills, bool keep) {
+                  const int *fills, bool keep) {
   for (int i = 0; i < nhosts; i++) {
     bool was_lost = false;
     for (int k = 0; k < nlost; k++)
@@ -336,9 +336,8 @@ void check_places(const struct world *w, const int *lost, int nlost,
     if (w->host_of_node[place] != fills[k])
       fail_msg("node rank %d (was %s) is held by %s, not %s", place,
                hosts[lost[k]].name,
-               w->host_of_node[place] >= 0
-                   ? hosts[w->host_of_node[place]].name
-                   : "nobody",
+               w->host_of_node[place] >= 0 ? hosts[w->host_of_node[place]].name
+                                           : "nobody",
                hosts[fills[k]].name);
   }
   for (int i = 0; i < nhosts; i++)

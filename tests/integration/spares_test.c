@@ -48,7 +48,6 @@
 #include "rdzv/rdzv.h"
 #include "spares_harness.h"
 
-
 static void test_spares(void **state) {
   (void)state;
   test_seed(); /* RDZV_TEST_SEED replays a run (its victims; not its timing) */

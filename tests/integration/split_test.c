@@ -26,9 +26,8 @@
 static const char *const small[] = {"--max-frame-bytes=4096", NULL};
 /* The node also holds what it combines long enough to gather every join
  * of the test into one batch. */
-static const char *const small_node[] = {"--max-frame-bytes=4096",
-                                         "--flush-ms=300",
-                                         "--flush-max-ms=3000", NULL};
+static const char *const small_node[] = {
+    "--max-frame-bytes=4096", "--flush-ms=300", "--flush-max-ms=3000", NULL};
 static char dir[64];
 static struct proc root, node;
 static char root_tcp[64], node_addr[160];
@@ -96,8 +95,12 @@ static void collective(enum rdzv_op op, const char *name, size_t dlen) {
     rdzv_store_u64le(vals[i], (uint64_t)i);
     memset(vals[i] + 8, 'a' + i % 26, 16);
     v[i] = (struct rdzv_bytes){vals[i], 8 + dlen};
-    struct rdzv_request req = {.op = op, .b = MEMBERS, .nkeys = 1,
-                               .keys = &key, .nvals = 1, .vals = &v[i]};
+    struct rdzv_request req = {.op = op,
+                               .b = MEMBERS,
+                               .nkeys = 1,
+                               .keys = &key,
+                               .nvals = 1,
+                               .vals = &v[i]};
     assert_int_equal(rdzv_client_submit(c, &req, 60, on_reply, &rs[i]), 0);
   }
   assert_int_equal(rdzv_client_run(c, 60), 0);
@@ -135,8 +138,8 @@ static void test_join(void **state) {
   static rdzv_client_t *cs[RANKS];
   static struct reply rs[RANKS];
   uint8_t params[RDZV_JOIN_PARAMS_BYTES], rec[RANKS][128];
-  struct rdzv_join_params jp = {.min_size = RANKS, .max_size = RANKS,
-                                .timeout_ms = 60 * 1000};
+  struct rdzv_join_params jp = {
+      .min_size = RANKS, .max_size = RANKS, .timeout_ms = 60 * 1000};
   rdzv_join_params_encode(&jp, params);
   struct rdzv_bytes key = {"world", 5};
   struct rdzv_bytes jv[RANKS][2];
@@ -144,17 +147,20 @@ static void test_join(void **state) {
   memset(rs, 0, sizeof(rs));
   for (int i = 0; i < RANKS; i++) {
     snprintf(host[i], sizeof(host[i]), "host-with-a-long-name-%03d", i);
-    struct rdzv_join_full jf = {
-        .rec = {.host = (const uint8_t *)host[i],
-                .host_len = (uint32_t)strlen(host[i]),
-                .location = (const uint8_t *)"", .local_rank = 0,
-                .claim = (uint64_t)i + 1},
-        .local_size = 1};
+    struct rdzv_join_full jf = {.rec = {.host = (const uint8_t *)host[i],
+                                        .host_len = (uint32_t)strlen(host[i]),
+                                        .location = (const uint8_t *)"",
+                                        .local_rank = 0,
+                                        .claim = (uint64_t)i + 1},
+                                .local_size = 1};
     assert_int_equal(rdzv_join_rec_encode(&jf, rec[i]), 0);
     jv[i][0] = (struct rdzv_bytes){params, sizeof(params)};
     jv[i][1] = (struct rdzv_bytes){rec[i], rdzv_join_rec_size(&jf)};
-    struct rdzv_request req = {.op = RDZV_OP_JOIN, .nkeys = 1, .keys = &key,
-                               .nvals = 2, .vals = jv[i]};
+    struct rdzv_request req = {.op = RDZV_OP_JOIN,
+                               .nkeys = 1,
+                               .keys = &key,
+                               .nvals = 2,
+                               .vals = jv[i]};
     cs[i] = client();
     assert_int_equal(rdzv_client_submit(cs[i], &req, 60, on_reply, &rs[i]), 0);
     rdzv_client_run(cs[i], 0.001);
@@ -172,8 +178,8 @@ static void test_join(void **state) {
   for (int i = 0; i < RANKS; i++) {
     if (!rs[i].done || rs[i].status != 0)
       fail_msg("join of rank on %s: %s", host[i], rdzv_strerror(rs[i].status));
-    assert_int_equal(rs[i].a, 1); /* generation 1 */
-    assert_int_equal(rs[i].b, RANKS);  /* world size */
+    assert_int_equal(rs[i].a, 1);     /* generation 1 */
+    assert_int_equal(rs[i].b, RANKS); /* world size */
     assert_int_equal(rs[i].nvals, 1); /* its own assignment */
   }
   for (int i = 0; i < RANKS; i++)
@@ -204,9 +210,9 @@ static void test_item_too_big(void **state) {
   static char data[5000];
   memset(data, 'x', sizeof(data));
   struct rdzv_value *out = NULL;
-  assert_int_equal(rdzv_store_gather(c, "huge", 0, 2, data, sizeof(data), &out,
-                                     20),
-                   RDZV_EFRAME_TOO_BIG);
+  assert_int_equal(
+      rdzv_store_gather(c, "huge", 0, 2, data, sizeof(data), &out, 20),
+      RDZV_EFRAME_TOO_BIG);
   char want[200];
   snprintf(want, sizeof(want), "its parent %s takes frames of at most 4096",
            root_tcp);

@@ -51,10 +51,18 @@ static int start_daemon(struct proc *p, const char *name, const char *parent,
   char parent_arg[96], name_arg[64];
   snprintf(parent_arg, sizeof(parent_arg), "--parent=%s", parent ? parent : "");
   snprintf(name_arg, sizeof(name_arg), "--name=%s", name);
-  char *argv[] = {RDZVD, parent ? "--role=node" : "--role=root",
-                  "--listen=127.0.0.1:0", pf_arg, un_arg, name_arg,
-                  "--flush-ms=5", "--flush-max-ms=50", "--log-level=0",
-                  "--hello-timeout-ms=500", parent ? parent_arg : NULL, NULL};
+  char *argv[] = {RDZVD,
+                  parent ? "--role=node" : "--role=root",
+                  "--listen=127.0.0.1:0",
+                  pf_arg,
+                  un_arg,
+                  name_arg,
+                  "--flush-ms=5",
+                  "--flush-max-ms=50",
+                  "--log-level=0",
+                  "--hello-timeout-ms=500",
+                  parent ? parent_arg : NULL,
+                  NULL};
   if (proc_start(p, argv, 0) < 0)
     return -1;
   int port = wait_port_file(port_file, 30);
@@ -127,10 +135,11 @@ static void start_swarms(struct swarms *sw, const char *scenario,
   for (int i = 0; i < NSWARMS; i++) {
     char base[24];
     snprintf(base, sizeof(base), "%d", i * (NCLIENTS / NSWARMS));
-    char *argv[] = {SWARM, "--addrs", T.leaf_addrs, "--job", "tree-job",
-                    "--clients", nper, "--member-base", base,
-                    "--timeout", "120", "--sync", (char *)scenario,
-                    (char *)arg, (char *)count, NULL};
+    char *argv[] = {
+        SWARM,       "--addrs", T.leaf_addrs,     "--job",     "tree-job",
+        "--clients", nper,      "--member-base",  base,        "--timeout",
+        "120",       "--sync",  (char *)scenario, (char *)arg, (char *)count,
+        NULL};
     assert_int_equal(proc_start_stdin(&sw->p[i], argv, &in_fd[i]), 0);
   }
   for (int i = 0; i < NSWARMS; i++) {
@@ -238,10 +247,11 @@ static void test_write_once_cached(void **state) {
   (void)state;
   rdzv_client_t *c = connect_to(T.root_addr);
   assert_int_equal(rdzv_store_set(c, "uid/world/1", "id-bytes", 8,
-                                  RDZV_STORE_WRITE_ONCE, 30), 0);
-  assert_int_equal(rdzv_store_set(c, "uid/world/1", "other", 5,
                                   RDZV_STORE_WRITE_ONCE, 30),
-                   RDZV_EWRITE_ONCE);
+                   0);
+  assert_int_equal(
+      rdzv_store_set(c, "uid/world/1", "other", 5, RDZV_STORE_WRITE_ONCE, 30),
+      RDZV_EWRITE_ONCE);
   rdzv_client_destroy(c);
   int64_t root_gets = stats_at(T.root_addr, "ops.get.received");
   int64_t hits = leaf_sum("cache_hits");
@@ -251,8 +261,7 @@ static void test_write_once_cached(void **state) {
   assert_int_equal(count_lines(out, line), NSWARMS);
   free(out);
   int64_t first = stats_at(T.root_addr, "ops.get.received") - root_gets;
-  printf("root received %" PRId64 " reads for %d readers\n", first,
-         NCLIENTS);
+  printf("root received %" PRId64 " reads for %d readers\n", first, NCLIENTS);
   assert_true(first >= 1 && first <= FANOUT);
   out = run_swarms("get", "uid/world/1", NULL);
   assert_int_equal(count_lines(out, line), NSWARMS);
@@ -347,7 +356,7 @@ struct member_run {
   int gather;
   int rc;
   char err[512];
-  uint64_t count; /* 0: SHORT_COUNT */
+  uint64_t count;   /* 0: SHORT_COUNT */
   const char *name; /* NULL: "short/barrier" or "short/gather" */
   double timeout_s; /* 0: 1.5 */
 };
@@ -461,8 +470,10 @@ static void test_count_mismatch_fails_all(void **state) {
   struct member_run runs[3];
   pthread_t th[3];
   for (int i = 0; i < 3; i++) {
-    runs[i] = (struct member_run){.member = i, .count = i < 2 ? 4 : 5,
-                                  .name = "odd/count", .timeout_s = 60};
+    runs[i] = (struct member_run){.member = i,
+                                  .count = i < 2 ? 4 : 5,
+                                  .name = "odd/count",
+                                  .timeout_s = 60};
     assert_int_equal(pthread_create(&th[i], NULL, run_member, &runs[i]), 0);
     if (i == 1) { /* 0 and 1 are in before 2 comes */
       rdzv_client_t *c = connect_to(T.root_addr);

@@ -57,8 +57,8 @@ static int teardown(void **state) {
 static rdzv_client_t *root_up(const char *extra, const char *job) {
   char port[64];
   snprintf(port, sizeof(port), "--listen=127.0.0.1:%d", parent_port);
-  char *argv[] = {"tools/rdzvd", "--role=root", port, "--log-level=0",
-                  (char *)extra, NULL};
+  char *argv[] = {"tools/rdzvd",   "--role=root", port,
+                  "--log-level=0", (char *)extra, NULL};
   assert_int_equal(proc_start(&root, argv, 0), 0);
   struct rdzv_client_opts o;
   rdzv_client_opts_init(&o);
@@ -139,10 +139,10 @@ static void test_resend_after_reset(void **state) {
   memset(big, 'b', sizeof(big));
   struct rdzv_bytes k1 = {"big", 3}, v1 = {big, sizeof(big)};
   struct rdzv_bytes k2 = {"cnt", 3};
-  struct rdzv_request set = {.op = RDZV_OP_SET, .nkeys = 1, .keys = &k1,
-                             .nvals = 1, .vals = &v1};
-  struct rdzv_request add = {.op = RDZV_OP_ADD, .a = 1, .nkeys = 1,
-                             .keys = &k2};
+  struct rdzv_request set = {
+      .op = RDZV_OP_SET, .nkeys = 1, .keys = &k1, .nvals = 1, .vals = &v1};
+  struct rdzv_request add = {
+      .op = RDZV_OP_ADD, .a = 1, .nkeys = 1, .keys = &k2};
   struct reply rs = {0}, ra1 = {0}, ra2 = {0};
   assert_int_equal(rdzv_client_submit(c, &set, 30, on_reply, &rs), 0);
   assert_int_equal(rdzv_client_submit(c, &add, 30, on_reply, &ra1), 0);
@@ -186,8 +186,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_unreachable_parent_named, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(test_resend_after_reset, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_resend_after_reset, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deadline_outcome_unknown, setup,
                                       teardown),
   };

@@ -43,8 +43,8 @@ static bool step(const struct lin_op *op, const struct state *in,
     return any || (op->found == in->present &&
                    (!in->present || strcmp(op->out, in->val) == 0));
   case LIN_CAS: {
-    bool match = in->present ? strcmp(in->val, op->arg) == 0
-                             : op->arg[0] == '\0';
+    bool match =
+        in->present ? strcmp(in->val, op->arg) == 0 : op->arg[0] == '\0';
     if (match) {
       out->present = true;
       snprintf(out->val, sizeof(out->val), "%s", op->arg2);
@@ -138,8 +138,8 @@ static int memo_add(struct memo *m, const uint64_t *bits,
       return 1;
     }
     if (m->hashes[i] == h &&
-        memcmp(m->bits + i * m->nwords, bits,
-               m->nwords * sizeof(uint64_t)) == 0 &&
+        memcmp(m->bits + i * m->nwords, bits, m->nwords * sizeof(uint64_t)) ==
+            0 &&
         state_eq(&m->states[i], s))
       return 0;
   }
@@ -301,12 +301,17 @@ void lin_format(const struct lin_op *op, uint64_t t0, char *buf, size_t n) {
   char args[128] = "", res[96] = "", ret[32] = "?";
   switch (op->kind) {
   case LIN_SET:
-  case LIN_APPEND: snprintf(args, sizeof(args), " %s", op->arg); break;
+  case LIN_APPEND:
+    snprintf(args, sizeof(args), " %s", op->arg);
+    break;
   case LIN_CAS:
     snprintf(args, sizeof(args), " '%s'->'%s'", op->arg, op->arg2);
     break;
-  case LIN_ADD: snprintf(args, sizeof(args), " %+" PRId64, op->delta); break;
-  default: break;
+  case LIN_ADD:
+    snprintf(args, sizeof(args), " %+" PRId64, op->delta);
+    break;
+  default:
+    break;
   }
   if (op->ret_ns != LIN_NO_RETURN) {
     snprintf(ret, sizeof(ret), "%.3f ms", (op->ret_ns - t0) / 1e6);
@@ -315,22 +320,24 @@ void lin_format(const struct lin_op *op, uint64_t t0, char *buf, size_t n) {
       snprintf(res, sizeof(res), " = %s", op->found ? op->out : "(absent)");
       break;
     case LIN_CAS:
-      snprintf(res, sizeof(res), " = %s '%s'",
-               op->found ? "swapped" : "kept", op->out);
+      snprintf(res, sizeof(res), " = %s '%s'", op->found ? "swapped" : "kept",
+               op->out);
       break;
-    case LIN_ADD: snprintf(res, sizeof(res), " = %" PRId64, op->num); break;
+    case LIN_ADD:
+      snprintf(res, sizeof(res), " = %" PRId64, op->num);
+      break;
     case LIN_DELETE:
     case LIN_CHECK:
       snprintf(res, sizeof(res), " = %s", op->found ? "present" : "absent");
       break;
-    default: break;
+    default:
+      break;
     }
   } else {
     snprintf(res, sizeof(res), " (outcome unknown)");
   }
   snprintf(buf, n, "client %d %s %s%s [%.3f ms, %s]%s", op->client,
-           names[op->kind], op->key, args, (op->call_ns - t0) / 1e6, ret,
-           res);
+           names[op->kind], op->key, args, (op->call_ns - t0) / 1e6, ret, res);
 }
 
 static int cmpu(const void *a, const void *b) {
@@ -446,8 +453,10 @@ int lin_check(const struct lin_op *ops, size_t n, FILE *report) {
       fprintf(report, "key %s: %zu operations\n", v[i].key, j - i);
       report_window(v + i, j - i, report);
     } else if (r < 0 && report != NULL) {
-      fprintf(report, "key %s: %zu operations: too many to check (or out of "
-              "memory)\n", v[i].key, j - i);
+      fprintf(report,
+              "key %s: %zu operations: too many to check (or out of "
+              "memory)\n",
+              v[i].key, j - i);
     }
     result = r;
     i = j;

@@ -83,9 +83,9 @@ static void test_unknown_outcome(void **state) {
                         got(op(1, LIN_GET, "k", NULL, 4, 5), false, NULL)};
   assert_int_equal(check(h2, 3), 0);
   /* A read of unknown outcome is left out, whatever it says. */
-  struct lin_op h3[] = {op(0, LIN_SET, "k", "a", 0, 1),
-                        got(op(1, LIN_GET, "k", NULL, 2, (uint64_t)-1),
-                            true, "zzz")};
+  struct lin_op h3[] = {
+      op(0, LIN_SET, "k", "a", 0, 1),
+      got(op(1, LIN_GET, "k", NULL, 2, (uint64_t)-1), true, "zzz")};
   assert_int_equal(check(h3, 2), 1);
 }
 
@@ -174,15 +174,13 @@ static void test_random(void **state) {
         present = true;
         snprintf(val, sizeof(val), "%s", v);
       } else if (kind == 1) {
-        h[i] = got(op(i % 4, LIN_DELETE, "k", NULL, call, ret), present,
-                   NULL);
+        h[i] = got(op(i % 4, LIN_DELETE, "k", NULL, call, ret), present, NULL);
         present = false;
       } else if (kind == 2) {
         h[i] = got(op(i % 4, LIN_GET, "k", NULL, call, ret), present,
                    present ? val : NULL);
       } else {
-        h[i] = got(op(i % 4, LIN_CHECK, "k", NULL, call, ret), present,
-                   NULL);
+        h[i] = got(op(i % 4, LIN_CHECK, "k", NULL, call, ret), present, NULL);
       }
     }
     assert_int_equal(check(h, N), 1);
@@ -197,9 +195,9 @@ static void test_random(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sequential), cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_sequential),      cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_unknown_outcome), cmocka_unit_test(test_kinds),
-      cmocka_unit_test(test_keys_apart), cmocka_unit_test(test_random),
+      cmocka_unit_test(test_keys_apart),      cmocka_unit_test(test_random),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 """What tcpstore_test.py (torch 1.13) and torch2_test.py (torch 2.6, in a
 chroot) share: the check framework, threads with a deadline, and raw
-TCPStore connections (both dialects; the bytes of every request:
-../shared/notes/tcpstore-protocol.md). Pure Python 3, no torch: it runs
+TCPStore connections (both dialects; the bytes of every request as
+store/wire/tcpstore_wire.h lays them out). Pure Python 3, no torch: it runs
 under either interpreter. A script sets CHECK_LIMIT to its own longest
 check before the first one runs."""
 

@@ -4,7 +4,7 @@
 Run by tcpstore_test.sh (which starts a root and two nodes, A and B, each
 with --tcpstore-listen and the same --tcpstore-job) with Debian's
 /usr/bin/python3 and its python3-torch 1.13. The wire protocol and every byte
-used below: ../shared/notes/tcpstore-protocol.md (sections 3, 4, 7.3).
+used below: store/wire/tcpstore_wire.h and docs/pytorch.md.
 
 Groups (--groups, default all):
   smoke   each port answers at all (else the run stops there);

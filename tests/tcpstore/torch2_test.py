@@ -6,7 +6,7 @@ tools/torch2-chroot.sh builds (Debian's python3-torch 2.6, /usr/bin/python3
 3.13), against daemons running outside it: a root and two nodes, A and B,
 all three with --tcpstore-listen in the same --tcpstore-job. The chroot
 shares the host's network namespace, so 127.0.0.1 reaches them. The wire
-protocol: ../shared/notes/tcpstore-protocol.md.
+protocol: store/wire/tcpstore_wire.h.
 
 Debian's 2.6 build has no libuv: every TCPStore here is created with
 use_libuv=False. torch's own code that creates one without saying (env://

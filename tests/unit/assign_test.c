@@ -157,8 +157,8 @@ static void layout_build(const struct layout *l, struct rdzv_join_rec *recs,
 }
 
 static void assert_asg_eq(const struct rdzv_assignment *got,
-                          const struct rdzv_assignment *want,
-                          const char *what, size_t k) {
+                          const struct rdzv_assignment *want, const char *what,
+                          size_t k) {
   if (memcmp(got, want, sizeof(*got)) != 0)
     fail_msg("%s, join %zu: got rank %d/%d local %d/%d node %d/%d, want "
              "rank %d/%d local %d/%d node %d/%d",
@@ -407,8 +407,8 @@ static void test_large(void **state) {
     if (a->world_size != BIG_N || a->node_count != BIG_HOSTS ||
         a->local_size != BIG_PER || a->node_rank != want_node[k] ||
         a->local_rank != lr || a->rank != a->node_rank * BIG_PER + lr)
-      fail_msg("join %zu (%s local %d): rank %d/%d local %d/%d node %d/%d",
-               k, names[order[k] / BIG_PER], recs[k].local_rank, a->rank,
+      fail_msg("join %zu (%s local %d): rank %d/%d local %d/%d node %d/%d", k,
+               names[order[k] / BIG_PER], recs[k].local_rank, a->rank,
                a->world_size, a->local_rank, a->local_size, a->node_rank,
                a->node_count);
     if (seen[a->rank])
@@ -421,8 +421,8 @@ static void test_large(void **state) {
     const char *name;
     int32_t node_rank;
   } sample[] = {
-      {"h12400", 0},     {"h12499", 99},    {"h12300", 100},
-      {"h06250", 6250},  {"h00000", 12400}, {"h00099", 12499},
+      {"h12400", 0},    {"h12499", 99},    {"h12300", 100},
+      {"h06250", 6250}, {"h00000", 12400}, {"h00099", 12499},
   };
   size_t hits = 0;
   for (size_t k = 0; k < BIG_N; k++) {
@@ -431,8 +431,8 @@ static void test_large(void **state) {
         continue;
       hits++;
       assert_int_equal(out[k].node_rank, sample[s].node_rank);
-      assert_int_equal(out[k].rank, sample[s].node_rank * BIG_PER +
-                                        recs[k].local_rank / 3);
+      assert_int_equal(out[k].rank,
+                       sample[s].node_rank * BIG_PER + recs[k].local_rank / 3);
     }
   }
   assert_int_equal(hits, BIG_PER * (sizeof(sample) / sizeof(sample[0])));
@@ -448,12 +448,9 @@ static void test_large(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_layouts),
-      cmocka_unit_test(test_arrival_order),
-      cmocka_unit_test(test_join_cmp),
-      cmocka_unit_test(test_natural_order),
-      cmocka_unit_test(test_duplicates),
-      cmocka_unit_test(test_large),
+      cmocka_unit_test(test_layouts),    cmocka_unit_test(test_arrival_order),
+      cmocka_unit_test(test_join_cmp),   cmocka_unit_test(test_natural_order),
+      cmocka_unit_test(test_duplicates), cmocka_unit_test(test_large),
   };
 
   return cmocka_run_group_tests(tests, NULL, NULL);

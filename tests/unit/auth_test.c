@@ -96,14 +96,12 @@ static void test_proof_binds_every_input(void **state) {
   (void)state;
   const uint8_t *k = (const uint8_t *)"sixteen-byte-key";
   uint8_t cn[32] = {1}, sn[32] = {2}, base[32], other[32];
-  assert_int_equal(
-      rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"J", 1, 0, cn,
-                      sn, base),
-      0);
-  assert_int_equal(
-      rdzv_auth_proof(k, 16, RDZV_AUTH_SERVER, (const uint8_t *)"J", 1, 0, cn,
-                      sn, other),
-      0);
+  assert_int_equal(rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT,
+                                   (const uint8_t *)"J", 1, 0, cn, sn, base),
+                   0);
+  assert_int_equal(rdzv_auth_proof(k, 16, RDZV_AUTH_SERVER,
+                                   (const uint8_t *)"J", 1, 0, cn, sn, other),
+                   0);
   assert_false(rdzv_auth_equal(base, other, 32));
   rdzv_auth_proof(k, 16, RDZV_AUTH_CLIENT, (const uint8_t *)"K", 1, 0, cn, sn,
                   other);
@@ -126,8 +124,8 @@ static void test_proof_binds_every_input(void **state) {
                                    (const uint8_t *)"J", 1, 0, cn, sn, other),
                    -EINVAL);
   assert_memory_equal(other, zero, 32);
-  assert_int_equal(rdzv_auth_proof(k, 0, RDZV_AUTH_CLIENT,
-                                   (const uint8_t *)"J", 1, 0, cn, sn, other),
+  assert_int_equal(rdzv_auth_proof(k, 0, RDZV_AUTH_CLIENT, (const uint8_t *)"J",
+                                   1, 0, cn, sn, other),
                    -EINVAL);
 }
 
@@ -195,7 +193,7 @@ static void test_secret_files(void **state) {
     const char *text;
     mode_t mode;
     int want;
-    size_t len;  /* when accepted */
+    size_t len;      /* when accepted */
     const char *err; /* a word of the message, when refused */
   } cases[] = {
       {"0123456789abcdef\n", 0600, 0, 16, NULL},
@@ -217,15 +215,15 @@ static void test_secret_files(void **state) {
     fclose(f);
     chmod(path, cases[i].mode);
     len = 0;
-    int rc = rdzv_auth_secret_load(path, out, sizeof(out), &len, err,
-                                   sizeof(err));
+    int rc =
+        rdzv_auth_secret_load(path, out, sizeof(out), &len, err, sizeof(err));
     assert_int_equal(rc, cases[i].want);
     if (rc == 0) {
       assert_int_equal(len, cases[i].len);
       assert_memory_equal(out, "0123456789abcdef", 16);
     } else {
       assert_non_null(strstr(err, cases[i].err));
-      assert_non_null(strstr(err, path)); /* names the file */
+      assert_non_null(strstr(err, path));           /* names the file */
       assert_null(strstr(err, "0123456789abcdef")); /* never the secret */
     }
     unlink(path);
@@ -238,9 +236,9 @@ static void test_secret_files(void **state) {
       fputc('x', f);
     fclose(f);
     chmod(path, 0600);
-    assert_int_equal(rdzv_auth_secret_load(path, out, sizeof(out), &len, err,
-                                           sizeof(err)),
-                     n == 1024 ? 0 : -EINVAL);
+    assert_int_equal(
+        rdzv_auth_secret_load(path, out, sizeof(out), &len, err, sizeof(err)),
+        n == 1024 ? 0 : -EINVAL);
     unlink(path);
   }
   /* The most, then trailing whitespace (`head -c 1024 ...; echo`): the
@@ -254,9 +252,8 @@ static void test_secret_files(void **state) {
   fclose(nl);
   chmod(path, 0600);
   len = 0;
-  assert_int_equal(rdzv_auth_secret_load(path, out, sizeof(out), &len, err,
-                                         sizeof(err)),
-                   0);
+  assert_int_equal(
+      rdzv_auth_secret_load(path, out, sizeof(out), &len, err, sizeof(err)), 0);
   assert_int_equal(len, 1024);
   assert_int_equal(out[1023], 'y');
   unlink(path);

@@ -56,12 +56,12 @@ static int fd_count(void) {
 }
 
 static int setup(void **state) {
-  struct fx *f = calloc(1, sizeof *f);
+  struct fx *f = calloc(1, sizeof(*f));
 
   if (f == NULL)
     return -1;
   f->fds_before = fd_count();
-  snprintf(f->dir, sizeof f->dir, "/tmp/rdzvct.XXXXXX");
+  snprintf(f->dir, sizeof(f->dir), "/tmp/rdzvct.XXXXXX");
   if (mkdtemp(f->dir) == NULL)
     return -1;
   *state = f;
@@ -136,10 +136,10 @@ static void rec_cb(rdzv_client_t *c, const struct rdzv_result *res, void *arg) {
   r->calls++;
   r->status = res->status;
   if (res->nvals > 0)
-    snprintf(r->val, sizeof r->val, "%.*s", (int)res->vals[0].len,
+    snprintf(r->val, sizeof(r->val), "%.*s", (int)res->vals[0].len,
              (const char *)res->vals[0].data);
-  for (i = 0; i < res->nkeys && used < sizeof r->keys; i++)
-    used += (size_t)snprintf(r->keys + used, sizeof r->keys - used, "%s%.*s",
+  for (i = 0; i < res->nkeys && used < sizeof(r->keys); i++)
+    used += (size_t)snprintf(r->keys + used, sizeof(r->keys) - used, "%s%.*s",
                              i ? "," : "", (int)res->keys[i].len,
                              (const char *)res->keys[i].data);
 }
@@ -192,7 +192,7 @@ static void test_create_args(void **state) {
   assert_int_equal(rdzv_client_create(&o, &c), RDZV_EJOB_ID_MISSING);
   o.job_id = "";
   assert_int_equal(rdzv_client_create(&o, &c), RDZV_EJOB_ID_MISSING);
-  memset(job, 'j', sizeof job);
+  memset(job, 'j', sizeof(job));
   job[256] = '\0';
   o.job_id = job;
   assert_int_equal(rdzv_client_create(&o, &c), RDZV_EJOB_ID_MISSING);
@@ -209,12 +209,12 @@ static void test_create_args(void **state) {
   o.backoff_initial_s = 0.01;
   o.addr = NULL;
   assert_int_equal(rdzv_client_create(&o, &c), RDZV_EBAD_ADDR);
-  for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+  for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     o.addr = bad[i];
     if (rdzv_client_create(&o, &c) != RDZV_EBAD_ADDR)
       fail_msg("address \"%s\" accepted", bad[i]);
   }
-  for (i = 0; i < sizeof good / sizeof good[0]; i++) {
+  for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
     o.addr = good[i];
     if (rdzv_client_create(&o, &c) != 0)
       fail_msg("address \"%s\" refused", good[i]);
@@ -287,7 +287,7 @@ static void test_connect_delayed_server(void **state) {
 static void test_refused_tcp_deadline(void **state) {
   struct fx *f = *state;
   struct sockaddr_in sin = {.sin_family = AF_INET};
-  socklen_t len = sizeof sin;
+  socklen_t len = sizeof(sin);
   char addr[64];
   char port[16];
   void *v = NULL;
@@ -297,10 +297,10 @@ static void test_refused_tcp_deadline(void **state) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
   sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
   assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
-  snprintf(port, sizeof port, "%d", ntohs(sin.sin_port));
-  snprintf(addr, sizeof addr, "tcp:127.0.0.1:%s", port);
+  snprintf(port, sizeof(port), "%d", ntohs(sin.sin_port));
+  snprintf(addr, sizeof(addr), "tcp:127.0.0.1:%s", port);
   f->c = make_client(addr, JOB);
   assert_int_equal(rdzv_client_connect(f->c, 0.2), RDZV_EDEADLINE);
   assert_non_null(strstr(rdzv_client_last_error(f->c), addr));
@@ -451,7 +451,7 @@ static void test_connection_drop(void **state) {
   assert_int_equal(r.calls, 1);
   assert_int_equal(r.status, RDZV_ECONN_CLOSED);
   assert_non_null(strstr(rdzv_client_last_error(f->c), "closed"));
-  memset(&r, 0, sizeof r);
+  memset(&r, 0, sizeof(r));
   submit1(f->c, RDZV_OP_GET, "drop", NULL, LONG_S, &r);
   assert_int_equal(rdzv_client_run(f->c, LONG_S), 0);
   assert_int_equal(r.calls, 1);
@@ -498,16 +498,16 @@ static void test_bad_frames(void **state) {
 static void test_hello_timeout(void **state) {
   struct fx *f = *state;
   struct sockaddr_in sin = {.sin_family = AF_INET};
-  socklen_t len = sizeof sin;
+  socklen_t len = sizeof(sin);
   struct rdzv_client_opts o;
   char addr[64];
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
   sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
   assert_int_equal(listen(fd, 16), 0);
   assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sin.sin_port));
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sin.sin_port));
   rdzv_client_opts_init(&o);
   o.addr = addr;
   o.job_id = JOB;
@@ -537,7 +537,7 @@ static void test_drop_keeps_unsent(void **state) {
   size_t n;
   int i;
 
-  memset(r, 0, sizeof r);
+  memset(r, 0, sizeof(r));
   start_server(f, 0, FAKE_WAIT_HALF_TIMEOUT);
   f->c = make_client(f->srv.unix_addr, JOB);
   assert_int_equal(rdzv_client_connect(f->c, LONG_S), 0);
@@ -545,7 +545,7 @@ static void test_drop_keeps_unsent(void **state) {
   memset(big, 'x', BIG_LEN);
   big[BIG_LEN] = '\0';
   for (i = 0; i < BIG_N; i++) {
-    snprintf(key, sizeof key, "big-%d", i);
+    snprintf(key, sizeof(key), "big-%d", i);
     big[0] = (char)('A' + i % 26);
     submit1(f->c, RDZV_OP_SET, key, big, LONG_S, &r[i]);
   }
@@ -560,7 +560,7 @@ static void test_drop_keeps_unsent(void **state) {
   for (i = 0; i < BIG_N; i++) {
     if (r[i].status != 0)
       continue;
-    snprintf(key, sizeof key, "big-%d", i);
+    snprintf(key, sizeof(key), "big-%d", i);
     assert_int_equal(rdzv_store_get(f->c, key, &v, &n, LONG_S), 0);
     assert_int_equal(n, BIG_LEN);
     assert_int_equal(((char *)v)[0], 'A' + i % 26);
@@ -588,7 +588,7 @@ static void many_cb(rdzv_client_t *c, const struct rdzv_result *res,
     m->ok = res->status == 0;
     return;
   }
-  snprintf(want, sizeof want, "value-%d", m->idx);
+  snprintf(want, sizeof(want), "value-%d", m->idx);
   m->ok = res->status == 0 && res->nvals == 1 &&
           res->vals[0].len == strlen(want) &&
           memcmp(res->vals[0].data, want, strlen(want)) == 0;
@@ -605,8 +605,8 @@ static void test_many_outstanding(void **state) {
   start_server(f, 0, FAKE_WAIT_HALF_TIMEOUT);
   f->c = make_client(f->srv.unix_addr, JOB);
   for (i = 0; i < MANY; i++) {
-    snprintf(key, sizeof key, "key-%d", i);
-    snprintf(val, sizeof val, "value-%d", i);
+    snprintf(key, sizeof(key), "key-%d", i);
+    snprintf(val, sizeof(val), "value-%d", i);
     k = (struct rdzv_bytes){key, strlen(key)};
     v = (struct rdzv_bytes){val, strlen(val)};
     req = (struct rdzv_request){
@@ -680,11 +680,11 @@ static void test_destroy_cancels(void **state) {
   char key[32];
   int i;
 
-  memset(r, 0, sizeof r);
+  memset(r, 0, sizeof(r));
   start_server(f, 0, FAKE_WAIT_NEVER);
   f->c = make_client(f->srv.unix_addr, JOB);
   for (i = 0; i < 5; i++) {
-    snprintf(key, sizeof key, "never-%d", i);
+    snprintf(key, sizeof(key), "never-%d", i);
     submit1(f->c, RDZV_OP_WAIT, key, NULL, LONG_S, &r[i]);
   }
   /* The waits go out and stay unanswered. */
@@ -699,7 +699,7 @@ static void test_destroy_cancels(void **state) {
     assert_int_equal(r[i].status, RDZV_ECANCELED);
   }
   /* Never connected at all. */
-  memset(r, 0, sizeof r);
+  memset(r, 0, sizeof(r));
   lonely = make_client("unix:/nonexistent/dir/x.sock", JOB);
   submit1(lonely, RDZV_OP_SET, "k", "v", LONG_S, &r[0]);
   submit1(lonely, RDZV_OP_GET, "k", NULL, LONG_S, &r[1]);
@@ -720,7 +720,7 @@ static void test_store_ops(void **state) {
   struct rec other = {0};
   uint8_t contrib[9] = {1, 0, 0, 0, 0, 0, 0, 0, 'B'};
   struct rdzv_bytes gk = {"g", 1};
-  struct rdzv_bytes gv = {contrib, sizeof contrib};
+  struct rdzv_bytes gv = {contrib, sizeof(contrib)};
   struct rdzv_request greq = {.op = RDZV_OP_GATHER,
                               .b = 2,
                               .nkeys = 1,

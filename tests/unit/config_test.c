@@ -25,14 +25,28 @@ static const struct {
   size_t off;
   const char *name;
 } str_members[] = {
-#define M(f) {offsetof(struct rdzv_daemon_config, f), #f}
-    M(listen),          M(unix_path),        M(allow_uids),
-    M(parent),          M(ancestors),        M(port_file),
-    M(name),            M(etcd),             M(etcd_prefix),
-    M(etcd_credentials), M(etcd_ca),         M(etcd_cert),
-    M(etcd_key),        M(advertise),        M(tcpstore_listen),
-    M(tcpstore_job),    M(tcpstore_port_file), M(job),
-    M(secret_file),     M(secret_dir),
+#define M(f)                                                                   \
+  { offsetof(struct rdzv_daemon_config, f), #f }
+    M(listen),
+    M(unix_path),
+    M(allow_uids),
+    M(parent),
+    M(ancestors),
+    M(port_file),
+    M(name),
+    M(etcd),
+    M(etcd_prefix),
+    M(etcd_credentials),
+    M(etcd_ca),
+    M(etcd_cert),
+    M(etcd_key),
+    M(advertise),
+    M(tcpstore_listen),
+    M(tcpstore_job),
+    M(tcpstore_port_file),
+    M(job),
+    M(secret_file),
+    M(secret_dir),
 #undef M
 };
 #define NSTR (sizeof(str_members) / sizeof(str_members[0]))
@@ -146,25 +160,23 @@ static void test_argv_values(void **state) {
 
   /* --name=value; a value may itself hold '='; the later one wins. */
   assert_int_equal(parse(&c, err, sizeof(err), "--name=first", "--name=a=b",
-                         "--unix=/tmp/b.sock", "--listen=127.0.0.1:5000",
-                         NULL),
+                         "--unix=/tmp/b.sock", "--listen=127.0.0.1:5000", NULL),
                    0);
   assert_string_equal(c.name, "a=b");
   assert_string_equal(c.unix_path, "/tmp/b.sock");
   assert_string_equal(c.listen, "127.0.0.1:5000");
   /* --name= gives the empty string, not NULL. */
   rdzv_config_free(&c);
-  assert_int_equal(parse(&c, err, sizeof(err), "--name=", "--etcd-prefix=",
-                         NULL),
-                   0);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--name=", "--etcd-prefix=", NULL), 0);
   assert_non_null(c.name);
   assert_string_equal(c.name, "");
   assert_string_equal(c.etcd_prefix, "");
   rdzv_config_free(&c);
 
   /* A flag alone, and --flag=no. */
-  assert_int_equal(parse(&c, err, sizeof(err), "--tcpstore-listen",
-                         "0.0.0.0:7", "--tcpstore-remote", NULL),
+  assert_int_equal(parse(&c, err, sizeof(err), "--tcpstore-listen", "0.0.0.0:7",
+                         "--tcpstore-remote", NULL),
                    0);
   assert_true(c.tcpstore_remote);
   rdzv_config_free(&c);
@@ -175,12 +187,12 @@ static void test_argv_values(void **state) {
 
   /* Numbers are digits only: a sign or a leading space is refused (strtoull
    * would take " -1024" as 2^64 - 1024 and wrap it). */
-  static const char *const bad[] = {" -18446744073709550592", "+5", " 5",
-                                    "-0", "5 "};
+  static const char *const bad[] = {" -18446744073709550592", "+5", " 5", "-0",
+                                    "5 "};
   for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
-    assert_int_equal(parse(&c, err, sizeof(err), "--max-hello-bytes", bad[k],
-                           NULL),
-                     -EINVAL);
+    assert_int_equal(
+        parse(&c, err, sizeof(err), "--max-hello-bytes", bad[k], NULL),
+        -EINVAL);
     assert_non_null(strstr(err, "--max-hello-bytes"));
     rdzv_config_free(&c);
     assert_int_equal(parse(&c, err, sizeof(err), "--children", bad[k], NULL),
@@ -252,14 +264,12 @@ static void test_environment(void **state) {
   assert_int_equal(setenv("RDZVD_NAME", "from-env", 1), 0);
   assert_int_equal(setenv("RDZVD_FLUSH_MS", "soon", 1), 0);
   assert_int_equal(setenv("RDZVD_BACKLOG", "-1", 1), 0);
-  assert_int_equal(parse(&c, err, sizeof(err), "--flush-ms=3", NULL),
-                   -EINVAL);
+  assert_int_equal(parse(&c, err, sizeof(err), "--flush-ms=3", NULL), -EINVAL);
   assert_non_null(strstr(err, "RDZVD_BACKLOG=-1"));
   assert_null(strstr(err, "RDZVD_FLUSH_MS"));
   rdzv_config_free(&c);
-  assert_int_equal(parse(&c, err, sizeof(err), "--backlog", "7",
-                         "--flush-ms=3", NULL),
-                   0);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--backlog", "7", "--flush-ms=3", NULL), 0);
   assert_int_equal(c.flush_ms, 3);
   assert_int_equal(c.backlog, 7);
   assert_string_equal(c.name, "from-env");
@@ -278,9 +288,9 @@ static void test_environment(void **state) {
   free(nines);
   /* --allow-uids refused when argv gave it: not blamed on the variable. */
   assert_int_equal(setenv("RDZVD_ALLOW_UIDS", "no-such-user-rdzv", 1), 0);
-  assert_int_equal(parse(&c, err, sizeof(err), "--allow-uids",
-                         "no-such-user-rdzv", NULL),
-                   -EINVAL);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--allow-uids", "no-such-user-rdzv", NULL),
+      -EINVAL);
   assert_null(strstr(err, "environment"));
   rdzv_config_free(&c);
   assert_int_equal(parse(&c, err, sizeof(err), NULL), -EINVAL);
@@ -313,8 +323,7 @@ static void test_limits(void **state) {
   rdzv_config_free(&c);
   free(name);
   name = filled("", 'n', RDZV_CONFIG_NAME_MAX + 1);
-  assert_int_equal(parse(&c, err, sizeof(err), "--name", name, NULL),
-                   -EINVAL);
+  assert_int_equal(parse(&c, err, sizeof(err), "--name", name, NULL), -EINVAL);
   assert_non_null(strstr(err, "--name"));
   rdzv_config_free(&c);
   assert_all_empty(&c);
@@ -353,9 +362,8 @@ static void test_limits(void **state) {
   }
   list[n] = '\0';
   assert_int_equal(n, RDZV_CONFIG_LIST_MAX);
-  assert_int_equal(parse(&c, err, sizeof(err), "--role", "node", "--parent",
-                         list, NULL),
-                   0);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--role", "node", "--parent", list, NULL), 0);
   assert_string_equal(c.parent, "unix:/p");
   assert_string_equal(c.ancestors, list + 8);
   assert_int_equal(strlen(c.ancestors), RDZV_CONFIG_LIST_MAX - 8);
@@ -363,9 +371,9 @@ static void test_limits(void **state) {
   /* One byte more: the last ancestor 255 bytes, the list 2048. */
   list[n++] = 'z';
   list[n] = '\0';
-  assert_int_equal(parse(&c, err, sizeof(err), "--role", "node", "--parent",
-                         list, NULL),
-                   -EINVAL);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--role", "node", "--parent", list, NULL),
+      -EINVAL);
   assert_non_null(strstr(err, "--parent"));
   rdzv_config_free(&c);
   assert_all_empty(&c);
@@ -384,9 +392,9 @@ static void test_parent_split(void **state) {
   rdzv_config_free(&c);
 
   /* No ancestors: "" (not NULL); the --parent=value form. */
-  assert_int_equal(parse(&c, err, sizeof(err), "--role=node",
-                         "--parent=127.0.0.1:9", NULL),
-                   0);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--role=node", "--parent=127.0.0.1:9", NULL),
+      0);
   assert_string_equal(c.parent, "127.0.0.1:9");
   assert_non_null(c.ancestors);
   assert_string_equal(c.ancestors, "");
@@ -396,25 +404,24 @@ static void test_parent_split(void **state) {
    * followed by ancestors. */
   char *p255 = filled("", 'h', 255);
   memcpy(p255 + 253, ":1", 2);
-  assert_int_equal(parse(&c, err, sizeof(err), "--role", "node", "--parent",
-                         p255, NULL),
-                   0);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--role", "node", "--parent", p255, NULL), 0);
   assert_string_equal(c.parent, p255);
   rdzv_config_free(&c);
   free(p255);
   char *p256 = filled("", 'h', 256);
   memcpy(p256 + 254, ":1", 2);
-  assert_int_equal(parse(&c, err, sizeof(err), "--role", "node", "--parent",
-                         p256, NULL),
-                   -EINVAL);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--role", "node", "--parent", p256, NULL),
+      -EINVAL);
   assert_non_null(strstr(err, "--parent"));
   assert_non_null(strstr(err, "255"));
   rdzv_config_free(&c);
   char withanc[300];
   snprintf(withanc, sizeof(withanc), "%s,unix:/a1", p256);
-  assert_int_equal(parse(&c, err, sizeof(err), "--role", "node", "--parent",
-                         withanc, NULL),
-                   -EINVAL);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--role", "node", "--parent", withanc, NULL),
+      -EINVAL);
   assert_non_null(strstr(err, "--parent"));
   rdzv_config_free(&c);
   assert_all_empty(&c);
@@ -430,14 +437,13 @@ static void test_parent_split(void **state) {
   size_t n = (size_t)sprintf(many, "unix:/p");
   for (int i = 0; i < 16; i++)
     n += (size_t)sprintf(many + n, ",unix:/a%d", i);
-  assert_int_equal(parse(&c, err, sizeof(err), "--role", "node", "--parent",
-                         many, NULL),
-                   0);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--role", "node", "--parent", many, NULL), 0);
   rdzv_config_free(&c);
   sprintf(many + n, ",unix:/a16");
-  assert_int_equal(parse(&c, err, sizeof(err), "--role", "node", "--parent",
-                         many, NULL),
-                   -EINVAL);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--role", "node", "--parent", many, NULL),
+      -EINVAL);
   rdzv_config_free(&c);
 
   /* A node needs a parent; a root takes none. */
@@ -480,8 +486,7 @@ static void test_tcpstore_defaults(void **state) {
   rdzv_config_free(&c);
 
   /* Without --job: no job. */
-  assert_int_equal(parse(&c, err, sizeof(err), "--tcpstore-listen=1234",
-                         NULL),
+  assert_int_equal(parse(&c, err, sizeof(err), "--tcpstore-listen=1234", NULL),
                    0);
   assert_string_equal(c.tcpstore_listen, "127.0.0.1:1234");
   assert_string_equal(c.tcpstore_job, "");
@@ -489,8 +494,8 @@ static void test_tcpstore_defaults(void **state) {
 
   /* HOST:PORT is kept; an explicit --tcpstore-job equal to --job too. */
   assert_int_equal(parse(&c, err, sizeof(err), "--tcpstore-listen",
-                         "localhost:99", "--job", "j1", "--tcpstore-job",
-                         "j1", NULL),
+                         "localhost:99", "--job", "j1", "--tcpstore-job", "j1",
+                         NULL),
                    0);
   assert_string_equal(c.tcpstore_listen, "localhost:99");
   assert_string_equal(c.tcpstore_job, "j1");
@@ -502,9 +507,9 @@ static void test_tcpstore_defaults(void **state) {
                          "--job", "j1", "--tcpstore-job", "j2", NULL),
                    -EINVAL);
   rdzv_config_free(&c);
-  assert_int_equal(parse(&c, err, sizeof(err), "--tcpstore-listen",
-                         "10.0.0.1:5", NULL),
-                   -EINVAL);
+  assert_int_equal(
+      parse(&c, err, sizeof(err), "--tcpstore-listen", "10.0.0.1:5", NULL),
+      -EINVAL);
   assert_non_null(strstr(err, "--tcpstore-remote"));
   rdzv_config_free(&c);
   assert_int_equal(parse(&c, err, sizeof(err), "--tcpstore-job", "j", NULL),
@@ -542,9 +547,8 @@ static void test_set(void **state) {
   char big[RDZV_CONFIG_LIST_MAX + 2];
   memset(big, 'b', sizeof(big) - 1);
   big[sizeof(big) - 1] = '\0';
-  assert_int_equal(rdzv_config_set(&c, &c.etcd, "%.*s",
-                                   RDZV_CONFIG_LIST_MAX, big),
-                   0);
+  assert_int_equal(
+      rdzv_config_set(&c, &c.etcd, "%.*s", RDZV_CONFIG_LIST_MAX, big), 0);
   assert_int_equal(strlen(c.etcd), RDZV_CONFIG_LIST_MAX);
   assert_int_equal(rdzv_config_set(&c, &c.etcd, "%s", "short"), 0);
   const char *before = c.etcd;
@@ -552,8 +556,7 @@ static void test_set(void **state) {
   assert_ptr_equal(c.etcd, before);
   assert_string_equal(c.etcd, "short");
   /* Over the limit by formatting, not by any one argument. */
-  assert_int_equal(rdzv_config_set(&c, &c.etcd, "%s%s", big + 1000,
-                                   big + 1000),
+  assert_int_equal(rdzv_config_set(&c, &c.etcd, "%s%s", big + 1000, big + 1000),
                    -EINVAL);
   assert_string_equal(c.etcd, "short");
   /* A member holding "" keeps it. */
@@ -644,9 +647,9 @@ static void test_failed_parse_frees(void **state) {
   /* Other failures at each stage: argv, --parent's split, --allow-uids,
    * the checks made together. */
   static const char *const cases[][6] = {
-      {"--name", NULL},                               /* needs a value */
-      {"stray", NULL},                                /* not an option */
-      {"--max-key-bytes", "x", NULL},                 /* not a number */
+      {"--name", NULL},               /* needs a value */
+      {"stray", NULL},                /* not an option */
+      {"--max-key-bytes", "x", NULL}, /* not a number */
       {"--role", "node", "--parent", "unix:/p,bad", NULL},
       {"--allow-uids", "0,,1", NULL},
       {"--etcd", "http://e:1", "--etcd-prefix=", NULL},

@@ -86,9 +86,9 @@ static void test_no_domain(void **state) {
   }
   reset();
   strcpy(out, "x");
-  assert_int_equal(rdzv_domain_detect("/nonexistent/libnvidia-ml.so.1", 0, out,
-                                      sizeof(out)),
-                   0);
+  assert_int_equal(
+      rdzv_domain_detect("/nonexistent/libnvidia-ml.so.1", 0, out, sizeof(out)),
+      0);
   assert_string_equal(out, "");
   /* A library without the fabric query (an older driver). */
   assert_int_equal(rdzv_domain_detect("libc.so.6", 0, out, sizeof(out)), 0);

@@ -122,7 +122,7 @@ static void reply(struct srv *s, int ci, uint8_t type, uint32_t id, int status,
                   const struct rdzv_items *vals) {
   struct rdzv_msg m;
 
-  memset(&m, 0, sizeof m);
+  memset(&m, 0, sizeof(m));
   m.type = type;
   m.flags = RDZV_F_REPLY;
   m.req_id = id;
@@ -242,7 +242,7 @@ static int get_special(struct srv *s, int ci, const struct rdzv_msg *m,
   if (slice_is(k, "drop")) {
     conn_close(s, ci);
   } else if (slice_is(k, "error")) {
-    memset(&e, 0, sizeof e);
+    memset(&e, 0, sizeof(e));
     e.type = RDZV_MSG_ERROR;
     e.flags = RDZV_F_REPLY;
     e.status = RDZV_EKEY_TOO_LONG;
@@ -250,7 +250,7 @@ static int get_special(struct srv *s, int ci, const struct rdzv_msg *m,
     send_msg(s, ci, &e);
     conn_close(s, ci);
   } else if (slice_is(k, "garbage")) {
-    write_all(s, ci, junk, sizeof junk - 1);
+    write_all(s, ci, junk, sizeof(junk) - 1);
   } else if (slice_is(k, "huge")) {
     rdzv_store_u64le(hdr, RDZV_WIRE_MAGIC);
     hdr[4] = RDZV_WIRE_VERSION;
@@ -258,7 +258,7 @@ static int get_special(struct srv *s, int ci, const struct rdzv_msg *m,
     hdr[6] = RDZV_F_REPLY;
     hdr[7] = 0;
     rdzv_store_u64le(hdr + 8, m->req_id | (uint64_t)(1u << 30) << 32);
-    write_all(s, ci, hdr, sizeof hdr);
+    write_all(s, ci, hdr, sizeof(hdr));
   } else {
     return 0;
   }
@@ -292,7 +292,7 @@ static void on_add(struct srv *s, int ci, const struct rdzv_msg *m) {
   rdzv_items_get(&m->keys, 0, &k);
   e = kv_find(s, k);
   if (e != NULL) {
-    snprintf(buf, sizeof buf, "%.*s", (int)e->vlen, (const char *)e->val);
+    snprintf(buf, sizeof(buf), "%.*s", (int)e->vlen, (const char *)e->val);
     v = strtoll(buf, NULL, 10);
   }
   if (m->flags & RDZV_F_OPID) {
@@ -306,7 +306,7 @@ static void on_add(struct srv *s, int ci, const struct rdzv_msg *m) {
   } else {
     v += m->a;
   }
-  snprintf(buf, sizeof buf, "%lld", (long long)v);
+  snprintf(buf, sizeof(buf), "%lld", (long long)v);
   kv_put(s, k, buf, (uint32_t)strlen(buf));
   reply(s, ci, m->type, m->req_id, 0, v, NULL, NULL);
 }
@@ -393,7 +393,7 @@ static void collective_done(struct srv *s, struct contrib **all, int n) {
   struct rdzv_items vals = {(uint32_t)n, items, NULL, 0};
   int i;
 
-  qsort(all, (size_t)n, sizeof *all, contrib_cmp);
+  qsort(all, (size_t)n, sizeof(*all), contrib_cmp);
   for (i = 0; i < n; i++)
     items[i] =
         (struct rdzv_slice){all[i]->item.data, (uint32_t)all[i]->item.len};
@@ -461,8 +461,8 @@ static void handle(struct srv *s, int ci, const struct rdzv_msg *m) {
   }
   /* A SET of the key "drop" closes the connection, unapplied (a mutation
    * that kills every daemon it reaches). */
-  if (m->type == RDZV_MSG_SET && m->keys.n == 1 &&
-      m->keys.raw_len == 4 + 4 && memcmp(m->keys.raw + 4, "drop", 4) == 0) {
+  if (m->type == RDZV_MSG_SET && m->keys.n == 1 && m->keys.raw_len == 4 + 4 &&
+      memcmp(m->keys.raw + 4, "drop", 4) == 0) {
     conn_close(s, ci);
     return;
   }
@@ -608,13 +608,13 @@ static void serve(struct srv *s, int ctl) {
 
 static int listen_tcp(int *port) {
   struct sockaddr_in sin;
-  socklen_t len = sizeof sin;
+  socklen_t len = sizeof(sin);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-  memset(&sin, 0, sizeof sin);
+  memset(&sin, 0, sizeof(sin));
   sin.sin_family = AF_INET;
   sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof sin) != 0 ||
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 ||
       listen(fd, 128) != 0 ||
       getsockname(fd, (struct sockaddr *)&sin, &len) != 0)
     _exit(3);
@@ -626,12 +626,12 @@ static int listen_unix(const char *path) {
   struct sockaddr_un sun;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-  memset(&sun, 0, sizeof sun);
+  memset(&sun, 0, sizeof(sun));
   sun.sun_family = AF_UNIX;
-  if (strlen(path) >= sizeof sun.sun_path)
+  if (strlen(path) >= sizeof(sun.sun_path))
     _exit(4);
   memcpy(sun.sun_path, path, strlen(path));
-  if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0 ||
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0 ||
       listen(fd, 128) != 0)
     _exit(4);
   return fd;
@@ -651,7 +651,7 @@ static void child_main(const struct fake_server_opts *o, const char *path,
     s.conns[i].fd = -1;
   signal(SIGPIPE, SIG_IGN);
   s.lfd[1] = listen_tcp(&port);
-  if (write(portw, &port, sizeof port) != (ssize_t)sizeof port)
+  if (write(portw, &port, sizeof(port)) != (ssize_t)sizeof(port))
     _exit(5);
   close(portw);
   if (o->delay_ms >= 0) {
@@ -669,9 +669,9 @@ int fake_server_start(struct fake_server *s, const struct fake_server_opts *o) {
   int pp[2];
   int port = 0;
 
-  memset(s, 0, sizeof *s);
-  snprintf(s->path, sizeof s->path, "%s/fake.sock", o->dir);
-  snprintf(s->unix_addr, sizeof s->unix_addr, "unix:%s", s->path);
+  memset(s, 0, sizeof(*s));
+  snprintf(s->path, sizeof(s->path), "%s/fake.sock", o->dir);
+  snprintf(s->unix_addr, sizeof(s->unix_addr), "unix:%s", s->path);
   if (pipe2(ctl, O_CLOEXEC) != 0)
     return -errno;
   if (pipe2(pp, O_CLOEXEC) != 0) {
@@ -688,14 +688,14 @@ int fake_server_start(struct fake_server *s, const struct fake_server_opts *o) {
   close(ctl[0]);
   close(pp[1]);
   s->ctl = ctl[1];
-  if (s->pid < 0 || read(pp[0], &port, sizeof port) != (ssize_t)sizeof port) {
+  if (s->pid < 0 || read(pp[0], &port, sizeof(port)) != (ssize_t)sizeof(port)) {
     close(pp[0]);
     fake_server_stop(s);
     return -EIO;
   }
   close(pp[0]);
   s->port = port;
-  snprintf(s->tcp_addr, sizeof s->tcp_addr, "tcp:127.0.0.1:%d", port);
+  snprintf(s->tcp_addr, sizeof(s->tcp_addr), "tcp:127.0.0.1:%d", port);
   return 0;
 }
 

@@ -45,7 +45,7 @@ struct out {
 };
 
 static void out_init(struct out *o, int keep_text) {
-  memset(o, 0, sizeof *o);
+  memset(o, 0, sizeof(*o));
   o->keep_text = keep_text;
 }
 
@@ -190,8 +190,8 @@ static void read_line(struct record *r, const char *line) {
     r->kind = K_SUM;
     r->want.n = (size_t)n;
     r->want.hash = (uint32_t)h;
-    memcpy(r->want.first, first, sizeof first);
-    memcpy(r->want.last, last, sizeof last);
+    memcpy(r->want.first, first, sizeof(first));
+    memcpy(r->want.last, last, sizeof(last));
   } else if (strcmp(line, "invalid") == 0) {
     r->kind = K_INVALID;
   } else if (strcmp(line, "stricter") == 0) {
@@ -225,7 +225,7 @@ static void test_golden_vectors(void **state) {
       }
       if (got < 0)
         break;
-      memset(&r, 0, sizeof r);
+      memset(&r, 0, sizeof(r));
       r.in = strdup(got > 3 ? line + 3 : "");
       r.kind = K_OUT; /* no out line at all: no hosts */
       continue;
@@ -293,7 +293,7 @@ static void test_malformed(void **state) {
   size_t i;
 
   (void)state;
-  for (i = 0; i < sizeof bad_lists / sizeof bad_lists[0]; i++) {
+  for (i = 0; i < sizeof(bad_lists) / sizeof(bad_lists[0]); i++) {
     const struct bad *b = &bad_lists[i];
     size_t len = b->len != 0 ? b->len : strlen(b->in);
     struct rdzv_hostlist_error e = {99999, NULL};
@@ -473,7 +473,7 @@ static void test_random(void **state) {
     n = (size_t)(seed >> 60) + 1;
     for (k = 0; k < n; k++) {
       seed = seed * 6364136223846793005u + 1442695040888963407u;
-      s[k] = alphabet[(seed >> 33) % (sizeof alphabet - 1)];
+      s[k] = alphabet[(seed >> 33) % (sizeof(alphabet) - 1)];
     }
     out_init(&o, 0);
     rc = expand_copy(s, n, 100000, &o, &e);
@@ -502,16 +502,16 @@ static void check_position(const char *list, size_t n, size_t i,
   int rc;
 
   (void)n;
-  snprintf(host, sizeof host, "h%zu", i);
+  snprintf(host, sizeof(host), "h%zu", i);
   rc = rdzv_hostlist_tree_position(list, strlen(list), BIG, host, fanout, names,
-                                   sizeof names, &pos, NULL);
+                                   sizeof(names), &pos, NULL);
   if (rc != 0 || pos.index != i)
     fail_msg("%s in %s, fanout %zu: status %d, index %zu", host, list, fanout,
              rc, pos.index);
   while (p > 0) {
     int64_t f = fanout > (size_t)INT64_MAX ? INT64_MAX : (int64_t)fanout;
     p = rdzv_tree_parent(p, p + 1, f);
-    snprintf(want, sizeof want, "h%lld", (long long)p);
+    snprintf(want, sizeof(want), "h%lld", (long long)p);
     if (k >= pos.nancestors || at >= pos.names_len ||
         strcmp(names + at, want) != 0)
       fail_msg("%s, fanout %zu: ancestor %zu is [%s], want %s", host, fanout, k,
@@ -529,7 +529,7 @@ static void test_tree_position_rule(void **state) {
   size_t f, i;
 
   (void)state;
-  for (f = 0; f < sizeof fanouts / sizeof fanouts[0]; f++) {
+  for (f = 0; f < sizeof(fanouts) / sizeof(fanouts[0]); f++) {
     for (i = 0; i < 1000; i += (i < 40 ? 1 : 37))
       check_position("h[0-999]", 1000, i, fanouts[f]);
     check_position("h[0-999]", 1000, 999, fanouts[f]);
@@ -547,7 +547,7 @@ static void test_tree_position_api(void **state) {
 
   (void)state;
   assert_int_equal(rdzv_hostlist_tree_position(l, strlen(l), BIG, "n17", 16,
-                                               names, sizeof names, &pos, &e),
+                                               names, sizeof(names), &pos, &e),
                    0);
   assert_int_equal(pos.index, 17);
   assert_int_equal(pos.nancestors, 2);
@@ -561,7 +561,7 @@ static void test_tree_position_api(void **state) {
   assert_int_equal(pos.names_len, 0);
   /* Too small a buffer: the size needed, then success with it. */
   assert_int_equal(rdzv_hostlist_tree_position(l, strlen(l), BIG, "n20", 1,
-                                               small, sizeof small, &pos, &e),
+                                               small, sizeof(small), &pos, &e),
                    -ENOBUFS);
   assert_int_equal(pos.index, 20);
   assert_int_equal(pos.nancestors, 20);
@@ -572,38 +572,38 @@ static void test_tree_position_api(void **state) {
   /* First occurrence; duplicates count as hosts. */
   l = "a,b,a,c";
   assert_int_equal(rdzv_hostlist_tree_position(l, strlen(l), BIG, "c", 2, names,
-                                               sizeof names, &pos, &e),
+                                               sizeof(names), &pos, &e),
                    0);
   assert_int_equal(pos.index, 3);
   assert_int_equal(pos.nancestors, 2);
   assert_memory_equal(names, "b\0a\0", 4);
   assert_int_equal(rdzv_hostlist_tree_position(l, strlen(l), BIG, "a", 2, names,
-                                               sizeof names, &pos, &e),
+                                               sizeof(names), &pos, &e),
                    0);
   assert_int_equal(pos.index, 0);
   /* B22: the first node of a mixed list is the tree's root. */
   l = "nodeA,nodeB[001,003],nodeC";
   assert_int_equal(rdzv_hostlist_tree_position(l, strlen(l), BIG, "nodeC", 16,
-                                               names, sizeof names, &pos, &e),
+                                               names, sizeof(names), &pos, &e),
                    0);
   assert_int_equal(pos.index, 3);
   assert_string_equal(names, "nodeA");
   /* Errors. */
   assert_int_equal(rdzv_hostlist_tree_position(l, strlen(l), BIG, "nodeD", 16,
-                                               names, sizeof names, &pos, &e),
+                                               names, sizeof(names), &pos, &e),
                    RDZV_ETOPOLOGY);
   assert_int_equal(rdzv_hostlist_tree_position("n[1-", 4, BIG, "n1", 16, names,
-                                               sizeof names, &pos, &e),
+                                               sizeof(names), &pos, &e),
                    RDZV_EBAD_ADDR);
   assert_int_equal(e.pos, 1);
   assert_int_equal(rdzv_hostlist_tree_position(l, strlen(l), BIG, "nodeA", 0,
-                                               names, sizeof names, &pos, &e),
+                                               names, sizeof(names), &pos, &e),
                    -EINVAL);
   assert_int_equal(rdzv_hostlist_tree_position(l, strlen(l), BIG, "nodeA", 2,
-                                               names, sizeof names, NULL, &e),
+                                               names, sizeof(names), NULL, &e),
                    -EINVAL);
   assert_int_equal(rdzv_hostlist_tree_position(l, strlen(l), 2, "nodeA", 2,
-                                               names, sizeof names, &pos, &e),
+                                               names, sizeof(names), &pos, &e),
                    -E2BIG);
 }
 

@@ -48,8 +48,8 @@ static int rec_decode_exact(const uint8_t *p, size_t n,
   int rc = rdzv_join_rec_decode(q, n, out);
   /* On success the decoded strings point into the input. */
   if (rc == 0) {
-    assert_true(out->rec.host >= q && out->rec.host + out->rec.host_len <=
-                                          q + n);
+    assert_true(out->rec.host >= q &&
+                out->rec.host + out->rec.host_len <= q + n);
     assert_true(out->rec.location >= q &&
                 out->rec.location + out->rec.location_len <= q + n);
     assert_true(out->topo >= q && out->topo + out->topo_len <= q + n);
@@ -92,8 +92,7 @@ static const struct rdzv_join_params params_cases[] = {
 
 static void test_params_roundtrip(void **state) {
   (void)state;
-  for (size_t k = 0; k < sizeof(params_cases) / sizeof(params_cases[0]);
-       k++) {
+  for (size_t k = 0; k < sizeof(params_cases) / sizeof(params_cases[0]); k++) {
     const struct rdzv_join_params *p = &params_cases[k];
     uint8_t buf[RDZV_JOIN_PARAMS_MAX_BYTES];
     size_t size = rdzv_join_params_size(p);
@@ -118,8 +117,7 @@ static void test_params_roundtrip(void **state) {
     uint8_t longer[RDZV_JOIN_PARAMS_MAX_BYTES + 1];
     memcpy(longer, buf, size);
     memset(longer + size, 0, sizeof(longer) - size);
-    assert_int_equal(params_decode_exact(longer, size + 1, &got),
-                     RDZV_EPROTO);
+    assert_int_equal(params_decode_exact(longer, size + 1, &got), RDZV_EPROTO);
   }
 }
 
@@ -133,12 +131,10 @@ static void test_params_golden(void **state) {
   rdzv_join_params_encode(&p, buf);
   assert_memory_equal(buf, want, sizeof(want));
   /* With a segment size: four more bytes, nothing before them changed. */
-  static const struct rdzv_join_params ps = {0x04030201u, 0x08070605u,
-                                             0x0C0B0A09u, 0x100F0E0Du,
-                                             0x14131211u};
+  static const struct rdzv_join_params ps = {
+      0x04030201u, 0x08070605u, 0x0C0B0A09u, 0x100F0E0Du, 0x14131211u};
   static const uint8_t want_s[RDZV_JOIN_PARAMS_MAX_BYTES] = {
-      1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
-      11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+      1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
   assert_int_equal(rdzv_join_params_size(&ps), sizeof(want_s));
   rdzv_join_params_encode(&ps, buf);
   assert_memory_equal(buf, want_s, sizeof(want_s));
@@ -173,8 +169,7 @@ static void test_params_malformed(void **state) {
   }
   /* A segment size written out must be 1 .. INT32_MAX. */
   static const uint32_t bad_segments[] = {0, 2147483648u, UINT32_MAX};
-  for (size_t k = 0; k < sizeof(bad_segments) / sizeof(bad_segments[0]);
-       k++) {
+  for (size_t k = 0; k < sizeof(bad_segments) / sizeof(bad_segments[0]); k++) {
     uint8_t buf[RDZV_JOIN_PARAMS_MAX_BYTES] = {0};
     struct rdzv_join_params got;
     put32(buf, 4);
@@ -292,16 +287,17 @@ static void test_rec_roundtrip(void **state) {
 
 static void test_rec_golden(void **state) {
   (void)state;
-  static const struct rec_case tc = {
-      "golden", 0x0807060504030201ull, 0x0C0B0A09, 0x100F0E0D, T("ab"),
-      T("xyz"), T("t\n")};
+  static const struct rec_case tc = {"golden",   0x0807060504030201ull,
+                                     0x0C0B0A09, 0x100F0E0D,
+                                     T("ab"),    T("xyz"),
+                                     T("t\n")};
   static const uint8_t want[] = {
-      1, 2, 3, 4, 5, 6, 7, 8,      /* claim */
-      9, 10, 11, 12,               /* local_rank */
-      13, 14, 15, 16,              /* local_size */
-      2, 0, 'a', 'b',              /* host */
-      3, 0, 'x', 'y', 'z',         /* location */
-      2, 0, 0, 0, 't', '\n',       /* topology */
+      1,  2,  3,   4,   5,   6,    7, 8, /* claim */
+      9,  10, 11,  12,                   /* local_rank */
+      13, 14, 15,  16,                   /* local_size */
+      2,  0,  'a', 'b',                  /* host */
+      3,  0,  'x', 'y', 'z',             /* location */
+      2,  0,  0,   0,   't', '\n',       /* topology */
   };
   size_t n;
   uint8_t *buf = rec_encode_alloc(&tc, &n);
@@ -327,8 +323,8 @@ static void test_rec_truncated_and_trailing(void **state) {
       int rc = n > 1024 ? rdzv_join_rec_decode(buf, m, &got)
                         : rec_decode_exact(buf, m, &got);
       if (rc != RDZV_EPROTO)
-        fail_msg("%s: prefix of %zu of %zu bytes gave %d",
-                 rec_cases[k].name, m, n, rc);
+        fail_msg("%s: prefix of %zu of %zu bytes gave %d", rec_cases[k].name, m,
+                 n, rc);
     }
     uint8_t *longer = malloc(n + 3);
     assert_non_null(longer);
@@ -364,9 +360,9 @@ static void test_rec_role_domain_tail(void **state) {
   j.role = RDZV_JOIN_SPARE;
   j.rec.domain = (const uint8_t *)"nv1";
   j.rec.domain_len = 3;
-  static const uint8_t want[] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                 0, 0, 0, 0, 1, 0, 'h', 0, 0, 0, 0, 0,
-                                 0, 1, 3, 0, 'n', 'v', '1'};
+  static const uint8_t want[] = {1, 0, 0, 0, 0, 0, 0,   0,   0,  0, 0,
+                                 0, 0, 0, 0, 0, 1, 0,   'h', 0,  0, 0,
+                                 0, 0, 0, 1, 3, 0, 'n', 'v', '1'};
   uint8_t buf[64];
   assert_int_equal(rdzv_join_rec_size(&j), sizeof(want));
   assert_int_equal(rdzv_join_rec_encode(&j, buf), 0);
@@ -415,9 +411,9 @@ static void test_rec_unhealthy_tail(void **state) {
   j.rec.host_len = 1;
   j.unhealthy = (const uint8_t *)"ECC";
   j.unhealthy_len = 3;
-  static const uint8_t want[] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                 0, 0, 0, 0, 1, 0, 'h', 0, 0, 0, 0, 0,
-                                 0, 0, 0, 0, 3, 0, 'E', 'C', 'C'};
+  static const uint8_t want[] = {1, 0, 0, 0, 0, 0, 0, 0,   0,   0,   0,
+                                 0, 0, 0, 0, 0, 1, 0, 'h', 0,   0,   0,
+                                 0, 0, 0, 0, 0, 0, 3, 0,   'E', 'C', 'C'};
   uint8_t buf[64];
   assert_int_equal(rdzv_join_rec_size(&j), sizeof(want));
   assert_int_equal(rdzv_join_rec_encode(&j, buf), 0);
@@ -461,7 +457,10 @@ struct bad_rec {
   size_t len;
 };
 
-#define HDR "\1\0\0\0\0\0\0\0" "\2\0\0\0" "\4\0\0\0"
+#define HDR                                                                    \
+  "\1\0\0\0\0\0\0\0"                                                           \
+  "\2\0\0\0"                                                                   \
+  "\4\0\0\0"
 #define B(s) s, sizeof(s) - 1
 
 /* clang-format off */
@@ -625,9 +624,8 @@ static void test_assign_roundtrip(void **state) {
 
 static void test_assign_golden(void **state) {
   (void)state;
-  static const struct rdzv_assignment a = {0x0C0B0A09, 0x100F0E0D,
-                                           0x14131211, 0x18171615,
-                                           0x1C1B1A19, 0x201F1E1D};
+  static const struct rdzv_assignment a = {0x0C0B0A09, 0x100F0E0D, 0x14131211,
+                                           0x18171615, 0x1C1B1A19, 0x201F1E1D};
   uint8_t buf[RDZV_JOIN_ASSIGN_BYTES], want[RDZV_JOIN_ASSIGN_BYTES];
   for (size_t i = 0; i < sizeof(want); i++)
     want[i] = (uint8_t)(i + 1);
@@ -720,8 +718,7 @@ static void test_refusal(void **state) {
     }
     /* Truncated or extended, a refusal is malformed. */
     for (size_t n = 0; n < sizeof(buf); n++)
-      assert_int_equal(assign_decode_exact(buf, n, &claim, &got),
-                       RDZV_EPROTO);
+      assert_int_equal(assign_decode_exact(buf, n, &claim, &got), RDZV_EPROTO);
     uint8_t longer[RDZV_JOIN_ERROR_BYTES + 1] = {0};
     memcpy(longer, buf, sizeof(buf));
     assert_int_equal(assign_decode_exact(longer, sizeof(longer), &claim, &got),
@@ -790,8 +787,7 @@ static void test_random(void **state) {
       fail_msg("params decode gave %d", rc);
     rc = assign_decode_exact(buf, n, &claim, &a);
     /* A 12-byte string is a refusal when its status is negative. */
-    if (rc != 0 && rc != RDZV_EPROTO &&
-        !(n == RDZV_JOIN_ERROR_BYTES && rc < 0))
+    if (rc != 0 && rc != RDZV_EPROTO && !(n == RDZV_JOIN_ERROR_BYTES && rc < 0))
       fail_msg("assignment decode of %zu bytes gave %d", n, rc);
     if (rc == 0) {
       uint8_t again[RDZV_JOIN_ASSIGN_BYTES];
@@ -856,9 +852,9 @@ static void test_gen_key_parse(void **state) {
                                 strlen(cases[i].key), &round, &rl, &gen);
     if (rc != cases[i].rc)
       fail_msg("%s: rc %d, want %d", cases[i].key, rc, cases[i].rc);
-    if (rc == 0 && (rl != strlen(cases[i].round) ||
-                    memcmp(round, cases[i].round, rl) != 0 ||
-                    gen != cases[i].gen))
+    if (rc == 0 &&
+        (rl != strlen(cases[i].round) ||
+         memcmp(round, cases[i].round, rl) != 0 || gen != cases[i].gen))
       fail_msg("%s: round '%.*s' gen %lld", cases[i].key, (int)rl, round,
                (long long)gen);
   }
@@ -869,10 +865,10 @@ static void test_gen_key_parse(void **state) {
 static void test_members_describe(void **state) {
   (void)state;
   struct rdzv_member_name m[] = {
-      {(const uint8_t *)"h18", 3, 7}, {(const uint8_t *)"h17", 3, 137},
+      {(const uint8_t *)"h18", 3, 7},   {(const uint8_t *)"h17", 3, 137},
       {(const uint8_t *)"h17", 3, 136}, {(const uint8_t *)"h17", 3, 139},
       {(const uint8_t *)"h17", 3, 138}, {(const uint8_t *)"h18", 3, 2},
-      {(const uint8_t *)"h18", 3, 5}, {(const uint8_t *)"h9", 2, -1},
+      {(const uint8_t *)"h18", 3, 5},   {(const uint8_t *)"h9", 2, -1},
       {(const uint8_t *)"h17", 3, 143}};
   char out[200];
   assert_int_equal(rdzv_members_describe(m, 9, "ranks", out, sizeof(out)), 3);

@@ -33,7 +33,8 @@ static void test_shapes(void **state) {
   (void)state;
   roundtrip(NULL, 1, RDZV_MEMBERS_EACH, 1);
   roundtrip(NULL, 100000, RDZV_MEMBERS_BLOCKS, 1); /* the world */
-  int32_t tp[8], dp[512], two[6] = {0, 1, 2, 10, 20, 30}, mixed[4] = {9, 3, 4, 5};
+  int32_t tp[8], dp[512], two[6] = {0, 1, 2, 10, 20, 30},
+                          mixed[4] = {9, 3, 4, 5};
   for (int i = 0; i < 8; i++)
     tp[i] = 64 + i; /* a tensor-parallel group: one run */
   for (int i = 0; i < 512; i++)

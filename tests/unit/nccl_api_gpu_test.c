@@ -38,7 +38,7 @@ static int group_setup(void **state) {
     printf("SKIP: no NVIDIA device (/dev/nvidiactl); GPU tests NOT run\n");
     return 0;
   }
-  rc = rdzv_nccl_load(rdzv_nccl_default_path(), &api, err, sizeof err);
+  rc = rdzv_nccl_load(rdzv_nccl_default_path(), &api, err, sizeof(err));
   if (rc != 0)
     printf("SKIP: %s: %s; GPU tests NOT run\n", rdzv_err_name(rc), err);
   else
@@ -85,7 +85,7 @@ static void expect_ok(rdzv_nccl_comm_t comm, rdzv_nccl_result res,
                       const char *what) {
   char err[512];
 
-  if (rdzv_nccl_check(api, comm, res, what, err, sizeof err) != 0)
+  if (rdzv_nccl_check(api, comm, res, what, err, sizeof(err)) != 0)
     fail_msg("%s", err);
 }
 
@@ -162,8 +162,8 @@ static void test_config_magic_is_checked(void **state) {
   (void)state;
   NEED_GPU();
   expect_ok(NULL, api->get_unique_id(&id), "ncclGetUniqueId");
-  memset(&cfg, 0, sizeof cfg);
-  cfg.size = sizeof cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.size = sizeof(cfg);
   res = api->comm_init_rank_config(&comm, 1, id, 0, &cfg);
   assert_int_equal(res, RDZV_NCCL_INVALID_ARGUMENT);
   if (comm != NULL)

@@ -151,13 +151,12 @@ _Static_assert(sizeof(CUresult) == sizeof(int), "CUresult is int-sized");
 _Static_assert(sizeof(CUcontext) == sizeof(void *), "CUcontext is a pointer");
 _Static_assert(CUDA_SUCCESS == 0, "CUDA_SUCCESS");
 _Static_assert(CUDA_ERROR_INVALID_VALUE == 1, "CUDA_ERROR_INVALID_VALUE");
-_Static_assert(CUDA_ERROR_INVALID_CONTEXT == 201,
-               "CUDA_ERROR_INVALID_CONTEXT");
-_Static_assert(_Generic(&cuCtxGetCurrent, CUresult(*)(CUcontext *): 1,
-                        default: 0),
+_Static_assert(CUDA_ERROR_INVALID_CONTEXT == 201, "CUDA_ERROR_INVALID_CONTEXT");
+_Static_assert(_Generic(&cuCtxGetCurrent, CUresult (*)(CUcontext *) : 1,
+                        default : 0),
                "cuCtxGetCurrent(CUcontext *)");
-_Static_assert(_Generic(&cuCtxSetCurrent, CUresult(*)(CUcontext): 1,
-                        default: 0),
+_Static_assert(_Generic(&cuCtxSetCurrent, CUresult (*)(CUcontext) : 1,
+                        default : 0),
                "cuCtxSetCurrent(CUcontext)");
 #endif /* HAVE_CUDA_H */
 
@@ -168,7 +167,7 @@ static void test_config_matches_nccl_initializer(void **state) {
 
   (void)state;
   rdzv_nccl_config_init(&ours);
-  assert_int_equal(ours.size, sizeof ours);
+  assert_int_equal(ours.size, sizeof(ours));
   assert_int_equal(ours.magic, 0xcafebeefu);
   assert_int_equal(ours.version, RDZV_NCCL_CONFIG_VERSION);
   assert_int_equal(ours.blocking, RDZV_NCCL_CONFIG_UNDEF_INT);
@@ -219,7 +218,7 @@ static int setup(void **state) {
   unsetenv("FAKE_NCCL_VERSION");
   unsetenv("FAKE_NCCL_INIT_POLLS");
   unsetenv("FAKE_NCCL_FAIL_INIT");
-  snprintf(log_path, sizeof log_path, "%s/fake_nccl.%ld.log",
+  snprintf(log_path, sizeof(log_path), "%s/fake_nccl.%ld.log",
            dir != NULL ? dir : "/tmp", (long)getpid());
   unlink(log_path);
   setenv("FAKE_NCCL_LOG", log_path, 1);
@@ -245,7 +244,7 @@ static const char *fake_log(void) {
   buf[0] = '\0';
   if (f == NULL)
     return buf;
-  n = fread(buf, 1, sizeof buf - 1, f);
+  n = fread(buf, 1, sizeof(buf) - 1, f);
   buf[n] = '\0';
   fclose(f);
   return buf;
@@ -269,7 +268,7 @@ static void hex8(const rdzv_nccl_unique_id *id, char out[17]) {
 static struct rdzv_nccl_api *load_ok(const char *path) {
   struct rdzv_nccl_api *api = NULL;
   char err[512];
-  int rc = rdzv_nccl_load(path, &api, err, sizeof err);
+  int rc = rdzv_nccl_load(path, &api, err, sizeof(err));
 
   if (rc != 0)
     fail_msg("loading %s: %s: %s", path, rdzv_err_name(rc), err);
@@ -305,9 +304,9 @@ static void test_version_format(void **state) {
   size_t i;
 
   (void)state;
-  for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     assert_string_equal(
-        rdzv_nccl_version_format(cases[i].code, buf, sizeof buf),
+        rdzv_nccl_version_format(cases[i].code, buf, sizeof(buf)),
         cases[i].text);
   /* Truncates, and stays terminated. */
   assert_string_equal(rdzv_nccl_version_format(22809, buf, 4), "2.2");
@@ -341,7 +340,7 @@ static void test_load_fake_calls_go_through(void **state) {
   assert_string_equal(api->path, FAKE);
   assert_int_equal(api->get_unique_id(&a), RDZV_NCCL_SUCCESS);
   assert_int_equal(api->get_unique_id(&b), RDZV_NCCL_SUCCESS);
-  assert_memory_not_equal(&a, &b, sizeof a);
+  assert_memory_not_equal(&a, &b, sizeof(a));
   assert_memory_equal(a.internal + 8, "FAKENCCL", 8);
   rdzv_nccl_config_init(&cfg);
   assert_int_equal(api->comm_init_rank_config(&comm, 4, b, 1, &cfg),
@@ -354,7 +353,7 @@ static void test_load_fake_calls_go_through(void **state) {
   assert_int_equal(api->all_reduce(send, recv, 4, RDZV_NCCL_FLOAT32,
                                    RDZV_NCCL_SUM, comm, NULL),
                    RDZV_NCCL_SUCCESS);
-  assert_memory_equal(send, recv, sizeof send);
+  assert_memory_equal(send, recv, sizeof(send));
   assert_int_equal(api->comm_finalize(comm), RDZV_NCCL_SUCCESS);
   assert_int_equal(api->comm_destroy(comm), RDZV_NCCL_SUCCESS);
 
@@ -365,17 +364,18 @@ static void test_load_fake_calls_go_through(void **state) {
   assert_int_equal(sscanf(p, "initRankConfig comm=%d", &c), 1);
   hex8(&a, ha);
   hex8(&b, hb);
-  snprintf(want, sizeof want,
-           "getVersion version=22809\n"
-           "getUniqueId id=%s\n"
-           "getUniqueId id=%s\n"
-           "initRankConfig comm=%d nranks=4 rank=1 blocking=1 id=%s -> 0 ctx=0x0\n"
-           "commCount comm=%d -> 0\n"
-           "userRank comm=%d -> 0\n"
-           "allReduce comm=%d count=4 type=7 op=0 -> 0\n"
-           "finalize comm=%d\n"
-           "destroy comm=%d\n",
-           ha, hb, c, hb, c, c, c, c, c);
+  snprintf(
+      want, sizeof(want),
+      "getVersion version=22809\n"
+      "getUniqueId id=%s\n"
+      "getUniqueId id=%s\n"
+      "initRankConfig comm=%d nranks=4 rank=1 blocking=1 id=%s -> 0 ctx=0x0\n"
+      "commCount comm=%d -> 0\n"
+      "userRank comm=%d -> 0\n"
+      "allReduce comm=%d count=4 type=7 op=0 -> 0\n"
+      "finalize comm=%d\n"
+      "destroy comm=%d\n",
+      ha, hb, c, hb, c, c, c, c, c);
   assert_string_equal(log, want);
   rdzv_nccl_unload(api);
 }
@@ -415,8 +415,9 @@ static void test_nonblocking_scalable_init(void **state) {
 
   hex8(&ids[0], h0);
   hex8(&ids[1], h1);
-  snprintf(want, sizeof want,
-           " nranks=8 rank=3 nId=2 blocking=0 ids=%s,%s -> 7 ctx=0x0\n", h0, h1);
+  snprintf(want, sizeof(want),
+           " nranks=8 rank=3 nId=2 blocking=0 ids=%s,%s -> 7 ctx=0x0\n", h0,
+           h1);
   assert_non_null(strstr(fake_log(), want));
   assert_true(strncmp(fake_log(), "initScalable comm=", 18) == 0);
   assert_int_equal(api->comm_destroy(comm), RDZV_NCCL_SUCCESS);
@@ -442,7 +443,7 @@ static void test_failed_init(void **state) {
   assert_int_equal(res, RDZV_NCCL_INTERNAL_ERROR);
   assert_null(comm);
   assert_int_equal(rdzv_nccl_check(api, NULL, res, "ncclCommInitRankConfig",
-                                   err, sizeof err),
+                                   err, sizeof(err)),
                    RDZV_ENCCL);
   assert_non_null(strstr(err, "ncclCommInitRankConfig: internal error"));
   assert_non_null(strstr(err, "(ncclResult 3)"));
@@ -458,12 +459,12 @@ static void test_failed_init(void **state) {
   } while (async == RDZV_NCCL_IN_PROGRESS);
   assert_int_equal(async, RDZV_NCCL_INTERNAL_ERROR);
   assert_int_equal(
-      rdzv_nccl_check(api, comm, async, "async init", err, sizeof err),
+      rdzv_nccl_check(api, comm, async, "async init", err, sizeof(err)),
       RDZV_ENCCL);
   assert_non_null(strstr(err, "last error: fake NCCL: init failed"));
   assert_int_equal(api->comm_abort(comm), RDZV_NCCL_SUCCESS);
   assert_int_equal(
-      rdzv_nccl_check(api, NULL, RDZV_NCCL_SUCCESS, "x", err, sizeof err), 0);
+      rdzv_nccl_check(api, NULL, RDZV_NCCL_SUCCESS, "x", err, sizeof(err)), 0);
   rdzv_nccl_unload(api);
 }
 
@@ -500,7 +501,7 @@ static void test_config_without_magic_is_refused(void **state) {
   rdzv_nccl_unique_id id;
 
   (void)state;
-  memset(&cfg, 0, sizeof cfg);
+  memset(&cfg, 0, sizeof(cfg));
   assert_int_equal(api->get_unique_id(&id), RDZV_NCCL_SUCCESS);
   assert_int_equal(api->comm_init_rank_config(&comm, 1, id, 0, &cfg),
                    RDZV_NCCL_INVALID_ARGUMENT);
@@ -549,9 +550,9 @@ static void test_fake_cuda_context(void **state) {
   assert_non_null(g);
   assert_non_null(s);
   assert_non_null(d);
-  memcpy(&get, &g, sizeof g);
-  memcpy(&set, &s, sizeof s);
-  memcpy(&destroy, &d, sizeof d);
+  memcpy(&get, &g, sizeof(g));
+  memcpy(&set, &s, sizeof(s));
+  memcpy(&destroy, &d, sizeof(d));
 
   assert_int_equal(get(&ctx), 0);
   assert_null(ctx); /* none current on a thread at first */
@@ -607,30 +608,30 @@ static void test_missing_library(void **state) {
   int rc;
 
   (void)state;
-  rc =
-      rdzv_nccl_load("tests/fake_nccl/libnot_here_1.so", &api, err, sizeof err);
+  rc = rdzv_nccl_load("tests/fake_nccl/libnot_here_1.so", &api, err,
+                      sizeof(err));
   assert_int_equal(rc, RDZV_ENCCL_MISSING);
   assert_null(api);
   assert_non_null(strstr(err, "NCCL library not found; tried:"));
   assert_non_null(strstr(err, "'tests/fake_nccl/libnot_here_1.so' ("));
   assert_non_null(strstr(err, "No such file"));
 
-  rc = rdzv_nccl_load_first(two, 2, &api, err, sizeof err);
+  rc = rdzv_nccl_load_first(two, 2, &api, err, sizeof(err));
   assert_int_equal(rc, RDZV_ENCCL_MISSING);
   assert_non_null(strstr(err, "'tests/fake_nccl/libnot_here_1.so' ("));
   assert_non_null(strstr(err, "; 'libnot_here_2.so.9' ("));
 
   /* A short buffer gets a truncated, terminated message. */
-  rc = rdzv_nccl_load_first(two, 2, &api, small, sizeof small);
+  rc = rdzv_nccl_load_first(two, 2, &api, small, sizeof(small));
   assert_int_equal(rc, RDZV_ENCCL_MISSING);
-  assert_int_equal(strlen(small), sizeof small - 1);
+  assert_int_equal(strlen(small), sizeof(small) - 1);
   /* And no buffer at all is fine. */
   assert_int_equal(rdzv_nccl_load_first(two, 2, &api, NULL, 0),
                    RDZV_ENCCL_MISSING);
-  assert_int_equal(rdzv_nccl_load_first(NULL, 0, &api, err, sizeof err),
+  assert_int_equal(rdzv_nccl_load_first(NULL, 0, &api, err, sizeof(err)),
                    RDZV_ENCCL_MISSING);
   assert_non_null(strstr(err, "no path to try"));
-  assert_int_equal(rdzv_nccl_load(FAKE, NULL, err, sizeof err), -EINVAL);
+  assert_int_equal(rdzv_nccl_load(FAKE, NULL, err, sizeof(err)), -EINVAL);
 }
 
 /* The first candidate that opens wins; failures before it are forgotten. */
@@ -640,7 +641,7 @@ static void test_first_candidate_that_opens_wins(void **state) {
   char err[512] = "junk";
 
   (void)state;
-  assert_int_equal(rdzv_nccl_load_first(list, 3, &api, err, sizeof err), 0);
+  assert_int_equal(rdzv_nccl_load_first(list, 3, &api, err, sizeof(err)), 0);
   assert_string_equal(api->path, FAKE);
   assert_string_equal(err, "");
   rdzv_nccl_unload(api);
@@ -652,7 +653,7 @@ static void test_missing_symbol(void **state) {
   char err[512];
 
   (void)state;
-  assert_int_equal(rdzv_nccl_load(FAKE_NOSPLIT, &api, err, sizeof err),
+  assert_int_equal(rdzv_nccl_load(FAKE_NOSPLIT, &api, err, sizeof(err)),
                    RDZV_ENCCL_SYMBOL);
   assert_null(api);
   assert_string_equal(err, "NCCL library '" FAKE_NOSPLIT "' (version 2.28.9) "
@@ -664,7 +665,7 @@ static void test_old_version(void **state) {
   char err[512];
 
   (void)state;
-  assert_int_equal(rdzv_nccl_load(FAKE_OLD, &api, err, sizeof err),
+  assert_int_equal(rdzv_nccl_load(FAKE_OLD, &api, err, sizeof(err)),
                    RDZV_ENCCL_VERSION);
   assert_null(api);
   assert_non_null(strstr(err, "'" FAKE_OLD "' is version 2.18.5 (code 21805)"));
@@ -672,7 +673,7 @@ static void test_old_version(void **state) {
 
   /* The boundary, through the fake's FAKE_NCCL_VERSION. */
   setenv("FAKE_NCCL_VERSION", "22299", 1);
-  assert_int_equal(rdzv_nccl_load(FAKE, &api, err, sizeof err),
+  assert_int_equal(rdzv_nccl_load(FAKE, &api, err, sizeof(err)),
                    RDZV_ENCCL_VERSION);
   assert_non_null(strstr(err, "is version 2.22.99 (code 22299)"));
   setenv("FAKE_NCCL_VERSION", "22300", 1);
@@ -681,7 +682,7 @@ static void test_old_version(void **state) {
   rdzv_nccl_unload(api);
   /* The pre-2.9 encoding is older still. */
   setenv("FAKE_NCCL_VERSION", "2804", 1);
-  assert_int_equal(rdzv_nccl_load(FAKE, &api, err, sizeof err),
+  assert_int_equal(rdzv_nccl_load(FAKE, &api, err, sizeof(err)),
                    RDZV_ENCCL_VERSION);
   assert_non_null(strstr(err, "is version 2.8.4 (code 2804)"));
 }
@@ -703,20 +704,20 @@ static void test_real_nccl(void **state) {
   /* The default search (no path): libnccl.so.2, then the CUDA path. */
   api = load_ok(NULL);
   printf("real NCCL: %s, version %s (code %d)\n", api->path,
-         rdzv_nccl_version_format(api->version, version, sizeof version),
+         rdzv_nccl_version_format(api->version, version, sizeof(version)),
          api->version);
   assert_true(api->version >= RDZV_NCCL_MIN_VERSION);
   assert_int_equal(api->get_version(&v), RDZV_NCCL_SUCCESS);
   assert_int_equal(v, api->version);
-  memset(&zero, 0, sizeof zero);
-  memset(&a, 0, sizeof a);
-  memset(&b, 0, sizeof b);
-  assert_int_equal(sizeof a, 128);
+  memset(&zero, 0, sizeof(zero));
+  memset(&a, 0, sizeof(a));
+  memset(&b, 0, sizeof(b));
+  assert_int_equal(sizeof(a), 128);
   assert_int_equal(api->get_unique_id(&a), RDZV_NCCL_SUCCESS);
   assert_int_equal(api->get_unique_id(&b), RDZV_NCCL_SUCCESS);
-  assert_memory_not_equal(&a, &zero, sizeof a);
-  assert_memory_not_equal(&b, &zero, sizeof b);
-  assert_memory_not_equal(&a, &b, sizeof a);
+  assert_memory_not_equal(&a, &zero, sizeof(a));
+  assert_memory_not_equal(&b, &zero, sizeof(b));
+  assert_memory_not_equal(&a, &b, sizeof(a));
   assert_non_null(api->get_error_string(RDZV_NCCL_INTERNAL_ERROR));
   rdzv_nccl_unload(api);
 }
@@ -735,8 +736,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_split, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_without_magic_is_refused,
                                       setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fake_cuda_context, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_fake_cuda_context, setup, teardown),
       cmocka_unit_test_setup_teardown(test_missing_library, setup, teardown),
       cmocka_unit_test_setup_teardown(test_first_candidate_that_opens_wins,
                                       setup, teardown),

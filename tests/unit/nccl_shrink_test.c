@@ -30,7 +30,7 @@ static int setup(void **state) {
 
   (void)state;
   unsetenv("FAKE_NCCL_VERSION");
-  snprintf(log_path, sizeof log_path, "%s/fake_nccl_shrink.%ld.log",
+  snprintf(log_path, sizeof(log_path), "%s/fake_nccl_shrink.%ld.log",
            dir != NULL ? dir : "/tmp", (long)getpid());
   unlink(log_path);
   setenv("FAKE_NCCL_LOG", log_path, 1);
@@ -54,7 +54,7 @@ static const char *fake_log(void) {
   buf[0] = '\0';
   if (f == NULL)
     return buf;
-  n = fread(buf, 1, sizeof buf - 1, f);
+  n = fread(buf, 1, sizeof(buf) - 1, f);
   buf[n] = '\0';
   fclose(f);
   return buf;
@@ -70,7 +70,7 @@ static void hex8(const rdzv_nccl_unique_id *id, char out[17]) {
 static struct rdzv_nccl_api *load_ok(const char *path) {
   struct rdzv_nccl_api *api = NULL;
   char err[512];
-  int rc = rdzv_nccl_load(path, &api, err, sizeof err);
+  int rc = rdzv_nccl_load(path, &api, err, sizeof(err));
 
   if (rc != 0)
     fail_msg("loading %s: %s: %s", path, rdzv_err_name(rc), err);
@@ -97,15 +97,14 @@ static void test_shrink_and_grow(void **state) {
   assert_int_equal(api->comm_init_rank_config(&world, 6, id, 2, NULL),
                    RDZV_NCCL_SUCCESS);
   /* Rank 2 of 6 without 0 and 3: rank 1 of 4. */
-  assert_int_equal(api->comm_shrink(world, ex, 2, &small, NULL,
-                                    RDZV_NCCL_SHRINK_ABORT),
-                   RDZV_NCCL_SUCCESS);
+  assert_int_equal(
+      api->comm_shrink(world, ex, 2, &small, NULL, RDZV_NCCL_SHRINK_ABORT),
+      RDZV_NCCL_SUCCESS);
   assert_int_equal(api->comm_count(small, &n), RDZV_NCCL_SUCCESS);
   assert_int_equal(n, 4);
   assert_int_equal(api->comm_user_rank(small, &n), RDZV_NCCL_SUCCESS);
   assert_int_equal(n, 1);
-  assert_non_null(
-      strstr(fake_log(), " exclude=3,0 flags=1 child="));
+  assert_non_null(strstr(fake_log(), " exclude=3,0 flags=1 child="));
   assert_non_null(strstr(fake_log(), " nranks=4 rank=1 -> 0"));
   /* A rank may not exclude itself. */
   assert_int_equal(api->comm_shrink(world, self, 1, &none, NULL, 0),
@@ -114,7 +113,7 @@ static void test_shrink_and_grow(void **state) {
   /* Grow the 4 to 6: the id from the comm, the existing rank kept. */
   assert_int_equal(api->comm_get_unique_id(small, &gid), RDZV_NCCL_SUCCESS);
   hex8(&gid, hex);
-  snprintf(want, sizeof want, " id=%s -> 0", hex);
+  snprintf(want, sizeof(want), " id=%s -> 0", hex);
   assert_non_null(strstr(fake_log(), want));
   assert_int_equal(api->comm_grow(small, 6, &gid, -1, &big, NULL),
                    RDZV_NCCL_SUCCESS);
@@ -125,8 +124,7 @@ static void test_shrink_and_grow(void **state) {
                    RDZV_NCCL_SUCCESS);
   assert_int_equal(api->comm_user_rank(fresh, &n), RDZV_NCCL_SUCCESS);
   assert_int_equal(n, 5);
-  snprintf(want, sizeof want,
-           "grow comm=0 nranks=6 id=%s rank=5 child=", hex);
+  snprintf(want, sizeof(want), "grow comm=0 nranks=6 id=%s rank=5 child=", hex);
   assert_non_null(strstr(fake_log(), want));
   /* A new member without the id is refused. */
   none = (rdzv_nccl_comm_t)&api;
@@ -149,25 +147,23 @@ static void test_optional_symbols(void **state) {
   (void)state;
   setenv("FAKE_NCCL_VERSION", "22605", 1);
   api = load_ok(FAKE);
-  assert_int_equal(rdzv_nccl_optional(api, "ncclCommShrink",
-                                      RDZV_NCCL_SHRINK_VERSION,
-                                      api->comm_shrink != NULL, err,
-                                      sizeof err),
-                   RDZV_ENCCL_VERSION);
+  assert_int_equal(
+      rdzv_nccl_optional(api, "ncclCommShrink", RDZV_NCCL_SHRINK_VERSION,
+                         api->comm_shrink != NULL, err, sizeof(err)),
+      RDZV_ENCCL_VERSION);
   assert_string_equal(err, "ncclCommShrink needs NCCL 2.27.0 (code 22700) or "
                            "newer; NCCL library '" FAKE "' is version 2.26.5 "
                            "(code 22605)");
   rdzv_nccl_unload(api);
   setenv("FAKE_NCCL_VERSION", "22809", 1);
   api = load_ok(FAKE);
-  assert_int_equal(rdzv_nccl_optional(api, "ncclCommShrink",
-                                      RDZV_NCCL_SHRINK_VERSION,
-                                      api->comm_shrink != NULL, err,
-                                      sizeof err),
-                   0);
+  assert_int_equal(
+      rdzv_nccl_optional(api, "ncclCommShrink", RDZV_NCCL_SHRINK_VERSION,
+                         api->comm_shrink != NULL, err, sizeof(err)),
+      0);
   assert_int_equal(rdzv_nccl_optional(api, "ncclCommGrow",
                                       RDZV_NCCL_GROW_VERSION,
-                                      api->comm_grow != NULL, err, sizeof err),
+                                      api->comm_grow != NULL, err, sizeof(err)),
                    RDZV_ENCCL_VERSION);
   assert_non_null(strstr(err, "ncclCommGrow needs NCCL 2.29.0"));
   rdzv_nccl_unload(api);
@@ -180,7 +176,7 @@ static void test_optional_symbols(void **state) {
   assert_null(api->comm_grow);
   assert_int_equal(rdzv_nccl_optional(api, "ncclCommGrow",
                                       RDZV_NCCL_GROW_VERSION,
-                                      api->comm_grow != NULL, err, sizeof err),
+                                      api->comm_grow != NULL, err, sizeof(err)),
                    RDZV_ENCCL_SYMBOL);
   assert_string_equal(err, "NCCL library '" FAKE_NOSHRINK "' (version 2.29.0) "
                            "lacks symbol ncclCommGrow (NCCL has it from "

@@ -86,12 +86,11 @@ static int seg_reset(void **state) {
 
 static void place(struct placed *p, const struct rdzv_place_host *prev,
                   size_t nprev, uint32_t max) {
-  struct rdzv_place_in in = {p->recs, p->n,  p->spare, prev,
-                             nprev,   max,   g_min,    g_segment};
+  struct rdzv_place_in in = {p->recs, p->n, p->spare, prev,
+                             nprev,   max,  g_min,    g_segment};
   size_t da, db;
-  assert_int_equal(rdzv_place(&in, p->out, p->swaps, &p->nswaps, &p->nworld,
-                              &da, &db),
-                   0);
+  assert_int_equal(
+      rdzv_place(&in, p->out, p->swaps, &p->nswaps, &p->nworld, &da, &db), 0);
 }
 
 /* The assignment of host name's local rank lr. */
@@ -182,7 +181,8 @@ static void test_spare_takes_lost_place_and_domain(void **state) {
   add_host(&p, &world4[3]); /* h2 (domain B) is lost */
   /* Spares of domains A and B: s-b gets h2's place although s-a comes
    * first in assignment order; s-a is parked. */
-  static const struct host_spec sa = {"s-a", "A", 2, 1}, sb = {"s-b", "B", 2, 1};
+  static const struct host_spec sa = {"s-a", "A", 2, 1},
+                                sb = {"s-b", "B", 2, 1};
   add_host(&p, &sa);
   add_host(&p, &sb);
   place(&p, prev, 4, 8);
@@ -287,8 +287,10 @@ static void test_promoted_spare_stays_and_extras_append(void **state) {
   /* The previous world had spare "s-b" in h2's place: joining again as a
    * spare it keeps that place. With no previous world, spares fill up to
    * the maximum after the actives. */
-  static const struct host_spec w[] = {
-      {"h0", "A", 2, 0}, {"h1", "A", 2, 0}, {"s-b", "B", 2, 1}, {"h3", "B", 2, 0}};
+  static const struct host_spec w[] = {{"h0", "A", 2, 0},
+                                       {"h1", "A", 2, 0},
+                                       {"s-b", "B", 2, 1},
+                                       {"h3", "B", 2, 0}};
   struct rdzv_place_host prev[4];
   prev_of(w, 4, prev);
   struct placed p = {0};
@@ -397,7 +399,8 @@ static void world_order(const struct placed *p, char *out, size_t n) {
   }
 }
 
-#define HOST1(name, dom, kind) {name, dom, 1, kind}
+#define HOST1(name, dom, kind)                                                 \
+  { name, dom, 1, kind }
 
 /* Domains A (5 hosts), B (4) and C (2), segments of 4: A's first four
  * and B's four are the world, in domain order; a4 and C are parked while

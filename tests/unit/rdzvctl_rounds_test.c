@@ -12,8 +12,8 @@
 #include "tools/ctl/rounds.h"
 
 /* What rdzvctl_print_rounds wrote (malloc'd), its status in *rc. */
-static char *print(const char *stats, const char *round, int *rc,
-                   char *err, size_t errlen) {
+static char *print(const char *stats, const char *round, int *rc, char *err,
+                   size_t errlen) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
@@ -71,8 +71,8 @@ static void test_not_a_root(void **state) {
   (void)state;
   char err[300] = "";
   int rc;
-  char *out = print("{\"name\":\"n1\",\"role\":\"node\"}", NULL, &rc, err,
-                    sizeof(err));
+  char *out =
+      print("{\"name\":\"n1\",\"role\":\"node\"}", NULL, &rc, err, sizeof(err));
   assert_int_equal(rc, -1);
   assert_non_null(strstr(err, "daemon n1 is a node"));
   free(out);

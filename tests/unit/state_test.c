@@ -33,8 +33,8 @@ static struct rdzv_state *open_job(const struct rdzv_state_backend *b,
 
 #define K(s) (const uint8_t *)(s), (uint32_t)(sizeof(s) - 1)
 
-static void assert_value(struct rdzv_state *st, const uint8_t *k,
-                         uint32_t klen, const char *want, bool write_once) {
+static void assert_value(struct rdzv_state *st, const uint8_t *k, uint32_t klen,
+                         const char *want, bool write_once) {
   struct rdzv_state_val v;
   assert_int_equal(rdzv__state_get(st, k, klen, &v), 0);
   assert_int_equal(v.n, strlen(want));
@@ -83,8 +83,7 @@ static void test_write_once(void **unused) {
                      RDZV_EWRITE_ONCE);
     assert_int_equal(rdzv__state_set(st, K("id"), K("uid-2"), false),
                      RDZV_EWRITE_ONCE);
-    assert_int_equal(rdzv__state_append(st, K("id"), K("+")),
-                     RDZV_EWRITE_ONCE);
+    assert_int_equal(rdzv__state_append(st, K("id"), K("+")), RDZV_EWRITE_ONCE);
     assert_value(st, K("id"), "uid-1", true);
     /* A mutable key may become write-once. */
     assert_int_equal(rdzv__state_set(st, K("m"), K("v1"), false), 0);
@@ -184,10 +183,8 @@ static void test_scan(void **unused) {
   for (size_t b = 0; b < NBACKENDS; b++) {
     struct rdzv_state *st = open_job(backends[b], "job");
     assert_int_equal(rdzv__state_set(st, K("rdzv/w/g1/a"), K("del"), true), 0);
-    assert_int_equal(rdzv__state_set(st, K("rdzv/w/g1/b"), K("del"), false),
-                     0);
-    assert_int_equal(rdzv__state_set(st, K("rdzv/w/g2/a"), K("keep"), true),
-                     0);
+    assert_int_equal(rdzv__state_set(st, K("rdzv/w/g1/b"), K("del"), false), 0);
+    assert_int_equal(rdzv__state_set(st, K("rdzv/w/g2/a"), K("keep"), true), 0);
     assert_int_equal(rdzv__state_set(st, K("rdzv/v/g1/a"), K("del"), true), 0);
     assert_int_equal(rdzv__state_set(st, K("other"), K("del"), false), 0);
     struct scan_ctx x;
@@ -239,7 +236,8 @@ static void test_scan_many(void **unused) {
       int kl = snprintf(k, sizeof(k), "k/%d", i);
       int vl = snprintf(val, sizeof(val), "%d", i * 7);
       assert_int_equal(rdzv__state_set(st, (uint8_t *)k, (uint32_t)kl,
-                                       (uint8_t *)val, (uint32_t)vl, i % 3 == 0),
+                                       (uint8_t *)val, (uint32_t)vl,
+                                       i % 3 == 0),
                        0);
     }
     int visits = 0;
@@ -304,10 +302,16 @@ static void test_records(void **unused) {
         rdzv__state_rec_get(st, RDZV_STATE_REC_ROUND, K("world"), &v), 0);
     assert_int_equal(v.n, 7);
     assert_memory_equal(v.p, "g2-done", 7);
-    assert_int_equal(
-        rdzv__state_rec_put(st, RDZV_STATE_REC_COLL, K("\x0c" "b"), NULL, 0), 0);
-    assert_int_equal(
-        rdzv__state_rec_get(st, RDZV_STATE_REC_COLL, K("\x0c" "b"), &v), 0);
+    assert_int_equal(rdzv__state_rec_put(st, RDZV_STATE_REC_COLL,
+                                         K("\x0c"
+                                           "b"),
+                                         NULL, 0),
+                     0);
+    assert_int_equal(rdzv__state_rec_get(st, RDZV_STATE_REC_COLL,
+                                         K("\x0c"
+                                           "b"),
+                                         &v),
+                     0);
     assert_int_equal(v.n, 0);
     assert_int_equal(rdzv__state_rec_del(st, RDZV_STATE_REC_ROUND, K("world")),
                      0);
@@ -357,10 +361,13 @@ static void test_jobs_apart(void **unused) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_set_get),     cmocka_unit_test(test_write_once),
-      cmocka_unit_test(test_append_del_count), cmocka_unit_test(test_bytes),
+      cmocka_unit_test(test_set_get),
+      cmocka_unit_test(test_write_once),
+      cmocka_unit_test(test_append_del_count),
+      cmocka_unit_test(test_bytes),
       cmocka_unit_test(test_scan),
-      cmocka_unit_test(test_scan_many),   cmocka_unit_test(test_records),
+      cmocka_unit_test(test_scan_many),
+      cmocka_unit_test(test_records),
       cmocka_unit_test(test_jobs_apart),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,6 @@
 /* The TCPStore codec (store/tcpstore_wire.h) against the bytes that real
- * torch 1.13 (legacy) and 2.6 (v2) clients send, recorded in
- * ../shared/notes/tcpstore-protocol.md §3.1-3.2: each request whole, byte
+ * torch 1.13 (legacy) and 2.6 (v2) clients send, as recorded from them
+ * (store/wire/tcpstore_wire.h gives the layouts): each request whole, byte
  * by byte (every proper prefix asks for more), back to back in one read,
  * and the malformed cases that must close the connection; and the layouts
  * of the opcodes of later releases (queues, LIST_KEYS, BARRIER), from
@@ -31,8 +31,8 @@ struct parsed {
 
 static void parse(struct rdzv_ts_parser *ps, const uint8_t *p, size_t n,
                   struct parsed *out) {
-  out->rc = rdzv_ts_parse(ps, p, n, &lim, out->keys, out->vals, CAP,
-                          &out->req, &out->used);
+  out->rc = rdzv_ts_parse(ps, p, n, &lim, out->keys, out->vals, CAP, &out->req,
+                          &out->used);
 }
 
 /* Parses p whole with a fresh copy of ps, and checks that every proper
@@ -60,7 +60,8 @@ static void test_legacy_client_bytes(void **state) {
   struct rdzv_ts_parser ps = {0};
   struct parsed r;
   /* ADD "init/" +1, the 1.13 constructor's first request. */
-  const uint8_t add[] = {3, L(5), 'i', 'n', 'i', 't', '/', 1, 0, 0, 0, 0, 0, 0, 0};
+  const uint8_t add[] = {3, L(5), 'i', 'n', 'i', 't', '/', 1,
+                         0, 0,    0,   0,   0,   0,   0};
   parse_whole(&ps, add, sizeof(add), &r);
   assert_int_equal(ps.dialect, RDZV_TS_LEGACY);
   assert_int_equal(r.req.op, RDZV_TS_ADD);
@@ -83,12 +84,13 @@ static void test_legacy_client_bytes(void **state) {
   assert_int_equal(r.rc, 1);
   assert_int_equal(r.req.op, RDZV_TS_GET);
   /* ADD "/cnt" -2 (two's complement). */
-  const uint8_t neg[] = {3, L(4), '/', 'c', 'n', 't', 0xfe, 0xff, 0xff, 0xff,
-                         0xff, 0xff, 0xff, 0xff};
+  const uint8_t neg[] = {3,    L(4), '/',  'c',  'n',  't',  0xfe,
+                         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
   parse_whole(&ps, neg, sizeof(neg), &r);
   assert_int_equal(r.req.delta, -2);
   /* COMPARE_SET "/k1" "v1" "v2", GETNUMKEYS, DELETE_KEY "/k1". */
-  const uint8_t cas[] = {1, L(3), '/', 'k', '1', L(2), 'v', '1', L(2), 'v', '2'};
+  const uint8_t cas[] = {1,   L(3), '/',  'k', '1', L(2),
+                         'v', '1',  L(2), 'v', '2'};
   parse_whole(&ps, cas, sizeof(cas), &r);
   assert_int_equal(r.req.op, RDZV_TS_COMPARE_SET);
   assert_true(slice_is(r.vals[0], "v1") && slice_is(r.vals[1], "v2"));
@@ -133,14 +135,14 @@ static void test_v2_client_bytes(void **state) {
   const uint8_t set[] = {1, L(3), '/', 'k', '1', L(2), 'v', '1'};
   parse_whole(&ps, set, sizeof(set), &r);
   assert_int_equal(r.req.op, RDZV_TS_SET);
-  const uint8_t check[] = {5, L(2), L(3), '/', 'k', '1', L(6), '/', 'n', 'o',
-                           'k', 'e', 'y'};
+  const uint8_t check[] = {5,   L(2), L(3), '/', 'k', '1', L(6),
+                           '/', 'n',  'o',  'k', 'e', 'y'};
   parse_whole(&ps, check, sizeof(check), &r);
   assert_int_equal(r.req.op, RDZV_TS_CHECK);
   assert_int_equal(r.req.nkeys, 2);
   assert_true(slice_is(r.keys[1], "/nokey"));
-  const uint8_t mset[] = {0x0b, L(2), L(3), '/', 'm', '1', L(1), 'a',
-                          L(3), '/', 'm', '2', L(2), 'b', 'b'};
+  const uint8_t mset[] = {0x0b, L(2), L(3), '/', 'm',  '1', L(1), 'a',
+                          L(3), '/',  'm',  '2', L(2), 'b', 'b'};
   parse_whole(&ps, mset, sizeof(mset), &r);
   assert_int_equal(r.req.op, RDZV_TS_MULTI_SET);
   assert_int_equal(r.req.nkeys, 2);
@@ -193,8 +195,8 @@ static void test_v2_later_opcodes(void **state) {
   assert_int_equal(r.req.op, RDZV_TS_BARRIER);
   assert_true(r.req.nkeys == 1 && slice_is(r.keys[0], "/b"));
   assert_int_equal(r.req.delta, 4);
-  const uint8_t neg[] = {18, L(1), 'b', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                         0xff, 0xff};
+  const uint8_t neg[] = {18,   L(1), 'b',  0xff, 0xff, 0xff,
+                         0xff, 0xff, 0xff, 0xff, 0xff};
   parse_whole(&ps, neg, sizeof(neg), &r);
   assert_int_equal(r.req.delta, -1);
   /* All five back to back in one read. */
@@ -294,8 +296,8 @@ static void test_encoders(void **state) {
   assert_int_equal(rdzv_ts_put_i64(&b, -2), 0);
   assert_int_equal(rdzv_ts_put_u8(&b, RDZV_TS_STOP_WAITING), 0);
   assert_int_equal(rdzv_ts_put_u32(&b, 0x7bd3), 0);
-  const uint8_t want[] = {L(2), 'v', '1', 0xfe, 0xff, 0xff, 0xff, 0xff,
-                          0xff, 0xff, 0xff, 0, 0xd3, 0x7b, 0, 0};
+  const uint8_t want[] = {L(2), 'v',  '1',  0xfe, 0xff, 0xff, 0xff, 0xff,
+                          0xff, 0xff, 0xff, 0,    0xd3, 0x7b, 0,    0};
   assert_int_equal(b.len, sizeof(want));
   assert_memory_equal(b.data, want, sizeof(want));
   rdzv_buf_free(&b);
@@ -317,31 +319,39 @@ static void expect_bytes(enum rdzv_ts_dialect d, const struct rdzv_ts_req *q,
 static void test_client_encode(void **state) {
   (void)state;
   struct rdzv_slice k = {(const uint8_t *)"init/", 5};
-  struct rdzv_ts_req q = {.op = RDZV_TS_ADD, .nkeys = 1, .keys = &k,
-                          .delta = 1};
-  const uint8_t add[] = {3, L(5), 'i', 'n', 'i', 't', '/', 1, 0, 0, 0, 0, 0, 0, 0};
+  struct rdzv_ts_req q = {
+      .op = RDZV_TS_ADD, .nkeys = 1, .keys = &k, .delta = 1};
+  const uint8_t add[] = {3, L(5), 'i', 'n', 'i', 't', '/', 1,
+                         0, 0,    0,   0,   0,   0,   0};
   expect_bytes(RDZV_TS_LEGACY, &q, add, sizeof(add));
-  const uint8_t add2[] = {4, L(5), 'i', 'n', 'i', 't', '/', 1, 0, 0, 0, 0, 0, 0, 0};
+  const uint8_t add2[] = {4, L(5), 'i', 'n', 'i', 't', '/', 1,
+                          0, 0,    0,   0,   0,   0,   0};
   expect_bytes(RDZV_TS_V2, &q, add2, sizeof(add2));
   struct rdzv_slice kv[3] = {{(const uint8_t *)"/k1", 3},
                              {(const uint8_t *)"v1", 2},
                              {(const uint8_t *)"v2", 2}};
-  struct rdzv_ts_req set = {.op = RDZV_TS_SET, .nkeys = 1, .keys = kv,
-                            .nvals = 1, .vals = kv + 1};
+  struct rdzv_ts_req set = {
+      .op = RDZV_TS_SET, .nkeys = 1, .keys = kv, .nvals = 1, .vals = kv + 1};
   const uint8_t set1[] = {0, L(3), '/', 'k', '1', L(2), 'v', '1'};
   expect_bytes(RDZV_TS_LEGACY, &set, set1, sizeof(set1));
   struct rdzv_ts_req wait = {.op = RDZV_TS_WAIT, .nkeys = 1, .keys = kv};
   const uint8_t w1[] = {5, L(1), L(3), '/', 'k', '1'};
   expect_bytes(RDZV_TS_LEGACY, &wait, w1, sizeof(w1));
-  struct rdzv_ts_req cas = {.op = RDZV_TS_COMPARE_SET, .nkeys = 1,
-                            .keys = kv, .nvals = 2, .vals = kv + 1};
+  struct rdzv_ts_req cas = {.op = RDZV_TS_COMPARE_SET,
+                            .nkeys = 1,
+                            .keys = kv,
+                            .nvals = 2,
+                            .vals = kv + 1};
   const uint8_t c1[] = {1, L(3), '/', 'k', '1', L(2), 'v', '1', L(2), 'v', '2'};
   expect_bytes(RDZV_TS_LEGACY, &cas, c1, sizeof(c1));
   struct rdzv_ts_req val = {.op = RDZV_TS_VALIDATE, .u32 = RDZV_TS_MAGIC};
   const uint8_t v[] = {0, 0xce, 0xf7, 0x85, 0x3c};
   expect_bytes(RDZV_TS_V2, &val, v, sizeof(v));
-  struct rdzv_ts_req ms = {.op = RDZV_TS_MULTI_SET, .nkeys = 1, .keys = kv,
-                           .nvals = 1, .vals = kv + 1};
+  struct rdzv_ts_req ms = {.op = RDZV_TS_MULTI_SET,
+                           .nkeys = 1,
+                           .keys = kv,
+                           .nvals = 1,
+                           .vals = kv + 1};
   const uint8_t m2[] = {11, L(1), L(3), '/', 'k', '1', L(2), 'v', '1'};
   expect_bytes(RDZV_TS_V2, &ms, m2, sizeof(m2));
   /* Not in the dialect, or the wrong shape: refused, b untouched. */
@@ -365,38 +375,46 @@ static void test_client_replies(void **state) {
   /* GET's blob, each proper prefix asking for more. */
   const uint8_t get[] = {L(2), 'v', '2', 0x55};
   for (size_t k = 0; k < 10; k++)
-    assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_GET, 1, get, k, 64, blobs,
-                                         CAP, &r, &used), 0);
+    assert_int_equal(
+        rdzv_ts_parse_reply(RDZV_TS_GET, 1, get, k, 64, blobs, CAP, &r, &used),
+        0);
   assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_GET, 1, get, sizeof(get), 64,
-                                       blobs, CAP, &r, &used), 1);
+                                       blobs, CAP, &r, &used),
+                   1);
   assert_int_equal(used, 10);
   assert_int_equal(r.nblobs, 1);
   assert_true(slice_is(r.blobs[0], "v2"));
   const uint8_t add[] = {3, 0, 0, 0, 0, 0, 0, 0};
-  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_ADD, 1, add, 8, 64, blobs, CAP,
-                                       &r, &used), 1);
+  assert_int_equal(
+      rdzv_ts_parse_reply(RDZV_TS_ADD, 1, add, 8, 64, blobs, CAP, &r, &used),
+      1);
   assert_int_equal(r.i64, 3);
   const uint8_t stop[] = {0};
-  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_WAIT, 1, stop, 1, 64, blobs,
-                                       CAP, &r, &used), 1);
+  assert_int_equal(
+      rdzv_ts_parse_reply(RDZV_TS_WAIT, 1, stop, 1, 64, blobs, CAP, &r, &used),
+      1);
   assert_int_equal(r.u8, RDZV_TS_STOP_WAITING);
   assert_int_equal(used, 1);
   const uint8_t mg[] = {L(1), 'a', L(2), 'b', 'b'};
-  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_MULTI_GET, 2, mg, sizeof(mg),
-                                       64, blobs, CAP, &r, &used), 1);
+  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_MULTI_GET, 2, mg, sizeof(mg), 64,
+                                       blobs, CAP, &r, &used),
+                   1);
   assert_true(r.nblobs == 2 && slice_is(r.blobs[1], "bb"));
   assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_MULTI_GET, CAP + 1, mg,
                                        sizeof(mg), 64, blobs, CAP, &r, &used),
                    RDZV_EFRAME_TOO_BIG);
   const uint8_t big[] = {L(65)};
-  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_GET, 1, big, 8, 64, blobs, CAP,
-                                       &r, &used), RDZV_EVALUE_TOO_BIG);
+  assert_int_equal(
+      rdzv_ts_parse_reply(RDZV_TS_GET, 1, big, 8, 64, blobs, CAP, &r, &used),
+      RDZV_EVALUE_TOO_BIG);
   const uint8_t ping[] = {0xd3, 0x7b, 0, 0};
-  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_PING, 0, ping, 4, 64, blobs,
-                                       CAP, &r, &used), 1);
+  assert_int_equal(
+      rdzv_ts_parse_reply(RDZV_TS_PING, 0, ping, 4, 64, blobs, CAP, &r, &used),
+      1);
   assert_int_equal(r.u32, 31699);
-  assert_int_equal(rdzv_ts_parse_reply(RDZV_TS_SET, 1, stop, 1, 64, blobs,
-                                       CAP, &r, &used), RDZV_EPROTO);
+  assert_int_equal(
+      rdzv_ts_parse_reply(RDZV_TS_SET, 1, stop, 1, 64, blobs, CAP, &r, &used),
+      RDZV_EPROTO);
 }
 
 int main(void) {

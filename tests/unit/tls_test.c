@@ -225,16 +225,14 @@ static void test_not_tls(void **state) {
   static const uint8_t frame[] = {0x52, 0x44, 0x5a, 0x56, 1, 1, 0, 0,
                                   1,    0,    0,    0,    0, 0, 0, 0};
   assert_true(frame[0] != RDZV_TLS_HANDSHAKE_BYTE);
-  assert_int_equal(rdzv_tls_read(sv, frame, sizeof(frame), &plain),
-                   RDZV_ETLS);
+  assert_int_equal(rdzv_tls_read(sv, frame, sizeof(frame), &plain), RDZV_ETLS);
   assert_true(strlen(rdzv_tls_error(sv)) > 0);
   assert_int_equal(rdzv_tls_write(cl, (const uint8_t *)"x", 1), 0);
   assert_true(rdzv_tls_pending(cl) > 0);
   struct rdzv_buf hello = {0};
   assert_true(rdzv_tls_take(cl, &hello) > 0);
   assert_int_equal(hello.data[0], RDZV_TLS_HANDSHAKE_BYTE);
-  assert_int_equal(rdzv_tls_read(cl, frame, sizeof(frame), &plain),
-                   RDZV_ETLS);
+  assert_int_equal(rdzv_tls_read(cl, frame, sizeof(frame), &plain), RDZV_ETLS);
   if (strstr(rdzv_tls_error(cl), "does not speak TLS") == NULL)
     fail_msg("client: \"%s\"", rdzv_tls_error(cl));
   assert_int_equal(plain.len, 0);

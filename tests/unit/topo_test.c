@@ -79,8 +79,8 @@ static void test_tree_children_partition(void **state) {
         }
         /* A non-last parent with children has all F of them. */
         if (first + cnt < n && cnt != f)
-          fail_msg("children(%lld, %lld, %lld): %lld, not full",
-                   (long long)i, (long long)n, (long long)f, (long long)cnt);
+          fail_msg("children(%lld, %lld, %lld): %lld, not full", (long long)i,
+                   (long long)n, (long long)f, (long long)cnt);
         next = first + cnt;
       }
       if (next != n)
@@ -165,8 +165,7 @@ static void test_tree_table(void **state) {
         cnt != tc->nchildren || first != tc->first)
       fail_msg("case %zu (i %lld, count %lld, f %lld): parent %lld, "
                "children %lld from %lld",
-               k, (long long)tc->i, (long long)tc->count,
-               (long long)tc->fanout,
+               k, (long long)tc->i, (long long)tc->count, (long long)tc->fanout,
                (long long)rdzv_tree_parent(tc->i, tc->count, tc->fanout),
                (long long)cnt, (long long)first);
   }
@@ -238,9 +237,9 @@ static void check_blocks(int64_t nranks, int64_t nids) {
  * up to 2000 x 300 at the block boundaries.) */
 #define FULL_NRANKS 400
 static const int64_t some_nids[] = {
-    1,   2,   3,   4,   5,   6,   7,   8,   9,   10,  11,  12,  13,
-    16,  17,  31,  32,  33,  63,  64,  65,  97,  100, 127, 128, 129,
-    199, 211, 255, 256, 257, 293, 299, 300,
+    1,   2,   3,   4,   5,   6,   7,   8,   9,   10,  11,  12,
+    13,  16,  17,  31,  32,  33,  63,  64,  65,  97,  100, 127,
+    128, 129, 199, 211, 255, 256, 257, 293, 299, 300,
 };
 
 static void test_nccl_blocks_exhaustive(void **state) {
@@ -299,8 +298,8 @@ static void test_nccl_block_sizes(void **state) {
     for (int64_t rank = 0; rank < nranks; rank++) {
       int64_t b = rdzv_nccl_block_of(rank, nranks, nids);
       int64_t lo = b >= 0 ? rdzv_nccl_block_first(b, nranks, nids) : -1;
-      int64_t hi = b + 1 < nids ? rdzv_nccl_block_first(b + 1, nranks, nids)
-                                : nranks;
+      int64_t hi =
+          b + 1 < nids ? rdzv_nccl_block_first(b + 1, nranks, nids) : nranks;
       if (b < 0 || b >= nids || lo < 0 || lo > rank || rank >= hi)
         fail_msg("rank %lld of %lld, %lld ids: block %lld [%lld, %lld)",
                  (long long)rank, (long long)nranks, (long long)nids,
@@ -357,8 +356,8 @@ static void test_nccl_block_table(void **state) {
     if (bo != tc->block_of || bf != tc->block_first)
       fail_msg("case %zu (x %lld, nranks %lld, nids %lld): block_of %lld, "
                "block_first %lld",
-               k, (long long)tc->x, (long long)tc->nranks,
-               (long long)tc->nids, (long long)bo, (long long)bf);
+               k, (long long)tc->x, (long long)tc->nranks, (long long)tc->nids,
+               (long long)bo, (long long)bf);
   }
   /* 100000 ranks in 782 blocks: q 127, r 686; block 686 starts at
    * 686 * 128 = 87808, the last block at 87808 + 95 * 127 = 99873. */
@@ -397,9 +396,8 @@ static void test_nccl_nids(void **state) {
     const struct nids_case *tc = &nids_cases[k];
     int64_t got = rdzv_nccl_nids(tc->nranks, tc->per_root);
     if (got != tc->nids)
-      fail_msg("nids(%lld, %lld) = %lld, expected %lld",
-               (long long)tc->nranks, (long long)tc->per_root, (long long)got,
-               (long long)tc->nids);
+      fail_msg("nids(%lld, %lld) = %lld, expected %lld", (long long)tc->nranks,
+               (long long)tc->per_root, (long long)got, (long long)tc->nids);
   }
   for (int64_t n = 1; n <= 128; n++)
     assert_int_equal(rdzv_nccl_nids(n, 128), 1);

@@ -81,12 +81,12 @@ static const struct tcase cases[] = {
      {S("first frame was not a hello")}, 0, {{0}}},
 };
 /* clang-format on */
-#define NCASES (sizeof cases / sizeof cases[0])
+#define NCASES (sizeof(cases) / sizeof(cases[0]))
 
 static struct rdzv_msg case_msg(const struct tcase *tc) {
   struct rdzv_msg m;
 
-  memset(&m, 0, sizeof m);
+  memset(&m, 0, sizeof(m));
   m.type = tc->type;
   m.flags = tc->flags;
   m.req_id = tc->req_id;
@@ -240,8 +240,8 @@ static void test_golden_bytes(void **state) {
   m.vals.n = 1;
   m.vals.v = &v;
   assert_int_equal(rdzv_msg_encode(&m, &b), 0);
-  assert_int_equal(b.len, sizeof want);
-  assert_memory_equal(b.data, want, sizeof want);
+  assert_int_equal(b.len, sizeof(want));
+  assert_memory_equal(b.data, want, sizeof(want));
   rdzv_buf_free(&b);
 }
 
@@ -398,7 +398,7 @@ static const struct bad bads[] = {
     {"trailing-word", HDR(3), 12, 32, {FIX, 0, 0, 7}, 32, RDZV_EPROTO},
 };
 /* clang-format on */
-#define NBADS (sizeof bads / sizeof bads[0])
+#define NBADS (sizeof(bads) / sizeof(bads[0]))
 
 static size_t bad_build(const struct bad *bd, uint8_t *out) {
   uint8_t body[64];
@@ -499,7 +499,7 @@ static void test_random(void **state) {
   int iter;
 
   for (iter = 0; iter < 10000; iter++) {
-    size_t n = random_input(&rng, p, sizeof p);
+    size_t n = random_input(&rng, p, sizeof(p));
     struct rdzv_msg m;
     size_t used = 0;
     uint8_t *copy;
@@ -533,7 +533,7 @@ static void test_items(void **state) {
   static const uint8_t raw[] = {2, 0, 0, 0, 'h', 'i', 0,  0,
                                 0, 0, 1, 0, 0,   0,   'x'};
   const struct rdzv_slice v[3] = {S("hi"), S(""), S("x")};
-  const struct rdzv_items rl = {3, NULL, raw, sizeof raw};
+  const struct rdzv_items rl = {3, NULL, raw, sizeof(raw)};
   const struct rdzv_items vl = {3, v, NULL, 0};
   const struct rdzv_items empty = {0, NULL, NULL, 0};
   struct rdzv_slice s;
@@ -577,7 +577,7 @@ static void test_encode_errors(void **state) {
   /* A raw list whose items do not match its count or length. */
   m.keys.n = 1;
   m.keys.raw = bad_raw;
-  m.keys.raw_len = sizeof bad_raw;
+  m.keys.raw_len = sizeof(bad_raw);
   assert_int_equal(rdzv_msg_encode(&m, &b), RDZV_EPROTO);
   m.keys.n = 1;
   m.keys.raw = NULL;
@@ -604,20 +604,22 @@ static void test_encode_refs(void **state) {
   assert_true(rl.len <= sizeof(raw));
   memcpy(raw, rl.data, rl.len);
   struct rdzv_slice spans[2] = {{big, sizeof(big)}, {raw, (uint32_t)rl.len}};
-  struct rdzv_slice vals[4] = {{big + 10, 1000},  /* in span 0: by reference */
-                               {big, 16},         /* small: copied */
-                               {outside, 3000},   /* no span: copied */
+  struct rdzv_slice vals[4] = {{big + 10, 1000},   /* in span 0: by reference */
+                               {big, 16},          /* small: copied */
+                               {outside, 3000},    /* no span: copied */
                                {big + 2000, 600}}; /* in span 0 */
   struct rdzv_slice key = {(const uint8_t *)"k", 1};
-  struct rdzv_msg m = {.type = RDZV_MSG_GET, .flags = RDZV_F_REPLY,
-                       .req_id = 9, .keys = {1, &key, NULL, 0},
+  struct rdzv_msg m = {.type = RDZV_MSG_GET,
+                       .flags = RDZV_F_REPLY,
+                       .req_id = 9,
+                       .keys = {1, &key, NULL, 0},
                        .vals = {4, vals, NULL, 0}};
   struct rdzv_buf plain = {0}, out = {0};
   assert_int_equal(rdzv_msg_encode(&m, &plain), 0);
   struct rdzv_wire_ref refs[4];
   uint32_t nrefs = 0;
-  assert_int_equal(rdzv_msg_encode_refs(&m, &out, spans, 2, 512, refs, 4,
-                                        &nrefs), 0);
+  assert_int_equal(
+      rdzv_msg_encode_refs(&m, &out, spans, 2, 512, refs, 4, &nrefs), 0);
   assert_int_equal(nrefs, 2);
   assert_ptr_equal(refs[0].p, big + 10);
   assert_int_equal(refs[0].n, 1000);
@@ -637,16 +639,16 @@ static void test_encode_refs(void **state) {
   assert_memory_equal(back.data, plain.data, plain.len);
   /* The cap: one reference at most, the second big value copied. */
   out.len = 0;
-  assert_int_equal(rdzv_msg_encode_refs(&m, &out, spans, 2, 512, refs, 1,
-                                        &nrefs), 0);
+  assert_int_equal(
+      rdzv_msg_encode_refs(&m, &out, spans, 2, 512, refs, 1, &nrefs), 0);
   assert_int_equal(nrefs, 1);
   assert_int_equal(out.len + 1000, plain.len);
   /* A raw list's body inside a span goes whole, after its count. */
   m.vals = (struct rdzv_items){10, NULL, raw, rl.len};
   plain.len = out.len = 0;
   assert_int_equal(rdzv_msg_encode(&m, &plain), 0);
-  assert_int_equal(rdzv_msg_encode_refs(&m, &out, spans, 2, 512, refs, 4,
-                                        &nrefs), 0);
+  assert_int_equal(
+      rdzv_msg_encode_refs(&m, &out, spans, 2, 512, refs, 4, &nrefs), 0);
   assert_int_equal(nrefs, 1);
   assert_int_equal(refs[0].span, 1);
   assert_int_equal(refs[0].at, out.len); /* the frame's last bytes */
@@ -654,8 +656,8 @@ static void test_encode_refs(void **state) {
   assert_memory_equal(out.data, plain.data, out.len);
   /* Under the minimum, or with no spans: the plain bytes. */
   out.len = 0;
-  assert_int_equal(rdzv_msg_encode_refs(&m, &out, spans, 2, 4096, refs, 4,
-                                        &nrefs), 0);
+  assert_int_equal(
+      rdzv_msg_encode_refs(&m, &out, spans, 2, 4096, refs, 4, &nrefs), 0);
   assert_int_equal(nrefs, 0);
   assert_int_equal(out.len, plain.len);
   assert_memory_equal(out.data, plain.data, plain.len);
@@ -705,11 +707,11 @@ static void test_u64le(void **state) {
 
 static void test_type_names(void **state) {
   static const char *const want[] = {
-      "unknown", "hello",  "set",   "get",   "wait",   "add",
-      "cas",     "delete", "mget",  "mset",  "append", "nkeys",
-      "barrier", "gather", "stats", "error", "join",   "abort",
-      "coll_status", "ping", "keys", "auth", "inval", "ts_space",
-      "unknown"};
+      "unknown", "hello", "set",     "get",         "wait",
+      "add",     "cas",   "delete",  "mget",        "mset",
+      "append",  "nkeys", "barrier", "gather",      "stats",
+      "error",   "join",  "abort",   "coll_status", "ping",
+      "keys",    "auth",  "inval",   "ts_space",    "unknown"};
   int t;
 
   for (t = 0; t <= RDZV_MSG_TYPE_MAX + 1; t++)

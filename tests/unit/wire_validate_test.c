@@ -186,12 +186,12 @@ static const struct vcase vcases[] = {
     {"type-21", 21, 0, 0, 0, K0, V0, EP},
 };
 /* clang-format on */
-#define NVCASES (sizeof vcases / sizeof vcases[0])
+#define NVCASES (sizeof(vcases) / sizeof(vcases[0]))
 
 static struct rdzv_msg vcase_msg(const struct vcase *vc) {
   struct rdzv_msg m;
 
-  memset(&m, 0, sizeof m);
+  memset(&m, 0, sizeof(m));
   m.type = vc->type;
   m.flags = vc->flags;
   m.a = vc->a;

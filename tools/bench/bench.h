@@ -7,25 +7,25 @@
 #include <stdint.h>
 
 struct bench_opts {
-  char dir[128];         /* sockets and result files */
+  char dir[128]; /* sockets and result files */
   char job[64];
-  int64_t ranks;         /* N */
+  int64_t ranks; /* N */
   int64_t ranks_per_host;
   int64_t fanout;
   int64_t ranks_per_root; /* unique ids: NCCL scalable-init block size */
   double timeout_s;
-  int flat;              /* every rank on the root */
-  int inproc;            /* ranks inside the server processes */
-  int root;              /* serve: run the root daemon */
-  int tcpstore;          /* serve: each daemon also serves the TCPStore
-                            protocol on 127.0.0.1 (incumbents.c) */
-  int pytorch;           /* ts-drive: PyTorch's own store traffic
-                            (--pattern pytorch, ts_drive.c) */
-  int no_copies;         /* serve: nodes keep no copies of mutable keys
-                            (--cache-mutable no) */
-  int64_t first, count;  /* serve: a range of positions in the tree's
-                            depth-first order (bench_host_at); drive:
-                            a range of host indexes */
+  int flat;             /* every rank on the root */
+  int inproc;           /* ranks inside the server processes */
+  int root;             /* serve: run the root daemon */
+  int tcpstore;         /* serve: each daemon also serves the TCPStore
+                           protocol on 127.0.0.1 (incumbents.c) */
+  int pytorch;          /* ts-drive: PyTorch's own store traffic
+                           (--pattern pytorch, ts_drive.c) */
+  int no_copies;        /* serve: nodes keep no copies of mutable keys
+                           (--cache-mutable no) */
+  int64_t first, count; /* serve: a range of positions in the tree's
+                           depth-first order (bench_host_at); drive:
+                           a range of host indexes */
   uint32_t flush_ms, flush_max_ms;
   /* The nodes' --heartbeat-ms; 0: a third of their liveness timeout. */
   uint32_t heartbeat_ms;
@@ -101,7 +101,7 @@ struct bench_delay_opts {
   int64_t hosts;        /* nodes in the tree (>= 2) */
   int64_t delays_us[8]; /* each direction of every uplink */
   int ndelays;
-  double rtt_us;        /* the projections' round trip per level */
+  double rtt_us; /* the projections' round trip per level */
   /* The model's combining-interval term: whether (1) or not (0) each
    * step waits --flush-ms at a node whose subtree has not given all of
    * it: the join, the id gather, the barrier, a lone add (all 1 while

@@ -98,8 +98,8 @@ static int relay_start(struct relay_proc *rp, int64_t delay_us,
   if (rp->pid == 0) {
     dup2(out[1], 1);
     /* --realtime: the wire goes before the daemons on a busy machine. */
-    char *argv[] = {exe,     "--delay-us", d, "--pairs", (char *)pairs,
-                    "--realtime", NULL};
+    char *argv[] = {exe,           "--delay-us", d,   "--pairs",
+                    (char *)pairs, "--realtime", NULL};
     execv(exe, argv);
     fprintf(stderr, "rdzv-bench: cannot run %s: %s (set RDZV_DELAY_RELAY)\n",
             exe, strerror(errno));
@@ -164,8 +164,8 @@ static int unix_socket(const char *path, int do_listen) {
 
 static int full_io(int fd, uint8_t *p, size_t n, int wr) {
   for (size_t done = 0; done < n;) {
-    ssize_t k = wr ? write(fd, p + done, n - done)
-                   : read(fd, p + done, n - done);
+    ssize_t k =
+        wr ? write(fd, p + done, n - done) : read(fd, p + done, n - done);
     if (k <= 0 && !(k < 0 && errno == EINTR))
       return -1;
     if (k > 0)
@@ -401,9 +401,8 @@ static int lone_sets(const struct bench_opts *o, int held, double *p50,
     snprintf(val, sizeof(val), "v%d", i);
     double t0 = bench_now();
     if (rc == 0)
-      rc = rdzv_store_set(cs[nh - 1], key, val, strlen(val), 0, 10) == 0
-               ? 0
-               : -1;
+      rc = rdzv_store_set(cs[nh - 1], key, val, strlen(val), 0, 10) == 0 ? 0
+                                                                         : -1;
     if (i >= 10) /* the first ones connect */
       t[i - 10] = (bench_now() - t0) * 1e6;
   }
@@ -440,8 +439,8 @@ static void on_finished(const struct bench_opts *o, int rc, void *arg) {
   if (rc == 0 && tc->relay.pid > 0) {
     row->lone_failed |= lone_ops(o, path, 0, &row->get_us, &row->get_us_p90);
     row->lone_failed |= lone_ops(o, path, 1, &row->add_us, &row->add_us_p90);
-    row->lone_failed |= lone_sets(o, 0, &row->set_us, &row->set_us_p90,
-                                  &row->set_us_p99);
+    row->lone_failed |=
+        lone_sets(o, 0, &row->set_us, &row->set_us_p90, &row->set_us_p99);
     row->lone_failed |= lone_sets(o, 1, &row->set_held_us,
                                   &row->set_held_us_p90, &row->set_held_us_p99);
     bench_root_path(o, path, sizeof(path));
@@ -471,19 +470,19 @@ void bench_delay_model(const struct bench_model_in *in,
       in->trips * (in->levels + 1) * in->path_frames * in->frame_s;
   out->busy_s = in->busiest_frames * in->frame_s;
   out->interval_s = in->interval_levels * in->interval_s;
-  out->total_s = out->local_s + out->network_s +
-                 (out->path_cpu_s > out->busy_s ? out->path_cpu_s
-                                                : out->busy_s) +
-                 out->interval_s;
+  out->total_s =
+      out->local_s + out->network_s +
+      (out->path_cpu_s > out->busy_s ? out->path_cpu_s : out->busy_s) +
+      out->interval_s;
 }
 
 /* ---- the run ----------------------------------------------------------- */
 
 static json_t *model_json(const struct bench_model_out *m) {
   return json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "total_s", m->total_s,
-                   "local_s", m->local_s,
-                   "network_s", m->network_s, "path_cpu_s", m->path_cpu_s,
-                   "busiest_cpu_s", m->busy_s, "interval_s", m->interval_s);
+                   "local_s", m->local_s, "network_s", m->network_s,
+                   "path_cpu_s", m->path_cpu_s, "busiest_cpu_s", m->busy_s,
+                   "interval_s", m->interval_s);
 }
 
 static json_t *row_json(const struct delay_row *r, const struct bench_opts *o) {
@@ -496,24 +495,21 @@ static json_t *row_json(const struct delay_row *r, const struct bench_opts *o) {
       (json_int_t)o->fanout, "depth", (json_int_t)r->tree.depth,
       "link_direct_rtt_us", r->link_direct_us, "link_relay0_rtt_us",
       r->link_relay0_us, "link_rtt_us", r->link_us, "link_rtt_p99_us",
-      r->link_us_p99, "wall_s", r->tree.wall_s, "p50_s", r->tree.p50_s,
-      "p99_s", r->tree.p99_s, "cpu_s", r->tree.cpu_s, "failed",
+      r->link_us_p99, "wall_s", r->tree.wall_s, "p50_s", r->tree.p50_s, "p99_s",
+      r->tree.p99_s, "cpu_s", r->tree.cpu_s, "failed",
       (json_int_t)r->tree.failed, "root_msgs", (json_int_t)r->tree.root_msgs,
       "max_node_msgs", (json_int_t)r->tree.max_node_msgs, "lone_get_root_us",
       r->get_root_us, "lone_get_us", r->get_us, "lone_get_p90_us",
-      r->get_us_p90, "lone_add_us", r->add_us, "lone_add_p90_us",
-      r->add_us_p90, "lone_failed", r->lone_failed, "relay_cpu_s",
-      r->relay_cpu_s, "relay_late_p50_us", r->relay_late_p50_us,
-      "relay_late_p99_us", r->relay_late_p99_us, "relay_chunks",
-      (json_int_t)r->relay_chunks);
+      r->get_us_p90, "lone_add_us", r->add_us, "lone_add_p90_us", r->add_us_p90,
+      "lone_failed", r->lone_failed, "relay_cpu_s", r->relay_cpu_s,
+      "relay_late_p50_us", r->relay_late_p50_us, "relay_late_p99_us",
+      r->relay_late_p99_us, "relay_chunks", (json_int_t)r->relay_chunks);
   json_object_set_new(j, "lone_set_us", json_real(r->set_us));
   json_object_set_new(j, "lone_set_p90_us", json_real(r->set_us_p90));
   json_object_set_new(j, "lone_set_held_us", json_real(r->set_held_us));
-  json_object_set_new(j, "lone_set_held_p90_us",
-                      json_real(r->set_held_us_p90));
+  json_object_set_new(j, "lone_set_held_p90_us", json_real(r->set_held_us_p90));
   json_object_set_new(j, "lone_set_p99_us", json_real(r->set_us_p99));
-  json_object_set_new(j, "lone_set_held_p99_us",
-                      json_real(r->set_held_us_p99));
+  json_object_set_new(j, "lone_set_held_p99_us", json_real(r->set_held_us_p99));
   json_object_set_new(j, "relay_rendezvous_cpu_s",
                       json_real(r->relay_win_cpu_s));
   json_object_set_new(j, "rendezvous_cpu_s", json_real(r->tree.win_cpu_s));
@@ -578,8 +574,8 @@ static double rdzv_interval_levels(double levels, int64_t ranks,
                                    const struct bench_delay_opts *d) {
   double below_top = levels > 1 ? levels - 1 : 0;
   int64_t nids = rdzv_nccl_nids(ranks, o->ranks_per_root);
-  return below_top * (d->waits_join + d->waits_barrier +
-                      (nids > 1 ? d->waits_ids : 0));
+  return below_top *
+         (d->waits_join + d->waits_barrier + (nids > 1 ? d->waits_ids : 0));
 }
 
 /* The model for row r's shape, delay and measured costs. */
@@ -590,20 +586,23 @@ static void model_row(struct delay_row *r, const struct bench_opts *o,
   double frame = t->all_msgs > 0 ? t->win_cpu_s / (double)t->all_msgs : 0;
   double local = r->get_root_us * 1e-6;
   double levels = (double)rdzv_tree_depth(t->hosts - 1, o->fanout);
-  struct bench_model_in in = {
-      .local_s = local, .levels = levels, .rtt_s = r->link_us * 1e-6,
-      .trips = 4, .frame_s = frame, .path_frames = 4,
-      .interval_s = o->flush_ms / 1000.0,
-      .interval_levels = rdzv_interval_levels(
-          levels, t->hosts * o->ranks_per_host, o, d)};
+  struct bench_model_in in = {.local_s = local,
+                              .levels = levels,
+                              .rtt_s = r->link_us * 1e-6,
+                              .trips = 4,
+                              .frame_s = frame,
+                              .path_frames = 4,
+                              .interval_s = o->flush_ms / 1000.0,
+                              .interval_levels = rdzv_interval_levels(
+                                  levels, t->hosts * o->ranks_per_host, o, d)};
   /* On this machine every daemon shares its cores, and with them the
    * relay (the "network" here costs CPU): the busiest process (all the
    * nodes run in one) is the serial work, or all of it (the relay's
    * included) spread over the cores, whichever is more. */
   double cores = (double)sysconf(_SC_NPROCESSORS_ONLN);
   double all = t->win_cpu_s + r->relay_win_cpu_s;
-  double serial = t->max_proc_win_cpu_s > all / cores ? t->max_proc_win_cpu_s
-                                                       : all / cores;
+  double serial =
+      t->max_proc_win_cpu_s > all / cores ? t->max_proc_win_cpu_s : all / cores;
   in.busiest_frames = frame > 0 ? serial / frame : 0;
   bench_delay_model(&in, &r->model_rdzv);
   /* A lone round trip: the local hop (as measured at the root), then one
@@ -611,10 +610,14 @@ static void model_row(struct delay_row *r, const struct bench_opts *o,
    * process's wake-up, read and write at each end, which is most of what
    * a forwarding node does (measured: a few us a level more). A lone add
    * waits the interval at every node (none knows no other add comes). */
-  struct bench_model_in lone = {
-      .local_s = local, .levels = levels, .rtt_s = r->link_us * 1e-6,
-      .trips = 1, .frame_s = frame, .path_frames = 0,
-      .interval_s = o->flush_ms / 1000.0, .interval_levels = 0};
+  struct bench_model_in lone = {.local_s = local,
+                                .levels = levels,
+                                .rtt_s = r->link_us * 1e-6,
+                                .trips = 1,
+                                .frame_s = frame,
+                                .path_frames = 0,
+                                .interval_s = o->flush_ms / 1000.0,
+                                .interval_levels = 0};
   bench_delay_model(&lone, &r->model_get);
   lone.interval_levels = levels * d->waits_add;
   bench_delay_model(&lone, &r->model_add);
@@ -634,15 +637,20 @@ static json_t *project(int64_t ranks, const struct bench_opts *o,
                                                         : t->max_node_msgs);
     frame = f > frame ? f : frame;
     busiest = b > busiest ? b : busiest;
-    local = rows[i].get_root_us * 1e-6 > local ? rows[i].get_root_us * 1e-6
-                                               : local;
+    local =
+        rows[i].get_root_us * 1e-6 > local ? rows[i].get_root_us * 1e-6 : local;
   }
   double levels = (double)rdzv_tree_depth(hosts - 1, o->fanout);
-  struct bench_model_in in = {
-      .local_s = local, .levels = levels, .rtt_s = d->rtt_us * 1e-6,
-      .trips = 4, .frame_s = frame, .path_frames = 4,
-      .busiest_frames = busiest, .interval_s = o->flush_ms / 1000.0,
-      .interval_levels = rdzv_interval_levels(levels, ranks, o, d)};
+  struct bench_model_in in = {.local_s = local,
+                              .levels = levels,
+                              .rtt_s = d->rtt_us * 1e-6,
+                              .trips = 4,
+                              .frame_s = frame,
+                              .path_frames = 4,
+                              .busiest_frames = busiest,
+                              .interval_s = o->flush_ms / 1000.0,
+                              .interval_levels =
+                                  rdzv_interval_levels(levels, ranks, o, d)};
   struct bench_model_out m;
   bench_delay_model(&in, &m);
   printf("projection: %" PRId64 " ranks (%" PRId64 " hosts, %.0f levels) at "
@@ -665,9 +673,11 @@ int bench_delay_main(struct bench_opts *o, const struct bench_delay_opts *d) {
   struct delay_row rows[8];
   int bad = 0;
   int64_t ranks = d->hosts * o->ranks_per_host;
-  fprintf(stderr, "rdzv-bench: delayed tree of %" PRId64 " nodes (%" PRId64
-                  " ranks, fan-out %" PRId64 "), a delay-relay on every "
-                  "uplink\n", d->hosts, ranks, o->fanout);
+  fprintf(stderr,
+          "rdzv-bench: delayed tree of %" PRId64 " nodes (%" PRId64
+          " ranks, fan-out %" PRId64 "), a delay-relay on every "
+          "uplink\n",
+          d->hosts, ranks, o->fanout);
   signal(SIGPIPE, SIG_IGN);
   /* The serve processes' nodes connect to their parent through the
    * relay (serve.c). */

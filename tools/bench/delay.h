@@ -6,14 +6,14 @@
 #include <stdint.h>
 
 struct bench_model_in {
-  double local_s;     /* a rank's round trip to its own node (same host) */
-  double levels;      /* network links from the deepest node to the root */
-  double rtt_s;       /* round trip of one link, seconds */
-  double trips;       /* sequential round trips through every level */
-  double frame_s;     /* CPU per frame at a daemon, seconds */
-  double path_frames; /* frames each daemon on the path handles per trip */
-  double busiest_frames; /* every frame of the busiest daemon */
-  double interval_s;  /* the combining interval (--flush-ms), seconds */
+  double local_s;         /* a rank's round trip to its own node (same host) */
+  double levels;          /* network links from the deepest node to the root */
+  double rtt_s;           /* round trip of one link, seconds */
+  double trips;           /* sequential round trips through every level */
+  double frame_s;         /* CPU per frame at a daemon, seconds */
+  double path_frames;     /* frames each daemon on the path handles per trip */
+  double busiest_frames;  /* every frame of the busiest daemon */
+  double interval_s;      /* the combining interval (--flush-ms), seconds */
   double interval_levels; /* times a step on the critical path waits it */
 };
 

@@ -85,10 +85,9 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *arg,
     epoll_ctl(dv->ep, EPOLL_CTL_DEL, s, NULL);
     return 0;
   }
-  struct epoll_event ev = {
-      .events = (what & CURL_POLL_IN ? EPOLLIN : 0) |
-                (what & CURL_POLL_OUT ? EPOLLOUT : 0),
-      .data.fd = s};
+  struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0) |
+                                     (what & CURL_POLL_OUT ? EPOLLOUT : 0),
+                           .data.fd = s};
   if (epoll_ctl(dv->ep, EPOLL_CTL_MOD, s, &ev) < 0 && errno == ENOENT)
     epoll_ctl(dv->ep, EPOLL_CTL_ADD, s, &ev);
   return 0;
@@ -174,9 +173,9 @@ static void advance(struct et_driver *dv, struct et_rank *r,
       poll_later(dv, r);
       return;
     }
-    r->uid_ok = r->rank == 0 ||
-                (a->r.nkvs == 1 && a->r.kvs[0].vlen == sizeof(uid) &&
-                 memcmp(a->r.kvs[0].value, uid, sizeof(uid)) == 0);
+    r->uid_ok =
+        r->rank == 0 || (a->r.nkvs == 1 && a->r.kvs[0].vlen == sizeof(uid) &&
+                         memcmp(a->r.kvs[0].value, uid, sizeof(uid)) == 0);
     if (!r->uid_ok) {
       fail(dv, r, "a wrong uid");
       return;
@@ -184,8 +183,7 @@ static void advance(struct et_driver *dv, struct et_rank *r,
     r->step = E_TOPO;
     snprintf(key, sizeof(key), "topo/%" PRId64, r->rank);
     memset(rec, ' ', sizeof(rec));
-    snprintf(rec, sizeof(rec), "rank=%" PRId64 " gpu_pci=simulated",
-             r->rank);
+    snprintf(rec, sizeof(rec), "rank=%" PRId64 " gpu_pci=simulated", r->rank);
     put(dv, r, key, rec, sizeof(rec));
     return;
   case E_TOPO:
@@ -231,8 +229,8 @@ static void finished(struct et_driver *dv) {
     }
     struct rdzv_etcd_answer a;
     memset(&a, 0, sizeof(a));
-    int rc = rdzv_etcd_json_parse(r->kind, (int)http, r->resp.data,
-                                  r->resp.len, &a);
+    int rc =
+        rdzv_etcd_json_parse(r->kind, (int)http, r->resp.data, r->resp.len, &a);
     if (rc < 0 && http >= 500 && r->retries < 5) {
       /* etcd overloaded ("etcdserver: request timed out", seen once at
        * 9,000 ranks): the same request again, as a client would. */

@@ -14,8 +14,8 @@
  * own store traffic instead (ts_pattern.c) to rdzvd flat, tree, and
  * tree-nocopies (nodes started --cache-mutable no), and each run reports
  * the root's wait/get/mget requests and bytes and the busiest node's
- * frames. See incumbents.h and docs/benchmarks.md ("The incumbents", "PyTorch's own
- * store traffic"). */
+ * frames. See incumbents.h and docs/benchmarks.md ("The incumbents", "PyTorch's
+ * own store traffic"). */
 #include "tools/bench/incumbents.h"
 
 #include <errno.h>
@@ -37,12 +37,11 @@
 #include "tools/bench/incumbents_int.h"
 #include "tools/bench/rank.h"
 
-const char *const server_names[S_COUNT] = {
-    "torch", "flat", "tree", "etcd", "tree-nocopies"};
+const char *const server_names[S_COUNT] = {"torch", "flat", "tree", "etcd",
+                                           "tree-nocopies"};
 const char *const server_titles[S_COUNT] = {
     "PyTorch TCPStore (1.13)", "rdzvd flat + front end",
-    "rdzvd tree + front ends", "etcd gateway (3.4)",
-    "rdzvd tree, no copies"};
+    "rdzvd tree + front ends", "etcd gateway (3.4)", "rdzvd tree, no copies"};
 
 #define MAX_NS 8
 #define MAX_PROCS 64
@@ -187,9 +186,10 @@ int bench_inc_option(const char *k, const char *v) {
     return 0;
   }
   if (bad)
-    fprintf(stderr, "rdzv-bench: bad value '%s' for %s (--incumbents: 2 to "
-                    "100000 ranks, at most %d values, or none; "
-                    "--incumbent-servers: torch,flat,tree,etcd)\n",
+    fprintf(stderr,
+            "rdzv-bench: bad value '%s' for %s (--incumbents: 2 to "
+            "100000 ranks, at most %d values, or none; "
+            "--incumbent-servers: torch,flat,tree,etcd)\n",
             v, k, MAX_NS);
   return bad ? -1 : 1;
 }
@@ -207,8 +207,10 @@ static double proc_cpu(pid_t pid) {
   buf[n] = '\0';
   char *p = strrchr(buf, ')'); /* the name may hold spaces */
   unsigned long ut = 0, st = 0;
-  if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
-                                 "%*u %lu %lu", &ut, &st) != 2)
+  if (p == NULL || sscanf(p + 2,
+                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+                          "%*u %lu %lu",
+                          &ut, &st) != 2)
     return 0;
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -304,11 +306,31 @@ static int spawn_bench(struct inc_run *rn, const char *kind, int64_t first,
   snprintf(a[6], 32, "%u", o->flush_ms);
   snprintf(a[7], 32, "%.0f", o->timeout_s);
   snprintf(a[8], 32, "%u", o->heartbeat_ms);
-  char *argv[] = {"/proc/self/exe", (char *)kind, "--dir", (char *)o->dir,
-                  "--job", (char *)o->job, "--n", a[0], "--rph", a[1],
-                  "--fanout", a[2], "--first", a[3], "--count", a[4],
-                  "--flags", a[5], "--flush", a[6], "--timeout", a[7],
-                  "--hb", a[8], NULL};
+  char *argv[] = {"/proc/self/exe",
+                  (char *)kind,
+                  "--dir",
+                  (char *)o->dir,
+                  "--job",
+                  (char *)o->job,
+                  "--n",
+                  a[0],
+                  "--rph",
+                  a[1],
+                  "--fanout",
+                  a[2],
+                  "--first",
+                  a[3],
+                  "--count",
+                  a[4],
+                  "--flags",
+                  a[5],
+                  "--flush",
+                  a[6],
+                  "--timeout",
+                  a[7],
+                  "--hb",
+                  a[8],
+                  NULL};
   return spawn(rn, argv, server ? 1 : 0, server, NULL);
 }
 
@@ -349,10 +371,10 @@ static int start_torch(struct inc_run *rn) {
       "sys.stdin.read()\n";
   char *argv[] = {"/usr/bin/python3", "-c", (char *)script, NULL};
   char line[128], path[200];
-  if (access(argv[0], X_OK) != 0 ||
-      spawn(rn, argv, 1, true, NULL) < 0 ||
+  if (access(argv[0], X_OK) != 0 || spawn(rn, argv, 1, true, NULL) < 0 ||
       expect(&rn->p[rn->np - 1], "port ", line, sizeof(line)) < 0) {
-    snprintf(rn->why, sizeof(rn->why), "PyTorch's TCPStore did not start "
+    snprintf(rn->why, sizeof(rn->why),
+             "PyTorch's TCPStore did not start "
              "(/usr/bin/python3 with torch: apt-get install python3-torch)");
     return -1;
   }
@@ -373,12 +395,19 @@ static int start_etcd(struct inc_run *rn) {
   snprintf(pu, sizeof(pu), "http://127.0.0.1:%d", pp);
   snprintf(cl, sizeof(cl), "b=%s", pu);
   snprintf(log, sizeof(log), "%s/etcd.log", rn->o.dir);
-  char *argv[] = {"etcd", "--name", "b", "--data-dir", dir,
-                  "--listen-client-urls", cu, "--advertise-client-urls", cu,
-                  "--listen-peer-urls", pu, "--initial-advertise-peer-urls",
-                  pu, "--initial-cluster", cl, "--initial-cluster-state",
-                  "new", "--heartbeat-interval", "10", "--election-timeout",
-                  "100", "--logger", "zap", "--log-level", "error", NULL};
+  char *argv[] = {"etcd",  "--name",
+                  "b",     "--data-dir",
+                  dir,     "--listen-client-urls",
+                  cu,      "--advertise-client-urls",
+                  cu,      "--listen-peer-urls",
+                  pu,      "--initial-advertise-peer-urls",
+                  pu,      "--initial-cluster",
+                  cl,      "--initial-cluster-state",
+                  "new",   "--heartbeat-interval",
+                  "10",    "--election-timeout",
+                  "100",   "--logger",
+                  "zap",   "--log-level",
+                  "error", NULL};
   if (spawn(rn, argv, 1, true, log) < 0)
     return -1;
   snprintf(path, sizeof(path), "%s/etcd.url", rn->o.dir);
@@ -386,15 +415,19 @@ static int start_etcd(struct inc_run *rn) {
     return -1;
   /* Ready when /health says so (etcd-gateway.md §1: 40-130 ms). */
   char cmd[200];
-  snprintf(cmd, sizeof(cmd), "curl -s -m 1 %s/health 2>/dev/null | "
-           "grep -q '\"health\":\"true\"'", cu);
+  snprintf(cmd, sizeof(cmd),
+           "curl -s -m 1 %s/health 2>/dev/null | "
+           "grep -q '\"health\":\"true\"'",
+           cu);
   for (int i = 0; i < 300; i++) {
     if (system(cmd) == 0)
       return 0;
     usleep(20000);
   }
-  snprintf(rn->why, sizeof(rn->why), "etcd did not become healthy (its log: "
-           "%.150s)", log);
+  snprintf(rn->why, sizeof(rn->why),
+           "etcd did not become healthy (its log: "
+           "%.150s)",
+           log);
   return -1;
 }
 
@@ -528,9 +561,10 @@ static int go(struct inc_run *rn, int s, struct inc_result *r) {
     if (rn->p[i].server)
       continue;
     if (expect(&rn->p[i], "done ", line, sizeof(line)) < 0 ||
-        sscanf(line + 5, "%" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64
-               " %" SCNd64 " %" SCNd64, &v[0], &v[1], &v[2], &v[3], &v[4],
-               &v[5]) != 6) {
+        sscanf(line + 5,
+               "%" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64
+               " %" SCNd64,
+               &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6) {
       snprintf(rn->why, sizeof(rn->why), "a rank driver died");
       return -1;
     }
@@ -553,11 +587,12 @@ static int go(struct inc_run *rn, int s, struct inc_result *r) {
   else if (s == S_ETCD)
     r->verified = fail == 0 && ok == n && uid == n && last == n;
   else
-    r->verified = fail == 0 && ok == n && uid == n && last == 1 &&
-                  add == tri && init == tri;
+    r->verified = fail == 0 && ok == n && uid == n && last == 1 && add == tri &&
+                  init == tri;
   if (!r->verified)
-    snprintf(rn->why, sizeof(rn->why), "checks: %" PRId64 " ok, %" PRId64
-             " failed, %" PRId64 " with the uid, %" PRId64 " saw the last "
+    snprintf(rn->why, sizeof(rn->why),
+             "checks: %" PRId64 " ok, %" PRId64 " failed, %" PRId64
+             " with the uid, %" PRId64 " saw the last "
              "add, add sums %" PRId64 " and %" PRId64 " (want %" PRId64 ")",
              ok, fail, uid, last, add, init, tri);
   return 0;
@@ -580,8 +615,7 @@ static void server_stats(struct inc_run *rn, struct inc_result *r) {
     json_t *j = json_loads(line + 6, 0, NULL);
     if (j == NULL)
       continue;
-    if (json_is_true(json_object_get(j, "root")) ||
-        jint(j, "root") == 1) {
+    if (json_is_true(json_object_get(j, "root")) || jint(j, "root") == 1) {
       json_t *ops = json_object_get(j, "root_ops");
       r->root_msgs = jint(j, "root_work_msgs");
       r->root_bytes = jint(j, "root_bytes");
@@ -688,20 +722,23 @@ int bench_inc_run(const struct bench_opts *o, json_t *all, const char *png) {
         r->skipped = true;
         continue;
       }
-      fprintf(stderr, "rdzv-bench: pytorch traffic: %s at %" PRId64
-              " ranks\n", server_names[pt_servers[k]], pt_ns[i]);
+      fprintf(stderr, "rdzv-bench: pytorch traffic: %s at %" PRId64 " ranks\n",
+              server_names[pt_servers[k]], pt_ns[i]);
       bad |= run_one(o, pt_servers[k], pt_ns[i], true, r) < 0;
-      fprintf(stderr, "rdzv-bench: pytorch traffic: %s at %" PRId64
+      fprintf(stderr,
+              "rdzv-bench: pytorch traffic: %s at %" PRId64
               " ranks: %s, %.3f s, root wait+get+mget %" PRId64
-              ", root bytes %" PRId64 "\n", server_names[pt_servers[k]],
-              pt_ns[i], r->verified ? "verified" : "FAILED", r->wall_s,
+              ", root bytes %" PRId64 "\n",
+              server_names[pt_servers[k]], pt_ns[i],
+              r->verified ? "verified" : "FAILED", r->wall_s,
               r->root_wait + r->root_get + r->root_mget, r->root_bytes);
     }
     bench_inc_print_pattern_table(rs + pt_first, nr - pt_first, pt_ns[i]);
   }
   for (int i = 0; i < nr; i++)
-    json_array_append_new(all,
-                          bench_inc_result_json(&rs[i], bench_inc_torch_of(rs, nr, rs[i].ranks)));
+    json_array_append_new(
+        all,
+        bench_inc_result_json(&rs[i], bench_inc_torch_of(rs, nr, rs[i].ranks)));
   if (png != NULL && inc_nn > 0 && nr > 0 && bench_inc_plot(png, rs, nr) < 0) {
     fprintf(stderr, "rdzv-bench: gnuplot failed to write the incumbents' "
                     "plot\n");
@@ -719,15 +756,16 @@ int bench_inc_child(int argc, char **argv, int *rc) {
   if (argc < 2 || (strcmp(argv[1], "--ts-drive") != 0 &&
                    strcmp(argv[1], "--etcd-drive") != 0))
     return 0;
-  struct bench_opts o = {.ranks_per_host = 8, .fanout = 16,
-                         .ranks_per_root = 128, .timeout_s = 300};
+  struct bench_opts o = {.ranks_per_host = 8,
+                         .fanout = 16,
+                         .ranks_per_root = 128,
+                         .timeout_s = 300};
   snprintf(o.job, sizeof(o.job), "bench");
   if (bench_parse_common(&o, argc, argv, 2) != argc) {
     *rc = 2;
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
-  *rc = argv[1][2] == 't' ? bench_ts_drive_main(&o)
-                          : bench_etcd_drive_main(&o);
+  *rc = argv[1][2] == 't' ? bench_ts_drive_main(&o) : bench_etcd_drive_main(&o);
   return 1;
 }

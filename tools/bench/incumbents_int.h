@@ -26,10 +26,10 @@ struct inc_result {
   int64_t root_msgs, root_bytes, root_wait, root_get, root_mget;
   int64_t root_ping, root_inval; /* pings (leases ride on them) and the
                                     children's invalidation polls */
-  int64_t root_cas;               /* compare_sets (--pt-keepalive) */
+  int64_t root_cas;              /* compare_sets (--pt-keepalive) */
   int64_t root_invals_sent, root_write_waits; /* the root's copies: keys
                      invalidated, writes that waited for invalidations */
-  int64_t node_msgs, node_bytes; /* the busiest node's */
+  int64_t node_msgs, node_bytes;              /* the busiest node's */
   double wall_s, p50_s, p99_s, cpu_s;
   int64_t rss, rss_start; /* summed over the server's processes */
 };
@@ -45,8 +45,8 @@ bool bench_inc_pinning(void);
 
 /* incumbents_report.c. The verified PyTorch server's row of n results at
  * ranks (NULL: none). */
-const struct inc_result *bench_inc_torch_of(const struct inc_result *rs,
-                                            int n, int64_t ranks);
+const struct inc_result *bench_inc_torch_of(const struct inc_result *rs, int n,
+                                            int64_t ranks);
 /* The table of the incumbents at ranks, and of --pytorch at ranks. */
 void bench_inc_print_table(const struct inc_result *rs, int n, int64_t ranks);
 void bench_inc_print_pattern_table(const struct inc_result *rs, int n,
@@ -58,7 +58,6 @@ json_t *bench_inc_result_json(const struct inc_result *r,
 int bench_inc_plot(const char *png, const struct inc_result *rs, int n);
 /* --pytorch's plot beside png (PNG-pytorch.png): the root's requests and
  * bytes against N, flat, tree and tree without copies. 0 or -1. */
-int bench_inc_plot_pytorch(const char *png, const struct inc_result *rs,
-                           int n);
+int bench_inc_plot_pytorch(const char *png, const struct inc_result *rs, int n);
 
 #endif

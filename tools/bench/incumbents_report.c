@@ -11,8 +11,8 @@
 
 #include "tools/bench/incumbents_int.h"
 
-const struct inc_result *bench_inc_torch_of(const struct inc_result *rs,
-                                            int n, int64_t ranks) {
+const struct inc_result *bench_inc_torch_of(const struct inc_result *rs, int n,
+                                            int64_t ranks) {
   for (int i = 0; i < n; i++)
     if (rs[i].server == S_TORCH && rs[i].ranks == ranks && !rs[i].skipped &&
         rs[i].verified)
@@ -21,16 +21,16 @@ const struct inc_result *bench_inc_torch_of(const struct inc_result *rs,
 }
 
 static double speedup(const struct inc_result *t, const struct inc_result *r) {
-  return t != NULL && r->verified && r->wall_s > 0 ? t->wall_s / r->wall_s
-                                                   : 0;
+  return t != NULL && r->verified && r->wall_s > 0 ? t->wall_s / r->wall_s : 0;
 }
 
 void bench_inc_print_table(const struct inc_result *rs, int n, int64_t ranks) {
   const struct inc_result *t = bench_inc_torch_of(rs, n, ranks);
   printf("incumbents, %" PRId64 " ranks (PyTorch's init pattern, the same C "
-         "clients, %d TCPStore connection%s a rank; %s):\n", ranks, inc_conns,
-         inc_conns == 1 ? "" : "s",
-         bench_inc_pinning() ? "clients on CPU 0, servers on CPU 1" : "not pinned");
+         "clients, %d TCPStore connection%s a rank; %s):\n",
+         ranks, inc_conns, inc_conns == 1 ? "" : "s",
+         bench_inc_pinning() ? "clients on CPU 0, servers on CPU 1"
+                             : "not pinned");
   printf("  %-26s %9s %9s %14s %12s %11s\n", "server", "wall s", "p99 s",
          "server CPU s", "server RSS", "vs PyTorch");
   for (int i = 0; i < n; i++) {
@@ -39,7 +39,8 @@ void bench_inc_print_table(const struct inc_result *rs, int n, int64_t ranks) {
       continue;
     if (r->skipped) {
       printf("  %-26s skipped: `etcd` is not installed (apt-get install "
-             "etcd-server)\n", server_titles[r->server]);
+             "etcd-server)\n",
+             server_titles[r->server]);
       continue;
     }
     char sp[32] = "-";
@@ -61,20 +62,20 @@ void bench_inc_print_pattern_table(const struct inc_result *rs, int n,
     snprintf(paced, sizeof(paced), " %d ms apart", pt_check_ms);
   printf("PyTorch's store traffic, %" PRId64 " ranks (%" PRId64
          " ids, 60 checks a rank%s, 5 state reads an agent%s; torch 2.x's "
-         "protocol, the same C clients):\n", ranks,
-         (ranks + 127) / 128, paced,
+         "protocol, the same C clients):\n",
+         ranks, (ranks + 127) / 128, paced,
          pt_keepalive ? ", each followed by a compare_set of the state" : "");
   printf("  %-24s %8s %8s %8s %8s %9s %12s %11s %12s\n", "server", "wall s",
-         "root wait", "get", "mget", "root sum", "root bytes",
-         "node frames", "node bytes");
+         "root wait", "get", "mget", "root sum", "root bytes", "node frames",
+         "node bytes");
   for (int i = 0; i < n; i++) {
     const struct inc_result *r = &rs[i];
     if (r->ranks != ranks || !r->pytorch)
       continue;
     if (r->skipped) {
       printf("  %-24s skipped: one process would hold every rank's "
-             "connection (at most %d here)\n", server_titles[r->server],
-             PT_FLAT_MAX);
+             "connection (at most %d here)\n",
+             server_titles[r->server], PT_FLAT_MAX);
       continue;
     }
     printf("  %-24s %8.3f %8" PRId64 " %8" PRId64 " %8" PRId64 " %9" PRId64
@@ -87,19 +88,20 @@ void bench_inc_print_pattern_table(const struct inc_result *rs, int n,
       printf("  %-24s %8s pings %" PRId64 ", invalidation polls %" PRId64
              " (leases ride on pings); compare_sets %" PRId64
              ", invalidations sent %" PRId64 ", writes that waited for "
-             "them %" PRId64 "\n", "", "", r->root_ping, r->root_inval,
-             r->root_cas, r->root_invals_sent, r->root_write_waits);
+             "them %" PRId64 "\n",
+             "", "", r->root_ping, r->root_inval, r->root_cas,
+             r->root_invals_sent, r->root_write_waits);
   }
   fflush(stdout);
 }
 
 json_t *bench_inc_result_json(const struct inc_result *r,
                               const struct inc_result *t) {
-  json_t *j = json_pack(
-      "{s:s,s:s,s:s,s:I,s:b}", "mode", "incumbent", "server",
-      server_names[r->server], "protocol",
-      r->server == S_ETCD ? "etcd-v3-json" : "tcpstore-legacy", "ranks",
-      (json_int_t)r->ranks, "skipped", r->skipped);
+  json_t *j =
+      json_pack("{s:s,s:s,s:s,s:I,s:b}", "mode", "incumbent", "server",
+                server_names[r->server], "protocol",
+                r->server == S_ETCD ? "etcd-v3-json" : "tcpstore-legacy",
+                "ranks", (json_int_t)r->ranks, "skipped", r->skipped);
   if (r->pytorch) {
     json_object_set_new(j, "mode", json_string("pytorch-traffic"));
     json_object_set_new(j, "protocol", json_string("tcpstore-v2"));
@@ -111,8 +113,7 @@ json_t *bench_inc_result_json(const struct inc_result *r,
   json_object_set_new(j, "p99_s", json_real(r->p99_s));
   json_object_set_new(j, "server_cpu_s", json_real(r->cpu_s));
   json_object_set_new(j, "server_rss_bytes", json_integer(r->rss));
-  json_object_set_new(j, "server_rss_start_bytes",
-                      json_integer(r->rss_start));
+  json_object_set_new(j, "server_rss_start_bytes", json_integer(r->rss_start));
   json_object_set_new(j, "server_processes", json_integer(r->nprocs));
   json_object_set_new(j, "failed", json_integer(r->failed));
   json_object_set_new(j, "verified", json_boolean(r->verified));
@@ -122,17 +123,16 @@ json_t *bench_inc_result_json(const struct inc_result *r,
   if (r->pytorch) {
     json_object_set_new(
         j, "root",
-        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
-                  "requests_wait_get_mget",
-                  (json_int_t)(r->root_wait + r->root_get + r->root_mget),
-                  "wait", (json_int_t)r->root_wait, "get",
-                  (json_int_t)r->root_get, "mget", (json_int_t)r->root_mget,
-                  "ping", (json_int_t)r->root_ping, "inval",
-                  (json_int_t)r->root_inval, "cas", (json_int_t)r->root_cas,
-                  "invalidations_sent", (json_int_t)r->root_invals_sent,
-                  "write_waits", (json_int_t)r->root_write_waits, "frames",
-                  (json_int_t)r->root_msgs, "bytes",
-                  (json_int_t)r->root_bytes));
+        json_pack(
+            "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+            "requests_wait_get_mget",
+            (json_int_t)(r->root_wait + r->root_get + r->root_mget), "wait",
+            (json_int_t)r->root_wait, "get", (json_int_t)r->root_get, "mget",
+            (json_int_t)r->root_mget, "ping", (json_int_t)r->root_ping, "inval",
+            (json_int_t)r->root_inval, "cas", (json_int_t)r->root_cas,
+            "invalidations_sent", (json_int_t)r->root_invals_sent,
+            "write_waits", (json_int_t)r->root_write_waits, "frames",
+            (json_int_t)r->root_msgs, "bytes", (json_int_t)r->root_bytes));
     json_object_set_new(j, "check_period_ms", json_integer(pt_check_ms));
     json_object_set_new(j, "keepalive", json_boolean(pt_keepalive));
     json_object_set_new(j, "busiest_node",
@@ -184,12 +184,14 @@ int bench_inc_plot(const char *png, const struct inc_result *rs, int n) {
   FILE *g = popen("gnuplot >/dev/null 2>&1", "w");
   if (g == NULL)
     return -errno;
-  fprintf(g, "set terminal png size 1100,450\nset output '%s'\n"
-             "set multiplot layout 1,2 title \"PyTorch's init pattern, the "
-             "same C clients, against each server\\nmeasured on one "
-             "machine (%ld CPUs, %s), servers and clients on it\"\n"
-             "set logscale xy\nset grid\nset key top left font ',9'\n"
-             "set xlabel 'ranks'\n", out, sysconf(_SC_NPROCESSORS_ONLN), day);
+  fprintf(g,
+          "set terminal png size 1100,450\nset output '%s'\n"
+          "set multiplot layout 1,2 title \"PyTorch's init pattern, the "
+          "same C clients, against each server\\nmeasured on one "
+          "machine (%ld CPUs, %s), servers and clients on it\"\n"
+          "set logscale xy\nset grid\nset key top left font ',9'\n"
+          "set xlabel 'ranks'\n",
+          out, sysconf(_SC_NPROCESSORS_ONLN), day);
   for (int panel = 0; panel < 2; panel++) {
     fprintf(g, "set ylabel '%s'\nplot ",
             panel == 0 ? "seconds to complete" : "server CPU seconds");
@@ -197,9 +199,10 @@ int bench_inc_plot(const char *png, const struct inc_result *rs, int n) {
     for (int s = 0; s < S_COUNT; s++) {
       if (!has[s]) /* a server not run: no line, no legend entry */
         continue;
-      fprintf(g, "%s'%s' index %d using 1:%d with linespoints lt %d pt 7 "
-                 "title '%s'", sep, dat, s, panel + 2, s + 1,
-              server_titles[s]);
+      fprintf(g,
+              "%s'%s' index %d using 1:%d with linespoints lt %d pt 7 "
+              "title '%s'",
+              sep, dat, s, panel + 2, s + 1, server_titles[s]);
       sep = ", ";
     }
     if (*sep == '\0')
@@ -211,7 +214,6 @@ int bench_inc_plot(const char *png, const struct inc_result *rs, int n) {
   unlink(dat);
   return rc == 0 ? 0 : -1;
 }
-
 
 /* --pytorch's plot beside png (PNG-pytorch.png): the root's read
  * requests (wait, get, multi_get and check) and its bytes against N, for
@@ -238,8 +240,7 @@ int bench_inc_plot_pytorch(const char *png, const struct inc_result *rs,
     fprintf(f, "# %s\n", server_names[servers[k]]);
     for (int i = 0; i < n; i++) {
       const struct inc_result *r = &rs[i];
-      if (r->server != servers[k] || r->skipped || !r->verified ||
-          !r->pytorch)
+      if (r->server != servers[k] || r->skipped || !r->verified || !r->pytorch)
         continue;
       int64_t reads = r->root_wait + r->root_get + r->root_mget;
       fprintf(f, "%" PRId64 " %" PRId64 " %" PRId64 "\n", r->ranks,
@@ -256,20 +257,24 @@ int bench_inc_plot_pytorch(const char *png, const struct inc_result *rs,
     unlink(dat);
     return -errno;
   }
-  fprintf(g, "set terminal png size 1100,450 noenhanced\n"
-             "set output '%s'\n"
-             "set multiplot layout 1,2 title \"PyTorch's own store traffic "
-             "(ids, checks, state reads): the root's load\"\n"
-             "set logscale xy\nset grid\nset key top left font ',9'\n"
-             "set xlabel 'ranks'\n", out);
+  fprintf(g,
+          "set terminal png size 1100,450 noenhanced\n"
+          "set output '%s'\n"
+          "set multiplot layout 1,2 title \"PyTorch's own store traffic "
+          "(ids, checks, state reads): the root's load\"\n"
+          "set logscale xy\nset grid\nset key top left font ',9'\n"
+          "set xlabel 'ranks'\n",
+          out);
   for (int panel = 0; panel < 2; panel++) {
     fprintf(g, "set ylabel \"%s\"\nplot ",
             panel == 0 ? "root's wait+get+multi_get+check requests"
                        : "root's bytes in and out");
     for (size_t k = 0; k < sizeof(servers) / sizeof(servers[0]); k++)
-      fprintf(g, "%s'%s' index %zu using 1:%d with linespoints lt %d pt 7 "
-                 "title '%s'", k ? ", " : "", dat, k, panel + 2,
-              servers[k] + 1, server_titles[servers[k]]);
+      fprintf(g,
+              "%s'%s' index %zu using 1:%d with linespoints lt %d pt 7 "
+              "title '%s'",
+              k ? ", " : "", dat, k, panel + 2, servers[k] + 1,
+              server_titles[servers[k]]);
     fprintf(g, "\n");
   }
   fprintf(g, "unset multiplot\n");

@@ -49,7 +49,8 @@ struct run {
 };
 
 static void usage_to(FILE *f) {
-  fprintf(f,
+  fprintf(
+      f,
       "usage: rdzv-bench [--ranks N[,N...]] [--ranks-per-host R] [--fanout F]\n"
       "       [--ranks-per-root K] (ranks a unique id serves, as PyTorch's\n"
       "       TORCH_NCCL_RANKS_PER_ROOT: ceil(N / K) ids; default 128)\n"
@@ -81,8 +82,8 @@ static void usage_to(FILE *f) {
 
 static void usage(void) { usage_to(stderr); }
 
-static int spawn(struct run *rn, const char *kind, int64_t first,
-                 int64_t count, int flags, int holds_ranks) {
+static int spawn(struct run *rn, const char *kind, int64_t first, int64_t count,
+                 int flags, int holds_ranks) {
   if (rn->n >= (int)(sizeof(rn->ch) / sizeof(rn->ch[0])))
     return -1;
   int in[2], out[2];
@@ -106,11 +107,13 @@ static int spawn(struct run *rn, const char *kind, int64_t first,
     snprintf(a[7], 64, "%.0f", o->timeout_s);
     snprintf(a[8], 64, "%" PRId64, o->ranks_per_root);
     snprintf(a[9], 64, "%u", o->heartbeat_ms);
-    char *argv[] = {"rdzv-bench", (char *)kind, "--dir", (char *)o->dir,
-                    "--job", (char *)o->job, "--n", a[0], "--rph", a[1],
-                    "--fanout", a[2], "--first", a[3], "--count", a[4],
-                    "--flags", a[5], "--flush", a[6], "--timeout", a[7],
-                    "--rpr", a[8], "--hb", a[9], NULL};
+    char *argv[] = {"rdzv-bench", (char *)kind,   "--dir",    (char *)o->dir,
+                    "--job",      (char *)o->job, "--n",      a[0],
+                    "--rph",      a[1],           "--fanout", a[2],
+                    "--first",    a[3],           "--count",  a[4],
+                    "--flags",    a[5],           "--flush",  a[6],
+                    "--timeout",  a[7],           "--rpr",    a[8],
+                    "--hb",       a[9],           NULL};
     execv("/proc/self/exe", argv);
     _exit(127);
   }
@@ -163,8 +166,8 @@ static int start_processes(struct run *rn, int tree) {
   int64_t per_node = 2 + o->fanout + (o->inproc ? 0 : o->ranks_per_host);
   int64_t chunk = 15000 / per_node;
   for (int64_t h = 0; h < hosts; h += chunk)
-    if (spawn(rn, "--serve", h, h + chunk <= hosts ? chunk : hosts - h,
-              inproc, o->inproc) < 0)
+    if (spawn(rn, "--serve", h, h + chunk <= hosts ? chunk : hosts - h, inproc,
+              o->inproc) < 0)
       return -1;
   return 0;
 }
@@ -229,7 +232,6 @@ static void wait_children(struct run *rn) {
   }
 }
 
-
 struct result {
   const char *mode, *transport;
   int64_t ranks, hosts, fanout, ranks_per_host, failed, depth;
@@ -262,7 +264,6 @@ struct result {
 /* --idle-s: how long to measure the idle traffic after each run (0: not). */
 static double idle_s;
 
-
 static void collect(struct run *rn, struct result *r) {
   int64_t node_rss_per = 0;
   char ref[2][20] = {"", ""}; /* the first process's table hashes */
@@ -271,10 +272,10 @@ static void collect(struct run *rn, struct result *r) {
     r->cpu_s += cpu_of(&c->ru);
     if (cpu_of(&c->ru) > r->max_proc_cpu_s)
       r->max_proc_cpu_s = cpu_of(&c->ru);
-    double win = c->stats != NULL
-                     ? json_real_value(json_object_get(c->stats, "cpu_s")) -
-                           c->cpu_go
-                     : cpu_of(&c->ru);
+    double win =
+        c->stats != NULL
+            ? json_real_value(json_object_get(c->stats, "cpu_s")) - c->cpu_go
+            : cpu_of(&c->ru);
     r->win_cpu_s += win;
     if (getenv("RDZV_BENCH_VERBOSE") != NULL)
       fprintf(stderr, "  process %d: cpu %.3f s from go\n", i, win);
@@ -329,26 +330,31 @@ static void collect(struct run *rn, struct result *r) {
  * heartbeats: on this machine the rendezvous takes seconds and each node
  * pings its parent every --heartbeat-ms, but one of milliseconds sees
  * none. Their CPU stays in, spread over the other frames, so that more
- * pings can only make the projection worse. No combining interval: the bench tells every node the
- * tree's shape (--children, --local-ranks) and the collectives their
- * members, so no node on the critical path waits one. Flat: one link. */
+ * pings can only make the projection worse. No combining interval: the bench
+ * tells every node the tree's shape (--children, --local-ranks) and the
+ * collectives their members, so no node on the critical path waits one. Flat:
+ * one link. */
 static void project(struct result *r, const struct bench_opts *o, int tree) {
   double cpu = r->win_cpu_s > 0 ? r->win_cpu_s : r->cpu_s;
   int64_t frames = r->all_work_msgs > 0 ? r->all_work_msgs : r->all_msgs;
   double c = frames > 0 ? cpu / (double)frames : 0;
   int64_t busiest = r->root_work_msgs > r->max_node_work_msgs
-                        ? r->root_work_msgs : r->max_node_work_msgs;
+                        ? r->root_work_msgs
+                        : r->max_node_work_msgs;
   if (busiest <= 0) /* no statistics: the frames as counted */
-    busiest = r->root_msgs > r->max_node_msgs ? r->root_msgs
-                                              : r->max_node_msgs;
+    busiest = r->root_msgs > r->max_node_msgs ? r->root_msgs : r->max_node_msgs;
   r->proj_frame_s = c;
   r->proj_busiest_frames = busiest;
   struct bench_model_in in = {
       .local_s = tree ? 4 * c : 0,
       .levels = tree ? (double)rdzv_tree_depth(r->hosts - 1, o->fanout) : 1,
-      .rtt_s = r->rtt_us * 1e-6, .trips = 4, .frame_s = c,
-      .path_frames = 4, .busiest_frames = (double)busiest,
-      .interval_s = o->flush_ms / 1000.0, .interval_levels = 0};
+      .rtt_s = r->rtt_us * 1e-6,
+      .trips = 4,
+      .frame_s = c,
+      .path_frames = 4,
+      .busiest_frames = (double)busiest,
+      .interval_s = o->flush_ms / 1000.0,
+      .interval_levels = 0};
   struct bench_model_out m;
   bench_delay_model(&in, &m);
   r->projection_s = m.total_s;
@@ -449,8 +455,9 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
       json_t *j = json_loads(line + 6, 0, NULL);
       rn->ch[i].cpu_go = json_real_value(json_object_get(j, "cpu_s"));
       if (getenv("RDZV_BENCH_VERBOSE") != NULL)
-        fprintf(stderr, "  process %d at go: cpu %.3f s, peak RSS %" PRId64
-                " KiB\n", i, rn->ch[i].cpu_go, jint(j, "rss") / 1024);
+        fprintf(stderr,
+                "  process %d at go: cpu %.3f s, peak RSS %" PRId64 " KiB\n", i,
+                rn->ch[i].cpu_go, jint(j, "rss") / 1024);
       json_decref(j);
     }
   }
@@ -488,8 +495,8 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
     if (e != NULL)
       fprintf(stderr,
               "  etcd (%" PRId64 " ranks): %" PRId64 " requests, %" PRId64
-              " bytes out, %" PRId64 " bytes in, %" PRId64 " batches, %"
-              PRId64 " txns, %" PRId64 " ops, %" PRId64 " failed\n",
+              " bytes out, %" PRId64 " bytes in, %" PRId64 " batches, %" PRId64
+              " txns, %" PRId64 " ops, %" PRId64 " failed\n",
               rn->o.ranks, jint(e, "requests"), jint(e, "bytes_out"),
               jint(e, "bytes_in"), jint(e, "batches"), jint(e, "txns"),
               jint(e, "ops"), jint(e, "errors"));
@@ -538,9 +545,10 @@ static int run_one(struct bench_opts *base, int64_t n, int tree,
   free(d);
   collect(rn, r);
   if (r->ids_mismatch > 0) {
-    fprintf(stderr, "rdzv-bench: %" PRId64 " of %" PRId64 " hosts checked "
-            "got another id table than the others\n", r->ids_mismatch,
-            r->ids_checked);
+    fprintf(stderr,
+            "rdzv-bench: %" PRId64 " of %" PRId64 " hosts checked "
+            "got another id table than the others\n",
+            r->ids_mismatch, r->ids_checked);
     rc = rc ? rc : -1;
   }
   project(r, &rn->o, tree);
@@ -559,14 +567,20 @@ int bench_run_tree(const struct bench_opts *base, int64_t ranks,
   hooks = h;
   int rc = run_one(&o, ranks, 1, "sockets", 0, &r);
   hooks = NULL;
-  *out = (struct bench_tree_run){
-      .wall_s = r.wall_s, .p50_s = r.p50_s, .p99_s = r.p99_s,
-      .cpu_s = r.cpu_s, .max_proc_cpu_s = r.max_proc_cpu_s,
-      .win_cpu_s = r.win_cpu_s, .max_proc_win_cpu_s = r.max_proc_win_cpu_s,
-      .depth = r.depth, .failed = r.failed,
-      .hosts = r.hosts, .root_msgs = r.root_msgs,
-      .max_node_msgs = r.max_node_msgs, .max_node_bytes = r.max_node_bytes,
-      .all_msgs = r.all_msgs};
+  *out = (struct bench_tree_run){.wall_s = r.wall_s,
+                                 .p50_s = r.p50_s,
+                                 .p99_s = r.p99_s,
+                                 .cpu_s = r.cpu_s,
+                                 .max_proc_cpu_s = r.max_proc_cpu_s,
+                                 .win_cpu_s = r.win_cpu_s,
+                                 .max_proc_win_cpu_s = r.max_proc_win_cpu_s,
+                                 .depth = r.depth,
+                                 .failed = r.failed,
+                                 .hosts = r.hosts,
+                                 .root_msgs = r.root_msgs,
+                                 .max_node_msgs = r.max_node_msgs,
+                                 .max_node_bytes = r.max_node_bytes,
+                                 .all_msgs = r.all_msgs};
   return rc;
 }
 
@@ -575,17 +589,15 @@ static json_t *result_json(const struct result *r) {
       "{s:s,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,"
       "s:I,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:f,s:I}",
       "mode", r->mode, "ranks", (json_int_t)r->ranks, "hosts",
-      (json_int_t)r->hosts, "fanout", (json_int_t)r->fanout,
-      "ranks_per_host", (json_int_t)r->ranks_per_host, "wall_s", r->wall_s,
-      "p50_s", r->p50_s, "p99_s", r->p99_s, "root_msgs",
-      (json_int_t)r->root_msgs, "root_bytes", (json_int_t)r->root_bytes,
-      "max_node_msgs", (json_int_t)r->max_node_msgs, "max_node_bytes",
-      (json_int_t)r->max_node_bytes, "root_rss_bytes",
+      (json_int_t)r->hosts, "fanout", (json_int_t)r->fanout, "ranks_per_host",
+      (json_int_t)r->ranks_per_host, "wall_s", r->wall_s, "p50_s", r->p50_s,
+      "p99_s", r->p99_s, "root_msgs", (json_int_t)r->root_msgs, "root_bytes",
+      (json_int_t)r->root_bytes, "max_node_msgs", (json_int_t)r->max_node_msgs,
+      "max_node_bytes", (json_int_t)r->max_node_bytes, "root_rss_bytes",
       (json_int_t)r->root_rss, "node_rss_bytes", (json_int_t)r->node_rss,
       "transport", r->transport, "failed", (json_int_t)r->failed, "depth",
-      (json_int_t)r->depth, "cpu_s", r->cpu_s, "rendezvous_cpu_s",
-      r->win_cpu_s, "max_process_rendezvous_cpu_s", r->max_proc_win_cpu_s,
-      "projection_s",
+      (json_int_t)r->depth, "cpu_s", r->cpu_s, "rendezvous_cpu_s", r->win_cpu_s,
+      "max_process_rendezvous_cpu_s", r->max_proc_win_cpu_s, "projection_s",
       r->projection_s, "projection_rtt_us", r->rtt_us, "interned_bytes",
       (json_int_t)r->interned_bytes, "id_tables_checked",
       (json_int_t)r->ids_checked, "id_table_mismatches",
@@ -617,7 +629,8 @@ static void print_row(const struct result *r) {
          (double)r->root_rss / 1048576.0, r->failed, r->projection_s);
   if (r->idle_root_per_s >= 0)
     printf("     idle (ranks done, connected): root %.1f frames/s, busiest "
-           "node %.1f frames/s\n", r->idle_root_per_s, r->idle_node_per_s);
+           "node %.1f frames/s\n",
+           r->idle_root_per_s, r->idle_node_per_s);
   fflush(stdout);
 }
 
@@ -644,9 +657,9 @@ static int plot(const char *png, const struct result *rs, int n) {
     int any = 0;
     for (int i = 0; i < n; i++)
       if (strcmp(rs[i].mode, modes[m]) == 0) {
-        fprintf(f, "%" PRId64 " %f %" PRId64 " %" PRId64 " %f\n",
-                rs[i].ranks, rs[i].wall_s, rs[i].root_msgs,
-                rs[i].root_bytes, rs[i].projection_s);
+        fprintf(f, "%" PRId64 " %f %" PRId64 " %" PRId64 " %f\n", rs[i].ranks,
+                rs[i].wall_s, rs[i].root_msgs, rs[i].root_bytes,
+                rs[i].projection_s);
         any = 1;
       }
     if (!any)
@@ -707,15 +720,18 @@ static int parse_list(const char *s, int64_t *out, int max) {
 }
 
 int main(int argc, char **argv) {
-  struct bench_opts o = {.ranks_per_host = 8, .fanout = 16,
-                         .ranks_per_root = 128, .timeout_s = 300,
-                         .flush_ms = 2, .flush_max_ms = 20};
+  struct bench_opts o = {.ranks_per_host = 8,
+                         .fanout = 16,
+                         .ranks_per_root = 128,
+                         .timeout_s = 300,
+                         .flush_ms = 2,
+                         .flush_max_ms = 20};
   snprintf(o.job, sizeof(o.job), "bench");
   int child_rc;
   if (bench_inc_child(argc, argv, &child_rc))
     return child_rc;
-  if (argc > 1 && (strcmp(argv[1], "--serve") == 0 ||
-                   strcmp(argv[1], "--drive") == 0)) {
+  if (argc > 1 &&
+      (strcmp(argv[1], "--serve") == 0 || strcmp(argv[1], "--drive") == 0)) {
     if (bench_parse_common(&o, argc, argv, 2) != argc)
       return 2;
     signal(SIGPIPE, SIG_IGN);
@@ -726,9 +742,12 @@ int main(int argc, char **argv) {
   const char *json_path = NULL, *png = NULL, *transport = "auto";
   int64_t sockets_max = 20000;
   double rtt_us = 50;
-  struct bench_delay_opts dl = {.delays_us = {25, 250}, .ndelays = 2,
-                                 .waits_join = 0, .waits_ids = 0,
-                                 .waits_barrier = 0, .waits_add = 0};
+  struct bench_delay_opts dl = {.delays_us = {25, 250},
+                                .ndelays = 2,
+                                .waits_join = 0,
+                                .waits_ids = 0,
+                                .waits_barrier = 0,
+                                .waits_add = 0};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
@@ -759,8 +778,11 @@ int main(int argc, char **argv) {
     } else if (strcmp(k, "--ranks-per-root") == 0) {
       o.ranks_per_root = strtoll(v, &end, 10);
     } else if (strcmp(k, "--mode") == 0) {
-      modes = !strcmp(v, "tree") ? 1 : !strcmp(v, "flat") ? 2
-              : !strcmp(v, "both") ? 3 : !strcmp(v, "none") ? 4 : 0;
+      modes = !strcmp(v, "tree")   ? 1
+              : !strcmp(v, "flat") ? 2
+              : !strcmp(v, "both") ? 3
+              : !strcmp(v, "none") ? 4
+                                   : 0;
     } else if (strcmp(k, "--json") == 0) {
       json_path = v;
     } else if (strcmp(k, "--plot") == 0) {
@@ -818,10 +840,8 @@ int main(int argc, char **argv) {
                         strcmp(transport, "inproc") != 0;
     if ((end != NULL && *end != '\0') || nn < 1 || modes == 0 ||
         o.ranks_per_host < 1 || o.fanout < 1 || o.ranks_per_root < 1 ||
-        bad_transport ||
-        o.flush_ms == UINT32_MAX || !(o.timeout_s > 0) || !(rtt_us >= 0) ||
-        !(idle_s >= 0 && idle_s <= 3600) ||
-        sockets_max < 1) {
+        bad_transport || o.flush_ms == UINT32_MAX || !(o.timeout_s > 0) ||
+        !(rtt_us >= 0) || !(idle_s >= 0 && idle_s <= 3600) || sockets_max < 1) {
       fprintf(stderr, "rdzv-bench: bad value '%s' for %s\n", v, k);
       usage();
       return 2;
@@ -838,22 +858,27 @@ int main(int argc, char **argv) {
     if ((modes & 2) && ns[i] > 18000 &&
         (strcmp(transport, "sockets") == 0 ||
          (strcmp(transport, "auto") == 0 && ns[i] <= sockets_max))) {
-      fprintf(stderr, "rdzv-bench: flat mode over sockets at %" PRId64
-                      " ranks needs more than the ~20,000 open files one "
-                      "process may hold; use --transport inproc or fewer "
-                      "ranks\n", ns[i]);
+      fprintf(stderr,
+              "rdzv-bench: flat mode over sockets at %" PRId64
+              " ranks needs more than the ~20,000 open files one "
+              "process may hold; use --transport inproc or fewer "
+              "ranks\n",
+              ns[i]);
       return 2;
     }
   if (!ranks_given && !bench_inc_given())
     bench_inc_default();
   /* Say what runs, so a bare `rdzv-bench` is not a silent minute. */
   if (modes != 4) {
-    fprintf(stderr, "rdzv-bench: %s at", modes == 3 ? "tree and flat"
-                                         : modes == 1 ? "tree" : "flat");
+    fprintf(stderr, "rdzv-bench: %s at",
+            modes == 3   ? "tree and flat"
+            : modes == 1 ? "tree"
+                         : "flat");
     for (int i = 0; i < nn; i++)
       fprintf(stderr, "%s %" PRId64, i ? "," : "", ns[i]);
-    fprintf(stderr, " ranks, %" PRId64 " ranks per host, fan-out %" PRId64
-                    " (rdzv-bench --help for the options)\n",
+    fprintf(stderr,
+            " ranks, %" PRId64 " ranks per host, fan-out %" PRId64
+            " (rdzv-bench --help for the options)\n",
             (int64_t)o.ranks_per_host, (int64_t)o.fanout);
   }
   signal(SIGPIPE, SIG_IGN);
@@ -877,8 +902,7 @@ int main(int argc, char **argv) {
   }
   if (bench_inc_run(&o, all, png) < 0) /* incumbents.c; nothing if none */
     bad = 1;
-  if (json_path != NULL &&
-      json_dump_file(all, json_path, JSON_INDENT(1)) < 0) {
+  if (json_path != NULL && json_dump_file(all, json_path, JSON_INDENT(1)) < 0) {
     fprintf(stderr, "rdzv-bench: cannot write %s: %s\n", json_path,
             strerror(errno));
     bad = 1;

@@ -25,8 +25,13 @@ static int submit(struct bench_rank *r, enum rdzv_op op, const char *key,
                   unsigned flags, int64_t a, int64_t b, size_t nvals,
                   const struct rdzv_bytes *vals) {
   struct rdzv_bytes k = {key, strlen(key)};
-  struct rdzv_request req = {.op = op, .flags = flags, .a = a, .b = b,
-                             .nkeys = 1, .keys = &k, .nvals = nvals,
+  struct rdzv_request req = {.op = op,
+                             .flags = flags,
+                             .a = a,
+                             .b = b,
+                             .nkeys = 1,
+                             .keys = &k,
+                             .nvals = nvals,
                              .vals = vals};
   return r->p->submit(r, &req, r->p->timeout_s);
 }
@@ -36,11 +41,14 @@ static int submit(struct bench_rank *r, enum rdzv_op op, const char *key,
 static int submit_coll(struct bench_rank *r, enum rdzv_op op, const char *key,
                        int kind, int64_t count, const struct rdzv_bytes *v) {
   uint8_t spec[RDZV_MEMBERS_MAX_BYTES];
-  int sl = rdzv_members_encode(NULL, r->a.world_size, kind, spec,
-                               sizeof(spec));
+  int sl = rdzv_members_encode(NULL, r->a.world_size, kind, spec, sizeof(spec));
   struct rdzv_bytes k[2] = {{key, strlen(key)}, {spec, sl > 0 ? sl : 0}};
-  struct rdzv_request req = {.op = op, .b = count, .nkeys = sl > 0 ? 2 : 1,
-                             .keys = k, .nvals = 1, .vals = v};
+  struct rdzv_request req = {.op = op,
+                             .b = count,
+                             .nkeys = sl > 0 ? 2 : 1,
+                             .keys = k,
+                             .nvals = 1,
+                             .vals = v};
   return r->p->submit(r, &req, r->p->timeout_s);
 }
 
@@ -50,19 +58,17 @@ int bench_rank_start(struct bench_rank *r) {
                                 .max_size = (uint32_t)p->world_size,
                                 .timeout_ms = (uint32_t)(p->timeout_s * 1000)};
   static const char topo[] = "gpu_pci=simulated\n";
-  struct rdzv_join_full j = {
-      .rec = {.host = (const uint8_t *)r->host,
-              .host_len = (uint32_t)strlen(r->host),
-              .location = (const uint8_t *)"",
-              .local_rank = r->local_rank,
-              .claim = r->claim},
-      .local_size = r->local_size,
-      .topo = (const uint8_t *)topo,
-      .topo_len = sizeof(topo) - 1};
+  struct rdzv_join_full j = {.rec = {.host = (const uint8_t *)r->host,
+                                     .host_len = (uint32_t)strlen(r->host),
+                                     .location = (const uint8_t *)"",
+                                     .local_rank = r->local_rank,
+                                     .claim = r->claim},
+                             .local_size = r->local_size,
+                             .topo = (const uint8_t *)topo,
+                             .topo_len = sizeof(topo) - 1};
   uint8_t params[RDZV_JOIN_PARAMS_BYTES], rec[128];
   rdzv_join_params_encode(&jp, params);
-  if (rdzv_join_rec_size(&j) > sizeof(rec) ||
-      rdzv_join_rec_encode(&j, rec) < 0)
+  if (rdzv_join_rec_size(&j) > sizeof(rec) || rdzv_join_rec_encode(&j, rec) < 0)
     return RDZV_EPROTO;
   struct rdzv_bytes vals[2] = {{params, sizeof(params)},
                                {rec, rdzv_join_rec_size(&j)}};
@@ -152,8 +158,7 @@ static int next(struct bench_rank *r, const struct rdzv_result *res) {
   }
 }
 
-void bench_rank_on_result(struct bench_rank *r,
-                          const struct rdzv_result *res) {
+void bench_rank_on_result(struct bench_rank *r, const struct rdzv_result *res) {
   int rc = res->status;
   if (rc == 0)
     rc = next(r, res);

@@ -54,8 +54,7 @@ struct bench_rank {
 /* Starts rank r (fields p, host, local_rank, local_size, claim set). */
 int bench_rank_start(struct bench_rank *r);
 /* Advances r with the reply to its last request. */
-void bench_rank_on_result(struct bench_rank *r,
-                          const struct rdzv_result *res);
+void bench_rank_on_result(struct bench_rank *r, const struct rdzv_result *res);
 double bench_now(void);
 
 #endif /* RDZV_BENCH_RANK_H */

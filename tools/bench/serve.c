@@ -99,8 +99,8 @@ static void ids_check(struct serve *sv, struct inproc_rank *ir,
   size_t pos = 0;
   struct rdzv_slice s;
   while (rdzv_items_next(&m->vals, &pos, &s)) {
-    uint8_t len[4] = {(uint8_t)s.n, (uint8_t)(s.n >> 8),
-                      (uint8_t)(s.n >> 16), (uint8_t)(s.n >> 24)};
+    uint8_t len[4] = {(uint8_t)s.n, (uint8_t)(s.n >> 8), (uint8_t)(s.n >> 16),
+                      (uint8_t)(s.n >> 24)};
     if (rdzv_buf_append(&b, len, 4) < 0 || rdzv_buf_append(&b, s.p, s.n) < 0)
       break;
   }
@@ -170,8 +170,8 @@ static void run_queue(struct serve *sv) {
     struct inproc_rank *ir = e.ir;
     enum bench_step before = ir->r.step;
     bench_rank_on_result(&ir->r, &e.res);
-    if (before == ir->r.step || (ir->r.step != STEP_DONE &&
-                                 ir->r.step != STEP_FAILED))
+    if (before == ir->r.step ||
+        (ir->r.step != STEP_DONE && ir->r.step != STEP_FAILED))
       continue;
     sv->ndone++;
     if (ir->r.step == STEP_FAILED)
@@ -180,8 +180,8 @@ static void run_queue(struct serve *sv) {
       printf("done %" PRId64 " %" PRId64 "\n", sv->nranks - sv->nfail,
              sv->nfail);
       fflush(stdout);
-      bench_write_durations(sv->o, sv->ranks, sizeof(*sv->ranks),
-                            sv->nranks, sv->t_go);
+      bench_write_durations(sv->o, sv->ranks, sizeof(*sv->ranks), sv->nranks,
+                            sv->t_go);
     }
   }
   sv->qn = 0;
@@ -304,16 +304,16 @@ static void print_stats(struct serve *sv) {
       json_t *j = js != NULL ? json_loads(js, 0, NULL) : NULL;
       /* The root's requests by operation (what the tree saved it). */
       json_t *ops = json_object_get(j, "ops");
-      static const char *const names[] = {"wait", "get", "mget", "set",
-                                          "add", "inval", "ping", "cas"};
-      size_t off = (size_t)snprintf(ops_json, sizeof(ops_json),
-                                    ",\"root_ops\":{");
+      static const char *const names[] = {"wait", "get",   "mget", "set",
+                                          "add",  "inval", "ping", "cas"};
+      size_t off =
+          (size_t)snprintf(ops_json, sizeof(ops_json), ",\"root_ops\":{");
       for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
-        off += (size_t)snprintf(
-            ops_json + off, sizeof(ops_json) - off, "%s\"%s\":%" PRId64,
-            k ? "," : "", names[k],
-            (int64_t)json_integer_value(json_object_get(
-                json_object_get(ops, names[k]), "received")));
+        off +=
+            (size_t)snprintf(ops_json + off, sizeof(ops_json) - off,
+                             "%s\"%s\":%" PRId64, k ? "," : "", names[k],
+                             (int64_t)json_integer_value(json_object_get(
+                                 json_object_get(ops, names[k]), "received")));
       json_t *cp = json_object_get(j, "copies");
       off += (size_t)snprintf(ops_json + off, sizeof(ops_json) - off, "}");
       snprintf(ops_json + off, sizeof(ops_json) - off,
@@ -434,8 +434,8 @@ static int start_daemon(struct serve *sv, int is_root, int64_t h) {
    * within the parent's timeout), unless --heartbeat-ms says otherwise:
    * at the daemons' default 1 s, 12,500 nodes each ping every second of a
    * rendezvous that takes seconds here, and milliseconds on a cluster. */
-  cfg.heartbeat_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms
-                                         : cfg.liveness_timeout_ms / 3;
+  cfg.heartbeat_ms =
+      o->heartbeat_ms > 0 ? o->heartbeat_ms : cfg.liveness_timeout_ms / 3;
   /* For the same reason a parent may take seconds to accept and answer a
    * hello, and a node seconds to get its turn: the run's own deadline
    * bounds the wait instead. */

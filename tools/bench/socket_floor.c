@@ -1,5 +1,6 @@
 /* rdzv-socket-floor: what the tree's socket traffic alone costs on this
- * machine (a benchmark, not a test; see docs/benchmarks.md, "The socket floor").
+ * machine (a benchmark, not a test; see docs/benchmarks.md, "The socket
+ * floor").
  *
  *   rdzv-socket-floor [--hosts N] [--fanout F] [--procs P]
  *                     [--table-bytes B] [--ranks-per-host R]
@@ -21,10 +22,10 @@
  *   barrier  up 64 B, down 64 B.
  * A frame is an 8-byte header (length, round) and its body; a process
  * reads into one buffer (a link keeps only a frame's unread part) and
- * writes each frame with one write(2), one epoll loop a process. What it measures is the floor under
- * any daemon that keeps this tree's links as sockets: the kernel's work for
- * the connections, the frames and their bytes, and the least user-space
- * work that moves them.
+ * writes each frame with one write(2), one epoll loop a process. What it
+ * measures is the floor under any daemon that keeps this tree's links as
+ * sockets: the kernel's work for the connections, the frames and their bytes,
+ * and the least user-space work that moves them.
  *
  * With --tcp-ranks N (at most 18,000) it is a TCPStore server that only
  * answers, for rdzv-bench --incumbents: one client process on CPU 0 opens
@@ -75,21 +76,21 @@ struct opts {
  * accepted end of a child host's link (parent side). */
 struct link {
   int fd;
-  int64_t host;   /* the host at the far end (parent side), or this host */
-  bool up;        /* this is host's upstream */
-  uint8_t *buf;   /* unparsed input */
+  int64_t host; /* the host at the far end (parent side), or this host */
+  bool up;      /* this is host's upstream */
+  uint8_t *buf; /* unparsed input */
   size_t len, cap;
-  uint8_t *out;   /* what the socket did not take yet: out[ooff..olen) */
+  uint8_t *out; /* what the socket did not take yet: out[ooff..olen) */
   size_t ooff, olen, ocap;
 };
 
 struct host {
-  int64_t below;         /* hosts in this subtree, itself included */
-  int round;             /* the round it is in */
-  int64_t children_in;   /* children whose up frame of round has come */
+  int64_t below;       /* hosts in this subtree, itself included */
+  int round;           /* the round it is in */
+  int64_t children_in; /* children whose up frame of round has come */
   int64_t nchildren;
-  struct link *upl;      /* its upstream (a host of this process) */
-  struct link **child;   /* its children's links, by child index */
+  struct link *upl;    /* its upstream (a host of this process) */
+  struct link **child; /* its children's links, by child index */
 };
 
 static struct opts O = {12500, 16, 16, 782 * 136, 8};
@@ -224,10 +225,14 @@ static size_t up_bytes(int round, int64_t below) {
 }
 static size_t down_bytes(int round, int64_t below) {
   switch (round) {
-  case 0: return (size_t)(32 * O.rph * below);
-  case 1: return (size_t)O.table;
-  case 2: return 128;
-  default: return 64;
+  case 0:
+    return (size_t)(32 * O.rph * below);
+  case 1:
+    return (size_t)O.table;
+  case 2:
+    return 128;
+  default:
+    return 64;
   }
 }
 
@@ -298,8 +303,10 @@ static int connect_to(int p) {
     if (errno != EAGAIN && errno != EINTR)
       die("connect");
     if (now_s() > give_up) {
-      fprintf(stderr, "rdzv-socket-floor: no room in process %d's listen "
-                      "backlog for 60 s\n", p);
+      fprintf(stderr,
+              "rdzv-socket-floor: no room in process %d's listen "
+              "backlog for 60 s\n",
+              p);
       exit(1);
     }
     accept_links();
@@ -515,8 +522,7 @@ static int run_proc(int me) {
       if (!(evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) || l->fd < 0)
         continue;
       if (!read_link(l, me, &root_rounds)) {
-        fprintf(stderr, "rdzv-socket-floor: process %d: a link closed\n",
-                me);
+        fprintf(stderr, "rdzv-socket-floor: process %d: a link closed\n", me);
         return 1;
       }
     }
@@ -528,7 +534,6 @@ static int run_proc(int me) {
   memcpy(&shared[4 * me + 3], &t_end, 8);
   return 0;
 }
-
 
 /* ---- --tcp-ranks: the floor under a TCPStore server ---------------------- */
 
@@ -555,8 +560,8 @@ static void pin_to(int cpu) {
 
 struct tconn {
   int fd;
-  int trip;      /* round trips done */
-  size_t got;    /* bytes of the current request (server) or reply */
+  int trip;   /* round trips done */
+  size_t got; /* bytes of the current request (server) or reply */
 };
 
 /* The server: accepts n connections and answers n * TCP_TRIPS requests. */
@@ -737,17 +742,19 @@ static int tcp_floor(int64_t n) {
 }
 
 static void usage_to(FILE *f) {
-  fprintf(f,
-          "usage: rdzv-socket-floor [--hosts N] [--fanout F] [--procs P]\n"
-          "                         [--table-bytes B] [--ranks-per-host R]\n"
-          "       rdzv-socket-floor --tcp-ranks N\n"
-          "The tree's links with no store behind them (default 12,500 hosts,\n"
-          "fan-out 16, 16 processes, a 106,352-byte id table, 8 ranks a host),\n"
-          "or with --tcp-ranks N a TCPStore server that only answers. Limits:\n"
-          "hosts 1-1,000,000; fan-out 2-1,000,000; procs 1-%d; table-bytes\n"
-          "1-67,108,864; ranks-per-host 1-1,024 (48 x hosts x ranks-per-host\n"
-          "at most 1 GiB); tcp-ranks 1-18,000 (alone; an open file a rank in each of 2 processes).\n",
-          MAX_PROCS);
+  fprintf(
+      f,
+      "usage: rdzv-socket-floor [--hosts N] [--fanout F] [--procs P]\n"
+      "                         [--table-bytes B] [--ranks-per-host R]\n"
+      "       rdzv-socket-floor --tcp-ranks N\n"
+      "The tree's links with no store behind them (default 12,500 hosts,\n"
+      "fan-out 16, 16 processes, a 106,352-byte id table, 8 ranks a host),\n"
+      "or with --tcp-ranks N a TCPStore server that only answers. Limits:\n"
+      "hosts 1-1,000,000; fan-out 2-1,000,000; procs 1-%d; table-bytes\n"
+      "1-67,108,864; ranks-per-host 1-1,024 (48 x hosts x ranks-per-host\n"
+      "at most 1 GiB); tcp-ranks 1-18,000 (alone; an open file a rank in each "
+      "of 2 processes).\n",
+      MAX_PROCS);
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -764,8 +771,8 @@ int main(int argc, char **argv) {
     const char *name;
     int64_t *dst, max;
   } opts[] = {
-      {"--hosts", &O.hosts, 1000000},   {"--fanout", &O.fanout, 1000000},
-      {"--procs", &O.procs, MAX_PROCS}, {"--table-bytes", &O.table, 1 << 26},
+      {"--hosts", &O.hosts, 1000000},     {"--fanout", &O.fanout, 1000000},
+      {"--procs", &O.procs, MAX_PROCS},   {"--table-bytes", &O.table, 1 << 26},
       {"--ranks-per-host", &O.rph, 1024}, {"--tcp-ranks", &tcp_ranks, 18000},
   };
   bool tree_opt = false;
@@ -800,7 +807,8 @@ int main(int argc, char **argv) {
   int64_t top = up_bytes(0, O.hosts); /* the largest frame but the table */
   if (top > (int64_t)1 << 30)
     return usage_error("%s: the join's top frame (48 bytes a rank) would "
-                       "pass 1 GiB", "--hosts times --ranks-per-host");
+                       "pass 1 GiB",
+                       "--hosts times --ranks-per-host");
   order_hosts();
   payload = calloc(1, (size_t)(top > O.table ? top : O.table) + 8);
   run_id = getpid();
@@ -824,8 +832,7 @@ int main(int argc, char **argv) {
   int bad = 0;
   for (int p = 0; p <= O.procs; p++) {
     int st;
-    if (waitpid(pids[p], &st, 0) < 0 || !WIFEXITED(st) ||
-        WEXITSTATUS(st) != 0)
+    if (waitpid(pids[p], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
       bad = 1;
   }
   double whole = now_s() - t0;

@@ -67,13 +67,12 @@ void ts_fail(struct ts_driver *dv, struct ts_rank *r, const char *why) {
 static void rearm(struct ts_driver *dv, struct ts_rank *r) {
   if (r->fd < 0)
     return;
-  uint32_t ev = (r->step == T_CONNECT ? 0 : EPOLLIN) |
-                (r->step == T_CONNECT || r->out_off < r->out.len ? EPOLLOUT
-                                                                 : 0);
+  uint32_t ev =
+      (r->step == T_CONNECT ? 0 : EPOLLIN) |
+      (r->step == T_CONNECT || r->out_off < r->out.len ? EPOLLOUT : 0);
   if (ev == r->events)
     return;
-  struct epoll_event e = {.events = ev,
-                          .data.u64 = (uint64_t)(r - dv->rs)};
+  struct epoll_event e = {.events = ev, .data.u64 = (uint64_t)(r - dv->rs)};
   int op = r->events == UINT32_MAX ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
   if (epoll_ctl(dv->ep, op, r->fd, &e) < 0)
     ts_fail(dv, r, strerror(errno));
@@ -123,8 +122,9 @@ static int topo_and_add(struct ts_driver *dv, struct ts_rank *r) {
   char key[64], rec[BENCH_INC_TOPO_BYTES];
   snprintf(key, sizeof(key), "/topo/%" PRId64, r->rank);
   memset(rec, ' ', sizeof(rec));
-  snprintf(rec, sizeof(rec), "rank=%" PRId64 " host=h%06" PRId64
-           " gpu_pci=simulated", r->rank, r->rank / dv->o->ranks_per_host);
+  snprintf(rec, sizeof(rec),
+           "rank=%" PRId64 " host=h%06" PRId64 " gpu_pci=simulated", r->rank,
+           r->rank / dv->o->ranks_per_host);
   int rc = ts_put_req(r, RDZV_TS_SET, key, rec, sizeof(rec), 0);
   if (rc == 0)
     rc = ts_put_req(r, RDZV_TS_ADD, "/barrier", NULL, 0, 1);
@@ -149,7 +149,6 @@ static int open_callback(struct ts_driver *dv, struct ts_rank *r) {
                           .data.u64 = (uint64_t)(r - dv->rs) | 1ull << 63};
   return epoll_ctl(dv->ep, EPOLL_CTL_ADD, r->fd2, &e) < 0 ? -errno : 0;
 }
-
 
 static int advance(struct ts_driver *dv, struct ts_rank *r,
                    const struct rdzv_ts_reply *rep);
@@ -253,8 +252,8 @@ static void start_connect(struct ts_driver *dv, struct ts_rank *r) {
   if (dv->o->ranks > 10000) {
     struct sockaddr_in src = {
         .sin_family = AF_INET,
-        .sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 +
-                                 (uint32_t)(r->rank / 10000))};
+        .sin_addr.s_addr =
+            htonl(INADDR_LOOPBACK + 1 + (uint32_t)(r->rank / 10000))};
     if (bind(r->fd, (struct sockaddr *)&src, sizeof(src)) < 0) {
       ts_fail(dv, r, strerror(errno));
       return;
@@ -309,13 +308,14 @@ static uint8_t stream_buf[1 << 16];
 
 static void readable(struct ts_driver *dv, struct ts_rank *r) {
   bool streaming = r->expect == 0 && r->mg_left > 0 && r->in_len == 0;
-  ssize_t k = streaming ? recv(r->fd, stream_buf, sizeof(stream_buf), 0)
-                        : recv(r->fd, r->in + r->in_len,
-                               sizeof(r->in) - r->in_len, 0);
+  ssize_t k =
+      streaming ? recv(r->fd, stream_buf, sizeof(stream_buf), 0)
+                : recv(r->fd, r->in + r->in_len, sizeof(r->in) - r->in_len, 0);
   if (k < 0 && (errno == EAGAIN || errno == EINTR))
     return;
   if (k <= 0) {
-    ts_fail(dv, r, k == 0 ? "the server closed the connection" : strerror(errno));
+    ts_fail(dv, r,
+            k == 0 ? "the server closed the connection" : strerror(errno));
     return;
   }
   if (streaming) {
@@ -358,8 +358,8 @@ static void readable(struct ts_driver *dv, struct ts_rank *r) {
         ts_fail(dv, r, "bytes nobody asked for");
       return;
     }
-    int rc = rdzv_ts_parse_reply(r->expect, 1, r->in, r->in_len,
-                                 sizeof(r->in), &blob, 1, &rep, &used);
+    int rc = rdzv_ts_parse_reply(r->expect, 1, r->in, r->in_len, sizeof(r->in),
+                                 &blob, 1, &rep, &used);
     if (rc == 0 && r->in_len == sizeof(r->in))
       rc = RDZV_EVALUE_TOO_BIG;
     if (rc == 0)
@@ -373,7 +373,8 @@ static void readable(struct ts_driver *dv, struct ts_rank *r) {
     memmove(r->in, r->in + used, r->in_len - used);
     r->in_len -= used;
     if (rc < 0) {
-      ts_fail(dv, r, rc == RDZV_EPROTO ? "unexpected reply" : rdzv_strerror(rc));
+      ts_fail(dv, r,
+              rc == RDZV_EPROTO ? "unexpected reply" : rdzv_strerror(rc));
       return;
     }
     flush(dv, r);
@@ -397,7 +398,9 @@ static void loop(struct ts_driver *dv) {
   double deadline = dv->t_go + dv->o->timeout_s;
   while (dv->ndone < dv->n) {
     int got = epoll_wait(dv->ep, evs, 1024,
-                         dv->nretry > 0 ? 5 : dv->npaced > 0 ? 20 : 100);
+                         dv->nretry > 0   ? 5
+                         : dv->npaced > 0 ? 20
+                                          : 100);
     for (int k = 0; k < got; k++) {
       uint64_t i = evs[k].data.u64 & ~(1ull << 63);
       struct ts_rank *r = &dv->rs[i];
@@ -449,8 +452,8 @@ static int cmp_double(const void *a, const void *b) {
 /* RDZV_BENCH_VERBOSE: when the ranks reached each step (seconds after
  * go: median and last), to see where the time goes. */
 static void phases(struct ts_driver *dv) {
-  static const char *const names[4] = {"connected", "init/ added",
-                                       "uid read", "barrier added"};
+  static const char *const names[4] = {"connected", "init/ added", "uid read",
+                                       "barrier added"};
   double *d = malloc((size_t)dv->n * sizeof(*d));
   for (int k = 0; d != NULL && k < 4; k++) {
     int64_t m = 0;
@@ -460,10 +463,11 @@ static void phases(struct ts_driver *dv) {
     if (m == 0)
       continue;
     qsort(d, (size_t)m, sizeof(*d), cmp_double);
-    fprintf(stderr, "  tcpstore driver %d: %-14s median %.3f s, p99 %.3f "
-            "s, last %.3f s (%" PRId64 " ranks)\n", (int)getpid(), names[k],
-            d[(m - 1) / 2], d[(int64_t)((double)(m - 1) * 0.99)], d[m - 1],
-            m);
+    fprintf(stderr,
+            "  tcpstore driver %d: %-14s median %.3f s, p99 %.3f "
+            "s, last %.3f s (%" PRId64 " ranks)\n",
+            (int)getpid(), names[k], d[(m - 1) / 2],
+            d[(int64_t)((double)(m - 1) * 0.99)], d[m - 1], m);
   }
   free(d);
 }
@@ -486,14 +490,14 @@ static void report(struct ts_driver *dv) {
     bench_inc_write_durations(dv->o, d, dv->n);
   free(d);
   printf("done %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64
-         " %" PRId64 "\n", dv->n - dv->nfail, dv->nfail, uid_ok, last,
-         add_sum, init_sum);
+         " %" PRId64 "\n",
+         dv->n - dv->nfail, dv->nfail, uid_ok, last, add_sum, init_sum);
   fflush(stdout);
 }
 
 int bench_ts_drive_main(struct bench_opts *o) {
-  struct ts_driver dv = {.o = o, .ep = epoll_create1(EPOLL_CLOEXEC),
-                         .conns = 1};
+  struct ts_driver dv = {
+      .o = o, .ep = epoll_create1(EPOLL_CLOEXEC), .conns = 1};
   const char *c = getenv("RDZV_BENCH_TS_CONNS");
   if (c != NULL && strcmp(c, "2") == 0)
     dv.conns = 2;

@@ -50,18 +50,18 @@ struct ts_rank {
   double t_phase[4]; /* connected, init/ answered, uid had, barrier add */
   int64_t add_reply, init_reply;
   bool uid_ok, last;
-  bool v2; /* the v2 dialect (--pattern pytorch) */
+  bool v2;      /* the v2 dialect (--pattern pytorch) */
   char why[96]; /* a failure */
   /* --pattern pytorch: a MULTI_GET's reply, checked as it streams in
    * (B blobs of 128 bytes: never held whole), and the steps' counters. */
-  int64_t mg_left;      /* blobs still to come */
-  int64_t mg_body;      /* bytes of the current blob still to come */
-  uint8_t mg_hdr[8];    /* its length, as it comes */
+  int64_t mg_left;   /* blobs still to come */
+  int64_t mg_body;   /* bytes of the current blob still to come */
+  uint8_t mg_hdr[8]; /* its length, as it comes */
   int mg_nhdr;
-  int64_t mg_pos;       /* offset in the current blob */
+  int64_t mg_pos; /* offset in the current blob */
   bool mg_ok;
-  int reps;             /* GETs or CHECKs done in this step */
-  double check_at;      /* > 0: the next paced check is due then */
+  int reps;        /* GETs or CHECKs done in this step */
+  double check_at; /* > 0: the next paced check is due then */
 };
 
 struct ts_driver {
@@ -69,7 +69,7 @@ struct ts_driver {
   int64_t nblocks; /* --pattern pytorch: B */
   struct ts_rank *rs;
   int64_t n, ndone, nfail, nretry;
-  int conns; /* connections a rank: 1 or 2 */
+  int conns;      /* connections a rank: 1 or 2 */
   double check_s; /* --pt-check-ms in seconds (0: checks back to back) */
   int64_t npaced; /* ranks waiting for their next paced check */
   bool keepalive; /* --pt-keepalive: agents rewrite the state */
@@ -94,8 +94,8 @@ int ts_pt_advance(struct ts_driver *dv, struct ts_rank *r,
                   const struct rdzv_ts_reply *rep);
 int ts_pt_stream(struct ts_driver *dv, struct ts_rank *r);
 /* The same on p[0..n), read straight from the socket: *used bytes. */
-int ts_pt_stream_buf(struct ts_driver *dv, struct ts_rank *r,
-                     const uint8_t *p, size_t n, size_t *used);
+int ts_pt_stream_buf(struct ts_driver *dv, struct ts_rank *r, const uint8_t *p,
+                     size_t n, size_t *used);
 /* r's paced check is due (r->check_at passed): sends it, or ends r. */
 int ts_pt_check_due(struct ts_driver *dv, struct ts_rank *r);
 

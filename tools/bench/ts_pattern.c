@@ -11,11 +11,10 @@
 #include "tools/bench/rank.h"
 #include "tools/bench/ts_drive.h"
 
-
-#define PT_BLOCK 128       /* TORCH_NCCL_RANKS_PER_ROOT's default */
-#define PT_STATE_GETS 5    /* an agent's reads of the rendezvous state */
-#define PT_CHECKS 60       /* the heartbeat monitor's checks of "dump" */
-#define PT_AGENT_STATE 97  /* bytes of pickled state per agent */
+#define PT_BLOCK 128      /* TORCH_NCCL_RANKS_PER_ROOT's default */
+#define PT_STATE_GETS 5   /* an agent's reads of the rendezvous state */
+#define PT_CHECKS 60      /* the heartbeat monitor's checks of "dump" */
+#define PT_AGENT_STATE 97 /* bytes of pickled state per agent */
 
 /* The block whose first rank is r (blocks balanced: the first N mod B one
  * rank larger), or -1. */
@@ -37,8 +36,8 @@ static int64_t state_bytes(const struct ts_driver *dv) {
 /* Queues op on keys[0..n) (WAIT, MULTI_GET, CHECK). */
 static int put_keys(struct ts_rank *r, enum rdzv_ts_op op,
                     const struct rdzv_slice *keys, uint32_t n) {
-  struct rdzv_ts_req q = {.op = op, .nkeys = n,
-                          .keys = (struct rdzv_slice *)keys};
+  struct rdzv_ts_req q = {
+      .op = op, .nkeys = n, .keys = (struct rdzv_slice *)keys};
   r->expect = op;
   return rdzv_ts_encode(RDZV_TS_V2, &q, &r->out);
 }
@@ -63,8 +62,7 @@ int ts_pt_prepare(struct ts_driver *dv) {
 }
 
 /* A reply of nblobs blobs, read as it comes (GET, MULTI_GET). */
-static void stream_start(struct ts_rank *r, enum ts_step step,
-                         int64_t nblobs) {
+static void stream_start(struct ts_rank *r, enum ts_step step, int64_t nblobs) {
   r->step = step;
   r->expect = 0; /* readable() streams it */
   r->mg_left = nblobs;
@@ -88,8 +86,11 @@ static int pt_state_cas(struct ts_driver *dv, struct ts_rank *r) {
   memset(st, 'S', sn);
   struct rdzv_slice key = {(const uint8_t *)"/torchelastic/state", 19};
   struct rdzv_slice vals[2] = {{st, (uint32_t)sn}, {st, (uint32_t)sn}};
-  struct rdzv_ts_req q = {.op = RDZV_TS_COMPARE_SET, .nkeys = 1,
-                          .keys = &key, .nvals = 2, .vals = vals};
+  struct rdzv_ts_req q = {.op = RDZV_TS_COMPARE_SET,
+                          .nkeys = 1,
+                          .keys = &key,
+                          .nvals = 2,
+                          .vals = vals};
   int rc = rdzv_ts_encode(RDZV_TS_V2, &q, &r->out);
   free(st);
   stream_start(r, T_STATE_CAS, 1);
@@ -179,14 +180,13 @@ static bool pt_byte_ok(const struct ts_driver *dv, const struct ts_rank *r,
 
 static int64_t pt_blob_len(const struct ts_driver *dv,
                            const struct ts_rank *r) {
-  return r->step == T_STATE_GET || r->step == T_STATE_CAS
-             ? state_bytes(dv)
-             : BENCH_INC_UID_BYTES;
+  return r->step == T_STATE_GET || r->step == T_STATE_CAS ? state_bytes(dv)
+                                                          : BENCH_INC_UID_BYTES;
 }
 
 /* Consumes p[0..n) of a streamed reply, up to its end: *used bytes. */
-int ts_pt_stream_buf(struct ts_driver *dv, struct ts_rank *r,
-                     const uint8_t *p, size_t n, size_t *used) {
+int ts_pt_stream_buf(struct ts_driver *dv, struct ts_rank *r, const uint8_t *p,
+                     size_t n, size_t *used) {
   size_t off = 0;
   int rc = 0;
   while (rc == 0 && off < n && r->mg_left > 0) {
@@ -310,4 +310,3 @@ int ts_pt_advance(struct ts_driver *dv, struct ts_rank *r,
     return RDZV_EPROTO;
   }
 }
-

@@ -92,13 +92,12 @@ static int take_opt(int argc, char **argv, int *i, const char *name,
 /* One global option at argv[*i]; 0 or EXIT_USAGE. */
 static int parse_one_global(struct ctl *ctl, int argc, char **argv, int *i,
                             const char **timeout) {
-  static const char *const names[] = {"addr", "job", "timeout",
-                                      "secret-file"};
+  static const char *const names[] = {"addr", "job", "timeout", "secret-file"};
   const char **dest[] = {&ctl->addr, &ctl->job, timeout, &ctl->secret_file};
   size_t k;
   int r;
 
-  for (k = 0; k < sizeof names / sizeof names[0]; k++) {
+  for (k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
     r = take_opt(argc, argv, i, names[k], dest[k]);
     if (r < 0) {
       ctl_usage_error("option --%s needs a value", names[k]);

@@ -132,7 +132,7 @@ int cmd_tree_position(struct ctl *ctl, int argc, char **argv) {
     return EXIT_USAGE;
   }
   err = rdzv_hostlist_tree_position(argv[0], len, RDZV_HOSTLIST_MAX_HOSTS,
-                                    argv[1], (size_t)fanout, buf, sizeof buf,
+                                    argv[1], (size_t)fanout, buf, sizeof(buf),
                                     &pos, &e);
   if (err == -ENOBUFS) {
     /* A long chain (small fan-out): take the size it asked for. */

@@ -72,14 +72,18 @@ static const char usage_text[] =
     "  stats                          print the server's statistics (one JSON\n"
     "                                 object, as received)\n"
     "  rounds [ROUND]                 the job's rendezvous generations as its\n"
-    "                                 root keeps them (--addr: the root): when\n"
-    "                                 each opened, ranks and hosts joined over\n"
+    "                                 root keeps them (--addr: the root): "
+    "when\n"
+    "                                 each opened, ranks and hosts joined "
+    "over\n"
     "                                 time, the last 10 to join, what is\n"
     "                                 missing, how earlier ones ended, which\n"
     "                                 places spares took\n"
     "  members [ROUND]                the round's world by node rank (host,\n"
-    "                                 ranks, active or promoted spare, domain)\n"
-    "                                 and its parked spares (--addr: the root)\n"
+    "                                 ranks, active or promoted spare, "
+    "domain)\n"
+    "                                 and its parked spares (--addr: the "
+    "root)\n"
     "  quarantine                     the hosts quarantined for the job, with\n"
     "                                 why (--addr: the root)\n"
     "  quarantine clear HOST          let HOST join the job again\n"
@@ -115,7 +119,8 @@ static const char usage_text[] =
     "  job-secret --site-key FILE --job JOB [--out FILE]\n"
     "                                 JOB's secret, derived from the site key\n"
     "                                 (the same on every host, without\n"
-    "                                 talking): 64 hex digits. --out writes it\n"
+    "                                 talking): 64 hex digits. --out writes "
+    "it\n"
     "                                 atomically (a new file renamed over\n"
     "                                 FILE), mode 0400, owned by the caller.\n"
     "                                 Without --out it goes to stdout, which\n"
@@ -230,11 +235,11 @@ static const char *addr_hint(const char *addr) {
     size_t n = strlen(addr + 5);
     if (n == 0 || strcmp(addr + 5, "@") == 0)
       return "no socket path after unix:";
-    if (n >= sizeof sa.sun_path) {
-      snprintf(buf, sizeof buf,
+    if (n >= sizeof(sa.sun_path)) {
+      snprintf(buf, sizeof(buf),
                "the socket path is %zu bytes; a Unix socket path holds at "
                "most %zu bytes",
-               n, sizeof sa.sun_path - 1);
+               n, sizeof(sa.sun_path) - 1);
       return buf;
     }
   }
@@ -332,13 +337,20 @@ void ctl_put_line(const void *data, size_t len) {
 /* ---- Commands ------------------------------------------------------- */
 
 static const struct command commands[] = {
-    {"set", 2, 2, cmd_set},        {"get", 1, 1, cmd_get},
-    {"wait", 1, 65536, cmd_wait},   {"add", 2, 2, cmd_add},
-    {"cas", 3, 3, cmd_cas},         {"delete", 1, 1, cmd_delete},
-    {"mget", 1, -1, cmd_mget},      {"mset", 2, -1, cmd_mset},
-    {"append", 2, 2, cmd_append},   {"num-keys", 0, 0, cmd_num_keys},
-    {"barrier", 3, 3, cmd_barrier}, {"gather", 4, 4, cmd_gather},
-    {"missing", 2, 2, cmd_missing}, {"stats", 0, 0, cmd_stats},
+    {"set", 2, 2, cmd_set},
+    {"get", 1, 1, cmd_get},
+    {"wait", 1, 65536, cmd_wait},
+    {"add", 2, 2, cmd_add},
+    {"cas", 3, 3, cmd_cas},
+    {"delete", 1, 1, cmd_delete},
+    {"mget", 1, -1, cmd_mget},
+    {"mset", 2, -1, cmd_mset},
+    {"append", 2, 2, cmd_append},
+    {"num-keys", 0, 0, cmd_num_keys},
+    {"barrier", 3, 3, cmd_barrier},
+    {"gather", 4, 4, cmd_gather},
+    {"missing", 2, 2, cmd_missing},
+    {"stats", 0, 0, cmd_stats},
     {"rounds", 0, 1, cmd_rounds},
     {"members", 0, 1, cmd_members},
     {"quarantine", 0, 3, cmd_quarantine},
@@ -367,12 +379,12 @@ static const struct command *find_in(const struct command *tab, size_t n,
 }
 
 static const struct command *find_command(const char *name) {
-  return find_in(commands, sizeof commands / sizeof commands[0], name);
+  return find_in(commands, sizeof(commands) / sizeof(commands[0]), name);
 }
 
 static const struct command *find_local_command(const char *name) {
   return find_in(local_commands,
-                 sizeof local_commands / sizeof local_commands[0], name);
+                 sizeof(local_commands) / sizeof(local_commands[0]), name);
 }
 
 /* A command of local_commands[]: its arguments, then the command. */
@@ -392,8 +404,7 @@ static int run_local(struct ctl *ctl, const struct command *cmd, int argc,
 }
 
 /* Checks the command's arguments and the required options. */
-static int check_call(struct ctl *ctl, const struct command *cmd,
-                      int argc) {
+static int check_call(struct ctl *ctl, const struct command *cmd, int argc) {
   if (argc < cmd->min_args || (cmd->max_args >= 0 && argc > cmd->max_args)) {
     ctl_usage_error("wrong number of arguments for '%s'", cmd->name);
     return EXIT_USAGE;
@@ -430,8 +441,8 @@ int main(int argc, char **argv) {
   int code;
 
   clock_gettime(CLOCK_MONOTONIC, &ctl.start);
-  if (argc >= 2 && (strcmp(argv[1], "--version") == 0 ||
-                    strcmp(argv[1], "version") == 0)) {
+  if (argc >= 2 &&
+      (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0)) {
     printf("rdzvctl %s\n", RDZV_VERSION_STRING);
     return finish_output(EXIT_OK);
   }

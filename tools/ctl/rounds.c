@@ -15,7 +15,7 @@ static double secs(json_t *o, const char *k) {
 static void print_replaced(FILE *out, json_t *r) {
   size_t i;
   json_t *e;
-  json_array_foreach(json_object_get(r, "replaced"), i, e) {
+  json_array_foreach (json_object_get(r, "replaced"), i, e) {
     const char *by = json_string_value(json_object_get(e, "by"));
     const char *lost = json_string_value(json_object_get(e, "lost"));
     const char *host = json_string_value(json_object_get(e, "host"));
@@ -23,12 +23,16 @@ static void print_replaced(FILE *out, json_t *r) {
                           ? "rejoined but its segment was given up"
                           : "did not rejoin";
     if (by != NULL && strcmp(by, "closed") == 0)
-      fprintf(out, "  replaced: host %s (node rank %lld) %s; its "
-              "place closed up (no spare left)\n", lost ? lost : "?",
+      fprintf(out,
+              "  replaced: host %s (node rank %lld) %s; its "
+              "place closed up (no spare left)\n",
+              lost ? lost : "?",
               json_integer_value(json_object_get(e, "node_rank")), how);
     else
-      fprintf(out, "  replaced: host %s (node rank %lld) %s; %s "
-              "%s took its place (ranks %lld-%lld)\n", lost ? lost : "?",
+      fprintf(out,
+              "  replaced: host %s (node rank %lld) %s; %s "
+              "%s took its place (ranks %lld-%lld)\n",
+              lost ? lost : "?",
               json_integer_value(json_object_get(e, "node_rank")), how,
               by ? by : "?", host ? host : "?",
               json_integer_value(json_object_get(e, "first_rank")),
@@ -62,9 +66,9 @@ static void print_round(FILE *out, const char *job, json_t *r) {
   json_t *pts = json_object_get(r, "joined");
   if (json_array_size(pts) > 0) {
     fprintf(out, "  joined over time:");
-    json_array_foreach(pts, i, e)
-      fprintf(out, "%s %.3f s %lld (%lld host%s)", i ? "," : "",
-              secs(e, "ms"), json_integer_value(json_object_get(e, "ranks")),
+    json_array_foreach (pts, i, e)
+      fprintf(out, "%s %.3f s %lld (%lld host%s)", i ? "," : "", secs(e, "ms"),
+              json_integer_value(json_object_get(e, "ranks")),
               json_integer_value(json_object_get(e, "hosts")),
               json_integer_value(json_object_get(e, "hosts")) == 1 ? "" : "s");
     fprintf(out, "\n");
@@ -72,7 +76,7 @@ static void print_round(FILE *out, const char *job, json_t *r) {
   json_t *last = json_object_get(r, "last_joined");
   if (json_array_size(last) > 0) {
     fprintf(out, "  last to join:");
-    json_array_foreach(last, i, e)
+    json_array_foreach (last, i, e)
       fprintf(out, "%s %s local rank %lld at %.3f s", i ? ";" : "",
               json_string_value(json_object_get(e, "host"))
                   ? json_string_value(json_object_get(e, "host"))
@@ -83,7 +87,7 @@ static void print_round(FILE *out, const char *job, json_t *r) {
   }
   /* The generation's collectives: its unique ids (and their check-in),
    * its barriers, in the order they began. */
-  json_array_foreach(json_object_get(r, "phases"), i, e) {
+  json_array_foreach (json_object_get(r, "phases"), i, e) {
     const char *ps = json_string_value(json_object_get(e, "state"));
     const char *kind = json_string_value(json_object_get(e, "kind"));
     const char *name = json_string_value(json_object_get(e, "name"));
@@ -111,12 +115,13 @@ static void print_round(FILE *out, const char *job, json_t *r) {
   const char *doms = json_string_value(json_object_get(r, "domains"));
   if (doms != NULL)
     fprintf(out, "  domains: %s\n", doms);
-  long long promoted = json_integer_value(json_object_get(r, "spares_promoted"));
+  long long promoted =
+      json_integer_value(json_object_get(r, "spares_promoted"));
   long long parked = json_integer_value(json_object_get(r, "parked_hosts"));
   if (promoted > 0 || parked > 0)
     fprintf(out, "  spares: %lld taken into the world, %lld host%s parked\n",
             promoted, parked, parked == 1 ? "" : "s");
-  json_array_foreach(json_object_get(r, "earlier"), i, e) {
+  json_array_foreach (json_object_get(r, "earlier"), i, e) {
     const char *why = json_string_value(json_object_get(e, "reason"));
     const char *es = json_string_value(json_object_get(e, "state"));
     fprintf(out, "  earlier: generation %lld %s %.3f s, %lld ranks%s%s\n",
@@ -134,8 +139,8 @@ static void print_members(FILE *out, const char *job, json_t *r) {
   long long hosts = json_integer_value(json_object_get(r, "world_hosts"));
   size_t i;
   json_t *e;
-  fprintf(out, "job %s, round %s: world of generation %lld, %lld host%s",
-          job, rname ? rname : "?",
+  fprintf(out, "job %s, round %s: world of generation %lld, %lld host%s", job,
+          rname ? rname : "?",
           json_integer_value(json_object_get(r, "world_generation")), hosts,
           hosts == 1 ? "" : "s");
   const char *state = json_string_value(json_object_get(r, "state"));
@@ -143,7 +148,7 @@ static void print_members(FILE *out, const char *job, json_t *r) {
     fprintf(out, " (generation %lld is %s)",
             json_integer_value(json_object_get(r, "generation")), state);
   fprintf(out, "\n");
-  json_array_foreach(json_object_get(r, "world"), i, e) {
+  json_array_foreach (json_object_get(r, "world"), i, e) {
     const char *dom = json_string_value(json_object_get(e, "domain"));
     long long first = json_integer_value(json_object_get(e, "first_rank"));
     long long n = json_integer_value(json_object_get(e, "ranks"));
@@ -161,7 +166,7 @@ static void print_members(FILE *out, const char *job, json_t *r) {
   if ((long long)json_array_size(json_object_get(r, "world")) < hosts)
     fprintf(out, "  (and %lld more hosts not listed)\n",
             hosts - (long long)json_array_size(json_object_get(r, "world")));
-  json_array_foreach(json_object_get(r, "parked"), i, e) {
+  json_array_foreach (json_object_get(r, "parked"), i, e) {
     const char *dom = json_string_value(json_object_get(e, "domain"));
     fprintf(out, "  parked: %s, %lld rank%s%s%s\n",
             json_string_value(json_object_get(e, "host"))
@@ -201,8 +206,8 @@ static int print_job_rounds(const char *stats, const char *job,
              name ? name : "?", role ? role : "daemon without rounds");
     rc = -1;
   } else if (!json_is_object(rounds) || json_object_size(rounds) == 0) {
-    snprintf(err, errlen, "root %s holds no round of job %s",
-             name ? name : "?", job);
+    snprintf(err, errlen, "root %s holds no round of job %s", name ? name : "?",
+             job);
     rc = -1;
   } else if (round != NULL) {
     json_t *r = json_object_get(rounds, round);
@@ -216,15 +221,15 @@ static int print_job_rounds(const char *stats, const char *job,
   } else {
     const char *k;
     json_t *r;
-    json_object_foreach(rounds, k, r) print_one(out, job, r);
+    json_object_foreach (rounds, k, r)
+      print_one(out, job, r);
   }
   json_decref(o);
   return rc;
 }
 
-int rdzvctl_print_rounds(const char *stats, const char *job,
-                         const char *round, FILE *out, char *err,
-                         size_t errlen) {
+int rdzvctl_print_rounds(const char *stats, const char *job, const char *round,
+                         FILE *out, char *err, size_t errlen) {
   return print_job_rounds(stats, job, round, out, err, errlen, print_round);
 }
 
@@ -236,7 +241,7 @@ static long long print_quarantined(json_t *o, const char *job, FILE *out) {
   long long n = json_integer_value(json_object_get(q, "quarantined_hosts"));
   size_t i;
   json_t *e;
-  json_array_foreach(json_object_get(q, "quarantined"), i, e) {
+  json_array_foreach (json_object_get(q, "quarantined"), i, e) {
     const char *h = json_string_value(json_object_get(e, "host"));
     const char *why = json_string_value(json_object_get(e, "reason"));
     fprintf(out, "  quarantined: %s: %s\n", h ? h : "?", why ? why : "");
@@ -247,11 +252,9 @@ static long long print_quarantined(json_t *o, const char *job, FILE *out) {
   return n;
 }
 
-int rdzvctl_print_members(const char *stats, const char *job,
-                          const char *round, FILE *out, char *err,
-                          size_t errlen) {
-  int rc = print_job_rounds(stats, job, round, out, err, errlen,
-                            print_members);
+int rdzvctl_print_members(const char *stats, const char *job, const char *round,
+                          FILE *out, char *err, size_t errlen) {
+  int rc = print_job_rounds(stats, job, round, out, err, errlen, print_members);
   json_t *o = rc == 0 ? json_loads(stats, 0, NULL) : NULL;
   if (o != NULL)
     print_quarantined(o, job, out);

@@ -55,7 +55,8 @@ static int write_file_atomic(const char *path, const void *data, size_t len,
   int fd, dfd, rc = 0;
   char *slash;
 
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp) {
+  if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >=
+      sizeof(tmp)) {
     snprintf(err, errlen, "%s: %s", path, strerror(ENAMETOOLONG));
     return -ENAMETOOLONG;
   }
@@ -96,14 +97,14 @@ static int write_file_atomic(const char *path, const void *data, size_t len,
     return rc;
   }
   /* The new name itself survives a crash. */
-  snprintf(dirbuf, sizeof dirbuf, "%s", path);
+  snprintf(dirbuf, sizeof(dirbuf), "%s", path);
   slash = strrchr(dirbuf, '/');
   if (slash == dirbuf)
     slash[1] = '\0';
   else if (slash != NULL)
     *slash = '\0';
   else
-    snprintf(dirbuf, sizeof dirbuf, ".");
+    snprintf(dirbuf, sizeof(dirbuf), ".");
   dfd = open(dirbuf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     fsync(dfd);
@@ -119,7 +120,7 @@ static int write_file_atomic(const char *path, const void *data, size_t len,
  * overwritten. */
 int cmd_site_key(struct ctl *ctl, int argc, char **argv) {
   uint8_t key[32];
-  char text[2 * sizeof key + 1];
+  char text[2 * sizeof(key) + 1];
   char err[PATH_MAX + 128];
   int rc;
 
@@ -130,17 +131,17 @@ int cmd_site_key(struct ctl *ctl, int argc, char **argv) {
                     "to stdout)");
     return EXIT_USAGE;
   }
-  if (rdzv_auth_nonce(key, sizeof key) < 0) {
+  if (rdzv_auth_nonce(key, sizeof(key)) < 0) {
     fprintf(stderr, "rdzvctl: site-key: the system's random generator "
                     "failed (OpenSSL RAND_bytes); no key written\n");
     return EXIT_FAILED;
   }
-  rdzv_auth_hex(key, sizeof key, text);
-  text[2 * sizeof key] = '\n';
-  rc = write_file_atomic(ctl->out, text, sizeof text, 0400, 0, err,
-                         sizeof err);
-  rdzv_auth_wipe(key, sizeof key);
-  rdzv_auth_wipe(text, sizeof text);
+  rdzv_auth_hex(key, sizeof(key), text);
+  text[2 * sizeof(key)] = '\n';
+  rc = write_file_atomic(ctl->out, text, sizeof(text), 0400, 0, err,
+                         sizeof(err));
+  rdzv_auth_wipe(key, sizeof(key));
+  rdzv_auth_wipe(text, sizeof(text));
   if (rc == -EEXIST) {
     fprintf(stderr,
             "rdzvctl: site-key: %s exists; refusing to overwrite a site key "
@@ -235,15 +236,15 @@ int cmd_job_secret(struct ctl *ctl, int argc, char **argv) {
   code = site_key_check(ctl->site_key);
   if (code != EXIT_OK)
     return code;
-  rc = rdzv_auth_secret_load(ctl->site_key, key, sizeof key, &key_len, err,
-                             sizeof err);
+  rc = rdzv_auth_secret_load(ctl->site_key, key, sizeof(key), &key_len, err,
+                             sizeof(err));
   if (rc < 0) {
     fprintf(stderr, "rdzvctl: job-secret: site key: %s\n", err);
     return EXIT_FAILED;
   }
   rc = rdzv_auth_job_secret(key, key_len, (const uint8_t *)ctl->job, job_len,
                             secret);
-  rdzv_auth_wipe(key, sizeof key);
+  rdzv_auth_wipe(key, sizeof(key));
   if (rc < 0) {
     fprintf(stderr, "rdzvctl: job-secret: job %s: %s\n", ctl->job,
             strerror(-rc));
@@ -252,7 +253,7 @@ int cmd_job_secret(struct ctl *ctl, int argc, char **argv) {
   secret[64] = '\n';
   secret[65] = '\0';
   if (ctl->out != NULL) {
-    rc = write_file_atomic(ctl->out, secret, 65, 0400, 1, err, sizeof err);
+    rc = write_file_atomic(ctl->out, secret, 65, 0400, 1, err, sizeof(err));
     if (rc < 0) {
       fprintf(stderr, "rdzvctl: job-secret: job %s: %s\n", ctl->job, err);
       code = EXIT_FAILED;
@@ -266,6 +267,6 @@ int cmd_job_secret(struct ctl *ctl, int argc, char **argv) {
       code = EXIT_FAILED;
     }
   }
-  rdzv_auth_wipe(secret, sizeof secret);
+  rdzv_auth_wipe(secret, sizeof(secret));
   return code;
 }

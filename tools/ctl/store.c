@@ -129,8 +129,8 @@ int cmd_mset(struct ctl *ctl, int argc, char **argv) {
     ctl_usage_error("usage: mset KEY VALUE [KEY VALUE...] [--write-once]");
     return EXIT_USAGE;
   }
-  keys = calloc(n, sizeof *keys);
-  vals = calloc(n, sizeof *vals);
+  keys = calloc(n, sizeof(*keys));
+  vals = calloc(n, sizeof(*vals));
   err = keys == NULL || vals == NULL ? RDZV_ENOMEM : 0;
   for (i = 0; err == 0 && i < n; i++) {
     keys[i] = argv[2 * i];
@@ -259,11 +259,10 @@ int cmd_stats(struct ctl *ctl, int argc, char **argv) {
 
 /* A view of the root's statistics (rounds.c's printers), for command
  * name: the job's rounds, or the one named by argv[0]. */
-static int print_stats_view(struct ctl *ctl, int argc, char **argv,
-                            const char *name,
-                            int (*print)(const char *, const char *,
-                                         const char *, FILE *, char *,
-                                         size_t)) {
+static int
+print_stats_view(struct ctl *ctl, int argc, char **argv, const char *name,
+                 int (*print)(const char *, const char *, const char *, FILE *,
+                              char *, size_t)) {
   char *json = NULL, why[300];
   int err = rdzv_store_stats(ctl->client, &json, ctl_remaining(ctl));
   if (err < 0)
@@ -297,12 +296,12 @@ static int print_quarantine_view(const char *stats, const char *job,
 }
 
 /* Hosts quarantined for the job: listed (the root's view), put there by
- * hand, or cleared (each host a key RDZV_QUARANTINE_KEY_PREFIX "HOST" whose value
- * is the reason; the root refuses the joins of a host whose key exists). */
+ * hand, or cleared (each host a key RDZV_QUARANTINE_KEY_PREFIX "HOST" whose
+ * value is the reason; the root refuses the joins of a host whose key exists).
+ */
 int cmd_quarantine(struct ctl *ctl, int argc, char **argv) {
   if (argc == 0)
-    return print_stats_view(ctl, 0, argv, "quarantine",
-                            print_quarantine_view);
+    return print_stats_view(ctl, 0, argv, "quarantine", print_quarantine_view);
   char key[320];
   const char *verb = argv[0];
   if ((strcmp(verb, "clear") != 0 && strcmp(verb, "add") != 0) || argc < 2 ||
@@ -317,8 +316,7 @@ int cmd_quarantine(struct ctl *ctl, int argc, char **argv) {
     ctl_usage_error("quarantine: HOST must be 1 to 255 bytes");
     return EXIT_USAGE;
   }
-  if (strcmp(verb, "add") == 0 &&
-      argv[2][strspn(argv[2], " \t\r\n")] == '\0') {
+  if (strcmp(verb, "add") == 0 && argv[2][strspn(argv[2], " \t\r\n")] == '\0') {
     ctl_usage_error("quarantine add: REASON must say why (it is what the "
                     "host's refused ranks are told)");
     return EXIT_USAGE;

@@ -58,11 +58,11 @@ void rdzv__durable_checks(struct rdzv_durable *du, struct rdzv_checks *cs) {
   rdzv__check_add(cs, "not_fenced", !du->fenced,
                   "root %s was deposed (%s) and knows no leader yet", name,
                   du->fence_why);
-  rdzv__check_add(cs, "etcd", etcd_ok,
-                  "root %s: etcd at %s: %s", name, rdzv_etcd_endpoint(du->e),
-                  du->lease_fails_in_row > 0
-                      ? "lease keepalives failing"
-                      : du->last_err[0] ? du->last_err : "campaign failing");
+  rdzv__check_add(cs, "etcd", etcd_ok, "root %s: etcd at %s: %s", name,
+                  rdzv_etcd_endpoint(du->e),
+                  du->lease_fails_in_row > 0 ? "lease keepalives failing"
+                  : du->last_err[0]          ? du->last_err
+                                             : "campaign failing");
 }
 
 void rdzv__du_dlog(struct rdzv_durable *du, int level, const char *fmt, ...) {
@@ -168,7 +168,8 @@ int rdzv__durable_new(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   return 0;
 }
 
-const struct rdzv_state_backend *rdzv__durable_backend(struct rdzv_durable *du) {
+const struct rdzv_state_backend *
+rdzv__durable_backend(struct rdzv_durable *du) {
   return &du->backend;
 }
 

@@ -110,7 +110,7 @@ int rdzv__du_big_set(struct rdzv_durable *du, const uint8_t *k, size_t klen,
  * expires with its lease; a later job of that id starts afresh). */
 void rdzv__du_bigs_drop_job(struct rdzv_durable *du, const struct djob *j) {
   struct bigval *g, *t;
-  HASH_ITER(hh, du->bigs, g, t) {
+  HASH_ITER (hh, du->bigs, g, t) {
     if (g->klen > j->eklen && memcmp(g->key, j->ekey, j->eklen) == 0) {
       HASH_DEL(du->bigs, g);
       free(g);
@@ -120,7 +120,7 @@ void rdzv__du_bigs_drop_job(struct rdzv_durable *du, const struct djob *j) {
 
 void rdzv__du_bigs_free(struct rdzv_durable *du) {
   struct bigval *g, *t;
-  HASH_ITER(hh, du->bigs, g, t) {
+  HASH_ITER (hh, du->bigs, g, t) {
     HASH_DEL(du->bigs, g);
     free(g);
   }
@@ -155,8 +155,8 @@ static int emit(struct rdzv_durable *du, struct batch *b, struct djob *j,
     uint32_t n = (uint32_t)((total + part - 1) / part);
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
       char pk[1100];
-      int pn = snprintf(pk, sizeof(pk), "%.*sp/%s/%06u", (int)j->eklen,
-                        j->ekey, id, i);
+      int pn = snprintf(pk, sizeof(pk), "%.*sp/%s/%06u", (int)j->eklen, j->ekey,
+                        id, i);
       size_t off = (size_t)i * part;
       size_t len = total - off < part ? total - off : part;
       rc = bop_push(&b->pops, &b->npops, &b->pcap, pk, (size_t)pn, NULL, 0,
@@ -187,8 +187,8 @@ static int emit(struct rdzv_durable *du, struct batch *b, struct djob *j,
   }
   if (rc == 0 && old_id[0] != '\0') { /* the old parts go */
     char pk[1100];
-    int pn = snprintf(pk, sizeof(pk), "%.*sp/%s/", (int)j->eklen, j->ekey,
-                      old_id);
+    int pn =
+        snprintf(pk, sizeof(pk), "%.*sp/%s/", (int)j->eklen, j->ekey, old_id);
     rc = bop_add(b, pk, (size_t)pn, NULL, 0, NULL, 0, NULL, 0, true, 0);
     if (rc == 0)
       b->ops[b->nops - 1].prefix = true;
@@ -301,14 +301,16 @@ static void breq_failed(struct breq *r, const struct rdzv_etcd_result *res) {
   /* What etcd will refuse however often it is asked (an unknown lease, a
    * part over its size limit, a permission it lacks) ends the leadership,
    * saying why: a new leader loads what etcd has. */
-  bool transient = res->status != RDZV_ENOKEY && res->status != RDZV_ETOO_LARGE &&
+  bool transient = res->status != RDZV_ENOKEY &&
+                   res->status != RDZV_ETOO_LARGE &&
                    !(res->status == RDZV_EETCD && res->http >= 400 &&
                      res->http < 500 && res->http != 408 && res->http != 429);
   if (!transient) {
     char why[600];
     snprintf(why, sizeof(why), "etcd refused a %s: %s%s%s%s",
-             r->grant ? "lease grant" : "transaction", rdzv_strerror(res->status),
-             res->message[0] ? ": " : "", res->message,
+             r->grant ? "lease grant" : "transaction",
+             rdzv_strerror(res->status), res->message[0] ? ": " : "",
+             res->message,
              res->status == RDZV_ETOO_LARGE
                  ? " (is --etcd-max-request-bytes above etcd's "
                    "--max-request-bytes?)"
@@ -318,10 +320,11 @@ static void breq_failed(struct breq *r, const struct rdzv_etcd_result *res) {
   }
   if (rdzv__du_now_ms(du) >= du->lease_deadline_ms) {
     char why[600];
-    snprintf(why, sizeof(why), "etcd lease lost: persisting failed past the "
-             "lease's %u s: %s%s%s", du->cfg.etcd_lease_ttl_s,
-             rdzv_strerror(res->status), res->message[0] ? ": " : "",
-             res->message);
+    snprintf(why, sizeof(why),
+             "etcd lease lost: persisting failed past the "
+             "lease's %u s: %s%s%s",
+             du->cfg.etcd_lease_ttl_s, rdzv_strerror(res->status),
+             res->message[0] ? ": " : "", res->message);
     rdzv__du_stand_down(du, RDZV_ELEASE_LOST, why);
     return;
   }
@@ -362,7 +365,7 @@ static void on_breq(void *arg, const struct rdzv_etcd_result *res) {
   }
   if (r->grant) {
     struct djob *j, *t;
-    HASH_ITER(hh, du->jobs, j, t) {
+    HASH_ITER (hh, du->jobs, j, t) {
       if (j->lease == r->lease)
         j->lease_granted = true;
     }
@@ -385,17 +388,17 @@ static void breq_send(struct breq *r) {
     struct rdzv_etcd_txn *t = rdzv_etcd_txn_new();
     char lk[300];
     int n = snprintf(lk, sizeof(lk), "%s/leader", du->prefix);
-    rc = t != NULL ? rdzv_etcd_txn_compare(t, lk, (size_t)n, RDZV_ETCD_CREATE,
-                                           RDZV_ETCD_EQUAL, du->leader_rev,
-                                           NULL, 0)
-                   : RDZV_ENOMEM;
+    rc = t != NULL
+             ? rdzv_etcd_txn_compare(t, lk, (size_t)n, RDZV_ETCD_CREATE,
+                                     RDZV_ETCD_EQUAL, du->leader_rev, NULL, 0)
+             : RDZV_ENOMEM;
     struct bop *arr = r->parts ? b->pops : b->ops;
     for (size_t i = r->from; rc == 0 && i < r->to; i++) {
       struct bop *o = &arr[i];
-      rc = o->val != NULL ? rdzv_etcd_txn_put(t, true, o->key, o->klen, o->val,
-                                              o->vlen, o->lease)
-                          : rdzv_etcd_txn_delete(t, true, o->key, o->klen,
-                                                 o->prefix);
+      rc = o->val != NULL
+               ? rdzv_etcd_txn_put(t, true, o->key, o->klen, o->val, o->vlen,
+                                   o->lease)
+               : rdzv_etcd_txn_delete(t, true, o->key, o->klen, o->prefix);
     }
     if (rc == 0) {
       rc = rdzv_etcd_txn(du->e, t, on_breq, r);
@@ -512,8 +515,8 @@ static int ops_group(struct rdzv_durable *du, struct batch *b, struct djob *j,
                    (int)j->eklen, j->ekey, du->opbase, ++du->opseq);
   if (n < 0 || (size_t)n >= sizeof(k))
     return RDZV_ENOMEM;
-  int rc = emit(du, b, j, (uint8_t *)k, (size_t)n, ops->data, ops->len, NULL,
-                0, false, glue);
+  int rc = emit(du, b, j, (uint8_t *)k, (size_t)n, ops->data, ops->len, NULL, 0,
+                false, glue);
   if (rc == 0)
     rc = rdzv__du_opkey_add(j, (const uint8_t *)k, (size_t)n,
                             rdzv__du_now_ms(du) + du->cfg.dedup_window_ms);
@@ -540,7 +543,7 @@ static void gate_start(void *arg) {
   b->du = du;
   struct djob *j, *jt;
   int rc = 0;
-  HASH_ITER(hh, du->jobs, j, jt) {
+  HASH_ITER (hh, du->jobs, j, jt) {
     if (j->ndirty == 0)
       continue;
     if (j->lease == 0)
@@ -581,7 +584,7 @@ static void gate_start(void *arg) {
       free(o);
     }
     struct dirty *x, *xt;
-    HASH_ITER(hh, j->dirty, x, xt) {
+    HASH_ITER (hh, j->dirty, x, xt) {
       if (rc == 0)
         rc = dirty_op(du, b, j, x);
       if (rc == 0 && x->ops.len > 0)

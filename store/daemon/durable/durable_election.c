@@ -69,7 +69,8 @@ static struct rdzv_durable *cstep_take(void *arg,
 
 static void on_load(void *arg, const struct rdzv_etcd_result *r);
 
-static void load_from(struct rdzv_durable *du, const uint8_t *key, size_t klen) {
+static void load_from(struct rdzv_durable *du, const uint8_t *key,
+                      size_t klen) {
   char end[300];
   int n = snprintf(end, sizeof(end), "%s/j0", du->prefix); /* after "P/j/" */
   struct rdzv_etcd_range_opts o;
@@ -79,8 +80,7 @@ static void load_from(struct rdzv_durable *du, const uint8_t *key, size_t klen) 
   o.limit = 1000;
   o.revision = du->load_rev;
   struct cstep *c = cstep_new(du);
-  if (c == NULL ||
-      rdzv_etcd_range(du->e, key, klen, &o, on_load, c) < 0) {
+  if (c == NULL || rdzv_etcd_range(du->e, key, klen, &o, on_load, c) < 0) {
     free(c);
     rdzv__du_stand_down(du, RDZV_ENOMEM, "out of memory loading the state");
   }
@@ -94,7 +94,7 @@ void rdzv__du_load_bigs_finish_drop(struct rdzv_durable *du) {
     free(lb);
   }
   struct loadpart *lp, *t;
-  HASH_ITER(hh, du->load_parts, lp, t) {
+  HASH_ITER (hh, du->load_parts, lp, t) {
     HASH_DEL(du->load_parts, lp);
     free(lp->data);
     free(lp);
@@ -221,7 +221,7 @@ static int load_bigs_finish(struct rdzv_durable *du) {
     free(lb);
   }
   struct loadpart *lp, *t;
-  HASH_ITER(hh, du->load_parts, lp, t) {
+  HASH_ITER (hh, du->load_parts, lp, t) {
     HASH_DEL(du->load_parts, lp);
     free(lp->data);
     free(lp);
@@ -250,8 +250,8 @@ static int load_value(struct rdzv_durable *du, struct djob *j,
                     (uint32_t)e8[10] << 16 | (uint32_t)e8[11] << 24;
       if (vl > vlen - pos - 12)
         break;
-      int rc = rdzv__state_rec_put(j->mem, RDZV_STATE_REC_OP, e8, 8, e8 + 12,
-                                   vl);
+      int rc =
+          rdzv__state_rec_put(j->mem, RDZV_STATE_REC_OP, e8, 8, e8 + 12, vl);
       if (rc < 0)
         return rc;
       pos += 12 + vl;
@@ -313,9 +313,8 @@ static void watch_own_key_from(struct rdzv_durable *du, int64_t rev) {
   memset(&o, 0, sizeof(o));
   o.start_revision = rev;
   struct cstep *w = cstep_new(du);
-  if (w == NULL ||
-      rdzv_etcd_watch(du->e, k, (size_t)n, &o, on_own_watch, w, &du->watch) <
-          0) {
+  if (w == NULL || rdzv_etcd_watch(du->e, k, (size_t)n, &o, on_own_watch, w,
+                                   &du->watch) < 0) {
     free(w);
     du->watch = NULL;
   }
@@ -356,14 +355,16 @@ static void become_leader(struct rdzv_durable *du) {
   uint64_t now = rdzv__du_now_ms(du);
   d->leader_since_ms = now > 0 ? now : 1;
   struct djob *lj, *lt;
-  HASH_ITER(hh, du->jobs, lj, lt) lj->loaded_ms = now > 0 ? now : 1;
+  HASH_ITER (hh, du->jobs, lj, lt)
+    lj->loaded_ms = now > 0 ? now : 1;
   watch_own_key_from(du, du->leader_rev + 1);
   du->fenced = false;
   du->elections_won++;
   rdzv__du_stats_update(du);
   uint64_t keys = 0;
   struct djob *j, *t;
-  HASH_ITER(hh, du->jobs, j, t) keys += rdzv__state_count(j->mem);
+  HASH_ITER (hh, du->jobs, j, t)
+    keys += rdzv__state_count(j->mem);
   rdzv__du_dlog(du, 1,
                 "root %s (%s) leads %s/leader (revision %" PRId64 "): %u "
                 "jobs, %" PRIu64 " keys loaded",
@@ -431,8 +432,8 @@ static void on_incarnation(void *arg, const struct rdzv_etcd_result *r) {
     struct rdzv_etcd_range_opts o;
     memset(&o, 0, sizeof(o));
     struct cstep *c2 = cstep_new(du);
-    if (c2 == NULL || rdzv_etcd_range(du->e, k, (size_t)n, &o,
-                                      on_incarnation, c2) < 0) {
+    if (c2 == NULL ||
+        rdzv_etcd_range(du->e, k, (size_t)n, &o, on_incarnation, c2) < 0) {
       free(c2);
       rdzv__du_stand_down(du, RDZV_ENOMEM, "out of memory");
     }
@@ -604,8 +605,8 @@ void rdzv__du_campaign_step(struct rdzv_durable *du) {
     return;
   }
   if (du->lease == 0) {
-    if (rdzv_etcd_lease_grant(du->e, du->cfg.etcd_lease_ttl_s, 0, on_lease,
-                              c) < 0) {
+    if (rdzv_etcd_lease_grant(du->e, du->cfg.etcd_lease_ttl_s, 0, on_lease, c) <
+        0) {
       free(c);
       rdzv__du_campaign_later(du, 500);
     }
@@ -613,8 +614,8 @@ void rdzv__du_campaign_step(struct rdzv_durable *du) {
   }
   char k[600];
   int n = snprintf(k, sizeof(k), "%s/roots/%s", du->prefix, du->self);
-  if (rdzv_etcd_put(du->e, k, (size_t)n, du->self, strlen(du->self),
-                    du->lease, on_registered, c) < 0) {
+  if (rdzv_etcd_put(du->e, k, (size_t)n, du->self, strlen(du->self), du->lease,
+                    on_registered, c) < 0) {
     free(c);
     rdzv__du_campaign_later(du, 500);
   }

@@ -97,7 +97,7 @@ struct djob *rdzv__du_job_get(struct rdzv_durable *du, const char *id) {
 
 void rdzv__du_job_clear_dirty(struct rdzv_durable *du, struct djob *j) {
   struct dirty *x, *t;
-  HASH_ITER(hh, j->dirty, x, t) {
+  HASH_ITER (hh, j->dirty, x, t) {
     HASH_DEL(j->dirty, x);
     rdzv_buf_free(&x->ops);
     free(x);
@@ -128,7 +128,8 @@ void rdzv__du_job_free(struct rdzv_durable *du, struct djob *j) {
 
 void rdzv__du_jobs_free(struct rdzv_durable *du) {
   struct djob *j, *t;
-  HASH_ITER(hh, du->jobs, j, t) rdzv__du_job_free(du, j);
+  HASH_ITER (hh, du->jobs, j, t)
+    rdzv__du_job_free(du, j);
 }
 
 /* Marks (tag, name) of j dirty, while leading. Out of memory is a failed
@@ -322,8 +323,8 @@ void rdzv__du_job_remove(struct rdzv_durable *du, struct djob *j) {
   char lk[300];
   int n = snprintf(lk, sizeof(lk), "%s/leader", du->prefix);
   if (t != NULL &&
-      rdzv_etcd_txn_compare(t, lk, (size_t)n, RDZV_ETCD_CREATE,
-                            RDZV_ETCD_EQUAL, du->leader_rev, NULL, 0) == 0 &&
+      rdzv_etcd_txn_compare(t, lk, (size_t)n, RDZV_ETCD_CREATE, RDZV_ETCD_EQUAL,
+                            du->leader_rev, NULL, 0) == 0 &&
       rdzv_etcd_txn_delete(t, true, j->ekey, j->eklen, true) == 0) {
     rdzv_etcd_txn(du->e, t, on_finish_done, du);
     t = NULL;
@@ -348,8 +349,8 @@ static void d_finish(struct rdzv_state *st) {
 }
 
 static const struct rdzv_state_ops d_ops = {
-    d_get,     d_set,     d_append,  d_del,     d_count,  d_bytes,
-    d_scan,    d_rec_put, d_rec_get, d_rec_del, d_close,  d_finish,
+    d_get,  d_set,     d_append,  d_del,     d_count, d_bytes,
+    d_scan, d_rec_put, d_rec_get, d_rec_del, d_close, d_finish,
 };
 
 int rdzv__du_d_open(const struct rdzv_state_backend *b, const char *job,

@@ -26,7 +26,8 @@ int rdzv__du_admit(void *arg, char *text, size_t textlen, char *leader,
   if (du->role == DUR_CAMPAIGN && du->last_err[0] != '\0')
     snprintf(text, textlen,
              "root %s (%s) is not the leader of %s/leader: no leader known; "
-             "etcd: %s", du->d->cfg.name, du->self, du->prefix, du->last_err);
+             "etcd: %s",
+             du->d->cfg.name, du->self, du->prefix, du->last_err);
   else
     snprintf(text, textlen,
              "root %s (%s) is not the leader of %s/leader: it is %s%s%s",
@@ -65,8 +66,10 @@ void rdzv__du_stand_down(struct rdzv_durable *du, int status, const char *why) {
     rdzv__du_dlog(du, 0, "root %s stands down: %s", d->cfg.name, why);
     rdzv__gate_drop(d);
     char text[800];
-    snprintf(text, sizeof(text), "root %s stood down (%s): reconnect to the "
-             "leader", d->cfg.name, why);
+    snprintf(text, sizeof(text),
+             "root %s stood down (%s): reconnect to the "
+             "leader",
+             d->cfg.name, why);
     /* A lost lease is said to every waiting caller (the job's state in
      * etcd may be gone with it); a root that was only deposed leaves its
      * callers' requests to be sent again to the new leader. Then every
@@ -150,8 +153,10 @@ void rdzv__du_on_tick(uv_timer_t *t) {
   if ((du->role == DUR_LEADER || du->role == DUR_LOADING) &&
       rdzv__du_now_ms(du) >= du->lease_deadline_ms) {
     char why[300];
-    snprintf(why, sizeof(why), "etcd lease lost: etcd did not answer a "
-             "keepalive for the lease's %u s", du->cfg.etcd_lease_ttl_s);
+    snprintf(why, sizeof(why),
+             "etcd lease lost: etcd did not answer a "
+             "keepalive for the lease's %u s",
+             du->cfg.etcd_lease_ttl_s);
     rdzv__du_stand_down(du, RDZV_ELEASE_LOST, why);
     return;
   }
@@ -174,7 +179,7 @@ void rdzv__du_on_tick(uv_timer_t *t) {
   if (du->role == DUR_LEADER) {
     struct djob *j, *jt;
     uint64_t now = rdzv__du_now_ms(du);
-    HASH_ITER(hh, du->jobs, j, jt) {
+    HASH_ITER (hh, du->jobs, j, jt) {
       /* A job loaded at the election that nobody reopened within
        * --job-linger-ms ended, as it would have at the old leader. */
       if (j->open == NULL && j->loaded_ms != 0 &&

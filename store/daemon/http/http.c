@@ -133,8 +133,8 @@ static void mhd_log(void *arg, const char *fmt, va_list ap) {
 /* Queues body (copied) with status and content type. */
 static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status,
                               const char *type, const char *body, size_t n) {
-  struct MHD_Response *r = MHD_create_response_from_buffer(
-      n, (void *)body, MHD_RESPMEM_MUST_COPY);
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
   if (r == NULL)
     return MHD_NO; /* out of memory: MHD closes the connection */
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
@@ -146,18 +146,17 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status,
   return rc;
 }
 
-static enum MHD_Result answer_text(struct MHD_Connection *conn,
-                                   unsigned status, const char *text) {
-  return answer(conn, status, "text/plain; charset=utf-8", text,
-                strlen(text));
+static enum MHD_Result answer_text(struct MHD_Connection *conn, unsigned status,
+                                   const char *text) {
+  return answer(conn, status, "text/plain; charset=utf-8", text, strlen(text));
 }
 
 /* The checks, with "loop" first: a daemon that answers turns its loop. */
 static void gather(struct rdzv_http *h, struct rdzv_checks *cs) {
   memset(cs, 0, sizeof(*cs));
   rdzv__check_add(cs, "loop", true, NULL);
-  rdzv__check_add(cs, "not_stopping", !h->d->stopping,
-                  "daemon %s is stopping", h->d->cfg.name);
+  rdzv__check_add(cs, "not_stopping", !h->d->stopping, "daemon %s is stopping",
+                  h->d->cfg.name);
   if (h->checks != NULL)
     h->checks(h->checks_arg, cs);
 }
@@ -241,8 +240,7 @@ static enum MHD_Result health(struct rdzv_http *h,
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
-                                  const char *version,
-                                  const char *upload_data,
+                                  const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
   (void)version;
   (void)upload_data;
@@ -279,8 +277,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     char *text = rdzv__stats_json(h->d, NULL);
     if (text == NULL)
       return MHD_NO;
-    enum MHD_Result rc = answer(conn, MHD_HTTP_OK, "application/json", text,
-                                strlen(text));
+    enum MHD_Result rc =
+        answer(conn, MHD_HTTP_OK, "application/json", text, strlen(text));
     free(text);
     return rc;
   }
@@ -294,8 +292,8 @@ static int resolve(const char *listen, struct sockaddr_storage *ss,
                    socklen_t *len) {
   char host[RDZV_ADDR_HOST_MAX + 1], port[8];
   struct rdzv_addr_parts p;
-  if (rdzv_addr_split(listen, RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 |
-                                  RDZV_ADDR_NO_UNIX,
+  if (rdzv_addr_split(listen,
+                      RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX,
                       &p) < 0 ||
       rdzv_addr_host(&p, host, sizeof(host)) < 0)
     return RDZV_EBAD_ADDR;
@@ -320,8 +318,10 @@ int rdzv__http_start(struct daemon *d, const char *listen,
   struct sockaddr_storage ss;
   socklen_t sl = 0;
   if (resolve(listen, &ss, &sl) < 0) {
-    fprintf(stderr, "rdzvd: --http-listen %s: not HOST:PORT with a host "
-            "this machine resolves\n", listen);
+    fprintf(stderr,
+            "rdzvd: --http-listen %s: not HOST:PORT with a host "
+            "this machine resolves\n",
+            listen);
     return RDZV_EBAD_ADDR;
   }
   struct rdzv_http *h = calloc(1, sizeof(*h));
@@ -340,19 +340,18 @@ int rdzv__http_start(struct daemon *d, const char *listen,
   if (per_ip > d->cfg.http_max_connections)
     per_ip = d->cfg.http_max_connections;
   h->mhd = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, h,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-      MHD_OPTION_NOTIFY_CONNECTION, on_conn, h,
-      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.http_max_connections,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
-      MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      (size_t)d->cfg.http_max_request_bytes,
+      flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+      h, MHD_OPTION_NOTIFY_CONNECTION, on_conn, h, MHD_OPTION_SOCK_ADDR,
+      (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)d->cfg.http_max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      per_ip, MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)d->cfg.http_max_request_bytes,
       MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)64, MHD_OPTION_END);
   if (h->mhd == NULL) {
-    fprintf(stderr, "rdzvd: --http-listen %s: cannot listen there (in use, "
-            "or not this machine's address)\n", listen);
+    fprintf(stderr,
+            "rdzvd: --http-listen %s: cannot listen there (in use, "
+            "or not this machine's address)\n",
+            listen);
     free(h);
     return RDZV_EBAD_ADDR;
   }
@@ -374,8 +373,10 @@ int rdzv__http_start(struct daemon *d, const char *listen,
   uv_poll_start(&h->poll, UV_READABLE, on_poll);
   uv_timer_start(&h->sweep, on_sweep, 1000, 1000);
   drive(h);
-  rdzv__log(d, 1, "http: /metrics, /livez, /readyz, /health and /status on "
-            "%s (port %u)", listen, (unsigned)h->port);
+  rdzv__log(d, 1,
+            "http: /metrics, /livez, /readyz, /health and /status on "
+            "%s (port %u)",
+            listen, (unsigned)h->port);
   *out = h;
   return 0;
 }

@@ -74,8 +74,8 @@ static void histogram(struct text *t, const char *name, const char *help,
     if (bounds[i] == UINT64_MAX)
       put(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
     else
-      put(t, "%s_bucket{le=\"%g\"} %llu\n", name,
-          (double)bounds[i] / per_s, (unsigned long long)cum);
+      put(t, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bounds[i] / per_s,
+          (unsigned long long)cum);
   }
   put(t, "%s_sum %.6f\n%s_count %llu\n", name, (double)sum / per_s, name,
       (unsigned long long)count);
@@ -155,8 +155,8 @@ static void auth(struct text *t, const struct stats *s) {
        "bad_proof (a wrong secret or another job's), uid (a Unix-socket "
        "peer not in --allow-uids), parent (this node's parent could not "
        "prove the secret).");
-  uint64_t none = s->auth_no_nonce < s->auth_refused ? s->auth_no_nonce
-                                                     : s->auth_refused;
+  uint64_t none =
+      s->auth_no_nonce < s->auth_refused ? s->auth_no_nonce : s->auth_refused;
   put(t, "rdzv_auth_refusals_total{reason=\"no_secret\"} %llu\n",
       (unsigned long long)none);
   put(t, "rdzv_auth_refusals_total{reason=\"bad_proof\"} %llu\n",
@@ -186,16 +186,16 @@ static void etcd(struct text *t, const struct stats *s) {
   char b[80];
   head(t, "rdzv_etcd_role", "gauge",
        "An etcd-backed root's role: 1 for the one it holds.");
-  static const char *const roles[] = {"idle",   "campaigning", "standby",
-                                      "loading", "leader",     "stopped"};
+  static const char *const roles[] = {"idle",    "campaigning", "standby",
+                                      "loading", "leader",      "stopped"};
   for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
     put(t, "rdzv_etcd_role{role=\"%s\"} %d\n", esc(roles[i], b, sizeof(b)),
         strcmp(roles[i], s->etcd_role) == 0);
   one(t, "rdzv_etcd_leader", "gauge",
       "1 while this root leads (holds the leader key), else 0.",
       strcmp(s->etcd_role, "leader") == 0);
-  one(t, "rdzv_etcd_requests_total", "counter",
-      "Requests sent to etcd.", s->etcd_requests);
+  one(t, "rdzv_etcd_requests_total", "counter", "Requests sent to etcd.",
+      s->etcd_requests);
   one(t, "rdzv_etcd_errors_total", "counter",
       "etcd requests that failed or were refused (each retried).",
       s->etcd_errors);
@@ -205,8 +205,8 @@ static void etcd(struct text *t, const struct stats *s) {
       "Bytes of requests sent to etcd.", s->etcd_bytes_out);
   one(t, "rdzv_etcd_received_bytes_total", "counter",
       "Bytes of etcd's answers.", s->etcd_bytes_in);
-  one(t, "rdzv_etcd_elections_won_total", "counter",
-      "Elections this root won.", s->etcd_elections_won);
+  one(t, "rdzv_etcd_elections_won_total", "counter", "Elections this root won.",
+      s->etcd_elections_won);
   one(t, "rdzv_etcd_stand_downs_total", "counter",
       "Times this root stopped leading (lease lost, etcd unreachable).",
       s->etcd_stand_downs);
@@ -244,18 +244,18 @@ char *rdzv__http_metrics(const struct daemon *d, const struct rdzv_checks *cs) {
   one(&t, "rdzv_connections", "gauge",
       "Connections open (ranks, child nodes, in-process peers).",
       s->conns_open);
-  one(&t, "rdzv_connections_accepted_total", "counter",
-      "Connections accepted.", s->conns_total);
+  one(&t, "rdzv_connections_accepted_total", "counter", "Connections accepted.",
+      s->conns_total);
   one(&t, "rdzv_connections_rejected_total", "counter",
       "Connections refused at --max-connections.", s->conns_rejected);
   one(&t, "rdzv_received_bytes_total", "counter",
       "Bytes read from connections.", s->bytes_in);
-  one(&t, "rdzv_sent_bytes_total", "counter",
-      "Bytes written to connections.", s->bytes_out);
+  one(&t, "rdzv_sent_bytes_total", "counter", "Bytes written to connections.",
+      s->bytes_out);
   one(&t, "rdzv_received_frames_total", "counter",
       "Frames read from connections.", s->frames_in);
-  one(&t, "rdzv_sent_frames_total", "counter",
-      "Frames written to connections.", s->frames_out);
+  one(&t, "rdzv_sent_frames_total", "counter", "Frames written to connections.",
+      s->frames_out);
   one(&t, "rdzv_protocol_errors_total", "counter",
       "Peers dropped for malformed input or a limit.", s->proto_errors);
   requests(&t, s);
@@ -281,7 +281,8 @@ char *rdzv__http_metrics(const struct daemon *d, const struct rdzv_checks *cs) {
       "Stale aborts and re-binds of a lost daemon refused.", s->fenced);
   one(&t, "rdzv_fenced_by_parent_total", "counter",
       "Times this node's parent declared it lost or refused a request of "
-      "it as stale (each job's link counts its own).", s->fenced_here);
+      "it as stale (each job's link counts its own).",
+      s->fenced_here);
   one(&t, "rdzv_sessions_resumed_total", "counter",
       "Ranks' sessions resumed on a new connection.", s->sessions_resumed);
   one(&t, "rdzv_sessions_lost_total", "counter",
@@ -305,12 +306,13 @@ char *rdzv__http_metrics(const struct daemon *d, const struct rdzv_checks *cs) {
             s->round_ms_sum, s->rounds_completed);
   one(&t, "rdzv_rounds_failed_total", "counter",
       "Root: rendezvous generations that failed (deadline, a lost host, a "
-      "duplicate claim).", s->rounds_failed);
+      "duplicate claim).",
+      s->rounds_failed);
   head(&t, "rdzv_ready", "gauge",
        "Each readiness check of /readyz: 1 passed, 0 failed.");
   for (int i = 0; i < cs->n; i++)
-    put(&t, "rdzv_ready{check=\"%s\"} %d\n",
-        esc(cs->c[i].name, b, sizeof(b)), cs->c[i].ok);
+    put(&t, "rdzv_ready{check=\"%s\"} %d\n", esc(cs->c[i].name, b, sizeof(b)),
+        cs->c[i].ok);
   if (t.oom) {
     free(t.p);
     return NULL;

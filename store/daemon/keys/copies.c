@@ -42,9 +42,9 @@ struct holder {
   UT_hash_handle hh_id;   /* cp->by_id, until forgotten */
   struct copies *cp;
   uint64_t id;
-  struct conn *c; /* referenced while live; NULL once closed */
-  uint64_t issued;  /* invalidations issued to it (the newest's seq) */
-  uint64_t acked;   /* ... that it acknowledged */
+  struct conn *c;         /* referenced while live; NULL once closed */
+  uint64_t issued;        /* invalidations issued to it (the newest's seq) */
+  uint64_t acked;         /* ... that it acknowledged */
   struct rdzv_buf queued; /* keys not delivered yet (a raw item list) */
   uint32_t nqueued;
   bool queued_all;
@@ -224,7 +224,8 @@ static void on_lease_end(uv_timer_t *t) {
     return;
   }
   if (h->pend != NULL)
-    rdzv__log(cp->d, 2, "%s: a copy holder's lease ended before it "
+    rdzv__log(cp->d, 2,
+              "%s: a copy holder's lease ended before it "
               "acknowledged invalidation %" PRIu64 " (of %" PRIu64 ")",
               cp->what, h->acked + 1, h->issued);
   cp->d->stats.copy_lease_waits++;
@@ -255,8 +256,7 @@ static struct holder *holder_of(struct copies *cp, struct conn *c) {
   return h;
 }
 
-void rdzv__copies_init(struct copies *cp, struct daemon *d,
-                       const char *what) {
+void rdzv__copies_init(struct copies *cp, struct daemon *d, const char *what) {
   memset(cp, 0, sizeof(*cp));
   cp->d = d;
   cp->what = what;
@@ -281,19 +281,19 @@ void rdzv__copies_free(struct copies *cp) {
   }
   cp->grace = NULL;
   struct busykey *bk, *bt;
-  HASH_ITER(hh, cp->busy, bk, bt) {
+  HASH_ITER (hh, cp->busy, bk, bt) {
     HASH_DEL(cp->busy, bk);
     free(bk);
   }
   cp->busy_all = 0;
   struct keyholders *k, *kt;
-  HASH_ITER(hh, cp->keys, k, kt) {
+  HASH_ITER (hh, cp->keys, k, kt) {
     HASH_DEL(cp->keys, k);
     free(k->ids);
     free(k);
   }
   struct hotkey *x, *xt;
-  HASH_ITER(hh, cp->hot, x, xt) {
+  HASH_ITER (hh, cp->hot, x, xt) {
     HASH_DEL(cp->hot, x);
     free(x);
   }
@@ -448,14 +448,14 @@ static void take_key(struct copies *cp, const uint8_t *k, uint32_t klen,
 }
 
 static int invalidate(struct copies *cp, const struct rdzv_items *items,
-                      const struct rdzv_slice *keys, uint32_t n,
-                      unsigned flags, copies_done_cb done, void *arg) {
+                      const struct rdzv_slice *keys, uint32_t n, unsigned flags,
+                      copies_done_cb done, void *arg) {
   static uint64_t marks;
   bool all = (flags & RDZV_COPIES_ALL) != 0;
   uint64_t mark = ++marks;
   struct holder *h, *tmp;
   if (all) {
-    HASH_ITER(hh_id, cp->by_id, h, tmp) {
+    HASH_ITER (hh_id, cp->by_id, h, tmp) {
       h->mark = mark;
       if (h->c != NULL) {
         h->queued_all = true;
@@ -464,7 +464,7 @@ static int invalidate(struct copies *cp, const struct rdzv_items *items,
       }
     }
     struct keyholders *k, *kt;
-    HASH_ITER(hh, cp->keys, k, kt) {
+    HASH_ITER (hh, cp->keys, k, kt) {
       HASH_DEL(cp->keys, k);
       free(k->ids);
       free(k);
@@ -485,7 +485,7 @@ static int invalidate(struct copies *cp, const struct rdzv_items *items,
   uint64_t now = now_ms(cp);
   struct cwait *w = NULL;
   int rc = 0;
-  HASH_ITER(hh_id, cp->by_id, h, tmp) {
+  HASH_ITER (hh_id, cp->by_id, h, tmp) {
     if (h->mark != mark)
       continue;
     uint64_t seq = PEND_EXPIRY;
@@ -547,9 +547,8 @@ int rdzv__copies_invalidate(struct copies *cp, const struct rdzv_slice *keys,
 }
 
 int rdzv__copies_invalidate_items(struct copies *cp,
-                                  const struct rdzv_items *keys,
-                                  unsigned flags, copies_done_cb done,
-                                  void *arg) {
+                                  const struct rdzv_items *keys, unsigned flags,
+                                  copies_done_cb done, void *arg) {
   return invalidate(cp, keys, NULL, 0, flags, done, arg);
 }
 

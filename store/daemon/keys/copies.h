@@ -53,7 +53,7 @@ struct busykey;
 
 struct copies {
   struct daemon *d;
-  const char *what; /* "job J" for logs */
+  const char *what;       /* "job J" for logs */
   struct holder *by_conn; /* live holders, by connection */
   struct holder *by_id;   /* every holder still known, by id */
   struct keyholders *keys;
@@ -83,8 +83,7 @@ void rdzv__copies_free(struct copies *cp);
 
 /* Whether a copy of key k may be granted now (copies enabled, the key not
  * cooling down after a write that found holders). */
-bool rdzv__copies_grantable(struct copies *cp, const uint8_t *k,
-                            uint32_t klen);
+bool rdzv__copies_grantable(struct copies *cp, const uint8_t *k, uint32_t klen);
 /* Registers child node c as holding a copy of k. 0 or RDZV_ENOMEM (then
  * the caller must not grant it). */
 int rdzv__copies_register(struct copies *cp, struct conn *c, const uint8_t *k,
@@ -94,8 +93,9 @@ int rdzv__copies_register(struct copies *cp, struct conn *c, const uint8_t *k,
 typedef void (*copies_done_cb)(void *arg);
 
 /* rdzv__copies_invalidate's flags. */
-#define RDZV_COPIES_ALL 0x1u /* every key of the job (e.g. this node lost
-                                its own parent): keys are ignored */
+/* every key of the job (e.g. this node lost its own parent): keys are
+ * ignored */
+#define RDZV_COPIES_ALL 0x1u
 
 /* keys[0..n) changed. Every holder of them is unregistered and sent the
  * invalidation whatever the result. Returns 0 when nothing is to be waited
@@ -110,9 +110,8 @@ int rdzv__copies_invalidate(struct copies *cp, const struct rdzv_slice *keys,
                             void *arg);
 /* The same for the keys of an item list (a request's keys). */
 int rdzv__copies_invalidate_items(struct copies *cp,
-                                  const struct rdzv_items *keys,
-                                  unsigned flags, copies_done_cb done,
-                                  void *arg);
+                                  const struct rdzv_items *keys, unsigned flags,
+                                  copies_done_cb done, void *arg);
 
 /* Whether an invalidation of k (or of every key) is still waited for.
  * The root answers nothing about a busy key until it is not (it holds

@@ -175,7 +175,7 @@ int rdzv__kv_delete(struct kv_table *t, const uint8_t *k, uint32_t klen) {
 
 void rdzv__kv_clear(struct kv_table *t) {
   struct kv_entry *e, *tmp;
-  HASH_ITER(hh, t->head, e, tmp) {
+  HASH_ITER (hh, t->head, e, tmp) {
     HASH_DEL(t->head, e);
     entry_free(e);
   }

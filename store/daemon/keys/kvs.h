@@ -22,7 +22,7 @@ struct kv_entry {
   UT_hash_handle hh;
   uint8_t *key;
   uint32_t klen;
-  const uint8_t *val;     /* vlen bytes inside blob, then a NUL */
+  const uint8_t *val; /* vlen bytes inside blob, then a NUL */
   uint32_t vlen;
   struct rdzv_blob *blob; /* holds val: the entry's reference */
   bool write_once;

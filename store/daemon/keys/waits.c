@@ -117,11 +117,11 @@ static void waiter_free(struct waiter *w) {
  * blobs that hold the values. */
 static void reply_ok(struct waiter *w) {
   struct waitset *ws = w->ws;
-  struct rdzv_slice one, *vals = w->nkeys == 1 ? &one
-                                              : calloc(w->nkeys, sizeof(*vals));
+  struct rdzv_slice one,
+      *vals = w->nkeys == 1 ? &one : calloc(w->nkeys, sizeof(*vals));
   struct rdzv_blob *oneb = NULL,
-                   **blobs = w->nkeys == 1 ? &oneb
-                                           : calloc(w->nkeys, sizeof(*blobs));
+                   **blobs =
+                       w->nkeys == 1 ? &oneb : calloc(w->nkeys, sizeof(*blobs));
   uint32_t nblobs = 0;
   struct rdzv_msg r;
   memset(&r, 0, sizeof(r));
@@ -230,12 +230,12 @@ void rdzv__waits_notify_upto(struct waitset *ws, const uint8_t *k,
 
 uint64_t rdzv__waits_seq(const struct waitset *ws) { return ws->seq; }
 
-void rdzv__waits_fail_key(struct waitset *ws, const uint8_t *k,
-                          uint32_t klen, int status, const char *text) {
+void rdzv__waits_fail_key(struct waitset *ws, const uint8_t *k, uint32_t klen,
+                          int status, const char *text) {
   struct watch *wt = NULL;
   struct waitref *r;
-  struct rdzv_slice t = {(const uint8_t *)text, text ? (uint32_t)strlen(text)
-                                                     : 0};
+  struct rdzv_slice t = {(const uint8_t *)text,
+                         text ? (uint32_t)strlen(text) : 0};
   HASH_FIND(hh, ws->watches, k, klen, wt);
   /* Each failed waiter unlinks all its refs, possibly freeing wt, so look
    * the watch up again after each one. */
@@ -259,7 +259,7 @@ uint64_t rdzv__waits_deadline(struct waitset *ws, const uint8_t *k,
   uint64_t max = 0;
   struct waitref *r;
   if (wt != NULL)
-    TAILQ_FOREACH(r, &wt->refs, link)
+    TAILQ_FOREACH (r, &wt->refs, link)
       if (r->w->deadline_ms > max)
         max = r->w->deadline_ms;
   return max;
@@ -401,7 +401,7 @@ void rdzv__waits_fail_prefix(struct waitset *ws, const uint8_t *prefix,
    * restart the walk after each. */
   while (again) {
     again = false;
-    HASH_ITER(hh, ws->watches, wt, tmp) {
+    HASH_ITER (hh, ws->watches, wt, tmp) {
       if (wt->klen < plen || memcmp(wt->key, prefix, plen) != 0)
         continue;
       struct waiter *w = TAILQ_FIRST(&wt->refs)->w;

@@ -73,8 +73,8 @@ uint64_t rdzv__waits_deadline(struct waitset *ws, const uint8_t *k,
 /* Fails every waiter of key with status (e.g. the parent went away) and
  * text (keys[0] of the reply: which daemon failed, why); "" or NULL for
  * none (then keys = the keys still missing, as at a deadline). */
-void rdzv__waits_fail_key(struct waitset *ws, const uint8_t *k,
-                          uint32_t klen, int status, const char *text);
+void rdzv__waits_fail_key(struct waitset *ws, const uint8_t *k, uint32_t klen,
+                          int status, const char *text);
 /* Fails every waiter that waits on a key starting with prefix with status
  * and text (keys[0] of the reply); e.g. an aborted generation. */
 void rdzv__waits_fail_prefix(struct waitset *ws, const uint8_t *prefix,

@@ -70,8 +70,7 @@ static void on_coll_reply(struct daemon *d, const struct rdzv_msg *r,
     size_t n = r->vals.raw_len;
     if (n > 0 && fb != NULL && rdzv__blob_holds(fb, p, n)) {
       co->result = rdzv__blob_ref(fb);
-    } else if (n > 0 &&
-               (co->result = rdzv__blob_new(p, (uint32_t)n)) != NULL) {
+    } else if (n > 0 && (co->result = rdzv__blob_new(p, (uint32_t)n)) != NULL) {
       p = co->result->data;
     }
     co->result_at.p = co->result != NULL ? p : NULL;
@@ -200,7 +199,7 @@ static void supersede(struct ncoll *co, struct conn *c) {
 }
 
 void rdzv__node_collective(struct node_job *nj, struct conn *c,
-                              const struct rdzv_msg *m) {
+                           const struct rdzv_msg *m) {
   struct ncoll *co = ncoll_lookup(nj, m->type, m, true, (uint64_t)m->b);
   if (co == NULL) {
     rdzv__node_reply_status(c, m, RDZV_ENOMEM);
@@ -266,7 +265,7 @@ void rdzv__node_collective(struct node_job *nj, struct conn *c,
 /* COLL_STATUS: what this node holds of that collective goes up first, on
  * the same ordered link, so the root's answer counts it. */
 void rdzv__node_coll_status(struct node_job *nj, struct conn *c,
-                               const struct rdzv_msg *m) {
+                            const struct rdzv_msg *m) {
   struct ncoll *co = ncoll_lookup(nj, (uint8_t)m->a, m, false, 0);
   if (co != NULL)
     coll_flush(co);
@@ -276,13 +275,12 @@ void rdzv__node_coll_status(struct node_job *nj, struct conn *c,
 void rdzv__node_colls_flush_round(struct node_job *nj, const uint8_t *round,
                                   size_t n) {
   struct ncoll *co, *ct;
-  HASH_ITER(hh, nj->colls, co, ct) {
+  HASH_ITER (hh, nj->colls, co, ct) {
     const uint8_t *name;
     size_t nlen;
     int64_t g;
     if (co->npending > 0 &&
-        rdzv_gen_key_parse(co->name + 1, co->nlen - 1, &name, &nlen, &g) ==
-            0 &&
+        rdzv_gen_key_parse(co->name + 1, co->nlen - 1, &name, &nlen, &g) == 0 &&
         nlen == n && memcmp(name, round, n) == 0)
       coll_flush(co);
   }
@@ -300,7 +298,7 @@ static void on_ncoll_closed(uv_handle_t *h) {
 
 void rdzv__node_colls_drop_conn(struct node_job *nj, struct conn *c) {
   struct ncoll *co, *ct;
-  HASH_ITER(hh, nj->colls, co, ct) {
+  HASH_ITER (hh, nj->colls, co, ct) {
     struct lreq **pp = &co->waiters;
     while (*pp != NULL) {
       struct lreq *l = *pp;
@@ -317,7 +315,7 @@ void rdzv__node_colls_drop_conn(struct node_job *nj, struct conn *c) {
 
 void rdzv__node_colls_free(struct node_job *nj) {
   struct ncoll *co, *ct;
-  HASH_ITER(hh, nj->colls, co, ct) {
+  HASH_ITER (hh, nj->colls, co, ct) {
     HASH_DEL(nj->colls, co);
     rdzv__node_lreqs_free(co->waiters);
     uv_close((uv_handle_t *)&co->timer, on_ncoll_closed);

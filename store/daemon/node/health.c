@@ -37,8 +37,8 @@
 
 extern char **environ;
 
-#define HEALTH_OUT_KEEP 1024   /* the output's last bytes kept */
-#define HEALTH_REASON_LINE 160 /* of it, the reason's line */
+#define HEALTH_OUT_KEEP 1024    /* the output's last bytes kept */
+#define HEALTH_REASON_LINE 160  /* of it, the reason's line */
 #define HEALTH_EOF_GRACE_MS 200 /* output still due after the exit */
 
 enum hstate { HC_RUNNING, HC_PASSED, HC_FAILED };
@@ -52,7 +52,7 @@ struct held { /* a join held while its host's check runs */
 };
 
 struct hcheck {
-  UT_hash_handle hh; /* in jr->checks, by host */
+  UT_hash_handle hh;  /* in jr->checks, by host */
   struct njround *jr; /* NULL once the round is freed */
   struct daemon *d;
   enum hstate state;
@@ -128,8 +128,8 @@ static void release_held(struct hcheck *hc) {
     struct rdzv_msg m;
     size_t used = 0;
     if (nj != NULL && x->c->state == CONN_READY &&
-        rdzv_msg_decode(x->frame.data, x->frame.len, UINT32_MAX, &m,
-                        &used) == 0)
+        rdzv_msg_decode(x->frame.data, x->frame.len, UINT32_MAX, &m, &used) ==
+            0)
       rdzv__node_join(nj, x->c, &m);
     rdzv__conn_unref(x->c);
     rdzv_buf_free(&x->frame);
@@ -150,13 +150,13 @@ static void check_finish(struct hcheck *hc) {
   last_line(hc, line, sizeof(line));
   char why[64];
   if (hc->timed_out)
-    snprintf(why, sizeof(why), "gave no verdict within --health-timeout-ms (%u ms)",
+    snprintf(why, sizeof(why),
+             "gave no verdict within --health-timeout-ms (%u ms)",
              d->cfg.health_timeout_ms);
   else if (hc->term_signal != 0)
     snprintf(why, sizeof(why), "killed by signal %d", hc->term_signal);
   else
-    snprintf(why, sizeof(why), "exit status %lld",
-             (long long)hc->exit_status);
+    snprintf(why, sizeof(why), "exit status %lld", (long long)hc->exit_status);
   bool ok = hc->spawned && !hc->timed_out && hc->term_signal == 0 &&
             hc->exit_status == 0;
   hc->state = ok ? HC_PASSED : HC_FAILED;
@@ -168,17 +168,18 @@ static void check_finish(struct hcheck *hc) {
       int n = snprintf(hc->reason, sizeof(hc->reason),
                        "node %s: health check %s%s%s", d->cfg.name, why,
                        line[0] != '\0' ? ": " : "", line);
-      hc->reason_len = n < 0 ? 0 : (uint32_t)n < sizeof(hc->reason)
-                                       ? (uint32_t)n
-                                       : (uint32_t)sizeof(hc->reason) - 1;
+      hc->reason_len = n < 0 ? 0
+                       : (uint32_t)n < sizeof(hc->reason)
+                           ? (uint32_t)n
+                           : (uint32_t)sizeof(hc->reason) - 1;
     }
   }
   const char *job = hc->jr != NULL ? hc->jr->nj->job->id : "?";
   rdzv__log_job(d, ok ? 2 : 0, job,
                 "round %s: host %s health check %s after %llu ms%s%.*s",
                 hc->jr != NULL ? hc->jr->name : "?", hc->host,
-                hstate_name[hc->state], (unsigned long long)ms,
-                ok ? "" : ": ", ok ? 0 : (int)hc->reason_len, hc->reason);
+                hstate_name[hc->state], (unsigned long long)ms, ok ? "" : ": ",
+                ok ? 0 : (int)hc->reason_len, hc->reason);
   if (!uv_is_closing((uv_handle_t *)&hc->out))
     uv_close((uv_handle_t *)&hc->out, on_handle_closed);
   release_held(hc);
@@ -254,8 +255,8 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
 /* The daemon's environment with the check's three variables set, which
  * are its last three entries. NULL out of memory; free with free_env. */
 static char **make_env(const char *host, const char *job, const char *round) {
-  static const char *const names[3] = {"RDZV_HEALTH_HOST=", "RDZV_JOB=",
-                                       "RDZV_ROUND="};
+  static const char *const names[3] = {
+      "RDZV_HEALTH_HOST=", "RDZV_JOB=", "RDZV_ROUND="};
   const char *vals[3] = {host, job, round};
   char *mine[3] = {NULL, NULL, NULL};
   size_t n = 0;
@@ -357,8 +358,8 @@ static struct hcheck *check_start(struct njround *jr, const char *host,
     /* Not started: the host is not admitted (a gate that cannot run
      * must not wave every host through). */
     int n = snprintf(hc->reason, sizeof(hc->reason),
-                     "node %s: health check could not start: %s",
-                     d->cfg.name, uv_strerror(rc));
+                     "node %s: health check could not start: %s", d->cfg.name,
+                     uv_strerror(rc));
     hc->reason_len = n < 0 ? 0 : (uint32_t)n;
     check_finish(hc);
     return hc;
@@ -372,18 +373,18 @@ static struct hcheck *check_start(struct njround *jr, const char *host,
   return hc;
 }
 
-enum rdzv_health_verdict rdzv__node_health_gate(
-    struct njround *jr, struct conn *c, const struct rdzv_msg *m,
-    const struct rdzv_join_full *j, const uint8_t **reason,
-    uint32_t *reason_len) {
+enum rdzv_health_verdict
+rdzv__node_health_gate(struct njround *jr, struct conn *c,
+                       const struct rdzv_msg *m, const struct rdzv_join_full *j,
+                       const uint8_t **reason, uint32_t *reason_len) {
   struct daemon *d = jr->nj->d;
   if (d->cfg.health_cmd[0] == '\0' || c->role == RDZV_ROLE_NODE)
     return RDZV_HEALTH_PASS; /* child nodes gate their own hosts */
   size_t hl = j->rec.host_len;
   struct hcheck *hc = NULL;
   HASH_FIND(hh, jr->checks, j->rec.host, hl, hc);
-  if (hc == NULL && (hc = check_start(jr, (const char *)j->rec.host, hl)) ==
-                        NULL)
+  if (hc == NULL &&
+      (hc = check_start(jr, (const char *)j->rec.host, hl)) == NULL)
     return RDZV_HEALTH_PASS; /* out of memory: the root decides alone */
   if (hc->state == HC_PASSED)
     return RDZV_HEALTH_PASS;
@@ -412,8 +413,7 @@ static void check_drop(struct njround *jr, struct hcheck *hc) {
   hc->jr = NULL;
   held_free_all(hc->held);
   hc->held = NULL;
-  if (hc->state == HC_RUNNING && hc->spawned && !hc->exited &&
-      hc->proc.pid > 0)
+  if (hc->state == HC_RUNNING && hc->spawned && !hc->exited && hc->proc.pid > 0)
     kill(-hc->proc.pid, SIGKILL);
   hc->state = HC_FAILED; /* what comes later of it is ignored */
   close_handles(hc);
@@ -423,13 +423,13 @@ static void check_drop(struct njround *jr, struct hcheck *hc) {
 
 void rdzv__node_health_round_done(struct njround *jr) {
   struct hcheck *hc, *t;
-  HASH_ITER(hh, jr->checks, hc, t)
+  HASH_ITER (hh, jr->checks, hc, t)
     if (hc->state != HC_RUNNING)
       check_drop(jr, hc);
 }
 
 void rdzv__node_health_free(struct njround *jr) {
   struct hcheck *hc, *t;
-  HASH_ITER(hh, jr->checks, hc, t)
+  HASH_ITER (hh, jr->checks, hc, t)
     check_drop(jr, hc);
 }

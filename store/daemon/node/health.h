@@ -26,10 +26,10 @@ enum rdzv_health_verdict {
  * owned by the check: valid until this call returns to the loop) names
  * the node and why ("node n3: health check exit status 1: ECC errors").
  * Out of memory: PASS (the root still refuses a quarantined host). */
-enum rdzv_health_verdict rdzv__node_health_gate(
-    struct njround *jr, struct conn *c, const struct rdzv_msg *m,
-    const struct rdzv_join_full *j, const uint8_t **reason,
-    uint32_t *reason_len);
+enum rdzv_health_verdict
+rdzv__node_health_gate(struct njround *jr, struct conn *c,
+                       const struct rdzv_msg *m, const struct rdzv_join_full *j,
+                       const uint8_t **reason, uint32_t *reason_len);
 
 /* jr's pending generation was answered: the verdicts of its hosts are
  * forgotten (a later join checks again); running checks stay. */

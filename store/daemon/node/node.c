@@ -48,8 +48,7 @@ struct add_batch {
   bool local; /* parts[0] is the local callers' sum */
 };
 
-void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,
-                             int st) {
+void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m, int st) {
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, st);
   rdzv__conn_reply(c, &r);
@@ -138,7 +137,7 @@ uint64_t rdzv__node_opid(struct daemon *d) {
 /* Forwards m unchanged; keeps key (and value, for a write-once SET) so the
  * reply can fill the cache. */
 void rdzv__node_forward(struct node_job *nj, struct conn *c,
-                    const struct rdzv_msg *m) {
+                        const struct rdzv_msg *m) {
   struct rdzv_slice k = {NULL, 0}, v = {NULL, 0};
   bool cache_set = m->type == RDZV_MSG_SET && (m->flags & RDZV_F_WRITE_ONCE);
   if (m->type == RDZV_MSG_SET || m->type == RDZV_MSG_GET)
@@ -362,7 +361,7 @@ static struct nadd *nadd_get(struct node_job *nj, struct rdzv_slice k) {
 /* Schedules a flush after a quiet interval (flush_ms without new input),
  * but no later than flush_max_ms after the first held input. */
 void rdzv__node_schedule(struct daemon *d, uv_timer_t *t, uint64_t first_ms,
-                     uv_timer_cb cb) {
+                         uv_timer_cb cb) {
   uint64_t now = rdzv__now_ms(d);
   uint64_t limit = first_ms + d->cfg.flush_max_ms;
   uint64_t due = now + d->cfg.flush_ms;
@@ -452,8 +451,10 @@ static void on_parent_restart(void *arg) {
   rdzv__node_joins_lost(nj);
   nj->epoch++;
   char text[400];
-  snprintf(text, sizeof(text), "the root restarted above node %s: job "
-           "state lost; reconnect", d->cfg.name);
+  snprintf(text, sizeof(text),
+           "the root restarted above node %s: job "
+           "state lost; reconnect",
+           d->cfg.name);
   rdzv__job_close_peers(d, nj->job, RDZV_ROLE_NODE, RDZV_EABORTED, text);
 }
 
@@ -498,16 +499,34 @@ static void node_handle(struct daemon *d, struct conn *c,
       rdzv__node_lost_generation(nj, c, m))
     return;
   switch (m->type) {
-  case RDZV_MSG_GET: rdzv__node_get(nj, c, m); break;
-  case RDZV_MSG_WAIT: rdzv__node_wait(nj, c, m); break;
-  case RDZV_MSG_MGET: rdzv__node_mget(nj, c, m); break;
-  case RDZV_MSG_ADD: handle_add(nj, c, m); break;
+  case RDZV_MSG_GET:
+    rdzv__node_get(nj, c, m);
+    break;
+  case RDZV_MSG_WAIT:
+    rdzv__node_wait(nj, c, m);
+    break;
+  case RDZV_MSG_MGET:
+    rdzv__node_mget(nj, c, m);
+    break;
+  case RDZV_MSG_ADD:
+    handle_add(nj, c, m);
+    break;
   case RDZV_MSG_BARRIER:
-  case RDZV_MSG_GATHER: rdzv__node_collective(nj, c, m); break;
-  case RDZV_MSG_COLL_STATUS: rdzv__node_coll_status(nj, c, m); break;
-  case RDZV_MSG_JOIN: rdzv__node_join(nj, c, m); break;
-  case RDZV_MSG_ABORT: rdzv__node_abort(nj, c, m); break;
-  default: rdzv__node_forward(nj, c, m); break;
+  case RDZV_MSG_GATHER:
+    rdzv__node_collective(nj, c, m);
+    break;
+  case RDZV_MSG_COLL_STATUS:
+    rdzv__node_coll_status(nj, c, m);
+    break;
+  case RDZV_MSG_JOIN:
+    rdzv__node_join(nj, c, m);
+    break;
+  case RDZV_MSG_ABORT:
+    rdzv__node_abort(nj, c, m);
+    break;
+  default:
+    rdzv__node_forward(nj, c, m);
+    break;
   }
 }
 
@@ -557,7 +576,7 @@ static void node_job_free(struct daemon *d, struct job *j) {
   rdzv__node_reads_free(nj);
   rdzv__node_joins_free(nj);
   struct nadd *ad, *at;
-  HASH_ITER(hh, nj->adds, ad, at) {
+  HASH_ITER (hh, nj->adds, ad, at) {
     HASH_DEL(nj->adds, ad);
     rdzv__node_lreqs_free(ad->pending);
     rdzv__defer_cancel(d, &ad->due);
@@ -578,8 +597,7 @@ static void node_job_free(struct daemon *d, struct job *j) {
  *  - "not_fenced": the parent has not declared this node lost or refused
  *    a request of it as stale, or has accepted a request since. */
 static void node_checks(struct daemon *d, struct rdzv_checks *cs) {
-  static const char *const names[] = {"parent", "root_reachable",
-                                      "not_fenced"};
+  static const char *const names[] = {"parent", "root_reachable", "not_fenced"};
   char why[3][400] = {"", "", ""};
   int bad[3] = {0, 0, 0};
   for (struct job *j = d->jobs; j != NULL; j = j->next) {
@@ -589,8 +607,7 @@ static void node_checks(struct daemon *d, struct rdzv_checks *cs) {
     char w[360];
     for (int k = 0; k < 3; k++) {
       bool ok = k == 0   ? rdzv__upstream_attached(nj->up, w, sizeof(w))
-                : k == 1 ? rdzv__upstream_root_reachable(nj->up, w,
-                                                         sizeof(w))
+                : k == 1 ? rdzv__upstream_root_reachable(nj->up, w, sizeof(w))
                          : !rdzv__upstream_fenced(nj->up, w, sizeof(w));
       if (!ok && bad[k]++ == 0)
         snprintf(why[k], sizeof(why[k]), "%.40s: %.350s", nj->what, w);
@@ -616,14 +633,13 @@ static void node_status(struct daemon *d, const struct job *only, void *out) {
     const char *addr = rdzv__upstream_where(nj->up, &hops, &state);
     struct rdzv_home_counts hc;
     rdzv__upstream_home_counts(nj->up, &hc);
-    json_object_set_new(
-        links, j->id,
-        json_pack("{s:s,s:I,s:s,s:I,s:I,s:I,s:I}", "parent", addr, "hops",
-                  (json_int_t)hops, "state", state, "home_failed",
-                  (json_int_t)hc.failed, "home_not_ready",
-                  (json_int_t)hc.not_ready, "home_deferred",
-                  (json_int_t)hc.deferred, "home_wait_ms",
-                  (json_int_t)hc.wait_ms));
+    json_object_set_new(links, j->id,
+                        json_pack("{s:s,s:I,s:s,s:I,s:I,s:I,s:I}", "parent",
+                                  addr, "hops", (json_int_t)hops, "state",
+                                  state, "home_failed", (json_int_t)hc.failed,
+                                  "home_not_ready", (json_int_t)hc.not_ready,
+                                  "home_deferred", (json_int_t)hc.deferred,
+                                  "home_wait_ms", (json_int_t)hc.wait_ms));
     n++;
   }
   json_object_set_new(o, "links", links);
@@ -653,7 +669,14 @@ static bool node_probe_ready(struct daemon *d, struct job *j) {
 }
 
 const struct rdzv_role rdzv__node_role = {
-    "node", node_handle, node_conn_closed, node_hello_epoch, node_job_free,
-    NULL, rdzv__node_copies_ping, node_checks, node_status,
+    "node",
+    node_handle,
+    node_conn_closed,
+    node_hello_epoch,
+    node_job_free,
+    NULL,
+    rdzv__node_copies_ping,
+    node_checks,
+    node_status,
     node_probe_ready,
 };

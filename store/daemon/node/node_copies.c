@@ -29,7 +29,7 @@ static void absent_del(struct node_job *nj, const uint8_t *k, uint32_t klen) {
 static void drop_all(struct node_job *nj) {
   rdzv__kv_clear(&nj->copies);
   struct absent *a, *t;
-  HASH_ITER(hh, nj->absent, a, t) {
+  HASH_ITER (hh, nj->absent, a, t) {
     HASH_DEL(nj->absent, a);
     free(a);
   }
@@ -101,8 +101,8 @@ void rdzv__node_copy_put(struct node_job *nj, struct rdzv_slice k,
   int rc;
   if (fb != NULL && v->n >= nj->d->cfg.share_min_bytes &&
       (uint64_t)v->n * 2 >= fb->len && rdzv__blob_holds(fb, v->p, v->n))
-    rc = rdzv__kv_set_shared(&nj->copies, k.p, k.n, fb, v->p, v->n, false,
-                             NULL);
+    rc =
+        rdzv__kv_set_shared(&nj->copies, k.p, k.n, fb, v->p, v->n, false, NULL);
   else
     rc = rdzv__kv_set(&nj->copies, k.p, k.n, v->p, v->n, false, NULL);
   if (rc < 0)
@@ -167,7 +167,8 @@ void rdzv__node_copies_on_inval(void *arg, uint64_t gen,
      * cannot be waited for. Not acknowledging keeps the write waiting at
      * the parent until this node's lease there ends, which is at least
      * as long as any lease it gave (they are bounded by it). */
-    rdzv__log(nj->d, 0, "%s: out of memory waiting for child nodes' "
+    rdzv__log(nj->d, 0,
+              "%s: out of memory waiting for child nodes' "
               "invalidations: the parent waits for this node's lease",
               nj->what);
     return;

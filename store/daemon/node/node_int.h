@@ -81,8 +81,7 @@ void rdzv__node_colls_flush_round(struct node_job *nj, const uint8_t *round,
                                   size_t n);
 
 /* Replies status (no fields) to request m of c. */
-void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m,
-                             int st);
+void rdzv__node_reply_status(struct conn *c, const struct rdzv_msg *m, int st);
 /* Forwards m unchanged to the parent; the reply goes back to c. */
 void rdzv__node_forward(struct node_job *nj, struct conn *c,
                         const struct rdzv_msg *m);
@@ -261,6 +260,5 @@ uint32_t rdzv__upstream_frame_limit(const struct upstream *u);
 int rdzv__upstream_send_split(struct upstream *u, const struct rdzv_msg *m,
                               const struct rdzv_slice *head, upstream_cb cb,
                               void *arg);
-
 
 #endif /* RDZV_STORE_NODE_INT_H */

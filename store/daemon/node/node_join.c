@@ -71,7 +71,7 @@ static void jwait_unlink_free(struct njround *jr, struct jwait *w) {
     }
   }
   struct claimref *cr, *t;
-  HASH_ITER(hh, jr->claims, cr, t) {
+  HASH_ITER (hh, jr->claims, cr, t) {
     if (cr->w == w) {
       HASH_DEL(jr->claims, cr);
       free(cr->rec);
@@ -149,7 +149,7 @@ void rdzv__nj_complete_set(struct njround *jr, struct conn *c, bool on) {
 
 static void complete_clear(struct njround *jr) {
   struct ccomplete *cc, *t;
-  HASH_ITER(hh, jr->complete, cc, t) {
+  HASH_ITER (hh, jr->complete, cc, t) {
     HASH_DEL(jr->complete, cc);
     rdzv__conn_unref(cc->c);
     free(cc);
@@ -165,7 +165,7 @@ struct njround *rdzv__nj_jround_find(struct node_job *nj, const char *name) {
 void rdzv__nj_binds_clear(struct njround *jr) {
   struct cbind *b, *t;
   jr->binds_ver++;
-  HASH_ITER(hh, jr->binds, b, t) {
+  HASH_ITER (hh, jr->binds, b, t) {
     HASH_DEL(jr->binds, b);
     free(b);
   }
@@ -219,7 +219,7 @@ struct cbind *rdzv__nj_bind_claim(struct njround *jr, uint64_t claim,
 /* The members bound to jn go (its connection's record is freed). */
 static void binds_unbind(struct njround *jr, const struct joined *jn) {
   struct cbind *b, *t;
-  HASH_ITER(hh, jr->binds, b, t) {
+  HASH_ITER (hh, jr->binds, b, t) {
     if (b->jn == jn) {
       HASH_DEL(jr->binds, b);
       free(b);
@@ -381,8 +381,8 @@ static void on_join_reply(struct daemon *d, const struct rdzv_msg *r,
  * gen (0: a join; else a re-bind of that generation's members), with the
  * round's params, split to the parent's frame limit; cb(jr) answers. */
 static int join_send_up(struct njround *jr, int64_t gen,
-                        const struct rdzv_buf *recs, uint32_t n,
-                        uint16_t flags, upstream_cb cb) {
+                        const struct rdzv_buf *recs, uint32_t n, uint16_t flags,
+                        upstream_cb cb) {
   struct rdzv_slice params = {jr->params, jr->params_len};
   struct rdzv_slice name = {(const uint8_t *)jr->name,
                             (uint32_t)strlen(jr->name)};
@@ -423,9 +423,11 @@ static void on_join_timer(uv_timer_t *t) {
   struct njround *jr = t->data;
   if (jr->nj->d->cfg.children != RDZV_CHILDREN_UNKNOWN && !jr->gave_up) {
     jr->gave_up = true; /* the guard: stop waiting for the whole subtree */
-    rdzv__log(jr->nj->d, 2, "round %s: the subtree was not complete after "
+    rdzv__log(jr->nj->d, 2,
+              "round %s: the subtree was not complete after "
               "--flush-max-ms (%u ms): the rest is combined over "
-              "--flush-ms", jr->name, jr->nj->d->cfg.flush_max_ms);
+              "--flush-ms",
+              jr->name, jr->nj->d->cfg.flush_max_ms);
   }
   join_flush(jr, false);
 }
@@ -443,13 +445,16 @@ static bool subtree_complete(struct njround *jr) {
   uint32_t want = nj->d->cfg.children;
   if (want == RDZV_CHILDREN_UNKNOWN)
     return false;
-  struct { const char *host; int32_t size, n; } hosts[COMPLETE_MAX_HOSTS];
+  struct {
+    const char *host;
+    int32_t size, n;
+  } hosts[COMPLETE_MAX_HOSTS];
   uint32_t nhosts = 0, nchildren = 0;
   struct joined *jn, *t;
   struct ccomplete *cc, *ct;
-  HASH_ITER(hh, jr->complete, cc, ct)
-  nchildren += rdzv__conn_alive(cc->c);
-  HASH_ITER(hh, nj->joined, jn, t) {
+  HASH_ITER (hh, jr->complete, cc, ct)
+    nchildren += rdzv__conn_alive(cc->c);
+  HASH_ITER (hh, nj->joined, jn, t) {
     if (jn->gen != 0 || jn->lost || jn->c->role == RDZV_ROLE_NODE ||
         strcmp(jn->round, jr->name) != 0)
       continue;
@@ -559,8 +564,8 @@ void rdzv__node_join(struct node_job *nj, struct conn *c,
     rdzv_items_next(&m->vals, &p0, &v); /* params */
     if (rdzv_items_next(&m->vals, &p0, &v) &&
         rdzv_join_rec_decode(v.p, v.n, &first) == 0 &&
-        rdzv__node_health_gate(jr, c, m, &first, &unhealthy,
-                               &unhealthy_len) == RDZV_HEALTH_HELD)
+        rdzv__node_health_gate(jr, c, m, &first, &unhealthy, &unhealthy_len) ==
+            RDZV_HEALTH_HELD)
       return;
   }
   if (c->role == RDZV_ROLE_NODE && m->b > jr->child_gen &&
@@ -671,13 +676,15 @@ static void pending_resend(struct njround *jr) {
   struct rdzv_buf recs = {0};
   uint32_t n = 0;
   struct claimref *cr, *ct;
-  HASH_ITER(hh, jr->claims, cr, ct)
+  HASH_ITER (hh, jr->claims, cr, ct)
     if (cr->rec != NULL && rdzv_items_append(&recs, cr->rec, cr->rec_len) == 0)
       n++;
   if (n > 0) {
     join_send_up(jr, 0, &recs, n, 0, on_join_reply);
-    rdzv__log(jr->nj->d, 2, "round %s: %u pending joins sent again after a "
-              "reconnection", jr->name, n);
+    rdzv__log(jr->nj->d, 2,
+              "round %s: %u pending joins sent again after a "
+              "reconnection",
+              jr->name, n);
   }
   rdzv_buf_free(&recs);
 }
@@ -691,7 +698,7 @@ static void pending_resend(struct njround *jr) {
  * moved on. */
 void rdzv__node_joins_reconnected(struct node_job *nj) {
   struct njround *jr, *t;
-  HASH_ITER(hh, nj->jrounds, jr, t) {
+  HASH_ITER (hh, nj->jrounds, jr, t) {
     pending_resend(jr);
     if (jr->binds == NULL || jr->done_gen != jr->last_gen ||
         (jr->lost_gen != 0 && jr->done_gen <= jr->lost_gen))
@@ -699,7 +706,7 @@ void rdzv__node_joins_reconnected(struct node_job *nj) {
     struct rdzv_buf recs = {0};
     uint32_t n = 0;
     struct cbind *b, *bt;
-    HASH_ITER(hh, jr->binds, b, bt)
+    HASH_ITER (hh, jr->binds, b, bt)
       if (b->jn != NULL && !b->jn->lost &&
           rdzv_items_append(&recs, b->rec, b->rec_len) == 0)
         n++;
@@ -709,9 +716,10 @@ void rdzv__node_joins_reconnected(struct node_job *nj) {
     }
     /* a = the generation: a re-bind of its members only */
     int rc = join_send_up(jr, jr->done_gen, &recs, n, 0, NULL);
-    rdzv__log(nj->d, rc < 0 ? 0 : 2, "round %s generation %" PRId64
-              ": %u members sent again after a reconnection%s%s", jr->name,
-              jr->done_gen, n, rc < 0 ? ": " : "",
+    rdzv__log(nj->d, rc < 0 ? 0 : 2,
+              "round %s generation %" PRId64
+              ": %u members sent again after a reconnection%s%s",
+              jr->name, jr->done_gen, n, rc < 0 ? ": " : "",
               rc < 0 ? rdzv_strerror(rc) : "");
     rdzv_buf_free(&recs);
   }
@@ -723,7 +731,7 @@ void rdzv__node_joins_free(struct node_job *nj) {
     nj->lost_timer = NULL;
   }
   struct njround *jr, *t;
-  HASH_ITER(hh, nj->jrounds, jr, t) {
+  HASH_ITER (hh, nj->jrounds, jr, t) {
     HASH_DEL(nj->jrounds, jr);
     while (jr->waiters != NULL)
       jwait_unlink_free(jr, jr->waiters);
@@ -732,8 +740,8 @@ void rdzv__node_joins_free(struct node_job *nj) {
     uv_close((uv_handle_t *)&jr->timer, rdzv__nj_on_jround_closed);
   }
   struct joined *jn, *jt;
-  HASH_ITER(hh, nj->joined, jn, jt)
-  rdzv__nj_joined_free(nj, jn);
+  HASH_ITER (hh, nj->joined, jn, jt)
+    rdzv__nj_joined_free(nj, jn);
 }
 
 int64_t rdzv__node_subtree_contributors(struct node_job *nj,
@@ -758,7 +766,7 @@ int64_t rdzv__node_subtree_contributors(struct node_job *nj,
   *ver = v;
   int64_t n = 0;
   struct cbind *b, *t;
-  HASH_ITER(hh, jr->binds, b, t)
+  HASH_ITER (hh, jr->binds, b, t)
     if (b->rank >= 0 && rdzv_members_contributes(spec, count, b->rank))
       n++;
   return n;

@@ -203,8 +203,7 @@ static void reply_held(struct node_job *nj, struct conn *c,
                        const struct rdzv_msg *m, struct rdzv_msg *r,
                        const struct rdzv_slice *grant, uint32_t ngrant,
                        struct rdzv_blob **blobs, uint32_t nblobs) {
-  if ((m->flags & RDZV_F_COPY) &&
-      rdzv__node_copies_grant(nj, c, grant, ngrant))
+  if ((m->flags & RDZV_F_COPY) && rdzv__node_copies_grant(nj, c, grant, ngrant))
     r->flags |= RDZV_F_COPY;
   rdzv__conn_reply_shared(c, r, blobs, nblobs);
 }
@@ -254,8 +253,7 @@ void rdzv__node_mget(struct node_job *nj, struct conn *c,
   struct rdzv_blob **blobs = calloc(n, sizeof(*blobs));
   size_t pos = 0;
   uint32_t i = 0, nmiss = 0, nblobs = 0, cached = 0;
-  bool known = vals != NULL && keys != NULL && missing != NULL &&
-               blobs != NULL;
+  bool known = vals != NULL && keys != NULL && missing != NULL && blobs != NULL;
   while (known && rdzv_items_next(&m->keys, &pos, &keys[i])) {
     struct rdzv_slice k = keys[i];
     struct kv_entry *e = rdzv__kv_find(&nj->cache, k.p, k.n);
@@ -306,7 +304,7 @@ void rdzv__node_mget(struct node_job *nj, struct conn *c,
 
 void rdzv__node_reads_free(struct node_job *nj) {
   struct nget *g, *t;
-  HASH_ITER(hh, nj->gets, g, t) {
+  HASH_ITER (hh, nj->gets, g, t) {
     HASH_DEL(nj->gets, g);
     rdzv__node_lreqs_free(g->reqs);
     rdzv__node_lreqs_free(g->next);
@@ -516,8 +514,8 @@ static void hook_missing(void *ctx, const struct rdzv_slice *keys, uint32_t n,
   send_upwait(ctx, keys, n, deadline_ms);
 }
 
-const struct waits_hooks rdzv__node_wait_hooks = {
-    hook_present, hook_value, hook_grant, hook_missing};
+const struct waits_hooks rdzv__node_wait_hooks = {hook_present, hook_value,
+                                                  hook_grant, hook_missing};
 
 void rdzv__node_wait(struct node_job *nj, struct conn *c,
                      const struct rdzv_msg *m) {

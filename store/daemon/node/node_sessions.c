@@ -77,7 +77,7 @@ static void on_resume_reply(struct daemon *d, const struct rdzv_msg *r,
       if (jn != NULL)
         (void)rdzv__nj_bind_claim(jr, j.rec.claim, jn, a.rank, v.p, v.n);
     }
-    HASH_ITER(hh, ranks, cr, ct) {
+    HASH_ITER (hh, ranks, cr, ct) {
       HASH_DEL(ranks, cr);
       free(cr);
     }
@@ -85,9 +85,10 @@ static void on_resume_reply(struct daemon *d, const struct rdzv_msg *r,
       jr->last_gen = rs->gen;
     if (c->role != RDZV_ROLE_NODE) {
       d->stats.sessions_resumed++;
-      rdzv__log(d, 2, "round %s generation %" PRId64 ": rank %d (process "
-                "%s) resumed its session", jr->name, rs->gen,
-                jn ? jn->rank : -1, c->name);
+      rdzv__log(d, 2,
+                "round %s generation %" PRId64 ": rank %d (process "
+                "%s) resumed its session",
+                jr->name, rs->gen, jn ? jn->rank : -1, c->name);
     }
   }
   rdzv__node_lreq_answer(rs->l, RDZV_MSG_JOIN, r);
@@ -146,13 +147,15 @@ void rdzv__nj_resume_join(struct node_job *nj, struct njround *jr,
     int st = nfenced > 0 ? RDZV_EFENCED : RDZV_EPROTO;
     if (nfenced > 0) {
       nj->d->stats.fenced++;
-      snprintf(text, sizeof(text), "node %s: the %u members of round %s "
+      snprintf(text, sizeof(text),
+               "node %s: the %u members of round %s "
                "generation %" PRId64 " that %s sent again are held by live "
-               "ranks here: a stale re-send, refused", nj->d->cfg.name,
-               nfenced, jr->name, m->a, c->name);
+               "ranks here: a stale re-send, refused",
+               nj->d->cfg.name, nfenced, jr->name, m->a, c->name);
       rdzv__log_event(nj->d, "%s", text);
     } else {
-      snprintf(text, sizeof(text), "node %s: a re-send of round %s "
+      snprintf(text, sizeof(text),
+               "node %s: a re-send of round %s "
                "generation %" PRId64 " with no readable join record",
                nj->d->cfg.name, jr->name, m->a);
     }
@@ -305,10 +308,11 @@ void rdzv__node_abort(struct node_job *nj, struct conn *c,
     if (stale) {
       char text[600];
       nj->d->stats.fenced++;
-      snprintf(text, sizeof(text), "node %s: an abort from %s about %u "
+      snprintf(text, sizeof(text),
+               "node %s: an abort from %s about %u "
                "members of round %s that are back on live connections here: "
-               "stale, refused", nj->d->cfg.name, c->name, m->vals.n,
-               jr->name);
+               "stale, refused",
+               nj->d->cfg.name, c->name, m->vals.n, jr->name);
       rdzv__log_event(nj->d, "%s", text);
       rdzv__conn_reply_text(c, m, RDZV_EFENCED, text);
       return;
@@ -378,10 +382,10 @@ static uint32_t held_by(struct njround *jr, const struct joined *jn,
   struct claimref *cr, *ct;
   struct rdzv_join_full j;
   who[0] = '\0';
-  HASH_ITER(hh, jr->binds, b, bt)
+  HASH_ITER (hh, jr->binds, b, bt)
     if (b->jn == jn && rdzv_join_rec_decode(b->rec, b->rec_len, &j) == 0)
       held_add(&names, &cap, &count, claims, &j, b->rank, b->claim);
-  HASH_ITER(hh, jr->claims, cr, ct)
+  HASH_ITER (hh, jr->claims, cr, ct)
     if (cr->w->c == jn->c && cr->rec != NULL &&
         rdzv_join_rec_decode(cr->rec, cr->rec_len, &j) == 0)
       held_add(&names, &cap, &count, claims, &j, -1, cr->claim);
@@ -403,8 +407,10 @@ static void lost_expire(struct node_job *nj, struct joined *jn, bool gone) {
   uint32_t grace = nj->d->cfg.session_grace_ms;
   if (held == 0) {
     if (jn->lost)
-      rdzv__log(nj->d, 2, "round %s: %s %s lost, but all its members came "
-                "back", jn->round, c->role == RDZV_ROLE_NODE ? "node" : "rank",
+      rdzv__log(nj->d, 2,
+                "round %s: %s %s lost, but all its members came "
+                "back",
+                jn->round, c->role == RDZV_ROLE_NODE ? "node" : "rank",
                 c->name);
     rdzv_buf_free(&claims);
     rdzv__nj_joined_free(nj, jn);
@@ -428,9 +434,10 @@ static void lost_expire(struct node_job *nj, struct joined *jn, bool gone) {
              c->role == RDZV_ROLE_NODE ? "" : " a joining rank, process ",
              c->role == RDZV_ROLE_NODE ? "" : c->name, after);
   else
-    snprintf(why, sizeof(why), "host %s lost rank %d (local rank %d, "
-             "process %s): %s", jn->host, jn->rank, jn->local_rank, c->name,
-             after);
+    snprintf(why, sizeof(why),
+             "host %s lost rank %d (local rank %d, "
+             "process %s): %s",
+             jn->host, jn->rank, jn->local_rank, c->name, after);
   if (c->role != RDZV_ROLE_NODE)
     nj->d->stats.sessions_lost++;
   rdzv__log_event(nj->d, "round %s generation %" PRId64 ": %s", jn->round,
@@ -447,7 +454,7 @@ static void on_lost_timer(uv_timer_t *t) {
   uint64_t now = uv_now(nj->d->loop), grace = nj->d->cfg.session_grace_ms;
   uint64_t next = 0;
   struct joined *jn, *tmp;
-  HASH_ITER(hh, nj->joined, jn, tmp) {
+  HASH_ITER (hh, nj->joined, jn, tmp) {
     if (!jn->lost)
       continue;
     bool watch = jn->c->role != RDZV_ROLE_NODE && jn->c->peer_pid > 0;
@@ -468,8 +475,8 @@ static void on_lost_timer(uv_timer_t *t) {
 void rdzv__node_conn_closed(struct node_job *nj, struct conn *c) {
   if (c->role == RDZV_ROLE_NODE) {
     struct njround *jr, *t;
-    HASH_ITER(hh, nj->jrounds, jr, t)
-    rdzv__nj_complete_set(jr, c, false);
+    HASH_ITER (hh, nj->jrounds, jr, t)
+      rdzv__nj_complete_set(jr, c, false);
   }
   struct joined *jn = NULL;
   HASH_FIND(hh, nj->joined, &c, sizeof(c), jn);
@@ -506,13 +513,13 @@ void rdzv__node_joins_leave(struct node_job *nj) {
   char why[200];
   snprintf(why, sizeof(why), "node %s: the job ended", nj->d->cfg.name);
   struct njround *jr, *t;
-  HASH_ITER(hh, nj->jrounds, jr, t)
+  HASH_ITER (hh, nj->jrounds, jr, t)
     send_abort(nj, jr->name, 0, 0, RDZV_F_LEAVE, why, NULL, 0);
 }
 
 void rdzv__node_joins_lost(struct node_job *nj) {
   struct njround *jr, *t;
-  HASH_ITER(hh, nj->jrounds, jr, t) {
+  HASH_ITER (hh, nj->jrounds, jr, t) {
     jr->lost_gen = jr->last_gen;
     /* The members bound for a generation of the old parent are gone with
      * it: a new root that numbers a generation like that one (a node told

@@ -149,7 +149,7 @@ void rdzv__up_fail_one(struct upstream *u, struct upreq *r, int status,
 static void fail_requests(struct upstream *u, int status, bool all,
                           const char *text) {
   struct upreq *r, *tmp;
-  HASH_ITER(hh, u->reqs, r, tmp) {
+  HASH_ITER (hh, u->reqs, r, tmp) {
     if (!r->sent && !all)
       continue;
     rdzv__up_fail_one(u, r, status, text);
@@ -163,9 +163,10 @@ static void on_expire(uv_timer_t *t) {
   uint64_t now = uv_now(u->d->loop), limit = u->d->cfg.upstream_timeout_ms;
   char text[800], first[160];
   /* No round has failed yet: say which candidate the first one is at. */
-  snprintf(first, sizeof(first), "not connected yet (%u of its addresses "
-           "and ports tried; now %s)", u->ncands_tried,
-           u->cand_text[0] ? u->cand_text : "resolving");
+  snprintf(first, sizeof(first),
+           "not connected yet (%u of its addresses "
+           "and ports tried; now %s)",
+           u->ncands_tried, u->cand_text[0] ? u->cand_text : "resolving");
   snprintf(text, sizeof(text),
            "parent %s unreachable for %" PRIu64 " ms (node %s): %s",
            rdzv__up_addr(u), now - u->down_since_ms, u->d->cfg.name,
@@ -174,7 +175,8 @@ static void on_expire(uv_timer_t *t) {
   char sent_text[900];
   snprintf(sent_text, sizeof(sent_text),
            "%s; it was sent before the connection was lost: its outcome is "
-           "unknown", text);
+           "unknown",
+           text);
   /* Not in time order (what a lost connection carried goes first, its
    * clock started at the loss), so every one is looked at. */
   struct upreq *r, *next;
@@ -195,7 +197,7 @@ static void arm_expire(struct upstream *u) {
   uint64_t now = uv_now(u->d->loop), limit = u->d->cfg.upstream_timeout_ms;
   uint64_t first = UINT64_MAX;
   struct upreq *r;
-  TAILQ_FOREACH(r, &u->queue, qlink)
+  TAILQ_FOREACH (r, &u->queue, qlink)
     if (r->queued_ms < first)
       first = r->queued_ms;
   if (first == UINT64_MAX) {
@@ -291,9 +293,9 @@ void rdzv__up_reset(struct upstream *u, const char *why, int err) {
   struct upreq *r;
   struct upreq_queue keep;
   TAILQ_INIT(&keep);
-  TAILQ_FOREACH(r, &u->all, alink) {
-    if (!r->sent || r->tries >= (rdzv__up_req_is_read(r) ? MAX_READ_RESENDS
-                                                          : MAX_RESENDS))
+  TAILQ_FOREACH (r, &u->all, alink) {
+    if (!r->sent ||
+        r->tries >= (rdzv__up_req_is_read(r) ? MAX_READ_RESENDS : MAX_RESENDS))
       continue;
     r->sent = false;
     r->tries++;
@@ -386,10 +388,11 @@ void rdzv__up_attempt_failed(struct upstream *u, const char *why, int err) {
   if ((u->state != UP_CONNECTING && u->state != UP_HELLO) ||
       !rdzv__up_cand_advance(u, skip_addr)) {
     if (u->ncands_tried > 1)
-      snprintf(what, sizeof(what), "%s %s (the last of %u addresses and "
+      snprintf(what, sizeof(what),
+               "%s %s (the last of %u addresses and "
                "ports tried; %u of them served another job or could not prove "
-               "its secret)", why,
-               u->cand_text, u->ncands_tried, u->nother_job);
+               "its secret)",
+               why, u->cand_text, u->ncands_tried, u->nother_job);
     rdzv__up_free_cands(u);
     rdzv__up_reset(u, u->cand_text[0] ? what : why, err);
     return;
@@ -415,8 +418,7 @@ static void on_beat(uv_timer_t *t) {
   uint64_t now = uv_now(d->loop);
   uint64_t late = now - u->last_beat_ms;
   u->last_beat_ms = now; /* also while backing off: the timer ran */
-  if (u->state != UP_CONNECTING && u->state != UP_HELLO &&
-      u->state != UP_READY)
+  if (u->state != UP_CONNECTING && u->state != UP_HELLO && u->state != UP_READY)
     return;
   if (late > 2 * (uint64_t)d->cfg.heartbeat_ms) {
     /* This daemon did not run (stopped, starved): the parent's frames
@@ -430,10 +432,12 @@ static void on_beat(uv_timer_t *t) {
     char why[120];
     snprintf(why, sizeof(why),
              "nothing heard for %" PRIu64 " ms while %s "
-             "(--liveness-timeout-ms %u)", silent,
-             u->state == UP_READY ? "ready" :
-             u->state == UP_HELLO ? "waiting for the hello reply" :
-             "connecting", d->cfg.liveness_timeout_ms);
+             "(--liveness-timeout-ms %u)",
+             silent,
+             u->state == UP_READY   ? "ready"
+             : u->state == UP_HELLO ? "waiting for the hello reply"
+                                    : "connecting",
+             d->cfg.liveness_timeout_ms);
     d->stats.parent_silent++;
     if (u->state == UP_READY)
       rdzv__up_reset(u, why, RDZV_ESILENT);

@@ -170,9 +170,8 @@ void rdzv__up_connect(struct upstream *u) {
   }
   char host[RDZV_ADDR_HOST_MAX + 1];
   struct rdzv_addr_parts p;
-  if (rdzv_addr_split(a, RDZV_ADDR_RANGE | RDZV_ADDR_BARE_V6 |
-                             RDZV_ADDR_NO_UNIX,
-                      &p) < 0 ||
+  if (rdzv_addr_split(
+          a, RDZV_ADDR_RANGE | RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX, &p) < 0 ||
       rdzv_addr_host(&p, host, sizeof(host)) < 0) {
     rdzv__up_reset(u, "parent address", RDZV_EBAD_ADDR);
     return;
@@ -187,8 +186,7 @@ void rdzv__up_connect(struct upstream *u) {
   u->gai.data = u;
   u->refs++;
   /* No service: the ports are set per candidate. */
-  int rc = uv_getaddrinfo(u->d->loop, &u->gai, on_resolved, host, NULL,
-                          &hints);
+  int rc = uv_getaddrinfo(u->d->loop, &u->gai, on_resolved, host, NULL, &hints);
   if (rc < 0) {
     u->refs--;
     rdzv__up_reset(u, "resolve", rc);
@@ -229,11 +227,14 @@ void rdzv__up_on_attempt_timeout(uv_timer_t *t) {
     return;
   char why[120];
   if (u->state == UP_CONNECTING)
-    snprintf(why, sizeof(why), "connect not done within %u ms "
+    snprintf(why, sizeof(why),
+             "connect not done within %u ms "
              "(--connect-timeout-ms; a dropped SYN?) to",
              u->d->cfg.connect_timeout_ms);
   else
-    snprintf(why, sizeof(why), "no hello reply within %u ms "
-             "(--connect-timeout-ms) from", u->d->cfg.connect_timeout_ms);
+    snprintf(why, sizeof(why),
+             "no hello reply within %u ms "
+             "(--connect-timeout-ms) from",
+             u->d->cfg.connect_timeout_ms);
   rdzv__up_attempt_failed(u, why, RDZV_EDEADLINE);
 }

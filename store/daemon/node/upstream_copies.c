@@ -89,8 +89,7 @@ bool rdzv__up_copies_frame(struct upstream *u, const struct rdzv_msg *m) {
     }
     return true;
   }
-  if (m->type != RDZV_MSG_INVAL || m->req_id != u->inval_id ||
-      u->inval_id == 0)
+  if (m->type != RDZV_MSG_INVAL || m->req_id != u->inval_id || u->inval_id == 0)
     return false;
   u->inval_id = 0;
   if (m->status != 0) {

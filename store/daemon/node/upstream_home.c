@@ -119,7 +119,7 @@ bool rdzv__up_req_is_read(const struct upreq *r) {
  * wait (a join, barrier, gather, mutation), or 0 when there is none. */
 static int busy_type(struct upstream *u) {
   struct upreq *r;
-  TAILQ_FOREACH(r, &u->all, alink)
+  TAILQ_FOREACH (r, &u->all, alink)
     if (!rdzv__up_req_is_read(r))
       return r->frame.len > 5 ? r->frame.data[5] : -1;
   return 0;
@@ -131,8 +131,8 @@ static void go_home(struct upstream *u) {
   rdzv__log_job(d, 1, u->job_id,
                 "node %s returns to its parent %s, healthy for %" PRIu64
                 " ms (it was on ancestor %s)",
-                d->cfg.name, u->addrs[0],
-                uv_now(d->loop) - u->home_since, rdzv__up_addr(u));
+                d->cfg.name, u->addrs[0], uv_now(d->loop) - u->home_since,
+                rdzv__up_addr(u));
   d->stats.returned_home++;
   u->going_home = true;
   rdzv__up_reset(u, "returning to its own parent", 0);
@@ -212,8 +212,7 @@ static void on_tick(uv_timer_t *t) {
   if (u->state != UP_READY) /* gone home */
     return;
   if (u->home_probe == NULL)
-    u->home_probe =
-        rdzv__up_probe_new(u->d, u->job_id, true, probe_done, u);
+    u->home_probe = rdzv__up_probe_new(u->d, u->job_id, true, probe_done, u);
 }
 
 void rdzv__up_home_failed(struct upstream *u) {

@@ -285,7 +285,6 @@ void rdzv__up_complete(struct upstream *u, struct upreq *r,
 void rdzv__up_fail_one(struct upstream *u, struct upreq *r, int status,
                        const char *text);
 
-
 /* ---- upstream_copies.c: the lease on copies, and /readyz's questions ---- */
 /* A PING to the parent; its reply renews the lease on copies. */
 void rdzv__up_send_ping(struct upstream *u);

@@ -121,7 +121,8 @@ static void follow_leader(struct upstream *u, const struct rdzv_msg *m) {
 /* A parent with a shorter liveness timeout than this node's heartbeat
  * would declare it lost between two pings: ping at least three times
  * within the parent's timeout (said once, at the default level). */
-static void adopt_parent_liveness(struct upstream *u, const struct rdzv_msg *m) {
+static void adopt_parent_liveness(struct upstream *u,
+                                  const struct rdzv_msg *m) {
   struct rdzv_slice k;
   if (rdzv_items_get(&m->keys, 0, &k) < 0 || k.n != 4)
     return;
@@ -144,9 +145,8 @@ static void adopt_parent_liveness(struct upstream *u, const struct rdzv_msg *m) 
 
 /* Whether this node holds its job's secret (and fills key). */
 static bool up_secret(struct upstream *u, uint8_t *key, size_t *klen) {
-  return u->d->auth &&
-         rdzv__job_secret(u->d, (const uint8_t *)u->job_id,
-                          strlen(u->job_id), key, klen) == 1;
+  return u->d->auth && rdzv__job_secret(u->d, (const uint8_t *)u->job_id,
+                                        strlen(u->job_id), key, klen) == 1;
 }
 
 bool rdzv__up_has_secret(struct upstream *u) {
@@ -183,8 +183,8 @@ static bool up_auth_answer(struct upstream *u, const struct rdzv_msg *m) {
            sn.n != RDZV_AUTH_NONCE_BYTES || proof.n != RDZV_AUTH_PROOF_BYTES)
     bad = "sent a malformed challenge";
   else if (rdzv_auth_proof(key, klen, RDZV_AUTH_SERVER,
-                           (const uint8_t *)u->job_id, jn, parent_port, u->cnonce, sn.p,
-                           want) < 0 ||
+                           (const uint8_t *)u->job_id, jn, parent_port,
+                           u->cnonce, sn.p, want) < 0 ||
            !rdzv_auth_equal(want, proof.p, sizeof(want)))
     bad = "could not prove the job's secret (another job's daemon, another "
           "secret, or a fake)";
@@ -198,8 +198,8 @@ static bool up_auth_answer(struct upstream *u, const struct rdzv_msg *m) {
         u, "a daemon that could not prove the job's secret at", RDZV_EAUTH);
     return false;
   }
-  rdzv_auth_proof(key, klen, RDZV_AUTH_CLIENT, (const uint8_t *)u->job_id, jn, parent_port,
-                  u->cnonce, sn.p, mine);
+  rdzv_auth_proof(key, klen, RDZV_AUTH_CLIENT, (const uint8_t *)u->job_id, jn,
+                  parent_port, u->cnonce, sn.p, mine);
   rdzv_auth_wipe(key, sizeof(key));
   struct rdzv_slice pv = {mine, sizeof(mine)};
   struct rdzv_msg a;
@@ -348,8 +348,7 @@ static bool up_frame(struct upstream *u, const struct rdzv_msg *m) {
                               m->status);
       return false;
     }
-    if (m->type != hello_type || m->req_id != u->hello_id ||
-        m->status != 0) {
+    if (m->type != hello_type || m->req_id != u->hello_id || m->status != 0) {
       rdzv__up_reset(u, "hello refused", m->status ? m->status : RDZV_EHELLO);
       return false;
     }
@@ -429,9 +428,9 @@ void rdzv__up_on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
   size_t want = u->in.len > 4096 ? u->in.len : 4096, limit = 0;
   if (u->in.len >= RDZV_WIRE_HEADER_BYTES) {
     const uint8_t *p = u->in.data + 12; /* body_len (wire.h) */
-    size_t frame = RDZV_WIRE_HEADER_BYTES + ((size_t)p[0] | (size_t)p[1] << 8 |
-                                             (size_t)p[2] << 16 |
-                                             (size_t)p[3] << 24);
+    size_t frame =
+        RDZV_WIRE_HEADER_BYTES + ((size_t)p[0] | (size_t)p[1] << 8 |
+                                  (size_t)p[2] << 16 | (size_t)p[3] << 24);
     if (frame > u->in.len && frame - u->in.len <= UP_RESERVE_MAX &&
         frame >= u->d->cfg.share_min_bytes) {
       want = limit = frame - u->in.len;
@@ -496,8 +495,8 @@ void rdzv__up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     /* Replies may exceed the request limit (a gather returns count
      * contributions); the parent is one of ours, so only the u32 length
      * bounds them. */
-    int rc = rdzv_msg_decode(u->in.data + off, u->in.len - off, UINT32_MAX,
-                             &m, &used);
+    int rc = rdzv_msg_decode(u->in.data + off, u->in.len - off, UINT32_MAX, &m,
+                             &used);
     if (rc == RDZV_ENEEDMORE)
       break;
     if (rc < 0) {
@@ -516,8 +515,7 @@ void rdzv__up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (used >= u->d->cfg.share_min_bytes && used > 0) {
       uint64_t h = 0;
       struct rdzv_blob *same =
-          off == 0 && used == u->in.len &&
-                  used >= RDZV_BLOB_INTERN_MIN_BYTES
+          off == 0 && used == u->in.len && used >= RDZV_BLOB_INTERN_MIN_BYTES
               ? rdzv__blob_intern_find(u->in.data, (uint32_t)used,
                                        RDZV_WIRE_HEADER_BYTES, &h)
               : NULL;

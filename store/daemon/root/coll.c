@@ -43,7 +43,6 @@ struct coll {
   struct pending *pend;
 };
 
-
 /* The collective of that type and name; if absent, created with count
  * when create is set, else NULL (NULL also when out of memory). */
 static struct coll *coll_lookup(struct root_job *s, uint8_t type,
@@ -115,8 +114,8 @@ static int coll_outcome_blob(struct root_job *s, const struct coll *co,
   out->n = 0;
   if (blob != NULL)
     *blob = NULL;
-  int rc = rdzv__state_rec_get(s->st, RDZV_STATE_REC_COLL, co->name,
-                               co->nlen, &v);
+  int rc =
+      rdzv__state_rec_get(s->st, RDZV_STATE_REC_COLL, co->name, co->nlen, &v);
   if (rc < 0)
     return rc;
   if (v.n < COLL_REC_HEAD)
@@ -146,8 +145,8 @@ static void coll_reply(struct root_job *s, struct coll *co, struct conn *c,
   if (status == 0 && !(flags & RDZV_F_SUPERSEDED)) {
     r.a = (int64_t)co->count;
     struct rdzv_slice res;
-    int rc = co->type == RDZV_MSG_GATHER ? coll_outcome_blob(s, co, &res, &b)
-                                         : 0;
+    int rc =
+        co->type == RDZV_MSG_GATHER ? coll_outcome_blob(s, co, &res, &b) : 0;
     if (rc < 0) { /* the result cannot be read: say so, send no part */
       r.status = rc;
       r.a = 0;
@@ -175,7 +174,7 @@ static void coll_complete(struct root_job *s, struct coll *co) {
   struct rdzv_buf result = {0}; /* the encoded vals list, member order */
   HASH_SORT(co->members, by_member_id);
   struct member *mb, *tmp;
-  HASH_ITER(hh, co->members, mb, tmp) {
+  HASH_ITER (hh, co->members, mb, tmp) {
     if (co->type == RDZV_MSG_GATHER) {
       /* One item, { u64 member id, data }, written in two parts. */
       uint8_t head[12];
@@ -261,7 +260,8 @@ static int coll_fail_all(struct root_job *s, struct coll *co, int status,
                       TL_PHASE_FAILED, false);
   while ((p = co->pend) != NULL) {
     co->pend = p->next;
-    rdzv__conn_answer_text(p->c, co->type, p->req_id, status, text, strlen(text));
+    rdzv__conn_answer_text(p->c, co->type, p->req_id, status, text,
+                           strlen(text));
     rdzv__conn_unref(p->c);
     free(p);
   }
@@ -284,7 +284,8 @@ static void coll_mismatch(struct root_job *s, struct coll *co, struct conn *c,
            co->count, m->b, who);
   if (!co->done) /* one that completed stays completed */
     coll_fail_all(s, co, RDZV_ECOUNT_MISMATCH, text);
-  rdzv__conn_answer_text(c, co->type, m->req_id, RDZV_ECOUNT_MISMATCH, text, strlen(text));
+  rdzv__conn_answer_text(c, co->type, m->req_id, RDZV_ECOUNT_MISMATCH, text,
+                         strlen(text));
 }
 
 void rdzv__root_collective(struct root_job *s, struct conn *c,
@@ -300,8 +301,8 @@ void rdzv__root_collective(struct root_job *s, struct conn *c,
       t.p = (const uint8_t *)rdzv_strerror(co->fail_status);
       t.n = (uint32_t)strlen((const char *)t.p);
     }
-    rdzv__conn_answer_text(c, co->type, m->req_id, co->fail_status, (const char *)t.p,
-               t.n);
+    rdzv__conn_answer_text(c, co->type, m->req_id, co->fail_status,
+                           (const char *)t.p, t.n);
     return;
   }
   if (co->count != (uint64_t)m->b) {
@@ -354,8 +355,8 @@ void rdzv__root_collective(struct root_job *s, struct conn *c,
 /* The ids 0 .. count-1 not among co's members, at most max of them, as a
  * list of u64 items; *n gets how many. Probing each id: this runs only
  * after somebody's deadline. */
-static int missing_ids(const struct coll *co, uint64_t max, struct rdzv_buf *ids,
-                       uint32_t *n) {
+static int missing_ids(const struct coll *co, uint64_t max,
+                       struct rdzv_buf *ids, uint32_t *n) {
   *n = 0;
   for (uint64_t id = 0; !co->done && id < co->count && *n < max; id++) {
     struct member *mb = NULL;
@@ -373,14 +374,13 @@ static int missing_ids(const struct coll *co, uint64_t max, struct rdzv_buf *ids
 
 /* GIVE_UP: a member's deadline passed before co completed: fail it for
  * everyone, saying why and who was missing. */
-static int coll_give_up(struct root_job *s, struct coll *co, const struct rdzv_msg *m,
-                        struct rdzv_slice name) {
+static int coll_give_up(struct root_job *s, struct coll *co,
+                        const struct rdzv_msg *m, struct rdzv_slice name) {
   struct rdzv_slice why = {(const uint8_t *)"a member gave up at its deadline",
                            32};
   if (m->keys.n > 1)
     rdzv__root_item(&m->keys, 1, &why);
-  if (co == NULL &&
-      (co = coll_lookup(s, (uint8_t)m->a, name, true, 0)) == NULL)
+  if (co == NULL && (co = coll_lookup(s, (uint8_t)m->a, name, true, 0)) == NULL)
     return RDZV_ENOMEM;
   if (co->done || co->fail_status != 0)
     return 0;
@@ -454,7 +454,7 @@ void rdzv__root_coll_status(struct root_job *s, struct conn *c,
 /* Frees co; with forget, its outcome record goes too. */
 static void coll_free(struct root_job *s, struct coll *co, bool forget) {
   struct member *mb, *mt;
-  HASH_ITER(hh, co->members, mb, mt) {
+  HASH_ITER (hh, co->members, mb, mt) {
     HASH_DEL(co->members, mb);
     s->coll_bytes -= sizeof(*mb) + mb->len;
     free(mb);
@@ -478,18 +478,19 @@ void rdzv__root_colls_fail_prefix(struct root_job *s, const char *prefix,
                                   int status, const char *text) {
   size_t pl = strlen(prefix);
   struct coll *co, *tmp;
-  HASH_ITER(hh, s->colls, co, tmp) {
+  HASH_ITER (hh, s->colls, co, tmp) {
     if (co->done || co->nlen - 1 < pl || memcmp(co->name + 1, prefix, pl))
       continue;
     for (struct pending *p = co->pend; p != NULL; p = p->next)
-      rdzv__conn_answer_text(p->c, co->type, p->req_id, status, text, strlen(text));
+      rdzv__conn_answer_text(p->c, co->type, p->req_id, status, text,
+                             strlen(text));
     coll_free(s, co, true);
   }
 }
 
 void rdzv__root_colls_conn_closed(struct root_job *s, struct conn *c) {
   struct coll *co, *tmp;
-  HASH_ITER(hh, s->colls, co, tmp) {
+  HASH_ITER (hh, s->colls, co, tmp) {
     struct pending **pp = &co->pend;
     while (*pp != NULL) {
       struct pending *p = *pp;
@@ -506,7 +507,6 @@ void rdzv__root_colls_conn_closed(struct root_job *s, struct conn *c) {
 
 void rdzv__root_colls_free(struct root_job *s) {
   struct coll *co, *tmp;
-  HASH_ITER(hh, s->colls, co, tmp)
+  HASH_ITER (hh, s->colls, co, tmp)
     coll_free(s, co, false);
 }
-

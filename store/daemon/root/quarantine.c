@@ -52,8 +52,8 @@ static void release_place(struct round *r, const struct rdzv_join_full *j) {
     return;
   w->released = true;
   if (r->state == ROUND_OPEN) {
-    r->held -= r->held > (uint32_t)w->local_size ? (uint32_t)w->local_size
-                                                  : r->held;
+    r->held -=
+        r->held > (uint32_t)w->local_size ? (uint32_t)w->local_size : r->held;
     rdzv__round_progress(r);
   }
 }
@@ -62,22 +62,19 @@ static void release_place(struct round *r, const struct rdzv_join_full *j) {
 static void quarantine_put(struct round *r, const struct rdzv_join_full *j) {
   char key[QKEY_MAX], val[512];
   qkey(&j->rec, key, sizeof(key));
-  int vl = r->gen > 0
-               ? snprintf(val, sizeof(val),
-                          "%.*s (round %s generation %" PRId64 ")",
-                          (int)j->unhealthy_len, j->unhealthy, r->name,
-                          r->gen)
-               : snprintf(val, sizeof(val), "%.*s (round %s)",
-                          (int)j->unhealthy_len, j->unhealthy, r->name);
+  int vl =
+      r->gen > 0
+          ? snprintf(val, sizeof(val), "%.*s (round %s generation %" PRId64 ")",
+                     (int)j->unhealthy_len, j->unhealthy, r->name, r->gen)
+          : snprintf(val, sizeof(val), "%.*s (round %s)", (int)j->unhealthy_len,
+                     j->unhealthy, r->name);
   if (vl < 0 || (size_t)vl >= sizeof(val))
     vl = (int)strlen(val);
-  int rc = rdzv__root_set(r->s, key, (const uint8_t *)val, (uint32_t)vl,
-                          false);
+  int rc = rdzv__root_set(r->s, key, (const uint8_t *)val, (uint32_t)vl, false);
   rdzv__log_job(r->s->d, 0, r->s->job_id,
                 "round %s: host %.*s quarantined: %.*s%s%s", r->name,
                 (int)j->rec.host_len, j->rec.host, (int)j->unhealthy_len,
-                j->unhealthy,
-                rc < 0 ? "; cannot keep it: " : "",
+                j->unhealthy, rc < 0 ? "; cannot keep it: " : "",
                 rc < 0 ? rdzv_strerror(rc) : "");
 }
 
@@ -134,8 +131,8 @@ int rdzv__quarantine_filter(struct round *r, struct conn *c,
       snprintf(text, sizeof(text),
                "host %.*s is quarantined for this job: %.*s (`rdzvctl "
                "quarantine clear %.*s` lets it join again)",
-               (int)j.rec.host_len, j.rec.host, (int)why.n,
-               (const char *)why.p, (int)j.rec.host_len, j.rec.host);
+               (int)j.rec.host_len, j.rec.host, (int)why.n, (const char *)why.p,
+               (int)j.rec.host_len, j.rec.host);
   }
   if (nkept == 0) {
     /* A node gets its refusals item by item under status 0: a failed
@@ -150,8 +147,7 @@ int rdzv__quarantine_filter(struct round *r, struct conn *c,
   }
   /* Some records of the request pass (a node's, of several hosts): the
    * refusals go now, the rest as a request of their own. */
-  rdzv__round_reply(c, m->req_id, 0, RDZV_F_PARTIAL, &errs, nerr, text, 0,
-                    0);
+  rdzv__round_reply(c, m->req_id, 0, RDZV_F_PARTIAL, &errs, nerr, text, 0, 0);
   rdzv_buf_free(&errs);
   *out = *m;
   out->vals.n = nkept + 1;
@@ -169,7 +165,7 @@ struct qlist {
   size_t off, cap;
 };
 
-#define QLIST_MAX 64 /* hosts listed in the status; the rest counted */
+#define QLIST_MAX 64    /* hosts listed in the status; the rest counted */
 #define QDESCRIBE_MAX 4 /* hosts named in a deadline's reason */
 
 static json_t *printable(const uint8_t *p, uint32_t n) {
@@ -186,14 +182,13 @@ static int list_one(void *arg, const uint8_t *k, uint32_t klen,
   struct qlist *q = arg;
   uint32_t pl = (uint32_t)strlen(RDZV_QUARANTINE_PREFIX);
   if (q->arr != NULL && q->n < QLIST_MAX)
-    json_array_append_new(
-        q->arr, json_pack("{s:o,s:o}", "host", printable(k + pl, klen - pl),
-                          "reason", printable(v->p, v->n)));
+    json_array_append_new(q->arr, json_pack("{s:o,s:o}", "host",
+                                            printable(k + pl, klen - pl),
+                                            "reason", printable(v->p, v->n)));
   if (q->text != NULL && q->n < QDESCRIBE_MAX && q->off < q->cap)
-    q->off += (size_t)snprintf(q->text + q->off, q->cap - q->off,
-                               "; host %.*s quarantined: %.*s",
-                               (int)(klen - pl), k + pl, (int)v->n,
-                               (const char *)v->p);
+    q->off += (size_t)snprintf(
+        q->text + q->off, q->cap - q->off, "; host %.*s quarantined: %.*s",
+        (int)(klen - pl), k + pl, (int)v->n, (const char *)v->p);
   q->n++;
   return RDZV_STATE_KEEP;
 }

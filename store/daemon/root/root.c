@@ -48,8 +48,7 @@ static bool key_grant(void *ctx, struct conn *c, const struct rdzv_slice *keys,
   /* Write-once keys need no registration: nodes keep them for good. */
   for (uint32_t i = 0; i < n; i++) {
     struct rdzv_state_val v;
-    if (rdzv__state_get(s->st, keys[i].p, keys[i].n, &v) == 0 &&
-        v.write_once)
+    if (rdzv__state_get(s->st, keys[i].p, keys[i].n, &v) == 0 && v.write_once)
       continue;
     if (rdzv__copies_register(&s->copies, c, keys[i].p, keys[i].n) < 0)
       return false;
@@ -58,7 +57,7 @@ static bool key_grant(void *ctx, struct conn *c, const struct rdzv_slice *keys,
 }
 
 static const struct waits_hooks root_wait_hooks = {key_present, key_value,
-                                                    key_grant, NULL};
+                                                   key_grant, NULL};
 
 /* The root's state of job j, opened on first use with the backend given
  * at start-up (d->role_ctx). NULL on ENOMEM (or the backend's error). */
@@ -105,8 +104,7 @@ static void answer(struct conn *c, struct rdzv_msg *r) {
   answer_shared(c, r, NULL, 0);
 }
 
-void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
-                             int st) {
+void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m, int st) {
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, st);
   answer(c, &r);
@@ -268,7 +266,7 @@ static void handle_add_parts(struct root_job *s, struct conn *c,
     sp->after = (uint64_t)cur;
     HASH_ADD(hh, seen, id, sizeof(sp->id), sp);
   }
-  HASH_ITER(hh, seen, sp, st) {
+  HASH_ITER (hh, seen, sp, st) {
     HASH_DEL(seen, sp);
     free(sp);
   }
@@ -280,8 +278,8 @@ static void handle_add_parts(struct root_job *s, struct conn *c,
     return;
   }
   if (rc == 0 && fresh > 0)
-    rc = rdzv__state_set(s->st, k.p, k.n, (const uint8_t *)text,
-                         (uint32_t)n, false);
+    rc = rdzv__state_set(s->st, k.p, k.n, (const uint8_t *)text, (uint32_t)n,
+                         false);
   struct rdzv_msg r;
   rdzv__reply_init(&r, m, rc);
   struct rdzv_buf vals = {0};
@@ -351,9 +349,9 @@ static void handle_cas(struct root_job *s, struct conn *c,
   rdzv__root_item(&m->vals, 1, &des);
   struct rdzv_state_val e;
   bool have = rdzv__state_get(s->st, k.p, k.n, &e) == 0;
-  bool match = !have ? exp.n == 0
-                     : (e.n == exp.n &&
-                        (exp.n == 0 || memcmp(e.p, exp.p, exp.n) == 0));
+  bool match =
+      !have ? exp.n == 0
+            : (e.n == exp.n && (exp.n == 0 || memcmp(e.p, exp.p, exp.n) == 0));
   int rc = match ? 0 : RDZV_ECAS_FAILED;
   if (match && rdzv__root_room(s, c, m, set_growth(s, k, des.n)) < 0)
     return;
@@ -447,8 +445,8 @@ static void handle_mget(struct root_job *s, struct conn *c,
     /* Copies for a child node: of every value, or (ENOKEY) of every
      * absence the reply lists; all or none. */
     if ((m->flags & RDZV_F_COPY) && c->role == RDZV_ROLE_NODE &&
-        mget_grant(s, c, nmiss > 0 ? missing : NULL,
-                   nmiss > 0 ? nmiss : 0, &m->keys))
+        mget_grant(s, c, nmiss > 0 ? missing : NULL, nmiss > 0 ? nmiss : 0,
+                   &m->keys))
       r.flags |= RDZV_F_COPY;
   }
   answer_shared(c, &r, blobs, nblobs);
@@ -567,8 +565,8 @@ void rdzv__root_handle(struct daemon *d, struct conn *c,
    * holders), so its writes wait one lease from the takeover. */
   if (d->leader_since_ms != s->grace_for) {
     s->grace_for = d->leader_since_ms;
-    rdzv__copies_grace(&s->copies, d->leader_since_ms +
-                                       rdzv_config_copy_lease_ms(&d->cfg));
+    rdzv__copies_grace(&s->copies,
+                       d->leader_since_ms + rdzv_config_copy_lease_ms(&d->cfg));
   }
   if (rdzv__root_blocked(s, m) && rdzv__root_defer(s, c, m))
     return; /* taken up when its keys' invalidations are done */
@@ -596,20 +594,40 @@ void rdzv__root_handle(struct daemon *d, struct conn *c,
       m->type != RDZV_MSG_GATHER && m->type != RDZV_MSG_JOIN)
     d->stats.ops[m->type].local++;
   switch (m->type) {
-  case RDZV_MSG_JOIN: rdzv__root_join(s, c, m); break;
-  case RDZV_MSG_ABORT: rdzv__root_abort(s, c, m); break;
-  case RDZV_MSG_SET: handle_set(s, c, m); break;
-  case RDZV_MSG_GET: handle_get(s, c, m); break;
+  case RDZV_MSG_JOIN:
+    rdzv__root_join(s, c, m);
+    break;
+  case RDZV_MSG_ABORT:
+    rdzv__root_abort(s, c, m);
+    break;
+  case RDZV_MSG_SET:
+    handle_set(s, c, m);
+    break;
+  case RDZV_MSG_GET:
+    handle_get(s, c, m);
+    break;
   case RDZV_MSG_WAIT:
     if (rdzv__waits_add(&s->waits, c, m) == 0)
       d->stats.ops[m->type].local++;
     break;
-  case RDZV_MSG_ADD: handle_add(s, c, m); break;
-  case RDZV_MSG_CAS: handle_cas(s, c, m); break;
-  case RDZV_MSG_DELETE: handle_delete(s, c, m); break;
-  case RDZV_MSG_MGET: handle_mget(s, c, m); break;
-  case RDZV_MSG_MSET: handle_mset(s, c, m); break;
-  case RDZV_MSG_APPEND: handle_append(s, c, m); break;
+  case RDZV_MSG_ADD:
+    handle_add(s, c, m);
+    break;
+  case RDZV_MSG_CAS:
+    handle_cas(s, c, m);
+    break;
+  case RDZV_MSG_DELETE:
+    handle_delete(s, c, m);
+    break;
+  case RDZV_MSG_MGET:
+    handle_mget(s, c, m);
+    break;
+  case RDZV_MSG_MSET:
+    handle_mset(s, c, m);
+    break;
+  case RDZV_MSG_APPEND:
+    handle_append(s, c, m);
+    break;
   case RDZV_MSG_NKEYS: {
     struct rdzv_msg r;
     rdzv__reply_init(&r, m, 0);
@@ -617,12 +635,22 @@ void rdzv__root_handle(struct daemon *d, struct conn *c,
     answer(c, &r);
     break;
   }
-  case RDZV_MSG_KEYS: handle_keys(s, c, m); break;
-  case RDZV_MSG_INVAL: rdzv__copies_inval_request(&s->copies, c, m); break;
+  case RDZV_MSG_KEYS:
+    handle_keys(s, c, m);
+    break;
+  case RDZV_MSG_INVAL:
+    rdzv__copies_inval_request(&s->copies, c, m);
+    break;
   case RDZV_MSG_BARRIER:
-  case RDZV_MSG_GATHER: rdzv__root_collective(s, c, m); break;
-  case RDZV_MSG_COLL_STATUS: rdzv__root_coll_status(s, c, m); break;
-  default: rdzv__root_reply_status(c, m, RDZV_EPROTO); break;
+  case RDZV_MSG_GATHER:
+    rdzv__root_collective(s, c, m);
+    break;
+  case RDZV_MSG_COLL_STATUS:
+    rdzv__root_coll_status(s, c, m);
+    break;
+  default:
+    rdzv__root_reply_status(c, m, RDZV_EPROTO);
+    break;
   }
   s->cur_op = 0;
 }
@@ -681,12 +709,19 @@ static void root_ping(struct daemon *d, struct conn *c, struct rdzv_msg *r) {
   if (s == NULL)
     s = root_job(d, c->job);
   if (s != NULL)
-    rdzv__copies_ping(&s->copies, c, rdzv_config_copy_lease_ms(&d->cfg),
-                      &r->a, &r->b);
+    rdzv__copies_ping(&s->copies, c, rdzv_config_copy_lease_ms(&d->cfg), &r->a,
+                      &r->b);
 }
 
 const struct rdzv_role rdzv__root_role = {
-    "root",        rdzv__root_handle, root_conn_closed, NULL,
-    root_job_free, root_fail_all,     root_ping, NULL, rdzv__root_status,
+    "root",
+    rdzv__root_handle,
+    root_conn_closed,
+    NULL,
+    root_job_free,
+    root_fail_all,
+    root_ping,
+    NULL,
+    rdzv__root_status,
     NULL, /* probe_ready: a root is always ready */
 };

@@ -33,8 +33,13 @@ static void op_rec_put(struct root_job *s, const struct done_op *o) {
   uint8_t *v = malloc(n), name[8];
   if (v == NULL)
     return; /* kept in memory only: a re-send after a failover applies */
-  uint64_t f[7] = {(uint64_t)(int64_t)o->status, (uint64_t)o->a, o->flags,
-                   o->nkeys, o->nvals, o->keys.len, o->vals.len};
+  uint64_t f[7] = {(uint64_t)(int64_t)o->status,
+                   (uint64_t)o->a,
+                   o->flags,
+                   o->nkeys,
+                   o->nvals,
+                   o->keys.len,
+                   o->vals.len};
   for (int i = 0; i < 7; i++)
     rdzv_store_u64le(v + 8 * i, f[i]);
   if (o->keys.len > 0)
@@ -107,8 +112,9 @@ void rdzv__root_dedup_put(struct root_job *s, uint64_t id,
                           const struct rdzv_msg *r) {
   uint64_t now = uv_now(s->d->loop);
   struct done_op *o;
-  while ((o = TAILQ_FIRST(&s->done_fifo)) != NULL &&
-         (o->at_ms + s->d->cfg.dedup_window_ms < now || s->ndone >= DEDUP_MAX)) {
+  while (
+      (o = TAILQ_FIRST(&s->done_fifo)) != NULL &&
+      (o->at_ms + s->d->cfg.dedup_window_ms < now || s->ndone >= DEDUP_MAX)) {
     if (durable(s)) {
       uint8_t name[8];
       op_name(o->id, name);
@@ -176,4 +182,3 @@ void rdzv__root_dedup_free(struct root_job *s) {
   while ((o = TAILQ_FIRST(&s->done_fifo)) != NULL)
     done_op_free(s, o);
 }
-

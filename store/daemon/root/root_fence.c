@@ -89,8 +89,7 @@ static struct held_reply *held_new(struct root_job *s, struct conn *c,
  * keys are busy meanwhile: root_handle holds requests naming them). The
  * answer to an op id is kept at once. */
 void rdzv__root_answer_write(struct root_job *s, struct conn *c,
-                             struct rdzv_msg *r,
-                             const struct rdzv_items *items,
+                             struct rdzv_msg *r, const struct rdzv_items *items,
                              struct rdzv_slice k, bool changed,
                              uint32_t nnotify) {
   if (s->cur_op != 0 && r->req_id == s->cur_req) {
@@ -179,7 +178,7 @@ bool rdzv__root_blocked(struct root_job *s, const struct rdzv_msg *m) {
 
 /* Holds m of c; false (nothing held) out of memory. */
 bool rdzv__root_defer(struct root_job *s, struct conn *c,
-                          const struct rdzv_msg *m) {
+                      const struct rdzv_msg *m) {
   struct deferred *x = calloc(1, sizeof(*x));
   if (x == NULL || rdzv_msg_encode(m, &x->frame) < 0) {
     free(x);
@@ -211,8 +210,8 @@ void rdzv__root_undefer(void *arg) {
     next = TAILQ_NEXT(x, link);
     struct rdzv_msg m;
     size_t used = 0;
-    if (rdzv_msg_decode(x->frame.data, x->frame.len, UINT32_MAX, &m,
-                        &used) < 0) {
+    if (rdzv_msg_decode(x->frame.data, x->frame.len, UINT32_MAX, &m, &used) <
+        0) {
       TAILQ_REMOVE(&s->deferred, x, link);
       deferred_free(x);
       continue;

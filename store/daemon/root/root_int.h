@@ -31,9 +31,9 @@ struct root_job {
    * the order they came; whether they are being taken up. */
   TAILQ_HEAD(, deferred) deferred;
   bool undeferring;
-  uint64_t grace_for; /* the leadership (d->leader_since_ms) whose grace
-                         is set on copies */
-  char what[300];       /* "job <id>" for logs */
+  uint64_t grace_for;  /* the leadership (d->leader_since_ms) whose grace
+                          is set on copies */
+  char what[300];      /* "job <id>" for logs */
   uint64_t coll_bytes; /* coll.c: contributions held until completion */
   /* root.c: answers to ops with an op id, by id and oldest first; the op
    * being handled (cur_op, 0 for none) and its request id. */
@@ -52,8 +52,7 @@ void rdzv__root_status(struct daemon *d, const struct job *only, void *o);
 /* ---- root.c ---------------------------------------------------------------- */
 
 /* Replies status (no fields) to request m of c. */
-void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m,
-                             int st);
+void rdzv__root_reply_status(struct conn *c, const struct rdzv_msg *m, int st);
 /* Item i of a validated request's list (shapes were checked, so it
  * exists; an empty slice otherwise). */
 void rdzv__root_item(const struct rdzv_items *it, uint32_t i,
@@ -111,8 +110,7 @@ int rdzv__root_items_copy(const struct rdzv_items *it, struct rdzv_buf *out);
  * Out of memory to wait: answered RDZV_ENOMEM (applied, outcome unknown
  * to the writer). */
 void rdzv__root_answer_write(struct root_job *s, struct conn *c,
-                             struct rdzv_msg *r,
-                             const struct rdzv_items *items,
+                             struct rdzv_msg *r, const struct rdzv_items *items,
                              struct rdzv_slice k, bool changed,
                              uint32_t nnotify);
 /* The same with a bare status reply to request m. */

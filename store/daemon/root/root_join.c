@@ -20,13 +20,13 @@ static struct jpend *pend_for(struct round *r, struct conn *c,
   struct jpend *p;
   /* Only a child node sends several requests to one round; ranks send
    * one each, so they skip this walk (100,000 ranks on one server). */
-  for (p = c->role == RDZV_ROLE_NODE ? r->pend : NULL; p != NULL;
-       p = p->next) {
+  for (p = c->role == RDZV_ROLE_NODE ? r->pend : NULL; p != NULL; p = p->next) {
     if (p->c != c)
       continue;
     /* The requester's older request gives way to this one, which will
      * carry all of its assignments. */
-    rdzv__round_reply(c, p->req_id, 0, RDZV_F_SUPERSEDED, NULL, 0, "", r->gen, 0);
+    rdzv__round_reply(c, p->req_id, 0, RDZV_F_SUPERSEDED, NULL, 0, "", r->gen,
+                      0);
     p->req_id = req_id;
     return p;
   }
@@ -170,7 +170,8 @@ static int add_member(struct round *r, struct jpend *p,
   if (!m->spare && r->n - r->nspare_all >= r->params.max_size) {
     /* Its host's first ranks fitted but this one does not (local sizes
      * that understate the ranks): not in the generation. */
-    snprintf(text, tn, "round %s generation %" PRId64 " is complete at its "
+    snprintf(text, tn,
+             "round %s generation %" PRId64 " is complete at its "
              "maximum of %u ranks: host %.*s local rank %d is not in it",
              r->name, r->gen, r->params.max_size, (int)m->j.rec.host_len,
              m->j.rec.host, m->j.rec.local_rank);
@@ -256,7 +257,8 @@ static int answer_known(struct round *r, struct conn *c,
   }
   char text[400] = "";
   if (nparked > 0)
-    snprintf(text, sizeof(text), "round %s generation %" PRId64 ": parked "
+    snprintf(text, sizeof(text),
+             "round %s generation %" PRId64 ": parked "
              "as a spare until a place opens (rdzv/%s/g%" PRId64 "/next)",
              r->name, r->gen, r->name, r->gen);
   rdzv__round_reply(c, m->req_id, nparked == m->vals.n - 1 ? RDZV_EPARKED : 0,
@@ -307,11 +309,11 @@ static void add_records(struct round *r, struct jpend *p,
     struct conn *c = p->c;
     if (p->nmembers == 0) {
       pend_drop(r, p);
-      rdzv__round_reply(c, m->req_id, nerr == m->vals.n - 1 ? last : 0, 0, &errs,
-                 nerr, text, r->gen, 0);
+      rdzv__round_reply(c, m->req_id, nerr == m->vals.n - 1 ? last : 0, 0,
+                        &errs, nerr, text, r->gen, 0);
     } else {
-      rdzv__round_reply(c, m->req_id, 0, RDZV_F_PARTIAL, &errs, nerr, text, r->gen,
-                 0);
+      rdzv__round_reply(c, m->req_id, 0, RDZV_F_PARTIAL, &errs, nerr, text,
+                        r->gen, 0);
     }
   }
   rdzv_buf_free(&errs);
@@ -320,8 +322,7 @@ static void add_records(struct round *r, struct jpend *p,
 /* Answers join request m: every record refused with status, text
  * saying why. */
 static void refuse_all(struct round *r, struct conn *c,
-                       const struct rdzv_msg *m, int status,
-                       const char *text) {
+                       const struct rdzv_msg *m, int status, const char *text) {
   struct rdzv_buf errs = {0};
   struct rdzv_slice v;
   size_t pos = 0;
@@ -330,12 +331,12 @@ static void refuse_all(struct round *r, struct conn *c,
     struct rdzv_join_full j;
     uint8_t item[RDZV_JOIN_ERROR_BYTES];
     rdzv_join_error_encode(rdzv_join_rec_decode(v.p, v.n, &j) == 0 ? j.rec.claim
-                                                                    : 0,
+                                                                   : 0,
                            status, item);
     rdzv_items_append(&errs, item, sizeof(item));
   }
-  rdzv__round_reply(c, m->req_id, status, 0, &errs, m->vals.n - 1, text,
-                    r->gen, 0);
+  rdzv__round_reply(c, m->req_id, status, 0, &errs, m->vals.n - 1, text, r->gen,
+                    0);
   rdzv_buf_free(&errs);
 }
 
@@ -385,7 +386,7 @@ static int park_on_done(struct round *r, struct conn *c,
                         const struct rdzv_msg *m) {
   struct jmember *mb, *t;
   uint32_t live = 0;
-  HASH_ITER(hh, r->by_claim, mb, t)
+  HASH_ITER (hh, r->by_claim, mb, t)
     if (!mb->left)
       live++;
   /* A round this root loaded from its state (an earlier root completed
@@ -423,18 +424,20 @@ static int park_on_done(struct round *r, struct conn *c,
   }
   char text[700];
   if (full)
-    snprintf(text, sizeof(text), "round %s generation %" PRId64 " is "
+    snprintf(text, sizeof(text),
+             "round %s generation %" PRId64 " is "
              "complete at its maximum of %u ranks, all of them live: host "
              "%s parked as a spare until a place opens (rdzv/%s/g%" PRId64
-             "/next)", r->name, r->gen, r->params.max_size, host, r->name,
-             r->gen);
+             "/next)",
+             r->name, r->gen, r->params.max_size, host, r->name, r->gen);
   else
-    snprintf(text, sizeof(text), "round %s generation %" PRId64 " is "
+    snprintf(text, sizeof(text),
+             "round %s generation %" PRId64 " is "
              "complete with %u ranks: spare host %s parked until a place "
-             "opens (rdzv/%s/g%" PRId64 "/next)", r->name, r->gen, r->n,
-             host, r->name, r->gen);
-  rdzv__round_reply(c, m->req_id, RDZV_EPARKED, 0, &items, m->vals.n - 1,
-                    text, r->gen, r->n);
+             "opens (rdzv/%s/g%" PRId64 "/next)",
+             r->name, r->gen, r->n, host, r->name, r->gen);
+  rdzv__round_reply(c, m->req_id, RDZV_EPARKED, 0, &items, m->vals.n - 1, text,
+                    r->gen, r->n);
   rdzv_buf_free(&items);
   return 1;
 }
@@ -443,7 +446,8 @@ static void join_records(struct round *r, struct conn *c,
                          const struct rdzv_msg *m,
                          const struct rdzv_join_params *pp);
 
-void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *m) {
+void rdzv__root_join(struct root_job *s, struct conn *c,
+                     const struct rdzv_msg *m) {
   struct rdzv_slice name, pv;
   struct rdzv_join_params params;
   rdzv_items_get(&m->keys, 0, &name);
@@ -451,9 +455,10 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
   struct round *r = NULL;
   if (rdzv_join_params_decode(pv.p, pv.n, &params) < 0 ||
       (r = rdzv__round_get(s, &name)) == NULL) {
-    rdzv__round_reply(c, m->req_id, RDZV_EPROTO, 0, NULL, 0,
-               "join: bad round name (1..127 bytes, no '/' or NUL) or parameters",
-               0, 0);
+    rdzv__round_reply(
+        c, m->req_id, RDZV_EPROTO, 0, NULL, 0,
+        "join: bad round name (1..127 bytes, no '/' or NUL) or parameters", 0,
+        0);
     return;
   }
   if (m->a != 0) {
@@ -466,10 +471,13 @@ void rdzv__root_join(struct root_job *s, struct conn *c, const struct rdzv_msg *
       return;
     }
     char text[200];
-    snprintf(text, sizeof(text), "round %s generation %" PRId64 " is gone "
-             "(now generation %" PRId64 ", %s): rejoin", r->name, m->a, r->gen,
-             r->state == ROUND_DONE ? "done" : r->state == ROUND_OPEN
-                                                   ? "open" : "failed");
+    snprintf(text, sizeof(text),
+             "round %s generation %" PRId64 " is gone "
+             "(now generation %" PRId64 ", %s): rejoin",
+             r->name, m->a, r->gen,
+             r->state == ROUND_DONE   ? "done"
+             : r->state == ROUND_OPEN ? "open"
+                                      : "failed");
     rdzv__round_reply(c, m->req_id, RDZV_EABORTED, 0, NULL, 0, text, r->gen, 0);
     return;
   }
@@ -502,9 +510,11 @@ static void join_records(struct round *r, struct conn *c,
      * generation is numbered above it, so that no key under
      * rdzv/<round>/g<N>/ (unique ids, gathers) names two worlds to a node
      * or rank that still holds the old one. */
-    rdzv__log_job(r->s->d, 1, r->s->job_id, "round %s: %s knew generation "
+    rdzv__log_job(r->s->d, 1, r->s->job_id,
+                  "round %s: %s knew generation "
                   "%" PRId64 " (this root had %" PRId64 "): the next one is "
-                  "numbered above it", r->name, c->name, m->b, r->gen);
+                  "numbered above it",
+                  r->name, c->name, m->b, r->gen);
     r->gen = m->b;
   }
   if (r->state != ROUND_OPEN)
@@ -540,7 +550,8 @@ static bool stale_abort(struct round *r, const struct conn *c,
   return true;
 }
 
-void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg *m) {
+void rdzv__root_abort(struct root_job *s, struct conn *c,
+                      const struct rdzv_msg *m) {
   struct rdzv_slice name, why = {(const uint8_t *)"", 0};
   rdzv_items_get(&m->keys, 0, &name);
   rdzv_items_get(&m->keys, 1, &why);
@@ -561,10 +572,11 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
       r->state != ROUND_FAILED && m->vals.n > 0 && stale_abort(r, c, m)) {
     char text[700];
     s->d->stats.fenced++;
-    snprintf(text, sizeof(text), "root %s: an abort from %s about %u members "
+    snprintf(text, sizeof(text),
+             "root %s: an abort from %s about %u members "
              "of round %s generation %" PRId64 " that are back on live "
-             "connections: stale, refused", s->d->cfg.name, c->name,
-             m->vals.n, r->name, r->gen);
+             "connections: stale, refused",
+             s->d->cfg.name, c->name, m->vals.n, r->name, r->gen);
     rdzv__log_event(s->d, "%s", text);
     rdzv__conn_reply_text(c, m, RDZV_EFENCED, text);
     return;
@@ -580,7 +592,7 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
     if (claim == 0 && c->role != RDZV_ROLE_NODE) {
       /* A rank here (joined directly, or resumed here through its
        * fallback) says no claim: its members are those bound to it. */
-      HASH_ITER(hh, r->by_claim, mb, mt)
+      HASH_ITER (hh, r->by_claim, mb, mt)
         if (mb->c == c) {
           mb->left = true;
           rdzv__round_world_release(r, mb);
@@ -605,7 +617,7 @@ void rdzv__root_abort(struct root_job *s, struct conn *c, const struct rdzv_msg 
 
 void rdzv__root_rounds_conn_closed(struct root_job *s, struct conn *c) {
   struct round *r, *t;
-  HASH_ITER(hh, s->rounds, r, t) {
+  HASH_ITER (hh, s->rounds, r, t) {
     /* Its spares go (a node's come back through its next path). */
     if (r->nspare > 0 || r->parked != NULL)
       rdzv__round_spares_drop_conn(r, c);
@@ -621,9 +633,10 @@ void rdzv__root_rounds_conn_closed(struct root_job *s, struct conn *c) {
       continue;
     }
     char why[256];
-    snprintf(why, sizeof(why), "generation %" PRId64 " aborted: %s %s "
-             "disconnected from the root", r->gen,
-             c->role == RDZV_ROLE_NODE ? "node" : "rank", c->name);
+    snprintf(why, sizeof(why),
+             "generation %" PRId64 " aborted: %s %s "
+             "disconnected from the root",
+             r->gen, c->role == RDZV_ROLE_NODE ? "node" : "rank", c->name);
     rdzv__round_fail(r, RDZV_EABORTED, why);
   }
 }

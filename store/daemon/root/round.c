@@ -55,7 +55,7 @@ static void round_load(struct round *r) {
 
 static void member_free_all(struct round *r) {
   struct jmember *m, *t;
-  HASH_ITER(hh, r->by_claim, m, t) {
+  HASH_ITER (hh, r->by_claim, m, t) {
     HASH_DEL(r->by_claim, m);
     HASH_DELETE(hh_slot, r->by_slot, m);
     if (m->in_host)
@@ -68,14 +68,15 @@ static void member_free_all(struct round *r) {
 
 static void contrib_clear(struct round *r) {
   struct contrib *ct, *t;
-  HASH_ITER(hh, r->contribs, ct, t) {
+  HASH_ITER (hh, r->contribs, ct, t) {
     HASH_DEL(r->contribs, ct);
     rdzv__conn_unref(ct->c);
     free(ct);
   }
 }
 
-struct contrib *rdzv__round_contrib_find(struct round *r, const struct conn *c) {
+struct contrib *rdzv__round_contrib_find(struct round *r,
+                                         const struct conn *c) {
   struct contrib *ct = NULL;
   HASH_FIND_PTR(r->contribs, &c, ct);
   return ct;
@@ -121,7 +122,7 @@ bool rdzv__round_rebind(struct round *r, struct jmember *m, struct conn *c) {
 
 bool rdzv__round_holds(struct round *r, const struct contrib *ct) {
   struct jmember *m, *t;
-  HASH_ITER(hh, r->by_claim, m, t)
+  HASH_ITER (hh, r->by_claim, m, t)
     if (m->c == ct->c && !m->left && !m->spare)
       return true;
   return false;
@@ -135,21 +136,20 @@ static uint32_t describe_orphans(struct round *r, const struct contrib *ct,
   struct jmember *m, *t;
   uint32_t count = 0, k = 0;
   out[0] = '\0';
-  HASH_ITER(hh, r->by_claim, m, t)
+  HASH_ITER (hh, r->by_claim, m, t)
     if (m->c == ct->c && !m->left && !m->spare)
       count++;
   struct rdzv_member_name *names =
       count > 0 ? malloc(count * sizeof(*names)) : NULL;
   if (names == NULL)
     return count;
-  HASH_ITER(hh, r->by_claim, m, t)
+  HASH_ITER (hh, r->by_claim, m, t)
     if (m->c == ct->c && !m->left && !m->spare)
       names[k++] = (struct rdzv_member_name){
           m->j.rec.host, m->j.rec.host_len,
           r->state == ROUND_DONE ? m->rank : m->j.rec.local_rank};
-  rdzv_members_describe(names, k,
-                        r->state == ROUND_DONE ? "ranks" : "local ranks", out,
-                        n);
+  rdzv_members_describe(
+      names, k, r->state == ROUND_DONE ? "ranks" : "local ranks", out, n);
   free(names);
   return count;
 }
@@ -159,7 +159,7 @@ static void on_grace(uv_timer_t *t) {
   uint64_t now = uv_now(r->s->d->loop), grace = r->s->d->cfg.session_grace_ms;
   uint64_t next = 0;
   struct contrib *ct, *tmp;
-  HASH_ITER(hh, r->contribs, ct, tmp) {
+  HASH_ITER (hh, r->contribs, ct, tmp) {
     if (!ct->lost)
       continue;
     if (ct->lost_ms + grace > now) { /* a later loss: its own turn */
@@ -188,8 +188,8 @@ static void on_grace(uv_timer_t *t) {
     snprintf(why, sizeof(why),
              "generation %" PRId64 " aborted: %s lost: node %s disconnected "
              "from the root and %u of its members did not come back within "
-             "--session-grace-ms %" PRIu64, r->gen, who, ct->c->name, n,
-             grace);
+             "--session-grace-ms %" PRIu64,
+             r->gen, who, ct->c->name, n, grace);
     rdzv__round_fail(r, RDZV_EABORTED, why);
   }
   if (next > 0)
@@ -220,7 +220,8 @@ static void on_round_timer_closed(uv_handle_t *h) {
     free(r);
 }
 
-struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name) {
+struct round *rdzv__round_get(struct root_job *s,
+                              const struct rdzv_slice *name) {
   struct round *r = NULL;
   /* Names are kept NUL-terminated (records and keys are named with
    * them), so a NUL inside one is refused like a '/'. */
@@ -241,8 +242,7 @@ struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name)
   uv_timer_init(s->d->loop, &r->last_call);
   uv_timer_init(s->d->loop, &r->grace);
   uv_timer_init(s->d->loop, &r->spare_wait);
-  r->deadline.data = r->last_call.data = r->grace.data = r->spare_wait.data =
-      r;
+  r->deadline.data = r->last_call.data = r->grace.data = r->spare_wait.data = r;
   r->open_timers = 4;
   round_load(r);
   HASH_ADD(hh, s->rounds, name, strlen(r->name), r);
@@ -276,8 +276,7 @@ void rdzv__round_reply(struct conn *c, uint32_t req_id, int status,
   if (flags & RDZV_F_PARTIAL) {
     r.flags |= RDZV_F_REPLY;
     rdzv__conn_send(c, &r); /* not the last reply: outstanding stays */
-  }
-  else
+  } else
     rdzv__conn_reply(c, &r);
 }
 
@@ -322,7 +321,7 @@ struct hostcount {
 void rdzv__round_describe_missing(struct round *r, char *out, size_t n) {
   struct hostcount *hosts = NULL, *h, *t;
   struct jmember *m, *mt;
-  HASH_ITER(hh, r->by_claim, m, mt) {
+  HASH_ITER (hh, r->by_claim, m, mt) {
     HASH_FIND(hh, hosts, m->j.rec.host, m->j.rec.host_len, h);
     if (h == NULL && (h = calloc(1, sizeof(*h))) != NULL) {
       h->host = m->j.rec.host;
@@ -336,12 +335,12 @@ void rdzv__round_describe_missing(struct round *r, char *out, size_t n) {
     }
   }
   size_t off = (size_t)snprintf(
-      out, n, "round '%s' generation %" PRId64 ": %u of %u ranks joined", r->name,
-      r->gen, r->n - r->nspare_all, r->params.max_size);
+      out, n, "round '%s' generation %" PRId64 ": %u of %u ranks joined",
+      r->name, r->gen, r->n - r->nspare_all, r->params.max_size);
   if (r->nspare > 0 && off < n)
     off += (size_t)snprintf(out + off, n - off, " (and %u spare ranks)",
                             r->nspare);
-  HASH_ITER(hh, hosts, h, t) {
+  HASH_ITER (hh, hosts, h, t) {
     if (h->have < h->want && off < n)
       off += (size_t)snprintf(out + off, n - off, "; host %.*s lacks %d of %d",
                               (int)h->host_len, h->host, h->want - h->have,
@@ -367,7 +366,7 @@ void rdzv__round_describe_missing(struct round *r, char *out, size_t n) {
   if (never > 20 && off < n)
     snprintf(out + off, n - off, "; %u more hosts never joined", never - 20);
   rdzv__quarantine_describe(r->s, out, n);
-  HASH_ITER(hh, hosts, h, t) {
+  HASH_ITER (hh, hosts, h, t) {
     HASH_DEL(hosts, h);
     free(h);
   }
@@ -423,7 +422,7 @@ void rdzv__round_on_last_call(uv_timer_t *t) {
 
 void rdzv__round_prev_clear(struct round *r) {
   struct prevslot *p, *t;
-  HASH_ITER(hh, r->prev, p, t) {
+  HASH_ITER (hh, r->prev, p, t) {
     HASH_DEL(r->prev, p);
     free(p);
   }
@@ -435,7 +434,7 @@ void rdzv__round_prev_clear(struct round *r) {
  * are what the next one waits for (see struct round). */
 static void prev_remember(struct round *r) {
   struct jmember *m, *t;
-  HASH_ITER(hh, r->by_claim, m, t) {
+  HASH_ITER (hh, r->by_claim, m, t) {
     if (m->left)
       continue;
     struct prevslot *p = NULL;
@@ -519,7 +518,7 @@ int rdzv__root_gen_check(struct root_job *s, const struct rdzv_msg *m,
 void rdzv__root_rounds_fail_pending(struct root_job *s, int status,
                                     const char *why) {
   struct round *r, *t;
-  HASH_ITER(hh, s->rounds, r, t) {
+  HASH_ITER (hh, s->rounds, r, t) {
     for (struct jpend *p = r->pend; p != NULL; p = p->next)
       rdzv__round_reply(p->c, p->req_id, status, 0, NULL, 0, why, r->gen, 0);
     rdzv__round_pend_free_all(r);
@@ -528,7 +527,7 @@ void rdzv__root_rounds_fail_pending(struct root_job *s, int status,
 
 void rdzv__root_rounds_free(struct root_job *s) {
   struct round *r, *t;
-  HASH_ITER(hh, s->rounds, r, t) {
+  HASH_ITER (hh, s->rounds, r, t) {
     HASH_DEL(s->rounds, r);
     rdzv__round_prev_clear(r);
     member_free_all(r);

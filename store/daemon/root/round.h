@@ -18,8 +18,8 @@ enum round_state { ROUND_OPEN, ROUND_DONE, ROUND_FAILED };
 #define TL_SAMPLES 16 /* joined-over-time points: at each 16th of max */
 #define TL_LAST 10    /* the last joins kept (the stragglers) */
 #define TL_HISTORY 8  /* earlier generations kept, summarized */
-#define TL_PHASES 8   /* the generation's first collectives kept (its
-                         unique ids, barriers) */
+/* the generation's first collectives kept (its unique ids, barriers) */
+#define TL_PHASES 8
 struct tl_join {
   char host[64]; /* cut to 63 bytes */
   int32_t local_rank;
@@ -39,10 +39,10 @@ struct tl_past {
  * opened. */
 enum tl_phase_state { TL_PHASE_OPEN, TL_PHASE_DONE, TL_PHASE_FAILED };
 struct tl_phase {
-  char kind[8];  /* "ids" or "barrier" */
-  char name[56]; /* COMM, COMM/arrive or NAME, cut to 55 bytes, each
-                    byte that is not printable ASCII as '?' */
-  uint64_t id;   /* the whole name's FNV-1a hash and length: which */
+  char kind[8];    /* "ids" or "barrier" */
+  char name[56];   /* COMM, COMM/arrive or NAME, cut to 55 bytes, each
+                      byte that is not printable ASCII as '?' */
+  uint64_t id;     /* the whole name's FNV-1a hash and length: which */
   uint32_t id_len; /* collective it is (names may share 55 bytes) */
   uint32_t first_ms, last_ms, ended_ms;
   uint64_t arrived, count;
@@ -53,9 +53,9 @@ struct tl_phase {
  * (a spare, a new active host) or that it closed up. */
 enum tl_swap_how { TL_SWAP_SPARE, TL_SWAP_ACTIVE, TL_SWAP_CLOSED };
 struct tl_swap {
-  char lost[64]; /* the host that did not rejoin, cut to 63 bytes */
-  char by[64];   /* the host that took its place ("" when closed) */
-  int32_t node_rank; /* the place (in the previous world) */
+  char lost[64];             /* the host that did not rejoin, cut to 63 bytes */
+  char by[64];               /* the host that took its place ("" when closed) */
+  int32_t node_rank;         /* the place (in the previous world) */
   int32_t first_rank, ranks; /* the taker's rank range now */
   enum tl_swap_how how;
   bool released; /* the lost host came back, but its segment was given up
@@ -69,7 +69,7 @@ struct timeline {
   struct tl_join last[TL_LAST]; /* a ring: last[(nlast - 1) % TL_LAST] is
                                    the latest */
   uint32_t nlast;
-  uint64_t ended_ms; /* when it completed or failed (0: open) */
+  uint64_t ended_ms;               /* when it completed or failed (0: open) */
   struct tl_past past[TL_HISTORY]; /* a ring, as last */
   uint32_t npast;
   struct tl_phase phases[TL_PHASES]; /* in the order they began */
@@ -110,7 +110,7 @@ struct jmember {
   bool gone; /* a spare whose process or path went away while open */
   struct jpend *via;
   struct conn *c; /* the connection it came through (last re-sent on) */
-  bool left; /* left cleanly: its slot is free for another process */
+  bool left;      /* left cleanly: its slot is free for another process */
   struct rdzv_join_full j; /* points into data */
   int32_t rank; /* once the generation completed (its assignment is the
                  * state's RDZV_STATE_REC_ASSIGN record) */
@@ -128,10 +128,10 @@ struct round {
   enum round_state state;
   struct rdzv_join_params params;
   struct jmember *by_claim, *by_slot, *by_host;
-  uint32_t n;      /* members (actives and spares) */
-  uint32_t nspare; /* of them spares, not gone */
-  uint32_t nextra; /* of those, active hosts held back (not declared
-                      spares): they may start a world without actives */
+  uint32_t n;          /* members (actives and spares) */
+  uint32_t nspare;     /* of them spares, not gone */
+  uint32_t nextra;     /* of those, active hosts held back (not declared
+                          spares): they may start a world without actives */
   uint32_t nspare_all; /* of them spares, gone or not */
   /* Spares parked by the complete generation (not in its world), by
    * claim (their hh): answered RDZV_EPARKED again if they re-send. */
@@ -145,10 +145,10 @@ struct round {
                                           location, domain */
     uint32_t host_len, location_len, domain_len;
     int32_t local_size, first_rank;
-    bool spare; /* joined as a spare */
+    bool spare;    /* joined as a spare */
     bool released; /* a member left cleanly while it stood: the host is
                       done, its place not held for it */
-  } *world, *world_by_key;
+  } * world, *world_by_key;
   uint32_t nworld_hosts;
   uint32_t held; /* the open generation: ranks of the last world's hosts
                     not back yet (counted down as each comes), whose
@@ -156,8 +156,8 @@ struct round {
   uint64_t first_active_ms; /* the open generation's first active join
                                (0: none yet): --spare-wait-ms counts from
                                it */
-  int64_t world_gen; /* the generation it is of */
-  uv_timer_t spare_wait; /* --spare-wait-ms from the opening */
+  int64_t world_gen;        /* the generation it is of */
+  uv_timer_t spare_wait;    /* --spare-wait-ms from the opening */
   struct jpend *pend;
   uv_timer_t deadline, last_call;
   uv_timer_t grace; /* the first lost child node's --session-grace-ms */
@@ -173,7 +173,7 @@ struct round {
      * another connection (it reattached), else the generation aborts. */
     bool lost;
     uint64_t lost_ms;
-  } *contribs;
+  } * contribs;
   uint64_t opened_ms;
   struct timeline tl;
   char reason[512];
@@ -188,16 +188,16 @@ struct round {
     bool back;
     uint32_t len;
     uint8_t slot[];
-  } *prev;
+  } * prev;
   uint32_t prev_pending;
   bool prev_held; /* the last call was held once for them */
 };
 
-
 /* The round named name (no '/' or NUL, under 128 bytes), created (no generation
  * open yet, or what the state's record says) if new. NULL for a bad name
  * or on ENOMEM. */
-struct round *rdzv__round_get(struct root_job *s, const struct rdzv_slice *name);
+struct round *rdzv__round_get(struct root_job *s,
+                              const struct rdzv_slice *name);
 /* A child node's connection c, which carried joins of r's generation,
  * closed: its members are kept --session-grace-ms for a re-send through
  * another connection (see rdzv__round_rebind); those not back by then
@@ -257,8 +257,8 @@ void rdzv__round_tl_open(struct round *r);
  * struct tl_phase) of the round's current generation (counted in
  * phases_left_out when the timeline is full); any other name is
  * ignored. */
-void rdzv__round_tl_coll(struct root_job *s, const uint8_t *name,
-                         uint32_t nlen, uint64_t arrived, uint64_t count,
+void rdzv__round_tl_coll(struct root_job *s, const uint8_t *name, uint32_t nlen,
+                         uint64_t arrived, uint64_t count,
                          enum tl_phase_state state, bool first);
 /* r's timeline as a JSON object (see rdzv__root_status), at loop time
  * now; NULL when out of memory. */

@@ -32,17 +32,15 @@ static void assignments_save(struct round *r, struct jmember *const *ms,
     rc = rdzv_buf_append(&b, item, sizeof(item));
   }
   if (rc == 0)
-    rc = rdzv__state_rec_put(r->s->st, RDZV_STATE_REC_ASSIGN,
-                             (const uint8_t *)r->name,
-                             (uint32_t)strlen(r->name), b.data,
-                             (uint32_t)b.len);
+    rc = rdzv__state_rec_put(
+        r->s->st, RDZV_STATE_REC_ASSIGN, (const uint8_t *)r->name,
+        (uint32_t)strlen(r->name), b.data, (uint32_t)b.len);
   if (rc < 0)
     rdzv__log(r->s->d, 0,
               "round %s generation %" PRId64 ": cannot record its ranks",
               r->name, r->gen);
   rdzv_buf_free(&b);
 }
-
 
 /* A key the root set: its waiters go once copies of its absence are
  * gone below. */
@@ -66,8 +64,8 @@ int rdzv__root_put(struct root_job *s, const char *key, const uint8_t *v,
 int rdzv__root_set(struct root_job *s, const char *key, const uint8_t *v,
                    uint32_t vlen, bool write_once) {
   uint32_t kl = (uint32_t)strlen(key);
-  int rc = rdzv__state_set(s->st, (const uint8_t *)key, kl, v, vlen,
-                           write_once);
+  int rc =
+      rdzv__state_set(s->st, (const uint8_t *)key, kl, v, vlen, write_once);
   if (rc < 0)
     return rc;
   struct rdzv_slice k = {(const uint8_t *)key, kl};
@@ -88,8 +86,8 @@ int rdzv__root_set(struct root_job *s, const char *key, const uint8_t *v,
 
 /* Removes the keys of generations older than r->gen. */
 struct old_gen_scan {
-  uint32_t plen; /* of "rdzv/<round>/g" */
-  int64_t gen;   /* keys of generations below this one go */
+  uint32_t plen;     /* of "rdzv/<round>/g" */
+  int64_t gen;       /* keys of generations below this one go */
   struct copies *cp; /* copies of them held below go too */
 };
 
@@ -132,7 +130,8 @@ static void domain_run(struct round *r, struct rdzv_buf *out,
   char line[400], name[256];
   uint32_t n = first->j.rec.domain_len;
   for (uint32_t i = 0; i < n; i++) /* one line each, whatever the bytes */
-    name[i] = first->j.rec.domain[i] < 0x20 ? '?' : (char)first->j.rec.domain[i];
+    name[i] =
+        first->j.rec.domain[i] < 0x20 ? '?' : (char)first->j.rec.domain[i];
   if (n == 0)
     name[n++] = '-';
   name[n] = 0;
@@ -169,8 +168,7 @@ static void publish_topology(struct round *r, struct jmember *const *ms,
     const struct rdzv_assignment *a = &asg[idx[i]];
     if (a->local_rank == 0) {
       any_domain |= m->j.rec.domain_len > 0;
-      if (run == NULL ||
-          run->j.rec.domain_len != m->j.rec.domain_len ||
+      if (run == NULL || run->j.rec.domain_len != m->j.rec.domain_len ||
           (m->j.rec.domain_len > 0 &&
            memcmp(run->j.rec.domain, m->j.rec.domain, m->j.rec.domain_len))) {
         if (run != NULL)
@@ -179,10 +177,10 @@ static void publish_topology(struct round *r, struct jmember *const *ms,
         run_node = a->node_rank;
         run_rank = a->rank;
       }
-      int n = snprintf(line, sizeof(line), "%d %d %d %.*s %.*s\n",
-                       a->node_rank, a->rank, a->local_size,
-                       (int)m->j.rec.host_len, m->j.rec.host,
-                       (int)m->j.rec.location_len, m->j.rec.location);
+      int n = snprintf(line, sizeof(line), "%d %d %d %.*s %.*s\n", a->node_rank,
+                       a->rank, a->local_size, (int)m->j.rec.host_len,
+                       m->j.rec.host, (int)m->j.rec.location_len,
+                       m->j.rec.location);
       rdzv_buf_append(&hosts, line, (size_t)n);
       topo.len = 0;
     }
@@ -200,12 +198,11 @@ static void publish_topology(struct round *r, struct jmember *const *ms,
     domain_run(r, &doms, run, run_node, run_rank,
                asg[idx[r->n - 1]].node_rank + 1, (int32_t)r->n);
   if (any_domain) {
-    snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/domains", r->name,
-             r->gen);
+    snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/domains", r->name, r->gen);
     rdzv__root_put(r->s, key, doms.data, (uint32_t)doms.len);
     rdzv__log_event_job(r->s->d, r->s->job_id,
-                        "round %s generation %" PRId64 ": domains %s",
-                        r->name, r->gen, r->tl.domains);
+                        "round %s generation %" PRId64 ": domains %s", r->name,
+                        r->gen, r->tl.domains);
   } else {
     r->tl.domains[0] = 0;
   }
@@ -230,8 +227,7 @@ static void member_unlink(struct round *r, struct jmember *m) {
 /* The items of a requester p once the generation completed: each of its
  * members' assignment, or RDZV_EPARKED for a spare left out; the reply's
  * status is RDZV_EPARKED when all of them were left out. */
-static void reply_completed(struct round *r, struct jpend *p,
-                            uint32_t world) {
+static void reply_completed(struct round *r, struct jpend *p, uint32_t world) {
   char text[300] = "";
   int status = 0;
   if (p->nparked > 0) {
@@ -243,8 +239,8 @@ static void reply_completed(struct round *r, struct jpend *p,
     if (p->nparked == p->nout)
       status = RDZV_EPARKED;
   }
-  rdzv__round_reply(p->c, p->req_id, status, 0, &p->out, p->nout, text,
-                    r->gen, world);
+  rdzv__round_reply(p->c, p->req_id, status, 0, &p->out, p->nout, text, r->gen,
+                    world);
 }
 
 int rdzv__round_complete(struct round *r) {
@@ -262,16 +258,16 @@ int rdzv__round_complete(struct round *r) {
   int rc = RDZV_ENOMEM;
   if (recs && asg && ms && spare && scratch && prev && swaps) {
     /* Live members first (placed), spares that went away after them. */
-    HASH_ITER(hh, r->by_claim, m, t)
+    HASH_ITER (hh, r->by_claim, m, t)
       if (!m->gone)
         ms[live++] = m;
     i = live;
-    HASH_ITER(hh, r->by_claim, m, t)
+    HASH_ITER (hh, r->by_claim, m, t)
       if (m->gone)
         ms[i++] = m;
     for (i = 0; i < live; i++) {
       recs[i] = ms[i]->j.rec;
-      spare[i] = !ms[i]->spare ? RDZV_PLACE_ACTIVE
+      spare[i] = !ms[i]->spare                      ? RDZV_PLACE_ACTIVE
                  : ms[i]->j.role == RDZV_JOIN_SPARE ? RDZV_PLACE_SPARE
                                                     : RDZV_PLACE_EXTRA;
     }
@@ -288,8 +284,9 @@ int rdzv__round_complete(struct round *r) {
                   : RDZV_EPROTO;
   }
   if (rc < 0) {
-    rdzv__round_fail(r, rc, rc == RDZV_EPROTO ? "no live member to place"
-                                              : "rank assignment failed");
+    rdzv__round_fail(r, rc,
+                     rc == RDZV_EPROTO ? "no live member to place"
+                                       : "rank assignment failed");
     goto out;
   }
   if (world < r->params.min_size) { /* spares that do not fit */
@@ -356,10 +353,9 @@ int rdzv__round_complete(struct round *r) {
   rdzv__round_pend_free_all(r);
   for (i = 0; i < w; i++)
     ms[i]->via = NULL;
-  rdzv__log_event_job(r->s->d, r->s->job_id,
-                      "round %s generation %" PRId64 ": %u ranks%s", r->name,
-                      r->gen, r->n,
-                      r->tl.parked_hosts > 0 ? " (spares parked)" : "");
+  rdzv__log_event_job(
+      r->s->d, r->s->job_id, "round %s generation %" PRId64 ": %u ranks%s",
+      r->name, r->gen, r->n, r->tl.parked_hosts > 0 ? " (spares parked)" : "");
 out:
   free(recs);
   free(asg);

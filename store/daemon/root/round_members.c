@@ -22,7 +22,8 @@ const struct world_host *rdzv__round_world_find(const struct round *r,
   uint8_t key[512];
   const struct rdzv_join_rec *j = &m->j.rec;
   struct world_host *w = NULL;
-  if (r->world_by_key == NULL || j->host_len + 1 + j->location_len > sizeof(key))
+  if (r->world_by_key == NULL ||
+      j->host_len + 1 + j->location_len > sizeof(key))
     return NULL;
   memcpy(key, j->host, j->host_len);
   key[j->host_len] = 0;
@@ -52,10 +53,13 @@ void rdzv__round_world_prev(const struct round *r,
                             struct rdzv_place_host *prev) {
   for (uint32_t i = 0; i < r->nworld_hosts; i++) {
     const struct world_host *w = &r->world[i];
-    prev[i] = (struct rdzv_place_host){
-        .host = w->host, .host_len = w->host_len, .location = w->location,
-        .location_len = w->location_len, .domain = w->domain,
-        .domain_len = w->domain_len, .local_size = w->local_size};
+    prev[i] = (struct rdzv_place_host){.host = w->host,
+                                       .host_len = w->host_len,
+                                       .location = w->location,
+                                       .location_len = w->location_len,
+                                       .domain = w->domain,
+                                       .domain_len = w->domain_len,
+                                       .local_size = w->local_size};
   }
 }
 
@@ -81,7 +85,8 @@ void rdzv__round_world_save(struct round *r, struct jmember *const *ms,
     /* The next generation is then placed as a first one would be. */
     rdzv__log_job(r->s->d, 0, r->s->job_id,
                   "round %s generation %" PRId64 ": cannot keep its world "
-                  "(out of memory)", r->name, r->gen);
+                  "(out of memory)",
+                  r->name, r->gen);
     return;
   }
   for (uint32_t k = 0; k < r->n; k++) {
@@ -101,7 +106,8 @@ void rdzv__round_world_save(struct round *r, struct jmember *const *ms,
       memcpy(b + j->host_len + 1, j->location, j->location_len);
     if (j->domain_len)
       memcpy(b + kl, j->domain, j->domain_len);
-    *w = (struct world_host){.host = b, .host_len = j->host_len,
+    *w = (struct world_host){.host = b,
+                             .host_len = j->host_len,
                              .location = b + j->host_len + 1,
                              .location_len = j->location_len,
                              .domain = b + kl,
@@ -119,8 +125,8 @@ void rdzv__round_world_save(struct round *r, struct jmember *const *ms,
 static struct rdzv_state_val gen_key(const struct round *r, const char *what) {
   char key[192];
   struct rdzv_state_val v = {NULL, 0, false, NULL};
-  int n = snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/%s", r->name,
-                   r->gen, what);
+  int n = snprintf(key, sizeof(key), "rdzv/%s/g%" PRId64 "/%s", r->name, r->gen,
+                   what);
   if (rdzv__state_get(r->s->st, (const uint8_t *)key, (uint32_t)n, &v) < 0)
     v.n = 0;
   return v;
@@ -149,10 +155,14 @@ static int world_line(const uint8_t *p, uint32_t n, uint32_t node,
   memcpy(b, host, hl);
   b[hl] = 0;
   memcpy(b + hl + 1, sp + 1, ll);
-  *w = (struct world_host){.host = b, .host_len = hl,
-                           .location = b + hl + 1, .location_len = ll,
-                           .domain = b + hl + 1 + ll, .domain_len = 0,
-                           .local_size = size, .first_rank = first};
+  *w = (struct world_host){.host = b,
+                           .host_len = hl,
+                           .location = b + hl + 1,
+                           .location_len = ll,
+                           .domain = b + hl + 1 + ll,
+                           .domain_len = 0,
+                           .local_size = size,
+                           .first_rank = first};
   return 0;
 }
 
@@ -170,8 +180,8 @@ static void world_domain(const struct rdzv_state_val *d, uint32_t node,
     line[n] = 0;
     i = j + 1;
     int first, hosts, at = 0;
-    if (sscanf(line, "%d %d %*d %*d %n", &first, &hosts, &at) != 2 ||
-        at == 0 || (int64_t)node < first || (int64_t)node >= first + hosts)
+    if (sscanf(line, "%d %d %*d %*d %n", &first, &hosts, &at) != 2 || at == 0 ||
+        (int64_t)node < first || (int64_t)node >= first + hosts)
       continue;
     const char *name = line + at;
     size_t nl = strcmp(name, "-") == 0 ? 0 : strlen(name);
@@ -211,7 +221,8 @@ void rdzv__round_world_load(struct round *r) {
       rdzv__log_job(r->s->d, 0, r->s->job_id,
                     "round %s generation %" PRId64 ": its world's hosts do "
                     "not parse (line %u): the next generation is placed "
-                    "as a first one", r->name, r->gen, r->nworld_hosts + 1);
+                    "as a first one",
+                    r->name, r->gen, r->nworld_hosts + 1);
       world_free(r);
       return;
     }
@@ -228,7 +239,8 @@ void rdzv__round_world_load(struct round *r) {
   rdzv__log_job(r->s->d, 1, r->s->job_id,
                 "round %s generation %" PRId64 ": its world of %u hosts "
                 "found in the state: the next generation keeps their "
-                "places", r->name, r->gen, r->nworld_hosts);
+                "places",
+                r->name, r->gen, r->nworld_hosts);
 }
 
 void rdzv__round_member_drop(struct round *r, struct jmember *m) {
@@ -250,12 +262,12 @@ void rdzv__round_member_drop(struct round *r, struct jmember *m) {
     m->via->nmembers--;
   if (was_host) { /* another member of its host stands for it */
     struct jmember *o, *t;
-    HASH_ITER(hh, r->by_claim, o, t) {
+    HASH_ITER (hh, r->by_claim, o, t) {
       if (o->j.rec.host_len == m->j.rec.host_len &&
           memcmp(o->j.rec.host, m->j.rec.host, m->j.rec.host_len) == 0) {
         o->in_host = true;
-        HASH_ADD_KEYPTR(hh_host, r->by_host, o->j.rec.host,
-                        o->j.rec.host_len, o);
+        HASH_ADD_KEYPTR(hh_host, r->by_host, o->j.rec.host, o->j.rec.host_len,
+                        o);
         break;
       }
     }
@@ -267,7 +279,7 @@ void rdzv__round_park(struct round *r, struct jmember *m) {
   struct jmember *old = NULL, *t;
   HASH_FIND(hh, r->parked, &m->j.rec.claim, sizeof(uint64_t), old);
   if (old == NULL) { /* a restarted spare process in the same slot */
-    HASH_ITER(hh, r->parked, old, t)
+    HASH_ITER (hh, r->parked, old, t)
       if (old->slot_len == m->slot_len &&
           memcmp(old->slot, m->slot, m->slot_len) == 0)
         break;
@@ -287,7 +299,7 @@ void rdzv__round_park(struct round *r, struct jmember *m) {
 
 void rdzv__round_members_free(struct round *r, bool all) {
   struct jmember *m, *t;
-  HASH_ITER(hh, r->parked, m, t) {
+  HASH_ITER (hh, r->parked, m, t) {
     HASH_DEL(r->parked, m);
     free(m);
   }
@@ -320,7 +332,8 @@ void rdzv__round_tl_membership(struct round *r, struct jmember *const *ms,
   for (size_t k = 0; k < nswaps; k++) {
     const struct rdzv_place_host *p = &prev[swaps[k].prev];
     struct tl_swap sw = {.node_rank = (int32_t)swaps[k].prev,
-                         .first_rank = -1, .released = swaps[k].released};
+                         .first_rank = -1,
+                         .released = swaps[k].released};
     cut63(sw.lost, p->host, p->host_len);
     if (swaps[k].by == SIZE_MAX) {
       sw.how = TL_SWAP_CLOSED;
@@ -340,17 +353,16 @@ void rdzv__round_tl_membership(struct round *r, struct jmember *const *ms,
                           "round %s generation %" PRId64 ": host %s (node "
                           "rank %d of generation %" PRId64 ") %s and no "
                           "spare that fits was left: its place closed up",
-                          r->name, r->gen, sw.lost, sw.node_rank,
-                          r->world_gen, lost);
+                          r->name, r->gen, sw.lost, sw.node_rank, r->world_gen,
+                          lost);
     else
       rdzv__log_event_job(r->s->d, r->s->job_id,
                           "round %s generation %" PRId64 ": host %s (node "
                           "rank %d of generation %" PRId64 ") %s: %s %s "
-                          "took its place (ranks %d-%d)", r->name,
-                          r->gen, sw.lost, sw.node_rank, r->world_gen, lost,
-                          sw.how == TL_SWAP_SPARE ? "spare" : "new host",
-                          sw.by, sw.first_rank,
-                          sw.first_rank + sw.ranks - 1);
+                          "took its place (ranks %d-%d)",
+                          r->name, r->gen, sw.lost, sw.node_rank, r->world_gen,
+                          lost, sw.how == TL_SWAP_SPARE ? "spare" : "new host",
+                          sw.by, sw.first_rank, sw.first_rank + sw.ranks - 1);
     if (tl->nswaps < TL_SWAPS)
       tl->swaps[tl->nswaps++] = sw;
     else
@@ -360,9 +372,7 @@ void rdzv__round_tl_membership(struct round *r, struct jmember *const *ms,
 
 /* ---- when an open generation with spares completes ----------------------- */
 
-static uint32_t actives(const struct round *r) {
-  return r->n - r->nspare_all;
-}
+static uint32_t actives(const struct round *r) { return r->n - r->nspare_all; }
 
 /* Whether the open generation may complete with its spares: an active
  * member or an extra one (declared spares alone never start a world),
@@ -400,11 +410,10 @@ void rdzv__round_progress(struct round *r) {
   if (r->nspare > 0 && spares_may_complete(r) &&
       !uv_is_active((uv_handle_t *)&r->spare_wait)) {
     uint64_t now = rdzv__now_ms(r->s->d), wait = r->s->d->cfg.spare_wait_ms;
-    uint64_t gone =
-        now > r->first_active_ms ? now - r->first_active_ms : 0;
+    uint64_t gone = now > r->first_active_ms ? now - r->first_active_ms : 0;
     r->spare_wait.data = r;
-    uv_timer_start(&r->spare_wait, on_spare_wait,
-                   wait > gone ? wait - gone : 0, 0);
+    uv_timer_start(&r->spare_wait, on_spare_wait, wait > gone ? wait - gone : 0,
+                   0);
   }
 }
 
@@ -424,21 +433,22 @@ static void spare_gone(struct round *r, struct jmember *m) {
   }
   rdzv__log_job(r->s->d, 2, r->s->job_id,
                 "round %s generation %" PRId64 ": spare host %.*s local rank "
-                "%d went away", r->name, r->gen, (int)m->j.rec.host_len,
-                m->j.rec.host, m->j.rec.local_rank);
+                "%d went away",
+                r->name, r->gen, (int)m->j.rec.host_len, m->j.rec.host,
+                m->j.rec.local_rank);
 }
 
 uint32_t rdzv__round_spares_drop_conn(struct round *r, const struct conn *c) {
   struct jmember *m, *t;
   uint32_t k = 0;
   if (r->state == ROUND_OPEN && r->nspare > 0) {
-    HASH_ITER(hh, r->by_claim, m, t)
+    HASH_ITER (hh, r->by_claim, m, t)
       if (m->spare && !m->gone && m->c == c) {
         spare_gone(r, m);
         k++;
       }
   }
-  HASH_ITER(hh, r->parked, m, t) {
+  HASH_ITER (hh, r->parked, m, t) {
     if (m->c == c) {
       HASH_DEL(r->parked, m);
       free(m);
@@ -502,10 +512,9 @@ void rdzv__round_members_json(struct round *r, json_t *o) {
   for (uint32_t i = 0; i < r->nworld_hosts && i < ROUND_MEMBERS_LISTED; i++) {
     const struct world_host *w = &r->world[i];
     json_t *e = json_pack("{s:o,s:i,s:i,s:i,s:s}", "host",
-                          bytes_json(w->host, w->host_len), "node_rank",
-                          (int)i, "first_rank", w->first_rank, "ranks",
-                          w->local_size, "role",
-                          w->spare ? "spare, promoted" : "active");
+                          bytes_json(w->host, w->host_len), "node_rank", (int)i,
+                          "first_rank", w->first_rank, "ranks", w->local_size,
+                          "role", w->spare ? "spare, promoted" : "active");
     if (e != NULL && w->domain_len > 0)
       json_object_set_new(e, "domain", bytes_json(w->domain, w->domain_len));
     json_array_append_new(world, e);
@@ -517,7 +526,7 @@ void rdzv__round_members_json(struct round *r, json_t *o) {
   json_t *parked = json_array();
   uint32_t nparked = 0;
   struct jmember *m, *t;
-  HASH_ITER(hh, r->parked, m, t) {
+  HASH_ITER (hh, r->parked, m, t) {
     nparked++;
     size_t i, k = json_array_size(parked);
     json_t *e = NULL;
@@ -531,8 +540,9 @@ void rdzv__round_members_json(struct round *r, json_t *o) {
         break;
     }
     if (i < k) {
-      json_object_set_new(e, "ranks", json_integer(json_integer_value(
-                                          json_object_get(e, "ranks")) + 1));
+      json_object_set_new(
+          e, "ranks",
+          json_integer(json_integer_value(json_object_get(e, "ranks")) + 1));
       continue;
     }
     if (k >= ROUND_MEMBERS_LISTED)
@@ -540,8 +550,8 @@ void rdzv__round_members_json(struct round *r, json_t *o) {
     e = json_pack("{s:o,s:i}", "host",
                   bytes_json(m->j.rec.host, m->j.rec.host_len), "ranks", 1);
     if (e != NULL && m->j.rec.domain_len > 0)
-      json_object_set_new(e, "domain", bytes_json(m->j.rec.domain,
-                                                  m->j.rec.domain_len));
+      json_object_set_new(e, "domain",
+                          bytes_json(m->j.rec.domain, m->j.rec.domain_len));
     json_array_append_new(parked, e);
   }
   json_object_set_new(o, "parked", parked);
@@ -550,14 +560,14 @@ void rdzv__round_members_json(struct round *r, json_t *o) {
   json_t *swaps = json_array();
   for (uint32_t i = 0; i < r->tl.nswaps; i++) {
     const struct tl_swap *sw = &r->tl.swaps[i];
-    json_t *e = json_pack("{s:o,s:i,s:s}", "lost",
-                          bytes_json((const uint8_t *)sw->lost,
-                                     (uint32_t)strlen(sw->lost)),
-                          "node_rank", sw->node_rank, "by", how[sw->how]);
+    json_t *e = json_pack(
+        "{s:o,s:i,s:s}", "lost",
+        bytes_json((const uint8_t *)sw->lost, (uint32_t)strlen(sw->lost)),
+        "node_rank", sw->node_rank, "by", how[sw->how]);
     if (e != NULL && sw->how != TL_SWAP_CLOSED) {
-      json_object_set_new(e, "host",
-                          bytes_json((const uint8_t *)sw->by,
-                                     (uint32_t)strlen(sw->by)));
+      json_object_set_new(
+          e, "host",
+          bytes_json((const uint8_t *)sw->by, (uint32_t)strlen(sw->by)));
       json_object_set_new(e, "first_rank", json_integer(sw->first_rank));
       json_object_set_new(e, "ranks", json_integer(sw->ranks));
     }
@@ -569,8 +579,7 @@ void rdzv__round_members_json(struct round *r, json_t *o) {
   if (r->tl.swaps_left_out > 0)
     json_object_set_new(o, "replaced_left_out",
                         json_integer(r->tl.swaps_left_out));
-  json_object_set_new(o, "spares_promoted",
-                      json_integer(r->tl.promoted_hosts));
+  json_object_set_new(o, "spares_promoted", json_integer(r->tl.promoted_hosts));
   json_object_set_new(o, "parked_hosts", json_integer(r->tl.parked_hosts));
   if (r->tl.domains[0] != 0)
     json_object_set_new(o, "domains", json_string(r->tl.domains));

@@ -12,7 +12,6 @@
 
 #include "store/daemon/root/round.h"
 
-
 static uint32_t since(const struct round *r, uint64_t now) {
   uint64_t d = now > r->opened_ms ? now - r->opened_ms : 0;
   return d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
@@ -178,8 +177,8 @@ static json_t *ascii(const char *s) {
   char buf[1100];
   size_t i = 0;
   for (; s[i] != '\0' && i + 1 < sizeof(buf); i++)
-    buf[i] = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f ? s[i]
-                                                                       : '?';
+    buf[i] =
+        (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f ? s[i] : '?';
   buf[i] = '\0';
   return json_string(buf);
 }
@@ -193,12 +192,12 @@ json_t *rdzv__round_tl_json(struct round *r, uint64_t now) {
   bool open = r->state == ROUND_OPEN;
   uint32_t elapsed = since(r, open || tl->ended_ms == 0 ? now : tl->ended_ms);
   json_t *o = json_pack(
-      "{s:o,s:I,s:s,s:I,s:I,s:I,s:I,s:I}", "round", ascii(r->name), "generation",
-      (json_int_t)r->gen, "state", state_name(r->state), "opened_ms_ago",
-      (json_int_t)since(r, now), "elapsed_ms", (json_int_t)elapsed, "ranks",
-      (json_int_t)(r->n - r->nspare_all), "hosts",
-      (json_int_t)HASH_CNT(hh_host, r->by_host),
-      "max", (json_int_t)r->params.max_size);
+      "{s:o,s:I,s:s,s:I,s:I,s:I,s:I,s:I}", "round", ascii(r->name),
+      "generation", (json_int_t)r->gen, "state", state_name(r->state),
+      "opened_ms_ago", (json_int_t)since(r, now), "elapsed_ms",
+      (json_int_t)elapsed, "ranks", (json_int_t)(r->n - r->nspare_all), "hosts",
+      (json_int_t)HASH_CNT(hh_host, r->by_host), "max",
+      (json_int_t)r->params.max_size);
   if (o == NULL)
     return NULL;
   json_object_set_new(o, "min", json_integer(r->params.min_size));
@@ -207,33 +206,29 @@ json_t *rdzv__round_tl_json(struct round *r, uint64_t now) {
   rdzv__round_members_json(r, o);
   json_t *pts = json_array();
   for (uint32_t i = 0; i < tl->nsamples; i++)
-    json_array_append_new(pts, json_pack("{s:I,s:I,s:I}", "ms",
-                                         (json_int_t)tl->samples[i].ms,
-                                         "ranks",
-                                         (json_int_t)tl->samples[i].ranks,
-                                         "hosts",
-                                         (json_int_t)tl->samples[i].hosts));
+    json_array_append_new(
+        pts, json_pack("{s:I,s:I,s:I}", "ms", (json_int_t)tl->samples[i].ms,
+                       "ranks", (json_int_t)tl->samples[i].ranks, "hosts",
+                       (json_int_t)tl->samples[i].hosts));
   json_object_set_new(o, "joined", pts);
   json_t *last = json_array();
   uint32_t k = tl->nlast < TL_LAST ? tl->nlast : TL_LAST;
   for (uint32_t i = 0; i < k; i++) { /* the latest first */
     const struct tl_join *j = &tl->last[(tl->nlast - 1 - i) % TL_LAST];
-    json_array_append_new(last, json_pack("{s:o,s:i,s:I}", "host", ascii(j->host),
-                                          "local_rank", j->local_rank, "ms",
-                                          (json_int_t)j->ms));
+    json_array_append_new(
+        last, json_pack("{s:o,s:i,s:I}", "host", ascii(j->host), "local_rank",
+                        j->local_rank, "ms", (json_int_t)j->ms));
   }
   json_object_set_new(o, "last_joined", last);
   static const char *const pstate[] = {"open", "complete", "failed"};
   json_t *phases = json_array();
   for (uint32_t i = 0; i < tl->nphases; i++) {
     const struct tl_phase *ph = &tl->phases[i];
-    json_t *e = json_pack("{s:s,s:o,s:s,s:I,s:I,s:I,s:I}", "kind", ph->kind,
-                          "name", ascii(ph->name), "state",
-                          pstate[ph->state], "arrived",
-                          (json_int_t)ph->arrived, "count",
-                          (json_int_t)ph->count, "first_ms",
-                          (json_int_t)ph->first_ms, "last_ms",
-                          (json_int_t)ph->last_ms);
+    json_t *e = json_pack(
+        "{s:s,s:o,s:s,s:I,s:I,s:I,s:I}", "kind", ph->kind, "name",
+        ascii(ph->name), "state", pstate[ph->state], "arrived",
+        (json_int_t)ph->arrived, "count", (json_int_t)ph->count, "first_ms",
+        (json_int_t)ph->first_ms, "last_ms", (json_int_t)ph->last_ms);
     if (e != NULL && ph->state != TL_PHASE_OPEN)
       json_object_set_new(e, "ended_ms", json_integer(ph->ended_ms));
     json_array_append_new(phases, e);
@@ -278,7 +273,7 @@ void rdzv__root_status(struct daemon *d, const struct job *only, void *out) {
       continue;
     json_t *rounds = json_object();
     struct round *r, *t;
-    HASH_ITER(hh, s->rounds, r, t) {
+    HASH_ITER (hh, s->rounds, r, t) {
       if (listed >= STATUS_MAX_ROUNDS) {
         left++;
         continue;

@@ -54,14 +54,13 @@ static uint64_t mem_bytes(struct rdzv_state *st) {
   return mem(st)->keys.bytes + mem(st)->recs.bytes;
 }
 
-static int mem_scan(struct rdzv_state *st, const uint8_t *prefix,
-                    uint32_t plen,
+static int mem_scan(struct rdzv_state *st, const uint8_t *prefix, uint32_t plen,
                     int (*cb)(void *, const uint8_t *, uint32_t,
                               const struct rdzv_state_val *),
                     void *arg) {
   struct kv_table *t = &mem(st)->keys;
   struct kv_entry *e, *tmp;
-  HASH_ITER(hh, t->head, e, tmp) {
+  HASH_ITER (hh, t->head, e, tmp) {
     if (e->klen < plen || (plen > 0 && memcmp(e->key, prefix, plen) != 0))
       continue;
     struct rdzv_state_val v;
@@ -135,9 +134,9 @@ static void mem_close(struct rdzv_state *st) {
 }
 
 static const struct rdzv_state_ops mem_ops = {
-    mem_get,     mem_set,     mem_append,  mem_del,   mem_count,
-    mem_bytes,   mem_scan,    mem_rec_put, mem_rec_get, mem_rec_del, mem_close,
-    NULL, /* finish: close */
+    mem_get,     mem_set,     mem_append, mem_del,
+    mem_count,   mem_bytes,   mem_scan,   mem_rec_put,
+    mem_rec_get, mem_rec_del, mem_close,  NULL, /* finish: close */
 };
 
 static int mem_open(const struct rdzv_state_backend *b, const char *job,

@@ -171,10 +171,11 @@ static inline uint64_t rdzv__state_count(struct rdzv_state *st) {
 static inline uint64_t rdzv__state_bytes(struct rdzv_state *st) {
   return st->ops->bytes(st);
 }
-static inline int rdzv__state_scan(
-    struct rdzv_state *st, const uint8_t *prefix, uint32_t plen,
-    int (*cb)(void *, const uint8_t *, uint32_t, const struct rdzv_state_val *),
-    void *arg) {
+static inline int rdzv__state_scan(struct rdzv_state *st, const uint8_t *prefix,
+                                   uint32_t plen,
+                                   int (*cb)(void *, const uint8_t *, uint32_t,
+                                             const struct rdzv_state_val *),
+                                   void *arg) {
   return st->ops->scan(st, prefix, plen, cb, arg);
 }
 static inline int rdzv__state_rec_put(struct rdzv_state *st,

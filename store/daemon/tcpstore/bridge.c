@@ -9,7 +9,8 @@
  * (rdzv__ts_flush, rdzv__ts_close, rdzv__ts_read_more), the transport's
  * in-process connections, and the codec of store/wire/tcpstore_wire.h.
  *
- * Mapping (TCPStore semantics from ../shared/notes/tcpstore-protocol.md):
+ * Mapping (TCPStore semantics: torch/csrc/distributed/c10d/TCPStore.cpp
+ * and TCPStoreBackend.cpp, summarised in docs/pytorch.md):
  *   SET, APPEND, MULTI_SET  -> SET, APPEND, MSET; no reply;
  *   GET                     -> GET; a missing key answers an empty blob
  *                              (as TCPStore's libuv server does);
@@ -104,8 +105,7 @@ static int put_value(struct ts_conn *t, struct rdzv_slice v) {
 
 /* Writes without a reply to the client. */
 static bool is_write(enum rdzv_ts_op op) {
-  return op == RDZV_TS_SET || op == RDZV_TS_APPEND ||
-         op == RDZV_TS_MULTI_SET;
+  return op == RDZV_TS_SET || op == RDZV_TS_APPEND || op == RDZV_TS_MULTI_SET;
 }
 
 /* Whether q may be handled now without breaking the connection's order
@@ -198,8 +198,7 @@ static int translate(struct ts_conn *t, const struct ts_pending *p,
   case RDZV_TS_WAIT:
     if (p->cancelled)
       return 0;
-    return r->status < 0 ? r->status
-                         : rdzv_ts_put_u8(o, RDZV_TS_STOP_WAITING);
+    return r->status < 0 ? r->status : rdzv_ts_put_u8(o, RDZV_TS_STOP_WAITING);
   case RDZV_TS_COMPARE_SET:
     if (r->status < 0 && r->status != RDZV_ECAS_FAILED)
       return r->status;
@@ -457,12 +456,22 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
       return RDZV_ENOMEM;
     rdzv__ts_flush(t);
     return 0;
-  case RDZV_TS_SET: m.type = RDZV_MSG_SET; break;
-  case RDZV_TS_APPEND: m.type = RDZV_MSG_APPEND; break;
-  case RDZV_TS_MULTI_SET: m.type = RDZV_MSG_MSET; break;
-  case RDZV_TS_GET: m.type = RDZV_MSG_GET; break;
+  case RDZV_TS_SET:
+    m.type = RDZV_MSG_SET;
+    break;
+  case RDZV_TS_APPEND:
+    m.type = RDZV_MSG_APPEND;
+    break;
+  case RDZV_TS_MULTI_SET:
+    m.type = RDZV_MSG_MSET;
+    break;
+  case RDZV_TS_GET:
+    m.type = RDZV_MSG_GET;
+    break;
   case RDZV_TS_CHECK:
-  case RDZV_TS_MULTI_GET: m.type = RDZV_MSG_MGET; break;
+  case RDZV_TS_MULTI_GET:
+    m.type = RDZV_MSG_MGET;
+    break;
   case RDZV_TS_ADD:
     m.type = RDZV_MSG_ADD;
     m.a = q->delta;
@@ -477,10 +486,18 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
     m.type = RDZV_MSG_WAIT;
     m.a = TS_WAIT_FOREVER_MS;
     break;
-  case RDZV_TS_GETNUMKEYS: m.type = RDZV_MSG_NKEYS; break;
-  case RDZV_TS_DELETE_KEY: m.type = RDZV_MSG_DELETE; break;
-  case RDZV_TS_COMPARE_SET: m.type = RDZV_MSG_CAS; break;
-  case RDZV_TS_LIST_KEYS: m.type = RDZV_MSG_KEYS; break;
+  case RDZV_TS_GETNUMKEYS:
+    m.type = RDZV_MSG_NKEYS;
+    break;
+  case RDZV_TS_DELETE_KEY:
+    m.type = RDZV_MSG_DELETE;
+    break;
+  case RDZV_TS_COMPARE_SET:
+    m.type = RDZV_MSG_CAS;
+    break;
+  case RDZV_TS_LIST_KEYS:
+    m.type = RDZV_MSG_KEYS;
+    break;
   case RDZV_TS_BARRIER: /* the counter first (see the header) */
     m.type = RDZV_MSG_ADD;
     m.a = 1;
@@ -490,9 +507,8 @@ static int handle(struct ts_conn *t, const struct rdzv_ts_req *q) {
   }
   if ((q->op == RDZV_TS_CHECK || q->op == RDZV_TS_MULTI_GET) &&
       q->nkeys == 0) { /* MGET needs a key: answer here */
-    int rc = q->op == RDZV_TS_CHECK ? rdzv_ts_put_u8(&t->out.buf,
-                                                     RDZV_TS_READY)
-                                    : 0;
+    int rc =
+        q->op == RDZV_TS_CHECK ? rdzv_ts_put_u8(&t->out.buf, RDZV_TS_READY) : 0;
     rdzv__ts_flush(t);
     return rc;
   }
@@ -517,8 +533,8 @@ void rdzv__ts_parse_all(struct ts_conn *t) {
     size_t used = 0;
     /* On a copy: a request held back is parsed again later. */
     struct rdzv_ts_parser ps = t->ps;
-    int rc = rdzv_ts_parse(&ps, t->rbuf.data + off, t->rbuf.len - off,
-                           &s->lim, s->keys, s->vals, TS_KEYS_CAP, &q, &used);
+    int rc = rdzv_ts_parse(&ps, t->rbuf.data + off, t->rbuf.len - off, &s->lim,
+                           s->keys, s->vals, TS_KEYS_CAP, &q, &used);
     if (rc == 0)
       break;
     if (rc < 0) {
@@ -529,7 +545,8 @@ void rdzv__ts_parse_all(struct ts_conn *t) {
     if (q.op == RDZV_TS_QUEUE_PUSH || q.op == RDZV_TS_QUEUE_POP ||
         q.op == RDZV_TS_QUEUE_LEN) {
       char why[160];
-      snprintf(why, sizeof(why), "%s: not served (PyTorch's queues need a "
+      snprintf(why, sizeof(why),
+               "%s: not served (PyTorch's queues need a "
                "FIFO the tree does not have; see docs/pytorch.md)",
                rdzv_ts_op_name(q.op));
       t->broke_rule = true;

@@ -157,29 +157,31 @@ static bool same_pid_ns(int pid) {
 
 /* The holder that request m of c names: c itself (m->b == 0) or process
  * m->b, watched through a pidfd. 0, or an error with text filled. */
-static int holder_of(struct daemon *d, struct conn *c,
-                     const struct rdzv_msg *m, struct holder *h, char *text,
-                     size_t n) {
+static int holder_of(struct daemon *d, struct conn *c, const struct rdzv_msg *m,
+                     struct holder *h, char *text, size_t n) {
   *h = (struct holder){.c = c, .pidfd = -1};
   if (m->b == 0)
     return 0;
   if (c->tcp || c->inproc) {
-    snprintf(text, n, "daemon %s: a key space held by a process is asked "
-             "over the Unix socket (the pid is this host's)", d->cfg.name);
+    snprintf(text, n,
+             "daemon %s: a key space held by a process is asked "
+             "over the Unix socket (the pid is this host's)",
+             d->cfg.name);
     return RDZV_EBAD_ROLE;
   }
   /* A peer in another pid namespace (a container, unshare --pid) names
    * pids that mean other processes here: refused, never guessed. */
   if (c->peer_pid == 0 || !same_pid_ns(c->peer_pid)) {
-    snprintf(text, n, "daemon %s: the asking process is in another pid "
+    snprintf(text, n,
+             "daemon %s: the asking process is in another pid "
              "namespace than this daemon (its pid %d here): the pid %lld "
-             "it names would be another process", d->cfg.name, c->peer_pid,
-             (long long)m->b);
+             "it names would be another process",
+             d->cfg.name, c->peer_pid, (long long)m->b);
     return RDZV_EBAD_ROLE;
   }
   if (m->b < 1 || m->b > INT32_MAX) {
-    snprintf(text, n, "daemon %s: holder pid %lld is not a pid",
-             d->cfg.name, (long long)m->b);
+    snprintf(text, n, "daemon %s: holder pid %lld is not a pid", d->cfg.name,
+             (long long)m->b);
     return -EINVAL;
   }
   int fd = (int)syscall(SYS_pidfd_open, (pid_t)m->b, 0);
@@ -193,8 +195,8 @@ static int holder_of(struct daemon *d, struct conn *c,
   struct pollfd p = {.fd = fd, .events = POLLIN};
   if (poll(&p, 1, 0) != 0) {
     close(fd);
-    snprintf(text, n, "daemon %s: holder process %lld has exited",
-             d->cfg.name, (long long)m->b);
+    snprintf(text, n, "daemon %s: holder process %lld has exited", d->cfg.name,
+             (long long)m->b);
     return -ESRCH;
   }
   *h = (struct holder){.c = NULL, .pidfd = fd, .pid = (int)m->b};
@@ -221,7 +223,8 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
   }
   if (rdzv_items_get(&m->keys, 0, &p) < 0 || p.n == 0 ||
       p.n > RDZV_TS_SPACE_PREFIX_MAX || memchr(p.p, '\0', p.n) != NULL) {
-    rdzv__conn_reply_textf(c, m, -EINVAL, "daemon %s: a TCPStore key "
+    rdzv__conn_reply_textf(c, m, -EINVAL,
+                           "daemon %s: a TCPStore key "
                            "space's prefix is 1..%d bytes without NUL",
                            d->cfg.name, RDZV_TS_SPACE_PREFIX_MAX);
     return;
@@ -263,9 +266,10 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
       free(s);
       if (h.c == NULL)
         close(h.pidfd);
-      rdzv__conn_reply_textf(c, m, rc, "daemon %s: cannot open a TCPStore "
-                             "key space on 127.0.0.1: %s", d->cfg.name,
-                             rdzv_strerror(rc));
+      rdzv__conn_reply_textf(c, m, rc,
+                             "daemon %s: cannot open a TCPStore "
+                             "key space on 127.0.0.1: %s",
+                             d->cfg.name, rdzv_strerror(rc));
       return;
     }
     s->next = sp->list;
@@ -277,11 +281,11 @@ void rdzv__ts_spaces_request(void *arg, struct conn *c,
   if ((err = hold(s, h, d->cfg.max_connections)) < 0) {
     if (h.c == NULL)
       close(h.pidfd);
-    rdzv__conn_reply_textf(c, m, err, "daemon %s: TCPStore key space %s of "
+    rdzv__conn_reply_textf(c, m, err,
+                           "daemon %s: TCPStore key space %s of "
                            "job %s: %s (%u holders; --max-connections %u)",
-                           d->cfg.name, prefix, c->job->id,
-                           rdzv_strerror(err), s->nholders,
-                           d->cfg.max_connections);
+                           d->cfg.name, prefix, c->job->id, rdzv_strerror(err),
+                           s->nholders, d->cfg.max_connections);
     return;
   }
   reply_port(c, m, rdzv__tcpstore_port(s->srv));

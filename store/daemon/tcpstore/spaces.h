@@ -11,8 +11,7 @@ struct ts_spaces;
 
 /* The spaces of daemon d, at most max open at once. *out is set even on
  * failure (pass it to rdzv__ts_spaces_stop). 0 or RDZV_ENOMEM. */
-int rdzv__ts_spaces_new(struct daemon *d, uint32_t max,
-                        struct ts_spaces **out);
+int rdzv__ts_spaces_new(struct daemon *d, uint32_t max, struct ts_spaces **out);
 /* RDZV_MSG_TS_SPACE from client c (arg: the ts_spaces; m->b: 0, or the
  * pid of the process that holds the space instead of c): answers it with
  * the port, or -EINVAL (bad prefix or pid), RDZV_EBAD_ROLE (not a client

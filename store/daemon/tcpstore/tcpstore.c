@@ -202,8 +202,7 @@ static int ts_start(struct daemon *d, const char *listen, const char *job,
     return -EINVAL;
   }
   if (rdzv__split_host_port(listen, host, sizeof(host), &port) < 0) {
-    fprintf(stderr, "rdzvd: --tcpstore-listen '%s' is not HOST:PORT\n",
-            listen);
+    fprintf(stderr, "rdzvd: --tcpstore-listen '%s' is not HOST:PORT\n", listen);
     return RDZV_EBAD_ADDR;
   }
   /* The one name of a loopback address taken (--tcpstore-listen is
@@ -270,8 +269,8 @@ static int ts_start(struct daemon *d, const char *listen, const char *job,
   int bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
   s->port = bound;
   if (s->plen > 0) {
-    rdzv__log(d, 2, "TCPStore key space %s of job %s on %s:%d", s->prefix,
-              job, host, bound);
+    rdzv__log(d, 2, "TCPStore key space %s of job %s on %s:%d", s->prefix, job,
+              host, bound);
     return 0;
   }
   if (port_file != NULL && port_file[0] != '\0' &&
@@ -280,20 +279,21 @@ static int ts_start(struct daemon *d, const char *listen, const char *job,
             strerror(-rc));
     return rc;
   }
-  rdzv__log(d, 1, "TCPStore front end on %s:%d for job %s", host, bound,
-            job);
+  rdzv__log(d, 1, "TCPStore front end on %s:%d for job %s", host, bound, job);
   if (!rdzv_config_host_loopback(host))
     rdzv__log(d, 0,
               "warning: the TCPStore front end listens on %s:%d, not a "
               "loopback address (--tcpstore-remote): PyTorch's TCPStore "
               "protocol has no authentication, so anyone who reaches that "
-              "port can read and write job %s's keys", host, bound, job);
+              "port can read and write job %s's keys",
+              host, bound, job);
   else if (d->auth)
     rdzv__log(d, 1,
               "note: the TCPStore front end on %s:%d has no authentication "
               "(its protocol has none): the job secret does not guard it; "
               "any process on this host that reaches the port can read and "
-              "write job %s's keys", host, bound, job);
+              "write job %s's keys",
+              host, bound, job);
   return 0;
 }
 

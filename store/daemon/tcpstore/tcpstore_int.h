@@ -34,15 +34,16 @@ struct ts_conn {
   struct ts_server *srv;
   struct conn *in; /* the in-process connection to the daemon */
   struct rdzv_ts_parser ps;
-  struct rdzv_buf rbuf;  /* bytes read, not parsed yet (idle: none) */
-  struct rdzv_outq out;  /* replies not written yet, big values by
-                            reference to their shared buffers (idle:
-                            no memory) */
+  struct rdzv_buf rbuf; /* bytes read, not parsed yet (idle: none) */
+  struct rdzv_outq out; /* replies not written yet, big values by
+                           reference to their shared buffers (idle:
+                           no memory) */
   bool write_active, reading, closing;
   /* Set inside rdzv__ts_on_reply (which must not call into the daemon),
    * acted on by the server's idle handler on this loop iteration. */
   bool resume_due;
-  bool barrier_due; /* a BARRIER's second step is due (bridge.c's on_deferred) */
+  bool
+      barrier_due; /* a BARRIER's second step is due (bridge.c's on_deferred) */
   bool broke_rule; /* closed for a bad request or a failed one */
   /* Set: close it (on_deferred), saying why: what failed (NULL: the
    * daemon sent an ERROR frame) and the status. */
@@ -66,9 +67,9 @@ struct ts_server {
    * without it. plen 0: the job's keys as they are (--tcpstore-listen). */
   char prefix[RDZV_TS_SPACE_PREFIX_MAX + 1];
   uint32_t plen;
-  struct rdzv_buf kbuf;   /* prefixed keys of the request being sent */
+  struct rdzv_buf kbuf;     /* prefixed keys of the request being sent */
   struct rdzv_slice *pkeys; /* ... as slices, TS_KEYS_CAP */
-  int port;               /* bound */
+  int port;                 /* bound */
   struct rdzv_ts_limits lim;
   uint32_t max_pending; /* TS_MAX_PENDING, or less under --max-outstanding */
   struct rdzv_slice *keys, *vals; /* parse scratch, TS_KEYS_CAP each */

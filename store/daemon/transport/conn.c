@@ -95,13 +95,14 @@ void rdzv__conn_close_now(struct conn *c) {
     struct rdzv_msg h;
     struct rdzv_slice job = {NULL, 0};
     size_t used = 0;
-    if (rdzv_msg_decode(c->auth->hello.data, c->auth->hello.len, UINT32_MAX,
-                        &h, &used) == 0 &&
+    if (rdzv_msg_decode(c->auth->hello.data, c->auth->hello.len, UINT32_MAX, &h,
+                        &used) == 0 &&
         rdzv_items_get(&h.keys, 0, &job) == 0)
       rdzv__conn_printable(&job, jb, sizeof(jb));
     d->stats.auth_refused++;
     rdzv__conn_peer_desc(c, peer, sizeof(peer));
-    rdzv__log_auth(d, "conn %s from %s (job %s): closed after the challenge, "
+    rdzv__log_auth(d,
+                   "conn %s from %s (job %s): closed after the challenge, "
                    "without a proof (its secret differs, or it has none)",
                    c->name, peer, jb);
     rdzv__conn_auth_free(c);
@@ -188,8 +189,9 @@ void rdzv__conn_on_child_check(uv_timer_t *t) {
                       " ms (--liveness-timeout-ms %u): closing its connection",
                       c->name, silent, d->cfg.liveness_timeout_ms);
   char text[400];
-  snprintf(text, sizeof(text), "daemon %s heard nothing from %s for %" PRIu64
-           " ms: declared lost", d->cfg.name, c->name, silent);
+  snprintf(text, sizeof(text),
+           "daemon %s heard nothing from %s for %" PRIu64 " ms: declared lost",
+           d->cfg.name, c->name, silent);
   rdzv__conn_fail(c, RDZV_ESILENT, text);
 }
 
@@ -281,9 +283,11 @@ void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
     if (d->ts_space != NULL) {
       d->ts_space(d->ts_space_arg, c, m);
     } else {
-      rdzv__conn_reply_textf(c, m, RDZV_EBAD_ROLE, "daemon %s serves no "
+      rdzv__conn_reply_textf(c, m, RDZV_EBAD_ROLE,
+                             "daemon %s serves no "
                              "TCPStore key spaces (--tcpstore-spaces 0, or "
-                             "an etcd-backed root)", d->cfg.name);
+                             "an etcd-backed root)",
+                             d->cfg.name);
     }
     return;
   }
@@ -335,8 +339,8 @@ static void decode_frames(struct conn *c) {
     uint32_t limit = before && d->cfg.max_hello_bytes < d->cfg.max_frame_bytes
                          ? d->cfg.max_hello_bytes
                          : d->cfg.max_frame_bytes;
-    int rc = rdzv_msg_decode(c->in.data + off, c->in.len - off, limit, &m,
-                             &used);
+    int rc =
+        rdzv_msg_decode(c->in.data + off, c->in.len - off, limit, &m, &used);
     if (rc == RDZV_ENEEDMORE)
       break;
     if (rc < 0) {
@@ -394,7 +398,6 @@ static void on_hello_timeout(uv_timer_t *t) {
 }
 
 void rdzv__conn_start_reading(struct conn *c) {
-  uv_timer_start(c->timer, on_hello_timeout, c->d->cfg.hello_timeout_ms,
-                 0);
+  uv_timer_start(c->timer, on_hello_timeout, c->d->cfg.hello_timeout_ms, 0);
   uv_read_start(&c->h.stream, on_alloc, on_read);
 }

@@ -240,8 +240,8 @@ void rdzv__conn_answer_text(struct conn *c, uint8_t type, uint32_t req_id,
   rdzv__conn_reply(c, &r);
 }
 
-void rdzv__conn_reply_text(struct conn *c, const struct rdzv_msg *m,
-                           int status, const char *text) {
+void rdzv__conn_reply_text(struct conn *c, const struct rdzv_msg *m, int status,
+                           const char *text) {
   rdzv__conn_answer_text(c, m->type, m->req_id, status, text, strlen(text));
 }
 

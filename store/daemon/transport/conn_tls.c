@@ -29,7 +29,8 @@ int rdzv__tls_start(struct daemon *d) {
     fprintf(stderr, "rdzvd: TLS: out of memory\n");
     return RDZV_ENOMEM;
   }
-  rdzv__log(d, 1, "TLS on every TCP link (the Unix socket, the TCPStore "
+  rdzv__log(d, 1,
+            "TLS on every TCP link (the Unix socket, the TCPStore "
             "front end and HTTP stay plain)");
   return 0;
 }
@@ -65,8 +66,10 @@ bool rdzv__conn_tls_in(struct conn *c, size_t n) {
       c->tls = NULL;
       d->stats.tls_plain_refused++;
       rdzv__conn_peer_desc(c, peer, sizeof(peer));
-      rdzv__log_drop(d, "conn %s from %s: refused: plain bytes on the TLS "
-                     "port (a peer without TLS settings)", c->name, peer);
+      rdzv__log_drop(d,
+                     "conn %s from %s: refused: plain bytes on the TLS "
+                     "port (a peer without TLS settings)",
+                     c->name, peer);
       rdzv__conn_refuse(c, RDZV_ETLS,
                         "this daemon's TCP port takes TLS only: give the "
                         "client the cluster's CA (RDZV_TLS_CA or "

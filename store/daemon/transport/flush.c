@@ -112,7 +112,7 @@ static void gate_step(struct daemon *d) {
   }
   if (!d->gate_busy) {
     bool seal = d->gate->pending(d->gate_arg);
-    TAILQ_FOREACH(c, &d->held, held_link) {
+    TAILQ_FOREACH (c, &d->held, held_link) {
       c->gate_seal = c->out.buf.len;
       if (!seal)
         c->gate_rel = c->out.buf.len;
@@ -137,7 +137,7 @@ void rdzv__gate_done(struct daemon *d) {
     return;
   d->gate_busy = false;
   struct conn *c;
-  TAILQ_FOREACH(c, &d->held, held_link)
+  TAILQ_FOREACH (c, &d->held, held_link)
     c->gate_rel = c->gate_seal;
   gate_step(d);
 }
@@ -155,7 +155,7 @@ void rdzv__gate_drop(struct daemon *d) {
 
 void rdzv__gate_release(struct daemon *d) {
   struct conn *c;
-  TAILQ_FOREACH(c, &d->conns, link)
+  TAILQ_FOREACH (c, &d->conns, link)
     c->gate_rel = c->gate_seal = c->out.buf.len;
 }
 
@@ -179,7 +179,7 @@ void rdzv__conn_flush_check(uv_check_t *h) {
   struct conn *c;
   struct rdzv_deferred *x;
   size_t n = 0;
-  TAILQ_FOREACH(x, &d->deferred, link)
+  TAILQ_FOREACH (x, &d->deferred, link)
     n++;
   /* Those deferred now; one a callback defers again runs next time. */
   while (n-- > 0 && (x = TAILQ_FIRST(&d->deferred)) != NULL) {

@@ -85,8 +85,8 @@ static uint32_t hello_chain(struct conn *c, struct rdzv_slice *chain) {
     chain[nchain].p = (const uint8_t *)d->ancestors[i];
     chain[nchain++].n = (uint32_t)strlen(d->ancestors[i]);
   }
-  for (uint32_t i = 0; d->cfg.parent[0] == '\0' && i < d->npeers &&
-                       nchain < RDZV_MAX_ANCESTORS;
+  for (uint32_t i = 0;
+       d->cfg.parent[0] == '\0' && i < d->npeers && nchain < RDZV_MAX_ANCESTORS;
        i++) {
     if (remote && rdzv__conn_addr_local(d->peers[i]))
       continue;
@@ -107,7 +107,8 @@ static void answer_probe(struct conn *c, const struct rdzv_msg *m,
   if (m->b != 0 && (uint64_t)m->b == d->incarnation) {
     snprintf(text, sizeof(text),
              "daemon %s at %s is this node itself: a node cannot be its own "
-             "parent", d->cfg.name, d->bound_addr);
+             "parent",
+             d->cfg.name, d->bound_addr);
     refuse_hello(c, m, RDZV_EHELLO, text, "");
     return;
   }
@@ -128,8 +129,8 @@ static void answer_probe(struct conn *c, const struct rdzv_msg *m,
    * helps, but a link must not come back to it. */
   char why[400], leader[256];
   why[0] = leader[0] = '\0';
-  r.a = d->admit != NULL && !d->admit(d->admit_arg, why, sizeof(why), leader,
-                                      sizeof(leader));
+  r.a = d->admit != NULL &&
+        !d->admit(d->admit_arg, why, sizeof(why), leader, sizeof(leader));
   /* b: the incarnation a job's hello would get now (hello_admit), so that
    * a link coming back to this daemon knows whether it changed between
    * the probes and the hello; ROOT_AWAY: this daemon's own link toward
@@ -140,7 +141,8 @@ static void answer_probe(struct conn *c, const struct rdzv_msg *m,
     if (strlen(j->id) == job.n && memcmp(j->id, job.p, job.n) == 0)
       break;
   uint64_t epoch = j != NULL && d->role->hello_epoch != NULL
-                       ? d->role->hello_epoch(d, j) : 0;
+                       ? d->role->hello_epoch(d, j)
+                       : 0;
   r.b = (int64_t)(d->incarnation ^ (epoch * 0x9E3779B97F4A7C15ull));
   if (d->role->probe_ready != NULL && !d->role->probe_ready(d, j))
     r.flags |= RDZV_F_ROOT_AWAY;
@@ -312,9 +314,8 @@ void rdzv__conn_handle_auth(struct conn *c, const struct rdzv_msg *m) {
     return;
   }
   rdzv_items_get(&h.keys, 0, &job);
-  if (m->type != RDZV_MSG_AUTH || (m->flags & RDZV_F_REPLY) ||
-      m->vals.n != 1 || rdzv_items_get(&m->vals, 0, &p) < 0 ||
-      p.n != RDZV_AUTH_PROOF_BYTES) {
+  if (m->type != RDZV_MSG_AUTH || (m->flags & RDZV_F_REPLY) || m->vals.n != 1 ||
+      rdzv_items_get(&m->vals, 0, &p) < 0 || p.n != RDZV_AUTH_PROOF_BYTES) {
     auth_refuse(c, m->req_id, job,
                 m->type != RDZV_MSG_AUTH
                     ? "a challenged hello not followed by its proof"
@@ -404,12 +405,12 @@ static void hello_admit(struct conn *c, const struct rdzv_msg *m,
   /* This daemon's own hello (its --parent range holds its own port, or
    * names its own address): refused, so that it tries its next
    * candidate instead of forwarding to itself. */
-  if (m->a == RDZV_ROLE_NODE && m->b != 0 &&
-      (uint64_t)m->b == d->incarnation) {
+  if (m->a == RDZV_ROLE_NODE && m->b != 0 && (uint64_t)m->b == d->incarnation) {
     char text[600];
     snprintf(text, sizeof(text),
              "daemon %s at %s is this node itself: a node cannot be its own "
-             "parent", d->cfg.name, d->bound_addr);
+             "parent",
+             d->cfg.name, d->bound_addr);
     refuse_hello(c, req, RDZV_EHELLO, text, "");
     return;
   }
@@ -437,8 +438,8 @@ static void hello_admit(struct conn *c, const struct rdzv_msg *m,
     uv_timer_stop(c->timer);
   if (c->role == RDZV_ROLE_NODE && c->timer != NULL) {
     /* Often enough to see a silence soon after the timeout. */
-    uint64_t every = d->cfg.liveness_timeout_ms / 4 > 0
-                         ? d->cfg.liveness_timeout_ms / 4 : 1;
+    uint64_t every =
+        d->cfg.liveness_timeout_ms / 4 > 0 ? d->cfg.liveness_timeout_ms / 4 : 1;
     if (every > d->cfg.heartbeat_ms)
       every = d->cfg.heartbeat_ms;
     c->check_every_ms = every;
@@ -452,7 +453,8 @@ static void hello_admit(struct conn *c, const struct rdzv_msg *m,
   rdzv__conn_set_state(c, CONN_READY);
   struct rdzv_msg r;
   rdzv__reply_init(&r, req, 0);
-  uint64_t epoch = d->role->hello_epoch != NULL ? d->role->hello_epoch(d, j) : 0;
+  uint64_t epoch =
+      d->role->hello_epoch != NULL ? d->role->hello_epoch(d, j) : 0;
   r.b = (int64_t)(d->incarnation ^ (epoch * 0x9E3779B97F4A7C15ull));
   r.a = (int64_t)d->cfg.max_frame_bytes; /* what a child may send */
   /* This daemon's chain up to the root: where a child goes when this

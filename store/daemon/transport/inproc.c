@@ -9,10 +9,10 @@
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/transport/transport_int.h"
 
-struct conn *rdzv_daemon_inproc_connect(struct daemon *d, const char *job,
-                                        void (*deliver)(void *,
-                                                        const struct rdzv_msg *),
-                                        void *arg) {
+struct conn *
+rdzv_daemon_inproc_connect(struct daemon *d, const char *job,
+                           void (*deliver)(void *, const struct rdzv_msg *),
+                           void *arg) {
   struct conn *c = calloc(1, sizeof(*c));
   if (c == NULL)
     return NULL;
@@ -38,8 +38,7 @@ struct conn *rdzv_daemon_inproc_connect(struct daemon *d, const char *job,
   return c;
 }
 
-int rdzv_daemon_inproc_send(struct conn *c, const uint8_t *frame,
-                            size_t len) {
+int rdzv_daemon_inproc_send(struct conn *c, const uint8_t *frame, size_t len) {
   if (c->state != CONN_READY)
     return RDZV_ECONN_CLOSED;
   c->d->stats.bytes_in += len;
@@ -54,10 +53,7 @@ int rdzv_daemon_inproc_send(struct conn *c, const uint8_t *frame,
   return 0;
 }
 
-void rdzv_daemon_inproc_close(struct conn *c) {
-  rdzv__conn_close_now(c);
-}
-
+void rdzv_daemon_inproc_close(struct conn *c) { rdzv__conn_close_now(c); }
 
 struct rdzv_blob *rdzv_daemon_inproc_blob(struct conn *c, const uint8_t *p,
                                           size_t n) {

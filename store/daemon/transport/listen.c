@@ -57,15 +57,19 @@ static void refuse_peer(struct conn *c, const struct ucred *cr) {
              "daemon %s: uid %u is not allowed on this socket (unix:%s): "
              "only the daemon's own uid, root and --allow-uids are",
              d->cfg.name, (unsigned)cr->uid, d->cfg.unix_path);
-    rdzv__log_drop(d, "conn %s: refused: uid %u (pid %d) is not allowed on "
-                   "unix:%s (--allow-uids)", c->name, (unsigned)cr->uid,
-                   (int)cr->pid, d->cfg.unix_path);
+    rdzv__log_drop(d,
+                   "conn %s: refused: uid %u (pid %d) is not allowed on "
+                   "unix:%s (--allow-uids)",
+                   c->name, (unsigned)cr->uid, (int)cr->pid, d->cfg.unix_path);
   } else {
     snprintf(text, sizeof(text),
              "daemon %s: the peer's credentials on unix:%s could not be read "
-             "(SO_PEERCRED): refused", d->cfg.name, d->cfg.unix_path);
-    rdzv__log_drop(d, "conn %s: refused: no credentials (SO_PEERCRED) on "
-                   "unix:%s", c->name, d->cfg.unix_path);
+             "(SO_PEERCRED): refused",
+             d->cfg.name, d->cfg.unix_path);
+    rdzv__log_drop(d,
+                   "conn %s: refused: no credentials (SO_PEERCRED) on "
+                   "unix:%s",
+                   c->name, d->cfg.unix_path);
   }
   rdzv__conn_refuse(c, RDZV_EAUTH, text);
 }
@@ -133,18 +137,17 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   if (d->nconns > d->cfg.max_connections) {
     d->stats.conns_rejected++;
-    rdzv__conn_fail(c, RDZV_ETOO_MANY_CONNECTIONS,
-                    "over --max-connections");
+    rdzv__conn_fail(c, RDZV_ETOO_MANY_CONNECTIONS, "over --max-connections");
     return;
   }
   rdzv__conn_start_reading(c);
 }
 
 int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
-                           int *port) {
+                          int *port) {
   struct rdzv_addr_parts p;
-  if (rdzv_addr_split(addr, RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 |
-                                RDZV_ADDR_NO_UNIX,
+  if (rdzv_addr_split(addr,
+                      RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX,
                       &p) < 0 ||
       rdzv_addr_host(&p, host, hostlen) < 0)
     return RDZV_EBAD_ADDR;
@@ -182,8 +185,7 @@ int rdzv__transport_tcp_port(struct daemon *d) {
  * one listens on yet, and only listen() says which one has it (the loser
  * moves on to the range's next port). */
 static int bind_one(const struct sockaddr_storage *ss, int backlog) {
-  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                  0);
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0)
     return -errno;
   int one = 1;
@@ -203,12 +205,15 @@ int rdzv__listen_tcp(struct daemon *d) {
   char host[RDZV_ADDR_HOST_MAX + 1];
   struct sockaddr_storage ss;
   struct rdzv_addr_parts p;
-  if (rdzv_addr_split(d->cfg.listen, RDZV_ADDR_RANGE | RDZV_ADDR_PORT0 |
-                                         RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX,
+  if (rdzv_addr_split(d->cfg.listen,
+                      RDZV_ADDR_RANGE | RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 |
+                          RDZV_ADDR_NO_UNIX,
                       &p) < 0 ||
       rdzv_addr_host(&p, host, sizeof(host)) < 0) {
-    fprintf(stderr, "rdzvd: --listen '%s' is not HOST:PORT or "
-                    "HOST:FIRST-LAST\n", d->cfg.listen);
+    fprintf(stderr,
+            "rdzvd: --listen '%s' is not HOST:PORT or "
+            "HOST:FIRST-LAST\n",
+            d->cfg.listen);
     return RDZV_EBAD_ADDR;
   }
   int first = p.port_first, last = p.port_last;
@@ -467,16 +472,20 @@ static void unix_dir_mode(struct daemon *d, const char *path, char *out,
   }
   const char *why = shared ? " (it holds other daemons' sockets)" : "";
   if (st.st_uid != geteuid()) {
-    snprintf(out, n, "its directory %s (mode %04o) left as it is: owned by "
-             "uid %u, not this daemon's (%u)", real, (unsigned)have,
-             (unsigned)st.st_uid, (unsigned)geteuid());
+    snprintf(out, n,
+             "its directory %s (mode %04o) left as it is: owned by "
+             "uid %u, not this daemon's (%u)",
+             real, (unsigned)have, (unsigned)st.st_uid, (unsigned)geteuid());
   } else if (st.st_mode & S_ISVTX) {
-    snprintf(out, n, "its directory %s (mode %04o) left as it is: a shared "
-             "sticky directory", real, (unsigned)have);
+    snprintf(out, n,
+             "its directory %s (mode %04o) left as it is: a shared "
+             "sticky directory",
+             real, (unsigned)have);
   } else if (slash == NULL || slash == real) {
-    snprintf(out, n, "its directory %s (mode %04o) left as it is: a system "
-             "directory (give the socket one of its own)", real,
-             (unsigned)have);
+    snprintf(out, n,
+             "its directory %s (mode %04o) left as it is: a system "
+             "directory (give the socket one of its own)",
+             real, (unsigned)have);
   } else if ((have & 0777) == want) {
     snprintf(out, n, "its directory %s: mode %04o already%s", real,
              (unsigned)have, why);
@@ -506,12 +515,15 @@ static int unix_modes(struct daemon *d, const char *path) {
   char dirs[PATH_MAX + 200];
   unix_dir_mode(d, path, dirs, sizeof(dirs));
   if (others)
-    rdzv__log(d, 1, "unix:%s: mode 0666, every peer's uid checked "
-              "(--allow-uids %s, this daemon's uid %u and root); %s", path,
-              d->cfg.allow_uids, (unsigned)geteuid(), dirs);
+    rdzv__log(d, 1,
+              "unix:%s: mode 0666, every peer's uid checked "
+              "(--allow-uids %s, this daemon's uid %u and root); %s",
+              path, d->cfg.allow_uids, (unsigned)geteuid(), dirs);
   else
-    rdzv__log(d, 1, "unix:%s: mode 0600 (this daemon's uid %u and root "
-              "only); %s", path, (unsigned)geteuid(), dirs);
+    rdzv__log(d, 1,
+              "unix:%s: mode 0600 (this daemon's uid %u and root "
+              "only); %s",
+              path, (unsigned)geteuid(), dirs);
   return 0;
 }
 
@@ -542,8 +554,8 @@ int rdzv__listen_unix(struct daemon *d) {
     return UV_ENOENT;
   }
   if (fd < 0) {
-    fprintf(stderr, "rdzvd: unix:%s: cannot take its lock file %s: %s\n",
-            path, lock_path, strerror(-fd));
+    fprintf(stderr, "rdzvd: unix:%s: cannot take its lock file %s: %s\n", path,
+            lock_path, strerror(-fd));
     return fd;
   }
   bool bound = false;
@@ -576,4 +588,3 @@ int rdzv__listen_unix(struct daemon *d) {
   }
   return rc;
 }
-

@@ -85,7 +85,6 @@ static void on_outq_write(uv_write_t *req, int status) {
     cb(arg, status);
 }
 
-
 /* Splits q: the first n bytes and the references up to them go to w; the
  * rest stays in q, at offsets counted from its new start. */
 static int take_head(struct rdzv_outq *q, size_t n, struct outq_write *w,
@@ -230,8 +229,8 @@ int rdzv__outq_write(struct rdzv_outq *q, size_t n, uv_stream_t *s,
   for (uint32_t i = 0; i < k; i++) {
     struct rdzv_outq_ref *r = &w->refs[i];
     if (r->at > pos)
-      bufs[nb++] = uv_buf_init((char *)w->bytes.data + pos,
-                               (unsigned)(r->at - pos));
+      bufs[nb++] =
+          uv_buf_init((char *)w->bytes.data + pos, (unsigned)(r->at - pos));
     bufs[nb++] = uv_buf_init((char *)r->p, r->n);
     pos = r->at;
     by_ref += r->n;

@@ -90,17 +90,17 @@ char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
   for (const struct job *j = d->jobs; j != NULL; j = j->next)
     if (j->role_data != NULL) /* used by a job operation */
       njobs++;
-  json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:i}", "name", d->cfg.name, "role",
-                        d->role->name, "listen", d->bound_addr, "uptime_ms",
-                        (json_int_t)(uv_now(d->loop) - d->start_ms), "jobs",
-                        njobs);
+  json_t *o =
+      json_pack("{s:s,s:s,s:s,s:I,s:i}", "name", d->cfg.name, "role",
+                d->role->name, "listen", d->bound_addr, "uptime_ms",
+                (json_int_t)(uv_now(d->loop) - d->start_ms), "jobs", njobs);
   if (o == NULL) {
     json_decref(ops);
     return NULL;
   }
   /* The counters, each in its group (transport.h's RDZV_STATS_COUNTERS):
    * a group appears where its first counter is listed. */
-#define RDZV_STATS_JSON(group, key, field)                                    \
+#define RDZV_STATS_JSON(group, key, field)                                     \
   add_counter(d, o, #group, #key, s->field);
   RDZV_STATS_COUNTERS(RDZV_STATS_JSON)
 #undef RDZV_STATS_JSON
@@ -114,12 +114,12 @@ char *rdzv__stats_json(const struct daemon *d, const struct job *only) {
   json_t *hist = json_array();
   for (int i = 0; i < RDZV_ROUND_BUCKETS; i++)
     json_array_append_new(hist, json_integer((json_int_t)s->round_ms_hist[i]));
-  json_object_set_new(
-      o, "generations",
-      json_pack("{s:I,s:I,s:I,s:o}", "completed",
-                (json_int_t)s->rounds_completed, "failed",
-                (json_int_t)s->rounds_failed, "ms_sum",
-                (json_int_t)s->round_ms_sum, "ms_buckets", hist));
+  json_object_set_new(o, "generations",
+                      json_pack("{s:I,s:I,s:I,s:o}", "completed",
+                                (json_int_t)s->rounds_completed, "failed",
+                                (json_int_t)s->rounds_failed, "ms_sum",
+                                (json_int_t)s->round_ms_sum, "ms_buckets",
+                                hist));
   if (d->role->status != NULL)
     d->role->status((struct daemon *)d, only, o);
   char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);

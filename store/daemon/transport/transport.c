@@ -41,8 +41,8 @@ static void log_line(struct daemon *d, int level, const char *job,
       fprintf(stderr, "job %s: ", job);
     vfprintf(stderr, fmt, ap);
     if (skipped > 0)
-      fprintf(stderr, " (%llu more %s not logged)",
-              (unsigned long long)skipped, event);
+      fprintf(stderr, " (%llu more %s not logged)", (unsigned long long)skipped,
+              event);
     fputc('\n', stderr);
     return;
   }
@@ -60,7 +60,9 @@ static void log_line(struct daemon *d, int level, const char *job,
   }
   static const char *const levels[] = {"error", "info", "debug"};
   json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "time", when, "level",
-                        levels[level < 0 ? 0 : level > 2 ? 2 : level],
+                        levels[level < 0   ? 0
+                               : level > 2 ? 2
+                                           : level],
                         "daemon", d->cfg.name, "role",
                         d->role != NULL ? d->role->name : "");
   /* The text and the job may hold a peer's bytes (a job id): what is not
@@ -86,7 +88,7 @@ static void log_line(struct daemon *d, int level, const char *job,
   json_decref(o);
   if (line == NULL) {
     fprintf(stderr, "{\"level\":\"error\",\"msg\":\"a log line could not be "
-            "encoded\"}\n");
+                    "encoded\"}\n");
     return;
   }
   fputs(line, stderr);
@@ -203,8 +205,8 @@ int rdzv__job_secret(struct daemon *d, const uint8_t *id, size_t len,
   char path[600], err[800];
   snprintf(path, sizeof(path), "%s/%.*s", d->cfg.secret_dir, (int)len,
            (const char *)id);
-  int rc = rdzv_auth_secret_load(path, out, RDZV_AUTH_SECRET_MAX_BYTES,
-                                 out_len, err, sizeof(err));
+  int rc = rdzv_auth_secret_load(path, out, RDZV_AUTH_SECRET_MAX_BYTES, out_len,
+                                 err, sizeof(err));
   if (rc == -ENOENT)
     return 0;
   if (rc < 0) {
@@ -342,8 +344,7 @@ static uint64_t new_incarnation(void) {
 }
 
 int rdzv__addrs_set(char **list, uint32_t i, const void *p, size_t len) {
-  if (list[i] != NULL && strlen(list[i]) == len &&
-      memcmp(list[i], p, len) == 0)
+  if (list[i] != NULL && strlen(list[i]) == len && memcmp(list[i], p, len) == 0)
     return 0;
   char *c = strndup(p, len);
   if (c == NULL)
@@ -367,8 +368,8 @@ void rdzv__ancestors_configured(struct daemon *d) {
   uint32_t n = 0;
   /* Out of memory, the list ends early: fewer places to reattach to. */
   for (char *save = NULL, *a = strtok_r(anc, ",", &save);
-       a != NULL && n < RDZV_MAX_ANCESTORS &&
-       strlen(a) <= 255 && rdzv__addrs_set(d->ancestors, n, a, strlen(a)) == 0;
+       a != NULL && n < RDZV_MAX_ANCESTORS && strlen(a) <= 255 &&
+       rdzv__addrs_set(d->ancestors, n, a, strlen(a)) == 0;
        a = strtok_r(NULL, ",", &save))
     n++;
   rdzv__addrs_truncate(d->ancestors, &d->nancestors, n);
@@ -442,7 +443,8 @@ static void free_jobs(struct daemon *d) {
 void rdzv_daemon_free(struct daemon *d) {
   if (d == NULL)
     return;
-  rdzv__unix_lock_release(d); /* stopped already, unless the caller skipped it */
+  rdzv__unix_lock_release(
+      d); /* stopped already, unless the caller skipped it */
   free_jobs(d);
   rdzv__addrs_truncate(d->ancestors, &d->nancestors, 0);
   rdzv__addrs_truncate(d->peers, &d->npeers, 0);
@@ -476,8 +478,8 @@ int rdzv__transport_start(uv_loop_t *loop, const struct rdzv_daemon_config *cfg,
   if (d->cfg.name[0] == '\0') {
     char host[64] = "host";
     gethostname(host, sizeof(host) - 1);
-    if (rdzv_config_set(&d->cfg, &d->cfg.name, "%s:%d", host,
-                        (int)getpid()) < 0) {
+    if (rdzv_config_set(&d->cfg, &d->cfg.name, "%s:%d", host, (int)getpid()) <
+        0) {
       rdzv__addrs_truncate(d->ancestors, &d->nancestors, 0);
       rdzv_config_free(&d->cfg);
       free(d);
@@ -513,12 +515,13 @@ char *rdzv_daemon_stats_json(const struct daemon *d) {
   return rdzv__stats_json(d, NULL);
 }
 
-
 void rdzv_daemon_traffic(const struct daemon *d,
                          struct rdzv_daemon_traffic *out) {
   *out = (struct rdzv_daemon_traffic){
-      .frames_in = d->stats.frames_in, .frames_out = d->stats.frames_out,
-      .bytes_in = d->stats.bytes_in, .bytes_out = d->stats.bytes_out,
+      .frames_in = d->stats.frames_in,
+      .frames_out = d->stats.frames_out,
+      .bytes_in = d->stats.bytes_in,
+      .bytes_out = d->stats.bytes_out,
       .bytes_interned = d->stats.bytes_interned,
       .heartbeat_frames = 2 * (d->stats.ops[RDZV_MSG_PING].received +
                                d->stats.ops[RDZV_MSG_PING].forwarded)};

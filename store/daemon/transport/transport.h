@@ -41,120 +41,120 @@ struct op_stats {
  * it lists them: X(group, key, field), group `top` for the top level
  * (stats.c). Adding a counter is a line here: struct stats gets the
  * field, the JSON the key. */
-#define RDZV_STATS_COUNTERS(X)                                                \
-  X(connections, open, conns_open)                                            \
-  X(connections, total, conns_total)                                          \
-  /* over the connection limit */                                             \
-  X(connections, rejected, conns_rejected)                                    \
-  X(bytes, in, bytes_in)                                                      \
-  X(bytes, out, bytes_out)                                                    \
-  X(frames, in, frames_in)                                                    \
-  X(frames, out, frames_out)                                                  \
-  /* peers dropped for malformed input or limits */                           \
-  X(top, proto_errors, proto_errors)                                          \
-  /* write-once reads served from the cache */                                \
-  X(top, cache_hits, cache_hits)                                              \
-  /* reads and waits joined to one upstream request */                        \
-  X(top, coalesced, coalesced)                                                \
-  /* adds and contributions merged into another */                            \
-  X(top, combined, combined)                                                  \
-  X(top, upstream_reconnects, upstream_reconnects)                            \
-  /* a parent met again with a new incarnation */                             \
-  X(top, parent_restarts, parent_restarts)                                    \
-  /* the parent lost to --liveness-timeout-ms */                              \
-  X(top, parent_silent, parent_silent)                                        \
-  /* child nodes lost to --liveness-timeout-ms */                             \
-  X(top, children_silent, children_silent)                                    \
-  /* extra requests to fit the parent's frame limit */                        \
-  X(top, split_frames, split_frames)                                          \
-  /* requests sent again after a lost connection */                           \
-  X(top, resent, resent)                                                      \
-  /* connections made to an ancestor, not --parent */                         \
-  X(top, reattached, reattached)                                              \
-  /* root: re-sent mutations answered, not redone */                          \
-  X(top, dedup_hits, dedup_hits)                                              \
-  /* Of bytes.out: written from a value's shared buffer (a reference, no      \
-   * copy); bytes of values of at least --share-min-bytes copied into a       \
-   * connection's output all the same (no shared buffer held them). Socket    \
-   * peers only: in-process peers copy nothing. Of bytes.in: frames from the  \
-   * parent whose bytes another daemon of this thread already held, kept      \
-   * once (blob.h: interning). */                                             \
-  X(bytes, shared, bytes_shared)                                              \
-  X(bytes, copied_large, bytes_copied_large)                                  \
-  X(bytes, interned, bytes_interned)                                          \
-  /* stale aborts and re-binds of a lost daemon refused (the members are      \
-   * bound elsewhere) */                                                      \
-  X(top, fenced, fenced)                                                      \
-  /* job links moved back from an ancestor to --parent once it was healthy    \
-   * again */                                                                 \
-  X(top, returned_home, returned_home)                                        \
-  /* node: times its parent declared it lost or refused a request of it as    \
-   * stale */                                                                 \
-  X(top, fenced_here, fenced_here)                                            \
-  /* collectives forwarded at the subtree's last contribution (members        \
+#define RDZV_STATS_COUNTERS(X)                                                 \
+  X(connections, open, conns_open)                                             \
+  X(connections, total, conns_total)                                           \
+  /* over the connection limit */                                              \
+  X(connections, rejected, conns_rejected)                                     \
+  X(bytes, in, bytes_in)                                                       \
+  X(bytes, out, bytes_out)                                                     \
+  X(frames, in, frames_in)                                                     \
+  X(frames, out, frames_out)                                                   \
+  /* peers dropped for malformed input or limits */                            \
+  X(top, proto_errors, proto_errors)                                           \
+  /* write-once reads served from the cache */                                 \
+  X(top, cache_hits, cache_hits)                                               \
+  /* reads and waits joined to one upstream request */                         \
+  X(top, coalesced, coalesced)                                                 \
+  /* adds and contributions merged into another */                             \
+  X(top, combined, combined)                                                   \
+  X(top, upstream_reconnects, upstream_reconnects)                             \
+  /* a parent met again with a new incarnation */                              \
+  X(top, parent_restarts, parent_restarts)                                     \
+  /* the parent lost to --liveness-timeout-ms */                               \
+  X(top, parent_silent, parent_silent)                                         \
+  /* child nodes lost to --liveness-timeout-ms */                              \
+  X(top, children_silent, children_silent)                                     \
+  /* extra requests to fit the parent's frame limit */                         \
+  X(top, split_frames, split_frames)                                           \
+  /* requests sent again after a lost connection */                            \
+  X(top, resent, resent)                                                       \
+  /* connections made to an ancestor, not --parent */                          \
+  X(top, reattached, reattached)                                               \
+  /* root: re-sent mutations answered, not redone */                           \
+  X(top, dedup_hits, dedup_hits)                                               \
+  /* Of bytes.out: written from a value's shared buffer (a reference, no       \
+   * copy); bytes of values of at least --share-min-bytes copied into a        \
+   * connection's output all the same (no shared buffer held them). Socket     \
+   * peers only: in-process peers copy nothing. Of bytes.in: frames from the   \
+   * parent whose bytes another daemon of this thread already held, kept       \
+   * once (blob.h: interning). */                                              \
+  X(bytes, shared, bytes_shared)                                               \
+  X(bytes, copied_large, bytes_copied_large)                                   \
+  X(bytes, interned, bytes_interned)                                           \
+  /* stale aborts and re-binds of a lost daemon refused (the members are       \
+   * bound elsewhere) */                                                       \
+  X(top, fenced, fenced)                                                       \
+  /* job links moved back from an ancestor to --parent once it was healthy     \
+   * again */                                                                  \
+  X(top, returned_home, returned_home)                                         \
+  /* node: times its parent declared it lost or refused a request of it as     \
+   * stale */                                                                  \
+  X(top, fenced_here, fenced_here)                                             \
+  /* collectives forwarded at the subtree's last contribution (members         \
    * known); joins forwarded when the subtree had joined (--children known) */ \
-  X(top, coll_subtree_flushes, coll_subtree_flushes)                          \
-  X(top, join_subtree_flushes, join_subtree_flushes)                          \
-  /* ranks' sessions resumed on a new connection */                           \
-  X(top, sessions_resumed, sessions_resumed)                                  \
-  /* node: host health checks run (--health-cmd), and failed (the host        \
-   * quarantined) */                                                          \
-  X(top, health_checks, health_checks)                                        \
-  X(top, health_failed, health_failed)                                        \
-  /* root: join records of quarantined hosts refused (RDZV_EQUARANTINED) */   \
-  X(top, quarantine_refused, quarantine_refused)                              \
-  /* ranks' sessions that expired (or whose process was gone): generation     \
-   * aborted */                                                               \
-  X(top, sessions_lost, sessions_lost)                                        \
-  /* Copies of mutable keys (keys/copies.h). Parent side: copies granted to   \
-   * child nodes, invalidation replies sent, writes that waited for           \
-   * invalidations, holders whose lease ended before they acknowledged.       \
-   * Node side: reads, checks and waits answered from valid copies, and       \
-   * invalidations received; reads answered by an identical one sent after    \
-   * they came (mutable keys). */                                             \
-  X(copies, granted, copies_granted)                                          \
-  X(copies, invalidations_sent, invalidations_sent)                           \
-  X(copies, write_waits, copy_write_waits)                                    \
-  X(copies, lease_waits, copy_lease_waits)                                    \
-  X(copies, hits, copy_hits)                                                  \
-  X(copies, invalidations_received, invalidations_received)                   \
-  X(copies, reads_combined, reads_combined)                                   \
-  /* Authentication (--secret-file, --secret-dir): hellos challenged, peers   \
-   * that proved the secret, peers refused (a wrong proof, another job's,     \
-   * none), hellos without a nonce refused, parents (of a node) that could    \
-   * not prove the secret or asked for none, Unix-socket peers whose uid is   \
-   * not allowed (--allow-uids), refused before a hello. */                   \
-  X(auth, challenged, auth_challenged)                                        \
-  X(auth, accepted, auth_accepted)                                            \
-  X(auth, refused, auth_refused)                                              \
-  X(auth, no_nonce, auth_no_nonce)                                            \
-  X(auth, parent_refused, auth_parent_refused)                                \
-  X(auth, peer_refused, auth_peer_refused)                                    \
-  /* TLS: handshakes completed on accepted and outgoing links, those that     \
-   * failed (a certificate not trusted, expired or missing), plain peers      \
-   * refused at the TLS listener, nodes refused for coming without a          \
-   * certificate. */                                                          \
-  X(tls, handshakes, tls_handshakes)                                          \
-  X(tls, failed, tls_failed)                                                  \
-  X(tls, plain_refused, tls_plain_refused)                                    \
-  X(tls, no_cert, tls_no_cert)                                                \
-  /* An etcd-backed root (store/daemon/durable; the group only with one):     \
-   * batches persisted, transactions and operations they took, stand-downs,   \
-   * elections won, the client's requests and bytes, and the requests etcd   \
-   * failed or refused (each retried). */                                     \
-  X(etcd, batches, etcd_batches)                                              \
-  X(etcd, txns, etcd_txns)                                                    \
-  X(etcd, ops, etcd_ops)                                                      \
-  X(etcd, stand_downs, etcd_stand_downs)                                      \
-  X(etcd, elections_won, etcd_elections_won)                                  \
-  X(etcd, requests, etcd_requests)                                            \
-  X(etcd, bytes_out, etcd_bytes_out)                                          \
-  X(etcd, bytes_in, etcd_bytes_in)                                            \
-  X(etcd, errors, etcd_errors)                                                \
-  /* Probes (wire.h's RDZV_ROLE_PROBE): nodes' probes this daemon answered;   \
-   * this node's probes its parent answered (the one at start, then those    \
-   * of a job's link away from the parent). */                                \
-  X(probes, answered, probes_answered)                                        \
+  X(top, coll_subtree_flushes, coll_subtree_flushes)                           \
+  X(top, join_subtree_flushes, join_subtree_flushes)                           \
+  /* ranks' sessions resumed on a new connection */                            \
+  X(top, sessions_resumed, sessions_resumed)                                   \
+  /* node: host health checks run (--health-cmd), and failed (the host         \
+   * quarantined) */                                                           \
+  X(top, health_checks, health_checks)                                         \
+  X(top, health_failed, health_failed)                                         \
+  /* root: join records of quarantined hosts refused (RDZV_EQUARANTINED) */    \
+  X(top, quarantine_refused, quarantine_refused)                               \
+  /* ranks' sessions that expired (or whose process was gone): generation      \
+   * aborted */                                                                \
+  X(top, sessions_lost, sessions_lost)                                         \
+  /* Copies of mutable keys (keys/copies.h). Parent side: copies granted to    \
+   * child nodes, invalidation replies sent, writes that waited for            \
+   * invalidations, holders whose lease ended before they acknowledged.        \
+   * Node side: reads, checks and waits answered from valid copies, and        \
+   * invalidations received; reads answered by an identical one sent after     \
+   * they came (mutable keys). */                                              \
+  X(copies, granted, copies_granted)                                           \
+  X(copies, invalidations_sent, invalidations_sent)                            \
+  X(copies, write_waits, copy_write_waits)                                     \
+  X(copies, lease_waits, copy_lease_waits)                                     \
+  X(copies, hits, copy_hits)                                                   \
+  X(copies, invalidations_received, invalidations_received)                    \
+  X(copies, reads_combined, reads_combined)                                    \
+  /* Authentication (--secret-file, --secret-dir): hellos challenged, peers    \
+   * that proved the secret, peers refused (a wrong proof, another job's,      \
+   * none), hellos without a nonce refused, parents (of a node) that could     \
+   * not prove the secret or asked for none, Unix-socket peers whose uid is    \
+   * not allowed (--allow-uids), refused before a hello. */                    \
+  X(auth, challenged, auth_challenged)                                         \
+  X(auth, accepted, auth_accepted)                                             \
+  X(auth, refused, auth_refused)                                               \
+  X(auth, no_nonce, auth_no_nonce)                                             \
+  X(auth, parent_refused, auth_parent_refused)                                 \
+  X(auth, peer_refused, auth_peer_refused)                                     \
+  /* TLS: handshakes completed on accepted and outgoing links, those that      \
+   * failed (a certificate not trusted, expired or missing), plain peers       \
+   * refused at the TLS listener, nodes refused for coming without a           \
+   * certificate. */                                                           \
+  X(tls, handshakes, tls_handshakes)                                           \
+  X(tls, failed, tls_failed)                                                   \
+  X(tls, plain_refused, tls_plain_refused)                                     \
+  X(tls, no_cert, tls_no_cert)                                                 \
+  /* An etcd-backed root (store/daemon/durable; the group only with one):      \
+   * batches persisted, transactions and operations they took, stand-downs,    \
+   * elections won, the client's requests and bytes, and the requests etcd     \
+   * failed or refused (each retried). */                                      \
+  X(etcd, batches, etcd_batches)                                               \
+  X(etcd, txns, etcd_txns)                                                     \
+  X(etcd, ops, etcd_ops)                                                       \
+  X(etcd, stand_downs, etcd_stand_downs)                                       \
+  X(etcd, elections_won, etcd_elections_won)                                   \
+  X(etcd, requests, etcd_requests)                                             \
+  X(etcd, bytes_out, etcd_bytes_out)                                           \
+  X(etcd, bytes_in, etcd_bytes_in)                                             \
+  X(etcd, errors, etcd_errors)                                                 \
+  /* Probes (wire.h's RDZV_ROLE_PROBE): nodes' probes this daemon answered;    \
+   * this node's probes its parent answered (the one at start, then those      \
+   * of a job's link away from the parent). */                                 \
+  X(probes, answered, probes_answered)                                         \
   X(probes, learned, probes_learned)
 
 struct stats {
@@ -273,20 +273,20 @@ struct conn {
   /* Readable by roles: d, role, job and name. */
   struct daemon *d;
   enum conn_state state;
-  int role;          /* enum rdzv_peer_role, once READY */
-  struct job *job;   /* once READY */
+  int role;        /* enum rdzv_peer_role, once READY */
+  struct job *job; /* once READY */
   char name[64];
   struct rdzv_buf in;
   struct rdzv_outq out; /* frames waiting to be written (idle: no memory) */
   bool write_active;    /* a write of earlier frames is in flight */
-  bool dirty; /* on d->dirty: out has bytes to flush */
+  bool dirty;           /* on d->dirty: out has bytes to flush */
   /* Before the hello: --hello-timeout-ms. After it, for a child node only:
    * every --heartbeat-ms, closes c once it has sent nothing for
    * --liveness-timeout-ms. A client's goes after its hello (NULL: an idle
    * client holds no timer). */
   uv_timer_t *timer;
-  uint64_t last_rx_ms;    /* when bytes last came from the peer (loop time) */
-  uint64_t last_check_ms; /* when the child check last ran */
+  uint64_t last_rx_ms;     /* when bytes last came from the peer (loop time) */
+  uint64_t last_check_ms;  /* when the child check last ran */
   uint64_t check_every_ms; /* its interval */
   bool tcp;                /* accepted on the TCP listener */
   /* Refused before its hello (rdzv__conn_refuse): its last frame
@@ -390,8 +390,7 @@ struct rdzv_gate {
   bool (*pending)(void *arg);
   void (*start)(void *arg);
 };
-void rdzv__gate_install(struct daemon *d, const struct rdzv_gate *g,
-                        void *arg);
+void rdzv__gate_install(struct daemon *d, const struct rdzv_gate *g, void *arg);
 void rdzv__gate_done(struct daemon *d);
 void rdzv__gate_drop(struct daemon *d);
 /* Everything queued to every connection may go (what is queued now is
@@ -681,12 +680,11 @@ void rdzv__log_job(struct daemon *d, int level, const char *job,
 /* ---- the reply family (conn_send.c) ---------------------------------------- */
 
 /* A reply skeleton for request m: its type and req_id, status. */
-void rdzv__reply_init(struct rdzv_msg *r, const struct rdzv_msg *m,
-                      int status);
+void rdzv__reply_init(struct rdzv_msg *r, const struct rdzv_msg *m, int status);
 /* Replies status to request m of c, with text (keys[0]; "" for none), as
  * rdzv__conn_reply. The text is copied into c's queue. */
-void rdzv__conn_reply_text(struct conn *c, const struct rdzv_msg *m,
-                           int status, const char *text);
+void rdzv__conn_reply_text(struct conn *c, const struct rdzv_msg *m, int status,
+                           const char *text);
 /* The same with a printf format: the text is cut at
  * RDZV_REPLY_TEXT_MAX - 1 bytes. */
 #define RDZV_REPLY_TEXT_MAX 1024
