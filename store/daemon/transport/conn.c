@@ -15,8 +15,8 @@
 #include "store/daemon/transport/transport.h"
 #include "store/daemon/transport/transport_int.h"
 
-static const char *const state_names[] = {"HELLO_WAIT", "READY", "CLOSING",
-                                          "CLOSED"};
+static const char *const state_names[] = {"HELLO_WAIT", "AUTH_WAIT", "READY",
+                                          "CLOSING",    "REFUSED",   "CLOSED"};
 
 void rdzv__conn_set_state(struct conn *c, enum conn_state s) {
   rdzv__log(c->d, 2, "conn %s: %s -> %s", c->name, state_names[c->state],
@@ -152,9 +152,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void rdzv__conn_refuse(struct conn *c, int status, const char *text) {
   if (c->state != CONN_HELLO_WAIT || c->inproc)
     return;
-  c->linger = true;
-  rdzv__conn_fail_sent(c, 0, status, text);
-  if (c->state != CONN_CLOSING)
+  rdzv__conn_fail_sent(c, 0, status, text, CONN_REFUSED);
+  if (c->state != CONN_REFUSED)
     return; /* the write failed: closed already */
   uv_read_start(&c->h.stream, on_alloc, on_linger_read);
   if (c->timer != NULL) {
@@ -242,7 +241,7 @@ static void reply_ungated(struct conn *c, struct rdzv_msg *r) {
 void rdzv__conn_handle_frame(struct conn *c, const struct rdzv_msg *m) {
   struct daemon *d = c->d;
   d->stats.frames_in++;
-  if (c->state == CONN_HELLO_WAIT && c->auth != NULL) {
+  if (c->state == CONN_AUTH_WAIT) {
     d->stats.ops[RDZV_MSG_AUTH].received++;
     rdzv__conn_handle_auth(c, m);
     return;
@@ -329,13 +328,14 @@ static void decode_frames(struct conn *c) {
   /* A reference keeps c valid while handlers run, even if one closes it. */
   rdzv__conn_ref(c);
   c->decoding = true;
-  while (c->state == CONN_HELLO_WAIT || c->state == CONN_READY) {
+  while (c->state == CONN_HELLO_WAIT || c->state == CONN_AUTH_WAIT ||
+         c->state == CONN_READY) {
     struct rdzv_msg m;
     size_t used = 0;
     /* Until the hello is admitted (the hello, and its proof), a peer is
      * nobody: it gets --max-hello-bytes of this daemon's memory, not
      * --max-frame-bytes until --hello-timeout-ms. */
-    bool before = c->state == CONN_HELLO_WAIT;
+    bool before = c->state != CONN_READY;
     uint32_t limit = before && d->cfg.max_hello_bytes < d->cfg.max_frame_bytes
                          ? d->cfg.max_hello_bytes
                          : d->cfg.max_frame_bytes;

@@ -94,6 +94,18 @@ static int encode_shared(struct conn *c, const struct rdzv_msg *m,
   return 0;
 }
 
+/* Encodes m onto c's queue, whatever c's state (a socket peer). */
+static void queue_frame(struct conn *c, const struct rdzv_msg *m,
+                        struct rdzv_blob *const *blobs, uint32_t nblobs) {
+  if (encode_shared(c, m, blobs, nblobs) < 0) {
+    rdzv__log(c->d, 0, "conn %s: cannot encode a reply; closing", c->name);
+    rdzv__conn_close_now(c);
+    return;
+  }
+  c->d->stats.frames_out++;
+  rdzv__conn_mark_dirty(c);
+}
+
 void rdzv__conn_send_shared(struct conn *c, const struct rdzv_msg *m,
                             struct rdzv_blob *const *blobs, uint32_t nblobs) {
   if (c->inproc) {
@@ -110,16 +122,9 @@ void rdzv__conn_send_shared(struct conn *c, const struct rdzv_msg *m,
     }
     return;
   }
-  if (c->state != CONN_READY && c->state != CONN_HELLO_WAIT &&
-      !(c->state == CONN_CLOSING && m->type == RDZV_MSG_ERROR))
-    return;
-  if (encode_shared(c, m, blobs, nblobs) < 0) {
-    rdzv__log(c->d, 0, "conn %s: cannot encode a reply; closing", c->name);
-    rdzv__conn_close_now(c);
-    return;
-  }
-  c->d->stats.frames_out++;
-  rdzv__conn_mark_dirty(c);
+  if (c->state == CONN_READY || c->state == CONN_HELLO_WAIT ||
+      c->state == CONN_AUTH_WAIT)
+    queue_frame(c, m, blobs, nblobs);
 }
 
 void rdzv__conn_send(struct conn *c, const struct rdzv_msg *m) {
@@ -148,19 +153,39 @@ void rdzv__conn_fail(struct conn *c, int status, const char *text) {
 
 void rdzv__conn_fail_req(struct conn *c, uint32_t req_id, int status,
                          const char *text) {
-  if (c->state == CONN_CLOSING || c->state == CONN_CLOSED)
+  if (c->state == CONN_CLOSING || c->state == CONN_REFUSED ||
+      c->state == CONN_CLOSED)
     return;
   c->d->stats.proto_errors++;
   rdzv__log_drop(c->d, "conn %s: dropped: %s (%s)", c->name,
                  rdzv_strerror(status), text);
-  rdzv__conn_fail_sent(c, req_id, status, text);
+  rdzv__conn_fail_sent(c, req_id, status, text, CONN_CLOSING);
 }
 
-/* Sends an ERROR frame (status, text) and closes c once it is written
- * (a refused peer's, rdzv__conn_refuse: once the peer hangs up). */
-void rdzv__conn_fail_sent(struct conn *c, uint32_t req_id, int status,
-                          const char *text) {
+void rdzv__conn_last_frame(struct conn *c, const struct rdzv_msg *m,
+                           enum conn_state then) {
   struct daemon *d = c->d;
+  rdzv__conn_set_state(c, then);
+  if (!c->inproc) { /* an in-process peer is told nothing more */
+    uv_read_stop(&c->h.stream);
+    if (d->gate != NULL) {
+      /* Answers not yet persisted are dropped (the peer sends them again
+       * elsewhere); the last frame goes after those already released. */
+      rdzv__outq_truncate(&c->out, c->gate_rel);
+      queue_frame(c, m, NULL, 0);
+      c->gate_rel = c->gate_seal = c->out.buf.len;
+    } else {
+      queue_frame(c, m, NULL, 0);
+    }
+  }
+  rdzv__conn_unlist(c); /* written now, not at the iteration's end */
+  rdzv__conn_start_write(c);
+  if (!c->write_active && c->state == CONN_CLOSING)
+    rdzv__conn_close_now(c);
+}
+
+void rdzv__conn_fail_sent(struct conn *c, uint32_t req_id, int status,
+                          const char *text, enum conn_state then) {
   struct rdzv_slice s = {(const uint8_t *)text, (uint32_t)strlen(text)};
   struct rdzv_msg m;
   memset(&m, 0, sizeof(m));
@@ -170,21 +195,7 @@ void rdzv__conn_fail_sent(struct conn *c, uint32_t req_id, int status,
   m.status = status;
   m.keys.n = 1;
   m.keys.v = &s;
-  rdzv__conn_set_state(c, CONN_CLOSING);
-  uv_read_stop(&c->h.stream);
-  if (d->gate != NULL) {
-    /* Answers not yet persisted are dropped (the peer sends them again
-     * elsewhere); the error goes after those already released. */
-    rdzv__outq_truncate(&c->out, c->gate_rel);
-    rdzv__conn_send(c, &m);
-    c->gate_rel = c->gate_seal = c->out.buf.len;
-  } else {
-    rdzv__conn_send(c, &m);
-  }
-  rdzv__conn_unlist(c); /* written now, not at the iteration's end */
-  rdzv__conn_start_write(c);
-  if (!c->write_active && !c->linger)
-    rdzv__conn_close_now(c);
+  rdzv__conn_last_frame(c, &m, then);
 }
 
 /* Under a gate: a reply that depends on no state (a ping's) goes before
@@ -192,7 +203,8 @@ void rdzv__conn_fail_sent(struct conn *c, uint32_t req_id, int status,
  * etcd is slow (its liveness check must not declare it lost). */
 void rdzv__conn_send_ungated(struct conn *c, const struct rdzv_msg *r) {
   struct daemon *d = c->d;
-  if (c->state != CONN_READY && c->state != CONN_HELLO_WAIT)
+  if (c->state != CONN_READY && c->state != CONN_HELLO_WAIT &&
+      c->state != CONN_AUTH_WAIT)
     return;
   size_t at = c->gate_rel, before = c->out.buf.len;
   if (rdzv_msg_encode(r, &c->out.buf) < 0) {

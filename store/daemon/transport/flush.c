@@ -18,12 +18,10 @@ static void on_write(void *arg, int status) {
               uv_strerror(status));
     rdzv__conn_close_now(c);
   } else if (c->state == CONN_CLOSING && c->out.buf.len == 0) {
-    if (!c->linger)
-      rdzv__conn_close_now(c);
+    rdzv__conn_close_now(c);
   } else if (c->state != CONN_CLOSED && c->out.buf.len > 0) {
     rdzv__conn_start_write(c); /* what was queued (or released) meanwhile */
-    if (!c->write_active && c->state == CONN_CLOSING && c->out.buf.len == 0 &&
-        !c->linger)
+    if (!c->write_active && c->state == CONN_CLOSING && c->out.buf.len == 0)
       rdzv__conn_close_now(c); /* that went at once: the last frame */
   }
   if (c->out.buf.len == 0)

@@ -18,8 +18,6 @@
 /* A hello refused: status with why (keys[0]) and, from a standby root
  * (RDZV_ENOT_LEADER), the leader's address (vals[0], when known); then
  * the connection closes once it is written. */
-static void send_and_close(struct conn *c, struct rdzv_msg *r);
-
 static void refuse_hello(struct conn *c, const struct rdzv_msg *m, int status,
                          const char *text, const char *leader) {
   struct rdzv_slice t = {(const uint8_t *)text, (uint32_t)strlen(text)};
@@ -32,31 +30,7 @@ static void refuse_hello(struct conn *c, const struct rdzv_msg *m, int status,
   r.vals.n = l.n > 0 ? 1 : 0;
   r.vals.v = &l;
   rdzv__log(c->d, 2, "conn %s: hello refused: %s", c->name, text);
-  send_and_close(c, &r);
-}
-
-/* The last frame of a connection (a refusal, a probe's answer): sent,
- * then the connection closes once it is written. */
-static void send_and_close(struct conn *c, struct rdzv_msg *r) {
-  struct daemon *d = c->d;
-  if (d->gate != NULL)
-    rdzv__outq_truncate(&c->out, c->gate_rel);
-  rdzv__conn_send(c, r);
-  if (d->gate != NULL)
-    c->gate_rel = c->gate_seal = c->out.buf.len;
-  rdzv__conn_set_state(c, CONN_CLOSING);
-  uv_read_stop(&c->h.stream);
-  if (c->dirty) {
-    TAILQ_REMOVE(&d->dirty, c, dirty_link);
-    c->dirty = false;
-  }
-  if (c->held) {
-    TAILQ_REMOVE(&d->held, c, held_link);
-    c->held = false;
-  }
-  rdzv__conn_start_write(c);
-  if (!c->write_active)
-    rdzv__conn_close_now(c);
+  rdzv__conn_last_frame(c, &r, CONN_CLOSING);
 }
 
 static void hello_admit(struct conn *c, const struct rdzv_msg *m,
@@ -151,7 +125,7 @@ static void answer_probe(struct conn *c, const struct rdzv_msg *m,
   d->stats.probes_answered++;
   rdzv__log(d, 2, "conn %s: a node's probe answered (%u daemons above)",
             c->name, r.vals.n);
-  send_and_close(c, &r);
+  rdzv__conn_last_frame(c, &r, CONN_CLOSING);
 }
 
 /* Who is on the other end, for a log line: "ADDR:PORT" or "unix pid N". */
@@ -204,7 +178,8 @@ static void auth_refuse(struct conn *c, uint32_t req_id, struct rdzv_slice job,
       c, req_id, RDZV_EAUTH,
       "authentication failed: this daemon serves only peers that "
       "prove their job's secret (rdzvd --secret-file; the client's "
-      "RDZV_SECRET_FILE)");
+      "RDZV_SECRET_FILE)",
+      CONN_CLOSING);
 }
 
 /* With a secret: answers a hello with a challenge (this daemon's nonce
@@ -286,6 +261,7 @@ static void hello_challenge(struct conn *c, const struct rdzv_msg *m,
   }
   rdzv_auth_wipe(key, sizeof(key));
   c->auth = a;
+  rdzv__conn_set_state(c, CONN_AUTH_WAIT);
   d->stats.auth_challenged++;
   struct rdzv_slice v[2] = {{sn, sizeof(sn)}, {proof, sizeof(proof)}};
   struct rdzv_msg r;
@@ -335,6 +311,7 @@ void rdzv__conn_handle_auth(struct conn *c, const struct rdzv_msg *m) {
   struct rdzv_buf hello = a->hello;
   a->hello = (struct rdzv_buf){0};
   rdzv__conn_auth_free(c);
+  rdzv__conn_set_state(c, CONN_HELLO_WAIT);
   hello_admit(c, &h, m);
   rdzv_buf_free(&hello);
 }

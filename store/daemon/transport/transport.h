@@ -256,10 +256,23 @@ int rdzv__tls_send(uv_stream_t *s, rdzv_tls_t *t, uint64_t *written);
 
 /* ---- connections (conn.c) ---------------------------------------------- */
 
+/* A connection's states; rdzv__conn_set_state (conn.c) is the one place
+ * that moves between them, and logs each move:
+ *   HELLO_WAIT -> AUTH_WAIT   the hello challenged (hello.c)
+ *   AUTH_WAIT  -> HELLO_WAIT  the proof right: the hello's admission
+ *   HELLO_WAIT -> READY       the hello admitted
+ *   any open   -> CLOSING     a last frame queued (an ERROR, a refusal, a
+ *                             probe's answer): closed once written
+ *   HELLO_WAIT -> REFUSED     refused before its hello was read: the
+ *                             ERROR written, then open until the peer
+ *                             hangs up (or a short timeout)
+ *   any        -> CLOSED      the handle closed */
 enum conn_state {
   CONN_HELLO_WAIT = 0, /* accepted, no hello yet */
+  CONN_AUTH_WAIT,      /* hello challenged, its proof not yet come */
   CONN_READY,          /* hello accepted */
   CONN_CLOSING,        /* flushing a last frame, then closing */
+  CONN_REFUSED,        /* a refusal written; waiting for the peer's close */
   CONN_CLOSED,         /* handle closed; freed when refs drop to 0 */
 };
 
@@ -289,10 +302,6 @@ struct conn {
   uint64_t last_check_ms;  /* when the child check last ran */
   uint64_t check_every_ms; /* its interval */
   bool tcp;                /* accepted on the TCP listener */
-  /* Refused before its hello (rdzv__conn_refuse): its last frame
-   * written, c stays open, dropping what it reads, until the peer hangs
-   * up or min(--hello-timeout-ms, 1 s) passes. */
-  bool linger;
   /* The peer process of a Unix-socket connection (SO_PEERCRED at accept,
    * in this daemon's pid namespace), 0 when unknown. Readable by roles. */
   int peer_pid;

@@ -52,11 +52,16 @@ void rdzv__conn_auth_free(struct conn *c);
 void rdzv__conn_on_timer_freed(uv_handle_t *h);
 /* flush.c: writes what c has queued, unless a write is in flight. */
 void rdzv__conn_start_write(struct conn *c);
-/* conn_send.c: sends an ERROR frame (status, text) and closes c once it
- * is written (a refused peer's, rdzv__conn_refuse: once the peer hangs
- * up). */
+/* conn_send.c: m is c's last frame: c moves to state then (CONN_CLOSING:
+ * closed once m is written; CONN_REFUSED: rdzv__conn_refuse's), stops
+ * reading, and m is written now, after what a durable root's gate has
+ * released (what it holds is dropped). An in-process peer gets nothing. */
+void rdzv__conn_last_frame(struct conn *c, const struct rdzv_msg *m,
+                           enum conn_state then);
+/* conn_send.c: an ERROR frame (status, text) as c's last frame
+ * (rdzv__conn_last_frame). */
 void rdzv__conn_fail_sent(struct conn *c, uint32_t req_id, int status,
-                          const char *text);
+                          const char *text, enum conn_state then);
 /* A child node pings every --heartbeat-ms: one silent for
  * --liveness-timeout-ms is stopped, wedged or cut off (its TCP connection
  * may look healthy for minutes). Closing it withdraws what it carried, as
