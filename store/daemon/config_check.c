@@ -230,9 +230,10 @@ int rdzv__config_split_parent(struct rdzv_daemon_config *cfg, char *err,
   return 0;
 }
 
-/* Checks the values together, once all are read. 0 or -EINVAL. */
-int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
-                       size_t errlen) {
+/* The role: a node's --parent, a root's lack of one, --health-cmd. 0, or
+ * -EINVAL with why in err. */
+static int check_role(const struct rdzv_daemon_config *cfg, char *err,
+                      size_t errlen) {
   if (cfg->role == RDZV_DAEMON_NODE && cfg->parent[0] == '\0') {
     snprintf(err, errlen, "--role node needs --parent ADDR");
     return -EINVAL;
@@ -261,6 +262,13 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
              "its hosts' ranks): a root takes none");
     return -EINVAL;
   }
+  return 0;
+}
+
+/* The addresses: the Unix paths' lengths, a node's parent not itself,
+ * --listen, --port-file. 0, or -EINVAL with why in err. */
+static int check_addresses(const struct rdzv_daemon_config *cfg, char *err,
+                           size_t errlen) {
   if (strlen(cfg->unix_path) > UNIX_PATH_MAX_BYTES) {
     snprintf(err, errlen,
              "--unix '%s' is %zu bytes; a Unix socket path holds at most %zu "
@@ -310,6 +318,12 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
              "--port-file needs a TCP listener, and --listen is empty");
     return -EINVAL;
   }
+  return 0;
+}
+
+/* --max-frame-bytes and --log-format. 0, or -EINVAL with why in err. */
+static int check_frames_and_log(const struct rdzv_daemon_config *cfg, char *err,
+                                size_t errlen) {
   if (cfg->max_frame_bytes < 64) {
     snprintf(err, errlen, "--max-frame-bytes must be at least 64 (got %u)",
              cfg->max_frame_bytes);
@@ -320,6 +334,13 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
     snprintf(err, errlen, "--log-format '%s': text or json", cfg->log_format);
     return -EINVAL;
   }
+  return 0;
+}
+
+/* The HTTP endpoint: --http-listen and its limits. 0, or -EINVAL with why in
+ * err. */
+static int check_http(const struct rdzv_daemon_config *cfg, char *err,
+                      size_t errlen) {
   if (cfg->http_listen[0] != '\0') {
     char host[256];
     long port;
@@ -343,7 +364,12 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
              cfg->http_max_request_bytes);
     return -EINVAL;
   }
+  return 0;
+}
 
+/* The hello's and the keys' size limits. 0, or -EINVAL with why in err. */
+static int check_sizes(const struct rdzv_daemon_config *cfg, char *err,
+                       size_t errlen) {
   if (cfg->max_hello_bytes < 1024) {
     snprintf(err, errlen,
              "--max-hello-bytes must be at least 1024 (got %u): a hello holds "
@@ -356,6 +382,12 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
              "--max-key-bytes must be at least 1 (0 would refuse every key)");
     return -EINVAL;
   }
+  return 0;
+}
+
+/* An etcd-backed root: --etcd and its limits. 0, or -EINVAL with why in err. */
+static int check_etcd(const struct rdzv_daemon_config *cfg, char *err,
+                      size_t errlen) {
   if (cfg->etcd[0] != '\0' && cfg->role != RDZV_DAEMON_ROOT) {
     snprintf(err, errlen,
              "--etcd is for --role root (a node keeps no "
@@ -383,12 +415,25 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
     snprintf(err, errlen, "--etcd-prefix must not be empty");
     return -EINVAL;
   }
+  return 0;
+}
+
+/* The secrets: --secret-file or --secret-dir. 0, or -EINVAL with why in err. */
+static int check_secrets(const struct rdzv_daemon_config *cfg, char *err,
+                         size_t errlen) {
   if (cfg->secret_file[0] != '\0' && cfg->secret_dir[0] != '\0') {
     snprintf(err, errlen,
              "--secret-file and --secret-dir: give one of "
              "them (one secret for every job, or one per job)");
     return -EINVAL;
   }
+  return 0;
+}
+
+/* The TCPStore front end: --tcpstore-listen and what needs it. 0, or -EINVAL
+ * with why in err. */
+static int check_tcpstore(const struct rdzv_daemon_config *cfg, char *err,
+                          size_t errlen) {
   if (cfg->tcpstore_listen[0] == '\0' &&
       (cfg->tcpstore_job[0] != '\0' || cfg->tcpstore_port_file[0] != '\0')) {
     snprintf(err, errlen,
@@ -413,6 +458,12 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
              cfg->tcpstore_job, cfg->job);
     return -EINVAL;
   }
+  return 0;
+}
+
+/* The counts and times that must not be 0. 0, or -EINVAL with why in err. */
+static int check_nonzero(const struct rdzv_daemon_config *cfg, char *err,
+                         size_t errlen) {
   /* Values that must not be 0, and what 0 would do. */
   static const struct {
     size_t off;
@@ -446,6 +497,13 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
       return -EINVAL;
     }
   }
+  return 0;
+}
+
+/* The timers together: liveness, heartbeats, the copy lease, the
+ * combining interval. 0, or -EINVAL with why in err. */
+static int check_timers(const struct rdzv_daemon_config *cfg, char *err,
+                        size_t errlen) {
   if (cfg->role == RDZV_DAEMON_NODE &&
       cfg->liveness_timeout_ms <= cfg->heartbeat_ms) {
     snprintf(err, errlen,
@@ -467,5 +525,21 @@ int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
              cfg->flush_ms, cfg->flush_max_ms);
     return -EINVAL;
   }
+  return 0;
+}
+
+/* Checks the values together, once all are read, area by area in this
+ * order (the first value found wrong is the one err names). 0 or
+ * -EINVAL. */
+int rdzv__config_check(const struct rdzv_daemon_config *cfg, char *err,
+                       size_t errlen) {
+  if (check_role(cfg, err, errlen) < 0 ||
+      check_addresses(cfg, err, errlen) < 0 ||
+      check_frames_and_log(cfg, err, errlen) < 0 ||
+      check_http(cfg, err, errlen) < 0 || check_sizes(cfg, err, errlen) < 0 ||
+      check_etcd(cfg, err, errlen) < 0 || check_secrets(cfg, err, errlen) < 0 ||
+      check_tcpstore(cfg, err, errlen) < 0 ||
+      check_nonzero(cfg, err, errlen) < 0 || check_timers(cfg, err, errlen) < 0)
+    return -EINVAL;
   return 0;
 }

@@ -1,5 +1,5 @@
-/* rdzv-bench: shared definitions of the orchestrator (main.c), the server
- * processes (serve.c) and the socket rank drivers (drive.c). */
+/* rdzv-bench: shared definitions of the orchestrator (main.c, run.c), the
+ * server processes (serve.c) and the socket rank drivers (drive.c). */
 #ifndef RDZV_BENCH_BENCH_H
 #define RDZV_BENCH_BENCH_H
 
@@ -65,7 +65,7 @@ void bench_write_durations(const struct bench_opts *o, const void *ranks,
 /* Peak resident set of this process, bytes (VmHWM). */
 int64_t bench_peak_rss(void);
 
-/* What one tree run reports to bench_run_tree's caller (main.c's run
+/* What one tree run reports to bench_run_tree's caller (run.c's run
  * record, the fields delay.c needs). */
 struct bench_tree_run {
   double wall_s, p50_s, p99_s, cpu_s; /* seconds; cpu_s: every process */
