@@ -20,14 +20,25 @@
 const char *const rdzv__du_role_names[] = {"idle",    "campaigning", "standby",
                                            "loading", "leader",      "stopped"};
 
-/* The statistics rdzvctl stats shows under "etcd". */
+/* The only move between roles (see durable_int.h). */
+void rdzv__du_set_role(struct rdzv_durable *du, enum dur_role r,
+                       const char *why) {
+  if (du->d != NULL && r != du->role)
+    rdzv__du_dlog(du, 2, "root %s: %s -> %s (%s)", du->d->cfg.name,
+                  rdzv__du_role_names[du->role], rdzv__du_role_names[r], why);
+  du->role = r;
+  if (du->d != NULL)
+    du->d->stats.etcd_role = rdzv__du_role_names[r];
+}
+
+/* The statistics rdzvctl stats shows under "etcd" (the role's name is
+ * set by rdzv__du_set_role). */
 void rdzv__du_stats_update(struct rdzv_durable *du) {
   if (du->d == NULL)
     return;
   struct stats *st = &du->d->stats;
   struct rdzv_etcd_stats es;
   rdzv_etcd_stats(du->e, &es);
-  st->etcd_role = rdzv__du_role_names[du->role];
   st->etcd_batches = du->batches;
   st->etcd_txns = du->txns;
   st->etcd_ops = du->ops_persisted;
@@ -223,7 +234,7 @@ void rdzv__durable_stop(struct rdzv_durable *du) {
   if (du->role == DUR_STOPPED)
     return;
   bool leading = du->role == DUR_LEADER || du->role == DUR_LOADING;
-  du->role = DUR_STOPPED;
+  rdzv__du_set_role(du, DUR_STOPPED, "stopping");
   du->gen++;
   if (du->d != NULL) {
     du->d->gate = NULL; /* what waits is not persisted: it is not sent */
@@ -257,7 +268,7 @@ void rdzv__durable_free(struct rdzv_durable *du) {
   if (du->d == NULL) {
     uv_close((uv_handle_t *)&du->tick, on_handle_closed);
     uv_close((uv_handle_t *)&du->campaign, on_handle_closed);
-    du->role = DUR_STOPPED;
+    rdzv__du_set_role(du, DUR_STOPPED, "freed before it was attached");
     rdzv_etcd_close(du->e, on_client_closed, du);
     return;
   }

@@ -37,7 +37,7 @@ static void campaign_failed(struct rdzv_durable *du, const char *what,
 void rdzv__du_campaign_later(struct rdzv_durable *du, uint64_t ms) {
   if (du->role == DUR_STOPPED)
     return;
-  du->role = DUR_CAMPAIGN;
+  rdzv__du_set_role(du, DUR_CAMPAIGN, "campaigns again");
   uv_timer_start(&du->campaign, on_campaign_timer, ms, 0);
 }
 
@@ -351,7 +351,7 @@ void rdzv__du_check_own_key(struct rdzv_durable *du) {
 
 static void become_leader(struct rdzv_durable *du) {
   struct daemon *d = du->d;
-  du->role = DUR_LEADER;
+  rdzv__du_set_role(du, DUR_LEADER, "the state is loaded");
   uint64_t now = rdzv__du_now_ms(du);
   d->leader_since_ms = now > 0 ? now : 1;
   struct djob *lj, *lt;
@@ -450,7 +450,7 @@ static void on_incarnation(void *arg, const struct rdzv_etcd_result *r) {
 
 /* Won the leader key: the incarnation (created once), then the state. */
 static void start_loading(struct rdzv_durable *du) {
-  du->role = DUR_LOADING;
+  rdzv__du_set_role(du, DUR_LOADING, "won the leader key");
   rdzv__du_jobs_free(du);
   rdzv__du_bigs_free(du);
   char k[300], v[24];
@@ -526,7 +526,7 @@ static void on_campaign(void *arg, const struct rdzv_etcd_result *r) {
     start_loading(du);
     return;
   }
-  du->role = DUR_STANDBY;
+  rdzv__du_set_role(du, DUR_STANDBY, "another root holds the leader key");
   du->leader[0] = '\0';
   if (r->nkvs > 0 && r->kvs[0].vlen < sizeof(du->leader)) {
     memcpy(du->leader, r->kvs[0].value, r->kvs[0].vlen);
@@ -598,7 +598,7 @@ static void on_lease(void *arg, const struct rdzv_etcd_result *r) {
 void rdzv__du_campaign_step(struct rdzv_durable *du) {
   if (du->role == DUR_STOPPED)
     return;
-  du->role = DUR_CAMPAIGN;
+  rdzv__du_set_role(du, DUR_CAMPAIGN, "a campaign step");
   struct cstep *c = cstep_new(du);
   if (c == NULL) {
     rdzv__du_campaign_later(du, 500);

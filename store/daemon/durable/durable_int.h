@@ -174,8 +174,8 @@ struct rdzv_durable {
   struct rdzv_etcd *e;
   char user[600], password[600];
   char prefix[256];
-  char self[300]; /* this root's address as nodes reach it */
-  enum dur_role role;
+  char self[300];     /* this root's address as nodes reach it */
+  enum dur_role role; /* moved only by rdzv__du_set_role */
   uint64_t gen; /* bumped at every stand-down: older callbacks are stale */
   int64_t lease;
   uint64_t lease_deadline_ms; /* loop time the lease would expire by */
@@ -222,6 +222,11 @@ static inline uint64_t rdzv__du_now_ms(struct rdzv_durable *du) {
 }
 
 /* ---- durable.c: life cycle, statistics, readiness, logs ---- */
+/* The only move between roles: du->role becomes r (why: the cause, for
+ * the log), the statistics' etcd role its name; a change is logged at the
+ * debug level once attached. */
+void rdzv__du_set_role(struct rdzv_durable *du, enum dur_role r,
+                       const char *why);
 /* A random positive int64 (the kernel's generator), never 0. */
 int64_t rdzv__du_random_i63(void);
 /* The statistics rdzvctl stats shows under "etcd". */

@@ -44,7 +44,7 @@ void rdzv__du_stand_down(struct rdzv_durable *du, int status, const char *why) {
     return;
   bool was_leader = du->role == DUR_LEADER || du->role == DUR_LOADING;
   du->gen++;
-  du->role = DUR_CAMPAIGN;
+  rdzv__du_set_role(du, DUR_CAMPAIGN, why);
   du->leader_rev = 0;
   du->leader[0] = '\0';
   if (du->watch != NULL) {
@@ -79,12 +79,7 @@ void rdzv__du_stand_down(struct rdzv_durable *du, int status, const char *why) {
       if (d->role->fail_all != NULL)
         d->role->fail_all(d, j, status, text);
     rdzv__gate_release(d);
-    struct conn *c, *next;
-    for (c = TAILQ_FIRST(&d->conns); c != NULL; c = next) {
-      next = TAILQ_NEXT(c, link);
-      if (c->state == CONN_READY && !c->inproc)
-        rdzv__conn_fail(c, status, text);
-    }
+    rdzv__close_all_peers(d, status, text);
     for (struct job *j = d->jobs; j != NULL; j = j->next)
       d->role->job_free(d, j);
     rdzv__addrs_truncate(d->peers, &d->npeers, 0);

@@ -127,7 +127,7 @@ static void release_held(struct hcheck *hc) {
     struct held *n = x->next;
     struct rdzv_msg m;
     size_t used = 0;
-    if (nj != NULL && x->c->state == CONN_READY &&
+    if (nj != NULL && rdzv__conn_alive(x->c) &&
         rdzv_msg_decode(x->frame.data, x->frame.len, UINT32_MAX, &m, &used) ==
             0)
       rdzv__node_join(nj, x->c, &m);

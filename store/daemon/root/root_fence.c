@@ -219,7 +219,7 @@ void rdzv__root_undefer(void *arg) {
     if (rdzv__root_blocked(s, &m))
       continue;
     TAILQ_REMOVE(&s->deferred, x, link);
-    bool gone = x->c->state != CONN_READY;
+    bool gone = !rdzv__conn_alive(x->c);
     bool read = m.type == RDZV_MSG_GET || m.type == RDZV_MSG_MGET ||
                 m.type == RDZV_MSG_WAIT || m.type == RDZV_MSG_NKEYS ||
                 m.type == RDZV_MSG_KEYS;

@@ -162,7 +162,7 @@ static int holder_of(struct daemon *d, struct conn *c, const struct rdzv_msg *m,
   *h = (struct holder){.c = c, .pidfd = -1};
   if (m->b == 0)
     return 0;
-  if (c->tcp || c->inproc) {
+  if (!rdzv__conn_on_unix_socket(c)) {
     snprintf(text, n,
              "daemon %s: a key space held by a process is asked "
              "over the Unix socket (the pid is this host's)",

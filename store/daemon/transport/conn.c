@@ -51,6 +51,10 @@ void rdzv__conn_unref(struct conn *c) {
 
 bool rdzv__conn_alive(const struct conn *c) { return c->state == CONN_READY; }
 
+bool rdzv__conn_on_unix_socket(const struct conn *c) {
+  return !c->tcp && !c->inproc;
+}
+
 void rdzv__conn_on_timer_freed(uv_handle_t *h) { free(h); }
 
 static void on_timer_closed(uv_handle_t *h) {

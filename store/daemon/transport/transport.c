@@ -331,6 +331,15 @@ void rdzv__job_close_peers(struct daemon *d, struct job *j, int peer_role,
   }
 }
 
+void rdzv__close_all_peers(struct daemon *d, int status, const char *text) {
+  struct conn *c, *next;
+  for (c = TAILQ_FIRST(&d->conns); c != NULL; c = next) {
+    next = TAILQ_NEXT(c, link); /* c leaves the list when it closes */
+    if (c->state == CONN_READY && !c->inproc)
+      rdzv__conn_fail(c, status, text);
+  }
+}
+
 /* A random, non-zero incarnation id (the kernel's generator; the time
  * and pid only if it fails). */
 static uint64_t new_incarnation(void) {

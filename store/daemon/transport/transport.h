@@ -351,6 +351,9 @@ void rdzv__conn_ref(struct conn *c);
 void rdzv__conn_unref(struct conn *c);
 /* True while replies can still be sent to c. */
 bool rdzv__conn_alive(const struct conn *c);
+/* True when c's peer came through the Unix socket (neither the TCP
+ * listener nor in-process): its peer_pid names a process of this host. */
+bool rdzv__conn_on_unix_socket(const struct conn *c);
 /* Queues a reply (flag REPLY set here) to c, unless c is gone; it is
  * written at the end of this loop iteration. Counts errors in stats, and
  * ends one outstanding request. */
@@ -665,6 +668,17 @@ struct job *rdzv__job_get(struct daemon *d, const uint8_t *id, size_t len);
  * of job j whose peer has role peer_role (enum rdzv_peer_role). */
 void rdzv__job_close_peers(struct daemon *d, struct job *j, int peer_role,
                            int status, const char *text);
+/* Closes every READY connection of d, of any job and peer role, as
+ * rdzv__conn_fail does (an ERROR frame of status and text, then the
+ * close): a root that stands down sends its peers elsewhere. In-process
+ * peers (the benchmark's), connections still in their hello and those
+ * already closing are left as they are. The role's conn_closed hook runs
+ * for each connection whose job still has role data when it closes:
+ * during this call when its ERROR frame is written at once (or the write
+ * fails), else once the frame is written, after whatever the role did
+ * meanwhile (a job it freed since has no role data: no hook). The hook
+ * must not close other connections of d. Loop thread. */
+void rdzv__close_all_peers(struct daemon *d, int status, const char *text);
 /* Holds job j for good (it never lingers out): the TCPStore front end's
  * job, whose keys a TCPStore server keeps for its whole life. */
 void rdzv__job_pin(struct job *j);
