@@ -6,8 +6,13 @@
 #include "store/wire/wire.h"
 
 /* Decimal digits s[0..n) as a number, at most 65535; -1 if they are not
- * 1..5 digits or exceed it. */
+ * all digits (at least one), or exceed it. Leading zeros are taken
+ * ("007000" is 7000, as the daemon's options always read it). */
 static int port_of(const char *s, size_t n) {
+  while (n > 1 && s[0] == '0') {
+    s++;
+    n--;
+  }
   if (n == 0 || n > 5)
     return -1;
   int v = 0;

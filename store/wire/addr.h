@@ -8,6 +8,7 @@
  *                          abstract one ("@" alone is not)
  *   [tcp:]HOST:PORT        HOST a name, an IPv4 address or [IPv6] in
  *                          brackets; PORT 1..65535 in decimal digits
+ *                          (leading zeros taken)
  *   [tcp:]HOST:FIRST-LAST  a range of at most RDZV_ADDR_MAX_PORT_RANGE
  *                          ports (with RDZV_ADDR_RANGE)
  */

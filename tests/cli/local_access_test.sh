@@ -51,7 +51,11 @@ wait_file() {
 # $dir/log.
 start() {
   rm -f "$dir/ts.port"
-  "$rdzvd" --role=root --listen=127.0.0.1:0 "$@" 2>"$dir/log" &
+  # Emptied here, not by the child's redirection: until the child runs,
+  # the previous daemon's "listening on" would satisfy a wait for this
+  # one's (a flake in a fresh-clone CI under ASan).
+  : >"$dir/log"
+  "$rdzvd" --role=root --listen=127.0.0.1:0 "$@" 2>>"$dir/log" &
   pid=$!
 }
 
