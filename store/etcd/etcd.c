@@ -67,6 +67,18 @@ static int submit(struct rdzv_etcd *e, enum rdzv_etcd_kind kind, char *body,
   return 0;
 }
 
+void rdzv__etcd_free(struct rdzv_etcd *e) {
+  for (int i = 0; i < e->nep; i++)
+    free(e->ep[i]);
+  free(e->user);
+  free(e->password);
+  free(e->ca_file);
+  free(e->cert_file);
+  free(e->key_file);
+  free(e->token);
+  free(e);
+}
+
 int rdzv_etcd_new(uv_loop_t *loop, const struct rdzv_etcd_config *cfg,
                   struct rdzv_etcd **out) {
   *out = NULL;
@@ -135,14 +147,7 @@ int rdzv_etcd_new(uv_loop_t *loop, const struct rdzv_etcd_config *cfg,
   if (rc != 0) {
     if (e->multi != NULL)
       curl_multi_cleanup(e->multi);
-    for (int i = 0; i < e->nep; i++)
-      free(e->ep[i]);
-    free(e->user);
-    free(e->password);
-    free(e->ca_file);
-    free(e->cert_file);
-    free(e->key_file);
-    free(e);
+    rdzv__etcd_free(e);
     return rc;
   }
   e->timer.data = e;

@@ -330,15 +330,7 @@ static void handle_gone(struct rdzv_etcd *e) {
   if (--e->open_handles == 0 && e->close_started) {
     if (e->done != NULL)
       e->done(e->done_arg); /* e is freed after done returns */
-    for (int i = 0; i < e->nep; i++)
-      free(e->ep[i]);
-    free(e->user);
-    free(e->password);
-    free(e->ca_file);
-    free(e->cert_file);
-    free(e->key_file);
-    free(e->token);
-    free(e);
+    rdzv__etcd_free(e);
   }
 }
 

@@ -148,4 +148,8 @@ int rdzv__etcd_on_timer_set(CURLM *m, long timeout_ms, void *userp);
  * every handle (the last one's close frees e). */
 void rdzv__etcd_maybe_finish_close(struct rdzv_etcd *e);
 
+/* etcd.c: frees e and the strings it owns (endpoints, credentials, TLS
+ * files, the auth token); its handles and transfers must be gone. */
+void rdzv__etcd_free(struct rdzv_etcd *e);
+
 #endif /* RDZV_STORE_ETCD_INT_H */
