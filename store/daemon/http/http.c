@@ -291,13 +291,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 static int resolve(const char *listen, struct sockaddr_storage *ss,
                    socklen_t *len) {
   char host[RDZV_ADDR_HOST_MAX + 1], port[8];
-  struct rdzv_addr_parts p;
-  if (rdzv_addr_split(listen,
-                      RDZV_ADDR_PORT0 | RDZV_ADDR_BARE_V6 | RDZV_ADDR_NO_UNIX,
-                      &p) < 0 ||
-      rdzv_addr_host(&p, host, sizeof(host)) < 0)
+  int pn;
+  if (rdzv__split_host_port(listen, host, sizeof(host), &pn) < 0)
     return RDZV_EBAD_ADDR;
-  snprintf(port, sizeof(port), "%d", p.port_first);
+  snprintf(port, sizeof(port), "%d", pn);
   struct addrinfo hints, *ai = NULL;
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;

@@ -627,7 +627,9 @@ void rdzv__log_event(struct daemon *d, const char *fmt, ...)
 void rdzv__log_event_job(struct daemon *d, const char *job, const char *fmt,
                          ...) __attribute__((format(printf, 3, 4)));
 
-/* "HOST:PORT" or "[V6]:PORT" into host and port. 0 or RDZV_EBAD_ADDR. */
+/* "HOST:PORT" or "[V6]:PORT" (PORT 0..65535; store/wire/addr.h's syntax,
+ * a bare IPv6 host taken, no unix:) into host (hostlen bytes,
+ * NUL-terminated) and port: a listener's address. 0 or RDZV_EBAD_ADDR. */
 int rdzv__split_host_port(const char *addr, char *host, size_t hostlen,
                           int *port);
 /* Writes "PORT\n" to path atomically (a temporary file renamed). 0 or
